@@ -1,1 +1,16 @@
-pub fn hello() {}
+//! mailflow: a weekly personalised email pipeline on AWS Lambda.
+//!
+//! GetUsers (audience -> users queue), CreateEmails (enrich + render -> emails queue) and
+//! SendEmail (exactly once through SES v2, guarded by a DynamoDB ledger). The binaries in
+//! `functions/` only wire these stages to the Lambda runtime.
+
+pub mod adapters;
+pub mod campaign;
+pub mod config;
+pub mod digest;
+pub mod ledger;
+pub mod messages;
+pub mod ports;
+pub mod rate;
+pub mod stages;
+pub mod telemetry;

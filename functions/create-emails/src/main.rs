@@ -1,1 +1,23 @@
-fn main() { mailflow::hello(); }
+//! CreateEmails Lambda: wiring only; the logic is `mailflow::stages::create_emails`.
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::{run, service_fn, Error, LambdaEvent};
+use mailflow::config::{CreateEmailsConfig, ProcessEnv};
+use mailflow::digest::Renderer;
+use mailflow::stages::create_emails::CreateEmails;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    mailflow::telemetry::init();
+    let config = CreateEmailsConfig::from_source(&ProcessEnv)?;
+    let renderer = Renderer::new()?;
+    let db = mailflow::adapters::mongo::connect(&config.mongo, "create-emails").await?;
+    let sdk = mailflow::adapters::aws_config().await;
+    let stage = CreateEmails::new(db, aws_sdk_sqs::Client::new(&sdk), renderer, config);
+    stage.prepare().await?;
+    let stage = &stage;
+    run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        Ok::<SqsBatchResponse, Error>(stage.handle(event.payload).await.0)
+    }))
+    .await
+}

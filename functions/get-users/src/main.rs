@@ -1,1 +1,25 @@
-fn main() { mailflow::hello(); }
+//! GetUsers Lambda: wiring only; the logic is `mailflow::stages::get_users`.
+
+use lambda_runtime::{run, service_fn, Error, LambdaEvent};
+use mailflow::config::{GetUsersConfig, ProcessEnv};
+use mailflow::stages::{get_users::GetUsers, Invocation};
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    mailflow::telemetry::init();
+    let config = GetUsersConfig::from_source(&ProcessEnv)?;
+    let db = mailflow::adapters::mongo::connect(&config.mongo, "get-users").await?;
+    let sdk = mailflow::adapters::aws_config().await;
+    let stage = GetUsers::new(db, aws_sdk_sqs::Client::new(&sdk), config);
+    stage.prepare().await?;
+    let stage = &stage;
+    run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let invocation = Invocation::from_context(&event.context);
+        stage
+            .handle(event.payload, &invocation)
+            .await
+            .map_err(Error::from)
+    }))
+    .await
+}

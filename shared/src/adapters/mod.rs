@@ -1,0 +1,30 @@
+//! Adapters: the only modules that talk to AWS SDKs and MongoDB. Each translates its SDK's
+//! errors into our error kinds once, so the stages never match on SDK types.
+
+pub mod dynamo;
+pub mod mongo;
+pub mod ses;
+pub mod sqs;
+
+/// The SDK configuration for every AWS client: region, credentials and `AWS_ENDPOINT_URL`
+/// from the environment (the SDK reads it itself), as on Lambda.
+pub async fn aws_config() -> aws_config::SdkConfig {
+    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+}
+
+/// One line for an SDK error, with the service's code and message when it answered.
+pub(crate) fn describe<E, R>(err: &aws_sdk_sqs::error::SdkError<E, R>) -> String
+where
+    E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    use aws_sdk_sqs::error::SdkError;
+    match err {
+        SdkError::ServiceError(e) => format!(
+            "{}: {}",
+            e.err().code().unwrap_or("ServiceError"),
+            e.err().message().unwrap_or("no message")
+        ),
+        other => format!("{}", aws_sdk_sqs::error::DisplayErrorContext(other)),
+    }
+}

@@ -1,0 +1,213 @@
+//! SQS: batched sends that retry the entries SQS reports as `Failed` (none is ever dropped
+//! silently), and visibility changes for backoff.
+
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use aws_sdk_sqs::Client;
+use std::time::Duration;
+
+/// SendMessageBatch takes at most 10 entries and 256 KiB in total.
+pub const MAX_BATCH_ENTRIES: usize = 10;
+pub const MAX_BATCH_BYTES: usize = 256 * 1024;
+const SEND_ATTEMPTS: u32 = 5;
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("queue {queue}: {operation} failed: {detail}")]
+    Call {
+        queue: String,
+        operation: &'static str,
+        detail: String,
+    },
+    #[error("queue {queue}: {count} entries still failed after {SEND_ATTEMPTS} attempts (first: {first})")]
+    EntriesFailed {
+        queue: String,
+        count: usize,
+        first: String,
+        /// Indexes (into the bodies given) of the entries that were not sent.
+        unsent: Vec<usize>,
+    },
+}
+
+/// What a batched send did: how many entries had to be sent again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendReport {
+    pub sent: usize,
+    pub retried: usize,
+}
+
+#[derive(Clone)]
+pub struct SqsQueue {
+    client: Client,
+    url: String,
+}
+
+/// Splits bodies into SendMessageBatch-sized groups (by count and by bytes), keeping order.
+pub fn batches(bodies: &[String]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, body) in bodies.iter().enumerate() {
+        let full =
+            i - start == MAX_BATCH_ENTRIES || (i > start && bytes + body.len() > MAX_BATCH_BYTES);
+        if full {
+            out.push(start..i);
+            start = i;
+            bytes = 0;
+        }
+        bytes += body.len();
+    }
+    if start < bodies.len() {
+        out.push(start..bodies.len());
+    }
+    out
+}
+
+impl SqsQueue {
+    pub fn new(client: Client, url: impl Into<String>) -> Self {
+        Self {
+            client,
+            url: url.into(),
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn call_error<E, R>(
+        &self,
+        operation: &'static str,
+        err: &aws_sdk_sqs::error::SdkError<E, R>,
+    ) -> QueueError
+    where
+        E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        QueueError::Call {
+            queue: self.url.clone(),
+            operation,
+            detail: super::describe(err),
+        }
+    }
+
+    /// Sends up to 10 bodies in one SendMessageBatch, re-sending the entries that come back
+    /// in `Failed` (with a short backoff) until all are in or the attempts run out.
+    pub async fn send_batch(&self, bodies: &[String]) -> Result<SendReport, QueueError> {
+        let mut pending: Vec<usize> = (0..bodies.len()).collect();
+        let mut report = SendReport::default();
+        let mut last_failure = String::new();
+        for attempt in 0..SEND_ATTEMPTS {
+            if pending.is_empty() {
+                break;
+            }
+            if attempt > 0 {
+                report.retried += pending.len();
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+            }
+            let entries = pending
+                .iter()
+                .map(|&i| {
+                    SendMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .message_body(&bodies[i])
+                        .build()
+                        .map_err(|e| QueueError::Call {
+                            queue: self.url.clone(),
+                            operation: "SendMessageBatch",
+                            detail: e.to_string(),
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let out = match self
+                .client
+                .send_message_batch()
+                .queue_url(&self.url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+            {
+                Ok(out) => out,
+                Err(err) => {
+                    // The whole call failed: every pending entry is retried.
+                    last_failure = super::describe(&err);
+                    continue;
+                }
+            };
+            report.sent += out.successful.len();
+            let mut still = Vec::new();
+            let mut sender_fault = false;
+            for failed in out.failed {
+                last_failure = format!("{}: {}", failed.code, failed.message.unwrap_or_default());
+                // A sender fault (e.g. a body too large) will never succeed: do not loop.
+                sender_fault |= failed.sender_fault;
+                if let Ok(i) = failed.id.parse::<usize>() {
+                    still.push(i);
+                }
+            }
+            if sender_fault {
+                return Err(QueueError::EntriesFailed {
+                    queue: self.url.clone(),
+                    count: still.len(),
+                    first: last_failure,
+                    unsent: still,
+                });
+            }
+            pending = still;
+        }
+        if pending.is_empty() {
+            Ok(report)
+        } else {
+            Err(QueueError::EntriesFailed {
+                queue: self.url.clone(),
+                count: pending.len(),
+                first: last_failure,
+                unsent: pending,
+            })
+        }
+    }
+
+    pub async fn send(&self, body: String) -> Result<(), QueueError> {
+        self.client
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body)
+            .send()
+            .await
+            .map_err(|e| self.call_error("SendMessage", &e))?;
+        Ok(())
+    }
+
+    /// Makes a received message visible again after `delay` (SQS caps it at 12 hours).
+    pub async fn change_visibility(
+        &self,
+        receipt_handle: &str,
+        delay: Duration,
+    ) -> Result<(), QueueError> {
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(delay.as_secs().min(43_200) as i32)
+            .send()
+            .await
+            .map_err(|e| self.call_error("ChangeMessageVisibility", &e))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_by_count_and_bytes() {
+        let small: Vec<String> = (0..23).map(|i| i.to_string()).collect();
+        assert_eq!(batches(&small), vec![0..10, 10..20, 20..23]);
+        let big: Vec<String> = (0..4).map(|_| "x".repeat(100 * 1024)).collect();
+        assert_eq!(batches(&big), vec![0..2, 2..4]);
+        assert!(batches(&[]).is_empty());
+    }
+}

@@ -1,0 +1,184 @@
+//! Campaigns: a deterministic id and a fixed content window, so that a re-run computes the
+//! same emails. The weekly campaign `weekly-2026-W47` covers ISO week 47 of 2026
+//! ([Monday 00:00 UTC, next Monday 00:00 UTC)) and is started by the schedule in week 48.
+
+use serde::{Deserialize, Serialize};
+use time::{Date, Duration, OffsetDateTime, Time, Weekday};
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CampaignError {
+    #[error("campaign id {0:?} is invalid: use 1-64 characters from A-Z a-z 0-9 . _ -")]
+    InvalidId(String),
+    #[error(
+        "campaign id {0:?} has no window: use weekly-YYYY-Www (e.g. weekly-2026-W47) or give since and until"
+    )]
+    NoWindow(String),
+    #[error("window is empty: since ({since}) must be before until ({until})")]
+    EmptyWindow { since: String, until: String },
+}
+
+/// A campaign id: safe for keys, tags and logs.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct CampaignId(String);
+
+impl CampaignId {
+    pub fn parse(raw: &str) -> Result<Self, CampaignError> {
+        let ok = !raw.is_empty()
+            && raw.len() <= 64
+            && raw
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if ok {
+            Ok(Self(raw.to_owned()))
+        } else {
+            Err(CampaignError::InvalidId(raw.to_owned()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for CampaignId {
+    type Error = CampaignError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<CampaignId> for String {
+    fn from(c: CampaignId) -> String {
+        c.0
+    }
+}
+
+impl std::fmt::Display for CampaignId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The content window [since, until).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    #[serde(with = "time::serde::rfc3339")]
+    pub since: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub until: OffsetDateTime,
+}
+
+impl Window {
+    pub fn new(since: OffsetDateTime, until: OffsetDateTime) -> Result<Self, CampaignError> {
+        if since >= until {
+            return Err(CampaignError::EmptyWindow {
+                since: since.to_string(),
+                until: until.to_string(),
+            });
+        }
+        Ok(Self { since, until })
+    }
+}
+
+/// A campaign: what every message of one run carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Campaign {
+    pub id: CampaignId,
+    pub window: Window,
+}
+
+fn monday_of(date: Date) -> Date {
+    date - Duration::days(i64::from(date.weekday().number_days_from_monday()))
+}
+
+fn weekly(monday: Date) -> Campaign {
+    let (year, week, _) = monday.to_iso_week_date();
+    let since = monday.with_time(Time::MIDNIGHT).assume_utc();
+    Campaign {
+        id: CampaignId(format!("weekly-{year}-W{week:02}")),
+        window: Window {
+            since,
+            until: since + Duration::weeks(1),
+        },
+    }
+}
+
+impl Campaign {
+    /// The campaign a schedule firing at `at` runs: the last full ISO week before it.
+    pub fn for_schedule(at: OffsetDateTime) -> Self {
+        let this_monday = monday_of(at.to_offset(time::UtcOffset::UTC).date());
+        weekly(this_monday - Duration::weeks(1))
+    }
+
+    /// A campaign named by hand: `weekly-YYYY-Www` implies its window; any other id needs one.
+    pub fn from_id(id: &str, window: Option<Window>) -> Result<Self, CampaignError> {
+        let id = CampaignId::parse(id)?;
+        if let Some(window) = window {
+            return Ok(Self { id, window });
+        }
+        let week = id
+            .as_str()
+            .strip_prefix("weekly-")
+            .and_then(|rest| rest.split_once("-W"))
+            .and_then(|(y, w)| Some((y.parse::<i32>().ok()?, w.parse::<u8>().ok()?)))
+            .filter(|(_, w)| id.as_str().ends_with(&format!("W{w:02}")))
+            .and_then(|(y, w)| Date::from_iso_week_date(y, w, Weekday::Monday).ok());
+        match week {
+            Some(monday) => Ok(weekly(monday)),
+            None => Err(CampaignError::NoWindow(id.0)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    #[test]
+    fn schedule_runs_the_previous_iso_week() {
+        let c = Campaign::for_schedule(datetime!(2026-11-23 09:00 UTC));
+        assert_eq!(c.id.as_str(), "weekly-2026-W47");
+        assert_eq!(c.window.since, datetime!(2026-11-16 00:00 UTC));
+        assert_eq!(c.window.until, datetime!(2026-11-23 00:00 UTC));
+        // Any time in the same week names the same campaign: re-runs are deterministic.
+        assert_eq!(Campaign::for_schedule(datetime!(2026-11-29 23:59 UTC)), c);
+    }
+
+    #[test]
+    fn year_boundary_uses_iso_years() {
+        // 2027-01-04 is Monday of ISO week 1 of 2027; the week before is 2026-W53.
+        let c = Campaign::for_schedule(datetime!(2027-01-04 09:00 UTC));
+        assert_eq!(c.id.as_str(), "weekly-2026-W53");
+        assert_eq!(c.window.since, datetime!(2026-12-28 00:00 UTC));
+    }
+
+    #[test]
+    fn weekly_ids_imply_their_window() {
+        let c = Campaign::from_id("weekly-2026-W47", None).unwrap();
+        assert_eq!(c, Campaign::for_schedule(datetime!(2026-11-23 09:00 UTC)));
+        assert!(matches!(
+            Campaign::from_id("weekly-2026-W7", None),
+            Err(CampaignError::NoWindow(_))
+        ));
+        assert!(matches!(
+            Campaign::from_id("launch-promo", None),
+            Err(CampaignError::NoWindow(_))
+        ));
+        assert!(matches!(
+            Campaign::from_id("bad id!", None),
+            Err(CampaignError::InvalidId(_))
+        ));
+        let w = Window::new(
+            datetime!(2026-01-01 0:00 UTC),
+            datetime!(2026-01-02 0:00 UTC),
+        )
+        .unwrap();
+        assert_eq!(
+            Campaign::from_id("launch-promo", Some(w)).unwrap().window,
+            w
+        );
+        assert!(Window::new(w.until, w.since).is_err());
+    }
+}

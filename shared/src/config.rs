@@ -1,0 +1,339 @@
+//! Typed configuration, read from environment variables once at init.
+//!
+//! Every variable is documented in the README's configuration reference and set in
+//! `template.yaml`; `tests/config_drift.rs` keeps the three in step. A bad or missing value
+//! stops the function at cold start with one line that names the variable and what to do.
+
+use std::time::Duration;
+
+/// A configuration problem, named after the variable that caused it.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration: {var}: {problem}")]
+pub struct ConfigError {
+    pub var: &'static str,
+    pub problem: String,
+}
+
+/// Where configuration values come from: the process environment on Lambda, a map in tests.
+pub trait Source {
+    fn get(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+pub struct ProcessEnv;
+
+impl Source for ProcessEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+impl<F: Fn(&str) -> Option<String>> Source for F {
+    fn get(&self, name: &str) -> Option<String> {
+        self(name)
+    }
+}
+
+fn value(src: &dyn Source, var: &'static str) -> Option<String> {
+    src.get(var)
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+fn required(src: &dyn Source, var: &'static str) -> Result<String, ConfigError> {
+    value(src, var).ok_or_else(|| ConfigError {
+        var,
+        problem: "is not set; set it in template.yaml (or your shell when running locally)".into(),
+    })
+}
+
+fn parsed<T: std::str::FromStr>(
+    src: &dyn Source,
+    var: &'static str,
+    default: T,
+    expected: &str,
+) -> Result<T, ConfigError> {
+    match value(src, var) {
+        None => Ok(default),
+        Some(raw) => raw.parse().map_err(|_| ConfigError {
+            var,
+            problem: format!("{raw:?} is not {expected}"),
+        }),
+    }
+}
+
+fn positive_u32(src: &dyn Source, var: &'static str, default: u32) -> Result<u32, ConfigError> {
+    let v = parsed(src, var, default, "a positive whole number")?;
+    if v == 0 {
+        return Err(ConfigError {
+            var,
+            problem: "must be at least 1".into(),
+        });
+    }
+    Ok(v)
+}
+
+/// MongoDB connection settings shared by GetUsers and CreateEmails.
+#[derive(Clone, Debug)]
+pub struct MongoConfig {
+    pub uri: String,
+    pub database: String,
+    pub max_pool_size: u32,
+}
+
+impl MongoConfig {
+    pub const VARS: &'static [&'static str] =
+        &["MONGODB_URI", "MONGODB_DATABASE", "MONGODB_MAX_POOL_SIZE"];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        Ok(Self {
+            uri: required(src, "MONGODB_URI")?,
+            database: value(src, "MONGODB_DATABASE").unwrap_or_else(|| "app".into()),
+            max_pool_size: positive_u32(src, "MONGODB_MAX_POOL_SIZE", 10)?,
+        })
+    }
+}
+
+/// GetUsers: audience out of MongoDB into the users queue.
+#[derive(Clone, Debug)]
+pub struct GetUsersConfig {
+    pub mongo: MongoConfig,
+    pub users_queue_url: String,
+    pub continuation_queue_url: String,
+    /// SendMessageBatch calls kept in flight at once.
+    pub enqueue_concurrency: usize,
+    /// Stop reading the audience this long before the invocation's deadline and continue
+    /// from a checkpoint in a fresh invocation.
+    pub deadline_margin: Duration,
+}
+
+impl GetUsersConfig {
+    pub const VARS: &'static [&'static str] = &[
+        "USERS_QUEUE_URL",
+        "CONTINUATION_QUEUE_URL",
+        "ENQUEUE_CONCURRENCY",
+        "DEADLINE_MARGIN_SECONDS",
+    ];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        Ok(Self {
+            mongo: MongoConfig::from_source(src)?,
+            users_queue_url: required(src, "USERS_QUEUE_URL")?,
+            continuation_queue_url: required(src, "CONTINUATION_QUEUE_URL")?,
+            enqueue_concurrency: positive_u32(src, "ENQUEUE_CONCURRENCY", 8)? as usize,
+            deadline_margin: Duration::from_secs(parsed(
+                src,
+                "DEADLINE_MARGIN_SECONDS",
+                20u64,
+                "a number of seconds",
+            )?),
+        })
+    }
+}
+
+/// CreateEmails: enrich and render each user, put the email job on the emails queue.
+#[derive(Clone, Debug)]
+pub struct CreateEmailsConfig {
+    pub mongo: MongoConfig,
+    pub emails_queue_url: String,
+    /// Records of one batch processed at once (bounded so the MongoDB pool is not starved).
+    pub record_concurrency: usize,
+    /// How many of the newest followers are named in the email.
+    pub recent_followers_shown: u32,
+}
+
+impl CreateEmailsConfig {
+    pub const VARS: &'static [&'static str] = &[
+        "EMAILS_QUEUE_URL",
+        "RECORD_CONCURRENCY",
+        "RECENT_FOLLOWERS_SHOWN",
+    ];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        Ok(Self {
+            mongo: MongoConfig::from_source(src)?,
+            emails_queue_url: required(src, "EMAILS_QUEUE_URL")?,
+            record_concurrency: positive_u32(src, "RECORD_CONCURRENCY", 10)? as usize,
+            recent_followers_shown: positive_u32(src, "RECENT_FOLLOWERS_SHOWN", 3)?,
+        })
+    }
+}
+
+/// SendEmail: claim, send through SES v2, mark.
+#[derive(Clone, Debug)]
+pub struct SendEmailConfig {
+    pub sends_table_name: String,
+    pub emails_queue_url: String,
+    pub sender_address: String,
+    pub configuration_set: Option<String>,
+    /// Campaign-wide emails per second, split over `max_concurrency` invocations.
+    pub send_rate_per_second: f64,
+    /// Must equal the event source mapping's ScalingConfig.MaximumConcurrency.
+    pub max_concurrency: u32,
+    pub visibility_timeout: Duration,
+    pub function_timeout: Duration,
+    pub lease_clock_skew: Duration,
+    /// Backoff for throttled sends, by receive count (the last one repeats).
+    pub retry_delays: Vec<Duration>,
+    pub retention_days: u32,
+    pub record_concurrency: usize,
+}
+
+impl SendEmailConfig {
+    pub const VARS: &'static [&'static str] = &[
+        "SENDS_TABLE_NAME",
+        "EMAILS_QUEUE_URL",
+        "SENDER_ADDRESS",
+        "SES_CONFIGURATION_SET",
+        "SEND_RATE_PER_SECOND",
+        "SEND_MAX_CONCURRENCY",
+        "VISIBILITY_TIMEOUT_SECONDS",
+        "FUNCTION_TIMEOUT_SECONDS",
+        "LEASE_CLOCK_SKEW_SECONDS",
+        "RETRY_DELAYS_SECONDS",
+        "RETENTION_DAYS",
+        "RECORD_CONCURRENCY",
+    ];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        let rate: f64 = parsed(
+            src,
+            "SEND_RATE_PER_SECOND",
+            14.0,
+            "a number of emails per second",
+        )?;
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(ConfigError {
+                var: "SEND_RATE_PER_SECOND",
+                problem: "must be greater than 0".into(),
+            });
+        }
+        let visibility = parsed(
+            src,
+            "VISIBILITY_TIMEOUT_SECONDS",
+            0u64,
+            "a number of seconds",
+        )?;
+        let timeout = parsed(src, "FUNCTION_TIMEOUT_SECONDS", 0u64, "a number of seconds")?;
+        if value(src, "VISIBILITY_TIMEOUT_SECONDS").is_none() {
+            required(src, "VISIBILITY_TIMEOUT_SECONDS")?;
+        }
+        if value(src, "FUNCTION_TIMEOUT_SECONDS").is_none() {
+            required(src, "FUNCTION_TIMEOUT_SECONDS")?;
+        }
+        // The lease is only safe if SQS cannot hand the message to someone else while the
+        // invocation that holds it may still be running.
+        if visibility <= timeout {
+            return Err(ConfigError {
+                var: "VISIBILITY_TIMEOUT_SECONDS",
+                problem: format!(
+                    "{visibility}s must be greater than FUNCTION_TIMEOUT_SECONDS ({timeout}s); \
+                     raise the emails queue's VisibilityTimeout (AWS recommends 6x the timeout)"
+                ),
+            });
+        }
+        let delays = value(src, "RETRY_DELAYS_SECONDS").unwrap_or_else(|| "2,10,60,300".into());
+        let retry_delays = delays
+            .split(',')
+            .map(|d| d.trim().parse::<u64>().map(Duration::from_secs))
+            .collect::<Result<Vec<_>, _>>()
+            .ok()
+            .filter(|v| !v.is_empty() && v.iter().all(|d| d.as_secs() <= 43_200))
+            .ok_or_else(|| ConfigError {
+                var: "RETRY_DELAYS_SECONDS",
+                problem: format!(
+                    "{delays:?} is not a comma-separated list of seconds (each at most 43200), e.g. 2,10,60,300"
+                ),
+            })?;
+        Ok(Self {
+            sends_table_name: required(src, "SENDS_TABLE_NAME")?,
+            emails_queue_url: required(src, "EMAILS_QUEUE_URL")?,
+            sender_address: required(src, "SENDER_ADDRESS")?,
+            configuration_set: value(src, "SES_CONFIGURATION_SET"),
+            send_rate_per_second: rate,
+            max_concurrency: positive_u32(src, "SEND_MAX_CONCURRENCY", 2)?,
+            visibility_timeout: Duration::from_secs(visibility),
+            function_timeout: Duration::from_secs(timeout),
+            lease_clock_skew: Duration::from_secs(parsed(
+                src,
+                "LEASE_CLOCK_SKEW_SECONDS",
+                5u64,
+                "a number of seconds",
+            )?),
+            retry_delays,
+            retention_days: positive_u32(src, "RETENTION_DAYS", 90)?,
+            record_concurrency: positive_u32(src, "RECORD_CONCURRENCY", 10)? as usize,
+        })
+    }
+
+    /// This invocation's share of the campaign-wide send rate.
+    pub fn per_invocation_rate(&self) -> f64 {
+        self.send_rate_per_second / f64::from(self.max_concurrency)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn src(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k: &str| map.get(k).cloned()
+    }
+
+    const SEND: &[(&str, &str)] = &[
+        ("SENDS_TABLE_NAME", "sends"),
+        ("EMAILS_QUEUE_URL", "http://q"),
+        ("SENDER_ADDRESS", "news@example.com"),
+        ("VISIBILITY_TIMEOUT_SECONDS", "180"),
+        ("FUNCTION_TIMEOUT_SECONDS", "30"),
+    ];
+
+    #[test]
+    fn send_email_defaults() {
+        let c = SendEmailConfig::from_source(&src(SEND)).unwrap();
+        assert_eq!(c.retry_delays.len(), 4);
+        assert_eq!(c.retention_days, 90);
+        assert_eq!(c.per_invocation_rate(), 7.0);
+        assert!(c.configuration_set.is_none());
+    }
+
+    #[test]
+    fn refuses_visibility_not_above_timeout() {
+        let mut pairs = SEND.to_vec();
+        pairs[3] = ("VISIBILITY_TIMEOUT_SECONDS", "30");
+        let err = SendEmailConfig::from_source(&src(&pairs)).unwrap_err();
+        assert_eq!(err.var, "VISIBILITY_TIMEOUT_SECONDS");
+        assert!(err
+            .to_string()
+            .contains("greater than FUNCTION_TIMEOUT_SECONDS"));
+    }
+
+    #[test]
+    fn missing_and_malformed_values_name_the_variable() {
+        let err = SendEmailConfig::from_source(&src(&SEND[1..])).unwrap_err();
+        assert_eq!(err.var, "SENDS_TABLE_NAME");
+        let mut pairs = SEND.to_vec();
+        pairs.push(("RETRY_DELAYS_SECONDS", "2,soon"));
+        let err = SendEmailConfig::from_source(&src(&pairs)).unwrap_err();
+        assert_eq!(err.var, "RETRY_DELAYS_SECONDS");
+        pairs.pop();
+        pairs.push(("SEND_RATE_PER_SECOND", "0"));
+        assert_eq!(
+            SendEmailConfig::from_source(&src(&pairs)).unwrap_err().var,
+            "SEND_RATE_PER_SECOND"
+        );
+        let err = MongoConfig::from_source(&src(&[
+            ("MONGODB_URI", "x"),
+            ("MONGODB_MAX_POOL_SIZE", "many"),
+        ]))
+        .unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("MONGODB_MAX_POOL_SIZE: \"many\" is not"));
+    }
+}

@@ -1,0 +1,127 @@
+//! The sends ledger: the exactly-once state machine of DESIGN.md section 2, as pure types.
+//! `adapters::dynamo` stores it in DynamoDB with conditional writes.
+//!
+//! ```text
+//!   (none) --claim--> IN_PROGRESS --mark_sent--> SENT        (final)
+//!                       |   ^  \----mark_failed--> FAILED     (final unless resend --include-failed)
+//!                       |   |
+//!                       +---+ claim again once the lease has ended (or after release)
+//! ```
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendStatus {
+    InProgress,
+    Sent,
+    Failed,
+}
+
+impl SendStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InProgress => "IN_PROGRESS",
+            Self::Sent => "SENT",
+            Self::Failed => "FAILED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "IN_PROGRESS" => Some(Self::InProgress),
+            "SENT" => Some(Self::Sent),
+            "FAILED" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// One attempt's claim on (userId, campaignId).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    pub user_id: String,
+    pub campaign_id: String,
+    /// Unique per attempt (request id + SQS message id): the fencing token every later write
+    /// is conditioned on, so a zombie attempt can never overwrite a newer one.
+    pub token: String,
+    pub started_at_ms: u64,
+    pub lease_until_ms: u64,
+}
+
+/// What the ledger held when a claim was refused (read from the same write: ALL_OLD).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    AlreadySent,
+    /// Another attempt holds a live lease until this time.
+    Busy {
+        lease_until_ms: u64,
+    },
+    /// A permanent failure; only an operator resend with include-failed retries it.
+    Failed {
+        reason: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    Claimed { attempt: u64 },
+    Refused(Refusal),
+}
+
+/// When a later mark finds the claim gone: what the record holds now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostClaim {
+    pub status: Option<SendStatus>,
+    pub token: Option<String>,
+    pub ses_message_id: Option<String>,
+}
+
+/// The lease rule: the attempt is surely over at its deadline plus a clock-skew margin, and
+/// SQS cannot redeliver before startedAt + visibility timeout, so never later than that.
+pub fn lease_until(
+    started_at: SystemTime,
+    deadline: SystemTime,
+    clock_skew: Duration,
+    visibility_timeout: Duration,
+) -> SystemTime {
+    (deadline + clock_skew).min(started_at + visibility_timeout)
+}
+
+pub fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+pub fn from_epoch_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_ends_at_deadline_plus_skew_capped_by_visibility() {
+        let start = from_epoch_ms(1_000_000);
+        let deadline = start + Duration::from_secs(30);
+        let lease = lease_until(
+            start,
+            deadline,
+            Duration::from_secs(5),
+            Duration::from_secs(180),
+        );
+        assert_eq!(lease, start + Duration::from_secs(35));
+        // A deadline that is (wrongly) far away never extends the lease past visibility.
+        let far = start + Duration::from_secs(900);
+        let lease = lease_until(start, far, Duration::from_secs(5), Duration::from_secs(180));
+        assert_eq!(lease, start + Duration::from_secs(180));
+    }
+
+    #[test]
+    fn status_round_trip() {
+        for s in [SendStatus::InProgress, SendStatus::Sent, SendStatus::Failed] {
+            assert_eq!(SendStatus::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(SendStatus::parse("sent"), None);
+    }
+}

@@ -1,0 +1,149 @@
+//! CreateEmails: for each user message, enrich from MongoDB, render, and put the email job on
+//! the emails queue. Records are processed concurrently (bounded); jobs go out in
+//! SendMessageBatch calls; every record that did not make it is reported for retry.
+
+use super::batch_response;
+use crate::adapters::sqs::{batches, QueueError, SqsQueue};
+use crate::config::CreateEmailsConfig;
+use crate::digest::{self, Enrichment, Renderer, SkipReason};
+use crate::messages::{parse_body, EmailJob, UserMessage};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use futures::stream::{self, StreamExt};
+use mongodb::Database;
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub rendered: usize,
+    pub enqueued: usize,
+    pub skipped: BTreeMap<&'static str, usize>,
+    pub failed: usize,
+}
+
+enum Outcome {
+    Job(String),
+    Skipped(SkipReason),
+}
+
+pub struct CreateEmails {
+    db: Database,
+    emails: SqsQueue,
+    renderer: Renderer,
+    config: CreateEmailsConfig,
+}
+
+impl CreateEmails {
+    pub fn new(
+        db: Database,
+        sqs: aws_sdk_sqs::Client,
+        renderer: Renderer,
+        config: CreateEmailsConfig,
+    ) -> Self {
+        Self {
+            db,
+            emails: SqsQueue::new(sqs, &config.emails_queue_url),
+            renderer,
+            config,
+        }
+    }
+
+    pub async fn prepare(&self) -> mongodb::error::Result<()> {
+        digest::ensure_indexes(&self.db).await
+    }
+
+    async fn process(&self, body: Option<&str>) -> Result<Outcome, String> {
+        let message: UserMessage = parse_body(body)?;
+        let enrichment = digest::enrich(
+            &self.db,
+            &message.user_id,
+            &message.window,
+            self.config.recent_followers_shown,
+        )
+        .await
+        .map_err(|e| format!("MongoDB: {e}"))?;
+        let digest = match enrichment {
+            Enrichment::Ready(d) => d,
+            Enrichment::Skip(reason) => return Ok(Outcome::Skipped(reason)),
+        };
+        let rendered = self
+            .renderer
+            .render(&digest, &message.window)
+            .map_err(|e| e.to_string())?;
+        let job = EmailJob {
+            campaign_id: message.campaign_id,
+            user_id: digest.user_id,
+            to: digest.email,
+            subject: rendered.subject,
+            html: rendered.html,
+            text: rendered.text,
+            include_failed: message.include_failed,
+        };
+        serde_json::to_string(&job)
+            .map(Outcome::Job)
+            .map_err(|e| format!("cannot serialise job: {e}"))
+    }
+
+    pub async fn handle(&self, event: SqsEvent) -> (SqsBatchResponse, Summary) {
+        let mut summary = Summary::default();
+        let mut failed: Vec<String> = Vec::new();
+        let outcomes: Vec<(String, Result<Outcome, String>)> = stream::iter(event.records)
+            .map(|record| async move {
+                let id = record.message_id.unwrap_or_default();
+                let outcome = self.process(record.body.as_deref()).await;
+                (id, outcome)
+            })
+            .buffer_unordered(self.config.record_concurrency)
+            .collect()
+            .await;
+
+        let mut jobs: Vec<(String, String)> = Vec::new();
+        for (id, outcome) in outcomes {
+            match outcome {
+                Ok(Outcome::Job(body)) => jobs.push((id, body)),
+                Ok(Outcome::Skipped(reason)) => {
+                    *summary.skipped.entry(reason.as_str()).or_default() += 1
+                }
+                Err(reason) => {
+                    tracing::warn!(message_id = %id, %reason, "record failed; it will be retried");
+                    failed.push(id);
+                }
+            }
+        }
+        summary.rendered = jobs.len();
+
+        let bodies: Vec<String> = jobs.iter().map(|(_, b)| b.clone()).collect();
+        let sends = batches(&bodies).into_iter().map(|range| {
+            let bodies = &bodies[range.clone()];
+            async move { (range, self.emails.send_batch(bodies).await) }
+        });
+        let results: Vec<_> = stream::iter(sends).buffer_unordered(4).collect().await;
+        for (range, result) in results {
+            let unsent: Vec<usize> = match result {
+                Ok(report) => {
+                    summary.enqueued += report.sent;
+                    Vec::new()
+                }
+                Err(QueueError::EntriesFailed { unsent, first, .. }) => {
+                    tracing::warn!(reason = %first, count = unsent.len(), "email jobs not enqueued; records will be retried");
+                    summary.enqueued += range.len() - unsent.len();
+                    unsent.into_iter().map(|i| range.start + i).collect()
+                }
+                Err(err) => {
+                    tracing::warn!(reason = %err, "email jobs not enqueued; records will be retried");
+                    range.collect()
+                }
+            };
+            failed.extend(unsent.into_iter().map(|i| jobs[i].0.clone()));
+        }
+        summary.failed = failed.len();
+        tracing::info!(
+            rendered = summary.rendered,
+            enqueued = summary.enqueued,
+            skipped = ?summary.skipped,
+            failed = summary.failed,
+            "CreateEmails batch done"
+        );
+        (batch_response(failed), summary)
+    }
+}

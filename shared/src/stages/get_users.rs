@@ -1,0 +1,359 @@
+//! GetUsers: streams the campaign's audience out of MongoDB onto the users queue.
+//!
+//! Started by the weekly EventBridge schedule, by hand with `{"campaignId": "..."}`, or by a
+//! checkpoint message on the continuation queue: when the audience does not fit in one
+//! invocation it stops before the deadline, waits for every in-flight batch, and enqueues a
+//! checkpoint (the last user id enqueued) that starts the next invocation where it left off.
+
+use super::{batch_response, Invocation};
+use crate::adapters::sqs::{QueueError, SendReport, SqsQueue, MAX_BATCH_ENTRIES};
+use crate::campaign::{Campaign, CampaignError, CampaignId, Window};
+use crate::config::GetUsersConfig;
+use crate::digest::{self, Audience};
+use crate::messages::{parse_body, UserMessage};
+use futures::stream::{FuturesUnordered, StreamExt};
+use mongodb::Database;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::time::Instant;
+use time::OffsetDateTime;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GetUsersError {
+    #[error("unrecognised event: {0}. Expected an EventBridge \"Scheduled Event\", {{\"campaignId\": \"weekly-2026-W47\"}} (optionally with since, until, includeFailed), or an SQS batch of checkpoints")]
+    BadRequest(String),
+    #[error(transparent)]
+    Campaign(#[from] CampaignError),
+    #[error("reading the audience from MongoDB failed: {0}")]
+    Mongo(#[from] mongodb::error::Error),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+/// A manual invocation.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ManualRequest {
+    campaign_id: String,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    since: Option<OffsetDateTime>,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    until: Option<OffsetDateTime>,
+    #[serde(default)]
+    include_failed: bool,
+}
+
+/// Where a run continues: the body of a continuation queue message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    pub campaign_id: CampaignId,
+    #[serde(flatten)]
+    pub window: Window,
+    #[serde(default)]
+    pub include_failed: bool,
+    /// The last user id already enqueued; the run continues after it.
+    pub after: Option<String>,
+    /// How many invocations came before this one.
+    pub segment: u32,
+}
+
+/// One run (or one segment of a run) of a campaign.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    pub campaign: Campaign,
+    pub include_failed: bool,
+    pub after: Option<String>,
+    pub segment: u32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub campaign_id: String,
+    pub segment: u32,
+    pub users_enqueued: usize,
+    pub entries_retried: usize,
+    pub duration_ms: u128,
+    /// False when this invocation stopped early and left a checkpoint to continue from.
+    pub complete: bool,
+    pub continued_after: Option<String>,
+}
+
+pub enum Request {
+    Run(Run),
+    /// SQS records of the continuation queue: (message id, body).
+    Continuations(Vec<(String, Option<String>)>),
+}
+
+/// Recognises the three ways GetUsers is started.
+pub fn parse_request(event: Value) -> Result<Request, GetUsersError> {
+    if let Some(records) = event.get("Records").and_then(Value::as_array) {
+        let records = records
+            .iter()
+            .map(|r| {
+                let id = r
+                    .get("messageId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let body = r.get("body").and_then(Value::as_str).map(str::to_owned);
+                (id.to_owned(), body)
+            })
+            .collect();
+        return Ok(Request::Continuations(records));
+    }
+    if event.get("detail-type").and_then(Value::as_str) == Some("Scheduled Event") {
+        let at = event
+            .get("time")
+            .and_then(Value::as_str)
+            .and_then(|t| {
+                OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+            })
+            .ok_or_else(|| {
+                GetUsersError::BadRequest("scheduled event without a valid \"time\"".into())
+            })?;
+        return Ok(Request::Run(Run {
+            campaign: Campaign::for_schedule(at),
+            include_failed: false,
+            after: None,
+            segment: 0,
+        }));
+    }
+    let manual: ManualRequest =
+        serde_json::from_value(event).map_err(|e| GetUsersError::BadRequest(e.to_string()))?;
+    let window = match (manual.since, manual.until) {
+        (Some(since), Some(until)) => Some(Window::new(since, until)?),
+        (None, None) => None,
+        _ => {
+            return Err(GetUsersError::BadRequest(
+                "give both since and until, or neither".into(),
+            ))
+        }
+    };
+    Ok(Request::Run(Run {
+        campaign: Campaign::from_id(&manual.campaign_id, window)?,
+        include_failed: manual.include_failed,
+        after: None,
+        segment: 0,
+    }))
+}
+
+pub struct GetUsers {
+    db: Database,
+    users: SqsQueue,
+    continuation: SqsQueue,
+    config: GetUsersConfig,
+}
+
+impl GetUsers {
+    pub fn new(db: Database, sqs: aws_sdk_sqs::Client, config: GetUsersConfig) -> Self {
+        Self {
+            db,
+            users: SqsQueue::new(sqs.clone(), &config.users_queue_url),
+            continuation: SqsQueue::new(sqs, &config.continuation_queue_url),
+            config,
+        }
+    }
+
+    /// Cold-start work: the index the audience query relies on.
+    pub async fn prepare(&self) -> mongodb::error::Result<()> {
+        digest::ensure_indexes(&self.db).await
+    }
+
+    /// The Lambda entry point: a run summary, or a partial batch response for checkpoints.
+    pub async fn handle(
+        &self,
+        event: Value,
+        invocation: &Invocation,
+    ) -> Result<Value, GetUsersError> {
+        match parse_request(event)? {
+            Request::Run(run) => {
+                let summary = self.run(run, invocation).await?;
+                Ok(serde_json::to_value(summary).unwrap_or(Value::Null))
+            }
+            Request::Continuations(records) => {
+                let mut failed = Vec::new();
+                for (id, body) in records {
+                    let result = match parse_body::<Checkpoint>(body.as_deref()) {
+                        Ok(cp) => self
+                            .run(cp.into(), invocation)
+                            .await
+                            .map_err(|e| e.to_string()),
+                        Err(reason) => Err(reason),
+                    };
+                    if let Err(reason) = result {
+                        tracing::error!(message_id = %id, %reason, "checkpoint failed; it will be retried");
+                        failed.push(id);
+                    }
+                }
+                Ok(serde_json::to_value(batch_response(failed)).unwrap_or(Value::Null))
+            }
+        }
+    }
+
+    /// Enqueues the audience after `run.after` until it ends or the deadline nears.
+    pub async fn run(&self, run: Run, invocation: &Invocation) -> Result<Summary, GetUsersError> {
+        let started = Instant::now();
+        let campaign = &run.campaign;
+        let mut audience = Audience::open(&self.db, &campaign.window, run.after.as_deref()).await?;
+        let send = |bodies: Vec<String>| async move { self.users.send_batch(&bodies).await };
+        let mut in_flight = FuturesUnordered::new();
+        let mut chunk: Vec<String> = Vec::with_capacity(MAX_BATCH_ENTRIES);
+        let mut last = run.after.clone();
+        let mut report = SendReport::default();
+        let mut complete = true;
+        loop {
+            if invocation.remaining() <= self.config.deadline_margin {
+                complete = false;
+                break;
+            }
+            let Some(user_id) = audience.next().await? else {
+                break;
+            };
+            let message = UserMessage {
+                campaign_id: campaign.id.clone(),
+                user_id: user_id.clone(),
+                window: campaign.window,
+                include_failed: run.include_failed,
+            };
+            chunk.push(serde_json::to_string(&message).unwrap_or_default());
+            last = Some(user_id);
+            if chunk.len() == MAX_BATCH_ENTRIES {
+                in_flight.push(send(std::mem::take(&mut chunk)));
+                while in_flight.len() >= self.config.enqueue_concurrency {
+                    add(&mut report, in_flight.next().await)?;
+                }
+            }
+        }
+        if !chunk.is_empty() {
+            in_flight.push(send(std::mem::take(&mut chunk)));
+        }
+        while !in_flight.is_empty() {
+            add(&mut report, in_flight.next().await)?;
+        }
+        // Everything up to `last` is on the queue now: only then is it a safe checkpoint.
+        if !complete {
+            let checkpoint = Checkpoint {
+                campaign_id: campaign.id.clone(),
+                window: campaign.window,
+                include_failed: run.include_failed,
+                after: last.clone(),
+                segment: run.segment + 1,
+            };
+            self.continuation
+                .send(serde_json::to_string(&checkpoint).unwrap_or_default())
+                .await?;
+        }
+        let summary = Summary {
+            campaign_id: campaign.id.to_string(),
+            segment: run.segment,
+            users_enqueued: report.sent,
+            entries_retried: report.retried,
+            duration_ms: started.elapsed().as_millis(),
+            complete,
+            continued_after: if complete { None } else { last },
+        };
+        tracing::info!(
+            campaign = %summary.campaign_id,
+            segment = summary.segment,
+            users_enqueued = summary.users_enqueued,
+            entries_retried = summary.entries_retried,
+            duration_ms = summary.duration_ms as u64,
+            complete = summary.complete,
+            "GetUsers finished"
+        );
+        Ok(summary)
+    }
+}
+
+fn add(
+    report: &mut SendReport,
+    next: Option<Result<SendReport, QueueError>>,
+) -> Result<(), QueueError> {
+    if let Some(result) = next {
+        let r = result?;
+        report.sent += r.sent;
+        report.retried += r.retried;
+    }
+    Ok(())
+}
+
+impl From<Checkpoint> for Run {
+    fn from(cp: Checkpoint) -> Self {
+        Run {
+            campaign: Campaign {
+                id: cp.campaign_id,
+                window: cp.window,
+            },
+            include_failed: cp.include_failed,
+            after: cp.after,
+            segment: cp.segment,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run(event: Value) -> Run {
+        match parse_request(event) {
+            Ok(Request::Run(run)) => run,
+            Ok(_) => panic!("expected a run"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn recognises_schedule_manual_and_checkpoints() {
+        let scheduled = run(
+            json!({"detail-type": "Scheduled Event", "source": "aws.events", "time": "2026-11-23T09:00:00Z"}),
+        );
+        assert_eq!(scheduled.campaign.id.as_str(), "weekly-2026-W47");
+        let manual = run(json!({"campaignId": "weekly-2026-W47", "includeFailed": true}));
+        assert_eq!(manual.campaign, scheduled.campaign);
+        assert!(manual.include_failed);
+        let custom = run(
+            json!({"campaignId": "promo", "since": "2026-01-01T00:00:00Z", "until": "2026-01-08T00:00:00Z"}),
+        );
+        assert_eq!(custom.campaign.id.as_str(), "promo");
+        assert!(matches!(
+            parse_request(json!({"Records": [{"messageId": "m1", "body": "{}"}]})),
+            Ok(Request::Continuations(r)) if r.len() == 1
+        ));
+    }
+
+    #[test]
+    fn bad_requests_say_what_is_expected() {
+        let typo = parse_request(json!({"campaign": "weekly-2026-W47"}))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            typo.contains("unknown field") && typo.contains("Expected"),
+            "{typo}"
+        );
+        let half = parse_request(json!({"campaignId": "x", "since": "2026-01-01T00:00:00Z"}))
+            .err()
+            .unwrap();
+        assert!(half.to_string().contains("both since and until"));
+        assert!(matches!(
+            parse_request(json!({"campaignId": "x"})),
+            Err(GetUsersError::Campaign(_))
+        ));
+    }
+
+    #[test]
+    fn checkpoint_round_trips() {
+        let cp = Checkpoint {
+            campaign_id: CampaignId::parse("weekly-2026-W47").unwrap(),
+            window: Campaign::from_id("weekly-2026-W47", None).unwrap().window,
+            include_failed: false,
+            after: Some("u00042".into()),
+            segment: 3,
+        };
+        let body = serde_json::to_string(&cp).unwrap();
+        assert_eq!(parse_body::<Checkpoint>(Some(&body)).unwrap(), cp);
+    }
+}

@@ -1,0 +1,346 @@
+//! SendEmail: exactly once per (user, campaign) through SES v2, guarded by the sends ledger
+//! (DESIGN.md section 2): claim with one conditional write, send, mark SENT under the claim.
+
+use super::{batch_response, Invocation};
+use crate::adapters::dynamo::{DynamoLedger, LedgerError};
+use crate::adapters::sqs::SqsQueue;
+use crate::config::SendEmailConfig;
+use crate::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
+use crate::messages::{parse_body, EmailJob};
+use crate::ports::{Mailer, OutgoingEmail, SendError};
+use crate::rate::Pacer;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use futures::stream::{self, StreamExt};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+/// Do not start a send with less time left than this: claim, send and mark must fit.
+const MIN_TIME_TO_SEND: Duration = Duration::from_secs(3);
+const MARK_ATTEMPTS: u32 = 3;
+
+/// Per-batch counts, logged and returned to callers such as the local runner.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub sent: usize,
+    /// Already SENT: acknowledged without sending (a duplicate delivery or a re-run).
+    pub duplicates: usize,
+    /// Rejected permanently now (recorded FAILED) or earlier (left FAILED).
+    pub failed: usize,
+    pub previously_failed: usize,
+    /// Held by another attempt's live lease: returned to come back later.
+    pub busy: usize,
+    pub throttled: usize,
+    /// Returned because sending is paused or the account suspended.
+    pub stopped: usize,
+    /// Returned because of an error (bad body, ledger or service error, deadline).
+    pub retried: usize,
+    /// SES accepted but the ledger could not be updated under the claim.
+    pub unrecorded: usize,
+}
+
+enum Done {
+    Sent,
+    Duplicate,
+    Failed,
+    PreviouslyFailed,
+    Unrecorded,
+}
+
+enum Again {
+    Busy,
+    Throttled,
+    Stopped,
+    Error,
+}
+
+/// A record to return, and when it should come back (None: after the queue's visibility).
+struct Retry {
+    why: Again,
+    delay: Option<Duration>,
+}
+
+pub struct SendEmail<M> {
+    ledger: DynamoLedger,
+    mailer: M,
+    queue: SqsQueue,
+    pacer: Pacer,
+    config: SendEmailConfig,
+}
+
+impl<M: Mailer> SendEmail<M> {
+    pub fn new(
+        ledger: DynamoLedger,
+        mailer: M,
+        sqs: aws_sdk_sqs::Client,
+        config: SendEmailConfig,
+    ) -> Self {
+        Self {
+            ledger,
+            mailer,
+            queue: SqsQueue::new(sqs, &config.emails_queue_url),
+            pacer: Pacer::per_second(config.per_invocation_rate()),
+            config,
+        }
+    }
+
+    pub async fn handle(
+        &self,
+        event: SqsEvent,
+        invocation: &Invocation,
+    ) -> (SqsBatchResponse, Summary) {
+        let stop = AtomicBool::new(false);
+        let results: Vec<(String, Result<Done, Retry>)> = stream::iter(event.records)
+            .map(|record| {
+                let stop = &stop;
+                async move {
+                    let id = record.message_id.clone().unwrap_or_default();
+                    let result = self.process(&record, invocation, stop).await;
+                    if let Err(Retry {
+                        delay: Some(delay), ..
+                    }) = &result
+                    {
+                        self.delay(&record, *delay).await;
+                    }
+                    (id, result)
+                }
+            })
+            .buffer_unordered(self.config.record_concurrency)
+            .collect()
+            .await;
+
+        let mut summary = Summary::default();
+        let mut failed = Vec::new();
+        for (id, result) in results {
+            match result {
+                Ok(Done::Sent) => summary.sent += 1,
+                Ok(Done::Duplicate) => summary.duplicates += 1,
+                Ok(Done::Failed) => summary.failed += 1,
+                Ok(Done::PreviouslyFailed) => summary.previously_failed += 1,
+                Ok(Done::Unrecorded) => summary.unrecorded += 1,
+                Err(retry) => {
+                    match retry.why {
+                        Again::Busy => summary.busy += 1,
+                        Again::Throttled => summary.throttled += 1,
+                        Again::Stopped => summary.stopped += 1,
+                        Again::Error => summary.retried += 1,
+                    }
+                    failed.push(id);
+                }
+            }
+        }
+        tracing::info!(
+            sent = summary.sent,
+            duplicates = summary.duplicates,
+            failed = summary.failed,
+            busy = summary.busy,
+            throttled = summary.throttled,
+            stopped = summary.stopped,
+            retried = summary.retried,
+            "SendEmail batch done"
+        );
+        (batch_response(failed), summary)
+    }
+
+    /// Backoff for a throttled record: by how often SQS has delivered it.
+    fn backoff(&self, record: &SqsMessage) -> Duration {
+        let receives: usize = record
+            .attributes
+            .get("ApproximateReceiveCount")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(1);
+        let delays = &self.config.retry_delays;
+        delays[receives.saturating_sub(1).min(delays.len() - 1)]
+    }
+
+    async fn delay(&self, record: &SqsMessage, delay: Duration) {
+        let Some(receipt) = record.receipt_handle.as_deref() else {
+            return;
+        };
+        if let Err(err) = self.queue.change_visibility(receipt, delay).await {
+            // Not fatal: the record still comes back, after the queue's visibility timeout.
+            tracing::warn!(reason = %err, "could not set the retry delay");
+        }
+    }
+
+    async fn process(
+        &self,
+        record: &SqsMessage,
+        invocation: &Invocation,
+        stop: &AtomicBool,
+    ) -> Result<Done, Retry> {
+        let error = |delay| Retry {
+            why: Again::Error,
+            delay,
+        };
+        let stopped = || Retry {
+            why: Again::Stopped,
+            delay: self.config.retry_delays.last().copied(),
+        };
+        let message_id = record.message_id.as_deref().unwrap_or_default();
+        let job: EmailJob = parse_body(record.body.as_deref()).map_err(|reason| {
+            tracing::warn!(message_id, %reason, "unparseable email job; it will reach the DLQ after maxReceiveCount");
+            error(None)
+        })?;
+        let span = tracing::info_span!("send", campaign = %job.campaign_id, user = %job.user_id);
+        let _enter = span.enter();
+        if stop.load(Ordering::SeqCst) {
+            return Err(stopped());
+        }
+        if invocation.remaining() < MIN_TIME_TO_SEND {
+            return Err(error(Some(Duration::ZERO)));
+        }
+
+        let now = SystemTime::now();
+        let claim = Claim {
+            user_id: job.user_id.clone(),
+            campaign_id: job.campaign_id.to_string(),
+            token: format!("{}:{message_id}", invocation.request_id),
+            started_at_ms: epoch_ms(now),
+            lease_until_ms: epoch_ms(ledger::lease_until(
+                now,
+                invocation.deadline,
+                self.config.lease_clock_skew,
+                self.config.visibility_timeout,
+            )),
+        };
+        match self.ledger.claim(&claim, job.include_failed).await {
+            Ok(ClaimOutcome::Claimed { attempt }) => tracing::debug!(attempt, "claimed"),
+            Ok(ClaimOutcome::Refused(Refusal::AlreadySent)) => return Ok(Done::Duplicate),
+            Ok(ClaimOutcome::Refused(Refusal::Failed { .. })) => return Ok(Done::PreviouslyFailed),
+            Ok(ClaimOutcome::Refused(Refusal::Busy { lease_until_ms })) => {
+                // Never acknowledge: if the holder dies, this copy may be the only one left.
+                let wait = lease_until_ms.saturating_sub(epoch_ms(SystemTime::now())) + 1000;
+                return Err(Retry {
+                    why: Again::Busy,
+                    delay: Some(Duration::from_millis(wait)),
+                });
+            }
+            Err(err) => {
+                tracing::warn!(reason = %err, "claim failed; will retry");
+                return Err(error(None));
+            }
+        }
+
+        self.pacer.acquire().await;
+        if stop.load(Ordering::SeqCst) {
+            self.release(&claim, "sending stopped").await;
+            return Err(stopped());
+        }
+        if invocation.remaining() < MIN_TIME_TO_SEND {
+            self.release(&claim, "deadline too near to send").await;
+            return Err(error(Some(Duration::ZERO)));
+        }
+
+        let email = OutgoingEmail {
+            to: job.to,
+            subject: job.subject,
+            html: job.html,
+            text: job.text,
+            campaign_id: claim.campaign_id.clone(),
+            user_id: claim.user_id.clone(),
+        };
+        match self.mailer.send(&email).await {
+            Ok(ses_message_id) => Ok(self.mark_sent(&claim, &ses_message_id).await),
+            Err(SendError::Permanent(reason)) => {
+                tracing::warn!(%reason, "rejected permanently; recorded FAILED");
+                match self
+                    .retry_mark(|| self.ledger.mark_failed(&claim, &reason))
+                    .await
+                {
+                    Ok(Ok(())) => Ok(Done::Failed),
+                    Ok(Err(lost)) => {
+                        tracing::warn!(?lost.status, "claim lost before FAILED could be recorded");
+                        Ok(Done::Failed)
+                    }
+                    // The claim stays IN_PROGRESS; the record retries after the lease.
+                    Err(_) => Err(error(None)),
+                }
+            }
+            Err(SendError::Throttled(reason)) => {
+                self.release(&claim, &reason).await;
+                Err(Retry {
+                    why: Again::Throttled,
+                    delay: Some(self.backoff(record)),
+                })
+            }
+            Err(SendError::Stopped(reason)) => {
+                stop.store(true, Ordering::SeqCst);
+                tracing::error!(%reason, "SES refuses to send for this account: stopping the batch and returning every unsent record; resolve it in the SES console");
+                self.release(&claim, &reason).await;
+                Err(stopped())
+            }
+            Err(SendError::NotAccepted(reason)) => {
+                tracing::warn!(%reason, "SES did not accept the email; will retry");
+                self.release(&claim, &reason).await;
+                Err(error(Some(self.backoff(record))))
+            }
+            Err(SendError::Unknown(reason)) => {
+                // SES may have accepted it: keep the claim, so no retry sends before the lease
+                // ends (and the SES SEND event can reconcile the record meanwhile).
+                tracing::warn!(%reason, "SES outcome unknown; keeping the claim until its lease ends");
+                let wait = claim
+                    .lease_until_ms
+                    .saturating_sub(epoch_ms(SystemTime::now()))
+                    + 1000;
+                Err(error(Some(Duration::from_millis(wait))))
+            }
+        }
+    }
+
+    async fn mark_sent(&self, claim: &Claim, ses_message_id: &str) -> Done {
+        match self
+            .retry_mark(|| self.ledger.mark_sent(claim, ses_message_id))
+            .await
+        {
+            Ok(Ok(())) => Done::Sent,
+            Ok(Err(LostClaim {
+                status,
+                ses_message_id: recorded,
+                ..
+            })) => {
+                if recorded.as_deref() == Some(ses_message_id) {
+                    return Done::Sent;
+                }
+                // Another attempt took over after our lease ended (we were too slow).
+                tracing::error!(
+                    ?status,
+                    ses_message_id,
+                    "sent, but the claim had passed to another attempt: possible duplicate"
+                );
+                Done::Unrecorded
+            }
+            Err(err) => {
+                // Acknowledge anyway: a retry would send again. The SES event can reconcile.
+                tracing::error!(reason = %err, ses_message_id, "sent, but SENT could not be recorded");
+                Done::Unrecorded
+            }
+        }
+    }
+
+    async fn release(&self, claim: &Claim, reason: &str) {
+        match self.retry_mark(|| self.ledger.release(claim, reason)).await {
+            Ok(_) => {}
+            // The lease still ends on its own; the retry only waits longer.
+            Err(err) => tracing::warn!(reason = %err, "could not release the claim"),
+        }
+    }
+
+    async fn retry_mark<F, Fut>(&self, write: F) -> Result<Result<(), LostClaim>, LedgerError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Result<(), LostClaim>, LedgerError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            match write().await {
+                Err(err) if attempt + 1 < MARK_ATTEMPTS => {
+                    attempt += 1;
+                    tracing::warn!(reason = %err, attempt, "ledger write failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Logs via tracing: JSON (for CloudWatch) unless LOG_FORMAT=text. Level from RUST_LOG,
+//! default info. Never log addresses, tokens or credentials.
+
+pub fn init() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    let text = std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("text"));
+    // try_init: a second call (tests, the local runner) keeps the first subscriber.
+    let _ = if text {
+        builder.try_init()
+    } else {
+        builder.json().flatten_event(true).without_time().try_init()
+    };
+}
