@@ -21,6 +21,18 @@ pub struct Summary {
     pub failed: usize,
 }
 
+impl Summary {
+    /// Adds another batch's counts (for runners that total a campaign).
+    pub fn absorb(&mut self, other: &Summary) {
+        self.rendered += other.rendered;
+        self.enqueued += other.enqueued;
+        self.failed += other.failed;
+        for (reason, n) in &other.skipped {
+            *self.skipped.entry(reason).or_default() += n;
+        }
+    }
+}
+
 enum Outcome {
     Job(String),
     Skipped(SkipReason),

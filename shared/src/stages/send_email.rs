@@ -39,6 +39,21 @@ pub struct Summary {
     pub unrecorded: usize,
 }
 
+impl Summary {
+    /// Adds another batch's counts (for runners that total a campaign).
+    pub fn absorb(&mut self, o: &Summary) {
+        self.sent += o.sent;
+        self.duplicates += o.duplicates;
+        self.failed += o.failed;
+        self.previously_failed += o.previously_failed;
+        self.busy += o.busy;
+        self.throttled += o.throttled;
+        self.stopped += o.stopped;
+        self.retried += o.retried;
+        self.unrecorded += o.unrecorded;
+    }
+}
+
 enum Done {
     Sent,
     Duplicate,

@@ -1,0 +1,16 @@
+//! mailctl: the operator tool for mailflow, and the local runner the tests and the demo use.
+
+pub mod ledger_scan;
+pub mod local;
+pub mod provision;
+pub mod runner;
+pub mod seed;
+pub mod ses_record;
+pub mod template;
+
+use std::path::PathBuf;
+
+/// The repository root (where template.yaml lives).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}

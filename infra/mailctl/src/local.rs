@@ -1,0 +1,239 @@
+//! The pipeline on the local stack: the three stages built from the environment template.yaml
+//! gives each function (so config wiring is exercised), driven by the runner.
+
+use crate::provision::Stack;
+use crate::runner::{self, Consumer, ConsumerStats};
+use anyhow::{Context, Result};
+use aws_lambda_events::event::sqs::SqsBatchResponse;
+use mailflow::config::{CreateEmailsConfig, GetUsersConfig, SendEmailConfig};
+use mailflow::digest::Renderer;
+use mailflow::ports::Mailer;
+use mailflow::stages::create_emails::{self, CreateEmails};
+use mailflow::stages::get_users::GetUsers;
+use mailflow::stages::send_email::{self, SendEmail};
+use mailflow::stages::Invocation;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub const GET_USERS: &str = "GetUsersFunction";
+pub const CREATE_EMAILS: &str = "CreateEmailsFunction";
+pub const SEND_EMAIL: &str = "SendEmailFunction";
+
+/// Per-function adjustments over template.yaml (tests that need short timeouts).
+#[derive(Clone, Debug, Default)]
+pub struct PipelineOptions {
+    pub env: BTreeMap<&'static str, BTreeMap<String, String>>,
+    pub timeouts: BTreeMap<&'static str, Duration>,
+}
+
+/// Campaign totals across every invocation.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Totals {
+    pub create_emails: create_emails::Summary,
+    pub send_email: send_email::Summary,
+}
+
+pub struct LocalPipeline<M> {
+    pub stack: Stack,
+    pub get_users: Arc<GetUsers>,
+    pub create_emails: Arc<CreateEmails>,
+    /// One SendEmail per execution environment (MaximumConcurrency of its event source).
+    pub send_email: Vec<Arc<SendEmail<M>>>,
+    pub send_config: SendEmailConfig,
+    pub totals: Arc<Mutex<Totals>>,
+    options: PipelineOptions,
+}
+
+fn env_for(
+    stack: &Stack,
+    options: &PipelineOptions,
+    function: &'static str,
+) -> Result<BTreeMap<String, String>> {
+    let mut env = stack.env(function)?;
+    if let Some(overrides) = options.env.get(function) {
+        env.extend(overrides.clone());
+    }
+    Ok(env)
+}
+
+impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
+    /// Builds the stages; `mailer` makes SendEmail's mail service (the real SES adapter, or a
+    /// wrapper around it that injects faults).
+    pub async fn build(
+        stack: Stack,
+        options: PipelineOptions,
+        mailer: impl FnOnce(&aws_config::SdkConfig, &SendEmailConfig) -> M,
+    ) -> Result<Self> {
+        let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+
+        let env = env_for(&stack, &options, GET_USERS)?;
+        let config = GetUsersConfig::from_source(&|k: &str| env.get(k).cloned())?;
+        let db = mailflow::adapters::mongo::connect(&config.mongo, "get-users").await?;
+        let get_users = GetUsers::new(db, sqs.clone(), config);
+        get_users
+            .prepare()
+            .await
+            .context("creating MongoDB indexes")?;
+
+        let env = env_for(&stack, &options, CREATE_EMAILS)?;
+        let config = CreateEmailsConfig::from_source(&|k: &str| env.get(k).cloned())?;
+        let db = mailflow::adapters::mongo::connect(&config.mongo, "create-emails").await?;
+        let create_emails = CreateEmails::new(db, sqs.clone(), Renderer::new()?, config);
+
+        let env = env_for(&stack, &options, SEND_EMAIL)?;
+        let send_config = SendEmailConfig::from_source(&|k: &str| env.get(k).cloned())?;
+        let ledger = mailflow::adapters::dynamo::DynamoLedger::new(
+            aws_sdk_dynamodb::Client::new(&stack.sdk),
+            &send_config.sends_table_name,
+            send_config.retention_days,
+        );
+        let mailer = mailer(&stack.sdk, &send_config);
+        let send_email = (0..send_config.max_concurrency)
+            .map(|_| {
+                Arc::new(SendEmail::new(
+                    ledger.clone(),
+                    mailer.clone(),
+                    sqs.clone(),
+                    send_config.clone(),
+                ))
+            })
+            .collect();
+
+        Ok(Self {
+            stack,
+            get_users: Arc::new(get_users),
+            create_emails: Arc::new(create_emails),
+            send_email,
+            send_config,
+            totals: Arc::default(),
+            options,
+        })
+    }
+
+    fn timeout(&self, function: &'static str) -> Result<Duration> {
+        Ok(match self.options.timeouts.get(function) {
+            Some(t) => *t,
+            None => Duration::from_secs(self.stack.template.function(function)?.timeout.into()),
+        })
+    }
+
+    fn consumer(&self, function: &'static str, handlers: Vec<runner::Handler>) -> Result<Consumer> {
+        let spec = self.stack.template.function(function)?;
+        let event = spec
+            .sqs_events
+            .first()
+            .with_context(|| format!("{function} has no SQS event source in template.yaml"))?;
+        Ok(Consumer {
+            function: function.to_owned(),
+            queue_url: self.stack.queue_url(&event.queue)?.to_owned(),
+            queue_arn: self
+                .stack
+                .queue_arns
+                .get(&event.queue)
+                .cloned()
+                .unwrap_or_default(),
+            batch_size: event.batch_size,
+            // Without ScalingConfig Lambda scales freely; locally one poller is enough.
+            concurrency: event.maximum_concurrency.unwrap_or(1),
+            timeout: self.timeout(function)?,
+            handlers,
+        })
+    }
+
+    /// The three event source mappings of template.yaml.
+    pub fn consumers(&self) -> Result<Vec<Consumer>> {
+        let stage = self.get_users.clone();
+        let continuation = runner::handler(move |event, invocation| {
+            let stage = stage.clone();
+            async move {
+                let payload = serde_json::to_value(event).unwrap_or(Value::Null);
+                match stage.handle(payload, &invocation).await {
+                    Ok(v) => serde_json::from_value::<SqsBatchResponse>(v).unwrap_or_default(),
+                    Err(err) => {
+                        tracing::error!(error = %err, "GetUsers continuation failed");
+                        SqsBatchResponse::default()
+                    }
+                }
+            }
+        });
+        let (stage, totals) = (self.create_emails.clone(), self.totals.clone());
+        let create = runner::handler(move |event, _invocation| {
+            let (stage, totals) = (stage.clone(), totals.clone());
+            async move {
+                let (response, summary) = stage.handle(event).await;
+                totals
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .create_emails
+                    .absorb(&summary);
+                response
+            }
+        });
+        Ok(vec![
+            self.consumer(GET_USERS, vec![continuation])?,
+            self.consumer(CREATE_EMAILS, vec![create])?,
+            self.consumer(SEND_EMAIL, self.send_handlers())?,
+        ])
+    }
+
+    /// SendEmail's event source mapping alone (tests that enqueue email jobs themselves).
+    pub fn send_consumer(&self) -> Result<Consumer> {
+        self.consumer(SEND_EMAIL, self.send_handlers())
+    }
+
+    fn send_handlers(&self) -> Vec<runner::Handler> {
+        self.send_email
+            .iter()
+            .map(|stage| {
+                let (stage, totals) = (stage.clone(), self.totals.clone());
+                runner::handler(move |event, invocation| {
+                    let (stage, totals) = (stage.clone(), totals.clone());
+                    async move {
+                        let (response, summary) = stage.handle(event, &invocation).await;
+                        totals
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .send_email
+                            .absorb(&summary);
+                        response
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Invokes GetUsers with `event` (the schedule event or a manual payload).
+    pub async fn start(&self, event: Value) -> Result<Value> {
+        let invocation = Invocation::with_timeout("get-users-start", self.timeout(GET_USERS)?);
+        Ok(self.get_users.handle(event, &invocation).await?)
+    }
+
+    /// Starts a campaign and runs every consumer until the queues drain.
+    pub async fn run(&self, event: Value, max_wait: Duration) -> Result<RunReport> {
+        let started = std::time::Instant::now();
+        let get_users = self.start(event).await?;
+        let sqs = aws_sdk_sqs::Client::new(&self.stack.sdk);
+        let consumers = runner::run_until_drained(&sqs, self.consumers()?, max_wait).await?;
+        Ok(RunReport {
+            get_users,
+            consumers,
+            totals: self
+                .totals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            wall_time: started.elapsed(),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    pub get_users: Value,
+    pub consumers: BTreeMap<String, ConsumerStats>,
+    pub totals: Totals,
+    pub wall_time: Duration,
+}

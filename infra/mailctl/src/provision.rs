@@ -1,0 +1,220 @@
+//! Creates what template.yaml declares on the local stack (queues with DLQs and redrive
+//! policies, the sends table with TTL, the verified sender) under a name prefix, so that
+//! every test and demo gets its own resources. Idempotent.
+
+use crate::template::{EnvValue, Template};
+use anyhow::{anyhow, bail, Context, Result};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    TimeToLiveSpecification,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, Default)]
+pub struct StackOptions {
+    /// Prefix of every resource name, e.g. `demo-1732300000`.
+    pub prefix: String,
+    /// Parameter values over the template's defaults (MongoDbUri has none).
+    pub parameters: BTreeMap<String, String>,
+    /// Queue VisibilityTimeout overrides by logical id (tests that wait out timeouts).
+    pub visibility_timeouts: BTreeMap<String, u32>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Stack {
+    pub template: Template,
+    pub prefix: String,
+    pub sdk: aws_config::SdkConfig,
+    pub parameters: BTreeMap<String, String>,
+    pub queue_urls: BTreeMap<String, String>,
+    pub queue_arns: BTreeMap<String, String>,
+    pub table_names: BTreeMap<String, String>,
+    pub visibility_timeouts: BTreeMap<String, u32>,
+}
+
+pub async fn provision(
+    sdk: &aws_config::SdkConfig,
+    template: Template,
+    options: StackOptions,
+) -> Result<Stack> {
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let mut parameters: BTreeMap<String, String> = template
+        .parameters
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+        .collect();
+    parameters.extend(options.parameters.clone());
+    let mut stack = Stack {
+        template: template.clone(),
+        prefix: options.prefix.clone(),
+        sdk: sdk.clone(),
+        parameters,
+        queue_urls: BTreeMap::new(),
+        queue_arns: BTreeMap::new(),
+        table_names: BTreeMap::new(),
+        visibility_timeouts: BTreeMap::new(),
+    };
+
+    // Dead-letter queues first: the others name them in their redrive policy.
+    let mut queues = template.queues.clone();
+    queues.sort_by_key(|q| q.redrive.is_some());
+    for queue in &queues {
+        let name = format!("{}-{}", options.prefix, queue.logical_id);
+        let visibility = options
+            .visibility_timeouts
+            .get(&queue.logical_id)
+            .copied()
+            .unwrap_or(queue.visibility_timeout);
+        let mut request = sqs.create_queue().queue_name(&name).attributes(
+            QueueAttributeName::VisibilityTimeout,
+            visibility.to_string(),
+        );
+        if let Some(retention) = queue.retention {
+            request = request.attributes(
+                QueueAttributeName::MessageRetentionPeriod,
+                retention.to_string(),
+            );
+        }
+        if let Some((dlq, max_receive)) = &queue.redrive {
+            let arn = stack.queue_arns.get(dlq).with_context(|| {
+                format!(
+                    "{}: dead-letter queue {dlq} is not a queue of the template",
+                    queue.logical_id
+                )
+            })?;
+            let policy =
+                serde_json::json!({"deadLetterTargetArn": arn, "maxReceiveCount": max_receive});
+            request = request.attributes(QueueAttributeName::RedrivePolicy, policy.to_string());
+        }
+        let url = request
+            .send()
+            .await
+            .with_context(|| format!("creating queue {name}"))?
+            .queue_url
+            .ok_or_else(|| anyhow!("CreateQueue returned no URL for {name}"))?;
+        let arn = sqs
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .with_context(|| format!("reading the ARN of {name}"))?
+            .attributes
+            .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
+            .ok_or_else(|| anyhow!("no QueueArn for {name}"))?;
+        stack.queue_urls.insert(queue.logical_id.clone(), url);
+        stack.queue_arns.insert(queue.logical_id.clone(), arn);
+        stack
+            .visibility_timeouts
+            .insert(queue.logical_id.clone(), visibility);
+    }
+
+    let dynamo = aws_sdk_dynamodb::Client::new(sdk);
+    for table in &template.tables {
+        let name = format!("{}-{}", options.prefix, table.logical_id);
+        let mut keys = vec![(table.hash_key.clone(), KeyType::Hash)];
+        if let Some(range) = &table.range_key {
+            keys.push((range.clone(), KeyType::Range));
+        }
+        let mut request = dynamo
+            .create_table()
+            .table_name(&name)
+            .billing_mode(BillingMode::PayPerRequest);
+        for (attribute, kind) in keys {
+            request = request
+                .attribute_definitions(
+                    AttributeDefinition::builder()
+                        .attribute_name(&attribute)
+                        .attribute_type(ScalarAttributeType::S)
+                        .build()?,
+                )
+                .key_schema(
+                    KeySchemaElement::builder()
+                        .attribute_name(&attribute)
+                        .key_type(kind)
+                        .build()?,
+                );
+        }
+        match request.send().await {
+            Ok(_) => {}
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_resource_in_use_exception()) => {}
+            Err(e) => return Err(e).with_context(|| format!("creating table {name}")),
+        }
+        if let Some(ttl) = &table.ttl_attribute {
+            dynamo
+                .update_time_to_live()
+                .table_name(&name)
+                .time_to_live_specification(
+                    TimeToLiveSpecification::builder()
+                        .attribute_name(ttl)
+                        .enabled(true)
+                        .build()?,
+                )
+                .send()
+                .await
+                .with_context(|| format!("enabling TTL on {name}"))?;
+        }
+        stack.table_names.insert(table.logical_id.clone(), name);
+    }
+
+    if let Some(sender) = stack.parameters.get("SenderAddress") {
+        verify_identity(sdk, sender).await?;
+    }
+    Ok(stack)
+}
+
+/// Verifies a sender identity (the emulator verifies on creation).
+pub async fn verify_identity(sdk: &aws_config::SdkConfig, identity: &str) -> Result<()> {
+    let ses = aws_sdk_sesv2::Client::new(sdk);
+    match ses
+        .create_email_identity()
+        .email_identity(identity)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_already_exists_exception()) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("verifying sender {identity}")),
+    }
+}
+
+impl Stack {
+    pub fn queue_url(&self, logical_id: &str) -> Result<&str> {
+        self.queue_urls
+            .get(logical_id)
+            .map(String::as_str)
+            .ok_or_else(|| anyhow!("no queue {logical_id} in this stack"))
+    }
+
+    pub fn table_name(&self, logical_id: &str) -> Result<&str> {
+        self.table_names
+            .get(logical_id)
+            .map(String::as_str)
+            .ok_or_else(|| anyhow!("no table {logical_id} in this stack"))
+    }
+
+    /// A function's environment exactly as template.yaml sets it, references resolved.
+    pub fn env(&self, function: &str) -> Result<BTreeMap<String, String>> {
+        let spec = self.template.function(function)?;
+        let mut env = BTreeMap::new();
+        for (name, value) in &spec.env {
+            let resolved = match value {
+                EnvValue::Literal(v) => v.clone(),
+                EnvValue::Ref(id) => match (self.parameters.get(id), self.queue_urls.get(id), self.table_names.get(id)) {
+                    (Some(v), _, _) | (_, Some(v), _) | (_, _, Some(v)) => v.clone(),
+                    _ => bail!("{function}: {name} refers to {id}, which has no value (a parameter without default?)"),
+                },
+            };
+            env.insert(name.clone(), resolved);
+        }
+        Ok(env)
+    }
+}

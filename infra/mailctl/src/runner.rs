@@ -1,0 +1,241 @@
+//! Runs SQS consumers the way Lambda's event source mapping does, against the local queues:
+//! batches of up to BatchSize, at most MaximumConcurrency invocations at once, partial batch
+//! responses honoured (only successes are deleted; failures reappear after their visibility
+//! timeout and reach the DLQ after maxReceiveCount), and each invocation ended at its
+//! function Timeout with a real deadline passed in. Handlers run in-process (see README).
+
+use anyhow::{bail, Result};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
+};
+use aws_sdk_sqs::Client;
+use futures::future::BoxFuture;
+use mailflow::stages::Invocation;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub type Handler =
+    Arc<dyn Fn(SqsEvent, Invocation) -> BoxFuture<'static, SqsBatchResponse> + Send + Sync>;
+
+pub struct Consumer {
+    pub function: String,
+    pub queue_url: String,
+    pub queue_arn: String,
+    pub batch_size: u32,
+    pub concurrency: u32,
+    pub timeout: Duration,
+    /// One handler per execution environment (up to `concurrency`), so per-environment
+    /// state such as SendEmail's rate pacer behaves as on Lambda.
+    pub handlers: Vec<Handler>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerStats {
+    pub invocations: usize,
+    pub records: usize,
+    pub failures_reported: usize,
+    pub timeouts: usize,
+}
+
+/// Wraps an async handler into the runner's handler type.
+pub fn handler<F, Fut>(f: F) -> Handler
+where
+    F: Fn(SqsEvent, Invocation) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = SqsBatchResponse> + Send + 'static,
+{
+    Arc::new(move |event, invocation| Box::pin(f(event, invocation)))
+}
+
+fn to_lambda_record(message: aws_sdk_sqs::types::Message, arn: &str) -> SqsMessage {
+    let mut record = SqsMessage::default();
+    record.message_id = message.message_id;
+    record.receipt_handle = message.receipt_handle;
+    record.md5_of_body = message.md5_of_body;
+    record.body = message.body;
+    record.attributes = message
+        .attributes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k.as_str().to_owned(), v))
+        .collect();
+    record.event_source = Some("aws:sqs".into());
+    record.event_source_arn = Some(arn.to_owned());
+    record
+}
+
+/// Messages in a queue, visible or in flight.
+pub async fn depth(sqs: &Client, url: &str) -> Result<(u64, u64)> {
+    let attrs = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await?
+        .attributes
+        .unwrap_or_default();
+    let get = |k: &QueueAttributeName| attrs.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Ok((
+        get(&QueueAttributeName::ApproximateNumberOfMessages),
+        get(&QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+    ))
+}
+
+struct Shared {
+    stop: AtomicBool,
+    in_flight: AtomicUsize,
+    invocations: AtomicUsize,
+    stats: Mutex<BTreeMap<String, ConsumerStats>>,
+}
+
+async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared: Arc<Shared>) {
+    let handler = consumer.handlers[environment % consumer.handlers.len()].clone();
+    while !shared.stop.load(Ordering::SeqCst) {
+        let received = sqs
+            .receive_message()
+            .queue_url(&consumer.queue_url)
+            .max_number_of_messages(consumer.batch_size.clamp(1, 10) as i32)
+            .wait_time_seconds(1)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await;
+        let messages = match received {
+            Ok(out) => out.messages.unwrap_or_default(),
+            Err(err) => {
+                tracing::warn!(queue = %consumer.queue_url, error = %aws_sdk_sqs::error::DisplayErrorContext(&err), "receive failed");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        if messages.is_empty() {
+            continue;
+        }
+        shared.in_flight.fetch_add(messages.len(), Ordering::SeqCst);
+        let n = messages.len();
+        let mut event = SqsEvent::default();
+        event.records = messages
+            .into_iter()
+            .map(|m| to_lambda_record(m, &consumer.queue_arn))
+            .collect();
+        let receipts: Vec<(String, String)> = event
+            .records
+            .iter()
+            .filter_map(|r| Some((r.message_id.clone()?, r.receipt_handle.clone()?)))
+            .collect();
+        let seq = shared.invocations.fetch_add(1, Ordering::SeqCst);
+        let invocation =
+            Invocation::with_timeout(format!("{}-{seq}", consumer.function), consumer.timeout);
+        // Lambda ends the invocation at its Timeout: the future is dropped, nothing is deleted.
+        let outcome = tokio::time::timeout(consumer.timeout, handler(event, invocation)).await;
+        let failed: HashSet<String> = match &outcome {
+            Ok(response) => response
+                .batch_item_failures
+                .iter()
+                .map(|f| f.item_identifier.clone())
+                .collect(),
+            Err(_) => receipts.iter().map(|(id, _)| id.clone()).collect(),
+        };
+        let done: Vec<_> = receipts
+            .iter()
+            .filter(|(id, _)| !failed.contains(id))
+            .collect();
+        for chunk in done.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (_, receipt))| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(receipt)
+                        .build()
+                        .ok()
+                })
+                .collect();
+            if let Err(err) = sqs
+                .delete_message_batch()
+                .queue_url(&consumer.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+            {
+                tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&err), "delete failed; messages will be redelivered");
+            }
+        }
+        {
+            let mut stats = shared.stats.lock().unwrap_or_else(|p| p.into_inner());
+            let s = stats.entry(consumer.function.clone()).or_default();
+            s.invocations += 1;
+            s.records += n;
+            s.failures_reported += failed.len();
+            s.timeouts += usize::from(outcome.is_err());
+        }
+        shared.in_flight.fetch_sub(n, Ordering::SeqCst);
+    }
+}
+
+/// Runs the consumers until every queue is empty and nothing is in flight (checked three
+/// times in a row), or fails after `max_wait`.
+pub async fn run_until_drained(
+    sqs: &Client,
+    consumers: Vec<Consumer>,
+    max_wait: Duration,
+) -> Result<BTreeMap<String, ConsumerStats>> {
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        in_flight: AtomicUsize::new(0),
+        invocations: AtomicUsize::new(0),
+        stats: Mutex::new(BTreeMap::new()),
+    });
+    let urls: Vec<String> = consumers.iter().map(|c| c.queue_url.clone()).collect();
+    let mut tasks = Vec::new();
+    for consumer in consumers {
+        let consumer = Arc::new(consumer);
+        if consumer.handlers.is_empty() {
+            bail!("{}: no handler", consumer.function);
+        }
+        for environment in 0..consumer.concurrency.max(1) as usize {
+            tasks.push(tokio::spawn(worker(
+                sqs.clone(),
+                consumer.clone(),
+                environment,
+                shared.clone(),
+            )));
+        }
+    }
+    let started = Instant::now();
+    let mut quiet = 0;
+    let result = loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut busy = shared.in_flight.load(Ordering::SeqCst) > 0;
+        let mut depths = Vec::new();
+        for url in &urls {
+            let (visible, invisible) = depth(sqs, url).await?;
+            busy |= visible + invisible > 0;
+            depths.push(format!("{url}: {visible} visible, {invisible} in flight"));
+        }
+        quiet = if busy { 0 } else { quiet + 1 };
+        if quiet >= 3 {
+            break Ok(());
+        }
+        if started.elapsed() > max_wait {
+            break Err(depths.join("; "));
+        }
+    };
+    shared.stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        let _ = task.await;
+    }
+    let stats = shared
+        .stats
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    match result {
+        Ok(()) => Ok(stats),
+        Err(depths) => bail!("the campaign did not drain within {max_wait:?}: {depths}"),
+    }
+}

@@ -1,0 +1,147 @@
+//! Synthetic users and follows for local runs: deterministic for a given seed, with the
+//! awkward cases a real audience has (unsubscribed users, users without new followers,
+//! invalid addresses, names that look like HTML or template code).
+
+use anyhow::{Context, Result};
+use mailflow::campaign::Window;
+use mongodb::bson::{doc, DateTime, Document};
+use mongodb::Database;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Clone, Debug)]
+pub struct SeedOptions {
+    pub users: usize,
+    pub seed: u64,
+    /// Mail domain of the generated addresses (tests use their own to tell emails apart).
+    pub domain: String,
+    pub window: Window,
+}
+
+/// What a correct run of the seeded campaign must do.
+#[derive(Clone, Debug, Default)]
+pub struct SeedReport {
+    pub users: usize,
+    pub follows: usize,
+    /// Subscribed users with at least one new follower: the audience, with their counts.
+    pub audience: BTreeMap<String, u64>,
+    /// Audience members whose address SES rejects.
+    pub invalid_addresses: BTreeSet<String>,
+    pub addresses: BTreeMap<String, String>,
+    pub unsubscribed: usize,
+}
+
+impl SeedReport {
+    /// Users who must get exactly one email.
+    pub fn deliverable(&self) -> impl Iterator<Item = (&String, &u64)> {
+        self.audience
+            .iter()
+            .filter(|(id, _)| !self.invalid_addresses.contains(*id))
+    }
+}
+
+/// SplitMix64: tiny, fast, deterministic; plenty for test data.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+const NAMES: [&str; 8] = [
+    "Ada", "Grace", "Linus", "Margaret", "Dennis", "Barbara", "Ken", "Frances",
+];
+
+pub fn user_id(i: usize) -> String {
+    format!("u{i:07}")
+}
+
+fn millis(t: time::OffsetDateTime) -> i64 {
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+pub async fn seed(db: &Database, options: &SeedOptions) -> Result<SeedReport> {
+    let mut rng = Rng(options.seed);
+    let mut report = SeedReport {
+        users: options.users,
+        ..Default::default()
+    };
+    let since = millis(options.window.since);
+    let span = (millis(options.window.until) - since).max(1) as u64;
+    let mut users = Vec::with_capacity(options.users);
+    let mut follows = Vec::new();
+    let mut subscribed = vec![false; options.users];
+    let mut new_followers = vec![0u64; options.users];
+    for i in 0..options.users {
+        let id = user_id(i);
+        subscribed[i] = rng.below(100) < 85;
+        let invalid = i % 101 == 7;
+        let email = if invalid {
+            format!("{id}-at-{}", options.domain)
+        } else {
+            format!("{id}@{}", options.domain)
+        };
+        let name = match i % 53 {
+            0 => format!("<script>alert({i})</script>"),
+            1 => format!("{{{{ name }}}} {i}"),
+            _ => format!("{} {i}", NAMES[rng.below(NAMES.len() as u64) as usize]),
+        };
+        if !subscribed[i] {
+            report.unsubscribed += 1;
+        }
+        if invalid {
+            report.invalid_addresses.insert(id.clone());
+        }
+        report.addresses.insert(id.clone(), email.clone());
+        users.push(doc! { "_id": &id, "email": email, "name": name, "subscribed": subscribed[i], "locale": "en" });
+        if options.users > 1 && rng.below(100) < 70 {
+            for _ in 0..1 + rng.below(6) {
+                let follower =
+                    (i + 1 + rng.below(options.users as u64 - 1) as usize) % options.users;
+                let at = since + rng.below(span) as i64;
+                follows.push(follow(&user_id(follower), &id, at));
+                new_followers[i] += 1;
+            }
+        }
+        // Older follows, outside the window: they must not count.
+        for _ in 0..rng.below(3) {
+            let follower = rng.below(options.users as u64) as usize;
+            let at = since - 1 - rng.below(30 * 86_400_000) as i64;
+            follows.push(follow(&user_id(follower), &id, at));
+        }
+    }
+    for i in 0..options.users {
+        if subscribed[i] && new_followers[i] > 0 {
+            report.audience.insert(user_id(i), new_followers[i]);
+        }
+    }
+    report
+        .invalid_addresses
+        .retain(|id| report.audience.contains_key(id));
+    report.follows = follows.len();
+    insert(db, mailflow::digest::USERS, users).await?;
+    insert(db, mailflow::digest::FOLLOWS, follows).await?;
+    Ok(report)
+}
+
+fn follow(follower: &str, followee: &str, at_ms: i64) -> Document {
+    doc! { "followerId": follower, "followeeId": followee, "createdAt": DateTime::from_millis(at_ms) }
+}
+
+async fn insert(db: &Database, collection: &str, docs: Vec<Document>) -> Result<()> {
+    let coll = db.collection::<Document>(collection);
+    for chunk in docs.chunks(1000) {
+        coll.insert_many(chunk.to_vec())
+            .await
+            .with_context(|| format!("inserting into {collection}"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,275 @@
+//! Reads what the local stack needs from `template.yaml`: queues, the sends table, functions
+//! (Timeout, environment, SQS event sources) and parameter defaults. CloudFormation tags
+//! (`!Ref`, `!GetAtt`) are kept as references and resolved against provisioned resources.
+
+use anyhow::{bail, Context, Result};
+use serde_yaml::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueSpec {
+    pub logical_id: String,
+    pub visibility_timeout: u32,
+    pub retention: Option<u32>,
+    /// (dead-letter queue logical id, maxReceiveCount)
+    pub redrive: Option<(String, u32)>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableSpec {
+    pub logical_id: String,
+    pub hash_key: String,
+    pub range_key: Option<String>,
+    pub ttl_attribute: Option<String>,
+}
+
+/// An environment value: a literal, or a reference to a parameter or resource.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EnvValue {
+    Literal(String),
+    Ref(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SqsEventSpec {
+    pub queue: String,
+    pub batch_size: u32,
+    pub maximum_concurrency: Option<u32>,
+    pub report_batch_item_failures: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct FunctionSpec {
+    pub logical_id: String,
+    pub binary: Option<String>,
+    pub timeout: u32,
+    pub env: BTreeMap<String, EnvValue>,
+    pub sqs_events: Vec<SqsEventSpec>,
+    pub schedule: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Template {
+    pub parameters: BTreeMap<String, Option<String>>,
+    pub queues: Vec<QueueSpec>,
+    pub tables: Vec<TableSpec>,
+    pub functions: Vec<FunctionSpec>,
+}
+
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn uint(v: Option<&Value>, what: &str) -> Result<Option<u32>> {
+    match v {
+        None => Ok(None),
+        Some(v) => scalar(v)
+            .and_then(|s| s.parse().ok())
+            .map(Some)
+            .with_context(|| format!("{what} is not a whole number: {v:?}")),
+    }
+}
+
+/// The logical id in `!Ref X`, `!GetAtt X.Arn` or `{"Fn::GetAtt": [X, Arn]}`.
+fn reference(v: &Value) -> Option<String> {
+    match v {
+        Value::Tagged(t) if t.tag == "!Ref" => scalar(&t.value),
+        Value::Tagged(t) if t.tag == "!GetAtt" => {
+            scalar(&t.value).map(|s| s.split('.').next().unwrap_or_default().to_owned())
+        }
+        Value::Mapping(m) => m
+            .get("Ref")
+            .and_then(scalar)
+            .or_else(|| m.get("Fn::GetAtt")?.get(0).and_then(scalar)),
+        _ => None,
+    }
+}
+
+impl Template {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        Self::parse(&text)
+            .with_context(|| format!("{} is not a template mailctl understands", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Self> {
+        let doc: Value = serde_yaml::from_str(text)?;
+        let mut template = Template::default();
+        if let Some(params) = doc.get("Parameters").and_then(Value::as_mapping) {
+            for (name, spec) in params {
+                let name = scalar(name).context("parameter name")?;
+                template
+                    .parameters
+                    .insert(name, spec.get("Default").and_then(scalar));
+            }
+        }
+        let resources = doc
+            .get("Resources")
+            .and_then(Value::as_mapping)
+            .context("no Resources")?;
+        for (id, resource) in resources {
+            let id = scalar(id).context("resource id")?;
+            let props = resource.get("Properties").cloned().unwrap_or(Value::Null);
+            match resource.get("Type").and_then(Value::as_str) {
+                Some("AWS::SQS::Queue") => template.queues.push(QueueSpec {
+                    visibility_timeout: uint(props.get("VisibilityTimeout"), "VisibilityTimeout")?
+                        .unwrap_or(30),
+                    retention: uint(
+                        props.get("MessageRetentionPeriod"),
+                        "MessageRetentionPeriod",
+                    )?,
+                    redrive: match props.get("RedrivePolicy") {
+                        None => None,
+                        Some(policy) => Some((
+                            policy
+                                .get("deadLetterTargetArn")
+                                .and_then(reference)
+                                .with_context(|| {
+                                    format!("{id}: deadLetterTargetArn must be !GetAtt Queue.Arn")
+                                })?,
+                            uint(policy.get("maxReceiveCount"), "maxReceiveCount")?.with_context(
+                                || format!("{id}: RedrivePolicy needs maxReceiveCount"),
+                            )?,
+                        )),
+                    },
+                    logical_id: id,
+                }),
+                Some("AWS::DynamoDB::Table") => {
+                    let key = |kind: &str| {
+                        props
+                            .get("KeySchema")
+                            .and_then(Value::as_sequence)
+                            .and_then(|keys| {
+                                keys.iter()
+                                    .find(|k| {
+                                        k.get("KeyType").and_then(Value::as_str) == Some(kind)
+                                    })
+                                    .and_then(|k| k.get("AttributeName").and_then(scalar))
+                            })
+                    };
+                    template.tables.push(TableSpec {
+                        hash_key: key("HASH").with_context(|| format!("{id}: no HASH key"))?,
+                        range_key: key("RANGE"),
+                        ttl_attribute: props
+                            .get("TimeToLiveSpecification")
+                            .and_then(|t| t.get("AttributeName"))
+                            .and_then(scalar),
+                        logical_id: id,
+                    });
+                }
+                Some("AWS::Serverless::Function") => {
+                    template.functions.push(function(&id, resource, &props)?)
+                }
+                _ => {}
+            }
+        }
+        Ok(template)
+    }
+
+    pub fn function(&self, logical_id: &str) -> Result<&FunctionSpec> {
+        match self.functions.iter().find(|f| f.logical_id == logical_id) {
+            Some(f) => Ok(f),
+            None => bail!("template.yaml has no function {logical_id}"),
+        }
+    }
+
+    pub fn queue(&self, logical_id: &str) -> Option<&QueueSpec> {
+        self.queues.iter().find(|q| q.logical_id == logical_id)
+    }
+}
+
+fn function(id: &str, resource: &Value, props: &Value) -> Result<FunctionSpec> {
+    let mut env = BTreeMap::new();
+    if let Some(vars) = props
+        .get("Environment")
+        .and_then(|e| e.get("Variables"))
+        .and_then(Value::as_mapping)
+    {
+        for (name, value) in vars {
+            let name = scalar(name).context("variable name")?;
+            let value = match scalar(value) {
+                Some(literal) => EnvValue::Literal(literal),
+                None => EnvValue::Ref(
+                    reference(value)
+                        .with_context(|| format!("{id}: {name} must be a literal or !Ref"))?,
+                ),
+            };
+            env.insert(name, value);
+        }
+    }
+    let mut sqs_events = Vec::new();
+    let mut schedule = None;
+    if let Some(events) = props.get("Events").and_then(Value::as_mapping) {
+        for (_, event) in events {
+            let p = event.get("Properties").cloned().unwrap_or(Value::Null);
+            match event.get("Type").and_then(Value::as_str) {
+                Some("SQS") => sqs_events.push(SqsEventSpec {
+                    queue: p
+                        .get("Queue")
+                        .and_then(reference)
+                        .with_context(|| format!("{id}: SQS event without Queue"))?,
+                    batch_size: uint(p.get("BatchSize"), "BatchSize")?.unwrap_or(10),
+                    maximum_concurrency: uint(
+                        p.get("ScalingConfig")
+                            .and_then(|s| s.get("MaximumConcurrency")),
+                        "MaximumConcurrency",
+                    )?,
+                    report_batch_item_failures: p
+                        .get("FunctionResponseTypes")
+                        .and_then(Value::as_sequence)
+                        .is_some_and(|t| {
+                            t.iter()
+                                .any(|v| v.as_str() == Some("ReportBatchItemFailures"))
+                        }),
+                }),
+                Some("Schedule" | "ScheduleV2") => {
+                    schedule = p
+                        .get("ScheduleExpression")
+                        .map(|s| scalar(s).or_else(|| reference(s)).unwrap_or_default())
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(FunctionSpec {
+        logical_id: id.to_owned(),
+        binary: resource
+            .get("Metadata")
+            .and_then(|m| m.get("BuildProperties"))
+            .and_then(|b| b.get("Binary"))
+            .and_then(scalar),
+        timeout: uint(props.get("Timeout"), "Timeout")?.unwrap_or(3),
+        env,
+        sqs_events,
+        schedule,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_projects_template() {
+        let t = Template::load(&crate::repo_root().join("template.yaml")).unwrap();
+        let emails = t.queue("EmailsQueue").unwrap();
+        assert_eq!(emails.redrive.as_ref().unwrap().0, "EmailsDLQ");
+        let send = t.function("SendEmailFunction").unwrap();
+        assert_eq!(send.binary.as_deref(), Some("send-email"));
+        assert_eq!(
+            send.env["EMAILS_QUEUE_URL"],
+            EnvValue::Ref("EmailsQueue".into())
+        );
+        assert_eq!(send.sqs_events[0].queue, "EmailsQueue");
+        assert!(send.sqs_events[0].report_batch_item_failures);
+        assert_eq!(t.tables[0].range_key.as_deref(), Some("campaignId"));
+        assert!(t.function("GetUsersFunction").unwrap().schedule.is_some());
+    }
+}
