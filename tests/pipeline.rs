@@ -1,1 +1,347 @@
+//! Pipeline core against the local stack: the audience index, each stage's handling of bad
+//! input, GetUsers checkpoints, and a 1,000-user campaign end to end.
 
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use mailctl::ledger_scan;
+use mailctl::local::PipelineOptions;
+use mailflow::campaign::Campaign;
+use mailflow::digest::Audience;
+use mailflow::ledger::SendStatus;
+use mailflow::stages::get_users::{Checkpoint, Run};
+use mailflow::stages::Invocation;
+use mailflow_tests::{ses, test_env};
+use mongodb::bson::{doc, Document};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+fn campaign() -> Campaign {
+    Campaign::from_id("weekly-2026-W46", None).unwrap()
+}
+
+fn record(id: &str, body: &str) -> SqsMessage {
+    let mut r = SqsMessage::default();
+    r.message_id = Some(id.into());
+    r.body = Some(body.into());
+    r
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn end_to_end_every_eligible_user_gets_exactly_one_correct_email() {
+    let env = test_env("e2e", |_| {}).await.unwrap();
+    let seeded = env.seed(1000, &campaign()).await.unwrap();
+    assert!(seeded.unsubscribed > 0 && !seeded.invalid_addresses.is_empty());
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+
+    let report = pipeline
+        .run(
+            serde_json::json!({"campaignId": "weekly-2026-W46"}),
+            Duration::from_secs(1200),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.get_users["usersEnqueued"], seeded.audience.len());
+
+    let sent = env.sent().await.unwrap();
+    let users = env.db.collection::<Document>("users");
+    for (user, count) in seeded.deliverable() {
+        let address = &seeded.addresses[user];
+        let emails = sent
+            .get(address)
+            .unwrap_or_else(|| panic!("{user} got no email"));
+        assert_eq!(emails.len(), 1, "{user} got {} emails", emails.len());
+        let subject = emails[0].subject.as_deref().unwrap_or_default();
+        if *count == 1 {
+            assert_eq!(subject, "You have a new follower this week");
+        } else {
+            assert_eq!(subject, format!("You have {count} new followers this week"));
+        }
+        let name = users.find_one(doc! {"_id": user}).await.unwrap().unwrap();
+        let name = name.get_str("name").unwrap();
+        let body = emails[0].body.as_deref().unwrap_or_default();
+        if name.contains('<') {
+            assert!(!body.contains(name), "unescaped name in {user}'s email");
+        } else {
+            assert!(
+                body.contains(&format!("Hi {name},")),
+                "{user}'s email does not greet them"
+            );
+        }
+    }
+    // Nobody else got anything: unsubscribed users, users without new followers, bad addresses.
+    let deliverable: BTreeSet<&String> = seeded
+        .deliverable()
+        .map(|(u, _)| &seeded.addresses[u])
+        .collect();
+    for to in sent.keys() {
+        assert!(
+            deliverable.contains(to),
+            "{to} got an email but is not eligible"
+        );
+    }
+    assert_eq!(sent.len(), deliverable.len());
+
+    // Invalid addresses end FAILED with the reason, acknowledged (nothing in the DLQ).
+    let records = ledger_scan::records(
+        &env.dynamo(),
+        env.stack.table_name("SendsTable").unwrap(),
+        "weekly-2026-W46",
+    )
+    .await
+    .unwrap();
+    let failed: BTreeMap<&str, &str> = records
+        .iter()
+        .filter(|r| r.status == Some(SendStatus::Failed))
+        .map(|r| {
+            (
+                r.user_id.as_str(),
+                r.last_error.as_deref().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        failed.keys().copied().collect::<BTreeSet<_>>(),
+        seeded
+            .invalid_addresses
+            .iter()
+            .map(String::as_str)
+            .collect()
+    );
+    assert!(failed
+        .values()
+        .all(|reason| reason.contains("InvalidParameterValue")));
+    for dlq in ["UsersDLQ", "EmailsDLQ", "ContinuationDLQ"] {
+        assert_eq!(env.depth(dlq).await.unwrap(), 0, "{dlq} is not empty");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn audience_query_is_an_index_scan() {
+    let env = test_env("explain", |_| {}).await.unwrap();
+    env.seed(50, &campaign()).await.unwrap();
+    mailflow::digest::ensure_indexes(&env.db).await.unwrap();
+    let hint = match Audience::follows_hint() {
+        mongodb::options::Hint::Keys(keys) => keys,
+        other => panic!("unexpected hint {other:?}"),
+    };
+    for after in [None, Some("u0000010")] {
+        let explain = env
+            .db
+            .run_command(doc! {
+                "explain": {
+                    "find": "follows",
+                    "filter": Audience::follows_filter(&campaign().window, after),
+                    "sort": {"followeeId": 1},
+                    "projection": {"_id": 0, "followeeId": 1},
+                    "hint": hint.clone(),
+                },
+                "verbosity": "queryPlanner",
+            })
+            .await
+            .unwrap();
+        let plan = explain
+            .get_document("queryPlanner")
+            .unwrap()
+            .get_document("winningPlan")
+            .unwrap()
+            .to_string();
+        assert!(
+            plan.contains("IXSCAN") && !plan.contains("COLLSCAN"),
+            "plan: {plan}"
+        );
+        assert!(
+            plan.contains(mailflow::digest::FOLLOWS_INDEX),
+            "plan: {plan}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users() {
+    let env = test_env("checkpoint", |_| {}).await.unwrap();
+    let seeded = env.seed(400, &campaign()).await.unwrap();
+    let options = PipelineOptions {
+        env: BTreeMap::from([(
+            mailctl::local::GET_USERS,
+            BTreeMap::from([("DEADLINE_MARGIN_SECONDS".to_string(), "0".to_string())]),
+        )]),
+        ..Default::default()
+    };
+    let pipeline = env.pipeline(options, ses).await.unwrap();
+    let sqs = env.sqs();
+    let continuation = env.stack.queue_url("ContinuationQueue").unwrap().to_owned();
+
+    // Each invocation gets a deadline so short that it must stop and leave a checkpoint.
+    let short = || Invocation::with_timeout("short", Duration::from_millis(150));
+    let mut run = Run {
+        campaign: campaign(),
+        include_failed: false,
+        after: None,
+        segment: 0,
+    };
+    let mut segments = 0;
+    loop {
+        let summary = pipeline.get_users.run(run.clone(), &short()).await.unwrap();
+        segments += 1;
+        if summary.complete {
+            break;
+        }
+        assert!(segments < 500, "no progress");
+        let out = sqs
+            .receive_message()
+            .queue_url(&continuation)
+            .wait_time_seconds(2)
+            .send()
+            .await
+            .unwrap();
+        let message = out
+            .messages
+            .unwrap_or_default()
+            .pop()
+            .expect("a checkpoint on the continuation queue");
+        let checkpoint: Checkpoint = serde_json::from_str(message.body().unwrap()).unwrap();
+        assert_eq!(checkpoint.after, summary.continued_after);
+        sqs.delete_message()
+            .queue_url(&continuation)
+            .receipt_handle(message.receipt_handle().unwrap())
+            .send()
+            .await
+            .unwrap();
+        run = checkpoint.into();
+    }
+    assert!(
+        segments > 2,
+        "the audience should have needed several invocations, took {segments}"
+    );
+
+    let users = env.stack.queue_url("UsersQueue").unwrap().to_owned();
+    let mut enqueued = Vec::new();
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(&users)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        let messages = out.messages.unwrap_or_default();
+        if messages.is_empty() {
+            break;
+        }
+        for m in messages {
+            let body: serde_json::Value = serde_json::from_str(m.body().unwrap()).unwrap();
+            enqueued.push(body["userId"].as_str().unwrap().to_owned());
+            sqs.delete_message()
+                .queue_url(&users)
+                .receipt_handle(m.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    let distinct: BTreeSet<String> = enqueued.iter().cloned().collect();
+    assert_eq!(
+        distinct.len(),
+        enqueued.len(),
+        "a user was enqueued twice across checkpoints"
+    );
+    assert_eq!(distinct, seeded.audience.keys().cloned().collect());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn create_emails_fails_bad_records_alone_and_skips_unsubscribed_or_vanished_users() {
+    let env = test_env("create-bad", |_| {}).await.unwrap();
+    let seeded = env.seed(60, &campaign()).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let mut audience = seeded.audience.keys();
+    let (good, gone, unsubscribed) = (
+        audience.next().unwrap(),
+        audience.next().unwrap(),
+        audience.next().unwrap(),
+    );
+    let users = env.db.collection::<Document>("users");
+    users.delete_one(doc! {"_id": gone}).await.unwrap();
+    users
+        .update_one(
+            doc! {"_id": unsubscribed},
+            doc! {"$set": {"subscribed": false}},
+        )
+        .await
+        .unwrap();
+
+    let body = |user: &str| {
+        format!(
+            r#"{{"campaignId":"weekly-2026-W46","userId":"{user}","since":"2026-11-09T00:00:00Z","until":"2026-11-16T00:00:00Z"}}"#
+        )
+    };
+    let mut event = SqsEvent::default();
+    event.records = vec![
+        record("m-good", &body(good)),
+        record("m-garbage", "{not json"),
+        record("m-gone", &body(gone)),
+        record("m-unsubscribed", &body(unsubscribed)),
+        record(
+            "m-bad-campaign",
+            &body(good).replace("weekly-2026-W46", "no spaces allowed"),
+        ),
+    ];
+    let (response, summary) = pipeline.create_emails.handle(event).await;
+    let failed: BTreeSet<&str> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, BTreeSet::from(["m-garbage", "m-bad-campaign"]));
+    assert_eq!(summary.enqueued, 1);
+    assert_eq!(summary.skipped.get("vanished"), Some(&1));
+    assert_eq!(summary.skipped.get("unsubscribed"), Some(&1));
+    assert_eq!(env.depth("EmailsQueue").await.unwrap(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unverified_sender_fails_permanently_without_retry_loops() {
+    let env = test_env("unverified", |o| {
+        o.parameters.insert(
+            "SenderAddress".into(),
+            "nobody@unverified.example.org".into(),
+        );
+    })
+    .await
+    .unwrap();
+    // provision() verified the configured sender; undo that for this test's sender.
+    aws_sdk_sesv2::Client::new(&env.stack.sdk)
+        .delete_email_identity()
+        .email_identity("nobody@unverified.example.org")
+        .send()
+        .await
+        .unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let to = format!("someone@{}", env.domain);
+    let job = serde_json::json!({"campaignId": "weekly-2026-W46", "userId": "u1", "to": to, "subject": "s", "html": "<p>h</p>", "text": "t"});
+    let mut event = SqsEvent::default();
+    event.records = vec![record("m1", &job.to_string())];
+    let (response, summary) = pipeline.send_email[0]
+        .handle(
+            event,
+            &Invocation::with_timeout("r1", Duration::from_secs(30)),
+        )
+        .await;
+    assert!(
+        response.batch_item_failures.is_empty(),
+        "a permanent failure is acknowledged"
+    );
+    assert_eq!(summary.failed, 1);
+    let records = ledger_scan::records(
+        &env.dynamo(),
+        env.stack.table_name("SendsTable").unwrap(),
+        "weekly-2026-W46",
+    )
+    .await
+    .unwrap();
+    assert_eq!(records[0].status, Some(SendStatus::Failed));
+    assert!(records[0]
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("MessageRejected"));
+    assert!(env.sent().await.unwrap().is_empty());
+}

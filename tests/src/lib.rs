@@ -1,1 +1,140 @@
+//! Shared harness for the tests against the local stack: every test gets its own queues,
+//! table, database and mail domain (unique prefix), so tests run in parallel.
 
+use anyhow::Result;
+use mailctl::local::{LocalPipeline, PipelineOptions};
+use mailctl::provision::{provision, Stack, StackOptions};
+use mailctl::seed::{seed, SeedOptions, SeedReport};
+use mailctl::ses_record::{self, SentMessage};
+use mailctl::template::Template;
+use mailflow::campaign::Campaign;
+use mailflow::ports::Mailer;
+use mongodb::Database;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The local stack's endpoints; the tests are run by infra/test.sh, which starts it.
+pub fn endpoints() -> (String, String) {
+    let get = |k: &str| {
+        std::env::var(k).unwrap_or_else(|_| {
+            panic!("{k} is not set: run the tests with infra/test.sh (it starts the local stack)")
+        })
+    };
+    (get("AWS_ENDPOINT_URL"), get("MONGODB_URI"))
+}
+
+pub struct TestEnv {
+    pub name: String,
+    pub endpoint: String,
+    pub stack: Stack,
+    pub db: Database,
+    pub domain: String,
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh stack named after the test. `adjust` may change parameters and queue timeouts.
+pub async fn test_env(test: &str, adjust: impl FnOnce(&mut StackOptions)) -> Result<TestEnv> {
+    let (endpoint, mongo_uri) = endpoints();
+    let unique = format!(
+        "{}{}",
+        SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() % 100_000_000,
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    );
+    let name = format!("t{unique}-{}", test.replace('_', "-"));
+    let database = format!("t{unique}");
+    let mut options = StackOptions {
+        prefix: name.chars().take(60).collect(),
+        parameters: BTreeMap::from([
+            ("MongoDbUri".to_string(), mongo_uri.clone()),
+            ("MongoDbDatabase".to_string(), database.clone()),
+            ("SendRatePerSecond".to_string(), "400".to_string()),
+        ]),
+        ..Default::default()
+    };
+    adjust(&mut options);
+    let sdk = mailflow::adapters::aws_config().await;
+    let stack = provision(
+        &sdk,
+        Template::load(&mailctl::repo_root().join("template.yaml"))?,
+        options,
+    )
+    .await?;
+    let db = mailflow::adapters::mongo::connect(
+        &mailflow::config::MongoConfig {
+            uri: mongo_uri,
+            database,
+            max_pool_size: 8,
+        },
+        "tests",
+    )
+    .await?;
+    Ok(TestEnv {
+        domain: format!("{name}.example.com"),
+        name,
+        endpoint,
+        stack,
+        db,
+    })
+}
+
+impl TestEnv {
+    pub async fn seed(&self, users: usize, campaign: &Campaign) -> Result<SeedReport> {
+        seed(
+            &self.db,
+            &SeedOptions {
+                users,
+                seed: 7,
+                domain: self.domain.clone(),
+                window: campaign.window,
+            },
+        )
+        .await
+    }
+
+    pub async fn pipeline<M: Mailer + Clone + 'static>(
+        &self,
+        options: PipelineOptions,
+        mailer: impl FnOnce(&aws_config::SdkConfig, &mailflow::config::SendEmailConfig) -> M,
+    ) -> Result<LocalPipeline<M>> {
+        LocalPipeline::build(self.stack.clone(), options, mailer).await
+    }
+
+    /// Emails the SES emulator recorded for this test's domain, by recipient.
+    pub async fn sent(&self) -> Result<HashMap<String, Vec<SentMessage>>> {
+        let mut by_to: HashMap<String, Vec<SentMessage>> = HashMap::new();
+        for m in ses_record::sent_to_domain(&self.endpoint, &self.domain).await? {
+            for to in &m.destinations.to {
+                by_to.entry(to.clone()).or_default().push(m.clone());
+            }
+        }
+        Ok(by_to)
+    }
+
+    pub fn sqs(&self) -> aws_sdk_sqs::Client {
+        aws_sdk_sqs::Client::new(&self.stack.sdk)
+    }
+
+    pub fn dynamo(&self) -> aws_sdk_dynamodb::Client {
+        aws_sdk_dynamodb::Client::new(&self.stack.sdk)
+    }
+
+    /// Messages left in a queue (visible and in flight).
+    pub async fn depth(&self, queue: &str) -> Result<u64> {
+        let (v, i) = mailctl::runner::depth(&self.sqs(), self.stack.queue_url(queue)?).await?;
+        Ok(v + i)
+    }
+}
+
+/// The real SES adapter as configured by template.yaml.
+pub fn ses(
+    sdk: &aws_config::SdkConfig,
+    config: &mailflow::config::SendEmailConfig,
+) -> mailflow::adapters::ses::SesMailer {
+    mailflow::adapters::ses::SesMailer::new(
+        sdk,
+        config.sender_address.clone(),
+        config.configuration_set.clone(),
+    )
+}
