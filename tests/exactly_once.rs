@@ -1,1 +1,559 @@
+//! SendEmail's exactly-once promise against the local stack: duplicates, overlapping runs,
+//! invocations killed at each step, live leases, throttling, permanent rejections, the next
+//! week's campaign, and the send rate. Faults are injected around the real SES adapter; an
+//! invocation is "killed" the way Lambda does it, by ending it at its Timeout.
 
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use mailctl::ledger_scan;
+use mailctl::local::{LocalPipeline, PipelineOptions, SEND_EMAIL};
+use mailctl::provision::StackOptions;
+use mailctl::runner::{self, ConsumerStats};
+use mailflow::adapters::dynamo::{DynamoLedger, SendRecord};
+use mailflow::adapters::ses::SesMailer;
+use mailflow::ledger::{epoch_ms, Claim, SendStatus};
+use mailflow::ports::{Mailer, OutgoingEmail, SendError};
+use mailflow::stages::Invocation;
+use mailflow_tests::{ses, test_env, TestEnv};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+const W46: &str = "weekly-2026-W46";
+
+/// What the fault injector does with the n-th SES call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Action {
+    Pass,
+    /// The invocation dies after the claim, before SES is called.
+    HangBefore,
+    /// The invocation dies after SES accepted, before SENT is written.
+    HangAfter,
+    Throttle,
+}
+
+type Plan = Arc<dyn Fn(usize) -> Action + Send + Sync>;
+
+/// Shared record of what the fault injector did (all clones see the same state).
+#[derive(Clone)]
+struct Faults {
+    plan: Plan,
+    calls: Arc<AtomicUsize>,
+    /// (user, when SES was called) for every call that reached SES.
+    accepted: Arc<Mutex<Vec<(String, Instant)>>>,
+    /// Users whose invocation was hung (killed).
+    hung: Arc<Mutex<Vec<String>>>,
+}
+
+impl Faults {
+    fn new(plan: impl Fn(usize) -> Action + Send + Sync + 'static) -> Self {
+        Self {
+            plan: Arc::new(plan),
+            calls: Arc::default(),
+            accepted: Arc::default(),
+            hung: Arc::default(),
+        }
+    }
+
+    fn none() -> Self {
+        Self::new(|_| Action::Pass)
+    }
+
+    /// Builds the mailer SendEmail uses: the real SES adapter behind the injector.
+    fn mailer(
+        &self,
+    ) -> impl FnOnce(&aws_config::SdkConfig, &mailflow::config::SendEmailConfig) -> Faulty {
+        let faults = self.clone();
+        move |sdk, config| Faulty {
+            inner: ses(sdk, config),
+            faults,
+        }
+    }
+
+    fn hung(&self) -> Vec<String> {
+        self.hung.lock().unwrap().clone()
+    }
+}
+
+#[derive(Clone)]
+struct Faulty {
+    inner: SesMailer,
+    faults: Faults,
+}
+
+impl Mailer for Faulty {
+    async fn send(&self, email: &OutgoingEmail) -> Result<String, SendError> {
+        let n = self.faults.calls.fetch_add(1, Ordering::SeqCst);
+        let action = (self.faults.plan)(n);
+        if action == Action::Throttle {
+            return Err(SendError::Throttled(
+                "TooManyRequestsException: injected".into(),
+            ));
+        }
+        if action == Action::HangBefore {
+            self.faults.hung.lock().unwrap().push(email.user_id.clone());
+            return futures::future::pending().await;
+        }
+        self.faults
+            .accepted
+            .lock()
+            .unwrap()
+            .push((email.user_id.clone(), Instant::now()));
+        let result = self.inner.send(email).await;
+        if action == Action::HangAfter {
+            self.faults.hung.lock().unwrap().push(email.user_id.clone());
+            return futures::future::pending().await;
+        }
+        result
+    }
+}
+
+/// Short timeouts so that tests which wait out a lease finish in seconds: SendEmail Timeout
+/// 6 s, emails queue visibility 10 s, skew 1 s, throttling backoff 1, 1, 2 s.
+fn quick(o: &mut StackOptions) {
+    o.visibility_timeouts.insert("EmailsQueue".into(), 10);
+}
+
+fn quick_pipeline() -> PipelineOptions {
+    let env = [
+        ("FUNCTION_TIMEOUT_SECONDS", "6"),
+        ("VISIBILITY_TIMEOUT_SECONDS", "10"),
+        ("LEASE_CLOCK_SKEW_SECONDS", "1"),
+        ("RETRY_DELAYS_SECONDS", "1,1,2"),
+    ];
+    PipelineOptions {
+        env: BTreeMap::from([(
+            SEND_EMAIL,
+            env.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )]),
+        timeouts: BTreeMap::from([(SEND_EMAIL, Duration::from_secs(6))]),
+    }
+}
+
+fn job(env: &TestEnv, campaign: &str, user: &str, include_failed: bool) -> serde_json::Value {
+    serde_json::json!({
+        "campaignId": campaign, "userId": user, "to": format!("{user}@{}", env.domain),
+        "subject": format!("hello {user}"), "html": format!("<p>{campaign}</p>"), "text": campaign,
+        "includeFailed": include_failed,
+    })
+}
+
+async fn enqueue(env: &TestEnv, jobs: &[serde_json::Value]) {
+    let queue = mailflow::adapters::sqs::SqsQueue::new(
+        env.sqs(),
+        env.stack.queue_url("EmailsQueue").unwrap(),
+    );
+    for chunk in jobs.chunks(10) {
+        let bodies: Vec<String> = chunk.iter().map(|j| j.to_string()).collect();
+        queue.send_batch(&bodies).await.unwrap();
+    }
+}
+
+async fn drain<M: Mailer + Clone + 'static>(
+    env: &TestEnv,
+    pipeline: &LocalPipeline<M>,
+) -> ConsumerStats {
+    let stats = runner::run_until_drained(
+        &env.sqs(),
+        vec![pipeline.send_consumer().unwrap()],
+        Duration::from_secs(240),
+    )
+    .await
+    .unwrap();
+    stats.get(SEND_EMAIL).cloned().unwrap_or_default()
+}
+
+async fn emails_to(env: &TestEnv, user: &str) -> usize {
+    env.sent()
+        .await
+        .unwrap()
+        .get(&format!("{user}@{}", env.domain))
+        .map_or(0, Vec::len)
+}
+
+async fn records(env: &TestEnv, campaign: &str) -> BTreeMap<String, SendRecord> {
+    ledger_scan::records(
+        &env.dynamo(),
+        env.stack.table_name("SendsTable").unwrap(),
+        campaign,
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|r| (r.user_id.clone(), r))
+    .collect()
+}
+
+fn users(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("u{i:03}")).collect()
+}
+
+fn record(id: &str, body: &serde_json::Value) -> SqsMessage {
+    let mut r = SqsMessage::default();
+    r.message_id = Some(id.into());
+    r.body = Some(body.to_string());
+    r
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn t1_the_same_message_delivered_twice_at_once_sends_one_email() {
+    let env = test_env("dup-at-once", |_| {}).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let users = users(10);
+    let event = |copy: &str| {
+        let mut e = SqsEvent::default();
+        e.records = users
+            .iter()
+            .map(|u| record(&format!("{copy}-{u}"), &job(&env, W46, u, false)))
+            .collect();
+        e
+    };
+    let (a, b) = (event("a"), event("b"));
+    let (inv_a, inv_b) = (
+        Invocation::with_timeout("a", Duration::from_secs(30)),
+        Invocation::with_timeout("b", Duration::from_secs(30)),
+    );
+    let ((resp_a, sum_a), (resp_b, sum_b)) = tokio::join!(
+        pipeline.send_email[0].handle(a, &inv_a),
+        pipeline.send_email[1].handle(b, &inv_b)
+    );
+    assert_eq!(sum_a.sent + sum_b.sent, 10);
+    assert_eq!(
+        sum_a.duplicates + sum_b.duplicates + sum_a.busy + sum_b.busy,
+        10
+    );
+    // A copy that met a live lease is returned, never acknowledged.
+    assert_eq!(
+        resp_a.batch_item_failures.len() + resp_b.batch_item_failures.len(),
+        sum_a.busy + sum_b.busy
+    );
+    for u in &users {
+        assert_eq!(emails_to(&env, u).await, 1, "{u}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn t2_two_overlapping_runs_of_a_campaign_send_one_email_per_user() {
+    let env = test_env("overlap", |_| {}).await.unwrap();
+    let campaign = mailflow::campaign::Campaign::from_id(W46, None).unwrap();
+    let seeded = env.seed(60, &campaign).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let start = serde_json::json!({"campaignId": W46});
+    let (first, second) = tokio::join!(pipeline.start(start.clone()), pipeline.start(start));
+    let expected = seeded.audience.len() as u64;
+    assert_eq!(first.unwrap()["usersEnqueued"], expected);
+    assert_eq!(second.unwrap()["usersEnqueued"], expected);
+    runner::run_until_drained(
+        &env.sqs(),
+        pipeline.consumers().unwrap(),
+        Duration::from_secs(600),
+    )
+    .await
+    .unwrap();
+    let sent = env.sent().await.unwrap();
+    for (user, _) in seeded.deliverable() {
+        assert_eq!(
+            sent.get(&seeded.addresses[user]).map_or(0, Vec::len),
+            1,
+            "{user}"
+        );
+    }
+    assert_eq!(sent.len(), seeded.deliverable().count());
+    let totals = pipeline.totals.lock().unwrap().send_email.clone();
+    assert!(
+        totals.duplicates + totals.busy >= seeded.deliverable().count(),
+        "{totals:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn t3_killed_after_the_claim_before_ses_sends_once_after_the_lease() {
+    let env = test_env("kill-before", quick).await.unwrap();
+    let faults = Faults::new(|n| {
+        if n == 0 {
+            Action::HangBefore
+        } else {
+            Action::Pass
+        }
+    });
+    let pipeline = env
+        .pipeline(quick_pipeline(), faults.mailer())
+        .await
+        .unwrap();
+    let users = users(3);
+    enqueue(
+        &env,
+        &users
+            .iter()
+            .map(|u| job(&env, W46, u, false))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    let stats = drain(&env, &pipeline).await;
+    assert!(
+        stats.timeouts >= 1,
+        "the first invocation must have been killed: {stats:?}"
+    );
+    let hung = faults.hung();
+    assert_eq!(hung.len(), 1);
+    let records = records(&env, W46).await;
+    for u in &users {
+        assert_eq!(emails_to(&env, u).await, 1, "{u}");
+        assert_eq!(records[u].status, Some(SendStatus::Sent));
+    }
+    assert!(
+        records[&hung[0]].attempt >= 2,
+        "the killed claim was taken over after its lease"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn t4_killed_after_ses_accepted_before_sent_causes_at_most_one_duplicate() {
+    let env = test_env("kill-after", quick).await.unwrap();
+    let faults = Faults::new(|n| {
+        if n == 0 {
+            Action::HangAfter
+        } else {
+            Action::Pass
+        }
+    });
+    let pipeline = env
+        .pipeline(quick_pipeline(), faults.mailer())
+        .await
+        .unwrap();
+    let users = users(3);
+    enqueue(
+        &env,
+        &users
+            .iter()
+            .map(|u| job(&env, W46, u, false))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    let stats = drain(&env, &pipeline).await;
+    assert!(stats.timeouts >= 1, "{stats:?}");
+    let hung = faults.hung();
+    let records = records(&env, W46).await;
+    for u in &users {
+        let got = emails_to(&env, u).await;
+        if hung.contains(u) {
+            // The documented window: SES accepted, the invocation died before SENT was
+            // written, and after the lease a retry sent again. Exactly one duplicate.
+            assert_eq!(
+                got, 2,
+                "{u}: the crash window allows one duplicate, no more"
+            );
+        } else {
+            assert_eq!(got, 1, "{u}");
+        }
+        assert_eq!(records[u].status, Some(SendStatus::Sent));
+    }
+    assert_eq!(hung.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn t5_a_live_lease_returns_the_message_which_is_sent_later() {
+    let env = test_env("live-lease", quick).await.unwrap();
+    let faults = Faults::none();
+    let pipeline = env
+        .pipeline(quick_pipeline(), faults.mailer())
+        .await
+        .unwrap();
+    // Another attempt holds the claim for four more seconds.
+    let ledger = DynamoLedger::new(
+        env.dynamo(),
+        env.stack.table_name("SendsTable").unwrap(),
+        90,
+    );
+    let now = SystemTime::now();
+    let lease_until = now + Duration::from_secs(4);
+    let holder = Claim {
+        user_id: "u000".into(),
+        campaign_id: W46.into(),
+        token: "someone-else".into(),
+        started_at_ms: epoch_ms(now),
+        lease_until_ms: epoch_ms(lease_until),
+    };
+    ledger.claim(&holder, false).await.unwrap();
+    let lease_ends = Instant::now() + Duration::from_secs(4);
+    enqueue(&env, &[job(&env, W46, "u000", false)]).await;
+    let stats = drain(&env, &pipeline).await;
+    let totals = pipeline.totals.lock().unwrap().send_email.clone();
+    assert!(
+        totals.busy >= 1,
+        "the first delivery met the live lease: {totals:?}"
+    );
+    assert!(
+        stats.failures_reported >= 1,
+        "and was returned as a batch item failure"
+    );
+    assert_eq!(totals.sent, 1);
+    assert_eq!(emails_to(&env, "u000").await, 1);
+    let accepted = faults.accepted.lock().unwrap().clone();
+    assert_eq!(accepted.len(), 1);
+    assert!(
+        accepted[0].1 >= lease_ends,
+        "sent before the other attempt's lease ended"
+    );
+    assert_eq!(records(&env, W46).await["u000"].attempt, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn t6_throttling_is_retried_with_backoff_until_everything_is_sent_once() {
+    let env = test_env("throttle", quick).await.unwrap();
+    let faults = Faults::new(|n| {
+        if n % 3 == 1 {
+            Action::Throttle
+        } else {
+            Action::Pass
+        }
+    });
+    let pipeline = env
+        .pipeline(quick_pipeline(), faults.mailer())
+        .await
+        .unwrap();
+    let users = users(30);
+    enqueue(
+        &env,
+        &users
+            .iter()
+            .map(|u| job(&env, W46, u, false))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    drain(&env, &pipeline).await;
+    let totals = pipeline.totals.lock().unwrap().send_email.clone();
+    assert!(totals.throttled >= 5, "{totals:?}");
+    assert_eq!(totals.sent, 30);
+    for u in &users {
+        assert_eq!(emails_to(&env, u).await, 1, "{u}");
+    }
+    assert_eq!(env.depth("EmailsDLQ").await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn t7_a_permanent_rejection_is_failed_and_only_retried_on_resend_with_include_failed() {
+    let env = test_env("rejected", quick).await.unwrap();
+    let faults = Faults::none();
+    let pipeline = env
+        .pipeline(quick_pipeline(), faults.mailer())
+        .await
+        .unwrap();
+    let mut bad = job(&env, W46, "u000", false);
+    bad["to"] = "u000-no-domain".into();
+    enqueue(&env, &[bad.clone()]).await;
+    let stats = drain(&env, &pipeline).await;
+    assert_eq!(stats.failures_reported, 0, "acknowledged, not retried");
+    let record = &records(&env, W46).await["u000"];
+    assert_eq!(record.status, Some(SendStatus::Failed));
+    assert!(
+        record
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("Missing domain"),
+        "{record:?}"
+    );
+    assert_eq!(faults.calls.load(Ordering::SeqCst), 1);
+
+    // A plain re-run leaves it alone: no call to SES.
+    enqueue(&env, &[bad]).await;
+    drain(&env, &pipeline).await;
+    assert_eq!(faults.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        pipeline.totals.lock().unwrap().send_email.previously_failed,
+        1
+    );
+
+    // The operator fixed the address and resends with include-failed: now it goes out.
+    enqueue(&env, &[job(&env, W46, "u000", true)]).await;
+    drain(&env, &pipeline).await;
+    let record = &records(&env, W46).await["u000"];
+    assert_eq!(record.status, Some(SendStatus::Sent));
+    assert_eq!(record.attempt, 2);
+    assert_eq!(emails_to(&env, "u000").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn t8_next_weeks_campaign_sends_again_while_last_weeks_records_exist() {
+    let env = test_env("next-week", |_| {}).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let users = users(5);
+    enqueue(
+        &env,
+        &users
+            .iter()
+            .map(|u| job(&env, W46, u, false))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    drain(&env, &pipeline).await;
+    enqueue(
+        &env,
+        &users
+            .iter()
+            .map(|u| job(&env, "weekly-2026-W47", u, false))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    drain(&env, &pipeline).await;
+    let (w46, w47) = (
+        records(&env, W46).await,
+        records(&env, "weekly-2026-W47").await,
+    );
+    for u in &users {
+        assert_eq!(
+            emails_to(&env, u).await,
+            2,
+            "{u}: one email per weekly campaign"
+        );
+        assert_eq!(w46[u].status, Some(SendStatus::Sent));
+        assert_eq!(w47[u].status, Some(SendStatus::Sent));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn t9_the_observed_send_rate_never_exceeds_the_configured_rate() {
+    const RATE: f64 = 20.0;
+    let env = test_env("rate", |o| {
+        o.parameters
+            .insert("SendRatePerSecond".into(), RATE.to_string());
+    })
+    .await
+    .unwrap();
+    let faults = Faults::none();
+    let pipeline = env
+        .pipeline(PipelineOptions::default(), faults.mailer())
+        .await
+        .unwrap();
+    let users = users(200);
+    enqueue(
+        &env,
+        &users
+            .iter()
+            .map(|u| job(&env, W46, u, false))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    drain(&env, &pipeline).await;
+    let mut times: Vec<Instant> = faults
+        .accepted
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, t)| *t)
+        .collect();
+    times.sort();
+    assert_eq!(times.len(), 200);
+    let span = (*times.last().unwrap() - times[0]).as_secs_f64();
+    // Each of the MaximumConcurrency environments may send its first email at once; after
+    // that, sends are spaced. Slower is fine (a busy machine); faster never.
+    let environments = pipeline.send_config.max_concurrency as f64;
+    assert!(
+        times.len() as f64 - environments <= RATE * span,
+        "{} sends in {span:.2}s exceed {RATE}/s",
+        times.len()
+    );
+}
