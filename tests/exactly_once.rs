@@ -165,12 +165,11 @@ async fn drain<M: Mailer + Clone + 'static>(
     stats.get(SEND_EMAIL).cloned().unwrap_or_default()
 }
 
-async fn emails_to(env: &TestEnv, user: &str) -> usize {
-    env.sent()
-        .await
-        .unwrap()
-        .get(&format!("{user}@{}", env.domain))
-        .map_or(0, Vec::len)
+/// Emails each user got, from one read of the SES emulator's record.
+async fn emails(env: &TestEnv) -> impl Fn(&str) -> usize {
+    let sent = env.sent().await.unwrap();
+    let domain = env.domain.clone();
+    move |user: &str| sent.get(&format!("{user}@{domain}")).map_or(0, Vec::len)
 }
 
 async fn records(env: &TestEnv, campaign: &str) -> BTreeMap<String, SendRecord> {
@@ -229,8 +228,9 @@ async fn t1_the_same_message_delivered_twice_at_once_sends_one_email() {
         resp_a.batch_item_failures.len() + resp_b.batch_item_failures.len(),
         sum_a.busy + sum_b.busy
     );
+    let emails_to = emails(&env).await;
     for u in &users {
-        assert_eq!(emails_to(&env, u).await, 1, "{u}");
+        assert_eq!(emails_to(u), 1, "{u}");
     }
 }
 
@@ -299,8 +299,9 @@ async fn t3_killed_after_the_claim_before_ses_sends_once_after_the_lease() {
     let hung = faults.hung();
     assert_eq!(hung.len(), 1);
     let records = records(&env, W46).await;
+    let emails_to = emails(&env).await;
     for u in &users {
-        assert_eq!(emails_to(&env, u).await, 1, "{u}");
+        assert_eq!(emails_to(u), 1, "{u}");
         assert_eq!(records[u].status, Some(SendStatus::Sent));
     }
     assert!(
@@ -336,8 +337,9 @@ async fn t4_killed_after_ses_accepted_before_sent_causes_at_most_one_duplicate()
     assert!(stats.timeouts >= 1, "{stats:?}");
     let hung = faults.hung();
     let records = records(&env, W46).await;
+    let emails_to = emails(&env).await;
     for u in &users {
-        let got = emails_to(&env, u).await;
+        let got = emails_to(u);
         if hung.contains(u) {
             // The documented window: SES accepted, the invocation died before SENT was
             // written, and after the lease a retry sent again. Exactly one duplicate.
@@ -390,7 +392,8 @@ async fn t5_a_live_lease_returns_the_message_which_is_sent_later() {
         "and was returned as a batch item failure"
     );
     assert_eq!(totals.sent, 1);
-    assert_eq!(emails_to(&env, "u000").await, 1);
+    let emails_to = emails(&env).await;
+    assert_eq!(emails_to("u000"), 1);
     let accepted = faults.accepted.lock().unwrap().clone();
     assert_eq!(accepted.len(), 1);
     assert!(
@@ -427,8 +430,9 @@ async fn t6_throttling_is_retried_with_backoff_until_everything_is_sent_once() {
     let totals = pipeline.totals.lock().unwrap().send_email.clone();
     assert!(totals.throttled >= 5, "{totals:?}");
     assert_eq!(totals.sent, 30);
+    let emails_to = emails(&env).await;
     for u in &users {
-        assert_eq!(emails_to(&env, u).await, 1, "{u}");
+        assert_eq!(emails_to(u), 1, "{u}");
     }
     assert_eq!(env.depth("EmailsDLQ").await.unwrap(), 0);
 }
@@ -473,7 +477,8 @@ async fn t7_a_permanent_rejection_is_failed_and_only_retried_on_resend_with_incl
     let record = &records(&env, W46).await["u000"];
     assert_eq!(record.status, Some(SendStatus::Sent));
     assert_eq!(record.attempt, 2);
-    assert_eq!(emails_to(&env, "u000").await, 1);
+    let emails_to = emails(&env).await;
+    assert_eq!(emails_to("u000"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -503,12 +508,9 @@ async fn t8_next_weeks_campaign_sends_again_while_last_weeks_records_exist() {
         records(&env, W46).await,
         records(&env, "weekly-2026-W47").await,
     );
+    let emails_to = emails(&env).await;
     for u in &users {
-        assert_eq!(
-            emails_to(&env, u).await,
-            2,
-            "{u}: one email per weekly campaign"
-        );
+        assert_eq!(emails_to(u), 2, "{u}: one email per weekly campaign");
         assert_eq!(w46[u].status, Some(SendStatus::Sent));
         assert_eq!(w47[u].status, Some(SendStatus::Sent));
     }

@@ -1,7 +1,7 @@
 //! Typed configuration, read from environment variables once at init.
 //!
 //! Every variable is documented in the README's configuration reference and set in
-//! `template.yaml`; `tests/config_drift.rs` keeps the three in step. A bad or missing value
+//! `template.yaml`; `tests/consistency.rs` keeps the three in step. A bad or missing value
 //! stops the function at cold start with one line that names the variable and what to do.
 
 use std::time::Duration;

@@ -5,7 +5,6 @@ use super::{window_filter, FOLLOWS, USERS};
 use crate::campaign::Window;
 use futures::TryStreamExt;
 use mongodb::bson::doc;
-use mongodb::options::Hint;
 use mongodb::Database;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -89,13 +88,13 @@ pub async fn enrich(
 
     let follows = db.collection::<FollowDoc>(FOLLOWS);
     let filter = doc! { "followeeId": user_id, "createdAt": window_filter(window) };
-    let hint = Hint::Keys(super::follows_index_keys());
+    // No hint: equality on followeeId leads the planner to the index on its own, and a
+    // hint makes some servers (SecantusDB) scan the whole index instead of a range.
     let newest: Vec<FollowDoc> = follows
         .find(filter.clone())
         .sort(doc! { "createdAt": -1 })
         .limit(i64::from(shown))
         .projection(doc! { "_id": 0, "followerId": 1 })
-        .hint(hint.clone())
         .await?
         .try_collect()
         .await?;
@@ -103,7 +102,7 @@ pub async fn enrich(
     let new_followers = if newest.len() < shown as usize {
         newest.len() as u64
     } else {
-        follows.count_documents(filter).hint(hint).await?
+        follows.count_documents(filter).await?
     };
     if new_followers == 0 {
         return Ok(Enrichment::Skip(SkipReason::NoNewFollowers));

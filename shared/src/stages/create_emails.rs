@@ -97,6 +97,7 @@ impl CreateEmails {
     }
 
     pub async fn handle(&self, event: SqsEvent) -> (SqsBatchResponse, Summary) {
+        let started = std::time::Instant::now();
         let mut summary = Summary::default();
         let mut failed: Vec<String> = Vec::new();
         let outcomes: Vec<(String, Result<Outcome, String>)> = stream::iter(event.records)
@@ -154,6 +155,7 @@ impl CreateEmails {
             enqueued = summary.enqueued,
             skipped = ?summary.skipped,
             failed = summary.failed,
+            duration_ms = started.elapsed().as_millis() as u64,
             "CreateEmails batch done"
         );
         (batch_response(failed), summary)

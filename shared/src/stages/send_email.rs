@@ -13,6 +13,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::stream::{self, StreamExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
+use tracing::Instrument;
 
 /// Do not start a send with less time left than this: claim, send and mark must fit.
 const MIN_TIME_TO_SEND: Duration = Duration::from_secs(3);
@@ -104,6 +105,7 @@ impl<M: Mailer> SendEmail<M> {
         event: SqsEvent,
         invocation: &Invocation,
     ) -> (SqsBatchResponse, Summary) {
+        let started = std::time::Instant::now();
         let stop = AtomicBool::new(false);
         let results: Vec<(String, Result<Done, Retry>)> = stream::iter(event.records)
             .map(|record| {
@@ -152,6 +154,7 @@ impl<M: Mailer> SendEmail<M> {
             throttled = summary.throttled,
             stopped = summary.stopped,
             retried = summary.retried,
+            duration_ms = started.elapsed().as_millis() as u64,
             "SendEmail batch done"
         );
         (batch_response(failed), summary)
@@ -188,17 +191,33 @@ impl<M: Mailer> SendEmail<M> {
             why: Again::Error,
             delay,
         };
-        let stopped = || Retry {
-            why: Again::Stopped,
-            delay: self.config.retry_delays.last().copied(),
-        };
         let message_id = record.message_id.as_deref().unwrap_or_default();
         let job: EmailJob = parse_body(record.body.as_deref()).map_err(|reason| {
             tracing::warn!(message_id, %reason, "unparseable email job; it will reach the DLQ after maxReceiveCount");
             error(None)
         })?;
         let span = tracing::info_span!("send", campaign = %job.campaign_id, user = %job.user_id);
-        let _enter = span.enter();
+        self.send_job(job, record, invocation, stop)
+            .instrument(span)
+            .await
+    }
+
+    async fn send_job(
+        &self,
+        job: EmailJob,
+        record: &SqsMessage,
+        invocation: &Invocation,
+        stop: &AtomicBool,
+    ) -> Result<Done, Retry> {
+        let error = |delay| Retry {
+            why: Again::Error,
+            delay,
+        };
+        let stopped = || Retry {
+            why: Again::Stopped,
+            delay: self.config.retry_delays.last().copied(),
+        };
+        let message_id = record.message_id.as_deref().unwrap_or_default();
         if stop.load(Ordering::SeqCst) {
             return Err(stopped());
         }

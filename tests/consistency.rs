@@ -1,0 +1,121 @@
+//! Keeps the configuration in step across code, template.yaml and the README: every variable
+//! a function reads is set in the template and documented, and the numbers that must agree
+//! (timeouts, visibility, concurrency) do.
+
+use mailctl::template::{EnvValue, Template};
+use mailflow::config::{CreateEmailsConfig, GetUsersConfig, MongoConfig, SendEmailConfig};
+use std::collections::BTreeSet;
+
+fn template() -> Template {
+    Template::load(&mailctl::repo_root().join("template.yaml")).unwrap()
+}
+
+fn literal(t: &Template, function: &str, var: &str) -> u32 {
+    match &t.function(function).unwrap().env[var] {
+        EnvValue::Literal(v) => v.parse().unwrap(),
+        other => panic!("{function}.{var} must be a literal, is {other:?}"),
+    }
+}
+
+#[test]
+fn every_variable_is_set_in_the_template_and_documented() {
+    let t = template();
+    let readme = std::fs::read_to_string(mailctl::repo_root().join("README.md")).unwrap();
+    let functions: [(&str, Vec<&str>); 3] = [
+        (
+            "GetUsersFunction",
+            [MongoConfig::VARS, GetUsersConfig::VARS].concat(),
+        ),
+        (
+            "CreateEmailsFunction",
+            [MongoConfig::VARS, CreateEmailsConfig::VARS].concat(),
+        ),
+        ("SendEmailFunction", SendEmailConfig::VARS.to_vec()),
+    ];
+    for (function, vars) in functions {
+        let set: BTreeSet<&str> = t
+            .function(function)
+            .unwrap()
+            .env
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let read: BTreeSet<&str> = vars.iter().copied().collect();
+        assert_eq!(
+            set, read,
+            "{function}: template.yaml sets exactly what the code reads"
+        );
+        for var in vars {
+            assert!(
+                readme.contains(&format!("`{var}`")),
+                "README does not document {var}"
+            );
+        }
+    }
+    for var in ["LOG_FORMAT", "AWS_ENDPOINT_URL", "RUST_LOG"] {
+        assert!(
+            readme.contains(&format!("`{var}`")),
+            "README does not document {var}"
+        );
+    }
+}
+
+#[test]
+fn send_email_numbers_agree_with_its_queue_and_event_source() {
+    let t = template();
+    let send = t.function("SendEmailFunction").unwrap();
+    let queue = t.queue(&send.sqs_events[0].queue).unwrap();
+    assert_eq!(
+        literal(&t, "SendEmailFunction", "VISIBILITY_TIMEOUT_SECONDS"),
+        queue.visibility_timeout
+    );
+    assert_eq!(
+        literal(&t, "SendEmailFunction", "FUNCTION_TIMEOUT_SECONDS"),
+        send.timeout
+    );
+    assert_eq!(
+        Some(literal(&t, "SendEmailFunction", "SEND_MAX_CONCURRENCY")),
+        send.sqs_events[0].maximum_concurrency
+    );
+    // Every consumer's queue hides a message longer than the consumer can run.
+    for f in &t.functions {
+        for event in &f.sqs_events {
+            let q = t.queue(&event.queue).unwrap();
+            assert!(
+                q.visibility_timeout > f.timeout,
+                "{}: visibility must exceed Timeout",
+                event.queue
+            );
+            assert!(q.redrive.is_some(), "{} needs a DLQ", event.queue);
+            assert!(
+                event.report_batch_item_failures,
+                "{}: ReportBatchItemFailures",
+                f.logical_id
+            );
+        }
+    }
+}
+
+#[test]
+fn sample_events_are_what_the_handlers_accept() {
+    use aws_lambda_events::event::sqs::SqsEvent;
+    use mailflow::messages::{parse_body, EmailJob, UserMessage};
+    use mailflow::stages::get_users::{parse_request, Request};
+    let read = |name: &str| -> serde_json::Value {
+        let path = mailctl::repo_root().join("infra/events").join(name);
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    for name in ["schedule.json", "manual-run.json", "manual-resend.json"] {
+        match parse_request(read(name)) {
+            Ok(Request::Run(run)) => {
+                assert_eq!(run.campaign.id.as_str(), "weekly-2026-W47", "{name}")
+            }
+            _ => panic!("{name} is not a GetUsers run"),
+        }
+    }
+    let users: SqsEvent = serde_json::from_value(read("users-batch.json")).unwrap();
+    assert!(parse_body::<UserMessage>(users.records[0].body.as_deref()).is_ok());
+    assert!(parse_body::<UserMessage>(users.records[1].body.as_deref()).is_err());
+    let emails: SqsEvent = serde_json::from_value(read("emails-batch.json")).unwrap();
+    assert!(parse_body::<EmailJob>(emails.records[0].body.as_deref()).is_ok());
+}
