@@ -10,11 +10,15 @@ fn template() -> Template {
     Template::load(&mailctl::repo_root().join("template.yaml")).unwrap()
 }
 
-fn literal(t: &Template, function: &str, var: &str) -> u32 {
-    match &t.function(function).unwrap().env[var] {
-        EnvValue::Literal(v) => v.parse().unwrap(),
-        other => panic!("{function}.{var} must be a literal, is {other:?}"),
-    }
+/// A number a function's environment gets: a literal or a parameter's default.
+fn number(t: &Template, function: &str, var: &str) -> u32 {
+    let raw = match &t.function(function).unwrap().env[var] {
+        EnvValue::Literal(v) => v.clone(),
+        EnvValue::Ref(p) => t.parameters[p]
+            .clone()
+            .unwrap_or_else(|| panic!("{p} has no default")),
+    };
+    raw.parse().unwrap()
 }
 
 #[test]
@@ -52,7 +56,10 @@ fn every_variable_is_set_in_the_template_and_documented() {
             );
         }
     }
-    for var in ["LOG_FORMAT", "AWS_ENDPOINT_URL", "RUST_LOG"] {
+    for var in ["LOG_FORMAT", "AWS_ENDPOINT_URL", "RUST_LOG"]
+        .iter()
+        .chain(MongoConfig::ALTERNATIVE_VARS)
+    {
         assert!(
             readme.contains(&format!("`{var}`")),
             "README does not document {var}"
@@ -63,18 +70,30 @@ fn every_variable_is_set_in_the_template_and_documented() {
 #[test]
 fn send_email_numbers_agree_with_its_queue_and_event_source() {
     let t = template();
+    check_numbers(&t);
+    // The numbers follow the parameters: overriding one keeps them consistent.
+    let overrides = [("SendMaxConcurrency".to_string(), "7".to_string())].into();
+    let t = Template::parse_with(&t.source, &overrides).unwrap();
+    assert_eq!(
+        t.function("SendEmailFunction").unwrap().sqs_events[0].maximum_concurrency,
+        Some(7)
+    );
+    check_numbers(&t);
+}
+
+fn check_numbers(t: &Template) {
     let send = t.function("SendEmailFunction").unwrap();
     let queue = t.queue(&send.sqs_events[0].queue).unwrap();
     assert_eq!(
-        literal(&t, "SendEmailFunction", "VISIBILITY_TIMEOUT_SECONDS"),
+        number(&t, "SendEmailFunction", "VISIBILITY_TIMEOUT_SECONDS"),
         queue.visibility_timeout
     );
     assert_eq!(
-        literal(&t, "SendEmailFunction", "FUNCTION_TIMEOUT_SECONDS"),
+        number(&t, "SendEmailFunction", "FUNCTION_TIMEOUT_SECONDS"),
         send.timeout
     );
     assert_eq!(
-        Some(literal(&t, "SendEmailFunction", "SEND_MAX_CONCURRENCY")),
+        Some(number(&t, "SendEmailFunction", "SEND_MAX_CONCURRENCY")),
         send.sqs_events[0].maximum_concurrency
     );
     // Every consumer's queue hides a message longer than the consumer can run.

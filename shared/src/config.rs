@@ -73,21 +73,60 @@ fn positive_u32(src: &dyn Source, var: &'static str, default: u32) -> Result<u32
     Ok(v)
 }
 
+/// Where the MongoDB connection string comes from.
+#[derive(Clone, PartialEq, Eq)]
+pub enum MongoUri {
+    /// A Secrets Manager secret (name or ARN) whose value is the URI: how it is deployed.
+    Secret(String),
+    /// The URI itself: for development tools and shells, never in template.yaml.
+    Plain(String),
+}
+
+impl std::fmt::Debug for MongoUri {
+    // The URI may carry a password: never print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Secret(id) => write!(f, "Secret({id})"),
+            Self::Plain(_) => f.write_str("Plain(***)"),
+        }
+    }
+}
+
 /// MongoDB connection settings shared by GetUsers and CreateEmails.
 #[derive(Clone, Debug)]
 pub struct MongoConfig {
-    pub uri: String,
+    pub uri: MongoUri,
     pub database: String,
     pub max_pool_size: u32,
 }
 
 impl MongoConfig {
-    pub const VARS: &'static [&'static str] =
-        &["MONGODB_URI", "MONGODB_DATABASE", "MONGODB_MAX_POOL_SIZE"];
+    pub const VARS: &'static [&'static str] = &[
+        "MONGODB_URI_SECRET_ID",
+        "MONGODB_DATABASE",
+        "MONGODB_MAX_POOL_SIZE",
+    ];
+    /// Read instead of MONGODB_URI_SECRET_ID when that is not set (local tools).
+    pub const ALTERNATIVE_VARS: &'static [&'static str] = &["MONGODB_URI"];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        let uri =
+            match (
+                value(src, "MONGODB_URI_SECRET_ID"),
+                value(src, "MONGODB_URI"),
+            ) {
+                (Some(secret), _) => MongoUri::Secret(secret),
+                (None, Some(uri)) => MongoUri::Plain(uri),
+                (None, None) => return Err(ConfigError {
+                    var: "MONGODB_URI_SECRET_ID",
+                    problem:
+                        "is not set; name the Secrets Manager secret that holds the MongoDB URI \
+                              (or set MONGODB_URI when running outside Lambda)"
+                            .into(),
+                }),
+            };
         Ok(Self {
-            uri: required(src, "MONGODB_URI")?,
+            uri,
             database: value(src, "MONGODB_DATABASE").unwrap_or_else(|| "app".into()),
             max_pool_size: positive_u32(src, "MONGODB_MAX_POOL_SIZE", 10)?,
         })

@@ -47,10 +47,10 @@ pub async fn test_env(test: &str, adjust: impl FnOnce(&mut StackOptions)) -> Res
     let mut options = StackOptions {
         prefix: name.chars().take(60).collect(),
         parameters: BTreeMap::from([
-            ("MongoDbUri".to_string(), mongo_uri.clone()),
             ("MongoDbDatabase".to_string(), database.clone()),
             ("SendRatePerSecond".to_string(), "400".to_string()),
         ]),
+        mongodb_uri: Some(mongo_uri.clone()),
         ..Default::default()
     };
     adjust(&mut options);
@@ -63,10 +63,11 @@ pub async fn test_env(test: &str, adjust: impl FnOnce(&mut StackOptions)) -> Res
     .await?;
     let db = mailflow::adapters::mongo::connect(
         &mailflow::config::MongoConfig {
-            uri: mongo_uri,
+            uri: mailflow::config::MongoUri::Plain(mongo_uri),
             database,
             max_pool_size: 8,
         },
+        &sdk,
         "tests",
     )
     .await?;

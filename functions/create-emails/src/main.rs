@@ -11,8 +11,8 @@ async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
     let config = CreateEmailsConfig::from_source(&ProcessEnv)?;
     let renderer = Renderer::new()?;
-    let db = mailflow::adapters::mongo::connect(&config.mongo, "create-emails").await?;
     let sdk = mailflow::adapters::aws_config().await;
+    let db = mailflow::adapters::mongo::connect(&config.mongo, &sdk, "create-emails").await?;
     let stage = CreateEmails::new(db, aws_sdk_sqs::Client::new(&sdk), renderer, config);
     stage.prepare().await?;
     let stage = &stage;

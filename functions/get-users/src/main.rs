@@ -9,8 +9,8 @@ use serde_json::Value;
 async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
     let config = GetUsersConfig::from_source(&ProcessEnv)?;
-    let db = mailflow::adapters::mongo::connect(&config.mongo, "get-users").await?;
     let sdk = mailflow::adapters::aws_config().await;
+    let db = mailflow::adapters::mongo::connect(&config.mongo, &sdk, "get-users").await?;
     let stage = GetUsers::new(db, aws_sdk_sqs::Client::new(&sdk), config);
     stage.prepare().await?;
     let stage = &stage;

@@ -71,7 +71,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
 
         let env = env_for(&stack, &options, GET_USERS)?;
         let config = GetUsersConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let db = mailflow::adapters::mongo::connect(&config.mongo, "get-users").await?;
+        let db = mailflow::adapters::mongo::connect(&config.mongo, &stack.sdk, "get-users").await?;
         let get_users = GetUsers::new(db, sqs.clone(), config);
         get_users
             .prepare()
@@ -80,7 +80,8 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
 
         let env = env_for(&stack, &options, CREATE_EMAILS)?;
         let config = CreateEmailsConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let db = mailflow::adapters::mongo::connect(&config.mongo, "create-emails").await?;
+        let db =
+            mailflow::adapters::mongo::connect(&config.mongo, &stack.sdk, "create-emails").await?;
         let create_emails = CreateEmails::new(db, sqs.clone(), Renderer::new()?, config);
 
         let env = env_for(&stack, &options, SEND_EMAIL)?;

@@ -10,6 +10,7 @@ use mailctl::template::Template;
 use mailctl::{ledger_scan, ses_record};
 use mailflow::adapters::ses::SesMailer;
 use mailflow::campaign::Campaign;
+use mailflow::config::MongoUri;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -88,11 +89,12 @@ async fn main() -> Result<()> {
             domain,
         } => {
             let mongo = mailflow::config::MongoConfig {
-                uri: env("MONGODB_URI")?,
+                uri: MongoUri::Plain(env("MONGODB_URI")?),
                 database,
                 max_pool_size: 4,
             };
-            let db = mailflow::adapters::mongo::connect(&mongo, "mailctl").await?;
+            let sdk = mailflow::adapters::aws_config().await;
+            let db = mailflow::adapters::mongo::connect(&mongo, &sdk, "mailctl").await?;
             let campaign = Campaign::for_schedule(time::OffsetDateTime::now_utc());
             let report = seed(
                 &db,
@@ -132,10 +134,7 @@ async fn demo(
     let domain = format!("{prefix}.example.com");
 
     let sdk = mailflow::adapters::aws_config().await;
-    let mut parameters = BTreeMap::from([
-        ("MongoDbUri".to_string(), mongo_uri),
-        ("MongoDbDatabase".to_string(), database.clone()),
-    ]);
+    let mut parameters = BTreeMap::from([("MongoDbDatabase".to_string(), database.clone())]);
     if let Some(rate) = send_rate {
         parameters.insert("SendRatePerSecond".into(), rate.to_string());
     }
@@ -145,6 +144,7 @@ async fn demo(
         StackOptions {
             prefix: prefix.clone(),
             parameters,
+            mongodb_uri: Some(mongo_uri),
             ..Default::default()
         },
     )
@@ -162,10 +162,11 @@ async fn demo(
     let campaign = Campaign::for_schedule(now);
     let db = mailflow::adapters::mongo::connect(
         &mailflow::config::MongoConfig {
-            uri: env("MONGODB_URI")?,
+            uri: MongoUri::Plain(env("MONGODB_URI")?),
             database,
             max_pool_size: 4,
         },
+        &sdk,
         "mailctl",
     )
     .await?;

@@ -19,7 +19,13 @@ pub struct StackOptions {
     pub parameters: BTreeMap<String, String>,
     /// Queue VisibilityTimeout overrides by logical id (tests that wait out timeouts).
     pub visibility_timeouts: BTreeMap<String, u32>,
+    /// The MongoDB URI to store in a Secrets Manager secret named by `MongoDbUriSecretName`,
+    /// exactly as a deployment does it.
+    pub mongodb_uri: Option<String>,
 }
+
+/// The template parameter that names the MongoDB URI secret.
+pub const MONGODB_SECRET_PARAMETER: &str = "MongoDbUriSecretName";
 
 #[derive(Clone, Debug)]
 pub struct Stack {
@@ -39,12 +45,18 @@ pub async fn provision(
     options: StackOptions,
 ) -> Result<Stack> {
     let sqs = aws_sdk_sqs::Client::new(sdk);
-    let mut parameters: BTreeMap<String, String> = template
+    let mut overrides = options.parameters.clone();
+    if let Some(uri) = &options.mongodb_uri {
+        let name = format!("{}-mongodb-uri", options.prefix);
+        store_secret(sdk, &name, uri).await?;
+        overrides.insert(MONGODB_SECRET_PARAMETER.into(), name);
+    }
+    let template = Template::parse_with(&template.source, &overrides)?;
+    let parameters: BTreeMap<String, String> = template
         .parameters
         .iter()
         .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
         .collect();
-    parameters.extend(options.parameters.clone());
     let mut stack = Stack {
         template: template.clone(),
         prefix: options.prefix.clone(),
@@ -164,6 +176,34 @@ pub async fn provision(
         verify_identity(sdk, sender).await?;
     }
     Ok(stack)
+}
+
+/// Creates (or updates) a secret with a string value.
+pub async fn store_secret(sdk: &aws_config::SdkConfig, name: &str, value: &str) -> Result<()> {
+    let secrets = aws_sdk_secretsmanager::Client::new(sdk);
+    match secrets
+        .create_secret()
+        .name(name)
+        .secret_string(value)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_resource_exists_exception()) =>
+        {
+            secrets
+                .put_secret_value()
+                .secret_id(name)
+                .secret_string(value)
+                .send()
+                .await
+                .with_context(|| format!("updating secret {name}"))?;
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("creating secret {name}")),
+    }
 }
 
 /// Verifies a sender identity (the emulator verifies on creation).

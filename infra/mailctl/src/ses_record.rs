@@ -29,7 +29,23 @@ fn authority(endpoint: &str) -> Result<&str> {
     Ok(rest.split('/').next().unwrap_or(rest))
 }
 
+/// Reads the record, retrying: the emulator serialises its whole state for this call and
+/// answers 500 when a concurrent request changes that state mid-way.
 pub async fn sent_messages(endpoint: &str) -> Result<Vec<SentMessage>> {
+    let mut attempt = 0;
+    loop {
+        match read_record(endpoint).await {
+            Err(err) if attempt < 8 => {
+                attempt += 1;
+                tracing::debug!(error = %err, attempt, "reading the SES record again");
+                tokio::time::sleep(std::time::Duration::from_millis(200 * attempt)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn read_record(endpoint: &str) -> Result<Vec<SentMessage>> {
     let host = authority(endpoint)?;
     let mut stream = tokio::net::TcpStream::connect(host)
         .await

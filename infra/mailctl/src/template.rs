@@ -51,6 +51,8 @@ pub struct FunctionSpec {
 
 #[derive(Clone, Debug, Default)]
 pub struct Template {
+    /// The text it was read from (to resolve again with other parameter values).
+    pub source: String,
     pub parameters: BTreeMap<String, Option<String>>,
     pub queues: Vec<QueueSpec>,
     pub tables: Vec<TableSpec>,
@@ -66,9 +68,26 @@ fn scalar(v: &Value) -> Option<String> {
     }
 }
 
-fn uint(v: Option<&Value>, what: &str) -> Result<Option<u32>> {
+/// A whole number, literal or `!Ref` to a parameter (resolved with its current value).
+fn uint(
+    v: Option<&Value>,
+    what: &str,
+    params: &BTreeMap<String, Option<String>>,
+) -> Result<Option<u32>> {
     match v {
         None => Ok(None),
+        Some(Value::Tagged(t)) if t.tag == "!Ref" => {
+            let name = scalar(&t.value).unwrap_or_default();
+            params
+                .get(&name)
+                .cloned()
+                .flatten()
+                .and_then(|s| s.parse().ok())
+                .map(Some)
+                .with_context(|| {
+                    format!("{what} refers to parameter {name}, which has no numeric value")
+                })
+        }
         Some(v) => scalar(v)
             .and_then(|s| s.parse().ok())
             .map(Some)
@@ -100,16 +119,28 @@ impl Template {
     }
 
     pub fn parse(text: &str) -> Result<Self> {
+        Self::parse_with(text, &BTreeMap::new())
+    }
+
+    /// Parses with parameter values over the defaults (numbers given as `!Ref` follow them).
+    pub fn parse_with(text: &str, overrides: &BTreeMap<String, String>) -> Result<Self> {
         let doc: Value = serde_yaml::from_str(text)?;
-        let mut template = Template::default();
+        let mut template = Template {
+            source: text.to_owned(),
+            ..Default::default()
+        };
         if let Some(params) = doc.get("Parameters").and_then(Value::as_mapping) {
             for (name, spec) in params {
                 let name = scalar(name).context("parameter name")?;
-                template
-                    .parameters
-                    .insert(name, spec.get("Default").and_then(scalar));
+                let value = overrides
+                    .get(&name)
+                    .cloned()
+                    .or_else(|| spec.get("Default").and_then(scalar));
+                template.parameters.insert(name, value);
             }
         }
+        let params = template.parameters.clone();
+        let params = &params;
         let resources = doc
             .get("Resources")
             .and_then(Value::as_mapping)
@@ -119,11 +150,16 @@ impl Template {
             let props = resource.get("Properties").cloned().unwrap_or(Value::Null);
             match resource.get("Type").and_then(Value::as_str) {
                 Some("AWS::SQS::Queue") => template.queues.push(QueueSpec {
-                    visibility_timeout: uint(props.get("VisibilityTimeout"), "VisibilityTimeout")?
-                        .unwrap_or(30),
+                    visibility_timeout: uint(
+                        props.get("VisibilityTimeout"),
+                        "VisibilityTimeout",
+                        params,
+                    )?
+                    .unwrap_or(30),
                     retention: uint(
                         props.get("MessageRetentionPeriod"),
                         "MessageRetentionPeriod",
+                        params,
                     )?,
                     redrive: match props.get("RedrivePolicy") {
                         None => None,
@@ -134,9 +170,10 @@ impl Template {
                                 .with_context(|| {
                                     format!("{id}: deadLetterTargetArn must be !GetAtt Queue.Arn")
                                 })?,
-                            uint(policy.get("maxReceiveCount"), "maxReceiveCount")?.with_context(
-                                || format!("{id}: RedrivePolicy needs maxReceiveCount"),
-                            )?,
+                            uint(policy.get("maxReceiveCount"), "maxReceiveCount", params)?
+                                .with_context(|| {
+                                    format!("{id}: RedrivePolicy needs maxReceiveCount")
+                                })?,
                         )),
                     },
                     logical_id: id,
@@ -164,9 +201,9 @@ impl Template {
                         logical_id: id,
                     });
                 }
-                Some("AWS::Serverless::Function") => {
-                    template.functions.push(function(&id, resource, &props)?)
-                }
+                Some("AWS::Serverless::Function") => template
+                    .functions
+                    .push(function(&id, resource, &props, params)?),
                 _ => {}
             }
         }
@@ -185,7 +222,12 @@ impl Template {
     }
 }
 
-fn function(id: &str, resource: &Value, props: &Value) -> Result<FunctionSpec> {
+fn function(
+    id: &str,
+    resource: &Value,
+    props: &Value,
+    params: &BTreeMap<String, Option<String>>,
+) -> Result<FunctionSpec> {
     let mut env = BTreeMap::new();
     if let Some(vars) = props
         .get("Environment")
@@ -215,11 +257,12 @@ fn function(id: &str, resource: &Value, props: &Value) -> Result<FunctionSpec> {
                         .get("Queue")
                         .and_then(reference)
                         .with_context(|| format!("{id}: SQS event without Queue"))?,
-                    batch_size: uint(p.get("BatchSize"), "BatchSize")?.unwrap_or(10),
+                    batch_size: uint(p.get("BatchSize"), "BatchSize", params)?.unwrap_or(10),
                     maximum_concurrency: uint(
                         p.get("ScalingConfig")
                             .and_then(|s| s.get("MaximumConcurrency")),
                         "MaximumConcurrency",
+                        params,
                     )?,
                     report_batch_item_failures: p
                         .get("FunctionResponseTypes")
@@ -245,7 +288,7 @@ fn function(id: &str, resource: &Value, props: &Value) -> Result<FunctionSpec> {
             .and_then(|m| m.get("BuildProperties"))
             .and_then(|b| b.get("Binary"))
             .and_then(scalar),
-        timeout: uint(props.get("Timeout"), "Timeout")?.unwrap_or(3),
+        timeout: uint(props.get("Timeout"), "Timeout", params)?.unwrap_or(3),
         env,
         sqs_events,
         schedule,

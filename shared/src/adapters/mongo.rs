@@ -1,14 +1,49 @@
 //! The MongoDB client: built once per execution environment, pool bounded by config.
 
-use crate::config::MongoConfig;
+use crate::config::{MongoConfig, MongoUri};
 use mongodb::options::ClientOptions;
 use mongodb::{Client, Database};
 
 #[derive(Debug, thiserror::Error)]
-#[error("MONGODB_URI ({uri}): {detail}")]
-pub struct MongoConnectError {
-    uri: String,
-    detail: String,
+pub enum MongoConnectError {
+    #[error("MONGODB_URI_SECRET_ID ({secret}): cannot read the secret: {detail}")]
+    Secret { secret: String, detail: String },
+    #[error("MongoDB URI ({uri}): {detail}")]
+    Uri { uri: String, detail: String },
+}
+
+/// The URI itself: read from Secrets Manager once at init, or given directly.
+async fn resolve_uri(
+    uri: &MongoUri,
+    sdk: &aws_config::SdkConfig,
+) -> Result<String, MongoConnectError> {
+    let secret = match uri {
+        MongoUri::Plain(uri) => return Ok(uri.clone()),
+        MongoUri::Secret(secret) => secret,
+    };
+    let error = |detail: String| MongoConnectError::Secret {
+        secret: secret.clone(),
+        detail,
+    };
+    let value = aws_sdk_secretsmanager::Client::new(sdk)
+        .get_secret_value()
+        .secret_id(secret)
+        .send()
+        .await
+        .map_err(|e| error(aws_sdk_secretsmanager::error::DisplayErrorContext(&e).to_string()))?
+        .secret_string
+        .ok_or_else(|| error("the secret has no string value".into()))?;
+    // Either the URI itself, or JSON with a "uri" field.
+    if value.trim_start().starts_with('{') {
+        let json: serde_json::Value = serde_json::from_str(&value)
+            .map_err(|_| error("the secret is neither a URI nor valid JSON".into()))?;
+        return json
+            .get("uri")
+            .and_then(|u| u.as_str())
+            .map(str::to_owned)
+            .ok_or_else(|| error("the secret's JSON has no \"uri\" string".into()));
+    }
+    Ok(value.trim().to_owned())
 }
 
 /// The URI with any password replaced, safe for logs and errors.
@@ -23,22 +58,25 @@ pub fn redact_uri(uri: &str) -> String {
     }
 }
 
-pub async fn connect(config: &MongoConfig, app_name: &str) -> Result<Database, MongoConnectError> {
-    let mut options = ClientOptions::parse(&config.uri)
-        .await
-        .map_err(|e| MongoConnectError {
-            uri: redact_uri(&config.uri),
-            detail: format!(
-                "cannot be parsed ({}); expected mongodb://host:port/...",
-                e.kind
-            ),
-        })?;
+pub async fn connect(
+    config: &MongoConfig,
+    sdk: &aws_config::SdkConfig,
+    app_name: &str,
+) -> Result<Database, MongoConnectError> {
+    let uri = resolve_uri(&config.uri, sdk).await?;
+    let invalid = |detail: String| MongoConnectError::Uri {
+        uri: redact_uri(&uri),
+        detail,
+    };
+    let mut options = ClientOptions::parse(&uri).await.map_err(|e| {
+        invalid(format!(
+            "cannot be parsed ({}); expected mongodb://host:port/...",
+            e.kind
+        ))
+    })?;
     options.max_pool_size = Some(config.max_pool_size);
     options.app_name = Some(app_name.to_owned());
-    let client = Client::with_options(options).map_err(|e| MongoConnectError {
-        uri: redact_uri(&config.uri),
-        detail: e.to_string(),
-    })?;
+    let client = Client::with_options(options).map_err(|e| invalid(e.to_string()))?;
     Ok(client.database(&config.database))
 }
 
