@@ -85,15 +85,15 @@ fn check_numbers(t: &Template) {
     let send = t.function("SendEmailFunction").unwrap();
     let queue = t.queue(&send.sqs_events[0].queue).unwrap();
     assert_eq!(
-        number(&t, "SendEmailFunction", "VISIBILITY_TIMEOUT_SECONDS"),
+        number(t, "SendEmailFunction", "VISIBILITY_TIMEOUT_SECONDS"),
         queue.visibility_timeout
     );
     assert_eq!(
-        number(&t, "SendEmailFunction", "FUNCTION_TIMEOUT_SECONDS"),
+        number(t, "SendEmailFunction", "FUNCTION_TIMEOUT_SECONDS"),
         send.timeout
     );
     assert_eq!(
-        Some(number(&t, "SendEmailFunction", "SEND_MAX_CONCURRENCY")),
+        Some(number(t, "SendEmailFunction", "SEND_MAX_CONCURRENCY")),
         send.sqs_events[0].maximum_concurrency
     );
     // Every consumer's queue hides a message longer than the consumer can run.
