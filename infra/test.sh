@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Every check and test: formatting, clippy, unit tests, and the tests against the local
-# stack (moto + SecantusDB on 127.0.0.1, started and stopped here). CI runs exactly this.
+# Every check and test: formatting, template validation, clippy, unit tests, and the tests
+# against the local stack (moto + SecantusDB on 127.0.0.1, started and stopped here).
+# CI runs exactly this.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 cargo fmt --all -- --check
+infra/validate-template.sh
 cargo clippy --workspace --all-targets --locked -- -D warnings
 exec infra/with-local-stack.sh cargo test --workspace --locked
