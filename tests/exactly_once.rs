@@ -30,6 +30,8 @@ enum Action {
     /// The invocation dies after SES accepted, before SENT is written.
     HangAfter,
     Throttle,
+    /// The account's sending is paused.
+    Paused,
 }
 
 type Plan = Arc<dyn Fn(usize) -> Action + Send + Sync>;
@@ -88,6 +90,11 @@ impl Mailer for Faulty {
         if action == Action::Throttle {
             return Err(SendError::Throttled(
                 "TooManyRequestsException: injected".into(),
+            ));
+        }
+        if action == Action::Paused {
+            return Err(SendError::Stopped(
+                "SendingPausedException: injected".into(),
             ));
         }
         if action == Action::HangBefore {
@@ -558,4 +565,39 @@ async fn t9_the_observed_send_rate_never_exceeds_the_configured_rate() {
         "{} sends in {span:.2}s exceed {RATE}/s",
         times.len()
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn t10_sending_paused_stops_the_batch_and_returns_every_unsent_record() {
+    let env = test_env("paused", quick).await.unwrap();
+    let faults = Faults::new(|_| Action::Paused);
+    let pipeline = env
+        .pipeline(quick_pipeline(), faults.mailer())
+        .await
+        .unwrap();
+    let users = users(10);
+    let mut event = SqsEvent::default();
+    event.records = users
+        .iter()
+        .map(|u| record(&format!("m-{u}"), &job(&env, W46, u, false)))
+        .collect();
+    let invocation = Invocation::with_timeout("paused", Duration::from_secs(6));
+    let (response, summary) = pipeline.send_email[0].handle(event, &invocation).await;
+    assert_eq!(
+        response.batch_item_failures.len(),
+        10,
+        "every record comes back"
+    );
+    assert_eq!(summary.stopped, 10);
+    assert_eq!(summary.sent + summary.failed, 0);
+    // The first refusal stops the rest: they never reach SES.
+    assert!(
+        faults.calls.load(Ordering::SeqCst) < 10,
+        "the batch went on calling SES"
+    );
+    // Claims were released: the retry does not wait out a lease.
+    for (user, r) in records(&env, W46).await {
+        assert_eq!(r.status, Some(SendStatus::InProgress), "{user}");
+        assert_eq!(r.lease_until_ms, Some(0), "{user}: claim not released");
+    }
 }

@@ -215,6 +215,16 @@ async fn run_function(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     if exit.is_none() {
+        // Peak memory, for choosing MemorySize (printed, never asserted: machines differ).
+        if let Some(pid) = child.id() {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            if let Some(peak) = status.lines().find(|l| l.starts_with("VmHWM")) {
+                eprintln!(
+                    "{bin}: peak RSS {}",
+                    peak.trim_start_matches("VmHWM:").trim()
+                );
+            }
+        }
         child.start_kill().unwrap();
         let _ = child.wait().await;
     }
