@@ -137,20 +137,6 @@ fn sample(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// Builds the function's binary as the test command's cargo would.
-fn binary(name: &str) -> std::path::PathBuf {
-    let status = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--locked", "-p", name, "--bin", name])
-        .current_dir(mailctl::repo_root())
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building {name} failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| mailctl::repo_root().join("target"));
-    target.join("debug").join(name)
-}
-
 struct Run {
     posted: Vec<(String, Posted)>,
     init_error: Option<String>,
@@ -188,7 +174,7 @@ async fn run_function(
             tokio::spawn(serve_connection(server_api.clone(), stream));
         }
     });
-    let mut child = tokio::process::Command::new(binary(bin))
+    let mut child = tokio::process::Command::new(mailflow_tests::binary(bin))
         .env_clear()
         .envs(std::env::vars().filter(|(k, _)| k.starts_with("AWS_") || k == "PATH"))
         .envs(env)

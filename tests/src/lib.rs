@@ -139,3 +139,18 @@ pub fn ses(
         config.configuration_set.clone(),
     )
 }
+
+/// Builds a binary of the workspace (debug, as the test command does) and returns its path.
+/// Cargo releases its lock while tests run, so building from a test is safe.
+pub fn binary(name: &str) -> std::path::PathBuf {
+    let status = std::process::Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "--locked", "-p", name, "--bin", name])
+        .current_dir(mailctl::repo_root())
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building {name} failed");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| mailctl::repo_root().join("target"));
+    target.join("debug").join(name)
+}

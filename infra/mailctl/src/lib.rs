@@ -14,3 +14,4 @@ use std::path::PathBuf;
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
+pub mod ops;

@@ -4,6 +4,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use mailctl::local::{LocalPipeline, PipelineOptions};
+use mailctl::ops::{self, Target};
 use mailctl::provision::{provision, StackOptions};
 use mailctl::seed::{seed, SeedOptions};
 use mailctl::template::Template;
@@ -46,6 +47,68 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Create the resources template.yaml declares on the local stack under a prefix, and
+    /// print the MAILFLOW_* variables that name them.
+    Provision {
+        #[arg(long, default_value = "local")]
+        prefix: String,
+        #[arg(long, env = "MONGODB_DATABASE", default_value = "app")]
+        database: String,
+    },
+    /// Start a campaign: on AWS invoke GetUsers; with --prefix run it on the local stack to
+    /// completion.
+    Run {
+        /// Campaign id; default: the campaign the schedule would run now (the last full week).
+        #[arg(long)]
+        campaign: Option<String>,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Re-run a campaign so that only users without a SENT record get an email.
+    Resend {
+        #[arg(long)]
+        campaign: String,
+        /// Also retry users whose send failed permanently (fix their data first).
+        #[arg(long)]
+        include_failed: bool,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Counts by state for one campaign: queued, in flight, sent, failed, suppressed
+    /// duplicates, DLQ depth, send rate and ETA.
+    Status {
+        #[arg(long)]
+        campaign: String,
+        /// Refresh every 2 seconds until the queues are empty.
+        #[arg(long)]
+        watch: bool,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Move a dead-letter queue's messages back to its source queue.
+    Redrive {
+        #[arg(long, value_enum)]
+        queue: QueueChoice,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Render exactly the email a user would get (reads MongoDB like CreateEmails).
+    Preview {
+        #[arg(long)]
+        user: String,
+        /// Default: the campaign the schedule would run now.
+        #[arg(long)]
+        campaign: Option<String>,
+        /// Write the HTML here (the subject and text go to stdout).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        #[arg(long, env = "MONGODB_DATABASE", default_value = "app")]
+        database: String,
+        #[arg(long, default_value_t = 3)]
+        followers_shown: u32,
+    },
     /// Insert synthetic users and follows into MONGODB_URI for this week's campaign window.
     Seed {
         #[arg(long, default_value_t = 1000)]
@@ -59,6 +122,30 @@ enum Command {
     },
 }
 
+#[derive(clap::Args)]
+struct TargetArgs {
+    /// A stack on the local stack made by `mailctl provision --prefix P`; without it the
+    /// MAILFLOW_* variables name a deployed stack's resources.
+    #[arg(long)]
+    prefix: Option<String>,
+    /// MongoDB database of a local stack (deployed stacks set theirs in template.yaml).
+    #[arg(long, env = "MONGODB_DATABASE", default_value = "app")]
+    database: String,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum QueueChoice {
+    Users,
+    Emails,
+}
+
+async fn target(sdk: &aws_config::SdkConfig, args: &TargetArgs) -> Result<Target> {
+    match &args.prefix {
+        Some(prefix) => Target::from_prefix(&aws_sdk_sqs::Client::new(sdk), prefix).await,
+        None => Target::from_env(),
+    }
+}
+
 fn env(name: &str) -> Result<String> {
     std::env::var(name).with_context(|| {
         format!("{name} is not set; start the local stack and load its environment: eval \"$(infra/local-stack.sh env)\"")
@@ -66,7 +153,18 @@ fn env(name: &str) -> Result<String> {
 }
 
 #[tokio::main]
-async fn main() -> Result<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            // One line with the causes, no backtrace: this is for operators.
+            eprintln!("mailctl: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<()> {
     if std::env::var_os("LOG_FORMAT").is_none() {
         std::env::set_var("LOG_FORMAT", "text");
     }
@@ -75,7 +173,119 @@ async fn main() -> Result<()> {
     }
     mailflow::telemetry::init();
     let cli = Cli::parse();
+    let sdk = mailflow::adapters::aws_config().await;
     match cli.command {
+        Command::Provision { prefix, database } => {
+            let stack = provision_local(&sdk, &cli.template, &prefix, &database).await?;
+            let url = |q: &str| stack.queue_url(q).map(str::to_owned);
+            println!(
+                "export MAILFLOW_SENDS_TABLE={}",
+                stack.table_name("SendsTable")?
+            );
+            println!("export MAILFLOW_USERS_QUEUE_URL={}", url("UsersQueue")?);
+            println!("export MAILFLOW_USERS_DLQ_URL={}", url("UsersDLQ")?);
+            println!("export MAILFLOW_EMAILS_QUEUE_URL={}", url("EmailsQueue")?);
+            println!("export MAILFLOW_EMAILS_DLQ_URL={}", url("EmailsDLQ")?);
+            Ok(())
+        }
+        Command::Run {
+            campaign,
+            target: t,
+        } => {
+            let campaign = campaign.unwrap_or_else(|| {
+                Campaign::for_schedule(time::OffsetDateTime::now_utc())
+                    .id
+                    .to_string()
+            });
+            start(
+                &sdk,
+                &cli.template,
+                &t,
+                serde_json::json!({"campaignId": campaign}),
+            )
+            .await
+        }
+        Command::Resend {
+            campaign,
+            include_failed,
+            target: t,
+        } => {
+            mailflow::campaign::CampaignId::parse(&campaign)?;
+            let event =
+                serde_json::json!({"campaignId": campaign, "includeFailed": include_failed});
+            start(&sdk, &cli.template, &t, event).await
+        }
+        Command::Status {
+            campaign,
+            watch,
+            json,
+            target: t,
+        } => {
+            mailflow::campaign::CampaignId::parse(&campaign)?;
+            let target = target(&sdk, &t).await?;
+            let (sqs, dynamo) = (
+                aws_sdk_sqs::Client::new(&sdk),
+                aws_sdk_dynamodb::Client::new(&sdk),
+            );
+            loop {
+                let s = ops::status(&sqs, &dynamo, &target, &campaign).await?;
+                if json {
+                    println!("{}", serde_json::to_string(&s)?);
+                } else {
+                    print_status(&s);
+                }
+                if !watch || s.users_pending + s.emails_pending == 0 {
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+        Command::Redrive { queue, target: t } => {
+            let target = target(&sdk, &t).await?;
+            let (dlq, source) = match queue {
+                QueueChoice::Users => (&target.users_dlq, &target.users_queue),
+                QueueChoice::Emails => (&target.emails_dlq, &target.emails_queue),
+            };
+            let moved = ops::redrive(&aws_sdk_sqs::Client::new(&sdk), dlq, source).await?;
+            println!("moved {moved} messages from {dlq} to {source}");
+            Ok(())
+        }
+        Command::Preview {
+            user,
+            campaign,
+            out,
+            database,
+            followers_shown,
+        } => {
+            let campaign = match campaign {
+                Some(id) => Campaign::from_id(&id, None)?,
+                None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
+            };
+            let mut mongo =
+                mailflow::config::MongoConfig::from_source(&mailflow::config::ProcessEnv)?;
+            mongo.database = database;
+            let db = mailflow::adapters::mongo::connect(&mongo, &sdk, "mailctl").await?;
+            match mailflow::digest::enrich(&db, &user, &campaign.window, followers_shown).await? {
+                mailflow::digest::Enrichment::Skip(reason) => {
+                    bail!(
+                        "{user} gets no email in {}: {}",
+                        campaign.id,
+                        reason.as_str()
+                    )
+                }
+                mailflow::digest::Enrichment::Ready(digest) => {
+                    let email =
+                        mailflow::digest::Renderer::new()?.render(&digest, &campaign.window)?;
+                    println!("Subject: {}\n\n{}", email.subject, email.text);
+                    if let Some(path) = out {
+                        std::fs::write(&path, &email.html)
+                            .with_context(|| format!("writing {}", path.display()))?;
+                        eprintln!("HTML written to {}", path.display());
+                    }
+                    Ok(())
+                }
+            }
+        }
         Command::Demo {
             users,
             seed: s,
@@ -93,7 +303,6 @@ async fn main() -> Result<()> {
                 database,
                 max_pool_size: 4,
             };
-            let sdk = mailflow::adapters::aws_config().await;
             let db = mailflow::adapters::mongo::connect(&mongo, &sdk, "mailctl").await?;
             let campaign = Campaign::for_schedule(time::OffsetDateTime::now_utc());
             let report = seed(
@@ -117,6 +326,110 @@ async fn main() -> Result<()> {
             Ok(())
         }
     }
+}
+
+async fn provision_local(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    prefix: &str,
+    database: &str,
+) -> Result<mailctl::provision::Stack> {
+    let parameters = BTreeMap::from([("MongoDbDatabase".to_string(), database.to_owned())]);
+    provision(
+        sdk,
+        Template::load(template)?,
+        StackOptions {
+            prefix: prefix.to_owned(),
+            parameters,
+            mongodb_uri: Some(env("MONGODB_URI")?),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// Starts GetUsers with `event`: on AWS by invoking the function, locally by running the
+/// whole pipeline to completion.
+async fn start(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    t: &TargetArgs,
+    event: serde_json::Value,
+) -> Result<()> {
+    let Some(prefix) = &t.prefix else {
+        let target = Target::from_env()?;
+        let function = target
+            .get_users_function
+            .context("MAILFLOW_GET_USERS_FUNCTION is not set: export the stack's GetUsersFunctionName output")?;
+        let out = aws_sdk_lambda::Client::new(sdk)
+            .invoke()
+            .function_name(&function)
+            .payload(aws_sdk_lambda::primitives::Blob::new(serde_json::to_vec(
+                &event,
+            )?))
+            .send()
+            .await
+            .with_context(|| format!("invoking {function}"))?;
+        let payload = out
+            .payload
+            .map(|p| String::from_utf8_lossy(p.as_ref()).into_owned())
+            .unwrap_or_default();
+        if let Some(error) = out.function_error {
+            bail!("{function} failed ({error}): {payload}");
+        }
+        println!("{payload}");
+        return Ok(());
+    };
+    let stack = provision_local(sdk, template, prefix, &t.database).await?;
+    let pipeline = LocalPipeline::build(stack, PipelineOptions::default(), |sdk, config| {
+        SesMailer::new(
+            sdk,
+            config.sender_address.clone(),
+            config.configuration_set.clone(),
+        )
+    })
+    .await?;
+    let report = pipeline.run(event, Duration::from_secs(24 * 3600)).await?;
+    let send = &report.totals.send_email;
+    println!(
+        "{}",
+        serde_json::json!({
+            "getUsers": report.get_users,
+            "rendered": report.totals.create_emails.rendered,
+            "skipped": report.totals.create_emails.skipped,
+            "sent": send.sent,
+            "suppressedDuplicates": send.duplicates,
+            "failed": send.failed,
+            "previouslyFailed": send.previously_failed,
+            "wallTimeSeconds": report.wall_time.as_secs(),
+        })
+    );
+    Ok(())
+}
+
+fn print_status(s: &ops::CampaignStatus) {
+    let done = s.sent + s.failed;
+    let total = done as u64 + s.in_progress as u64 + s.users_pending + s.emails_pending;
+    let width = 30;
+    let filled = (done as u64 * width as u64)
+        .checked_div(total)
+        .map_or(width, |f| f as usize);
+    println!(
+        "{} [{}{}] sent {} failed {} in progress {} | queued: users {} emails {} | duplicates suppressed {} | DLQ users {} emails {} | {} | ETA {}",
+        s.campaign_id,
+        "#".repeat(filled),
+        ".".repeat(width - filled),
+        s.sent,
+        s.failed,
+        s.in_progress,
+        s.users_pending,
+        s.emails_pending,
+        s.duplicates_suppressed,
+        s.users_dlq,
+        s.emails_dlq,
+        s.send_rate.map_or("rate -".into(), |r| format!("{r}/s")),
+        s.eta_seconds.map_or("-".into(), |e| format!("{e}s")),
+    );
 }
 
 async fn demo(

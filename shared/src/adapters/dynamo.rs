@@ -245,6 +245,31 @@ impl DynamoLedger {
     }
 }
 
+impl DynamoLedger {
+    /// Counts a suppressed duplicate on a SENT record, so operators see how often the
+    /// ledger saved a user from a second email. Only on SENT: it never creates a record.
+    pub async fn note_duplicate(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+    ) -> Result<(), LedgerError> {
+        let values = HashMap::from([
+            (":sent".into(), s(SendStatus::Sent.as_str())),
+            (":one".into(), n(1)),
+        ]);
+        self.update(
+            "note duplicate",
+            user_id,
+            campaign_id,
+            "ADD duplicatesSuppressed :one",
+            "#status = :sent",
+            values,
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
 /// A record of the sends table, as operators and tests read it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SendRecord {
@@ -255,6 +280,9 @@ pub struct SendRecord {
     pub ses_message_id: Option<String>,
     pub last_error: Option<String>,
     pub lease_until_ms: Option<u64>,
+    pub started_at_ms: Option<u64>,
+    pub completed_at_ms: Option<u64>,
+    pub duplicates_suppressed: u64,
 }
 
 impl SendRecord {
@@ -267,6 +295,9 @@ impl SendRecord {
             ses_message_id: get_s(item, "sesMessageId"),
             last_error: get_s(item, "lastError"),
             lease_until_ms: get_n(item, "leaseUntil"),
+            started_at_ms: get_n(item, "startedAt"),
+            completed_at_ms: get_n(item, "completedAt"),
+            duplicates_suppressed: get_n(item, "duplicatesSuppressed").unwrap_or(0),
         }
     }
 }

@@ -240,7 +240,16 @@ impl<M: Mailer> SendEmail<M> {
         };
         match self.ledger.claim(&claim, job.include_failed).await {
             Ok(ClaimOutcome::Claimed { attempt }) => tracing::debug!(attempt, "claimed"),
-            Ok(ClaimOutcome::Refused(Refusal::AlreadySent)) => return Ok(Done::Duplicate),
+            Ok(ClaimOutcome::Refused(Refusal::AlreadySent)) => {
+                if let Err(err) = self
+                    .ledger
+                    .note_duplicate(&claim.user_id, &claim.campaign_id)
+                    .await
+                {
+                    tracing::warn!(reason = %err, "could not count the suppressed duplicate");
+                }
+                return Ok(Done::Duplicate);
+            }
             Ok(ClaimOutcome::Refused(Refusal::Failed { .. })) => return Ok(Done::PreviouslyFailed),
             Ok(ClaimOutcome::Refused(Refusal::Busy { lease_until_ms })) => {
                 // Never acknowledge: if the holder dies, this copy may be the only one left.

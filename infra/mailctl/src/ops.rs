@@ -1,0 +1,228 @@
+//! Operator actions on a deployed or local stack: campaign status, DLQ redrive, resends.
+//! Resources are named either by the stack's outputs in the environment (AWS) or by the
+//! prefix `mailctl` provisioned them under (local stack).
+
+use crate::ledger_scan;
+use crate::runner::depth;
+use anyhow::{bail, Context, Result};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use aws_sdk_sqs::Client as Sqs;
+use mailflow::ledger::SendStatus;
+use serde::Serialize;
+use std::time::Duration;
+
+/// The resources an operator command works on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub sends_table: String,
+    pub users_queue: String,
+    pub users_dlq: String,
+    pub emails_queue: String,
+    pub emails_dlq: String,
+    /// GetUsers' function name (AWS only: starts campaigns by invoking it).
+    pub get_users_function: Option<String>,
+}
+
+/// Environment variables naming a deployed stack's resources (its Outputs).
+pub const TARGET_VARS: [&str; 6] = [
+    "MAILFLOW_SENDS_TABLE",
+    "MAILFLOW_USERS_QUEUE_URL",
+    "MAILFLOW_USERS_DLQ_URL",
+    "MAILFLOW_EMAILS_QUEUE_URL",
+    "MAILFLOW_EMAILS_DLQ_URL",
+    "MAILFLOW_GET_USERS_FUNCTION",
+];
+
+impl Target {
+    /// From the stack's outputs, exported as MAILFLOW_* variables.
+    pub fn from_env() -> Result<Self> {
+        let get = |k: &str| {
+            std::env::var(k).with_context(|| {
+                format!("{k} is not set: export the stack's outputs (see README, Operating campaigns) or pass --prefix for a local stack")
+            })
+        };
+        Ok(Self {
+            sends_table: get("MAILFLOW_SENDS_TABLE")?,
+            users_queue: get("MAILFLOW_USERS_QUEUE_URL")?,
+            users_dlq: get("MAILFLOW_USERS_DLQ_URL")?,
+            emails_queue: get("MAILFLOW_EMAILS_QUEUE_URL")?,
+            emails_dlq: get("MAILFLOW_EMAILS_DLQ_URL")?,
+            get_users_function: std::env::var("MAILFLOW_GET_USERS_FUNCTION").ok(),
+        })
+    }
+
+    /// A stack `mailctl provision` / `demo` created under `prefix` on the local stack.
+    pub async fn from_prefix(sqs: &Sqs, prefix: &str) -> Result<Self> {
+        let url = |logical: &'static str| async move {
+            let name = format!("{prefix}-{logical}");
+            sqs.get_queue_url()
+                .queue_name(&name)
+                .send()
+                .await
+                .with_context(|| format!("queue {name} not found: is {prefix:?} the prefix `mailctl provision` printed?"))?
+                .queue_url
+                .context("GetQueueUrl returned no URL")
+        };
+        Ok(Self {
+            sends_table: format!("{prefix}-SendsTable"),
+            users_queue: url("UsersQueue").await?,
+            users_dlq: url("UsersDLQ").await?,
+            emails_queue: url("EmailsQueue").await?,
+            emails_dlq: url("EmailsDLQ").await?,
+            get_users_function: None,
+        })
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CampaignStatus {
+    pub campaign_id: String,
+    /// Users queue: waiting to be rendered (visible + in flight).
+    pub users_pending: u64,
+    /// Emails queue: rendered, waiting to be sent (visible + in flight).
+    pub emails_pending: u64,
+    pub in_progress: usize,
+    pub sent: usize,
+    pub failed: usize,
+    pub duplicates_suppressed: u64,
+    pub users_dlq: u64,
+    pub emails_dlq: u64,
+    /// Emails per second between the first claim and the last completion.
+    pub send_rate: Option<f64>,
+    /// Seconds until the queues drain at that rate.
+    pub eta_seconds: Option<u64>,
+}
+
+pub async fn status(
+    sqs: &Sqs,
+    dynamo: &aws_sdk_dynamodb::Client,
+    target: &Target,
+    campaign: &str,
+) -> Result<CampaignStatus> {
+    let records = ledger_scan::records(dynamo, &target.sends_table, campaign).await?;
+    let count = |s: SendStatus| records.iter().filter(|r| r.status == Some(s)).count();
+    let total = |url: &str| {
+        let url = url.to_owned();
+        async move { depth(sqs, &url).await.map(|(v, i)| v + i) }
+    };
+    let mut status = CampaignStatus {
+        campaign_id: campaign.to_owned(),
+        users_pending: total(&target.users_queue).await?,
+        emails_pending: total(&target.emails_queue).await?,
+        in_progress: count(SendStatus::InProgress),
+        sent: count(SendStatus::Sent),
+        failed: count(SendStatus::Failed),
+        duplicates_suppressed: records.iter().map(|r| r.duplicates_suppressed).sum(),
+        users_dlq: total(&target.users_dlq).await?,
+        emails_dlq: total(&target.emails_dlq).await?,
+        ..Default::default()
+    };
+    let first = records.iter().filter_map(|r| r.started_at_ms).min();
+    let last = records.iter().filter_map(|r| r.completed_at_ms).max();
+    if let (Some(first), Some(last)) = (first, last) {
+        if last > first && status.sent > 0 {
+            let rate = status.sent as f64 / ((last - first) as f64 / 1000.0);
+            status.send_rate = Some((rate * 10.0).round() / 10.0);
+            let pending = status.users_pending + status.emails_pending;
+            status.eta_seconds = Some((pending as f64 / rate).ceil() as u64);
+        }
+    }
+    Ok(status)
+}
+
+/// Moves every message of `dlq` back to `source`. Uses StartMessageMoveTask where the service
+/// supports it; otherwise receives, sends to the source, and only then deletes from the DLQ,
+/// so a crash midway can duplicate a message (harmless downstream) but never lose one.
+pub async fn redrive(sqs: &Sqs, dlq: &str, source: &str) -> Result<u64> {
+    if let Some(moved) = move_task(sqs, dlq, source).await? {
+        return Ok(moved);
+    }
+    let mut moved = 0;
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(dlq)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .with_context(|| format!("receiving from {dlq}"))?;
+        let messages = out.messages.unwrap_or_default();
+        if messages.is_empty() {
+            return Ok(moved);
+        }
+        for message in messages {
+            let body = message.body.clone().unwrap_or_default();
+            sqs.send_message()
+                .queue_url(source)
+                .message_body(body)
+                .send()
+                .await
+                .with_context(|| {
+                    format!("sending back to {source} (the message stays in the DLQ)")
+                })?;
+            if let Some(receipt) = message.receipt_handle() {
+                sqs.delete_message()
+                    .queue_url(dlq)
+                    .receipt_handle(receipt)
+                    .send()
+                    .await
+                    .with_context(|| format!("deleting from {dlq} after it was re-sent"))?;
+            }
+            moved += 1;
+        }
+    }
+}
+
+/// The service's own redrive, waited for; None when the service does not offer it.
+async fn move_task(sqs: &Sqs, dlq: &str, source: &str) -> Result<Option<u64>> {
+    let arn = |url: &str| {
+        let url = url.to_owned();
+        async move {
+            sqs.get_queue_attributes()
+                .queue_url(&url)
+                .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+                .send()
+                .await?
+                .attributes
+                .and_then(|mut a| a.remove(&aws_sdk_sqs::types::QueueAttributeName::QueueArn))
+                .with_context(|| format!("no ARN for {url}"))
+        }
+    };
+    let (dlq_arn, source_arn) = (arn(dlq).await?, arn(source).await?);
+    let started = sqs
+        .start_message_move_task()
+        .source_arn(&dlq_arn)
+        .destination_arn(&source_arn)
+        .send()
+        .await;
+    if let Err(err) = started {
+        // Emulators without the API answer 500/unknown operation: fall back.
+        tracing::info!(error = %aws_sdk_sqs::error::DisplayErrorContext(&err), "StartMessageMoveTask unavailable; moving messages one by one");
+        return Ok(None);
+    }
+    loop {
+        let tasks = sqs
+            .list_message_move_tasks()
+            .source_arn(&dlq_arn)
+            .max_results(1)
+            .send()
+            .await?;
+        let Some(task) = tasks.results.unwrap_or_default().into_iter().next() else {
+            bail!("the move task for {dlq} disappeared");
+        };
+        match task.status.as_deref() {
+            Some("COMPLETED") => {
+                return Ok(Some(task.approximate_number_of_messages_moved.max(0) as u64))
+            }
+            Some("FAILED" | "CANCELLED") => bail!(
+                "moving messages from {dlq} stopped: {}",
+                task.failure_reason
+                    .unwrap_or_else(|| "no reason given".into())
+            ),
+            _ => tokio::time::sleep(Duration::from_secs(2)).await,
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The operator CLI against the local stack: provision, seed, run, status, resend, redrive,
+//! preview, and one-line errors for bad input.
+
+use mailflow_tests::{binary, endpoints};
+use serde_json::Value;
+use std::process::Output;
+
+fn mailctl(args: &[&str], env: &[(&str, &str)]) -> Output {
+    std::process::Command::new(binary("mailctl"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("mailctl runs")
+}
+
+fn ok(out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn last_json(stdout: &str) -> Value {
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+fn unique(name: &str) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        % 100_000_000;
+    format!("cli{t}-{name}")
+}
+
+#[test]
+fn run_status_and_resend_on_a_local_stack() {
+    endpoints();
+    let prefix = unique("run");
+    let db = prefix.replace('-', "_");
+    let env = [("MONGODB_DATABASE", db.as_str())];
+    let exports = ok(mailctl(&["provision", "--prefix", &prefix], &env));
+    assert!(exports.contains(&format!("MAILFLOW_SENDS_TABLE={prefix}-SendsTable")));
+    let domain = format!("{prefix}.example.com");
+    let seeded = ok(mailctl(
+        &["seed", "--users", "40", "--domain", &domain],
+        &env,
+    ));
+    let audience: usize = seeded
+        .split("audience ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // `seed` fills the window of the campaign the schedule would run now.
+    let campaign = mailflow::campaign::Campaign::for_schedule(time::OffsetDateTime::now_utc())
+        .id
+        .to_string();
+    let run = last_json(&ok(mailctl(
+        &["run", "--prefix", &prefix, "--campaign", &campaign],
+        &env,
+    )));
+    assert_eq!(run["getUsers"]["usersEnqueued"], audience);
+    let invalid = run["failed"].as_u64().unwrap() as usize;
+    assert_eq!(run["sent"].as_u64().unwrap() as usize + invalid, audience);
+
+    let status = last_json(&ok(mailctl(
+        &[
+            "status",
+            "--prefix",
+            &prefix,
+            "--campaign",
+            &campaign,
+            "--json",
+        ],
+        &env,
+    )));
+    assert_eq!(status["sent"], run["sent"]);
+    assert_eq!(status["failed"], run["failed"]);
+    assert_eq!(status["usersPending"], 0);
+    assert_eq!(status["emailsDlq"], 0);
+
+    // A resend sends nothing new: everyone eligible already has a SENT record.
+    let resend = last_json(&ok(mailctl(
+        &["resend", "--prefix", &prefix, "--campaign", &campaign],
+        &env,
+    )));
+    assert_eq!(resend["sent"], 0);
+    assert_eq!(resend["suppressedDuplicates"], run["sent"]);
+    let status = last_json(&ok(mailctl(
+        &[
+            "status",
+            "--prefix",
+            &prefix,
+            "--campaign",
+            &campaign,
+            "--json",
+        ],
+        &env,
+    )));
+    assert_eq!(status["duplicatesSuppressed"], run["sent"]);
+
+    // Preview renders what that user got.
+    let html = std::env::temp_dir().join(format!("{prefix}.html"));
+    let user = "u0000003";
+    let out = mailctl(
+        &[
+            "preview",
+            "--user",
+            user,
+            "--campaign",
+            &campaign,
+            "--out",
+            html.to_str().unwrap(),
+        ],
+        &env,
+    );
+    if out.status.success() {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.starts_with("Subject: You have"), "{text}");
+        assert!(std::fs::read_to_string(&html)
+            .unwrap()
+            .contains("<!doctype html>"));
+    } else {
+        // Not in the audience: the reason is one line.
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("gets no email") && err.lines().count() == 1,
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn redrive_moves_every_dlq_message_back() {
+    endpoints();
+    let prefix = unique("redrive");
+    let exports = ok(mailctl(&["provision", "--prefix", &prefix], &[]));
+    let var = |name: &str| {
+        exports
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+            .unwrap()
+            .to_owned()
+    };
+    let (dlq, source) = (
+        var("MAILFLOW_USERS_DLQ_URL"),
+        var("MAILFLOW_USERS_QUEUE_URL"),
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sqs =
+        rt.block_on(async { aws_sdk_sqs::Client::new(&mailflow::adapters::aws_config().await) });
+    for i in 0..13 {
+        rt.block_on(
+            sqs.send_message()
+                .queue_url(&dlq)
+                .message_body(format!("m{i}"))
+                .send(),
+        )
+        .unwrap();
+    }
+    let out = ok(mailctl(
+        &["redrive", "--queue", "users", "--prefix", &prefix],
+        &[],
+    ));
+    assert!(out.starts_with("moved 13 messages"), "{out}");
+    let depth = |url: &str| rt.block_on(mailctl::runner::depth(&sqs, url)).unwrap();
+    assert_eq!(depth(&dlq), (0, 0));
+    assert_eq!(depth(&source).0, 13);
+}
+
+#[test]
+fn bad_input_gets_one_clear_line_and_a_failure_exit() {
+    endpoints();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["status", "--campaign", "no spaces", "--prefix", "x"],
+            "campaign id \"no spaces\" is invalid",
+        ),
+        (
+            &[
+                "status",
+                "--campaign",
+                "weekly-2026-W46",
+                "--prefix",
+                "does-not-exist",
+            ],
+            "queue does-not-exist-UsersQueue not found",
+        ),
+        (
+            &["resend", "--campaign", "weekly-2026-W46"],
+            "MAILFLOW_SENDS_TABLE is not set",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = mailctl(args, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(
+            !err.contains("stack backtrace") && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+}
