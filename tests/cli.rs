@@ -210,3 +210,18 @@ fn bad_input_gets_one_clear_line_and_a_failure_exit() {
         );
     }
 }
+
+#[test]
+fn demo_prints_counts_that_match_the_ses_record() {
+    endpoints();
+    let summary = last_json(&ok(mailctl(&["demo", "--users", "40", "--json"], &[])));
+    assert!(summary["eligibleUsers"].as_u64().unwrap() > 0);
+    assert_eq!(summary["sent"], summary["sesRecorded"]);
+    assert_eq!(
+        summary["sent"].as_u64().unwrap() + summary["failed"].as_u64().unwrap(),
+        summary["eligibleUsers"].as_u64().unwrap()
+    );
+    assert_eq!(summary["dlq"], 0);
+    // SQS may deliver a message twice; the ledger absorbs it (counted, never sent twice).
+    assert!(summary["suppressedDuplicates"].is_u64());
+}

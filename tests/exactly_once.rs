@@ -226,6 +226,16 @@ async fn t1_the_same_message_delivered_twice_at_once_sends_one_email() {
         pipeline.send_email[1].handle(b, &inv_b)
     );
     assert_eq!(sum_a.sent + sum_b.sent, 10);
+    let counted: u64 = records(&env, W46)
+        .await
+        .values()
+        .map(|r| r.duplicates_suppressed)
+        .sum();
+    assert_eq!(
+        counted as usize,
+        sum_a.duplicates + sum_b.duplicates,
+        "duplicates are counted on the record"
+    );
     assert_eq!(
         sum_a.duplicates + sum_b.duplicates + sum_a.busy + sum_b.busy,
         10
