@@ -8,4 +8,6 @@ cd "$ROOT"
 cargo fmt --all -- --check
 infra/validate-template.sh
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The binaries tests/runtime_api.rs and tests/cli.rs run (same features as the tests: no rebuild).
+cargo build --workspace --bins --locked
 exec infra/with-local-stack.sh cargo test --workspace --locked

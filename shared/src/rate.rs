@@ -21,14 +21,16 @@ impl Pacer {
 
     /// Waits for the next free slot and takes it.
     pub async fn acquire(&self) {
-        let slot = {
-            let mut next = self.next.lock().await;
-            let now = Instant::now();
-            let slot = next.map_or(now, |n| n.max(now));
-            *next = Some(slot + self.interval);
-            slot
-        };
+        let slot = self.reserve(Instant::now()).await;
         tokio::time::sleep_until(slot).await;
+    }
+
+    /// Takes the next free slot at or after `now`.
+    async fn reserve(&self, now: Instant) -> Instant {
+        let mut next = self.next.lock().await;
+        let slot = next.map_or(now, |n| n.max(now));
+        *next = Some(slot + self.interval);
+        slot
     }
 }
 
@@ -36,26 +38,19 @@ impl Pacer {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn spaces_acquisitions_evenly() {
-        let pacer = std::sync::Arc::new(Pacer::per_second(10.0));
-        let start = Instant::now();
-        let tasks: Vec<_> = (0..5)
-            .map(|_| {
-                let p = pacer.clone();
-                tokio::spawn(async move {
-                    p.acquire().await;
-                    Instant::now()
-                })
-            })
-            .collect();
-        let mut times = Vec::new();
-        for t in tasks {
-            times.push(t.await.unwrap() - start);
+    #[tokio::test]
+    async fn slots_are_spaced_by_the_interval_and_never_bunch_up() {
+        let pacer = Pacer::per_second(10.0);
+        let t0 = Instant::now();
+        let mut slots = Vec::new();
+        for _ in 0..5 {
+            slots.push(pacer.reserve(t0).await - t0);
         }
-        times.sort();
-        // Paused clock: exact slots at 0, 100, 200, 300, 400 ms.
-        let ms: Vec<u128> = times.iter().map(|d| d.as_millis()).collect();
+        let ms: Vec<u128> = slots.iter().map(|d| d.as_millis()).collect();
         assert_eq!(ms, vec![0, 100, 200, 300, 400]);
+        // After an idle gap the next slot is "now": no burst of saved-up tokens.
+        let later = t0 + Duration::from_secs(10);
+        assert_eq!(pacer.reserve(later).await, later);
+        assert_eq!(pacer.reserve(later).await - later, Duration::from_millis(100));
     }
 }

@@ -140,11 +140,13 @@ pub fn ses(
     )
 }
 
-/// Builds a binary of the workspace (debug, as the test command does) and returns its path.
-/// Cargo releases its lock while tests run, so building from a test is safe.
+/// The path of a workspace binary, built first (debug, as the test command does). It builds
+/// the whole workspace's binaries so that features resolve as in `cargo test --workspace`
+/// (nothing is recompiled; infra/test.sh has built them already). Cargo releases its lock
+/// while tests run, so building from a test is safe.
 pub fn binary(name: &str) -> std::path::PathBuf {
     let status = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--locked", "-p", name, "--bin", name])
+        .args(["build", "--quiet", "--locked", "--workspace", "--bins"])
         .current_dir(mailctl::repo_root())
         .status()
         .expect("cargo runs");
