@@ -51,6 +51,9 @@ mod tests {
         // After an idle gap the next slot is "now": no burst of saved-up tokens.
         let later = t0 + Duration::from_secs(10);
         assert_eq!(pacer.reserve(later).await, later);
-        assert_eq!(pacer.reserve(later).await - later, Duration::from_millis(100));
+        assert_eq!(
+            pacer.reserve(later).await - later,
+            Duration::from_millis(100)
+        );
     }
 }
