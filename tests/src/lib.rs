@@ -133,11 +133,7 @@ pub fn ses(
     sdk: &aws_config::SdkConfig,
     config: &mailflow::config::SendEmailConfig,
 ) -> mailflow::adapters::ses::SesMailer {
-    mailflow::adapters::ses::SesMailer::new(
-        sdk,
-        config.sender_address.clone(),
-        config.configuration_set.clone(),
-    )
+    mailflow::adapters::ses::SesMailer::from_config(sdk, config)
 }
 
 /// The path of a workspace binary, built first (debug, as the test command does). It builds

@@ -16,11 +16,7 @@ async fn main() -> Result<(), Error> {
         &config.sends_table_name,
         config.retention_days,
     );
-    let mailer = SesMailer::new(
-        &sdk,
-        config.sender_address.clone(),
-        config.configuration_set.clone(),
-    );
+    let mailer = SesMailer::from_config(&sdk, &config);
     let stage = SendEmail::new(ledger, mailer, aws_sdk_sqs::Client::new(&sdk), config);
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {

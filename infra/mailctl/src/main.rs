@@ -381,14 +381,8 @@ async fn start(
         return Ok(());
     };
     let stack = provision_local(sdk, template, prefix, &t.database).await?;
-    let pipeline = LocalPipeline::build(stack, PipelineOptions::default(), |sdk, config| {
-        SesMailer::new(
-            sdk,
-            config.sender_address.clone(),
-            config.configuration_set.clone(),
-        )
-    })
-    .await?;
+    let pipeline =
+        LocalPipeline::build(stack, PipelineOptions::default(), SesMailer::from_config).await?;
     let report = pipeline.run(event, Duration::from_secs(24 * 3600)).await?;
     let send = &report.totals.send_email;
     println!(
@@ -462,14 +456,8 @@ async fn demo(
         },
     )
     .await?;
-    let pipeline = LocalPipeline::build(stack, PipelineOptions::default(), |sdk, config| {
-        SesMailer::new(
-            sdk,
-            config.sender_address.clone(),
-            config.configuration_set.clone(),
-        )
-    })
-    .await?;
+    let pipeline =
+        LocalPipeline::build(stack, PipelineOptions::default(), SesMailer::from_config).await?;
 
     let now = time::OffsetDateTime::now_utc();
     let campaign = Campaign::for_schedule(now);

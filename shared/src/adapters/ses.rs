@@ -15,6 +15,18 @@ pub struct SesMailer {
 }
 
 impl SesMailer {
+    /// The mailer SendEmail's configuration describes (sender, configuration set).
+    pub fn from_config(
+        sdk: &aws_config::SdkConfig,
+        config: &crate::config::SendEmailConfig,
+    ) -> Self {
+        Self::new(
+            sdk,
+            config.sender_address.clone(),
+            config.configuration_set.clone(),
+        )
+    }
+
     pub fn new(
         sdk: &aws_config::SdkConfig,
         from: String,

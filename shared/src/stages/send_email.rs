@@ -76,6 +76,15 @@ struct Retry {
     delay: Option<Duration>,
 }
 
+impl Retry {
+    fn error(delay: Option<Duration>) -> Self {
+        Self {
+            why: Again::Error,
+            delay,
+        }
+    }
+}
+
 pub struct SendEmail<M> {
     ledger: DynamoLedger,
     mailer: M,
@@ -187,14 +196,10 @@ impl<M: Mailer> SendEmail<M> {
         invocation: &Invocation,
         stop: &AtomicBool,
     ) -> Result<Done, Retry> {
-        let error = |delay| Retry {
-            why: Again::Error,
-            delay,
-        };
         let message_id = record.message_id.as_deref().unwrap_or_default();
         let job: EmailJob = parse_body(record.body.as_deref()).map_err(|reason| {
             tracing::warn!(message_id, %reason, "unparseable email job; it will reach the DLQ after maxReceiveCount");
-            error(None)
+            Retry::error(None)
         })?;
         let span = tracing::info_span!("send", campaign = %job.campaign_id, user = %job.user_id);
         self.send_job(job, record, invocation, stop)
@@ -209,10 +214,6 @@ impl<M: Mailer> SendEmail<M> {
         invocation: &Invocation,
         stop: &AtomicBool,
     ) -> Result<Done, Retry> {
-        let error = |delay| Retry {
-            why: Again::Error,
-            delay,
-        };
         let stopped = || Retry {
             why: Again::Stopped,
             delay: self.config.retry_delays.last().copied(),
@@ -222,7 +223,7 @@ impl<M: Mailer> SendEmail<M> {
             return Err(stopped());
         }
         if invocation.remaining() < MIN_TIME_TO_SEND {
-            return Err(error(Some(Duration::ZERO)));
+            return Err(Retry::error(Some(Duration::ZERO)));
         }
 
         let now = SystemTime::now();
@@ -261,7 +262,7 @@ impl<M: Mailer> SendEmail<M> {
             }
             Err(err) => {
                 tracing::warn!(reason = %err, "claim failed; will retry");
-                return Err(error(None));
+                return Err(Retry::error(None));
             }
         }
 
@@ -272,7 +273,7 @@ impl<M: Mailer> SendEmail<M> {
         }
         if invocation.remaining() < MIN_TIME_TO_SEND {
             self.release(&claim, "deadline too near to send").await;
-            return Err(error(Some(Duration::ZERO)));
+            return Err(Retry::error(Some(Duration::ZERO)));
         }
 
         let email = OutgoingEmail {
@@ -297,7 +298,7 @@ impl<M: Mailer> SendEmail<M> {
                         Ok(Done::Failed)
                     }
                     // The claim stays IN_PROGRESS; the record retries after the lease.
-                    Err(_) => Err(error(None)),
+                    Err(_) => Err(Retry::error(None)),
                 }
             }
             Err(SendError::Throttled(reason)) => {
@@ -316,7 +317,7 @@ impl<M: Mailer> SendEmail<M> {
             Err(SendError::NotAccepted(reason)) => {
                 tracing::warn!(%reason, "SES did not accept the email; will retry");
                 self.release(&claim, &reason).await;
-                Err(error(Some(self.backoff(record))))
+                Err(Retry::error(Some(self.backoff(record))))
             }
             Err(SendError::Unknown(reason)) => {
                 // SES may have accepted it: keep the claim, so no retry sends before the lease
@@ -326,7 +327,7 @@ impl<M: Mailer> SendEmail<M> {
                     .lease_until_ms
                     .saturating_sub(epoch_ms(SystemTime::now()))
                     + 1000;
-                Err(error(Some(Duration::from_millis(wait))))
+                Err(Retry::error(Some(Duration::from_millis(wait))))
             }
         }
     }
