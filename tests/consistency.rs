@@ -137,4 +137,13 @@ fn sample_events_are_what_the_handlers_accept() {
     assert!(parse_body::<UserMessage>(users.records[1].body.as_deref()).is_err());
     let emails: SqsEvent = serde_json::from_value(read("emails-batch.json")).unwrap();
     assert!(parse_body::<EmailJob>(emails.records[0].body.as_deref()).is_ok());
+    assert!(parse_body::<EmailJob>(emails.records[1].body.as_deref()).is_err());
+    match parse_request(read("continuation-batch.json")) {
+        Ok(Request::Continuations(records)) => {
+            use mailflow::stages::get_users::Checkpoint;
+            assert!(parse_body::<Checkpoint>(records[0].1.as_deref()).is_ok());
+            assert!(parse_body::<Checkpoint>(records[1].1.as_deref()).is_err());
+        }
+        _ => panic!("continuation-batch.json is not an SQS batch"),
+    }
 }

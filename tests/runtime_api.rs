@@ -266,6 +266,19 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
         seeded.audience.len() as u64
     );
 
+    // GetUsers from the continuation queue: the malformed checkpoint fails alone.
+    let run = run_function(
+        "get-users",
+        GET_USERS,
+        env.stack.env(GET_USERS).unwrap(),
+        vec![sample("continuation-batch.json")],
+    )
+    .await;
+    assert_eq!(
+        response(&run)["batchItemFailures"],
+        serde_json::json!([{"itemIdentifier": "c0ffee00-0000-4000-8000-000000000002"}])
+    );
+
     // CreateEmails with a batch whose second record is malformed: only that one fails.
     let run = run_function(
         "create-emails",
@@ -279,7 +292,7 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
         serde_json::json!([{"itemIdentifier": "9f1c1d5e-0000-4000-8000-000000000002"}])
     );
 
-    // SendEmail sends the sample job and records it SENT.
+    // SendEmail sends the sample job and records it SENT; the malformed job fails alone.
     let run = run_function(
         "send-email",
         SEND_EMAIL,
@@ -287,7 +300,10 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
         vec![sample("emails-batch.json")],
     )
     .await;
-    assert_eq!(response(&run)["batchItemFailures"], serde_json::json!([]));
+    assert_eq!(
+        response(&run)["batchItemFailures"],
+        serde_json::json!([{"itemIdentifier": "4b7e0b7a-0000-4000-8000-000000000002"}])
+    );
     let records = mailctl::ledger_scan::records(
         &env.dynamo(),
         env.stack.table_name("SendsTable").unwrap(),
