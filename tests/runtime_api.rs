@@ -1,4 +1,4 @@
-//! The function binaries, built and run as Lambda runs them: each talks to a local Lambda
+//! The function binaries (release builds under infra/test.sh), run as Lambda runs them: each talks to a local Lambda
 //! Runtime API endpoint (served here), gets a sample event from `infra/events/`, and must post
 //! the documented response. This covers `main.rs` wiring, config from template.yaml and init.
 
@@ -174,7 +174,7 @@ async fn run_function(
             tokio::spawn(serve_connection(server_api.clone(), stream));
         }
     });
-    let mut child = tokio::process::Command::new(mailflow_tests::binary(bin))
+    let mut child = tokio::process::Command::new(mailflow_tests::function_binary(bin))
         .env_clear()
         .envs(std::env::vars().filter(|(k, _)| k.starts_with("AWS_") || k == "PATH"))
         .envs(env)
