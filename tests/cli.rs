@@ -102,9 +102,11 @@ fn run_status_and_resend_on_a_local_stack() {
             "--campaign",
             &campaign,
             "--json",
+            "--watch",
         ],
         &env,
     )));
+    // (--watch refreshes until the queues are empty: here they are, so it prints once.)
     assert_eq!(status["duplicatesSuppressed"], run["sent"]);
 
     // Preview renders what that user got.
