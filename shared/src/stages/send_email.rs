@@ -163,6 +163,8 @@ impl<M: Mailer> SendEmail<M> {
             throttled = summary.throttled,
             stopped = summary.stopped,
             retried = summary.retried,
+            previously_failed = summary.previously_failed,
+            unrecorded = summary.unrecorded,
             duration_ms = started.elapsed().as_millis() as u64,
             "SendEmail batch done"
         );
