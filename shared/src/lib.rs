@@ -10,6 +10,7 @@ pub mod config;
 pub mod digest;
 pub mod ledger;
 pub mod messages;
+pub mod metering;
 pub mod ports;
 pub mod rate;
 pub mod stages;

@@ -13,11 +13,13 @@ async fn main() -> Result<(), Error> {
     let renderer = Renderer::new()?;
     let sdk = mailflow::adapters::aws_config().await;
     let db = mailflow::adapters::mongo::connect(&config.mongo, &sdk, "create-emails").await?;
-    let stage = CreateEmails::new(db, aws_sdk_sqs::Client::new(&sdk), renderer, config);
+    let stage = CreateEmails::new(db, mailflow::adapters::sqs_client(&sdk), renderer, config);
     stage.prepare().await?;
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
-        Ok::<SqsBatchResponse, Error>(stage.handle(event.payload).await.0)
+        let (response, _) = stage.handle(event.payload).await;
+        mailflow::metering::log_invocation_requests();
+        Ok::<SqsBatchResponse, Error>(response)
     }))
     .await
 }

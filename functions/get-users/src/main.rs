@@ -11,15 +11,14 @@ async fn main() -> Result<(), Error> {
     let config = GetUsersConfig::from_source(&ProcessEnv)?;
     let sdk = mailflow::adapters::aws_config().await;
     let db = mailflow::adapters::mongo::connect(&config.mongo, &sdk, "get-users").await?;
-    let stage = GetUsers::new(db, aws_sdk_sqs::Client::new(&sdk), config);
+    let stage = GetUsers::new(db, mailflow::adapters::sqs_client(&sdk), config);
     stage.prepare().await?;
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let invocation = Invocation::from_context(&event.context);
-        stage
-            .handle(event.payload, &invocation)
-            .await
-            .map_err(Error::from)
+        let result = stage.handle(event.payload, &invocation).await;
+        mailflow::metering::log_invocation_requests();
+        result.map_err(Error::from)
     }))
     .await
 }

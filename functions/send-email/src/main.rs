@@ -12,16 +12,18 @@ async fn main() -> Result<(), Error> {
     let config = SendEmailConfig::from_source(&ProcessEnv)?;
     let sdk = mailflow::adapters::aws_config().await;
     let ledger = DynamoLedger::new(
-        aws_sdk_dynamodb::Client::new(&sdk),
+        mailflow::adapters::dynamodb_client(&sdk),
         &config.sends_table_name,
         config.retention_days,
     );
     let mailer = SesMailer::from_config(&sdk, &config);
-    let stage = SendEmail::new(ledger, mailer, aws_sdk_sqs::Client::new(&sdk), config);
+    let stage = SendEmail::new(ledger, mailer, mailflow::adapters::sqs_client(&sdk), config);
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let invocation = Invocation::from_context(&event.context);
-        Ok::<SqsBatchResponse, Error>(stage.handle(event.payload, &invocation).await.0)
+        let (response, _) = stage.handle(event.payload, &invocation).await;
+        mailflow::metering::log_invocation_requests();
+        Ok::<SqsBatchResponse, Error>(response)
     }))
     .await
 }

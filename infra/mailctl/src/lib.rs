@@ -1,7 +1,9 @@
 //! mailctl: the operator tool for mailflow, and the local runner the tests and the demo use.
 
+pub mod function_host;
 pub mod ledger_scan;
 pub mod local;
+pub mod ops;
 pub mod provision;
 pub mod runner;
 pub mod seed;
@@ -14,4 +16,3 @@ use std::path::PathBuf;
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
-pub mod ops;

@@ -67,7 +67,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         options: PipelineOptions,
         mailer: impl FnOnce(&aws_config::SdkConfig, &SendEmailConfig) -> M,
     ) -> Result<Self> {
-        let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+        let sqs = mailflow::adapters::sqs_client(&stack.sdk);
 
         let env = env_for(&stack, &options, GET_USERS)?;
         let config = GetUsersConfig::from_source(&|k: &str| env.get(k).cloned())?;
@@ -87,7 +87,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         let env = env_for(&stack, &options, SEND_EMAIL)?;
         let send_config = SendEmailConfig::from_source(&|k: &str| env.get(k).cloned())?;
         let ledger = mailflow::adapters::dynamo::DynamoLedger::new(
-            aws_sdk_dynamodb::Client::new(&stack.sdk),
+            mailflow::adapters::dynamodb_client(&stack.sdk),
             &send_config.sends_table_name,
             send_config.retention_days,
         );

@@ -44,6 +44,8 @@ pub struct FunctionSpec {
     pub logical_id: String,
     pub binary: Option<String>,
     pub timeout: u32,
+    /// MemorySize in MB (the function's, else the Globals', else Lambda's default 128).
+    pub memory_size: u32,
     pub env: BTreeMap<String, EnvValue>,
     pub sqs_events: Vec<SqsEventSpec>,
     pub schedule: Option<String>,
@@ -203,7 +205,7 @@ impl Template {
                 }
                 Some("AWS::Serverless::Function") => template
                     .functions
-                    .push(function(&id, resource, &props, params)?),
+                    .push(function(&id, resource, &props, &doc, params)?),
                 _ => {}
             }
         }
@@ -226,8 +228,19 @@ fn function(
     id: &str,
     resource: &Value,
     props: &Value,
+    doc: &Value,
     params: &BTreeMap<String, Option<String>>,
 ) -> Result<FunctionSpec> {
+    let globals = doc.get("Globals").and_then(|g| g.get("Function"));
+    let memory_size = match uint(props.get("MemorySize"), "MemorySize", params)? {
+        Some(mb) => mb,
+        None => uint(
+            globals.and_then(|g| g.get("MemorySize")),
+            "MemorySize",
+            params,
+        )?
+        .unwrap_or(128),
+    };
     let mut env = BTreeMap::new();
     if let Some(vars) = props
         .get("Environment")
@@ -289,6 +302,7 @@ fn function(
             .and_then(|b| b.get("Binary"))
             .and_then(scalar),
         timeout: uint(props.get("Timeout"), "Timeout", params)?.unwrap_or(3),
+        memory_size,
         env,
         sqs_events,
         schedule,

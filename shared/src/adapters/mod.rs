@@ -6,10 +6,28 @@ pub mod mongo;
 pub mod ses;
 pub mod sqs;
 
+use crate::metering::RequestMeter;
+
 /// The SDK configuration for every AWS client: region, credentials and `AWS_ENDPOINT_URL`
 /// from the environment (the SDK reads it itself), as on Lambda.
 pub async fn aws_config() -> aws_config::SdkConfig {
     aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+}
+
+/// The AWS clients, each with the request meter attached (see `metering`).
+pub fn sqs_client(sdk: &aws_config::SdkConfig) -> aws_sdk_sqs::Client {
+    let config = aws_sdk_sqs::config::Builder::from(sdk).interceptor(RequestMeter);
+    aws_sdk_sqs::Client::from_conf(config.build())
+}
+
+pub fn dynamodb_client(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Client {
+    let config = aws_sdk_dynamodb::config::Builder::from(sdk).interceptor(RequestMeter);
+    aws_sdk_dynamodb::Client::from_conf(config.build())
+}
+
+pub fn secrets_client(sdk: &aws_config::SdkConfig) -> aws_sdk_secretsmanager::Client {
+    let config = aws_sdk_secretsmanager::config::Builder::from(sdk).interceptor(RequestMeter);
+    aws_sdk_secretsmanager::Client::from_conf(config.build())
 }
 
 /// One line for an SDK error, with the service's code and message when it answered.

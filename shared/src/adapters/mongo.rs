@@ -25,7 +25,7 @@ async fn resolve_uri(
         secret: secret.clone(),
         detail,
     };
-    let value = aws_sdk_secretsmanager::Client::new(sdk)
+    let value = super::secrets_client(sdk)
         .get_secret_value()
         .secret_id(secret)
         .send()
@@ -76,6 +76,7 @@ pub async fn connect(
     })?;
     options.max_pool_size = Some(config.max_pool_size);
     options.app_name = Some(app_name.to_owned());
+    options.command_event_handler = Some(crate::metering::mongo_command_monitor());
     let client = Client::with_options(options).map_err(|e| invalid(e.to_string()))?;
     Ok(client.database(&config.database))
 }

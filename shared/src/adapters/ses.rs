@@ -34,6 +34,7 @@ impl SesMailer {
     ) -> Self {
         let config = aws_sdk_sesv2::config::Builder::from(sdk)
             .retry_config(aws_sdk_sesv2::config::retry::RetryConfig::disabled())
+            .interceptor(crate::metering::RequestMeter)
             .build();
         Self {
             client: Client::from_conf(config),
