@@ -16,14 +16,23 @@ use std::sync::Mutex;
 /// The log message that carries an invocation's counts (the benchmark looks for it).
 pub const REQUESTS_LOG_MESSAGE: &str = "backend requests";
 
+/// SQS bills every 64 KiB of a request's payload as one request.
+pub const SQS_BILLING_CHUNK: u64 = 64 * 1024;
+/// Suffix of the keys that count SQS billing chunks (`sqs.SendMessageBatch#64KiB`).
+pub const SQS_CHUNKS_SUFFIX: &str = "#64KiB";
+
 static COUNTS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 
 fn count(key: String) {
+    add(key, 1);
+}
+
+fn add(key: String, n: u64) {
     *COUNTS
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .entry(key)
-        .or_default() += 1;
+        .or_default() += n;
 }
 
 /// The counts since the last call, and a fresh start.
@@ -52,14 +61,24 @@ impl Intercept for RequestMeter {
     // Called once per attempt, right before it goes on the wire.
     fn read_before_transmit(
         &self,
-        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         let key = match cfg.load::<Metadata>() {
-            Some(m) => format!("{}.{}", m.service().to_ascii_lowercase(), m.name()),
+            Some(m) => format!(
+                "{}.{}",
+                m.service().to_ascii_lowercase().replace(' ', ""),
+                m.name()
+            ),
             None => "aws.unknown".to_owned(),
         };
+        // SQS bills each 64 KiB chunk of a payload as one request.
+        if key.starts_with("sqs.") {
+            let bytes = context.request().body().content_length().unwrap_or(0);
+            let chunks = bytes.div_ceil(SQS_BILLING_CHUNK).max(1);
+            add(format!("{key}{SQS_CHUNKS_SUFFIX}"), chunks);
+        }
         count(key);
         Ok(())
     }

@@ -238,3 +238,87 @@ pub struct RunReport {
     pub totals: Totals,
     pub wall_time: Duration,
 }
+
+/// A freshly provisioned local stack with synthetic users seeded for this week's campaign.
+pub struct SeededStack {
+    pub stack: Stack,
+    pub seeded: crate::seed::SeedReport,
+    pub campaign: mailflow::campaign::Campaign,
+    /// The mail domain of every seeded address (the SES record is filtered by it).
+    pub domain: String,
+    /// The moment the campaign was started for: the schedule event's time.
+    pub now: time::OffsetDateTime,
+}
+
+impl SeededStack {
+    /// Provisions template.yaml under a fresh `{name}-{timestamp}` prefix, with its own
+    /// database and mail domain, and seeds `users` users (deterministic for `seed`).
+    pub async fn create(
+        template: &std::path::Path,
+        name: &str,
+        users: usize,
+        seed: u64,
+        mut parameters: BTreeMap<String, String>,
+    ) -> Result<Self> {
+        let var = |k: &str| {
+            std::env::var(k).with_context(|| {
+                format!("{k} is not set; start the local stack and load its environment: eval \"$(infra/local-stack.sh env)\"")
+            })
+        };
+        let mongo_uri = var("MONGODB_URI")?;
+        var("AWS_ENDPOINT_URL")?;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis();
+        let prefix = format!("{name}-{stamp}");
+        let database = format!("mailflow_{name}_{stamp}");
+        let domain = format!("{prefix}.example.com");
+        parameters.insert("MongoDbDatabase".into(), database.clone());
+        let sdk = mailflow::adapters::aws_config().await;
+        let stack = crate::provision::provision(
+            &sdk,
+            crate::template::Template::load(template)?,
+            crate::provision::StackOptions {
+                prefix,
+                parameters,
+                mongodb_uri: Some(mongo_uri.clone()),
+                ..Default::default()
+            },
+        )
+        .await?;
+        let now = time::OffsetDateTime::now_utc();
+        let campaign = mailflow::campaign::Campaign::for_schedule(now);
+        let mongo = mailflow::config::MongoConfig {
+            uri: mailflow::config::MongoUri::Plain(mongo_uri),
+            database,
+            max_pool_size: 4,
+        };
+        let db = mailflow::adapters::mongo::connect(&mongo, &sdk, "mailctl").await?;
+        let seeded = crate::seed::seed(
+            &db,
+            &crate::seed::SeedOptions {
+                users,
+                seed,
+                domain: domain.clone(),
+                window: campaign.window,
+            },
+        )
+        .await?;
+        Ok(Self {
+            stack,
+            seeded,
+            campaign,
+            domain,
+            now,
+        })
+    }
+
+    /// The event EventBridge's weekly schedule sends GetUsers.
+    pub fn schedule_event(&self) -> Result<Value> {
+        Ok(serde_json::json!({
+            "detail-type": "Scheduled Event",
+            "source": "aws.events",
+            "time": self.now.format(&time::format_description::well_known::Rfc3339)?,
+        }))
+    }
+}

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use mailctl::local::{LocalPipeline, PipelineOptions};
+use mailctl::local::{LocalPipeline, PipelineOptions, SeededStack};
 use mailctl::ops::{self, Target};
 use mailctl::provision::{provision, StackOptions};
 use mailctl::seed::{seed, SeedOptions};
@@ -13,7 +13,7 @@ use mailflow::adapters::ses::SesMailer;
 use mailflow::campaign::Campaign;
 use mailflow::config::MongoUri;
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -44,6 +44,27 @@ enum Command {
         #[arg(long)]
         send_rate: Option<f64>,
         /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure the pipeline on the local stack through the real function binaries, one stage
+    /// at a time: CPU per email, peak RSS, cold start, billable requests per email, binary
+    /// sizes and the cost per million emails (infra/bench.sh builds them and runs this).
+    Bench {
+        #[arg(long, default_value_t = 10_000)]
+        users: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Only GetUsers: the fan-out to the users queue (try --users 100000).
+        #[arg(long)]
+        get_users_only: bool,
+        /// Campaign-wide send rate (emails/s); high so that our code, not the pacer, is measured.
+        #[arg(long, default_value_t = 5000.0)]
+        send_rate: f64,
+        /// Where the function binaries are.
+        #[arg(long, default_value_os_t = mailctl::repo_root().join("target/release"))]
+        bin_dir: std::path::PathBuf,
+        /// Print one JSON object instead of Markdown tables.
         #[arg(long)]
         json: bool,
     },
@@ -292,6 +313,29 @@ async fn run() -> Result<()> {
             send_rate,
             json,
         } => demo(&cli.template, users, s, send_rate, json).await,
+        Command::Bench {
+            users,
+            seed: s,
+            get_users_only,
+            send_rate,
+            bin_dir,
+            json,
+        } => {
+            let options = mailctl::bench::BenchOptions {
+                users,
+                seed: s,
+                get_users_only,
+                send_rate,
+                bin_dir,
+            };
+            let report = mailctl::bench::bench(&cli.template, &options).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", mailctl::bench::markdown(&report));
+            }
+            Ok(())
+        }
         Command::Seed {
             users,
             seed: s,
@@ -434,59 +478,19 @@ async fn demo(
     json: bool,
 ) -> Result<()> {
     let endpoint = env("AWS_ENDPOINT_URL")?;
-    let mongo_uri = env("MONGODB_URI")?;
-    let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
-    let prefix = format!("demo-{stamp}");
-    let database = format!("mailflow_demo_{stamp}");
-    let domain = format!("{prefix}.example.com");
-
-    let sdk = mailflow::adapters::aws_config().await;
-    let mut parameters = BTreeMap::from([("MongoDbDatabase".to_string(), database.clone())]);
+    let mut parameters = BTreeMap::new();
     if let Some(rate) = send_rate {
         parameters.insert("SendRatePerSecond".into(), rate.to_string());
     }
-    let stack = provision(
-        &sdk,
-        Template::load(template)?,
-        StackOptions {
-            prefix: prefix.clone(),
-            parameters,
-            mongodb_uri: Some(mongo_uri),
-            ..Default::default()
-        },
+    let local = SeededStack::create(template, "demo", users, seed_value, parameters).await?;
+    let schedule = local.schedule_event()?;
+    let (seeded, campaign, domain) = (local.seeded, local.campaign, local.domain);
+    let pipeline = LocalPipeline::build(
+        local.stack,
+        PipelineOptions::default(),
+        SesMailer::from_config,
     )
     .await?;
-    let pipeline =
-        LocalPipeline::build(stack, PipelineOptions::default(), SesMailer::from_config).await?;
-
-    let now = time::OffsetDateTime::now_utc();
-    let campaign = Campaign::for_schedule(now);
-    let db = mailflow::adapters::mongo::connect(
-        &mailflow::config::MongoConfig {
-            uri: MongoUri::Plain(env("MONGODB_URI")?),
-            database,
-            max_pool_size: 4,
-        },
-        &sdk,
-        "mailctl",
-    )
-    .await?;
-    let seeded = seed(
-        &db,
-        &SeedOptions {
-            users,
-            seed: seed_value,
-            domain: domain.clone(),
-            window: campaign.window,
-        },
-    )
-    .await?;
-
-    let schedule = serde_json::json!({
-        "detail-type": "Scheduled Event",
-        "source": "aws.events",
-        "time": now.format(&time::format_description::well_known::Rfc3339)?,
-    });
     let report = pipeline.run(schedule, Duration::from_secs(3600)).await?;
 
     let dynamo = aws_sdk_dynamodb::Client::new(&pipeline.stack.sdk);

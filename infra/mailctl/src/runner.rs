@@ -39,6 +39,12 @@ pub struct ConsumerStats {
     pub records: usize,
     pub failures_reported: usize,
     pub timeouts: usize,
+    /// The event source mapping's own SQS requests (billed to the account on AWS too):
+    /// ReceiveMessage calls (empty ones included), their 64 KiB billing chunks, and
+    /// DeleteMessageBatch calls.
+    pub receive_requests: usize,
+    pub receive_chunks: u64,
+    pub delete_requests: usize,
 }
 
 /// Wraps an async handler into the runner's handler type.
@@ -104,7 +110,17 @@ async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared
             .send()
             .await;
         let messages = match received {
-            Ok(out) => out.messages.unwrap_or_default(),
+            Ok(out) => {
+                let messages = out.messages.unwrap_or_default();
+                let bytes: usize = messages.iter().map(|m| m.body().unwrap_or("").len()).sum();
+                let mut stats = shared.stats.lock().unwrap_or_else(|p| p.into_inner());
+                let s = stats.entry(consumer.function.clone()).or_default();
+                s.receive_requests += 1;
+                s.receive_chunks += (bytes as u64)
+                    .div_ceil(mailflow::metering::SQS_BILLING_CHUNK)
+                    .max(1);
+                messages
+            }
             Err(err) => {
                 tracing::warn!(queue = %consumer.queue_url, error = %aws_sdk_sqs::error::DisplayErrorContext(&err), "receive failed");
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -143,6 +159,7 @@ async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared
             .iter()
             .filter(|(id, _)| !failed.contains(id))
             .collect();
+        let deletes = done.len().div_ceil(10);
         for chunk in done.chunks(10) {
             let entries = chunk
                 .iter()
@@ -172,6 +189,7 @@ async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared
             s.records += n;
             s.failures_reported += failed.len();
             s.timeouts += usize::from(outcome.is_err());
+            s.delete_requests += deletes;
         }
         shared.in_flight.fetch_sub(n, Ordering::SeqCst);
     }
