@@ -227,3 +227,41 @@ fn demo_prints_counts_that_match_the_ses_record() {
     // SQS may deliver a message twice; the ledger absorbs it (counted, never sent twice).
     assert!(summary["suppressedDuplicates"].is_u64());
 }
+
+#[test]
+fn bench_runs_the_binaries_and_counts_every_request() {
+    endpoints();
+    let bin_dir = mailflow_tests::function_binary("send-email");
+    let bin_dir = bin_dir.parent().unwrap().to_str().unwrap();
+    let out = ok(mailctl(
+        &["bench", "--users", "60", "--json", "--bin-dir", bin_dir],
+        &[],
+    ));
+    let report: Value = serde_json::from_str(&out).unwrap();
+    let sent = report["emailsSent"].as_u64().unwrap();
+    assert!(sent > 0, "{report}");
+    let stages = report["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), 3);
+    let requests = |i: usize, key: &str| stages[i]["requests"][key].as_u64().unwrap_or(0);
+    // Metered in the function processes: one SES call per eligible user (the invalid
+    // addresses are rejected by SES, not before), two ledger writes per email sent, and
+    // SendMessageBatch in tens.
+    let eligible = report["eligibleUsers"].as_u64().unwrap();
+    assert_eq!(requests(2, "sesv2.SendEmail"), eligible);
+    assert!(requests(2, "dynamodb.UpdateItem") >= 2 * sent);
+    let batches = report["usersEnqueued"].as_u64().unwrap().div_ceil(10);
+    let sent_batches = requests(0, "sqs.SendMessageBatch");
+    assert!((batches..=batches + 3).contains(&sent_batches), "{report}");
+    assert!(requests(1, "mongodb.find") > 0);
+    for stage in stages {
+        assert!(stage["cpuSeconds"].as_f64().unwrap() >= 0.0);
+        assert!(
+            stage["peakRssBytes"].as_u64().unwrap() > 1024 * 1024,
+            "{stage}"
+        );
+        assert!(stage["coldStartMs"].as_f64().unwrap() > 0.0, "{stage}");
+    }
+    assert!(report["perEmail"]["sesEmails"].as_f64().unwrap() >= 1.0);
+    assert!(report["costPerMillion"]["total"].as_f64().unwrap() > 100.0);
+    assert_eq!(report["binaries"].as_array().unwrap().len(), 3);
+}

@@ -1,7 +1,7 @@
-//! `mailctl bench`: runs a seeded campaign through the real function binaries, one stage at
-//! a time so each can be measured alone (GetUsers fills the users queue, then CreateEmails
-//! drains it, then SendEmail drains the emails queue), and reports per stage: our processes'
-//! CPU time, peak RSS, cold start, the billable requests they made (metered in the
+//! `mailctl bench`: runs a seeded campaign through the real function binaries, the three
+//! stages at once as in production (the emulator slows down as its queues grow, so they are
+//! kept short), each stage in its own processes so it can be measured alone, and reports per
+//! stage: those processes' CPU time, peak RSS, cold start, the billable requests they made (metered in the
 //! functions, see `mailflow::metering`) plus the event source mappings' polling (counted by
 //! the runner), MongoDB round trips, then binary sizes and the cost per million emails.
 
@@ -64,6 +64,7 @@ struct Environments {
     ended: Mutex<Vec<Measured>>,
     invocations: AtomicU64,
     billed_ms: AtomicU64,
+    last_answer: Mutex<Option<Instant>>,
 }
 
 impl Environments {
@@ -87,6 +88,7 @@ impl Environments {
             ended: Mutex::default(),
             invocations: AtomicU64::new(0),
             billed_ms: AtomicU64::new(0),
+            last_answer: Mutex::default(),
         });
         if !environments.binary.is_file() {
             bail!(
@@ -123,6 +125,7 @@ impl Environments {
         let billed = started.elapsed().as_micros().div_ceil(1000) as u64;
         self.billed_ms.fetch_add(billed, Ordering::Relaxed);
         self.invocations.fetch_add(1, Ordering::Relaxed);
+        *self.last_answer.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         if matches!(outcome, Outcome::TimedOut | Outcome::Exited) {
             if let Some(old) = guard.take() {
                 let measured = measure(old).await;
@@ -303,6 +306,22 @@ fn consumer(stack: &Stack, function: &str, handlers: Vec<runner::Handler>) -> Re
     })
 }
 
+/// The users queue's consumer when only GetUsers is measured: deletes what it receives.
+const DISCARD: &str = "UsersQueueDiscard";
+
+fn discard_consumer(stack: &Stack) -> Result<Consumer> {
+    let discard = runner::handler(|_event, _invocation| async { SqsBatchResponse::default() });
+    Ok(Consumer {
+        function: DISCARD.to_owned(),
+        queue_url: stack.queue_url("UsersQueue")?.to_owned(),
+        queue_arn: String::new(),
+        batch_size: 10,
+        concurrency: 4,
+        timeout: Duration::from_secs(30),
+        handlers: vec![discard],
+    })
+}
+
 fn concurrency(stack: &Stack, function: &str) -> Result<usize> {
     let spec = stack.template.function(function)?;
     Ok(spec
@@ -323,24 +342,15 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
         SeededStack::create(template, "bench", options.users, options.seed, parameters).await?;
     let stack = &local.stack;
     let sqs = mailflow::adapters::sqs_client(&stack.sdk);
-    let mut stages = Vec::new();
 
-    // GetUsers: the schedule event, then its continuations until the audience is enqueued.
     let get_users = Environments::start(stack, &options.bin_dir, GET_USERS, 1).await?;
-    let started = Instant::now();
-    match get_users.invoke(0, local.schedule_event()?).await {
-        Outcome::Response(_) => {}
-        other => bail!("GetUsers failed: {other:?}"),
-    }
-    let continuation = consumer(stack, GET_USERS, get_users.handlers())?;
-    let stats = runner::run_until_drained(&sqs, vec![continuation], DRAIN_LIMIT).await?;
-    let wall = started.elapsed();
-    let (users_enqueued, _) = runner::depth(&sqs, stack.queue_url("UsersQueue")?).await?;
-    stages.push(stage_report(&get_users, stats.get(GET_USERS), wall).await);
-    let users_enqueued_per_second = users_enqueued as f64 / wall.as_secs_f64();
-
-    let mut emails_sent = 0;
-    if !options.get_users_only {
+    let mut consumers = vec![consumer(stack, GET_USERS, get_users.handlers())?];
+    let mut downstream = Vec::new();
+    if options.get_users_only {
+        // The users queue drained without processing, as the emulator slows down with
+        // its depth (every request scans the queue).
+        consumers.push(discard_consumer(stack)?);
+    } else {
         for function in [CREATE_EMAILS, SEND_EMAIL] {
             let environments = Environments::start(
                 stack,
@@ -349,15 +359,43 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
                 concurrency(stack, function)?,
             )
             .await?;
-            let started = Instant::now();
-            let stats = runner::run_until_drained(
-                &sqs,
-                vec![consumer(stack, function, environments.handlers())?],
-                DRAIN_LIMIT,
-            )
-            .await?;
-            stages.push(stage_report(&environments, stats.get(function), started.elapsed()).await);
+            consumers.push(consumer(stack, function, environments.handlers())?);
+            downstream.push(environments);
         }
+    }
+
+    // The schedule event, then GetUsers' continuations, while the consumers drain the queues.
+    let started = Instant::now();
+    let first = tokio::spawn({
+        let (get_users, event) = (get_users.clone(), local.schedule_event()?);
+        async move { get_users.invoke(0, event).await }
+    });
+    let stats =
+        runner::run_until_drained_while(&sqs, consumers, DRAIN_LIMIT, || !first.is_finished())
+            .await?;
+    let first = first.await?;
+    if !matches!(first, Outcome::Response(_)) {
+        bail!("GetUsers failed: {first:?}");
+    }
+    let wall = started.elapsed();
+    // GetUsers' own duration: until its last invocation (the last continuation) answered.
+    let get_users_wall = get_users
+        .last_answer
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .map_or(wall, |t| t - started);
+    let users_enqueued = stats
+        .get(DISCARD)
+        .map_or(0, |s| s.records as u64)
+        .max(stats.get(CREATE_EMAILS).map_or(0, |s| s.records as u64));
+    let mut stages = vec![stage_report(&get_users, stats.get(GET_USERS), get_users_wall).await];
+    for environments in &downstream {
+        stages.push(stage_report(environments, stats.get(environments.function), wall).await);
+    }
+    let users_enqueued_per_second = users_enqueued as f64 / get_users_wall.as_secs_f64();
+
+    let mut emails_sent = 0;
+    if !options.get_users_only {
         let records = crate::ledger_scan::records(
             &mailflow::adapters::dynamodb_client(&stack.sdk),
             stack.table_name("SendsTable")?,
@@ -374,13 +412,13 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
         }
     }
 
-    let per = |n: f64| {
-        if emails_sent > 0 {
-            n / emails_sent as f64
-        } else {
-            0.0
-        }
+    // Per email sent; with GetUsers alone, per user enqueued.
+    let basis = if options.get_users_only {
+        users_enqueued
+    } else {
+        emails_sent
     };
+    let per = |n: f64| n / basis.max(1) as f64;
     let mut all_requests: BTreeMap<String, u64> = BTreeMap::new();
     let mut cpu_micros_per_email = BTreeMap::new();
     for stage in &stages {
@@ -391,15 +429,7 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
                 .map_or(k.clone(), |op| format!("sqs.{op}"));
             *all_requests.entry(key).or_default() += v;
         }
-        let emails = if options.get_users_only {
-            users_enqueued as f64
-        } else {
-            emails_sent as f64
-        };
-        cpu_micros_per_email.insert(
-            stage.function.clone(),
-            stage.cpu_seconds * 1e6 / emails.max(1.0),
-        );
+        cpu_micros_per_email.insert(stage.function.clone(), per(stage.cpu_seconds * 1e6));
     }
     cpu_micros_per_email.insert("total".into(), cpu_micros_per_email.values().sum());
     let (sqs_units, writes, reads, ses) = cost::billable_units(&all_requests);
@@ -528,13 +558,12 @@ pub fn markdown(r: &BenchReport) -> String {
         r.cpu_micros_per_email.get("total").copied().unwrap_or(0.0),
         r.users_enqueued_per_second
     ));
-    let per_email = |n: u64| {
-        if r.emails_sent > 0 {
-            n as f64 / r.emails_sent as f64
-        } else {
-            f64::NAN
-        }
+    let basis = if r.emails_sent > 0 {
+        r.emails_sent
+    } else {
+        r.users_enqueued
     };
+    let per_email = |n: u64| n as f64 / basis.max(1) as f64;
     out.push_str("| stage | request | count | per email |\n|---|---|---|---|\n");
     for s in &r.stages {
         for (k, v) in &s.requests {

@@ -202,6 +202,17 @@ pub async fn run_until_drained(
     consumers: Vec<Consumer>,
     max_wait: Duration,
 ) -> Result<BTreeMap<String, ConsumerStats>> {
+    run_until_drained_while(sqs, consumers, max_wait, || false).await
+}
+
+/// As `run_until_drained`, but never drained while `producing()` says more is coming (a
+/// GetUsers invocation still enqueueing, for instance).
+pub async fn run_until_drained_while(
+    sqs: &Client,
+    consumers: Vec<Consumer>,
+    max_wait: Duration,
+    producing: impl Fn() -> bool,
+) -> Result<BTreeMap<String, ConsumerStats>> {
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
         in_flight: AtomicUsize::new(0),
@@ -228,7 +239,7 @@ pub async fn run_until_drained(
     let mut quiet = 0;
     let result = loop {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let mut busy = shared.in_flight.load(Ordering::SeqCst) > 0;
+        let mut busy = shared.in_flight.load(Ordering::SeqCst) > 0 || producing();
         let mut depths = Vec::new();
         for url in &urls {
             let (visible, invisible) = depth(sqs, url).await?;
