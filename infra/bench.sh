@@ -6,5 +6,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-cargo build --quiet --locked --release -p get-users -p create-emails -p send-email -p mailctl
+# Built apart, as infra/test.sh builds them, so both share the same release artifacts.
+cargo build --quiet --locked --release -p get-users -p create-emails -p send-email
+cargo build --quiet --locked --release -p mailctl
 exec infra/with-local-stack.sh "$ROOT/target/release/mailctl" bench "$@"
