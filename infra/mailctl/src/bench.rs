@@ -285,25 +285,12 @@ async fn stage_report(
     }
 }
 
+/// The event source mapping of template.yaml, each worker invoking its own environment.
 fn consumer(stack: &Stack, function: &str, handlers: Vec<runner::Handler>) -> Result<Consumer> {
-    let spec = stack.template.function(function)?;
-    let event = spec
-        .sqs_events
-        .first()
-        .with_context(|| format!("{function} has no SQS event source in template.yaml"))?;
-    Ok(Consumer {
-        function: function.to_owned(),
-        queue_url: stack.queue_url(&event.queue)?.to_owned(),
-        queue_arn: stack
-            .queue_arns
-            .get(&event.queue)
-            .cloned()
-            .unwrap_or_default(),
-        batch_size: event.batch_size,
-        concurrency: handlers.len() as u32,
-        timeout: Duration::from_secs(spec.timeout.into()),
-        handlers,
-    })
+    let timeout = Duration::from_secs(stack.template.function(function)?.timeout.into());
+    let mut consumer = crate::local::consumer(stack, function, handlers, timeout)?;
+    consumer.concurrency = consumer.handlers.len() as u32;
+    Ok(consumer)
 }
 
 /// The users queue's consumer when only GetUsers is measured: deletes what it receives.

@@ -28,6 +28,36 @@ pub struct PipelineOptions {
     pub timeouts: BTreeMap<&'static str, Duration>,
 }
 
+/// The event source mapping template.yaml gives `function` (its first SQS event), served by
+/// `handlers` and ending each invocation after `timeout`.
+pub fn consumer(
+    stack: &Stack,
+    function: &str,
+    handlers: Vec<runner::Handler>,
+    timeout: Duration,
+) -> Result<Consumer> {
+    let event = stack
+        .template
+        .function(function)?
+        .sqs_events
+        .first()
+        .with_context(|| format!("{function} has no SQS event source in template.yaml"))?;
+    Ok(Consumer {
+        function: function.to_owned(),
+        queue_url: stack.queue_url(&event.queue)?.to_owned(),
+        queue_arn: stack
+            .queue_arns
+            .get(&event.queue)
+            .cloned()
+            .unwrap_or_default(),
+        batch_size: event.batch_size,
+        // Without ScalingConfig Lambda scales freely; locally one poller is enough.
+        concurrency: event.maximum_concurrency.unwrap_or(1),
+        timeout,
+        handlers,
+    })
+}
+
 /// Campaign totals across every invocation.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -122,26 +152,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
     }
 
     fn consumer(&self, function: &'static str, handlers: Vec<runner::Handler>) -> Result<Consumer> {
-        let spec = self.stack.template.function(function)?;
-        let event = spec
-            .sqs_events
-            .first()
-            .with_context(|| format!("{function} has no SQS event source in template.yaml"))?;
-        Ok(Consumer {
-            function: function.to_owned(),
-            queue_url: self.stack.queue_url(&event.queue)?.to_owned(),
-            queue_arn: self
-                .stack
-                .queue_arns
-                .get(&event.queue)
-                .cloned()
-                .unwrap_or_default(),
-            batch_size: event.batch_size,
-            // Without ScalingConfig Lambda scales freely; locally one poller is enough.
-            concurrency: event.maximum_concurrency.unwrap_or(1),
-            timeout: self.timeout(function)?,
-            handlers,
-        })
+        consumer(&self.stack, function, handlers, self.timeout(function)?)
     }
 
     /// The three event source mappings of template.yaml.
