@@ -97,7 +97,8 @@ case "${1:-}" in
   start)
     mkdir -p "$STATE"
     ensure_venv
-    start_one moto "$MOTO_PORT" moto_healthy "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT"
+    # moto_server.py: moto's own server plus a fix for its deep-queue slowness (see the file).
+    start_one moto "$MOTO_PORT" moto_healthy "$VENV/bin/python" "$ROOT/infra/moto_server.py" -H 127.0.0.1 -p "$MOTO_PORT"
     start_one mongo "$MONGO_PORT" mongo_healthy "$VENV/bin/secantusd-py" --host 127.0.0.1 --port "$MONGO_PORT" --storage-path :memory:
     ;;
   stop) stop_one moto; stop_one mongo ;;
