@@ -8,9 +8,9 @@ cd "$ROOT"
 cargo fmt --all -- --check
 infra/validate-template.sh
 cargo clippy --workspace --all-targets --locked -- -D warnings
-# The binaries tests/cli.rs runs (same features as the tests: no rebuild), and release builds
-# of the functions, which tests/runtime_api.rs runs through a local Lambda Runtime API.
+# The binaries the tests run: mailctl (tests/cli.rs) and the functions, which
+# tests/runtime_api.rs runs through a local Lambda Runtime API. Same features as the tests, so
+# nothing is built twice; the release build (size-optimised, slow to link) is
+# infra/bench.sh's.
 cargo build --workspace --bins --locked
-cargo build --release --locked -p get-users -p create-emails -p send-email
-export MAILFLOW_FUNCTION_PROFILE=release
 exec infra/with-local-stack.sh cargo test --workspace --locked

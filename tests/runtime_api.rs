@@ -1,5 +1,5 @@
-//! The function binaries (release builds under infra/test.sh), run as Lambda runs them: each talks to a local Lambda
-//! Runtime API endpoint (served here), gets a sample event from `infra/events/`, and must post
+//! The function binaries, run as Lambda runs them: each talks to a local Lambda Runtime API
+//! endpoint (served here), gets a sample event from `infra/events/`, and must post
 //! the documented response. This covers `main.rs` wiring, config from template.yaml and init.
 
 use mailctl::function_host::{FunctionProcess, Outcome};
@@ -36,7 +36,7 @@ async fn run_function(
     let spec = template.function(function).unwrap();
     let process = FunctionProcess::spawn(
         bin,
-        &mailflow_tests::function_binary(bin),
+        &mailflow_tests::binary(bin),
         &env,
         Duration::from_secs(spec.timeout.into()),
         spec.memory_size,

@@ -150,33 +150,6 @@ pub fn binary(name: &str) -> std::path::PathBuf {
     target_dir().join("debug").join(name)
 }
 
-/// The path of a function binary in the profile named by `MAILFLOW_FUNCTION_PROFILE`
-/// (`debug`, the default, or `release`: what infra/test.sh checks, as deployed).
-pub fn function_binary(name: &str) -> std::path::PathBuf {
-    let profile = std::env::var("MAILFLOW_FUNCTION_PROFILE").unwrap_or_else(|_| "debug".into());
-    if profile != "release" {
-        return binary(name);
-    }
-    let status = std::process::Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--quiet",
-            "--locked",
-            "--release",
-            "-p",
-            "get-users",
-            "-p",
-            "create-emails",
-            "-p",
-            "send-email",
-        ])
-        .current_dir(mailctl::repo_root())
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "release build failed");
-    target_dir().join("release").join(name)
-}
-
 fn target_dir() -> std::path::PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)

@@ -6,7 +6,9 @@ use mailflow::config::{CreateEmailsConfig, ProcessEnv};
 use mailflow::digest::Renderer;
 use mailflow::stages::create_emails::CreateEmails;
 
-#[tokio::main]
+// One thread: an execution environment serves one event at a time, and waking a second
+// worker thread for every response costs more CPU than the concurrency it would add.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
     let config = CreateEmailsConfig::from_source(&ProcessEnv)?;

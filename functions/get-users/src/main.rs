@@ -5,7 +5,9 @@ use mailflow::config::{GetUsersConfig, ProcessEnv};
 use mailflow::stages::{get_users::GetUsers, Invocation};
 use serde_json::Value;
 
-#[tokio::main]
+// One thread: an execution environment serves one event at a time, and waking a second
+// worker thread for every response costs more CPU than the concurrency it would add.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
     let config = GetUsersConfig::from_source(&ProcessEnv)?;

@@ -6,7 +6,9 @@ use mailflow::adapters::{dynamo::DynamoLedger, ses::SesMailer};
 use mailflow::config::{ProcessEnv, SendEmailConfig};
 use mailflow::stages::{send_email::SendEmail, Invocation};
 
-#[tokio::main]
+// One thread: an execution environment serves one event at a time, and waking a second
+// worker thread for every response costs more CPU than the concurrency it would add.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
     let config = SendEmailConfig::from_source(&ProcessEnv)?;
