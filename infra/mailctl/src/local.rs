@@ -51,6 +51,7 @@ pub fn consumer(
             .cloned()
             .unwrap_or_default(),
         batch_size: event.batch_size,
+        batching_window: Duration::from_secs(event.batching_window_seconds.into()),
         // Without ScalingConfig Lambda scales freely; locally one poller is enough.
         concurrency: event.maximum_concurrency.unwrap_or(1),
         timeout,

@@ -1,5 +1,6 @@
 //! Runs SQS consumers the way Lambda's event source mapping does, against the local queues:
-//! batches of up to BatchSize, at most MaximumConcurrency invocations at once, partial batch
+//! long polls (20 s), batches of up to BatchSize gathered for up to
+//! MaximumBatchingWindowInSeconds, at most MaximumConcurrency invocations at once, partial batch
 //! responses honoured (only successes are deleted; failures reappear after their visibility
 //! timeout and reach the DLQ after maxReceiveCount), and each invocation ended at its
 //! function Timeout with a real deadline passed in. Handlers run in-process (see README).
@@ -13,7 +14,7 @@ use aws_sdk_sqs::Client;
 use futures::future::BoxFuture;
 use mailflow::stages::Invocation;
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,9 @@ pub struct Consumer {
     pub queue_url: String,
     pub queue_arn: String,
     pub batch_size: u32,
+    /// MaximumBatchingWindowInSeconds: receives continue until the batch is full or this
+    /// much time has passed since the first record arrived.
+    pub batching_window: Duration,
     pub concurrency: u32,
     pub timeout: Duration,
     /// One handler per execution environment (up to `concurrency`), so per-environment
@@ -91,44 +95,80 @@ pub async fn depth(sqs: &Client, url: &str) -> Result<(u64, u64)> {
     ))
 }
 
+/// Lambda's pollers long-poll for the maximum, 20 s.
+const LONG_POLL_SECONDS: i32 = 20;
+
 struct Shared {
-    stop: AtomicBool,
+    stop: tokio::sync::watch::Sender<bool>,
     in_flight: AtomicUsize,
     invocations: AtomicUsize,
     stats: Mutex<BTreeMap<String, ConsumerStats>>,
 }
 
+impl Shared {
+    fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+}
+
+/// One ReceiveMessage, counted; cut short (returning nothing) when the run stops.
+async fn receive(
+    sqs: &Client,
+    consumer: &Consumer,
+    shared: &Shared,
+    max: usize,
+    wait_seconds: i32,
+) -> Vec<aws_sdk_sqs::types::Message> {
+    let request = sqs
+        .receive_message()
+        .queue_url(&consumer.queue_url)
+        .max_number_of_messages(max.clamp(1, 10) as i32)
+        .wait_time_seconds(wait_seconds)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .send();
+    let mut stopped = shared.stop.subscribe();
+    let received = tokio::select! {
+        received = request => received,
+        // Only while draining has ended: nothing is left to receive.
+        _ = stopped.wait_for(|stop| *stop) => return Vec::new(),
+    };
+    match received {
+        Ok(out) => {
+            let messages = out.messages.unwrap_or_default();
+            let bytes: usize = messages.iter().map(|m| m.body().unwrap_or("").len()).sum();
+            let mut stats = shared.stats.lock().unwrap_or_else(|p| p.into_inner());
+            let s = stats.entry(consumer.function.clone()).or_default();
+            s.receive_requests += 1;
+            s.receive_chunks += (bytes as u64)
+                .div_ceil(mailflow::metering::SQS_BILLING_CHUNK)
+                .max(1);
+            messages
+        }
+        Err(err) => {
+            tracing::warn!(queue = %consumer.queue_url, error = %aws_sdk_sqs::error::DisplayErrorContext(&err), "receive failed");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Vec::new()
+        }
+    }
+}
+
 async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared: Arc<Shared>) {
     let handler = consumer.handlers[environment % consumer.handlers.len()].clone();
-    while !shared.stop.load(Ordering::SeqCst) {
-        let received = sqs
-            .receive_message()
-            .queue_url(&consumer.queue_url)
-            .max_number_of_messages(consumer.batch_size.clamp(1, 10) as i32)
-            .wait_time_seconds(1)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await;
-        let messages = match received {
-            Ok(out) => {
-                let messages = out.messages.unwrap_or_default();
-                let bytes: usize = messages.iter().map(|m| m.body().unwrap_or("").len()).sum();
-                let mut stats = shared.stats.lock().unwrap_or_else(|p| p.into_inner());
-                let s = stats.entry(consumer.function.clone()).or_default();
-                s.receive_requests += 1;
-                s.receive_chunks += (bytes as u64)
-                    .div_ceil(mailflow::metering::SQS_BILLING_CHUNK)
-                    .max(1);
-                messages
-            }
-            Err(err) => {
-                tracing::warn!(queue = %consumer.queue_url, error = %aws_sdk_sqs::error::DisplayErrorContext(&err), "receive failed");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            }
-        };
+    let batch_size = consumer.batch_size.clamp(1, 10) as usize;
+    while !shared.stopping() {
+        let mut messages = receive(&sqs, &consumer, &shared, batch_size, LONG_POLL_SECONDS).await;
         if messages.is_empty() {
             continue;
+        }
+        let window_ends = Instant::now() + consumer.batching_window;
+        while messages.len() < batch_size && !shared.stopping() {
+            let left = window_ends.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let wait = left.as_secs_f64().ceil() as i32;
+            let more = receive(&sqs, &consumer, &shared, batch_size - messages.len(), wait).await;
+            messages.extend(more);
         }
         shared.in_flight.fetch_add(messages.len(), Ordering::SeqCst);
         let n = messages.len();
@@ -214,7 +254,7 @@ pub async fn run_until_drained_while(
     producing: impl Fn() -> bool,
 ) -> Result<BTreeMap<String, ConsumerStats>> {
     let shared = Arc::new(Shared {
-        stop: AtomicBool::new(false),
+        stop: tokio::sync::watch::channel(false).0,
         in_flight: AtomicUsize::new(0),
         invocations: AtomicUsize::new(0),
         stats: Mutex::new(BTreeMap::new()),
@@ -254,7 +294,7 @@ pub async fn run_until_drained_while(
             break Err(depths.join("; "));
         }
     };
-    shared.stop.store(true, Ordering::SeqCst);
+    shared.stop.send_replace(true);
     for task in tasks {
         let _ = task.await;
     }

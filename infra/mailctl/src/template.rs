@@ -35,6 +35,8 @@ pub enum EnvValue {
 pub struct SqsEventSpec {
     pub queue: String,
     pub batch_size: u32,
+    /// MaximumBatchingWindowInSeconds: how long a poller gathers records for one batch.
+    pub batching_window_seconds: u32,
     pub maximum_concurrency: Option<u32>,
     pub report_batch_item_failures: bool,
 }
@@ -271,6 +273,12 @@ fn function(
                         .and_then(reference)
                         .with_context(|| format!("{id}: SQS event without Queue"))?,
                     batch_size: uint(p.get("BatchSize"), "BatchSize", params)?.unwrap_or(10),
+                    batching_window_seconds: uint(
+                        p.get("MaximumBatchingWindowInSeconds"),
+                        "MaximumBatchingWindowInSeconds",
+                        params,
+                    )?
+                    .unwrap_or(0),
                     maximum_concurrency: uint(
                         p.get("ScalingConfig")
                             .and_then(|s| s.get("MaximumConcurrency")),
