@@ -229,9 +229,9 @@ fn demo_prints_counts_that_match_the_ses_record() {
 }
 
 #[test]
-fn bench_runs_the_binaries_and_counts_every_request() {
+fn bench_runs_the_binaries_counts_every_request_and_logs_nothing_sensitive() {
     endpoints();
-    let bin_dir = mailflow_tests::function_binary("send-email");
+    let bin_dir = mailflow_tests::binary("send-email");
     let bin_dir = bin_dir.parent().unwrap().to_str().unwrap();
     let out = ok(mailctl(
         &["bench", "--users", "60", "--json", "--bin-dir", bin_dir],
@@ -260,6 +260,10 @@ fn bench_runs_the_binaries_and_counts_every_request() {
             "{stage}"
         );
         assert!(stage["coldStartMs"].as_f64().unwrap() > 0.0, "{stage}");
+        // Every line the real binaries wrote in an end-to-end run (invalid addresses and
+        // permanent failures included): no address, connection string or key.
+        assert!(stage["logLines"].as_u64().unwrap() > 0, "{stage}");
+        assert_eq!(stage["sensitiveLogLines"], serde_json::json!([]), "{stage}");
     }
     assert!(report["perEmail"]["sesEmails"].as_f64().unwrap() >= 1.0);
     assert!(report["costPerMillion"]["total"].as_f64().unwrap() > 100.0);

@@ -1,12 +1,12 @@
 //! `mailctl bench`: runs a seeded campaign through the real function binaries, the three
-//! stages at once as in production (the emulator slows down as its queues grow, so they are
-//! kept short), each stage in its own processes so it can be measured alone, and reports per
-//! stage: those processes' CPU time, peak RSS, cold start, the billable requests they made (metered in the
-//! functions, see `mailflow::metering`) plus the event source mappings' polling (counted by
-//! the runner), MongoDB round trips, then binary sizes and the cost per million emails.
+//! stages at once as in production, each stage in its own processes so it can be measured
+//! alone, and reports per stage: those processes' CPU time, peak RSS, cold start, the billable
+//! requests they made (metered in the functions, see `mailflow::metering`) plus the event
+//! source mappings' polling (counted by the runner), MongoDB round trips, then binary sizes
+//! and the cost per million emails.
 
 use crate::cost::{self, CostPerMillion, PerEmail};
-use crate::function_host::{FunctionProcess, Logs, Outcome};
+use crate::function_host::{CpuTime, FunctionProcess, Logs, Outcome};
 use crate::local::{SeededStack, CREATE_EMAILS, GET_USERS, SEND_EMAIL};
 use crate::provision::Stack;
 use crate::runner::{self, Consumer};
@@ -29,12 +29,14 @@ pub struct BenchOptions {
     pub send_rate: f64,
     /// Where the function binaries are (target/release).
     pub bin_dir: PathBuf,
+    /// Where to write each process's log lines (`<function>-<n>.log`), if anywhere.
+    pub logs_dir: Option<PathBuf>,
 }
 
 /// One execution environment's process, measured when it ends.
 #[derive(Debug, Default)]
 struct Measured {
-    cpu: Duration,
+    cpu: CpuTime,
     peak_rss: u64,
     cold_start: Option<Duration>,
     logs: Logs,
@@ -196,13 +198,21 @@ pub struct StageReport {
     pub environments: usize,
     pub invocations: u64,
     pub records: usize,
+    /// Records returned for a retry: reported in batchItemFailures, or the whole batch of an
+    /// invocation that timed out or crashed.
+    pub records_failed: usize,
     pub wall_seconds: f64,
     pub cpu_seconds: f64,
+    /// The part of `cpu_seconds` spent in the kernel (network I/O, mostly).
+    pub system_cpu_seconds: f64,
     pub peak_rss_bytes: u64,
     pub cold_start_ms: Option<f64>,
     pub memory_mb: u32,
     pub billed_ms: u64,
     pub log_bytes: u64,
+    pub log_lines: u64,
+    /// Log lines with an address, a connection string or a key: "process N line M: why".
+    pub sensitive_log_lines: Vec<String>,
     /// Every request by `service.Operation`: the function's own (metered in the process)
     /// and its event source mapping's (`esm.ReceiveMessage`, `esm.DeleteMessageBatch`).
     pub requests: BTreeMap<String, u64>,
@@ -241,8 +251,19 @@ async fn stage_report(
     environments: &Environments,
     stats: Option<&runner::ConsumerStats>,
     wall: Duration,
-) -> StageReport {
+    logs_dir: Option<&Path>,
+) -> Result<StageReport> {
     let measured = environments.finish().await;
+    if let Some(dir) = logs_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for (i, m) in measured.iter().enumerate() {
+            let path = dir.join(format!("{}-{i}.log", environments.function));
+            let mut text = m.logs.lines.join("\n");
+            text.push('\n');
+            std::fs::write(&path, text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
     let mut requests = BTreeMap::new();
     for m in &measured {
         for (k, v) in &m.logs.requests {
@@ -259,14 +280,27 @@ async fn stage_report(
             s.receive_chunks,
         );
         requests.insert("esm.DeleteMessageBatch".into(), s.delete_requests as u64);
+        // A DeleteMessageBatch is billed as one request (its payload is far under 64 KiB).
+        requests.insert(
+            format!(
+                "esm.DeleteMessageBatch{}",
+                mailflow::metering::SQS_CHUNKS_SUFFIX
+            ),
+            s.delete_requests as u64,
+        );
     }
-    StageReport {
+    Ok(StageReport {
         function: environments.function.to_owned(),
         environments: measured.len(),
         invocations: environments.invocations.load(Ordering::Relaxed),
         records: stats.map_or(0, |s| s.records),
+        records_failed: stats.map_or(0, |s| s.failures_reported),
         wall_seconds: wall.as_secs_f64(),
-        cpu_seconds: measured.iter().map(|m| m.cpu.as_secs_f64()).sum(),
+        cpu_seconds: measured
+            .iter()
+            .map(|m| (m.cpu.user + m.cpu.system).as_secs_f64())
+            .sum(),
+        system_cpu_seconds: measured.iter().map(|m| m.cpu.system.as_secs_f64()).sum(),
         peak_rss_bytes: measured.iter().map(|m| m.peak_rss).max().unwrap_or(0),
         cold_start_ms: measured
             .iter()
@@ -281,8 +315,19 @@ async fn stage_report(
                 .map(|d| d.as_millis() as u64)
                 .sum::<u64>(),
         log_bytes: measured.iter().map(|m| m.logs.bytes).sum(),
+        log_lines: measured.iter().map(|m| m.logs.line_count).sum(),
+        sensitive_log_lines: measured
+            .iter()
+            .enumerate()
+            .flat_map(|(process, m)| {
+                m.logs
+                    .sensitive
+                    .iter()
+                    .map(move |(line, why)| format!("process {process} line {line}: {why}"))
+            })
+            .collect(),
         requests,
-    }
+    })
 }
 
 /// The event source mapping of template.yaml, each worker invoking its own environment.
@@ -291,22 +336,6 @@ fn consumer(stack: &Stack, function: &str, handlers: Vec<runner::Handler>) -> Re
     let mut consumer = crate::local::consumer(stack, function, handlers, timeout)?;
     consumer.concurrency = consumer.handlers.len() as u32;
     Ok(consumer)
-}
-
-/// The users queue's consumer when only GetUsers is measured: deletes what it receives.
-const DISCARD: &str = "UsersQueueDiscard";
-
-fn discard_consumer(stack: &Stack) -> Result<Consumer> {
-    let discard = runner::handler(|_event, _invocation| async { SqsBatchResponse::default() });
-    Ok(Consumer {
-        function: DISCARD.to_owned(),
-        queue_url: stack.queue_url("UsersQueue")?.to_owned(),
-        queue_arn: String::new(),
-        batch_size: 10,
-        concurrency: 4,
-        timeout: Duration::from_secs(30),
-        handlers: vec![discard],
-    })
 }
 
 fn concurrency(stack: &Stack, function: &str) -> Result<usize> {
@@ -333,11 +362,8 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
     let get_users = Environments::start(stack, &options.bin_dir, GET_USERS, 1).await?;
     let mut consumers = vec![consumer(stack, GET_USERS, get_users.handlers())?];
     let mut downstream = Vec::new();
-    if options.get_users_only {
-        // The users queue drained without processing, as the emulator slows down with
-        // its depth (every request scans the queue).
-        consumers.push(discard_consumer(stack)?);
-    } else {
+    // With GetUsers alone, the users queue is left to fill: what it holds is what was enqueued.
+    if !options.get_users_only {
         for function in [CREATE_EMAILS, SEND_EMAIL] {
             let environments = Environments::start(
                 stack,
@@ -371,13 +397,18 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .map_or(wall, |t| t - started);
-    let users_enqueued = stats
-        .get(DISCARD)
-        .map_or(0, |s| s.records as u64)
-        .max(stats.get(CREATE_EMAILS).map_or(0, |s| s.records as u64));
-    let mut stages = vec![stage_report(&get_users, stats.get(GET_USERS), get_users_wall).await];
+    let users_enqueued = if options.get_users_only {
+        let (visible, in_flight) = runner::depth(&sqs, stack.queue_url("UsersQueue")?).await?;
+        visible + in_flight
+    } else {
+        stats.get(CREATE_EMAILS).map_or(0, |s| s.records as u64)
+    };
+    let logs_dir = options.logs_dir.as_deref();
+    let mut stages =
+        vec![stage_report(&get_users, stats.get(GET_USERS), get_users_wall, logs_dir).await?];
     for environments in &downstream {
-        stages.push(stage_report(environments, stats.get(environments.function), wall).await);
+        let stats = stats.get(environments.function);
+        stages.push(stage_report(environments, stats, wall, logs_dir).await?);
     }
     let users_enqueued_per_second = users_enqueued as f64 / get_users_wall.as_secs_f64();
 
@@ -522,16 +553,18 @@ pub fn markdown(r: &BenchReport) -> String {
         "Machine: {}. Users seeded: {}, eligible: {}, enqueued: {}, emails sent: {}.\n\n",
         r.machine, r.users, r.eligible_users, r.users_enqueued, r.emails_sent
     ));
-    out.push_str("| stage | environments | invocations | records | wall s | CPU s | CPU µs/email | peak RSS MiB | cold start ms |\n|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| stage | environments | invocations | records | records failed | wall s | CPU s | of which kernel | CPU µs/email | peak RSS MiB | cold start ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     for s in &r.stages {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {:.1} | {:.2} | {:.0} | {:.1} | {} |\n",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.0}% | {:.0} | {:.1} | {} |\n",
             s.function,
             s.environments,
             s.invocations,
             s.records,
+            s.records_failed,
             s.wall_seconds,
             s.cpu_seconds,
+            100.0 * s.system_cpu_seconds / s.cpu_seconds.max(f64::EPSILON),
             r.cpu_micros_per_email
                 .get(&s.function)
                 .copied()
@@ -541,9 +574,17 @@ pub fn markdown(r: &BenchReport) -> String {
         ));
     }
     out.push_str(&format!(
-        "\nCPU per email, all stages: {:.0} µs. GetUsers fan-out: {:.0} users/s.\n\n",
+        "\nCPU per email, all stages: {:.0} µs. GetUsers fan-out: {:.0} users/s.\n",
         r.cpu_micros_per_email.get("total").copied().unwrap_or(0.0),
         r.users_enqueued_per_second
+    ));
+    out.push_str(&format!(
+        "Log lines written: {}; with an address, a connection string or a key: {}.\n\n",
+        r.stages.iter().map(|s| s.log_lines).sum::<u64>(),
+        r.stages
+            .iter()
+            .map(|s| s.sensitive_log_lines.len())
+            .sum::<usize>()
     ));
     let basis = if r.emails_sent > 0 {
         r.emails_sent

@@ -42,7 +42,11 @@ struct RuntimeApi {
 #[derive(Debug, Default)]
 pub struct Logs {
     pub lines: Vec<String>,
+    /// Every line written, kept or not.
+    pub line_count: u64,
     pub bytes: u64,
+    /// Lines that must not have been written (see `crate::log_audit`): line number and why.
+    pub sensitive: Vec<(u64, &'static str)>,
     /// The sums of the `requests` each invocation logged (see `mailflow::metering`).
     pub requests: BTreeMap<String, u64>,
 }
@@ -52,7 +56,11 @@ const KEPT_LOG_LINES: usize = 20_000;
 
 impl Logs {
     fn absorb(&mut self, line: String) {
+        self.line_count += 1;
         self.bytes += line.len() as u64 + 1;
+        if let Some(why) = crate::log_audit::finding(&line) {
+            self.sensitive.push((self.line_count, why));
+        }
         if let Ok(json) = serde_json::from_str::<Value>(&line) {
             if json["message"] == mailflow::metering::REQUESTS_LOG_MESSAGE {
                 let counts: BTreeMap<String, u64> = json["requests"]
@@ -68,6 +76,13 @@ impl Logs {
             self.lines.push(line);
         }
     }
+}
+
+/// A process's CPU time: in its own code (user) and in the kernel on its behalf (system).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuTime {
+    pub user: Duration,
+    pub system: Duration,
 }
 
 /// One function process and its Runtime API.
@@ -206,14 +221,20 @@ impl FunctionProcess {
     }
 
     /// CPU time (user + system) the process has used so far.
-    pub fn cpu_time(&self) -> Option<Duration> {
+    pub fn cpu_time(&self) -> Option<CpuTime> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
         // Fields after the command name (which may hold spaces): state is field 3; utime and
         // stime are fields 14 and 15, in clock ticks (100 per second on Linux).
         let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: u64 =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        Some(Duration::from_millis(ticks * 10))
+        let ticks = |i: usize| -> Option<Duration> {
+            Some(Duration::from_millis(
+                fields.get(i)?.parse::<u64>().ok()? * 10,
+            ))
+        };
+        Some(CpuTime {
+            user: ticks(11)?,
+            system: ticks(12)?,
+        })
     }
 
     /// The process's peak resident memory so far, in bytes.

@@ -5,6 +5,7 @@ pub mod cost;
 pub mod function_host;
 pub mod ledger_scan;
 pub mod local;
+pub mod log_audit;
 pub mod ops;
 pub mod provision;
 pub mod runner;

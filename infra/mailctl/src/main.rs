@@ -64,6 +64,9 @@ enum Command {
         /// Where the function binaries are.
         #[arg(long, default_value_os_t = mailctl::repo_root().join("target/release"))]
         bin_dir: std::path::PathBuf,
+        /// Also write each function process's log lines to <dir>/<function>-<n>.log.
+        #[arg(long)]
+        logs_dir: Option<std::path::PathBuf>,
         /// Print one JSON object instead of Markdown tables.
         #[arg(long)]
         json: bool,
@@ -319,6 +322,7 @@ async fn run() -> Result<()> {
             get_users_only,
             send_rate,
             bin_dir,
+            logs_dir,
             json,
         } => {
             let options = mailctl::bench::BenchOptions {
@@ -327,6 +331,7 @@ async fn run() -> Result<()> {
                 get_users_only,
                 send_rate,
                 bin_dir,
+                logs_dir,
             };
             let report = mailctl::bench::bench(&cli.template, &options).await?;
             if json {

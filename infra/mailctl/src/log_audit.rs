@@ -1,0 +1,72 @@
+//! What must never be in a log line: email addresses, MongoDB connection strings (they carry
+//! credentials) and AWS secret keys. `mailctl bench` checks every line the function processes
+//! write; tests/cli.rs fails on any finding.
+
+/// Why a line is sensitive, if it is.
+pub fn finding(line: &str) -> Option<&'static str> {
+    if contains_email_address(line) {
+        return Some("email address");
+    }
+    if line.contains("mongodb://") || line.contains("mongodb+srv://") {
+        return Some("MongoDB connection string");
+    }
+    let lower = line.to_ascii_lowercase();
+    if lower.contains("aws_secret_access_key") || lower.contains("secretaccesskey") {
+        return Some("AWS secret key");
+    }
+    None
+}
+
+/// `local@domain.tld` anywhere in the line (JSON escapes and all).
+fn contains_email_address(line: &str) -> bool {
+    let bytes = line.as_bytes();
+    let local = |b: &u8| b.is_ascii_alphanumeric() || b"._%+-".contains(b);
+    let domain = |b: &u8| b.is_ascii_alphanumeric() || b".-".contains(b);
+    bytes.iter().enumerate().any(|(at, b)| {
+        if *b != b'@' || at == 0 || !local(&bytes[at - 1]) {
+            return false;
+        }
+        let host: Vec<u8> = bytes[at + 1..].iter().copied().take_while(domain).collect();
+        let host = String::from_utf8_lossy(&host);
+        let host = host.trim_end_matches('.');
+        match host.rsplit_once('.') {
+            Some((name, tld)) => {
+                !name.is_empty() && tld.len() >= 2 && tld.bytes().all(|b| b.is_ascii_alphabetic())
+            }
+            None => false,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::finding;
+
+    #[test]
+    fn finds_what_must_not_be_logged() {
+        for (line, kind) in [
+            (
+                r#"{"message":"sent","to":"ana.lee+w47@example.com"}"#,
+                "email address",
+            ),
+            ("rejected user@mail.example.org.", "email address"),
+            (
+                "cannot connect to mongodb+srv://app:pw@cluster0.x.net/",
+                "email address",
+            ),
+            ("uri=mongodb://127.0.0.1:27017", "MongoDB connection string"),
+            ("AWS_SECRET_ACCESS_KEY=abc", "AWS secret key"),
+        ] {
+            assert_eq!(finding(line), Some(kind), "{line}");
+        }
+        for line in [
+            r#"{"level":"INFO","message":"SendEmail batch done","sent":10}"#,
+            r#"{"message":"claim lost","userId":"u-000123","campaignId":"weekly-2026-W47"}"#,
+            "version@2 of the schema",
+            "a @ b",
+            "user@localhost",
+        ] {
+            assert_eq!(finding(line), None, "{line}");
+        }
+    }
+}
