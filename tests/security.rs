@@ -1,0 +1,203 @@
+//! What template.yaml grants and protects: each function's role allows exactly the actions
+//! the function makes, on its own resources only; queues, table and logs are encrypted; the
+//! MongoDB URI reaches the functions through Secrets Manager, never as a plain parameter.
+
+use serde_yaml::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+fn template() -> Value {
+    let path = mailctl::repo_root().join("template.yaml");
+    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn resources(t: &Value) -> impl Iterator<Item = (&str, &Value)> {
+    t["Resources"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .map(|(id, r)| (id.as_str().unwrap(), r))
+}
+
+fn of_type<'a>(t: &'a Value, kind: &'a str) -> impl Iterator<Item = (&'a str, &'a Value)> {
+    resources(t).filter(move |(_, r)| r["Type"].as_str() == Some(kind))
+}
+
+/// A resource as written: `!GetAtt X.Arn` -> "X.Arn", `!Sub "..."` -> the pattern, "*" -> "*".
+fn spelled(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Tagged(t) => spelled(&t.value),
+        other => panic!("unexpected resource {other:?}"),
+    }
+}
+
+fn one_or_many(v: &Value) -> Vec<String> {
+    match v {
+        Value::Sequence(items) => items.iter().map(spelled).collect(),
+        one => vec![spelled(one)],
+    }
+}
+
+/// (action, resource) pairs a role allows.
+fn grants(role: &Value) -> BTreeSet<(String, String)> {
+    let mut pairs = BTreeSet::new();
+    for policy in role["Properties"]["Policies"].as_sequence().unwrap() {
+        for statement in policy["PolicyDocument"]["Statement"].as_sequence().unwrap() {
+            assert_eq!(statement["Effect"].as_str(), Some("Allow"));
+            for action in one_or_many(&statement["Action"]) {
+                for resource in one_or_many(&statement["Resource"]) {
+                    pairs.insert((action.clone(), resource));
+                }
+            }
+        }
+    }
+    pairs
+}
+
+const SECRET: &str = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${MongoDbUriSecretName}-*";
+const SES_IDENTITY: &str = "arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:identity/*";
+const SES_CONFIGURATION_SET: &str =
+    "arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:configuration-set/*";
+
+/// What each function calls (the adapters in shared/src/adapters) plus what its event source
+/// mapping and its logs need, on the one resource each is for.
+fn needed(function: &str) -> BTreeSet<(String, String)> {
+    let logs = format!("{function}Logs.Arn");
+    let mut pairs: Vec<(&str, String)> = vec![
+        ("logs:CreateLogStream", logs.clone()),
+        ("logs:PutLogEvents", logs),
+    ];
+    let poll = |queue: &str| {
+        [
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+            "sqs:GetQueueAttributes",
+        ]
+        .map(|action| (action, format!("{queue}.Arn")))
+    };
+    match function {
+        "GetUsers" => {
+            pairs.push(("sqs:SendMessage", "UsersQueue.Arn".into()));
+            pairs.push(("sqs:SendMessage", "ContinuationQueue.Arn".into()));
+            pairs.extend(poll("ContinuationQueue"));
+            pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
+        }
+        "CreateEmails" => {
+            pairs.push(("sqs:SendMessage", "EmailsQueue.Arn".into()));
+            pairs.extend(poll("UsersQueue"));
+            pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
+        }
+        "SendEmail" => {
+            pairs.extend(poll("EmailsQueue"));
+            pairs.push(("sqs:ChangeMessageVisibility", "EmailsQueue.Arn".into()));
+            pairs.push(("dynamodb:UpdateItem", "SendsTable.Arn".into()));
+            pairs.push(("ses:SendEmail", SES_IDENTITY.into()));
+            pairs.push(("ses:SendEmail", SES_CONFIGURATION_SET.into()));
+        }
+        other => panic!("no expectations for {other}"),
+    }
+    pairs.into_iter().map(|(a, r)| (a.to_owned(), r)).collect()
+}
+
+#[test]
+fn each_function_role_allows_exactly_what_it_uses() {
+    let t = template();
+    assert!(
+        t["Globals"]["Function"].get("Policies").is_none()
+            && t["Globals"]["Function"].get("Role").is_none(),
+        "roles are per function"
+    );
+    let roles: BTreeMap<&str, &Value> = of_type(&t, "AWS::IAM::Role").collect();
+    let functions: Vec<(&str, &Value)> = of_type(&t, "AWS::Serverless::Function").collect();
+    assert_eq!(functions.len(), 3);
+    for (id, function) in functions {
+        let name = id.strip_suffix("Function").unwrap();
+        let props = &function["Properties"];
+        // SAM adds broad managed policies (logs and SQS on "*") to roles it generates from
+        // `Policies`; an explicit role keeps them out.
+        assert!(
+            props.get("Policies").is_none(),
+            "{id}: use its Role, not Policies"
+        );
+        assert_eq!(spelled(&props["Role"]), format!("{name}Role.Arn"), "{id}");
+        let role = roles[format!("{name}Role").as_str()];
+        assert!(
+            role["Properties"].get("ManagedPolicyArns").is_none(),
+            "{id}"
+        );
+        let trust = &role["Properties"]["AssumeRolePolicyDocument"]["Statement"];
+        assert_eq!(trust.as_sequence().unwrap().len(), 1, "{id}");
+        assert_eq!(
+            trust[0]["Principal"]["Service"].as_str(),
+            Some("lambda.amazonaws.com"),
+            "{id}"
+        );
+        let granted = grants(role);
+        for (action, resource) in &granted {
+            assert!(!action.contains('*'), "{id}: wildcard action {action}");
+            assert_ne!(resource, "*", "{id}: {action} on every resource");
+        }
+        assert_eq!(
+            granted,
+            needed(name),
+            "{id}: grants differ from what it uses"
+        );
+    }
+}
+
+#[test]
+fn queues_table_and_logs_are_encrypted_and_logs_expire() {
+    let t = template();
+    let queues: Vec<_> = of_type(&t, "AWS::SQS::Queue").collect();
+    assert!(queues.len() >= 6);
+    for (id, queue) in queues {
+        let props = &queue["Properties"];
+        assert!(
+            props["SqsManagedSseEnabled"].as_bool() == Some(true)
+                || props.get("KmsMasterKeyId").is_some(),
+            "{id} is not encrypted at rest"
+        );
+    }
+    for (id, table) in of_type(&t, "AWS::DynamoDB::Table") {
+        let sse = &table["Properties"]["SSESpecification"]["SSEEnabled"];
+        assert_eq!(sse.as_bool(), Some(true), "{id} is not encrypted with KMS");
+    }
+    // CloudWatch Logs encrypts every log group at rest; each function writes to its own
+    // group (its role can write nowhere else) and the group does not keep logs forever.
+    let groups: BTreeMap<&str, &Value> = of_type(&t, "AWS::Logs::LogGroup").collect();
+    for (id, function) in of_type(&t, "AWS::Serverless::Function") {
+        let group = spelled(&function["Properties"]["LoggingConfig"]["LogGroup"]);
+        let group = groups
+            .get(group.as_str())
+            .unwrap_or_else(|| panic!("{id} logs to {group}, not a log group of this stack"));
+        assert!(group["Properties"].get("RetentionInDays").is_some(), "{id}");
+    }
+}
+
+#[test]
+fn the_mongodb_uri_comes_from_secrets_manager_not_from_parameters() {
+    let t = template();
+    for (id, function) in of_type(&t, "AWS::Serverless::Function") {
+        let Some(env) = function["Properties"]["Environment"]["Variables"].as_mapping() else {
+            continue;
+        };
+        for (name, _) in env {
+            let name = name.as_str().unwrap();
+            assert_ne!(
+                name, "MONGODB_URI",
+                "{id}: the URI must not be a plain variable"
+            );
+        }
+        if env.contains_key("MONGODB_DATABASE") {
+            assert!(env.contains_key("MONGODB_URI_SECRET_ID"), "{id}");
+        }
+    }
+    for (name, spec) in t["Parameters"].as_mapping().unwrap() {
+        let name = name.as_str().unwrap();
+        let described = spec["Description"].as_str().unwrap_or_default();
+        assert!(
+            !name.to_ascii_lowercase().contains("uri") || name.ends_with("SecretName"),
+            "{name}: a connection string parameter would be visible in the stack ({described})"
+        );
+    }
+}
