@@ -60,13 +60,30 @@ impl std::fmt::Display for CampaignId {
     }
 }
 
-/// The content window [since, until).
+/// The content window [since, until). Never empty: a message that carries an empty one is
+/// rejected when parsed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "WindowFields")]
 pub struct Window {
     #[serde(with = "time::serde::rfc3339")]
     pub since: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
     pub until: OffsetDateTime,
+}
+
+#[derive(Deserialize)]
+struct WindowFields {
+    #[serde(with = "time::serde::rfc3339")]
+    since: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    until: OffsetDateTime,
+}
+
+impl TryFrom<WindowFields> for Window {
+    type Error = CampaignError;
+    fn try_from(w: WindowFields) -> Result<Self, Self::Error> {
+        Window::new(w.since, w.until)
+    }
 }
 
 impl Window {
