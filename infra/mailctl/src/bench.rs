@@ -335,6 +335,8 @@ fn consumer(stack: &Stack, function: &str, handlers: Vec<runner::Handler>) -> Re
     let timeout = Duration::from_secs(stack.template.function(function)?.timeout.into());
     let mut consumer = crate::local::consumer(stack, function, handlers, timeout)?;
     consumer.concurrency = consumer.handlers.len() as u32;
+    // Polled as Lambda does, so that empty receives are counted as they would be billed.
+    consumer.long_poll = runner::LAMBDA_LONG_POLL;
     Ok(consumer)
 }
 

@@ -52,6 +52,7 @@ pub fn consumer(
             .unwrap_or_default(),
         batch_size: event.batch_size,
         batching_window: Duration::from_secs(event.batching_window_seconds.into()),
+        long_poll: runner::QUICK_LONG_POLL,
         // Without ScalingConfig Lambda scales freely; locally one poller is enough.
         concurrency: event.maximum_concurrency.unwrap_or(1),
         timeout,

@@ -1,5 +1,5 @@
 //! Runs SQS consumers the way Lambda's event source mapping does, against the local queues:
-//! long polls (20 s), batches of up to BatchSize gathered for up to
+//! long polls, batches of up to BatchSize gathered for up to
 //! MaximumBatchingWindowInSeconds, at most MaximumConcurrency invocations at once, partial batch
 //! responses honoured (only successes are deleted; failures reappear after their visibility
 //! timeout and reach the DLQ after maxReceiveCount), and each invocation ended at its
@@ -14,7 +14,7 @@ use aws_sdk_sqs::Client;
 use futures::future::BoxFuture;
 use mailflow::stages::Invocation;
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,8 @@ pub struct Consumer {
     /// MaximumBatchingWindowInSeconds: receives continue until the batch is full or this
     /// much time has passed since the first record arrived.
     pub batching_window: Duration,
+    /// ReceiveMessage's WaitTimeSeconds.
+    pub long_poll: Duration,
     pub concurrency: u32,
     pub timeout: Duration,
     /// One handler per execution environment (up to `concurrency`), so per-environment
@@ -95,11 +97,14 @@ pub async fn depth(sqs: &Client, url: &str) -> Result<(u64, u64)> {
     ))
 }
 
-/// Lambda's pollers long-poll for the maximum, 20 s.
-const LONG_POLL_SECONDS: i32 = 20;
+/// Lambda's pollers long-poll for 20 s (`mailctl bench` does too). A poll is never abandoned
+/// (the server would still hand it messages, lost until their visibility timeout), so a run
+/// waits for its pending polls when it ends; tests and the demo poll for 5 s to end sooner.
+pub const LAMBDA_LONG_POLL: Duration = Duration::from_secs(20);
+pub const QUICK_LONG_POLL: Duration = Duration::from_secs(5);
 
 struct Shared {
-    stop: tokio::sync::watch::Sender<bool>,
+    stop: AtomicBool,
     in_flight: AtomicUsize,
     invocations: AtomicUsize,
     stats: Mutex<BTreeMap<String, ConsumerStats>>,
@@ -107,11 +112,11 @@ struct Shared {
 
 impl Shared {
     fn stopping(&self) -> bool {
-        *self.stop.borrow()
+        self.stop.load(Ordering::SeqCst)
     }
 }
 
-/// One ReceiveMessage, counted; cut short (returning nothing) when the run stops.
+/// One ReceiveMessage, counted.
 async fn receive(
     sqs: &Client,
     consumer: &Consumer,
@@ -125,14 +130,9 @@ async fn receive(
         .max_number_of_messages(max.clamp(1, 10) as i32)
         .wait_time_seconds(wait_seconds)
         .message_system_attribute_names(MessageSystemAttributeName::All)
-        .send();
-    let mut stopped = shared.stop.subscribe();
-    let received = tokio::select! {
-        received = request => received,
-        // Only while draining has ended: nothing is left to receive.
-        _ = stopped.wait_for(|stop| *stop) => return Vec::new(),
-    };
-    match received {
+        .send()
+        .await;
+    match request {
         Ok(out) => {
             let messages = out.messages.unwrap_or_default();
             let bytes: usize = messages.iter().map(|m| m.body().unwrap_or("").len()).sum();
@@ -152,11 +152,42 @@ async fn receive(
     }
 }
 
+/// Makes received messages visible again at once.
+async fn release(sqs: &Client, queue_url: &str, messages: &[aws_sdk_sqs::types::Message]) {
+    for (i, message) in messages.iter().enumerate() {
+        let Some(receipt) = message.receipt_handle() else {
+            continue;
+        };
+        if let Err(err) = sqs
+            .change_message_visibility()
+            .queue_url(queue_url)
+            .receipt_handle(receipt)
+            .visibility_timeout(0)
+            .send()
+            .await
+        {
+            tracing::warn!(message = i, error = %aws_sdk_sqs::error::DisplayErrorContext(&err), "could not hand a message back; it returns after its visibility timeout");
+        }
+    }
+}
+
 async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared: Arc<Shared>) {
     let handler = consumer.handlers[environment % consumer.handlers.len()].clone();
     let batch_size = consumer.batch_size.clamp(1, 10) as usize;
     while !shared.stopping() {
-        let mut messages = receive(&sqs, &consumer, &shared, batch_size, LONG_POLL_SECONDS).await;
+        let mut messages = receive(
+            &sqs,
+            &consumer,
+            &shared,
+            batch_size,
+            consumer.long_poll.as_secs() as i32,
+        )
+        .await;
+        if shared.stopping() {
+            // Received as the run ended (by a poll that began before): hand them back.
+            release(&sqs, &consumer.queue_url, &messages).await;
+            break;
+        }
         if messages.is_empty() {
             continue;
         }
@@ -254,7 +285,7 @@ pub async fn run_until_drained_while(
     producing: impl Fn() -> bool,
 ) -> Result<BTreeMap<String, ConsumerStats>> {
     let shared = Arc::new(Shared {
-        stop: tokio::sync::watch::channel(false).0,
+        stop: AtomicBool::new(false),
         in_flight: AtomicUsize::new(0),
         invocations: AtomicUsize::new(0),
         stats: Mutex::new(BTreeMap::new()),
@@ -294,7 +325,7 @@ pub async fn run_until_drained_while(
             break Err(depths.join("; "));
         }
     };
-    shared.stop.send_replace(true);
+    shared.stop.store(true, Ordering::SeqCst);
     for task in tasks {
         let _ = task.await;
     }
