@@ -247,6 +247,7 @@ fn bench_runs_the_binaries_counts_every_request_and_logs_nothing_sensitive() {
     // addresses are rejected by SES, not before), two ledger writes per email sent, and
     // SendMessageBatch in tens.
     let eligible = report["eligibleUsers"].as_u64().unwrap();
+    assert_eq!(report["usersEnqueued"].as_u64(), Some(eligible), "{report}");
     assert_eq!(requests(2, "sesv2.SendEmail"), eligible);
     assert!(requests(2, "dynamodb.UpdateItem") >= 2 * sent);
     let batches = report["usersEnqueued"].as_u64().unwrap().div_ceil(10);

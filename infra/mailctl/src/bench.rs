@@ -211,6 +211,8 @@ pub struct StageReport {
     pub billed_ms: u64,
     pub log_bytes: u64,
     pub log_lines: u64,
+    /// Users enqueued (GetUsers only), from its invocations' last log lines.
+    pub users_enqueued: u64,
     /// Log lines with an address, a connection string or a key: "process N line M: why".
     pub sensitive_log_lines: Vec<String>,
     /// Every request by `service.Operation`: the function's own (metered in the process)
@@ -316,6 +318,7 @@ async fn stage_report(
                 .sum::<u64>(),
         log_bytes: measured.iter().map(|m| m.logs.bytes).sum(),
         log_lines: measured.iter().map(|m| m.logs.line_count).sum(),
+        users_enqueued: measured.iter().map(|m| m.logs.users_enqueued).sum(),
         sensitive_log_lines: measured
             .iter()
             .enumerate()
@@ -364,7 +367,7 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
     let get_users = Environments::start(stack, &options.bin_dir, GET_USERS, 1).await?;
     let mut consumers = vec![consumer(stack, GET_USERS, get_users.handlers())?];
     let mut downstream = Vec::new();
-    // With GetUsers alone, the users queue is left to fill: what it holds is what was enqueued.
+    // With GetUsers alone, the users queue is left to fill.
     if !options.get_users_only {
         for function in [CREATE_EMAILS, SEND_EMAIL] {
             let environments = Environments::start(
@@ -399,12 +402,6 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .map_or(wall, |t| t - started);
-    let users_enqueued = if options.get_users_only {
-        let (visible, in_flight) = runner::depth(&sqs, stack.queue_url("UsersQueue")?).await?;
-        visible + in_flight
-    } else {
-        stats.get(CREATE_EMAILS).map_or(0, |s| s.records as u64)
-    };
     let logs_dir = options.logs_dir.as_deref();
     let mut stages =
         vec![stage_report(&get_users, stats.get(GET_USERS), get_users_wall, logs_dir).await?];
@@ -412,6 +409,7 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
         let stats = stats.get(environments.function);
         stages.push(stage_report(environments, stats, wall, logs_dir).await?);
     }
+    let users_enqueued = stages[0].users_enqueued;
     let users_enqueued_per_second = users_enqueued as f64 / get_users_wall.as_secs_f64();
 
     let mut emails_sent = 0;

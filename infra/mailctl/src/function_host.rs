@@ -49,6 +49,8 @@ pub struct Logs {
     pub sensitive: Vec<(u64, &'static str)>,
     /// The sums of the `requests` each invocation logged (see `mailflow::metering`).
     pub requests: BTreeMap<String, u64>,
+    /// Users GetUsers enqueued, from the line each of its invocations ends with.
+    pub users_enqueued: u64,
 }
 
 /// Logs kept in full up to this many lines (the rest are counted, not kept).
@@ -62,6 +64,9 @@ impl Logs {
             self.sensitive.push((self.line_count, why));
         }
         if let Ok(json) = serde_json::from_str::<Value>(&line) {
+            if json["message"] == mailflow::stages::get_users::FINISHED_LOG_MESSAGE {
+                self.users_enqueued += json["users_enqueued"].as_u64().unwrap_or(0);
+            }
             if json["message"] == mailflow::metering::REQUESTS_LOG_MESSAGE {
                 let counts: BTreeMap<String, u64> = json["requests"]
                     .as_str()

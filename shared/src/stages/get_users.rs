@@ -67,6 +67,10 @@ pub struct Run {
     pub segment: u32,
 }
 
+/// The log line each GetUsers invocation ends with (its `users_enqueued` is what the
+/// benchmark counts).
+pub const FINISHED_LOG_MESSAGE: &str = "GetUsers finished";
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
@@ -260,7 +264,7 @@ impl GetUsers {
             entries_retried = summary.entries_retried,
             duration_ms = summary.duration_ms as u64,
             complete = summary.complete,
-            "GetUsers finished"
+            "{FINISHED_LOG_MESSAGE}"
         );
         Ok(summary)
     }
