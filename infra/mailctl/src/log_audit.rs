@@ -1,5 +1,5 @@
-//! What must never be in a log line: email addresses, MongoDB connection strings (they carry
-//! credentials) and AWS secret keys. `mailctl bench` checks every line the function processes
+//! What must never be in a log line: email addresses, MongoDB connection strings with their
+//! credentials (redacted ones, `user:***@`, are fine) and AWS secret keys. `mailctl bench` checks every line the function processes
 //! write; tests/cli.rs fails on any finding.
 
 /// Why a line is sensitive, if it is.
@@ -7,14 +7,32 @@ pub fn finding(line: &str) -> Option<&'static str> {
     if contains_email_address(line) {
         return Some("email address");
     }
-    if line.contains("mongodb://") || line.contains("mongodb+srv://") {
-        return Some("MongoDB connection string");
+    if contains_credentialed_uri(line) {
+        return Some("MongoDB connection string with credentials");
     }
     let lower = line.to_ascii_lowercase();
     if lower.contains("aws_secret_access_key") || lower.contains("secretaccesskey") {
         return Some("AWS secret key");
     }
     None
+}
+
+/// `mongodb://user:password@host` with the password not redacted.
+fn contains_credentialed_uri(line: &str) -> bool {
+    line.match_indices("mongodb").any(|(at, _)| {
+        let rest = &line[at..];
+        let Some((_, after)) = rest.split_once("://") else {
+            return false;
+        };
+        let authority = after
+            .split(|c: char| c == '/' || c == '"' || c == '?' || c.is_whitespace())
+            .next()
+            .unwrap_or_default();
+        match authority.rsplit_once('@') {
+            Some((userinfo, _)) => !userinfo.ends_with(":***"),
+            None => false,
+        }
+    })
 }
 
 /// `local@domain.tld` anywhere in the line (JSON escapes and all).
@@ -54,7 +72,10 @@ mod tests {
                 "cannot connect to mongodb+srv://app:pw@cluster0.x.net/",
                 "email address",
             ),
-            ("uri=mongodb://127.0.0.1:27017", "MongoDB connection string"),
+            (
+                r#"{"uri":"mongodb://app:pw@10.0.0.7:27017/db"}"#,
+                "MongoDB connection string with credentials",
+            ),
             ("AWS_SECRET_ACCESS_KEY=abc", "AWS secret key"),
         ] {
             assert_eq!(finding(line), Some(kind), "{line}");
@@ -65,6 +86,8 @@ mod tests {
             "version@2 of the schema",
             "a @ b",
             "user@localhost",
+            "uri=mongodb://127.0.0.1:27017/?directConnection=true",
+            "cannot connect to mongodb+srv://app:***@cluster0.x.net/",
         ] {
             assert_eq!(finding(line), None, "{line}");
         }

@@ -63,7 +63,12 @@ pub async fn connect(
     sdk: &aws_config::SdkConfig,
     app_name: &str,
 ) -> Result<Database, MongoConnectError> {
+    let started = std::time::Instant::now();
     let uri = resolve_uri(&config.uri, sdk).await?;
+    tracing::info!(
+        duration_ms = started.elapsed().as_millis() as u64,
+        "MongoDB URI resolved"
+    );
     let invalid = |detail: String| MongoConnectError::Uri {
         uri: redact_uri(&uri),
         detail,

@@ -36,9 +36,15 @@ pub async fn ensure_indexes(db: &Database) -> mongodb::error::Result<()> {
                 .build(),
         )
         .build();
+    let started = std::time::Instant::now();
     db.collection::<mongodb::bson::Document>(FOLLOWS)
         .create_index(index)
         .await?;
+    // Part of every cold start of GetUsers and CreateEmails: worth seeing in the logs.
+    tracing::info!(
+        duration_ms = started.elapsed().as_millis() as u64,
+        "follows index ensured"
+    );
     Ok(())
 }
 
