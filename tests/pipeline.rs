@@ -162,7 +162,12 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
     let options = PipelineOptions {
         env: BTreeMap::from([(
             mailctl::local::GET_USERS,
-            BTreeMap::from([("DEADLINE_MARGIN_SECONDS".to_string(), "0".to_string())]),
+            // One batch in flight at a time, so that 24 batches take several short deadlines
+            // even when the local SQS answers in milliseconds.
+            BTreeMap::from([
+                ("DEADLINE_MARGIN_SECONDS".to_string(), "0".to_string()),
+                ("ENQUEUE_CONCURRENCY".to_string(), "1".to_string()),
+            ]),
         )]),
         ..Default::default()
     };
@@ -171,7 +176,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
     let continuation = env.stack.queue_url("ContinuationQueue").unwrap().to_owned();
 
     // Each invocation gets a deadline so short that it must stop and leave a checkpoint.
-    let short = || Invocation::with_timeout("short", Duration::from_millis(150));
+    let short = || Invocation::with_timeout("short", Duration::from_millis(80));
     let mut run = Run {
         campaign: campaign(),
         include_failed: false,
@@ -227,16 +232,24 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
         if messages.is_empty() {
             break;
         }
-        for m in messages {
+        let mut deletes = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
             let body: serde_json::Value = serde_json::from_str(m.body().unwrap()).unwrap();
             enqueued.push(body["userId"].as_str().unwrap().to_owned());
-            sqs.delete_message()
-                .queue_url(&users)
-                .receipt_handle(m.receipt_handle().unwrap())
-                .send()
-                .await
-                .unwrap();
+            deletes.push(
+                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(m.receipt_handle().unwrap())
+                    .build()
+                    .unwrap(),
+            );
         }
+        sqs.delete_message_batch()
+            .queue_url(&users)
+            .set_entries(Some(deletes))
+            .send()
+            .await
+            .unwrap();
     }
     let distinct: BTreeSet<String> = enqueued.iter().cloned().collect();
     assert_eq!(
