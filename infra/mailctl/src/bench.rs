@@ -20,16 +20,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[derive(Debug, clap::Args)]
 pub struct BenchOptions {
+    #[arg(long, default_value_t = 10_000)]
     pub users: usize,
+    #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Only GetUsers (the fan-out benchmark on large audiences).
+    /// Only GetUsers: the fan-out to the users queue (try --users 100000).
+    #[arg(long)]
     pub get_users_only: bool,
-    /// Campaign-wide send rate for SendEmail (high, so that our code is what is measured).
+    /// Campaign-wide send rate (emails/s); high so that our code, not the pacer, is measured.
+    #[arg(long, default_value_t = 5000.0)]
     pub send_rate: f64,
-    /// Where the function binaries are (target/release).
+    /// Where the function binaries are.
+    #[arg(long, default_value_os_t = crate::repo_root().join("target/release"))]
     pub bin_dir: PathBuf,
-    /// Where to write each process's log lines (`<function>-<n>.log`), if anywhere.
+    /// Also write each function process's log lines (the first 20,000 of each) to
+    /// <dir>/<function>-<n>.log.
+    #[arg(long)]
     pub logs_dir: Option<PathBuf>,
 }
 
@@ -213,7 +221,8 @@ pub struct StageReport {
     pub log_lines: u64,
     /// Users enqueued (GetUsers only), from its invocations' last log lines.
     pub users_enqueued: u64,
-    /// Log lines with an address, a connection string or a key: "process N line M: why".
+    /// Log lines with an address, a credentialed connection string or a key:
+    /// "process N line M: why" (see `crate::log_audit`).
     pub sensitive_log_lines: Vec<String>,
     /// Every request by `service.Operation`: the function's own (metered in the process)
     /// and its event source mapping's (`esm.ReceiveMessage`, `esm.DeleteMessageBatch`).
@@ -579,7 +588,7 @@ pub fn markdown(r: &BenchReport) -> String {
         r.users_enqueued_per_second
     ));
     out.push_str(&format!(
-        "Log lines written: {}; with an address, a connection string or a key: {}.\n\n",
+        "Log lines written: {}; with an address, a credentialed connection string or a key: {}.\n\n",
         r.stages.iter().map(|s| s.log_lines).sum::<u64>(),
         r.stages
             .iter()

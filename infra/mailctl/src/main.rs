@@ -47,26 +47,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Measure the pipeline on the local stack through the real function binaries, one stage
-    /// at a time: CPU per email, peak RSS, cold start, billable requests per email, binary
+    /// Measure the pipeline on the local stack through the real function binaries, the three
+    /// stages at once: CPU per email, peak RSS, cold start, billable requests per email, binary
     /// sizes and the cost per million emails (infra/bench.sh builds them and runs this).
     Bench {
-        #[arg(long, default_value_t = 10_000)]
-        users: usize,
-        #[arg(long, default_value_t = 42)]
-        seed: u64,
-        /// Only GetUsers: the fan-out to the users queue (try --users 100000).
-        #[arg(long)]
-        get_users_only: bool,
-        /// Campaign-wide send rate (emails/s); high so that our code, not the pacer, is measured.
-        #[arg(long, default_value_t = 5000.0)]
-        send_rate: f64,
-        /// Where the function binaries are.
-        #[arg(long, default_value_os_t = mailctl::repo_root().join("target/release"))]
-        bin_dir: std::path::PathBuf,
-        /// Also write each function process's log lines to <dir>/<function>-<n>.log.
-        #[arg(long)]
-        logs_dir: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        options: mailctl::bench::BenchOptions,
         /// Print one JSON object instead of Markdown tables.
         #[arg(long)]
         json: bool,
@@ -316,23 +302,7 @@ async fn run() -> Result<()> {
             send_rate,
             json,
         } => demo(&cli.template, users, s, send_rate, json).await,
-        Command::Bench {
-            users,
-            seed: s,
-            get_users_only,
-            send_rate,
-            bin_dir,
-            logs_dir,
-            json,
-        } => {
-            let options = mailctl::bench::BenchOptions {
-                users,
-                seed: s,
-                get_users_only,
-                send_rate,
-                bin_dir,
-                logs_dir,
-            };
+        Command::Bench { options, json } => {
             let report = mailctl::bench::bench(&cli.template, &options).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
