@@ -225,7 +225,7 @@ impl FunctionProcess {
         lock(&self.api.init_error).clone()
     }
 
-    /// CPU time (user + system) the process has used so far.
+    /// CPU time the process has used so far, in its own code and in the kernel.
     pub fn cpu_time(&self) -> Option<CpuTime> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
         // Fields after the command name (which may hold spaces): state is field 3; utime and
