@@ -18,6 +18,9 @@ use tracing::Instrument;
 /// Do not start a send with less time left than this: claim, send and mark must fit.
 const MIN_TIME_TO_SEND: Duration = Duration::from_secs(3);
 const MARK_ATTEMPTS: u32 = 3;
+/// SENT is retried until this long before the deadline: SES has the email, so every write
+/// that lands saves a resend after the lease (a DynamoDB outage of seconds, for instance).
+const MARK_SENT_MARGIN: Duration = Duration::from_secs(1);
 
 /// Per-batch counts, logged and returned to callers such as the local runner.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -287,7 +290,7 @@ impl<M: Mailer> SendEmail<M> {
             user_id: claim.user_id.clone(),
         };
         match self.mailer.send(&email).await {
-            Ok(ses_message_id) => Ok(self.mark_sent(&claim, &ses_message_id).await),
+            Ok(ses_message_id) => Ok(self.mark_sent(&claim, &ses_message_id, invocation).await),
             Err(SendError::Permanent(reason)) => {
                 tracing::warn!(%reason, "rejected permanently; recorded FAILED");
                 match self
@@ -334,9 +337,17 @@ impl<M: Mailer> SendEmail<M> {
         }
     }
 
-    async fn mark_sent(&self, claim: &Claim, ses_message_id: &str) -> Done {
+    async fn mark_sent(
+        &self,
+        claim: &Claim,
+        ses_message_id: &str,
+        invocation: &Invocation,
+    ) -> Done {
         match self
-            .retry_mark(|| self.ledger.mark_sent(claim, ses_message_id))
+            .retry_write(
+                || self.ledger.mark_sent(claim, ses_message_id),
+                |_| invocation.remaining() > MARK_SENT_MARGIN,
+            )
             .await
         {
             Ok(Ok(())) => Done::Sent,
@@ -377,13 +388,28 @@ impl<M: Mailer> SendEmail<M> {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<Result<(), LostClaim>, LedgerError>>,
     {
+        self.retry_write(write, |attempt| attempt < MARK_ATTEMPTS)
+            .await
+    }
+
+    /// Retries a ledger write that failed (not one refused by its condition) with backoff
+    /// while `again(attempts so far)` allows.
+    async fn retry_write<F, Fut>(
+        &self,
+        write: F,
+        again: impl Fn(u32) -> bool,
+    ) -> Result<Result<(), LostClaim>, LedgerError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Result<(), LostClaim>, LedgerError>>,
+    {
         let mut attempt = 0;
         loop {
             match write().await {
-                Err(err) if attempt + 1 < MARK_ATTEMPTS => {
+                Err(err) if again(attempt + 1) => {
                     attempt += 1;
                     tracing::warn!(reason = %err, attempt, "ledger write failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                    tokio::time::sleep(Duration::from_millis(100 << attempt.min(3))).await;
                 }
                 other => return other,
             }
