@@ -2,7 +2,22 @@
 //! that one bad body fails alone.
 
 use crate::campaign::{CampaignId, Window};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// The longest user id accepted. Ids are keys in MongoDB and DynamoDB (whose partition keys
+/// stop at 2,048 bytes); a longer one is a bad message, failed with this reason up front.
+pub const MAX_USER_ID_BYTES: usize = 512;
+
+fn user_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let id = String::deserialize(d)?;
+    if id.is_empty() || id.len() > MAX_USER_ID_BYTES || id.chars().any(char::is_control) {
+        return Err(serde::de::Error::custom(format!(
+            "userId must be 1 to {MAX_USER_ID_BYTES} bytes without control characters (got {} bytes)",
+            id.len()
+        )));
+    }
+    Ok(id)
+}
 
 /// Users queue: one user of one campaign. CreateEmails trusts nothing else in it; it reads
 /// the user afresh from MongoDB.
@@ -10,6 +25,7 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct UserMessage {
     pub campaign_id: CampaignId,
+    #[serde(deserialize_with = "user_id")]
     pub user_id: String,
     #[serde(flatten)]
     pub window: Window,
@@ -23,6 +39,7 @@ pub struct UserMessage {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EmailJob {
     pub campaign_id: CampaignId,
+    #[serde(deserialize_with = "user_id")]
     pub user_id: String,
     pub to: String,
     pub subject: String,
@@ -53,6 +70,16 @@ mod tests {
             .unwrap_err()
             .contains("not a valid"));
         assert!(parse_body::<UserMessage>(None).is_err());
+        for bad_user in [
+            String::new(),
+            "u\n1".into(),
+            "u".repeat(MAX_USER_ID_BYTES + 1),
+        ] {
+            let bad = body.replace(r#""u1""#, &serde_json::to_string(&bad_user).unwrap());
+            assert!(parse_body::<UserMessage>(Some(&bad))
+                .unwrap_err()
+                .contains("userId must be"));
+        }
         let bad_id = body.replace("weekly-2026-W47", "a b");
         assert!(parse_body::<UserMessage>(Some(&bad_id))
             .unwrap_err()
