@@ -90,6 +90,7 @@ export AWS_REGION=\${AWS_REGION:-us-east-1}
 export AWS_ACCESS_KEY_ID=test
 export AWS_SECRET_ACCESS_KEY=test
 export MONGODB_URI=mongodb://127.0.0.1:$MONGO_PORT/?directConnection=true
+export MAILFLOW_SECANTUSD=$VENV/bin/secantusd-py
 ENV
 }
 

@@ -15,3 +15,15 @@ pub fn init() {
         builder.json().flatten_event(true).without_time().try_init()
     };
 }
+
+/// For command-line tools: text on stderr (stdout carries their output), level from
+/// RUST_LOG, default warn.
+pub fn init_cli() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,6 +1,7 @@
 //! mailctl: the operator tool for mailflow, and the local runner the tests and the demo use.
 
 pub mod bench;
+pub mod chaos;
 pub mod cost;
 pub mod function_host;
 pub mod ledger_scan;

@@ -57,6 +57,7 @@ pub fn consumer(
         concurrency: event.maximum_concurrency.unwrap_or(1),
         timeout,
         handlers,
+        faults: None,
     })
 }
 
@@ -271,14 +272,33 @@ impl SeededStack {
         name: &str,
         users: usize,
         seed: u64,
-        mut parameters: BTreeMap<String, String>,
+        parameters: BTreeMap<String, String>,
+    ) -> Result<Self> {
+        let options = crate::provision::StackOptions {
+            parameters,
+            ..Default::default()
+        };
+        Self::create_with(template, name, users, seed, options).await
+    }
+
+    /// As `create`, with queue timeouts from `options` and its MongoDB URI instead of
+    /// MONGODB_URI's (the prefix is made here).
+    pub async fn create_with(
+        template: &std::path::Path,
+        name: &str,
+        users: usize,
+        seed: u64,
+        mut options: crate::provision::StackOptions,
     ) -> Result<Self> {
         let var = |k: &str| {
             std::env::var(k).with_context(|| {
                 format!("{k} is not set; start the local stack and load its environment: eval \"$(infra/local-stack.sh env)\"")
             })
         };
-        let mongo_uri = var("MONGODB_URI")?;
+        let mongo_uri = match options.mongodb_uri.take() {
+            Some(uri) => uri,
+            None => var("MONGODB_URI")?,
+        };
         var("AWS_ENDPOINT_URL")?;
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)?
@@ -286,19 +306,15 @@ impl SeededStack {
         let prefix = format!("{name}-{stamp}");
         let database = format!("mailflow_{name}_{stamp}");
         let domain = format!("{prefix}.example.com");
-        parameters.insert("MongoDbDatabase".into(), database.clone());
+        options
+            .parameters
+            .insert("MongoDbDatabase".into(), database.clone());
+        options.prefix = prefix;
+        options.mongodb_uri = Some(mongo_uri.clone());
         let sdk = mailflow::adapters::aws_config().await;
-        let stack = crate::provision::provision(
-            &sdk,
-            crate::template::Template::load(template)?,
-            crate::provision::StackOptions {
-                prefix,
-                parameters,
-                mongodb_uri: Some(mongo_uri.clone()),
-                ..Default::default()
-            },
-        )
-        .await?;
+        let stack =
+            crate::provision::provision(&sdk, crate::template::Template::load(template)?, options)
+                .await?;
         let now = time::OffsetDateTime::now_utc();
         let campaign = mailflow::campaign::Campaign::for_schedule(now);
         let mongo = mailflow::config::MongoConfig {

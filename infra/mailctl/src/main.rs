@@ -57,6 +57,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a campaign of thousands of users on the local stack while messages are delivered
+    /// twice, runs overlap, invocations are killed at every step, SES throttles, MongoDB
+    /// restarts and the AWS endpoint drops; print what was injected and what came out (exit
+    /// status 1 when an email was lost or sent twice beyond the bound).
+    Chaos {
+        #[command(flatten)]
+        options: mailctl::chaos::ChaosOptions,
+        /// Print one JSON object instead of a Markdown table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Create the resources template.yaml declares on the local stack under a prefix, and
     /// print the MAILFLOW_* variables that name them.
     Provision {
@@ -175,13 +186,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> Result<()> {
-    if std::env::var_os("LOG_FORMAT").is_none() {
-        std::env::set_var("LOG_FORMAT", "text");
-    }
-    if std::env::var_os("RUST_LOG").is_none() {
-        std::env::set_var("RUST_LOG", "warn");
-    }
-    mailflow::telemetry::init();
+    mailflow::telemetry::init_cli();
     let cli = Cli::parse();
     let sdk = mailflow::adapters::aws_config().await;
     match cli.command {
@@ -308,6 +313,21 @@ async fn run() -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 print!("{}", mailctl::bench::markdown(&report));
+            }
+            Ok(())
+        }
+        Command::Chaos { options, json } => {
+            let report = mailctl::chaos::run(&cli.template, &options).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", mailctl::chaos::markdown(&report));
+            }
+            if !report.violations.is_empty() {
+                bail!(
+                    "the chaos run broke a promise: {}",
+                    report.violations.join("; ")
+                );
             }
             Ok(())
         }

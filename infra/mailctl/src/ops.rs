@@ -132,12 +132,23 @@ pub async fn status(
 }
 
 /// Moves every message of `dlq` back to `source`. Uses StartMessageMoveTask where the service
-/// supports it; otherwise receives, sends to the source, and only then deletes from the DLQ,
-/// so a crash midway can duplicate a message (harmless downstream) but never lose one.
+/// supports it; otherwise see `redrive_inspecting`.
 pub async fn redrive(sqs: &Sqs, dlq: &str, source: &str) -> Result<u64> {
     if let Some(moved) = move_task(sqs, dlq, source).await? {
         return Ok(moved);
     }
+    redrive_inspecting(sqs, dlq, source, |_| {}).await
+}
+
+/// Moves every message of `dlq` back to `source`, showing each body to `inspect` first:
+/// receives, sends to the source, and only then deletes from the DLQ, so a crash midway can
+/// duplicate a message (harmless downstream) but never lose one.
+pub async fn redrive_inspecting(
+    sqs: &Sqs,
+    dlq: &str,
+    source: &str,
+    mut inspect: impl FnMut(&str),
+) -> Result<u64> {
     let mut moved = 0;
     loop {
         let out = sqs
@@ -155,6 +166,7 @@ pub async fn redrive(sqs: &Sqs, dlq: &str, source: &str) -> Result<u64> {
         }
         for message in messages {
             let body = message.body.clone().unwrap_or_default();
+            inspect(&body);
             sqs.send_message()
                 .queue_url(source)
                 .message_body(body)

@@ -4,6 +4,8 @@
 //! responses honoured (only successes are deleted; failures reappear after their visibility
 //! timeout and reach the DLQ after maxReceiveCount), and each invocation ended at its
 //! function Timeout with a real deadline passed in. Handlers run in-process (see README).
+//! A consumer may carry `Faults` (the chaos run): second deliveries and invocations that
+//! die at chosen points, as Lambda and SQS do it in production.
 
 use anyhow::{bail, Result};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -36,6 +38,56 @@ pub struct Consumer {
     /// One handler per execution environment (up to `concurrency`), so per-environment
     /// state such as SendEmail's rate pacer behaves as on Lambda.
     pub handlers: Vec<Handler>,
+    /// Faults to inject (None: a faithful event source mapping).
+    pub faults: Option<Arc<dyn Faults>>,
+}
+
+/// Where an invocation dies when a fault injector kills it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kill {
+    /// Before the handler runs: nothing of the batch is done.
+    BeforeStart,
+    /// This long into the handler, at whatever point it has reached.
+    After(Duration),
+    /// After the handler returned, before the event source mapping deletes the batch.
+    BeforeDelete,
+}
+
+/// Faults injected into an event source mapping (the chaos run).
+pub trait Faults: Send + Sync {
+    /// Whether a newly received message is also handed to a second invocation, and after
+    /// how long (an at-least-once delivery: same message id, same body; with no delay, at
+    /// the same time as the first).
+    fn deliver_twice(&self, function: &str) -> Option<Duration>;
+    /// Whether, and where, this invocation dies.
+    fn kill(&self, function: &str) -> Option<Kill>;
+    /// Told after each invocation whether its handler ran to the end (false: killed or timed
+    /// out part-way, so whatever it was doing was left half done).
+    fn ended(&self, _request_id: &str, _finished: bool) {}
+}
+
+/// The invocation a handler's code runs in.
+struct Scope {
+    request_id: String,
+    kill_switch: tokio::sync::Notify,
+}
+
+tokio::task_local! {
+    static INVOCATION: Arc<Scope>;
+}
+
+/// The request id of the invocation the caller runs in (None outside the runner).
+pub fn current_request_id() -> Option<String> {
+    INVOCATION.try_with(|s| s.request_id.clone()).ok()
+}
+
+/// Ends the current invocation at once, as a crash of its execution environment would: the
+/// runner drops it where it stands, deletes nothing, and its messages return after their
+/// visibility timeout. For fault injectors inside a handler; outside the runner it never
+/// returns either.
+pub async fn crash() -> ! {
+    let _ = INVOCATION.try_with(|s| s.kill_switch.notify_one());
+    futures::future::pending().await
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -45,6 +97,10 @@ pub struct ConsumerStats {
     pub records: usize,
     pub failures_reported: usize,
     pub timeouts: usize,
+    /// Invocations a fault injector killed.
+    pub crashes: usize,
+    /// Messages handed to a second invocation by a fault injector.
+    pub second_deliveries: usize,
     /// The event source mapping's own SQS requests (billed to the account on AWS too):
     /// ReceiveMessage calls (empty ones included), their 64 KiB billing chunks, and
     /// DeleteMessageBatch calls.
@@ -104,8 +160,12 @@ pub const LAMBDA_LONG_POLL: Duration = Duration::from_secs(20);
 pub const QUICK_LONG_POLL: Duration = Duration::from_secs(5);
 
 struct Shared {
+    /// Tells this run's request ids from an earlier run's in the same process.
+    run: usize,
     stop: AtomicBool,
     in_flight: AtomicUsize,
+    /// Second deliveries waiting for an invocation, by function, each with when it is due.
+    redeliveries: Mutex<BTreeMap<String, Vec<(Instant, aws_sdk_sqs::types::Message)>>>,
     invocations: AtomicUsize,
     stats: Mutex<BTreeMap<String, ConsumerStats>>,
 }
@@ -113,6 +173,18 @@ struct Shared {
 impl Shared {
     fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
+    }
+
+    fn redeliveries(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<(Instant, aws_sdk_sqs::types::Message)>>>
+    {
+        self.redeliveries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn stats(&self, function: &str, update: impl FnOnce(&mut ConsumerStats)) {
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        update(stats.entry(function.to_owned()).or_default());
     }
 }
 
@@ -136,12 +208,12 @@ async fn receive(
         Ok(out) => {
             let messages = out.messages.unwrap_or_default();
             let bytes: usize = messages.iter().map(|m| m.body().unwrap_or("").len()).sum();
-            let mut stats = shared.stats.lock().unwrap_or_else(|p| p.into_inner());
-            let s = stats.entry(consumer.function.clone()).or_default();
-            s.receive_requests += 1;
-            s.receive_chunks += (bytes as u64)
-                .div_ceil(mailflow::metering::SQS_BILLING_CHUNK)
-                .max(1);
+            shared.stats(&consumer.function, |s| {
+                s.receive_requests += 1;
+                s.receive_chunks += (bytes as u64)
+                    .div_ceil(mailflow::metering::SQS_BILLING_CHUNK)
+                    .max(1);
+            });
             messages
         }
         Err(err) => {
@@ -171,18 +243,130 @@ async fn release(sqs: &Client, queue_url: &str, messages: &[aws_sdk_sqs::types::
     }
 }
 
+/// A batch for one invocation: second deliveries that are due first, else a long poll and
+/// the batching window.
+async fn next_batch(
+    sqs: &Client,
+    consumer: &Consumer,
+    shared: &Shared,
+    batch_size: usize,
+) -> Vec<aws_sdk_sqs::types::Message> {
+    {
+        let mut waiting = shared.redeliveries();
+        if let Some(queue) = waiting.get_mut(&consumer.function) {
+            let now = Instant::now();
+            let mut due = Vec::new();
+            queue.retain(|(at, message)| {
+                let take = *at <= now && due.len() < batch_size;
+                if take {
+                    due.push(message.clone());
+                }
+                !take
+            });
+            if !due.is_empty() {
+                return due;
+            }
+        }
+    }
+    let mut messages = receive(
+        sqs,
+        consumer,
+        shared,
+        batch_size,
+        consumer.long_poll.as_secs() as i32,
+    )
+    .await;
+    if messages.is_empty() || shared.stopping() {
+        return messages;
+    }
+    let window_ends = Instant::now() + consumer.batching_window;
+    while messages.len() < batch_size && !shared.stopping() {
+        let left = window_ends.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let wait = left.as_secs_f64().ceil() as i32;
+        let more = receive(sqs, consumer, shared, batch_size - messages.len(), wait).await;
+        messages.extend(more);
+    }
+    if let Some(faults) = &consumer.faults {
+        let twice: Vec<_> = messages
+            .iter()
+            .filter_map(|m| {
+                let after = faults.deliver_twice(&consumer.function)?;
+                Some((Instant::now() + after, m.clone()))
+            })
+            .collect();
+        if !twice.is_empty() {
+            shared.stats(&consumer.function, |s| s.second_deliveries += twice.len());
+            shared
+                .redeliveries()
+                .entry(consumer.function.clone())
+                .or_default()
+                .extend(twice);
+        }
+    }
+    messages
+}
+
+/// How an invocation ended, as the event source mapping sees it.
+enum Ended {
+    Returned(SqsBatchResponse),
+    TimedOut,
+    /// Killed by a fault injector; `finished` if the handler had returned (before the delete).
+    Crashed {
+        finished: bool,
+    },
+}
+
+/// Runs the handler as Lambda would, with the consumer's faults applied.
+async fn invoke(
+    consumer: &Consumer,
+    handler: &Handler,
+    event: SqsEvent,
+    request_id: String,
+) -> Ended {
+    let faults = consumer.faults.as_ref();
+    let kill = faults.and_then(|f| f.kill(&consumer.function));
+    let limit = match kill {
+        Some(Kill::After(after)) => after.min(consumer.timeout),
+        _ => consumer.timeout,
+    };
+    let ended = if kill == Some(Kill::BeforeStart) {
+        Ended::Crashed { finished: false }
+    } else {
+        let invocation = Invocation::with_timeout(request_id.clone(), consumer.timeout);
+        let scope = Arc::new(Scope {
+            request_id: request_id.clone(),
+            kill_switch: tokio::sync::Notify::new(),
+        });
+        let run = INVOCATION.scope(scope.clone(), handler(event, invocation));
+        // Lambda ends the invocation at its Timeout: the future is dropped, nothing is deleted.
+        tokio::select! {
+            outcome = tokio::time::timeout(limit, run) => match (outcome, kill) {
+                (Ok(_), Some(Kill::BeforeDelete)) => Ended::Crashed { finished: true },
+                (Ok(response), _) => Ended::Returned(response),
+                (Err(_), Some(Kill::After(_))) => Ended::Crashed { finished: false },
+                (Err(_), _) => Ended::TimedOut,
+            },
+            _ = scope.kill_switch.notified() => Ended::Crashed { finished: false },
+        }
+    };
+    if let Some(faults) = faults {
+        let finished = matches!(
+            ended,
+            Ended::Returned(_) | Ended::Crashed { finished: true }
+        );
+        faults.ended(&request_id, finished);
+    }
+    ended
+}
+
 async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared: Arc<Shared>) {
     let handler = consumer.handlers[environment % consumer.handlers.len()].clone();
     let batch_size = consumer.batch_size.clamp(1, 10) as usize;
     while !shared.stopping() {
-        let mut messages = receive(
-            &sqs,
-            &consumer,
-            &shared,
-            batch_size,
-            consumer.long_poll.as_secs() as i32,
-        )
-        .await;
+        let messages = next_batch(&sqs, &consumer, &shared, batch_size).await;
         if shared.stopping() {
             // Received as the run ended (by a poll that began before): hand them back.
             release(&sqs, &consumer.queue_url, &messages).await;
@@ -190,16 +374,6 @@ async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared
         }
         if messages.is_empty() {
             continue;
-        }
-        let window_ends = Instant::now() + consumer.batching_window;
-        while messages.len() < batch_size && !shared.stopping() {
-            let left = window_ends.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            let wait = left.as_secs_f64().ceil() as i32;
-            let more = receive(&sqs, &consumer, &shared, batch_size - messages.len(), wait).await;
-            messages.extend(more);
         }
         shared.in_flight.fetch_add(messages.len(), Ordering::SeqCst);
         let n = messages.len();
@@ -214,17 +388,17 @@ async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared
             .filter_map(|r| Some((r.message_id.clone()?, r.receipt_handle.clone()?)))
             .collect();
         let seq = shared.invocations.fetch_add(1, Ordering::SeqCst);
-        let invocation =
-            Invocation::with_timeout(format!("{}-{seq}", consumer.function), consumer.timeout);
-        // Lambda ends the invocation at its Timeout: the future is dropped, nothing is deleted.
-        let outcome = tokio::time::timeout(consumer.timeout, handler(event, invocation)).await;
-        let failed: HashSet<String> = match &outcome {
-            Ok(response) => response
+        let request_id = format!("{}-{}-{seq}", consumer.function, shared.run);
+        let ended = invoke(&consumer, &handler, event, request_id).await;
+        let failed: HashSet<String> = match &ended {
+            Ended::Returned(response) => response
                 .batch_item_failures
                 .iter()
                 .map(|f| f.item_identifier.clone())
                 .collect(),
-            Err(_) => receipts.iter().map(|(id, _)| id.clone()).collect(),
+            Ended::TimedOut | Ended::Crashed { .. } => {
+                receipts.iter().map(|(id, _)| id.clone()).collect()
+            }
         };
         let done: Vec<_> = receipts
             .iter()
@@ -253,15 +427,16 @@ async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared
                 tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&err), "delete failed; messages will be redelivered");
             }
         }
-        {
-            let mut stats = shared.stats.lock().unwrap_or_else(|p| p.into_inner());
-            let s = stats.entry(consumer.function.clone()).or_default();
+        shared.stats(&consumer.function, |s| {
             s.invocations += 1;
             s.records += n;
-            s.failures_reported += failed.len();
-            s.timeouts += usize::from(outcome.is_err());
+            if !matches!(ended, Ended::Crashed { .. }) {
+                s.failures_reported += failed.len();
+            }
+            s.timeouts += usize::from(matches!(ended, Ended::TimedOut));
+            s.crashes += usize::from(matches!(ended, Ended::Crashed { .. }));
             s.delete_requests += deletes;
-        }
+        });
         shared.in_flight.fetch_sub(n, Ordering::SeqCst);
     }
 }
@@ -284,9 +459,12 @@ pub async fn run_until_drained_while(
     max_wait: Duration,
     producing: impl Fn() -> bool,
 ) -> Result<BTreeMap<String, ConsumerStats>> {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
     let shared = Arc::new(Shared {
+        run: RUNS.fetch_add(1, Ordering::SeqCst),
         stop: AtomicBool::new(false),
         in_flight: AtomicUsize::new(0),
+        redeliveries: Mutex::default(),
         invocations: AtomicUsize::new(0),
         stats: Mutex::new(BTreeMap::new()),
     });
@@ -310,18 +488,31 @@ pub async fn run_until_drained_while(
     let mut quiet = 0;
     let result = loop {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let mut busy = shared.in_flight.load(Ordering::SeqCst) > 0 || producing();
+        let mut busy = shared.in_flight.load(Ordering::SeqCst) > 0
+            || shared.redeliveries().values().any(|q| !q.is_empty())
+            || producing();
+        // Queue depths only when they can decide (each is a scan of the queue on the emulator).
+        let timed_out = started.elapsed() > max_wait;
+        let check = !busy || timed_out;
         let mut depths = Vec::new();
-        for url in &urls {
-            let (visible, invisible) = depth(sqs, url).await?;
-            busy |= visible + invisible > 0;
-            depths.push(format!("{url}: {visible} visible, {invisible} in flight"));
+        for url in urls.iter().filter(|_| check) {
+            match depth(sqs, url).await {
+                Ok((visible, invisible)) => {
+                    busy |= visible + invisible > 0;
+                    depths.push(format!("{url}: {visible} visible, {invisible} in flight"));
+                }
+                // SQS unreachable for a moment (the chaos run makes it so): not drained.
+                Err(err) => {
+                    busy = true;
+                    depths.push(format!("{url}: depth unknown ({err:#})"));
+                }
+            }
         }
         quiet = if busy { 0 } else { quiet + 1 };
         if quiet >= 3 {
             break Ok(());
         }
-        if started.elapsed() > max_wait {
+        if timed_out {
             break Err(depths.join("; "));
         }
     };

@@ -39,10 +39,14 @@ impl SeedReport {
     }
 }
 
-/// SplitMix64: tiny, fast, deterministic; plenty for test data.
-struct Rng(u64);
+/// SplitMix64: tiny, fast, deterministic; plenty for test data and fault decisions.
+pub struct Rng(u64);
 
 impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -51,8 +55,13 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -69,7 +78,7 @@ fn millis(t: time::OffsetDateTime) -> i64 {
 }
 
 pub async fn seed(db: &Database, options: &SeedOptions) -> Result<SeedReport> {
-    let mut rng = Rng(options.seed);
+    let mut rng = Rng::new(options.seed);
     let mut report = SeedReport {
         users: options.users,
         ..Default::default()

@@ -22,7 +22,7 @@ pub struct Destinations {
 }
 
 /// `host:port` of an `http://host:port[/]` endpoint.
-fn authority(endpoint: &str) -> Result<&str> {
+pub fn authority(endpoint: &str) -> Result<&str> {
     let rest = endpoint.strip_prefix("http://").with_context(|| {
         format!("AWS_ENDPOINT_URL {endpoint:?} is not an http:// URL of the emulator")
     })?;

@@ -1,0 +1,82 @@
+//! The chaos run end to end: `mailctl chaos` with 5,000 users on the local stack, every
+//! fault at once (see mailctl::chaos), then its report and every line it logged checked.
+
+use mailflow_tests::{binary, endpoints};
+use serde_json::Value;
+
+#[test]
+fn five_thousand_users_through_every_fault_lose_nothing_and_duplicate_only_within_the_bound() {
+    endpoints();
+    assert!(
+        std::env::var_os("MAILFLOW_SECANTUSD").is_some(),
+        "MAILFLOW_SECANTUSD is not set: run the tests with infra/test.sh"
+    );
+    let out = std::process::Command::new(binary("mailctl"))
+        .args(["chaos", "--users", "5000", "--json"])
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("mailctl runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("no JSON report ({e}); stderr:\n{stderr}"));
+    let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"));
+    assert_eq!(report["violations"], Value::Array(vec![]), "{report:#}");
+    assert!(out.status.success(), "{stderr}");
+
+    // Everything was injected.
+    for function in ["CreateEmailsFunction", "SendEmailFunction"] {
+        assert!(
+            n(&report["secondDeliveries"][function]) > 1000,
+            "{report:#}"
+        );
+    }
+    for point in [
+        "CreateEmails: before it starts",
+        "CreateEmails: part-way",
+        "CreateEmails: before the SQS delete",
+        "SendEmail: before the claim",
+        "SendEmail: after the claim, before SES",
+        "SendEmail: after SES accepted, before SENT",
+        "SendEmail: before the SQS delete",
+    ] {
+        assert!(
+            n(&report["kills"][point]) > 0,
+            "no kill {point}: {report:#}"
+        );
+    }
+    assert!(n(&report["throttles"]) > 0);
+    assert_eq!(n(&report["mongoRestarts"]), 1);
+    assert_eq!(n(&report["awsOutages"]), 1);
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "two overlapping runs and a resend: {runs:?}");
+    assert_eq!(runs[0]["killed"], true);
+    assert!(runs.iter().all(|r| r["completed"] == true), "{runs:?}");
+
+    // What came out.
+    let deliverable = n(&report["deliverable"]);
+    assert!(deliverable > 2500, "{report:#}");
+    assert_eq!(n(&report["records"]["SENT"]), deliverable);
+    assert_eq!(
+        n(&report["records"]["FAILED"]),
+        n(&report["invalidAddresses"])
+    );
+    assert_eq!(n(&report["lost"]), 0);
+    assert_eq!(n(&report["ineligibleEmailed"]), 0);
+    assert_eq!(n(&report["panics"]), 0);
+    assert!(n(&report["extraEmails"]) <= n(&report["extraEmailBound"]));
+    assert_eq!(
+        n(&report["emails"]),
+        deliverable + n(&report["extraEmails"])
+    );
+
+    // Every line it logged: no panic, nothing sensitive.
+    for (i, line) in stderr.lines().enumerate() {
+        assert!(!line.contains("panicked"), "line {i}: {line}");
+        if let Some(why) = mailctl::log_audit::finding(line) {
+            panic!("line {i} of the log has {why}: {line}");
+        }
+    }
+}
