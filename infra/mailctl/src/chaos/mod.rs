@@ -51,7 +51,7 @@ pub struct ChaosOptions {
     #[arg(long, env = "MAILFLOW_SECANTUSD")]
     pub secantusd: PathBuf,
     /// Give up when the queues have not drained after this many seconds.
-    #[arg(long, default_value_t = 1200)]
+    #[arg(long, default_value_t = 3600)]
     pub max_seconds: u64,
 }
 
