@@ -107,7 +107,15 @@ fn run_status_and_resend_on_a_local_stack() {
         &env,
     )));
     // (--watch refreshes until the queues are empty: here they are, so it prints once.)
-    assert_eq!(status["duplicatesSuppressed"], run["sent"]);
+    // Status counts every duplicate the ledger suppressed: the resend's, and any copy SQS
+    // delivered twice during the first run.
+    assert_eq!(
+        status["duplicatesSuppressed"].as_u64(),
+        Some(
+            run["suppressedDuplicates"].as_u64().unwrap()
+                + resend["suppressedDuplicates"].as_u64().unwrap()
+        )
+    );
 
     // Preview renders what that user got.
     let html = std::env::temp_dir().join(format!("{prefix}.html"));
