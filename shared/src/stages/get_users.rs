@@ -207,7 +207,10 @@ impl GetUsers {
         let mut report = SendReport::default();
         let mut complete = true;
         loop {
-            if invocation.remaining() <= self.config.deadline_margin {
+            // At least one user per invocation, so a slow start can never checkpoint the
+            // same place forever.
+            let progressed = last != run.after;
+            if progressed && invocation.remaining() <= self.config.deadline_margin {
                 complete = false;
                 break;
             }
