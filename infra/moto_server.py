@@ -1,4 +1,4 @@
-"""moto's server with two fixes, started by infra/local-stack.sh.
+"""moto's server with four fixes, started by infra/local-stack.sh. Nothing else changes.
 
 1. DynamoDB conditional writes are atomic, as on AWS. moto's server handles requests on
 threads and evaluates a ConditionExpression and applies the write without a lock, so two
@@ -21,14 +21,22 @@ messages, which every ReceiveMessage and long poll builds by scanning the whole 
 clock twice per message; it now reads it once per scan, with the same comparisons (a profile of
 the chaos run, 18,000 messages queued, showed those clock reads as a fifth of moto's time); so
 do the three counts.
-Nothing else changes.
+
+3. Receipt handles: DeleteMessage and ChangeMessageVisibility look the message up by handle
+instead of scanning the queue (see below).
+
+4. Connections are kept alive. moto serves through werkzeug's development server, which
+closes the connection after every response, so every request cost a new TCP connection and a
+new thread (and, in the chaos run, two connections through its fault proxy); over a run of
+tens of thousands of requests that is a tenth of the CPU time and as many sockets left in
+TIME_WAIT. The same WSGI application is served by waitress, which keeps HTTP/1.1 connections
+alive, as AWS does, with enough threads for every long poll the tests hold open at once.
 """
 
 import sys
 import threading
 
 from moto.dynamodb.models import DynamoDBBackend
-from moto.server import main
 from moto.sqs import models
 
 
@@ -100,5 +108,95 @@ def _visible_messages(queue):
 
 models.Queue.messages = property(_visible_messages)
 
+
+# 3. DeleteMessage and ChangeMessageVisibility found a message by scanning the whole queue and
+# building, for every message, the list of every receipt handle it ever had (twice for a
+# delete): in the chaos run, with thousands of messages in flight, that was a sixth of moto's
+# time. Every handle a message is given is now indexed; the outcome (the same message, the
+# same errors, every old handle still valid) is unchanged.
+_by_handle = {}
+_mark_received = models.Message.mark_received
+
+
+def _mark_received_indexed(message, *args, **kwargs):
+    _mark_received(message, *args, **kwargs)
+    _by_handle[message.receipt_handle] = message
+
+
+def _holder(queue, receipt_handle):
+    """The message of this queue that was given this receipt handle, or None."""
+    message = _by_handle.get(receipt_handle)
+    # Messages compare by identity: this is one pass in C, not a call per message.
+    return message if message is not None and message in queue._messages else None
+
+
+def _delete_message(queue, receipt_handle):
+    if receipt_handle in queue.deleted_messages:
+        return
+    message = _holder(queue, receipt_handle)
+    if message is None:
+        raise models.ReceiptHandleIsInvalid()
+    remaining = list(queue._messages)
+    remaining.remove(message)
+    queue._messages = remaining
+    queue.pending_messages.discard(message)
+    queue.deleted_messages.update(message.all_receipt_handles)
+    for handle in message.all_receipt_handles:
+        _by_handle.pop(handle, None)
+
+
+def _change_message_visibility(backend, queue_name, receipt_handle, visibility_timeout):
+    queue = backend.get_queue(queue_name)
+    message = _holder(queue, receipt_handle)
+    if message is None:
+        raise models.ReceiptHandleIsInvalid()
+    # moto's own checks and effects, on the message found.
+    given = models.unix_time_millis() + int(visibility_timeout) * 1000
+    if given - message.sent_timestamp > 43200 * 1000:
+        raise models.InvalidParameterValue(
+            f"Value {visibility_timeout} for parameter VisibilityTimeout is invalid. Reason: Total "
+            "VisibilityTimeout for the message is beyond the limit [43200 seconds]"
+        )
+    message.change_visibility(visibility_timeout)
+    if message.visible and message in queue.pending_messages:
+        queue.pending_messages.remove(message)
+
+
+models.Message.mark_received = _mark_received_indexed
+models.Queue.delete_message = _delete_message
+models.SQSBackend.change_message_visibility = _change_message_visibility
+
+
+
+def serve(argv):
+    """moto's WSGI application behind waitress; takes moto_server's -H/--host and -p/--port."""
+    import argparse
+    import os
+
+    import waitress
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-H", "--host", default="127.0.0.1")
+    parser.add_argument("-p", "--port", type=int, default=5000)
+    args = parser.parse_args(argv)
+    # moto builds some URLs (queue URLs among them) from its own port.
+    os.environ.setdefault("MOTO_PORT", str(args.port))
+    app = DomainDispatcherApplication(create_backend_app)
+    print(f"moto on http://{args.host}:{args.port} (waitress, keep-alive)", flush=True)
+    # Long polls hold a thread each for up to 20 s: the tests, the chaos run and the benchmark
+    # keep at most a few dozen open at once.
+    waitress.serve(
+        app,
+        host=args.host,
+        port=args.port,
+        threads=128,
+        connection_limit=1000,
+        channel_timeout=120,
+        ident=None,
+        _quiet=True,
+    )
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve(sys.argv[1:]))
