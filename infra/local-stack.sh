@@ -7,12 +7,14 @@
 #   infra/local-stack.sh env     # print the environment the code and tests need (eval-able)
 #   infra/local-stack.sh status
 #
-# Ports: MAILFLOW_MOTO_PORT (default 4566), MAILFLOW_MONGO_PORT (default 27027).
+# Ports: MAILFLOW_MOTO_PORT (default 4566), MAILFLOW_MONGO_PORT (default 27027). Pid files and
+# logs go to MAILFLOW_STACK_DIR (default .local): a second stack (the test command runs the
+# chaos run on one of its own) needs its own directory and ports.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
-STATE="$ROOT/.local"
+STATE="${MAILFLOW_STACK_DIR:-$ROOT/.local}"
 MOTO_PORT="${MAILFLOW_MOTO_PORT:-4566}"
 MONGO_PORT="${MAILFLOW_MONGO_PORT:-27027}"
 PYTHON="${PYTHON:-python3}"
@@ -21,13 +23,18 @@ log() { echo "local-stack: $*" >&2; }
 
 ensure_venv() {
   local stamp="$VENV/.requirements"
-  if [[ -x "$VENV/bin/python" ]] && cmp -s "$ROOT/infra/requirements-local.txt" "$stamp"; then
-    return
+  # Two stacks may start at once: one creates the venv, the other waits for it.
+  mkdir -p "$ROOT/.local"
+  exec 9>"$ROOT/.local/venv.lock"
+  flock 9
+  if ! { [[ -x "$VENV/bin/python" ]] && cmp -s "$ROOT/infra/requirements-local.txt" "$stamp"; }; then
+    log "creating virtualenv $VENV"
+    "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$ROOT/infra/requirements-local.txt"
+    cp "$ROOT/infra/requirements-local.txt" "$stamp"
   fi
-  log "creating virtualenv $VENV"
-  "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$ROOT/infra/requirements-local.txt"
-  cp "$ROOT/infra/requirements-local.txt" "$stamp"
+  flock -u 9
+  exec 9>&-
 }
 
 # alive NAME: the pid in .local/NAME.pid is a running process.
@@ -98,7 +105,7 @@ case "${1:-}" in
   start)
     mkdir -p "$STATE"
     ensure_venv
-    # moto_server.py: moto's own server plus a fix for its deep-queue slowness (see the file).
+    # moto_server.py: moto with fixes for atomic conditional writes, deep queues and keep-alive (see the file).
     start_one moto "$MOTO_PORT" moto_healthy "$VENV/bin/python" "$ROOT/infra/moto_server.py" -H 127.0.0.1 -p "$MOTO_PORT"
     start_one mongo "$MONGO_PORT" mongo_healthy "$VENV/bin/secantusd-py" --host 127.0.0.1 --port "$MONGO_PORT" --storage-path :memory:
     ;;
