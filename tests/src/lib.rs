@@ -37,9 +37,12 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 /// A fresh stack named after the test. `adjust` may change parameters and queue timeouts.
 pub async fn test_env(test: &str, adjust: impl FnOnce(&mut StackOptions)) -> Result<TestEnv> {
     let (endpoint, mongo_uri) = endpoints();
+    // Time, process and a counter: unique across the threads of one test binary and across
+    // test processes started in the same millisecond.
     let unique = format!(
-        "{}{}",
+        "{}p{}n{}",
         SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() % 100_000_000,
+        std::process::id(),
         COUNTER.fetch_add(1, Ordering::SeqCst)
     );
     let name = format!("t{unique}-{}", test.replace('_', "-"));
