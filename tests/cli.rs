@@ -117,12 +117,21 @@ fn run_status_and_resend_on_a_local_stack() {
         )
     );
 
-    // Preview renders what that user got.
+    // Preview shows exactly what a user got: the same HTML, subject and unsubscribe link as
+    // the email in the SES record.
+    let (endpoint, _) = endpoints();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sent = rt
+        .block_on(mailctl::ses_record::sent_to_domain(&endpoint, &domain))
+        .unwrap();
+    let email = sent.first().expect("the run sent emails");
+    let user = email.to[0].split('@').next().unwrap();
     let html = std::env::temp_dir().join(format!("{prefix}.html"));
-    let user = "u0000003";
-    let out = mailctl(
+    let preview = ok(mailctl(
         &[
             "preview",
+            "--prefix",
+            &prefix,
             "--user",
             user,
             "--campaign",
@@ -131,21 +140,41 @@ fn run_status_and_resend_on_a_local_stack() {
             html.to_str().unwrap(),
         ],
         &env,
+    ));
+    assert_eq!(
+        std::fs::read_to_string(&html).unwrap(),
+        email.html.clone().unwrap()
     );
-    if out.status.success() {
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.starts_with("Subject: You have"), "{text}");
-        assert!(std::fs::read_to_string(&html)
-            .unwrap()
-            .contains("<!doctype html>"));
-    } else {
-        // Not in the audience: the reason is one line.
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("gets no email") && err.lines().count() == 1,
-            "{err}"
-        );
-    }
+    assert!(preview.contains(&format!("Subject: {}\n", email.subject.as_deref().unwrap())));
+    assert!(preview.contains(&format!(
+        "List-Unsubscribe: {}\n",
+        email.header("List-Unsubscribe").unwrap()
+    )));
+    assert!(
+        preview.ends_with(email.text.as_deref().unwrap()),
+        "{preview}"
+    );
+    // A user outside the audience: the reason, on one line.
+    let out = mailctl(
+        &[
+            "preview",
+            "--prefix",
+            &prefix,
+            "--user",
+            "nobody",
+            "--campaign",
+            &campaign,
+        ],
+        &env,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("nobody gets no email")
+            && err.contains("vanished")
+            && err.lines().count() == 1,
+        "{err}"
+    );
 }
 
 #[test]

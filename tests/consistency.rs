@@ -3,7 +3,9 @@
 //! (timeouts, visibility, concurrency) do.
 
 use mailctl::template::{EnvValue, Template};
-use mailflow::config::{CreateEmailsConfig, GetUsersConfig, MongoConfig, SendEmailConfig};
+use mailflow::config::{
+    CreateEmailsConfig, GetUsersConfig, MongoConfig, SendEmailConfig, UnsubscribeConfig,
+};
 use std::collections::BTreeSet;
 
 fn template() -> Template {
@@ -32,7 +34,12 @@ fn every_variable_is_set_in_the_template_and_documented() {
         ),
         (
             "CreateEmailsFunction",
-            [MongoConfig::VARS, CreateEmailsConfig::VARS].concat(),
+            [
+                MongoConfig::VARS,
+                CreateEmailsConfig::VARS,
+                UnsubscribeConfig::VARS,
+            ]
+            .concat(),
         ),
         ("SendEmailFunction", SendEmailConfig::VARS.to_vec()),
     ];
@@ -59,6 +66,7 @@ fn every_variable_is_set_in_the_template_and_documented() {
     for var in ["LOG_FORMAT", "AWS_ENDPOINT_URL", "RUST_LOG"]
         .iter()
         .chain(MongoConfig::ALTERNATIVE_VARS)
+        .chain(UnsubscribeConfig::ALTERNATIVE_VARS)
     {
         assert!(
             readme.contains(&format!("`{var}`")),

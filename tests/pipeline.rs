@@ -49,23 +49,51 @@ async fn end_to_end_every_eligible_user_gets_exactly_one_correct_email() {
             .get(address)
             .unwrap_or_else(|| panic!("{user} got no email"));
         assert_eq!(emails.len(), 1, "{user} got {} emails", emails.len());
-        let subject = emails[0].subject.as_deref().unwrap_or_default();
-        if *count == 1 {
-            assert_eq!(subject, "You have a new follower this week");
-        } else {
-            assert_eq!(subject, format!("You have {count} new followers this week"));
-        }
+        let email = &emails[0];
+        let subject = email.subject.as_deref().unwrap_or_default();
+        // Each user's own language (pt-BR has no templates: the default, English).
+        let (greeting, expected_subject) = match seeded.locales[user].as_str() {
+            "fr-FR" if *count == 1 => ("Bonjour", "Un nouvel abonné cette semaine".to_owned()),
+            "fr-FR" => ("Bonjour", format!("{count} nouveaux abonnés cette semaine")),
+            "de" if *count == 1 => ("Hallo", "Diese Woche folgt dir eine neue Person".to_owned()),
+            "de" => (
+                "Hallo",
+                format!("Diese Woche folgen dir {count} neue Personen"),
+            ),
+            _ if *count == 1 => ("Hi", "You have a new follower this week".to_owned()),
+            _ => ("Hi", format!("You have {count} new followers this week")),
+        };
+        assert_eq!(subject, expected_subject, "{user}");
         let name = users.find_one(doc! {"_id": user}).await.unwrap().unwrap();
         let name = name.get_str("name").unwrap();
-        let body = emails[0].body.as_deref().unwrap_or_default();
+        let html = email.html.as_deref().unwrap_or_default();
+        let text = email.text.as_deref().unwrap_or_default();
         if name.contains('<') {
-            assert!(!body.contains(name), "unescaped name in {user}'s email");
+            assert!(!html.contains(name), "unescaped name in {user}'s email");
         } else {
             assert!(
-                body.contains(&format!("Hi {name},")),
+                html.contains(&format!("{greeting} {name},")),
                 "{user}'s email does not greet them"
             );
         }
+        assert!(
+            text.contains(&format!("{greeting} {name},")),
+            "{user}: {text}"
+        );
+        // One-click unsubscribe (RFC 8058): the header, and the same link in both parts.
+        let link = email
+            .header("List-Unsubscribe")
+            .and_then(|h| h.strip_prefix('<')?.strip_suffix('>'))
+            .unwrap_or_else(|| panic!("{user}'s email has no List-Unsubscribe header"));
+        assert_eq!(
+            email.header("List-Unsubscribe-Post"),
+            Some("List-Unsubscribe=One-Click")
+        );
+        assert!(
+            html.contains(&format!("href=\"{link}\"")),
+            "{user}: no link in the HTML"
+        );
+        assert!(text.contains(link), "{user}: no link in the text");
     }
     // Nobody else got anything: unsubscribed users, users without new followers, bad addresses.
     let deliverable: BTreeSet<&String> = seeded

@@ -73,17 +73,17 @@ fn positive_u32(src: &dyn Source, var: &'static str, default: u32) -> Result<u32
     Ok(v)
 }
 
-/// Where the MongoDB connection string comes from.
+/// Where a secret value (the MongoDB URI, the unsubscribe signing key) comes from.
 #[derive(Clone, PartialEq, Eq)]
-pub enum MongoUri {
-    /// A Secrets Manager secret (name or ARN) whose value is the URI: how it is deployed.
+pub enum SecretRef {
+    /// A Secrets Manager secret (name or ARN) holding the value: how it is deployed.
     Secret(String),
-    /// The URI itself: for development tools and shells, never in template.yaml.
+    /// The value itself: for development tools and shells, never in template.yaml.
     Plain(String),
 }
 
-impl std::fmt::Debug for MongoUri {
-    // The URI may carry a password: never print it.
+impl std::fmt::Debug for SecretRef {
+    // The value is secret (a URI may carry a password): never print it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Secret(id) => write!(f, "Secret({id})"),
@@ -92,10 +92,62 @@ impl std::fmt::Debug for MongoUri {
     }
 }
 
+/// `secret_var` names a Secrets Manager secret (deployed); else `plain_var` holds the value
+/// itself (local tools). `what` says what the secret is, for the error.
+fn secret_ref(
+    src: &dyn Source,
+    secret_var: &'static str,
+    plain_var: &'static str,
+    what: &str,
+) -> Result<SecretRef, ConfigError> {
+    match (value(src, secret_var), value(src, plain_var)) {
+        (Some(secret), _) => Ok(SecretRef::Secret(secret)),
+        (None, Some(plain)) => Ok(SecretRef::Plain(plain)),
+        (None, None) => Err(ConfigError {
+            var: secret_var,
+            problem: format!(
+                "is not set; name the Secrets Manager secret that holds {what} \
+                 (or set {plain_var} when running outside Lambda)"
+            ),
+        }),
+    }
+}
+
+/// The one-click unsubscribe links (CreateEmails signs them, Unsubscribe verifies them).
+#[derive(Clone, Debug)]
+pub struct UnsubscribeConfig {
+    pub secret: SecretRef,
+    /// The list a token is valid for (one per kind of email).
+    pub list: String,
+}
+
+impl UnsubscribeConfig {
+    pub const VARS: &'static [&'static str] = &["UNSUBSCRIBE_SECRET_ID", "UNSUBSCRIBE_LIST"];
+    /// Read instead of UNSUBSCRIBE_SECRET_ID when that is not set (local tools).
+    pub const ALTERNATIVE_VARS: &'static [&'static str] = &["UNSUBSCRIBE_SECRET"];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        let list = value(src, "UNSUBSCRIBE_LIST").unwrap_or_else(|| "weekly-digest".into());
+        crate::unsubscribe::check_list(&list).map_err(|e| ConfigError {
+            var: "UNSUBSCRIBE_LIST",
+            problem: e.to_string(),
+        })?;
+        Ok(Self {
+            secret: secret_ref(
+                src,
+                "UNSUBSCRIBE_SECRET_ID",
+                "UNSUBSCRIBE_SECRET",
+                "the unsubscribe signing key",
+            )?,
+            list,
+        })
+    }
+}
+
 /// MongoDB connection settings shared by GetUsers and CreateEmails.
 #[derive(Clone, Debug)]
 pub struct MongoConfig {
-    pub uri: MongoUri,
+    pub uri: SecretRef,
     pub database: String,
     pub max_pool_size: u32,
 }
@@ -110,23 +162,13 @@ impl MongoConfig {
     pub const ALTERNATIVE_VARS: &'static [&'static str] = &["MONGODB_URI"];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
-        let uri =
-            match (
-                value(src, "MONGODB_URI_SECRET_ID"),
-                value(src, "MONGODB_URI"),
-            ) {
-                (Some(secret), _) => MongoUri::Secret(secret),
-                (None, Some(uri)) => MongoUri::Plain(uri),
-                (None, None) => return Err(ConfigError {
-                    var: "MONGODB_URI_SECRET_ID",
-                    problem:
-                        "is not set; name the Secrets Manager secret that holds the MongoDB URI \
-                              (or set MONGODB_URI when running outside Lambda)"
-                            .into(),
-                }),
-            };
         Ok(Self {
-            uri,
+            uri: secret_ref(
+                src,
+                "MONGODB_URI_SECRET_ID",
+                "MONGODB_URI",
+                "the MongoDB URI",
+            )?,
             database: value(src, "MONGODB_DATABASE").unwrap_or_else(|| "app".into()),
             max_pool_size: positive_u32(src, "MONGODB_MAX_POOL_SIZE", 10)?,
         })
@@ -179,6 +221,11 @@ pub struct CreateEmailsConfig {
     pub record_concurrency: usize,
     /// How many of the newest followers are named in the email.
     pub recent_followers_shown: u32,
+    pub unsubscribe: UnsubscribeConfig,
+    /// Where the Unsubscribe function answers (its Function URL, or your own domain).
+    pub unsubscribe_base_url: String,
+    /// The locale of users whose own is missing or has no templates.
+    pub default_locale: String,
 }
 
 impl CreateEmailsConfig {
@@ -186,14 +233,34 @@ impl CreateEmailsConfig {
         "EMAILS_QUEUE_URL",
         "RECORD_CONCURRENCY",
         "RECENT_FOLLOWERS_SHOWN",
+        "UNSUBSCRIBE_BASE_URL",
+        "DEFAULT_LOCALE",
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        let unsubscribe_base_url = required(src, "UNSUBSCRIBE_BASE_URL")?;
+        crate::unsubscribe::check_base_url(&unsubscribe_base_url).map_err(|e| ConfigError {
+            var: "UNSUBSCRIBE_BASE_URL",
+            problem: e.to_string(),
+        })?;
+        let default_locale = value(src, "DEFAULT_LOCALE").unwrap_or_else(|| "en".into());
+        if !crate::digest::LOCALES.contains(&default_locale.as_str()) {
+            return Err(ConfigError {
+                var: "DEFAULT_LOCALE",
+                problem: format!(
+                    "{default_locale:?} has no templates; use one of {}",
+                    crate::digest::LOCALES.join(", ")
+                ),
+            });
+        }
         Ok(Self {
             mongo: MongoConfig::from_source(src)?,
             emails_queue_url: required(src, "EMAILS_QUEUE_URL")?,
             record_concurrency: positive_u32(src, "RECORD_CONCURRENCY", 10)? as usize,
             recent_followers_shown: positive_u32(src, "RECENT_FOLLOWERS_SHOWN", 3)?,
+            unsubscribe: UnsubscribeConfig::from_source(src)?,
+            unsubscribe_base_url,
+            default_locale,
         })
     }
 }

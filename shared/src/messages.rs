@@ -8,14 +8,20 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// stop at 2,048 bytes); a longer one is a bad message, failed with this reason up front.
 pub const MAX_USER_ID_BYTES: usize = 512;
 
-fn user_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let id = String::deserialize(d)?;
+/// Checks a user id from outside (a message, a token, an SES tag).
+pub fn check_user_id(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > MAX_USER_ID_BYTES || id.chars().any(char::is_control) {
-        return Err(serde::de::Error::custom(format!(
+        return Err(format!(
             "userId must be 1 to {MAX_USER_ID_BYTES} bytes without control characters (got {} bytes)",
             id.len()
-        )));
+        ));
     }
+    Ok(())
+}
+
+fn user_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let id = String::deserialize(d)?;
+    check_user_id(&id).map_err(serde::de::Error::custom)?;
     Ok(id)
 }
 
@@ -45,6 +51,9 @@ pub struct EmailJob {
     pub subject: String,
     pub html: String,
     pub text: String,
+    /// The user's one-click unsubscribe URL (sent as List-Unsubscribe headers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsubscribe_url: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub include_failed: bool,
 }

@@ -13,6 +13,8 @@ pub struct OutgoingEmail {
     /// Tags that tie SES events back to the ledger record.
     pub campaign_id: String,
     pub user_id: String,
+    /// The one-click unsubscribe URL (RFC 8058), sent as List-Unsubscribe headers.
+    pub unsubscribe_url: Option<String>,
 }
 
 /// Why a send did not go out, classified once by the adapter.

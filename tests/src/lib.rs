@@ -66,7 +66,7 @@ pub async fn test_env(test: &str, adjust: impl FnOnce(&mut StackOptions)) -> Res
     .await?;
     let db = mailflow::adapters::mongo::connect(
         &mailflow::config::MongoConfig {
-            uri: mailflow::config::MongoUri::Plain(mongo_uri),
+            uri: mailflow::config::SecretRef::Plain(mongo_uri),
             database,
             max_pool_size: 8,
         },
@@ -109,7 +109,7 @@ impl TestEnv {
     pub async fn sent(&self) -> Result<HashMap<String, Vec<SentMessage>>> {
         let mut by_to: HashMap<String, Vec<SentMessage>> = HashMap::new();
         for m in ses_record::sent_to_domain(&self.endpoint, &self.domain).await? {
-            for to in &m.destinations.to {
+            for to in &m.to {
                 by_to.entry(to.clone()).or_default().push(m.clone());
             }
         }

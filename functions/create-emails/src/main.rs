@@ -12,10 +12,12 @@ use mailflow::stages::create_emails::CreateEmails;
 async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
     let config = CreateEmailsConfig::from_source(&ProcessEnv)?;
-    let renderer = Renderer::new()?;
+    let renderer = Renderer::new(&config.default_locale)?;
     let sdk = mailflow::adapters::aws_config().await;
+    let signer = mailflow::adapters::secrets::unsubscribe_signer(&config.unsubscribe, &sdk).await?;
     let db = mailflow::adapters::mongo::connect(&config.mongo, &sdk, "create-emails").await?;
-    let stage = CreateEmails::new(db, mailflow::adapters::sqs_client(&sdk), renderer, config);
+    let sqs = mailflow::adapters::sqs_client(&sdk);
+    let stage = CreateEmails::new(db, sqs, renderer, signer, config);
     stage.prepare().await?;
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {

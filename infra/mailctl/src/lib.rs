@@ -8,6 +8,7 @@ pub mod ledger_scan;
 pub mod local;
 pub mod log_audit;
 pub mod ops;
+pub mod preview;
 pub mod provision;
 pub mod runner;
 pub mod seed;

@@ -115,7 +115,11 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         let config = CreateEmailsConfig::from_source(&|k: &str| env.get(k).cloned())?;
         let db =
             mailflow::adapters::mongo::connect(&config.mongo, &stack.sdk, "create-emails").await?;
-        let create_emails = CreateEmails::new(db, sqs.clone(), Renderer::new()?, config);
+        let signer =
+            mailflow::adapters::secrets::unsubscribe_signer(&config.unsubscribe, &stack.sdk)
+                .await?;
+        let renderer = Renderer::new(&config.default_locale)?;
+        let create_emails = CreateEmails::new(db, sqs.clone(), renderer, signer, config);
 
         let env = env_for(&stack, &options, SEND_EMAIL)?;
         let send_config = SendEmailConfig::from_source(&|k: &str| env.get(k).cloned())?;
@@ -318,7 +322,7 @@ impl SeededStack {
         let now = time::OffsetDateTime::now_utc();
         let campaign = mailflow::campaign::Campaign::for_schedule(now);
         let mongo = mailflow::config::MongoConfig {
-            uri: mailflow::config::MongoUri::Plain(mongo_uri),
+            uri: mailflow::config::SecretRef::Plain(mongo_uri),
             database,
             max_pool_size: 4,
         };

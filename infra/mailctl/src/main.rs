@@ -11,7 +11,7 @@ use mailctl::template::Template;
 use mailctl::{ledger_scan, ses_record};
 use mailflow::adapters::ses::SesMailer;
 use mailflow::campaign::Campaign;
-use mailflow::config::MongoUri;
+use mailflow::config::SecretRef;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -115,20 +115,19 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
-    /// Render exactly the email a user would get (reads MongoDB like CreateEmails).
+    /// Render exactly the email a user gets: composed by CreateEmails' own code with that
+    /// function's configuration (locale, unsubscribe link), reading MongoDB as it does.
     Preview {
         #[arg(long)]
         user: String,
         /// Default: the campaign the schedule would run now.
         #[arg(long)]
         campaign: Option<String>,
-        /// Write the HTML here (the subject and text go to stdout).
+        /// Write the HTML here (the headers and text go to stdout).
         #[arg(long)]
         out: Option<std::path::PathBuf>,
-        #[arg(long, env = "MONGODB_DATABASE", default_value = "app")]
-        database: String,
-        #[arg(long, default_value_t = 3)]
-        followers_shown: u32,
+        #[command(flatten)]
+        target: TargetArgs,
     },
     /// Insert synthetic users and follows into MONGODB_URI for this week's campaign window.
     Seed {
@@ -269,37 +268,33 @@ async fn run() -> Result<()> {
             user,
             campaign,
             out,
-            database,
-            followers_shown,
+            target: t,
         } => {
             let campaign = match campaign {
                 Some(id) => Campaign::from_id(&id, None)?,
                 None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
             };
-            let mut mongo =
-                mailflow::config::MongoConfig::from_source(&mailflow::config::ProcessEnv)?;
-            mongo.database = database;
-            let db = mailflow::adapters::mongo::connect(&mongo, &sdk, "mailctl").await?;
-            match mailflow::digest::enrich(&db, &user, &campaign.window, followers_shown).await? {
-                mailflow::digest::Enrichment::Skip(reason) => {
-                    bail!(
-                        "{user} gets no email in {}: {}",
-                        campaign.id,
-                        reason.as_str()
-                    )
+            let env = match &t.prefix {
+                Some(prefix) => {
+                    let stack = provision_local(&sdk, &cli.template, prefix, &t.database).await?;
+                    mailctl::preview::local_env(&stack)?
                 }
-                mailflow::digest::Enrichment::Ready(digest) => {
-                    let email =
-                        mailflow::digest::Renderer::new()?.render(&digest, &campaign.window)?;
-                    println!("Subject: {}\n\n{}", email.subject, email.text);
-                    if let Some(path) = out {
-                        std::fs::write(&path, &email.html)
-                            .with_context(|| format!("writing {}", path.display()))?;
-                        eprintln!("HTML written to {}", path.display());
-                    }
-                    Ok(())
+                None => {
+                    let function = std::env::var("MAILFLOW_CREATE_EMAILS_FUNCTION").context(
+                        "MAILFLOW_CREATE_EMAILS_FUNCTION is not set: export the stack's CreateEmailsFunctionName output, or pass --prefix for a local stack",
+                    )?;
+                    mailctl::preview::deployed_env(&sdk, &function).await?
                 }
+            };
+            let stage = mailctl::preview::create_emails(&sdk, &env).await?;
+            let job = mailctl::preview::compose(&stage, &user, &campaign).await?;
+            print!("{}", mailctl::preview::describe(&job));
+            if let Some(path) = out {
+                std::fs::write(&path, &job.html)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("HTML written to {}", path.display());
             }
+            Ok(())
         }
         Command::Demo {
             users,
@@ -338,7 +333,7 @@ async fn run() -> Result<()> {
             domain,
         } => {
             let mongo = mailflow::config::MongoConfig {
-                uri: MongoUri::Plain(env("MONGODB_URI")?),
+                uri: SecretRef::Plain(env("MONGODB_URI")?),
                 database,
                 max_pool_size: 4,
             };

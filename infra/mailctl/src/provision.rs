@@ -1,12 +1,13 @@
 //! Creates what template.yaml declares on the local stack (queues with DLQs and redrive
-//! policies, the sends table with TTL, the verified sender) under a name prefix, so that
-//! every test and demo gets its own resources. Idempotent.
+//! policies, the sends table with TTL and its index, generated secrets, the SES
+//! configuration set, the verified sender) under a name prefix, so that every test and demo
+//! gets its own resources. Idempotent: a secret that exists keeps its value.
 
 use crate::template::{EnvValue, Template};
 use anyhow::{anyhow, bail, Context, Result};
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use std::collections::BTreeMap;
@@ -22,7 +23,13 @@ pub struct StackOptions {
     /// The MongoDB URI to store in a Secrets Manager secret named by `MongoDbUriSecretName`,
     /// exactly as a deployment does it.
     pub mongodb_uri: Option<String>,
+    /// The URL of a function with a Function URL, by logical id (default: `LOCAL_FUNCTION_URL`).
+    pub function_urls: BTreeMap<String, String>,
 }
+
+/// Where a function's Function URL points on the local stack unless told otherwise: the
+/// address `mailctl serve-unsubscribe` listens on by default.
+pub const LOCAL_FUNCTION_URL: &str = "http://127.0.0.1:8025/";
 
 /// The template parameter that names the MongoDB URI secret.
 pub const MONGODB_SECRET_PARAMETER: &str = "MongoDbUriSecretName";
@@ -37,6 +44,9 @@ pub struct Stack {
     pub queue_arns: BTreeMap<String, String>,
     pub table_names: BTreeMap<String, String>,
     pub visibility_timeouts: BTreeMap<String, u32>,
+    /// What other resources are called here: secrets, configuration sets, Function URLs
+    /// (as `<FunctionId>Url`), by the logical id template.yaml refers to them with.
+    pub names: BTreeMap<String, String>,
 }
 
 pub async fn provision(
@@ -66,6 +76,7 @@ pub async fn provision(
         queue_arns: BTreeMap::new(),
         table_names: BTreeMap::new(),
         visibility_timeouts: BTreeMap::new(),
+        names: BTreeMap::new(),
     };
 
     // Dead-letter queues first: the others name them in their redrive policy.
@@ -133,20 +144,45 @@ pub async fn provision(
             .create_table()
             .table_name(&name)
             .billing_mode(BillingMode::PayPerRequest);
+        let mut attributes: Vec<String> = keys.iter().map(|(a, _)| a.clone()).collect();
         for (attribute, kind) in keys {
-            request = request
-                .attribute_definitions(
-                    AttributeDefinition::builder()
-                        .attribute_name(&attribute)
-                        .attribute_type(ScalarAttributeType::S)
-                        .build()?,
-                )
-                .key_schema(
+            request = request.key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name(&attribute)
+                    .key_type(kind)
+                    .build()?,
+            );
+        }
+        for index in &table.indexes {
+            let mut gsi = GlobalSecondaryIndex::builder()
+                .index_name(&index.name)
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::All)
+                        .build(),
+                );
+            for (attribute, kind) in std::iter::once((&index.hash_key, KeyType::Hash))
+                .chain(index.range_key.iter().map(|r| (r, KeyType::Range)))
+            {
+                gsi = gsi.key_schema(
                     KeySchemaElement::builder()
-                        .attribute_name(&attribute)
+                        .attribute_name(attribute)
                         .key_type(kind)
                         .build()?,
                 );
+                if !attributes.contains(attribute) {
+                    attributes.push(attribute.clone());
+                }
+            }
+            request = request.global_secondary_indexes(gsi.build()?);
+        }
+        for attribute in attributes {
+            request = request.attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(attribute)
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()?,
+            );
         }
         match request.send().await {
             Ok(_) => {}
@@ -172,10 +208,81 @@ pub async fn provision(
         stack.table_names.insert(table.logical_id.clone(), name);
     }
 
+    for id in &template.generated_secrets {
+        let name = format!("{}-{id}", options.prefix);
+        if !secret_exists(sdk, &name).await? {
+            store_secret(sdk, &name, &random_key()?).await?;
+        }
+        stack.names.insert(id.clone(), name);
+    }
+    for id in &template.configuration_sets {
+        let name = format!("{}-{id}", options.prefix);
+        create_configuration_set(sdk, &name).await?;
+        stack.names.insert(id.clone(), name);
+    }
+    for function in template.functions.iter().filter(|f| f.function_url) {
+        let url = options
+            .function_urls
+            .get(&function.logical_id)
+            .map_or(LOCAL_FUNCTION_URL, String::as_str);
+        stack
+            .names
+            .insert(format!("{}Url", function.logical_id), url.to_owned());
+    }
+
     if let Some(sender) = stack.parameters.get("SenderAddress") {
         verify_identity(sdk, sender).await?;
     }
     Ok(stack)
+}
+
+/// 32 random bytes as hex, like the 64 characters the deployment generates.
+fn random_key() -> Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("reading /dev/urandom for a signing key")?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+async fn secret_exists(sdk: &aws_config::SdkConfig, name: &str) -> Result<bool> {
+    match aws_sdk_secretsmanager::Client::new(sdk)
+        .describe_secret()
+        .secret_id(name)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_resource_not_found_exception()) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e).with_context(|| format!("looking up secret {name}")),
+    }
+}
+
+async fn create_configuration_set(sdk: &aws_config::SdkConfig, name: &str) -> Result<()> {
+    match aws_sdk_sesv2::Client::new(sdk)
+        .create_configuration_set()
+        .configuration_set_name(name)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(()),
+        // SES answers AlreadyExistsException; the emulator names it after the resource.
+        Err(e)
+            if e.as_service_error().is_some_and(|e| {
+                e.is_already_exists_exception()
+                    || e.meta().code() == Some("ConfigurationSetAlreadyExistsException")
+            }) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("creating configuration set {name}")),
+    }
 }
 
 /// Creates (or updates) a secret with a string value.
@@ -248,9 +355,12 @@ impl Stack {
         for (name, value) in &spec.env {
             let resolved = match value {
                 EnvValue::Literal(v) => v.clone(),
-                EnvValue::Ref(id) => match (self.parameters.get(id), self.queue_urls.get(id), self.table_names.get(id)) {
-                    (Some(v), _, _) | (_, Some(v), _) | (_, _, Some(v)) => v.clone(),
-                    _ => bail!("{function}: {name} refers to {id}, which has no value (a parameter without default?)"),
+                EnvValue::Ref(id) => match [&self.parameters, &self.queue_urls, &self.table_names, &self.names]
+                    .iter()
+                    .find_map(|values| values.get(id))
+                {
+                    Some(v) => v.clone(),
+                    None => bail!("{function}: {name} refers to {id}, which has no value (a parameter without default?)"),
                 },
             };
             env.insert(name.clone(), resolved);

@@ -1,6 +1,7 @@
 //! Synthetic users and follows for local runs: deterministic for a given seed, with the
-//! awkward cases a real audience has (unsubscribed users, users without new followers,
-//! invalid addresses, names that look like HTML or template code).
+//! awkward cases a real audience has (unsubscribed users, suppressed addresses, users
+//! without new followers, invalid addresses, names that look like HTML or template code,
+//! locales with and without templates).
 
 use anyhow::{Context, Result};
 use mailflow::campaign::Window;
@@ -27,7 +28,11 @@ pub struct SeedReport {
     /// Audience members whose address SES rejects.
     pub invalid_addresses: BTreeSet<String>,
     pub addresses: BTreeMap<String, String>,
+    /// Each user's `locale` field.
+    pub locales: BTreeMap<String, String>,
     pub unsubscribed: usize,
+    /// Subscribed users whose address is suppressed (an earlier bounce or complaint).
+    pub suppressed: usize,
 }
 
 impl SeedReport {
@@ -89,6 +94,7 @@ pub async fn seed(db: &Database, options: &SeedOptions) -> Result<SeedReport> {
     let mut follows = Vec::new();
     let mut subscribed = vec![false; options.users];
     let mut new_followers = vec![0u64; options.users];
+    let mut suppressed = vec![false; options.users];
     for i in 0..options.users {
         let id = user_id(i);
         subscribed[i] = rng.below(100) < 85;
@@ -109,8 +115,27 @@ pub async fn seed(db: &Database, options: &SeedOptions) -> Result<SeedReport> {
         if invalid {
             report.invalid_addresses.insert(id.clone());
         }
+        // By position, not from the generator, so the rest of the data stays as it was.
+        let locale = match i % 10 {
+            3 => "fr-FR",
+            7 => "de",
+            9 => "pt-BR",
+            _ => "en",
+        };
         report.addresses.insert(id.clone(), email.clone());
-        users.push(doc! { "_id": &id, "email": email, "name": name, "subscribed": subscribed[i], "locale": "en" });
+        report.locales.insert(id.clone(), locale.to_owned());
+        let mut user = doc! { "_id": &id, "email": email, "name": name, "subscribed": subscribed[i], "locale": locale };
+        if i % 97 == 11 {
+            suppressed[i] = true;
+            if subscribed[i] {
+                report.suppressed += 1;
+            }
+            user.insert(
+                "suppression",
+                doc! { "reason": "bounce", "at": DateTime::from_millis(since - 86_400_000) },
+            );
+        }
+        users.push(user);
         if options.users > 1 && rng.below(100) < 70 {
             for _ in 0..1 + rng.below(6) {
                 let follower =
@@ -128,7 +153,7 @@ pub async fn seed(db: &Database, options: &SeedOptions) -> Result<SeedReport> {
         }
     }
     for i in 0..options.users {
-        if subscribed[i] && new_followers[i] > 0 {
+        if subscribed[i] && !suppressed[i] && new_followers[i] > 0 {
             report.audience.insert(user_id(i), new_followers[i]);
         }
     }

@@ -1,6 +1,7 @@
-//! Reads what the local stack needs from `template.yaml`: queues, the sends table, functions
-//! (Timeout, environment, SQS event sources) and parameter defaults. CloudFormation tags
-//! (`!Ref`, `!GetAtt`) are kept as references and resolved against provisioned resources.
+//! Reads what the local stack needs from `template.yaml`: queues, the sends table and its
+//! index, secrets, the SES configuration set, functions (Timeout, environment, SQS event
+//! sources, Function URL) and parameter defaults. CloudFormation tags (`!Ref`, `!GetAtt`) are
+//! kept as references and resolved against provisioned resources.
 
 use anyhow::{bail, Context, Result};
 use serde_yaml::Value;
@@ -22,6 +23,15 @@ pub struct TableSpec {
     pub hash_key: String,
     pub range_key: Option<String>,
     pub ttl_attribute: Option<String>,
+    /// Global secondary indexes (all attributes projected).
+    pub indexes: Vec<IndexSpec>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexSpec {
+    pub name: String,
+    pub hash_key: String,
+    pub range_key: Option<String>,
 }
 
 /// An environment value: a literal, or a reference to a parameter or resource.
@@ -51,6 +61,8 @@ pub struct FunctionSpec {
     pub env: BTreeMap<String, EnvValue>,
     pub sqs_events: Vec<SqsEventSpec>,
     pub schedule: Option<String>,
+    /// Whether it has a Function URL (`FunctionUrlConfig`), referred to as `<id>Url`.
+    pub function_url: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -61,6 +73,10 @@ pub struct Template {
     pub queues: Vec<QueueSpec>,
     pub tables: Vec<TableSpec>,
     pub functions: Vec<FunctionSpec>,
+    /// Secrets whose value the deployment generates (logical ids).
+    pub generated_secrets: Vec<String>,
+    /// SES configuration sets (logical ids).
+    pub configuration_sets: Vec<String>,
 }
 
 fn scalar(v: &Value) -> Option<String> {
@@ -97,6 +113,15 @@ fn uint(
             .map(Some)
             .with_context(|| format!("{what} is not a whole number: {v:?}")),
     }
+}
+
+/// The attribute of a table's (or index's) `KeySchema` with this KeyType.
+fn key(spec: &Value, kind: &str) -> Option<String> {
+    spec.get("KeySchema")
+        .and_then(Value::as_sequence)?
+        .iter()
+        .find(|k| k.get("KeyType").and_then(Value::as_str) == Some(kind))
+        .and_then(|k| k.get("AttributeName").and_then(scalar))
 }
 
 /// The logical id in `!Ref X`, `!GetAtt X.Arn` or `{"Fn::GetAtt": [X, Arn]}`.
@@ -183,28 +208,42 @@ impl Template {
                     logical_id: id,
                 }),
                 Some("AWS::DynamoDB::Table") => {
-                    let key = |kind: &str| {
-                        props
-                            .get("KeySchema")
-                            .and_then(Value::as_sequence)
-                            .and_then(|keys| {
-                                keys.iter()
-                                    .find(|k| {
-                                        k.get("KeyType").and_then(Value::as_str) == Some(kind)
-                                    })
-                                    .and_then(|k| k.get("AttributeName").and_then(scalar))
-                            })
-                    };
+                    let mut indexes = Vec::new();
+                    for index in props
+                        .get("GlobalSecondaryIndexes")
+                        .and_then(Value::as_sequence)
+                        .into_iter()
+                        .flatten()
+                    {
+                        let name = index
+                            .get("IndexName")
+                            .and_then(scalar)
+                            .with_context(|| format!("{id}: an index without IndexName"))?;
+                        indexes.push(IndexSpec {
+                            hash_key: key(index, "HASH")
+                                .with_context(|| format!("{id}: index {name} has no HASH key"))?,
+                            range_key: key(index, "RANGE"),
+                            name,
+                        });
+                    }
                     template.tables.push(TableSpec {
-                        hash_key: key("HASH").with_context(|| format!("{id}: no HASH key"))?,
-                        range_key: key("RANGE"),
+                        hash_key: key(&props, "HASH")
+                            .with_context(|| format!("{id}: no HASH key"))?,
+                        range_key: key(&props, "RANGE"),
                         ttl_attribute: props
                             .get("TimeToLiveSpecification")
                             .and_then(|t| t.get("AttributeName"))
                             .and_then(scalar),
+                        indexes,
                         logical_id: id,
                     });
                 }
+                Some("AWS::SecretsManager::Secret")
+                    if props.get("GenerateSecretString").is_some() =>
+                {
+                    template.generated_secrets.push(id)
+                }
+                Some("AWS::SES::ConfigurationSet") => template.configuration_sets.push(id),
                 Some("AWS::Serverless::Function") => template
                     .functions
                     .push(function(&id, resource, &props, &doc, params)?),
@@ -314,6 +353,7 @@ fn function(
         env,
         sqs_events,
         schedule,
+        function_url: props.get("FunctionUrlConfig").is_some(),
     })
 }
 
@@ -335,6 +375,14 @@ mod tests {
         assert_eq!(send.sqs_events[0].queue, "EmailsQueue");
         assert!(send.sqs_events[0].report_batch_item_failures);
         assert_eq!(t.tables[0].range_key.as_deref(), Some("campaignId"));
+        assert_eq!(t.tables[0].indexes[0].hash_key, "campaignShard");
         assert!(t.function("GetUsersFunction").unwrap().schedule.is_some());
+        assert!(t.function("UnsubscribeFunction").unwrap().function_url);
+        assert_eq!(
+            t.function("CreateEmailsFunction").unwrap().env["UNSUBSCRIBE_BASE_URL"],
+            EnvValue::Ref("UnsubscribeFunctionUrl".into())
+        );
+        assert_eq!(t.generated_secrets, ["UnsubscribeSigningKey"]);
+        assert_eq!(t.configuration_sets, ["EmailConfigurationSet"]);
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod dynamo;
 pub mod mongo;
+pub mod secrets;
 pub mod ses;
 pub mod sqs;
 

@@ -1,47 +1,41 @@
 //! The MongoDB client: built once per execution environment, pool bounded by config.
 
-use crate::config::{MongoConfig, MongoUri};
+use crate::config::{MongoConfig, SecretRef};
 use mongodb::options::ClientOptions;
 use mongodb::{Client, Database};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MongoConnectError {
-    #[error("MONGODB_URI_SECRET_ID ({secret}): cannot read the secret: {detail}")]
-    Secret { secret: String, detail: String },
+    #[error(transparent)]
+    Secret(#[from] super::secrets::SecretError),
+    #[error("MONGODB_URI_SECRET_ID ({secret}): {detail}")]
+    SecretValue { secret: String, detail: String },
     #[error("MongoDB URI ({uri}): {detail}")]
     Uri { uri: String, detail: String },
 }
 
 /// The URI itself: read from Secrets Manager once at init, or given directly.
 async fn resolve_uri(
-    uri: &MongoUri,
+    uri: &SecretRef,
     sdk: &aws_config::SdkConfig,
 ) -> Result<String, MongoConnectError> {
-    let secret = match uri {
-        MongoUri::Plain(uri) => return Ok(uri.clone()),
-        MongoUri::Secret(secret) => secret,
+    let value = super::secrets::resolve(uri, "MONGODB_URI_SECRET_ID", sdk).await?;
+    let SecretRef::Secret(secret) = uri else {
+        return Ok(value);
     };
-    let error = |detail: String| MongoConnectError::Secret {
-        secret: secret.clone(),
-        detail,
-    };
-    let value = super::secrets_client(sdk)
-        .get_secret_value()
-        .secret_id(secret)
-        .send()
-        .await
-        .map_err(|e| error(aws_sdk_secretsmanager::error::DisplayErrorContext(&e).to_string()))?
-        .secret_string
-        .ok_or_else(|| error("the secret has no string value".into()))?;
     // Either the URI itself, or JSON with a "uri" field.
     if value.trim_start().starts_with('{') {
+        let error = |detail: &str| MongoConnectError::SecretValue {
+            secret: secret.clone(),
+            detail: detail.to_owned(),
+        };
         let json: serde_json::Value = serde_json::from_str(&value)
-            .map_err(|_| error("the secret is neither a URI nor valid JSON".into()))?;
+            .map_err(|_| error("the secret is neither a URI nor valid JSON"))?;
         return json
             .get("uri")
             .and_then(|u| u.as_str())
             .map(str::to_owned)
-            .ok_or_else(|| error("the secret's JSON has no \"uri\" string".into()));
+            .ok_or_else(|| error("the secret's JSON has no \"uri\" string"));
     }
     Ok(value.trim().to_owned())
 }
@@ -63,12 +57,7 @@ pub async fn connect(
     sdk: &aws_config::SdkConfig,
     app_name: &str,
 ) -> Result<Database, MongoConnectError> {
-    let started = std::time::Instant::now();
     let uri = resolve_uri(&config.uri, sdk).await?;
-    tracing::info!(
-        duration_ms = started.elapsed().as_millis() as u64,
-        "MongoDB URI resolved"
-    );
     let invalid = |detail: String| MongoConnectError::Uri {
         uri: redact_uri(&uri),
         detail,

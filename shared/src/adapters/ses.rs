@@ -1,10 +1,15 @@
 //! SES v2 SendEmail, with the SDK's own retries off: a retried SendEmail after a lost
 //! response could send twice, and throttling is retried through SQS with backoff instead.
+//! The email goes as raw MIME (`crate::mime`), which carries the one-click unsubscribe
+//! headers, tagged with its campaign and user (`crate::ses_tags`) for the SES events.
 
+use crate::mime;
 use crate::ports::{Mailer, OutgoingEmail, SendError};
+use crate::ses_tags;
 use aws_sdk_sesv2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
-use aws_sdk_sesv2::types::{Body, Content, Destination, EmailContent, Message, MessageTag};
+use aws_sdk_sesv2::primitives::Blob;
+use aws_sdk_sesv2::types::{EmailContent, MessageTag, RawMessage};
 use aws_sdk_sesv2::Client;
 
 #[derive(Clone)]
@@ -44,32 +49,52 @@ impl SesMailer {
     }
 }
 
-fn content(text: &str) -> Result<Content, SendError> {
-    Content::builder()
-        .data(text)
-        .charset("UTF-8")
-        .build()
-        .map_err(|e| SendError::Permanent(format!("cannot build content: {e}")))
-}
-
-fn tag(name: &str, value: &str) -> Result<MessageTag, SendError> {
-    // SES tag values allow [A-Za-z0-9_-]; campaign ids may also hold '.', user ids anything.
-    let value: String = value
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(256)
-        .collect();
+/// The tag, or None (logged) when the value is too long to be one: the email still goes.
+fn tag(name: &str, value: &str) -> Result<Option<MessageTag>, SendError> {
+    let Some(value) = ses_tags::encode(value) else {
+        tracing::warn!(
+            tag = name,
+            "value too long for an SES tag; this email's events cannot be reconciled"
+        );
+        return Ok(None);
+    };
     MessageTag::builder()
         .name(name)
         .value(value)
         .build()
+        .map(Some)
         .map_err(|e| SendError::Permanent(format!("cannot build tag: {e}")))
+}
+
+/// RFC 8058 one-click unsubscribe: the https URL, and the header that says a POST to it
+/// unsubscribes without any further step.
+pub fn unsubscribe_headers(url: &str) -> [(&'static str, String); 2] {
+    [
+        ("List-Unsubscribe", format!("<{url}>")),
+        (
+            "List-Unsubscribe-Post",
+            "List-Unsubscribe=One-Click".to_owned(),
+        ),
+    ]
+}
+
+/// The raw MIME SendEmail hands to SES for this email.
+pub fn raw_message(from: &str, email: &OutgoingEmail) -> Result<String, SendError> {
+    let unsubscribe = email.unsubscribe_url.as_deref().map(unsubscribe_headers);
+    let headers: Vec<(&str, &str)> = unsubscribe
+        .iter()
+        .flatten()
+        .map(|(name, value)| (*name, value.as_str()))
+        .collect();
+    mime::build(&mime::Message {
+        from,
+        to: &email.to,
+        subject: &email.subject,
+        text: &email.text,
+        html: &email.html,
+        headers: &headers,
+    })
+    .map_err(|e| SendError::Permanent(format!("cannot build the message: {e}")))
 }
 
 /// Classifies an SES error by its code (the emulator and the service use the same codes).
@@ -115,23 +140,26 @@ fn translate(err: SdkError<SendEmailError>) -> SendError {
 
 impl Mailer for SesMailer {
     async fn send(&self, email: &OutgoingEmail) -> Result<String, SendError> {
-        let message = Message::builder()
-            .subject(content(&email.subject)?)
-            .body(
-                Body::builder()
-                    .html(content(&email.html)?)
-                    .text(content(&email.text)?)
-                    .build(),
-            )
-            .build();
+        let raw = raw_message(&self.from, email)?;
+        let content = RawMessage::builder()
+            .data(Blob::new(raw))
+            .build()
+            .map_err(|e| SendError::Permanent(format!("cannot build the message: {e}")))?;
+        // No Destination: SES takes the recipient from the To header of the raw message.
         let out = self
             .client
             .send_email()
             .from_email_address(&self.from)
-            .destination(Destination::builder().to_addresses(&email.to).build())
-            .content(EmailContent::builder().simple(message).build())
-            .email_tags(tag("campaignId", &email.campaign_id)?)
-            .email_tags(tag("userId", &email.user_id)?)
+            .content(EmailContent::builder().raw(content).build())
+            .set_email_tags(Some(
+                [
+                    tag(ses_tags::CAMPAIGN_TAG, &email.campaign_id)?,
+                    tag(ses_tags::USER_TAG, &email.user_id)?,
+                ]
+                .into_iter()
+                .flatten()
+                .collect(),
+            ))
             .set_configuration_set_name(self.configuration_set.clone())
             .send()
             .await

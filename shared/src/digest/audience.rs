@@ -1,8 +1,9 @@
-//! The audience: subscribed users with at least one new follower in the window, in user id
-//! order, streamed with two cursors and never held in memory.
+//! The audience: subscribed users whose address is not suppressed, with at least one new
+//! follower in the window, in user id order, streamed with two cursors and never held in
+//! memory.
 //!
 //! It is a merge join of two sorted index scans: the window's follows ordered by followeeId
-//! (index `followeeId_1_createdAt_1`, keys only) and the subscribed users ordered by `_id`.
+//! (index `followeeId_1_createdAt_1`, keys only) and the eligible users ordered by `_id`.
 //! Both resume after a checkpoint (the last user id enqueued), which is how GetUsers
 //! continues a large audience in a fresh invocation.
 
@@ -62,7 +63,8 @@ impl Audience {
             .hint(Self::follows_hint())
             .batch_size(CURSOR_BATCH)
             .await?;
-        let mut users_filter = doc! { "subscribed": true };
+        // A suppression (permanent bounce, complaint) is never emailed again.
+        let mut users_filter = doc! { "subscribed": true, "suppression": { "$exists": false } };
         if let Some(after) = after {
             users_filter.insert("_id", doc! { "$gt": after });
         }

@@ -16,6 +16,9 @@ struct UserDoc {
     email: Option<String>,
     name: Option<String>,
     subscribed: Option<bool>,
+    locale: Option<String>,
+    /// Set when a permanent bounce or a complaint means this address must not be emailed.
+    suppression: Option<mongodb::bson::Bson>,
 }
 
 #[derive(Deserialize)]
@@ -37,6 +40,8 @@ pub struct Digest {
     pub user_id: String,
     pub email: String,
     pub name: String,
+    /// The user's locale as stored (the renderer picks the closest it has templates for).
+    pub locale: Option<String>,
     pub new_followers: u64,
     /// Names of the newest followers in the window, newest first.
     pub recent: Vec<String>,
@@ -47,6 +52,7 @@ pub struct Digest {
 pub enum SkipReason {
     Vanished,
     Unsubscribed,
+    Suppressed,
     NoAddress,
     NoNewFollowers,
 }
@@ -56,6 +62,7 @@ impl SkipReason {
         match self {
             Self::Vanished => "vanished",
             Self::Unsubscribed => "unsubscribed",
+            Self::Suppressed => "suppressed",
             Self::NoAddress => "no_address",
             Self::NoNewFollowers => "no_new_followers",
         }
@@ -81,6 +88,9 @@ pub async fn enrich(
     };
     if user.subscribed != Some(true) {
         return Ok(Enrichment::Skip(SkipReason::Unsubscribed));
+    }
+    if user.suppression.is_some() {
+        return Ok(Enrichment::Skip(SkipReason::Suppressed));
     }
     let Some(email) = user.email.filter(|e| !e.trim().is_empty()) else {
         return Ok(Enrichment::Skip(SkipReason::NoAddress));
@@ -127,6 +137,7 @@ pub async fn enrich(
         user_id: user.id,
         email,
         name: user.name.unwrap_or_else(|| "there".into()),
+        locale: user.locale,
         new_followers,
         recent,
     }))

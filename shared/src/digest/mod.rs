@@ -2,7 +2,8 @@
 //! looks (rendering). This is the one module a team replaces to send its own weekly email;
 //! the stages around it only need `Audience`, `enrich` and `Renderer`.
 //!
-//! Data model (MongoDB): `users {_id: string, email, name, subscribed: bool, locale?}` and
+//! Data model (MongoDB): `users {_id: string, email, name, subscribed: bool, locale?,
+//! suppression?}` and
 //! `follows {followerId, followeeId, createdAt: date}`.
 
 mod audience;
@@ -11,7 +12,7 @@ mod render;
 
 pub use audience::Audience;
 pub use enrich::{enrich, Digest, Enrichment, SkipReason};
-pub use render::{RenderError, Rendered, Renderer};
+pub use render::{RenderError, Rendered, Renderer, LOCALES};
 
 use mongodb::bson::doc;
 use mongodb::{Database, IndexModel};

@@ -7,6 +7,7 @@ use crate::adapters::sqs::{batches, QueueError, SqsQueue};
 use crate::config::CreateEmailsConfig;
 use crate::digest::{self, Enrichment, Renderer, SkipReason};
 use crate::messages::{parse_body, EmailJob, UserMessage};
+use crate::unsubscribe::{self, Signer};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use futures::stream::{self, StreamExt};
 use mongodb::Database;
@@ -42,6 +43,7 @@ pub struct CreateEmails {
     db: Database,
     emails: SqsQueue,
     renderer: Renderer,
+    signer: Signer,
     config: CreateEmailsConfig,
 }
 
@@ -50,12 +52,14 @@ impl CreateEmails {
         db: Database,
         sqs: aws_sdk_sqs::Client,
         renderer: Renderer,
+        signer: Signer,
         config: CreateEmailsConfig,
     ) -> Self {
         Self {
             db,
             emails: SqsQueue::new(sqs, &config.emails_queue_url),
             renderer,
+            signer,
             config,
         }
     }
@@ -64,8 +68,13 @@ impl CreateEmails {
         digest::ensure_indexes(&self.db).await
     }
 
-    async fn process(&self, body: Option<&str>) -> Result<Outcome, String> {
-        let message: UserMessage = parse_body(body)?;
+    /// The email one user gets in one campaign (or why they get none): read afresh from
+    /// MongoDB, rendered in their locale, with their unsubscribe link. `mailctl preview`
+    /// calls this too, so it shows exactly what is sent.
+    pub async fn compose(
+        &self,
+        message: UserMessage,
+    ) -> Result<Result<EmailJob, SkipReason>, String> {
         let enrichment = digest::enrich(
             &self.db,
             &message.user_id,
@@ -76,24 +85,36 @@ impl CreateEmails {
         .map_err(|e| format!("MongoDB: {e}"))?;
         let digest = match enrichment {
             Enrichment::Ready(d) => d,
-            Enrichment::Skip(reason) => return Ok(Outcome::Skipped(reason)),
+            Enrichment::Skip(reason) => return Ok(Err(reason)),
         };
+        let unsubscribe_url = unsubscribe::link(
+            &self.config.unsubscribe_base_url,
+            &self.signer.token(&message.campaign_id, &digest.user_id),
+        );
         let rendered = self
             .renderer
-            .render(&digest, &message.window)
+            .render(&digest, &message.window, &unsubscribe_url)
             .map_err(|e| e.to_string())?;
-        let job = EmailJob {
+        Ok(Ok(EmailJob {
             campaign_id: message.campaign_id,
             user_id: digest.user_id,
             to: digest.email,
             subject: rendered.subject,
             html: rendered.html,
             text: rendered.text,
+            unsubscribe_url: Some(unsubscribe_url),
             include_failed: message.include_failed,
-        };
-        serde_json::to_string(&job)
-            .map(Outcome::Job)
-            .map_err(|e| format!("cannot serialise job: {e}"))
+        }))
+    }
+
+    async fn process(&self, body: Option<&str>) -> Result<Outcome, String> {
+        let message: UserMessage = parse_body(body)?;
+        match self.compose(message).await? {
+            Ok(job) => serde_json::to_string(&job)
+                .map(Outcome::Job)
+                .map_err(|e| format!("cannot serialise job: {e}")),
+            Err(reason) => Ok(Outcome::Skipped(reason)),
+        }
     }
 
     pub async fn handle(&self, event: SqsEvent) -> (SqsBatchResponse, Summary) {

@@ -288,6 +288,7 @@ impl<M: Mailer> SendEmail<M> {
             text: job.text,
             campaign_id: claim.campaign_id.clone(),
             user_id: claim.user_id.clone(),
+            unsubscribe_url: job.unsubscribe_url,
         };
         match self.mailer.send(&email).await {
             Ok(ses_message_id) => Ok(self.mark_sent(&claim, &ses_message_id, invocation).await),

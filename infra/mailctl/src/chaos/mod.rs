@@ -622,7 +622,7 @@ async fn check(
         .collect();
     let mut emails: BTreeMap<String, usize> = BTreeMap::new();
     for message in crate::ses_record::sent_to_domain(endpoint, &local.domain).await? {
-        for to in &message.destinations.to {
+        for to in &message.to {
             report.emails += 1;
             let user = owner.get(to.as_str()).copied().unwrap_or(to.as_str());
             *emails.entry(user.to_owned()).or_default() += 1;

@@ -1,0 +1,79 @@
+//! `mailctl preview`: the email one user gets in one campaign, composed by the same code as
+//! CreateEmails (`CreateEmails::compose`) with the configuration that function has: read
+//! from template.yaml for a local stack, from the deployed function otherwise.
+
+use crate::provision::Stack;
+use anyhow::{bail, Context, Result};
+use mailflow::campaign::Campaign;
+use mailflow::config::CreateEmailsConfig;
+use mailflow::messages::{EmailJob, UserMessage};
+use mailflow::stages::create_emails::CreateEmails;
+use std::collections::BTreeMap;
+
+/// CreateEmails as configured by `env` (its function's environment).
+pub async fn create_emails(
+    sdk: &aws_config::SdkConfig,
+    env: &BTreeMap<String, String>,
+) -> Result<CreateEmails> {
+    let config = CreateEmailsConfig::from_source(&|k: &str| env.get(k).cloned())?;
+    let renderer = mailflow::digest::Renderer::new(&config.default_locale)?;
+    let signer = mailflow::adapters::secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?;
+    let db = mailflow::adapters::mongo::connect(&config.mongo, sdk, "mailctl").await?;
+    let sqs = mailflow::adapters::sqs_client(sdk);
+    Ok(CreateEmails::new(db, sqs, renderer, signer, config))
+}
+
+/// The environment of a local stack's CreateEmails, as template.yaml sets it.
+pub fn local_env(stack: &Stack) -> Result<BTreeMap<String, String>> {
+    stack.env(crate::local::CREATE_EMAILS)
+}
+
+/// The environment of the deployed CreateEmails function.
+pub async fn deployed_env(
+    sdk: &aws_config::SdkConfig,
+    function: &str,
+) -> Result<BTreeMap<String, String>> {
+    let config = aws_sdk_lambda::Client::new(sdk)
+        .get_function_configuration()
+        .function_name(function)
+        .send()
+        .await
+        .with_context(|| format!("reading the configuration of {function}"))?;
+    Ok(config
+        .environment
+        .and_then(|e| e.variables)
+        .unwrap_or_default()
+        .into_iter()
+        .collect())
+}
+
+/// The email `user` gets in `campaign`, or why they get none.
+pub async fn compose(stage: &CreateEmails, user: &str, campaign: &Campaign) -> Result<EmailJob> {
+    let message = UserMessage {
+        campaign_id: campaign.id.clone(),
+        user_id: user.to_owned(),
+        window: campaign.window,
+        include_failed: false,
+    };
+    match stage.compose(message).await.map_err(anyhow::Error::msg)? {
+        Ok(job) => Ok(job),
+        Err(reason) => bail!(
+            "{user} gets no email in {}: {}",
+            campaign.id,
+            reason.as_str()
+        ),
+    }
+}
+
+/// The headers and text part, as an operator reads them.
+pub fn describe(job: &EmailJob) -> String {
+    let mut out = format!("To: {}\nSubject: {}\n", job.to, job.subject);
+    if let Some(url) = &job.unsubscribe_url {
+        for (name, value) in mailflow::adapters::ses::unsubscribe_headers(url) {
+            out.push_str(&format!("{name}: {value}\n"));
+        }
+    }
+    out.push('\n');
+    out.push_str(&job.text);
+    out
+}

@@ -1,0 +1,288 @@
+//! One-click unsubscribe links (RFC 8058): each email carries a URL whose token names the
+//! list, the campaign and the user, signed with HMAC-SHA256 under a secret key. The
+//! Unsubscribe function accepts only tokens it can verify, so a forged, altered or other
+//! user's token changes nothing.
+//!
+//! Token: `base64url(payload) "." base64url(mac)`, payload `v1\n{list}\n{campaign}\n{user}`.
+//! The secret holds one or more keys separated by whitespace: the first signs, every one
+//! verifies, so a key can be rotated without breaking the links already sent.
+
+use crate::campaign::CampaignId;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use hmac::{KeyInit, Mac};
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+/// Shorter keys are refused: a signing key must not be guessable.
+pub const MIN_KEY_BYTES: usize = 32;
+/// Longer tokens are refused before any work (a user id is at most 512 bytes).
+pub const MAX_TOKEN_BYTES: usize = 2048;
+const VERSION: &str = "v1";
+
+/// Whose subscription a verified token names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subscription {
+    pub list: String,
+    pub campaign_id: CampaignId,
+    pub user_id: String,
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("the token is malformed: {0}")]
+    Malformed(&'static str),
+    #[error("the token's signature does not match")]
+    BadSignature,
+    #[error("the token is for another list")]
+    OtherList,
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("the signing secret holds no key")]
+    Empty,
+    #[error("every signing key must be at least {MIN_KEY_BYTES} bytes (one is {0})")]
+    TooShort(usize),
+    #[error(
+        "the unsubscribe base URL {0:?} must be an http(s) URL without spaces, quotes, <, > or #"
+    )]
+    BadBaseUrl(String),
+    #[error("the list name {0:?} must be 1-64 characters from a-z 0-9 -")]
+    BadList(String),
+}
+
+/// Signs and verifies unsubscribe tokens for one list.
+#[derive(Clone)]
+pub struct Signer {
+    keys: Vec<Vec<u8>>,
+    list: String,
+}
+
+impl std::fmt::Debug for Signer {
+    // The keys are secret: never print them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signer")
+            .field("keys", &self.keys.len())
+            .field("list", &self.list)
+            .finish()
+    }
+}
+
+/// Checks the base URL links are made from (the Unsubscribe function's URL).
+pub fn check_base_url(base_url: &str) -> Result<(), KeyError> {
+    let ok = (base_url.starts_with("https://") || base_url.starts_with("http://"))
+        && base_url.len() > "https://".len()
+        && !base_url
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || "\"'<>#".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(KeyError::BadBaseUrl(base_url.to_owned()))
+    }
+}
+
+/// Checks a list name (it is part of every token).
+pub fn check_list(list: &str) -> Result<(), KeyError> {
+    let ok = !list.is_empty()
+        && list.len() <= 64
+        && list
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(KeyError::BadList(list.to_owned()))
+    }
+}
+
+/// The link for one email: the base URL with `token=` (the token is URL-safe as it is).
+pub fn link(base_url: &str, token: &str) -> String {
+    let separator = if base_url.contains('?') { '&' } else { '?' };
+    format!("{base_url}{separator}token={token}")
+}
+
+fn mac(key: &[u8], payload: &[u8]) -> HmacSha256 {
+    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length");
+    mac.update(payload);
+    mac
+}
+
+impl Signer {
+    pub fn new(secret: &str, list: &str) -> Result<Self, KeyError> {
+        let keys: Vec<Vec<u8>> = secret
+            .split_whitespace()
+            .map(|k| k.as_bytes().to_vec())
+            .collect();
+        if keys.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if let Some(short) = keys.iter().find(|k| k.len() < MIN_KEY_BYTES) {
+            return Err(KeyError::TooShort(short.len()));
+        }
+        check_list(list)?;
+        Ok(Self {
+            keys,
+            list: list.to_owned(),
+        })
+    }
+
+    pub fn list(&self) -> &str {
+        &self.list
+    }
+
+    pub fn token(&self, campaign_id: &CampaignId, user_id: &str) -> String {
+        let payload = format!("{VERSION}\n{}\n{campaign_id}\n{user_id}", self.list);
+        let signature = mac(&self.keys[0], payload.as_bytes())
+            .finalize()
+            .into_bytes();
+        format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(payload),
+            URL_SAFE_NO_PAD.encode(signature)
+        )
+    }
+
+    /// Whose subscription the token names, if one of the keys signed it for this list.
+    pub fn verify(&self, token: &str) -> Result<Subscription, TokenError> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(TokenError::Malformed("too long"));
+        }
+        let (payload, signature) = token
+            .split_once('.')
+            .ok_or(TokenError::Malformed("no signature"))?;
+        let payload = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| TokenError::Malformed("payload is not base64url"))?;
+        let signature = URL_SAFE_NO_PAD
+            .decode(signature)
+            .map_err(|_| TokenError::Malformed("signature is not base64url"))?;
+        // Constant-time comparison, against every key (rotation).
+        if !self
+            .keys
+            .iter()
+            .any(|key| mac(key, &payload).verify_slice(&signature).is_ok())
+        {
+            return Err(TokenError::BadSignature);
+        }
+        let payload = String::from_utf8(payload)
+            .map_err(|_| TokenError::Malformed("payload is not UTF-8"))?;
+        let mut fields = payload.splitn(4, '\n');
+        let (Some(VERSION), Some(list), Some(campaign), Some(user)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            return Err(TokenError::Malformed("unknown payload layout"));
+        };
+        if list != self.list {
+            return Err(TokenError::OtherList);
+        }
+        let campaign_id =
+            CampaignId::parse(campaign).map_err(|_| TokenError::Malformed("bad campaign id"))?;
+        crate::messages::check_user_id(user).map_err(|_| TokenError::Malformed("bad user id"))?;
+        Ok(Subscription {
+            list: list.to_owned(),
+            campaign_id,
+            user_id: user.to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "0123456789abcdef0123456789abcdef";
+    const OTHER_KEY: &str = "fedcba9876543210fedcba9876543210";
+
+    fn links(secret: &str) -> Signer {
+        Signer::new(secret, "weekly-digest").unwrap()
+    }
+
+    fn campaign() -> CampaignId {
+        CampaignId::parse("weekly-2026-W47").unwrap()
+    }
+
+    #[test]
+    fn a_token_names_its_user_and_campaign() {
+        let l = links(KEY);
+        let url = link("https://u.example/", &l.token(&campaign(), "u0000003"));
+        let token = url.strip_prefix("https://u.example/?token=").unwrap();
+        assert!(token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)));
+        let s = l.verify(token).unwrap();
+        assert_eq!(s.user_id, "u0000003");
+        assert_eq!(s.campaign_id, campaign());
+        assert_eq!(s.list, "weekly-digest");
+    }
+
+    #[test]
+    fn forged_altered_and_other_users_tokens_are_refused() {
+        let l = links(KEY);
+        let token = l.token(&campaign(), "u1");
+        let (payload, signature) = token.split_once('.').unwrap();
+        // Another user's payload with this user's signature.
+        let other = l.token(&campaign(), "u2");
+        let other_payload = other.split_once('.').unwrap().0;
+        assert_eq!(
+            l.verify(&format!("{other_payload}.{signature}")),
+            Err(TokenError::BadSignature)
+        );
+        // Signed with a key the server does not hold.
+        let forged = links(OTHER_KEY).token(&campaign(), "u1");
+        assert_eq!(l.verify(&forged), Err(TokenError::BadSignature));
+        // One character of the signature changed.
+        let mut altered = signature.to_owned();
+        altered.replace_range(0..1, if altered.starts_with('A') { "B" } else { "A" });
+        assert_eq!(
+            l.verify(&format!("{payload}.{altered}")),
+            Err(TokenError::BadSignature)
+        );
+        for junk in ["", ".", "abc", "a.b.c", &"x".repeat(5000)] {
+            assert!(l.verify(junk).is_err(), "{junk}");
+        }
+        // Same key, another list.
+        let weekly = Signer::new(KEY, "product-news").unwrap();
+        assert_eq!(
+            l.verify(&weekly.token(&campaign(), "u1")),
+            Err(TokenError::OtherList)
+        );
+    }
+
+    #[test]
+    fn rotation_keeps_old_links_working() {
+        let old = links(OTHER_KEY).token(&campaign(), "u1");
+        let rotated = links(&format!("{KEY}\n{OTHER_KEY}"));
+        assert_eq!(rotated.verify(&old).unwrap().user_id, "u1");
+        let new = rotated.token(&campaign(), "u1");
+        assert!(links(KEY).verify(&new).is_ok(), "the first key signs");
+    }
+
+    #[test]
+    fn refuses_weak_keys_and_bad_urls() {
+        assert_eq!(
+            Signer::new("short", "l").unwrap_err(),
+            KeyError::TooShort(5)
+        );
+        assert_eq!(Signer::new(" \n", "l").unwrap_err(), KeyError::Empty);
+        for url in [
+            "ftp://x/",
+            "https://",
+            "https://u/\"><script>",
+            "https://u/ x",
+        ] {
+            assert!(matches!(
+                check_base_url(url).unwrap_err(),
+                KeyError::BadBaseUrl(_)
+            ));
+        }
+        assert!(check_base_url("https://abc.lambda-url.us-east-1.on.aws/").is_ok());
+        assert!(matches!(
+            Signer::new(KEY, "Weekly Digest").unwrap_err(),
+            KeyError::BadList(_)
+        ));
+        assert!(link("https://u/x?lang=en", "t").starts_with("https://u/x?lang=en&token=t"));
+        assert!(!format!("{:?}", links(KEY)).contains(KEY));
+    }
+}
