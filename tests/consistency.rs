@@ -4,7 +4,8 @@
 
 use mailctl::template::{EnvValue, Template};
 use mailflow::config::{
-    CreateEmailsConfig, GetUsersConfig, MongoConfig, SendEmailConfig, UnsubscribeConfig,
+    CreateEmailsConfig, GetUsersConfig, MongoConfig, SendEmailConfig, SesEventsConfig,
+    UnsubscribeConfig, UnsubscribeFunctionConfig,
 };
 use std::collections::BTreeSet;
 
@@ -27,7 +28,7 @@ fn number(t: &Template, function: &str, var: &str) -> u32 {
 fn every_variable_is_set_in_the_template_and_documented() {
     let t = template();
     let readme = std::fs::read_to_string(mailctl::repo_root().join("README.md")).unwrap();
-    let functions: [(&str, Vec<&str>); 3] = [
+    let functions: [(&str, Vec<&str>); 5] = [
         (
             "GetUsersFunction",
             [MongoConfig::VARS, GetUsersConfig::VARS].concat(),
@@ -42,6 +43,19 @@ fn every_variable_is_set_in_the_template_and_documented() {
             .concat(),
         ),
         ("SendEmailFunction", SendEmailConfig::VARS.to_vec()),
+        (
+            "UnsubscribeFunction",
+            [
+                MongoConfig::VARS,
+                UnsubscribeConfig::VARS,
+                UnsubscribeFunctionConfig::VARS,
+            ]
+            .concat(),
+        ),
+        (
+            "SesEventsFunction",
+            [MongoConfig::VARS, SesEventsConfig::VARS].concat(),
+        ),
     ];
     for (function, vars) in functions {
         let set: BTreeSet<&str> = t
@@ -146,6 +160,19 @@ fn sample_events_are_what_the_handlers_accept() {
     let emails: SqsEvent = serde_json::from_value(read("emails-batch.json")).unwrap();
     assert!(parse_body::<EmailJob>(emails.records[0].body.as_deref()).is_ok());
     assert!(parse_body::<EmailJob>(emails.records[1].body.as_deref()).is_err());
+    let events: SqsEvent = serde_json::from_value(read("ses-events-batch.json")).unwrap();
+    let now = 0;
+    let parsed: Vec<_> = events
+        .records
+        .iter()
+        .map(|r| mailflow::ses_events::parse(r.body.as_deref().unwrap_or_default(), now))
+        .collect();
+    assert!(parsed[0].is_ok() && parsed[1].is_err() && parsed[2].is_ok());
+    let one_click = read("unsubscribe-one-click.json");
+    let request =
+        mailflow::stages::unsubscribe::HttpRequest::from_function_url_event(&one_click).unwrap();
+    assert_eq!(request.method, "POST");
+    assert_eq!(request.body, b"List-Unsubscribe=One-Click");
     match parse_request(read("continuation-batch.json")) {
         Ok(Request::Continuations(records)) => {
             use mailflow::stages::get_users::Checkpoint;

@@ -3,7 +3,7 @@
 //! the documented response. This covers `main.rs` wiring, config from template.yaml and init.
 
 use mailctl::function_host::{FunctionProcess, Outcome};
-use mailctl::local::{CREATE_EMAILS, GET_USERS, SEND_EMAIL};
+use mailctl::local::{CREATE_EMAILS, GET_USERS, SEND_EMAIL, SES_EVENTS, UNSUBSCRIBE};
 use mailctl::template::Template;
 use mailflow::campaign::Campaign;
 use mailflow_tests::test_env;
@@ -152,6 +152,88 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
         !run.stderr.contains("u0000001@example.com"),
         "logs must not carry addresses"
     );
+
+    // SesEvents with infra/events/ses-events-batch.json: the permanent bounce suppresses
+    // u0000001 and is noted on its record; the malformed event fails alone.
+    let run = run_function(
+        "ses-events",
+        SES_EVENTS,
+        env.stack.env(SES_EVENTS).unwrap(),
+        vec![sample("ses-events-batch.json")],
+    )
+    .await;
+    assert_eq!(
+        response(&run)["batchItemFailures"],
+        serde_json::json!([{"itemIdentifier": "5e5e0000-0000-4000-8000-000000000002"}])
+    );
+    let users = env.db.collection::<mongodb::bson::Document>("users");
+    let user = |id: &'static str| {
+        let users = users.clone();
+        async move {
+            users
+                .find_one(mongodb::bson::doc! {"_id": id})
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let bounced = user("u0000001").await;
+    assert_eq!(
+        bounced
+            .get_document("suppression")
+            .unwrap()
+            .get_str("reason")
+            .ok(),
+        Some("bounce")
+    );
+    let records = mailctl::ledger_scan::records(
+        &env.dynamo(),
+        env.stack.table_name("SendsTable").unwrap(),
+        "weekly-2026-W47",
+    )
+    .await
+    .unwrap();
+    assert!(records[0]
+        .engagement
+        .contains_key(&mailflow::ledger::Engagement::Bounced));
+
+    // Unsubscribe through its Function URL event: the sample's placeholder token is refused;
+    // a one-click POST with a token the stack's key signed unsubscribes.
+    let unsubscribe_env = env.stack.env(UNSUBSCRIBE).unwrap();
+    let mut one_click = sample("unsubscribe-one-click.json");
+    let signer = mailflow::adapters::secrets::unsubscribe_signer(
+        &mailflow::config::UnsubscribeConfig::from_source(&|k: &str| {
+            unsubscribe_env.get(k).cloned()
+        })
+        .unwrap(),
+        &env.stack.sdk,
+    )
+    .await
+    .unwrap();
+    let token = signer.token(&campaign.id, "u0000003");
+    let placeholder = one_click.clone();
+    one_click["rawQueryString"] = format!("token={token}").into();
+    let run = run_function(
+        "unsubscribe",
+        UNSUBSCRIBE,
+        unsubscribe_env.clone(),
+        vec![placeholder, one_click],
+    )
+    .await;
+    let statuses: Vec<&Value> = run
+        .outcomes
+        .iter()
+        .map(|o| match o {
+            Outcome::Response(v) => &v["statusCode"],
+            other => panic!("{other:?}: {}", run.stderr),
+        })
+        .collect();
+    assert_eq!(statuses, [&Value::from(400), &Value::from(200)]);
+    assert_eq!(
+        user("u0000003").await.get_bool("subscribed").ok(),
+        Some(false)
+    );
+    assert!(!run.stderr.contains(&token), "logs must not carry tokens");
 }
 
 #[tokio::test(flavor = "multi_thread")]

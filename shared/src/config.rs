@@ -265,6 +265,48 @@ impl CreateEmailsConfig {
     }
 }
 
+/// Unsubscribe: the one-click unsubscribe endpoint (a Function URL).
+#[derive(Clone, Debug)]
+pub struct UnsubscribeFunctionConfig {
+    pub mongo: MongoConfig,
+    pub unsubscribe: UnsubscribeConfig,
+    /// Where the unsubscribe is noted for the campaign analytics.
+    pub sends_table_name: String,
+}
+
+impl UnsubscribeFunctionConfig {
+    pub const VARS: &'static [&'static str] = &["SENDS_TABLE_NAME"];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        Ok(Self {
+            mongo: MongoConfig::from_source(src)?,
+            unsubscribe: UnsubscribeConfig::from_source(src)?,
+            sends_table_name: required(src, "SENDS_TABLE_NAME")?,
+        })
+    }
+}
+
+/// SesEvents: bounces, complaints, deliveries, opens and clicks from SES.
+#[derive(Clone, Debug)]
+pub struct SesEventsConfig {
+    pub mongo: MongoConfig,
+    pub sends_table_name: String,
+    /// Records of one batch processed at once.
+    pub record_concurrency: usize,
+}
+
+impl SesEventsConfig {
+    pub const VARS: &'static [&'static str] = &["SENDS_TABLE_NAME", "RECORD_CONCURRENCY"];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        Ok(Self {
+            mongo: MongoConfig::from_source(src)?,
+            sends_table_name: required(src, "SENDS_TABLE_NAME")?,
+            record_concurrency: positive_u32(src, "RECORD_CONCURRENCY", 10)? as usize,
+        })
+    }
+}
+
 /// SendEmail: claim, send through SES v2, mark.
 #[derive(Clone, Debug)]
 pub struct SendEmailConfig {

@@ -14,6 +14,7 @@ pub mod metering;
 pub mod mime;
 pub mod ports;
 pub mod rate;
+pub mod ses_events;
 pub mod ses_tags;
 pub mod stages;
 pub mod telemetry;

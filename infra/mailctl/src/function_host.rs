@@ -4,6 +4,7 @@
 //! deployed, `main.rs` wiring and init included, and its process can be measured alone:
 //! CPU time, peak RSS, cold start, the backend requests it logged.
 
+use crate::http::{read_request, respond};
 use anyhow::{Context, Result};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -12,7 +13,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -288,52 +289,11 @@ async fn collect_lines(stream: impl tokio::io::AsyncRead + Unpin, logs: Arc<Mute
     }
 }
 
-async fn read_request(reader: &mut BufReader<TcpStream>) -> Option<(String, String, Vec<u8>)> {
-    let mut line = String::new();
-    if reader.read_line(&mut line).await.ok()? == 0 {
-        return None;
-    }
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next()?.to_owned(), parts.next()?.to_owned());
-    let mut length = 0;
-    loop {
-        let mut header = String::new();
-        reader.read_line(&mut header).await.ok()?;
-        let header = header.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = header.split_once(':') {
-            if k.eq_ignore_ascii_case("content-length") {
-                length = v.trim().parse().unwrap_or(0);
-            }
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).await.ok()?;
-    Some((method, path, body))
-}
-
-async fn respond(
-    stream: &mut BufReader<TcpStream>,
-    status: &str,
-    headers: &[(&str, String)],
-    body: &[u8],
-) {
-    let mut out = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\n", body.len());
-    for (k, v) in headers {
-        out.push_str(&format!("{k}: {v}\r\n"));
-    }
-    out.push_str("\r\n");
-    let stream = stream.get_mut();
-    let _ = stream.write_all(out.as_bytes()).await;
-    let _ = stream.write_all(body).await;
-}
-
 async fn serve_connection(api: Arc<RuntimeApi>, stream: TcpStream) {
     let mut reader = BufReader::new(stream);
-    while let Some((method, path, body)) = read_request(&mut reader).await {
-        let path = path.trim_start_matches("/2018-06-01/runtime");
+    while let Some(request) = read_request(&mut reader).await {
+        let (method, body) = (request.method, request.body);
+        let path = request.target.trim_start_matches("/2018-06-01/runtime");
         if method == "GET" && path == "/invocation/next" {
             lock(&api.first_next).get_or_insert_with(Instant::now);
             // Held until there is an event, as Lambda holds it between invocations.

@@ -4,6 +4,8 @@ pub mod bench;
 pub mod chaos;
 pub mod cost;
 pub mod function_host;
+pub mod function_url;
+pub mod http;
 pub mod ledger_scan;
 pub mod local;
 pub mod log_audit;

@@ -1,16 +1,23 @@
-//! The pipeline on the local stack: the three stages built from the environment template.yaml
-//! gives each function (so config wiring is exercised), driven by the runner.
+//! The pipeline on the local stack: the three stages, SesEvents and Unsubscribe built from
+//! the environment template.yaml gives each function (so config wiring is exercised), driven
+//! by the runner (and the local Function URL).
 
 use crate::provision::Stack;
 use crate::runner::{self, Consumer, ConsumerStats};
 use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::SqsBatchResponse;
-use mailflow::config::{CreateEmailsConfig, GetUsersConfig, SendEmailConfig};
+use mailflow::adapters::dynamo::SendRecords;
+use mailflow::adapters::subscribers::Subscribers;
+use mailflow::config::{
+    CreateEmailsConfig, GetUsersConfig, SendEmailConfig, SesEventsConfig, UnsubscribeFunctionConfig,
+};
 use mailflow::digest::Renderer;
 use mailflow::ports::Mailer;
 use mailflow::stages::create_emails::{self, CreateEmails};
 use mailflow::stages::get_users::GetUsers;
 use mailflow::stages::send_email::{self, SendEmail};
+use mailflow::stages::ses_events::{self, SesEvents};
+use mailflow::stages::unsubscribe::Unsubscribe;
 use mailflow::stages::Invocation;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -20,6 +27,8 @@ use std::time::Duration;
 pub const GET_USERS: &str = "GetUsersFunction";
 pub const CREATE_EMAILS: &str = "CreateEmailsFunction";
 pub const SEND_EMAIL: &str = "SendEmailFunction";
+pub const SES_EVENTS: &str = "SesEventsFunction";
+pub const UNSUBSCRIBE: &str = "UnsubscribeFunction";
 
 /// Per-function adjustments over template.yaml (tests that need short timeouts).
 #[derive(Clone, Debug, Default)]
@@ -67,6 +76,7 @@ pub fn consumer(
 pub struct Totals {
     pub create_emails: create_emails::Summary,
     pub send_email: send_email::Summary,
+    pub ses_events: ses_events::Summary,
 }
 
 pub struct LocalPipeline<M> {
@@ -76,6 +86,7 @@ pub struct LocalPipeline<M> {
     /// One SendEmail per execution environment (MaximumConcurrency of its event source).
     pub send_email: Vec<Arc<SendEmail<M>>>,
     pub send_config: SendEmailConfig,
+    pub ses_events: Arc<SesEvents>,
     pub totals: Arc<Mutex<Totals>>,
     options: PipelineOptions,
 }
@@ -140,12 +151,23 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
             })
             .collect();
 
+        let env = env_for(&stack, &options, SES_EVENTS)?;
+        let config = SesEventsConfig::from_source(&|k: &str| env.get(k).cloned())?;
+        let db =
+            mailflow::adapters::mongo::connect(&config.mongo, &stack.sdk, "ses-events").await?;
+        let records = SendRecords::new(
+            mailflow::adapters::dynamodb_client(&stack.sdk),
+            &config.sends_table_name,
+        );
+        let ses_events = SesEvents::new(records, Subscribers::new(&db), config);
+
         Ok(Self {
             stack,
             get_users: Arc::new(get_users),
             create_emails: Arc::new(create_emails),
             send_email,
             send_config,
+            ses_events: Arc::new(ses_events),
             totals: Arc::default(),
             options,
         })
@@ -198,6 +220,24 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         ])
     }
 
+    /// SesEvents' event source mapping (the SES events queue; locally, tests fill it).
+    pub fn ses_events_consumer(&self) -> Result<Consumer> {
+        let (stage, totals) = (self.ses_events.clone(), self.totals.clone());
+        let handler = runner::handler(move |event, _invocation| {
+            let (stage, totals) = (stage.clone(), totals.clone());
+            async move {
+                let (response, summary) = stage.handle(event).await;
+                totals
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .ses_events
+                    .absorb(&summary);
+                response
+            }
+        });
+        self.consumer(SES_EVENTS, vec![handler])
+    }
+
     /// SendEmail's event source mapping alone (tests that enqueue email jobs themselves).
     pub fn send_consumer(&self) -> Result<Consumer> {
         self.consumer(SEND_EMAIL, self.send_handlers())
@@ -247,6 +287,36 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
             wall_time: started.elapsed(),
         })
     }
+}
+
+/// The Unsubscribe function as template.yaml configures it on this stack.
+pub async fn unsubscribe(stack: &Stack) -> Result<Unsubscribe> {
+    let env = stack.env(UNSUBSCRIBE)?;
+    let config = UnsubscribeFunctionConfig::from_source(&|k: &str| env.get(k).cloned())?;
+    let signer =
+        mailflow::adapters::secrets::unsubscribe_signer(&config.unsubscribe, &stack.sdk).await?;
+    let db = mailflow::adapters::mongo::connect(&config.mongo, &stack.sdk, "unsubscribe").await?;
+    let records = SendRecords::new(
+        mailflow::adapters::dynamodb_client(&stack.sdk),
+        &config.sends_table_name,
+    );
+    Ok(Unsubscribe::new(signer, Subscribers::new(&db), records))
+}
+
+/// Serves the Unsubscribe function on a local Function URL (`port` 0: any free port).
+pub async fn serve_unsubscribe(
+    stack: &Stack,
+    port: u16,
+) -> Result<crate::function_url::FunctionUrl> {
+    let stage = Arc::new(unsubscribe(stack).await?);
+    crate::function_url::FunctionUrl::serve(
+        port,
+        Arc::new(move |event| {
+            let stage = stage.clone();
+            Box::pin(async move { stage.handle_function_url(&event).await })
+        }),
+    )
+    .await
 }
 
 #[derive(Clone, Debug)]

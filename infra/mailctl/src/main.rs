@@ -129,6 +129,15 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Serve a local stack's one-click unsubscribe endpoint (the Unsubscribe function behind
+    /// a local Function URL on 127.0.0.1), so that the links in its emails work.
+    ServeUnsubscribe {
+        /// The port the stack's links point to (template.yaml's Function URL, locally).
+        #[arg(long, default_value_t = 8025)]
+        port: u16,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
     /// Insert synthetic users and follows into MONGODB_URI for this week's campaign window.
     Seed {
         #[arg(long, default_value_t = 1000)]
@@ -296,6 +305,19 @@ async fn run() -> Result<()> {
             }
             Ok(())
         }
+        Command::ServeUnsubscribe { port, target: t } => {
+            let Some(prefix) = &t.prefix else {
+                bail!("serve-unsubscribe serves a local stack: pass --prefix (on AWS, the Unsubscribe function's URL serves it)");
+            };
+            let stack = provision_local(&sdk, &cli.template, prefix, &t.database).await?;
+            let server = mailctl::local::serve_unsubscribe(&stack, port).await?;
+            eprintln!(
+                "serving one-click unsubscribe for {prefix} at {} (Ctrl-C stops it)",
+                server.url()
+            );
+            server.wait().await;
+            Ok(())
+        }
         Command::Demo {
             users,
             seed: s,
@@ -442,8 +464,13 @@ fn print_status(s: &ops::CampaignStatus) {
     let filled = (done as u64 * width as u64)
         .checked_div(total)
         .map_or(width, |f| f as usize);
+    let engagement: Vec<String> = s
+        .engagement
+        .iter()
+        .map(|(what, n)| format!("{what} {n}"))
+        .collect();
     println!(
-        "{} [{}{}] sent {} failed {} in progress {} | queued: users {} emails {} | duplicates suppressed {} | DLQ users {} emails {} | {} | ETA {}",
+        "{} [{}{}] sent {} failed {} in progress {} | queued: users {} emails {} | duplicates suppressed {} | DLQ users {} emails {} | {} | ETA {}\n  {} | reconciled from SES events {}",
         s.campaign_id,
         "#".repeat(filled),
         ".".repeat(width - filled),
@@ -457,6 +484,8 @@ fn print_status(s: &ops::CampaignStatus) {
         s.emails_dlq,
         s.send_rate.map_or("rate -".into(), |r| format!("{r}/s")),
         s.eta_seconds.map_or("-".into(), |e| format!("{e}s")),
+        engagement.join(" "),
+        s.reconciled,
     );
 }
 

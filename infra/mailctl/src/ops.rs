@@ -7,8 +7,9 @@ use crate::runner::depth;
 use anyhow::{bail, Context, Result};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use aws_sdk_sqs::Client as Sqs;
-use mailflow::ledger::SendStatus;
+use mailflow::ledger::{Engagement, SendStatus};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The resources an operator command works on.
@@ -86,6 +87,11 @@ pub struct CampaignStatus {
     pub sent: usize,
     pub failed: usize,
     pub duplicates_suppressed: u64,
+    /// Campaign analytics from the SES events and unsubscribes: delivered, bounced,
+    /// softBounced, complained, opened, clicked, unsubscribed (each user counted once).
+    pub engagement: BTreeMap<&'static str, usize>,
+    /// Sends an SES event marked SENT after their attempt died before it could.
+    pub reconciled: usize,
     pub users_dlq: u64,
     pub emails_dlq: u64,
     /// Emails per second between the first claim and the last completion.
@@ -114,6 +120,20 @@ pub async fn status(
         sent: count(SendStatus::Sent),
         failed: count(SendStatus::Failed),
         duplicates_suppressed: records.iter().map(|r| r.duplicates_suppressed).sum(),
+        engagement: Engagement::ALL
+            .iter()
+            .map(|e| {
+                let n = records
+                    .iter()
+                    .filter(|r| r.engagement.contains_key(e))
+                    .count();
+                (e.as_str(), n)
+            })
+            .collect(),
+        reconciled: records
+            .iter()
+            .filter(|r| r.reconciled_at_ms.is_some())
+            .count(),
         users_dlq: total(&target.users_dlq).await?,
         emails_dlq: total(&target.emails_dlq).await?,
         ..Default::default()

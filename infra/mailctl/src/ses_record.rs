@@ -1,12 +1,11 @@
 //! The SES emulator's record of sent messages (moto: `GET /moto-api/data.json`, `ses` ->
-//! `RawMessage`), read with a minimal HTTP/1.0 GET so no HTTP client crate is needed. SendEmail
+//! `RawMessage`), read with `crate::http`'s minimal client. SendEmail
 //! sends raw MIME; each message is parsed back into its headers and parts here, so tests see
 //! exactly what a mailbox would get.
 
 use anyhow::{bail, Context, Result};
 use base64::Engine;
 use serde::Deserialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What the emulator records of a raw email.
 #[derive(Clone, Debug, Deserialize)]
@@ -213,27 +212,12 @@ pub async fn sent_messages(endpoint: &str) -> Result<Vec<SentMessage>> {
 }
 
 async fn read_record(endpoint: &str) -> Result<Vec<SentMessage>> {
-    let host = authority(endpoint)?;
-    let mut stream = tokio::net::TcpStream::connect(host)
-        .await
-        .with_context(|| format!("connecting to the emulator at {host}"))?;
-    let request =
-        format!("GET /moto-api/data.json HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await?;
-    let split = response
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .context("malformed HTTP response from the emulator")?;
-    let status = String::from_utf8_lossy(&response[..split]);
-    if !status.starts_with("HTTP/1.0 200") && !status.starts_with("HTTP/1.1 200") {
-        bail!(
-            "emulator answered {}",
-            status.lines().next().unwrap_or_default()
-        );
+    let url = format!("http://{}/moto-api/data.json", authority(endpoint)?);
+    let response = crate::http::request(&url, "GET", &[], b"").await?;
+    if response.status != 200 {
+        bail!("emulator answered {}", response.status);
     }
-    let data: serde_json::Value = serde_json::from_slice(&response[split + 4..])?;
+    let data: serde_json::Value = serde_json::from_slice(&response.body)?;
     let records: Vec<RawRecord> = match data.get("ses").and_then(|s| s.get("RawMessage")) {
         Some(messages) => serde_json::from_value(messages.clone())?,
         None => Vec::new(),

@@ -1,7 +1,9 @@
 //! The sends ledger in DynamoDB: partition key `userId`, sort key `campaignId`; every write
 //! is a single conditional UpdateItem, and refusals are explained by ALL_OLD from the same call.
 
-use crate::ledger::{epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal, SendStatus};
+use crate::ledger::{
+    campaign_shard, epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Refusal, SendStatus,
+};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
@@ -19,10 +21,18 @@ pub struct LedgerError {
 
 type Item = HashMap<String, AttributeValue>;
 
+/// The sends table for the writes that only touch existing records (SES events, the
+/// Unsubscribe function): it never creates or claims one.
 #[derive(Clone)]
-pub struct DynamoLedger {
+pub struct SendRecords {
     client: Client,
     table: String,
+}
+
+/// The sends table as SendEmail uses it: claims, marks, releases.
+#[derive(Clone)]
+pub struct DynamoLedger {
+    records: SendRecords,
     retention: Duration,
 }
 
@@ -53,9 +63,21 @@ enum Conditional {
 impl DynamoLedger {
     pub fn new(client: Client, table: impl Into<String>, retention_days: u32) -> Self {
         Self {
+            records: SendRecords::new(client, table),
+            retention: Duration::from_secs(u64::from(retention_days) * 86_400),
+        }
+    }
+
+    pub fn table(&self) -> &str {
+        self.records.table()
+    }
+}
+
+impl SendRecords {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
             client,
             table: table.into(),
-            retention: Duration::from_secs(u64::from(retention_days) * 86_400),
         }
     }
 
@@ -109,7 +131,9 @@ impl DynamoLedger {
             Err(err) => Err(self.error(operation, err)),
         }
     }
+}
 
+impl DynamoLedger {
     /// Claims (userId, campaignId) for one attempt with ONE conditional write: it succeeds on
     /// no record or an IN_PROGRESS record whose lease has ended (and on FAILED when the
     /// operator asked to include failed sends); never on SENT.
@@ -127,6 +151,10 @@ impl DynamoLedger {
         );
         let mut values: Item = HashMap::from([
             (":in_progress".into(), s(SendStatus::InProgress.as_str())),
+            (
+                ":shard".into(),
+                s(&campaign_shard(&claim.campaign_id, &claim.user_id)),
+            ),
             (":now".into(), n(now)),
             (":lease".into(), n(claim.lease_until_ms)),
             (":token".into(), s(&claim.token)),
@@ -140,8 +168,9 @@ impl DynamoLedger {
         }
         let update = "SET #status = :in_progress, startedAt = :now, leaseUntil = :lease, \
                       claimToken = :token, updatedAt = :now, expiresAt = :expires, \
-                      attempt = if_not_exists(attempt, :zero) + :one";
+                      campaignShard = :shard, attempt = if_not_exists(attempt, :zero) + :one";
         let outcome = self
+            .records
             .update(
                 "claim",
                 &claim.user_id,
@@ -183,6 +212,7 @@ impl DynamoLedger {
         values.insert(":now".into(), n(epoch_ms(SystemTime::now())));
         let condition = "#status = :in_progress AND claimToken = :token";
         let outcome = self
+            .records
             .update(
                 operation,
                 &claim.user_id,
@@ -257,16 +287,114 @@ impl DynamoLedger {
             (":sent".into(), s(SendStatus::Sent.as_str())),
             (":one".into(), n(1)),
         ]);
-        self.update(
-            "note duplicate",
-            user_id,
-            campaign_id,
-            "ADD duplicatesSuppressed :one",
-            "#status = :sent",
-            values,
-        )
-        .await
-        .map(|_| ())
+        self.records
+            .update(
+                "note duplicate",
+                user_id,
+                campaign_id,
+                "ADD duplicatesSuppressed :one",
+                "#status = :sent",
+                values,
+            )
+            .await
+            .map(|_| ())
+    }
+}
+
+/// What the SES events and the Unsubscribe function write: analytics on existing records,
+/// and the reconciliation of a send whose SENT was never written. They never create a record.
+impl SendRecords {
+    /// Notes `what` (once: the first time is kept) on the record of this send. Returns the
+    /// record's status, or None when there is no record (not a send of this ledger).
+    pub async fn note(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+        what: Engagement,
+        at_ms: u64,
+    ) -> Result<Option<SendStatus>, LedgerError> {
+        let update = format!("SET {0} = if_not_exists({0}, :at)", what.attribute());
+        let values = HashMap::from([(":at".into(), n(at_ms))]);
+        let outcome = self
+            .update(
+                "note",
+                user_id,
+                campaign_id,
+                &update,
+                "attribute_exists(#status)",
+                values,
+            )
+            .await?;
+        Ok(match outcome {
+            Conditional::Done(item) => item
+                .as_ref()
+                .and_then(|i| get_s(i, "status"))
+                .as_deref()
+                .and_then(SendStatus::parse),
+            Conditional::Refused(_) => None,
+        })
+    }
+
+    /// The status of one send's record (eventually consistent: a hint, the writes that act
+    /// on it are conditional).
+    pub async fn status_of(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+    ) -> Result<Option<SendStatus>, LedgerError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("userId", s(user_id))
+            .key("campaignId", s(campaign_id))
+            .projection_expression("#status")
+            .expression_attribute_names("#status", "status")
+            .send()
+            .await
+            .map_err(|err| LedgerError {
+                table: self.table.clone(),
+                operation: "read status",
+                detail: super::describe(&err),
+            })?;
+        Ok(out
+            .item
+            .as_ref()
+            .and_then(|i| get_s(i, "status"))
+            .as_deref()
+            .and_then(SendStatus::parse))
+    }
+
+    /// SES says it sent this email: a record still IN_PROGRESS (its attempt died between
+    /// SES and SENT) becomes SENT now, so no retry sends it again once the lease ends.
+    /// Returns whether it did.
+    pub async fn reconcile_sent(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+        ses_message_id: &str,
+        at_ms: u64,
+    ) -> Result<bool, LedgerError> {
+        let values = HashMap::from([
+            (":in_progress".into(), s(SendStatus::InProgress.as_str())),
+            (":sent".into(), s(SendStatus::Sent.as_str())),
+            (":id".into(), s(ses_message_id)),
+            (":at".into(), n(at_ms)),
+            (":now".into(), n(epoch_ms(SystemTime::now()))),
+        ]);
+        let update = "SET #status = :sent, sesMessageId = :id, completedAt = :at, \
+                      updatedAt = :now, reconciled = :now REMOVE leaseUntil";
+        let outcome = self
+            .update(
+                "reconcile",
+                user_id,
+                campaign_id,
+                update,
+                "#status = :in_progress",
+                values,
+            )
+            .await?;
+        Ok(matches!(outcome, Conditional::Done(_)))
     }
 }
 
@@ -283,6 +411,10 @@ pub struct SendRecord {
     pub started_at_ms: Option<u64>,
     pub completed_at_ms: Option<u64>,
     pub duplicates_suppressed: u64,
+    /// When each engagement was first noted (epoch ms).
+    pub engagement: std::collections::BTreeMap<Engagement, u64>,
+    /// When an SES event turned it SENT (its attempt died before it could).
+    pub reconciled_at_ms: Option<u64>,
 }
 
 impl SendRecord {
@@ -298,6 +430,11 @@ impl SendRecord {
             started_at_ms: get_n(item, "startedAt"),
             completed_at_ms: get_n(item, "completedAt"),
             duplicates_suppressed: get_n(item, "duplicatesSuppressed").unwrap_or(0),
+            engagement: Engagement::ALL
+                .iter()
+                .filter_map(|e| Some((*e, get_n(item, e.attribute())?)))
+                .collect(),
+            reconciled_at_ms: get_n(item, "reconciled"),
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod mongo;
 pub mod secrets;
 pub mod ses;
 pub mod sqs;
+pub mod subscribers;
 
 use crate::metering::RequestMeter;
 

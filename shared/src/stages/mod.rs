@@ -1,9 +1,12 @@
-//! The three pipeline stages. Each is a struct built once at init (clients, config) with a
+//! The three pipeline stages, and the two functions that handle what comes back (SES
+//! events, unsubscribes). Each is a struct built once at init (clients, config) with a
 //! `handle` method the binary's `service_fn` calls; tests and the local runner call it too.
 
 pub mod create_emails;
 pub mod get_users;
 pub mod send_email;
+pub mod ses_events;
+pub mod unsubscribe;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

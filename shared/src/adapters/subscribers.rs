@@ -1,0 +1,118 @@
+//! Who may be emailed, in MongoDB's `users` collection: one-click unsubscribes set
+//! `subscribed: false`, permanent bounces and complaints set `suppression`. GetUsers and
+//! CreateEmails leave out both from then on. Every change is idempotent: a repeated request
+//! or event finds it done and keeps the first time and reason.
+
+use crate::digest::USERS;
+use mongodb::bson::{doc, DateTime, Document};
+use mongodb::{Collection, Database};
+
+/// What a change found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Made,
+    /// Already so (a repeated request, a duplicate event).
+    AlreadyDone,
+    NoSuchUser,
+}
+
+/// Why an address is never emailed again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SuppressionReason {
+    /// A permanent (hard) bounce: the address does not exist or refuses mail.
+    Bounce,
+    /// The recipient marked the email as spam.
+    Complaint,
+}
+
+impl SuppressionReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Bounce => "bounce",
+            Self::Complaint => "complaint",
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Subscribers {
+    users: Collection<Document>,
+}
+
+impl Subscribers {
+    pub fn new(db: &Database) -> Self {
+        Self {
+            users: db.collection(USERS),
+        }
+    }
+
+    async fn change(
+        &self,
+        user_id: &str,
+        not_yet: Document,
+        set: Document,
+    ) -> mongodb::error::Result<Change> {
+        let mut filter = doc! { "_id": user_id };
+        filter.extend(not_yet);
+        let result = self.users.update_one(filter, doc! { "$set": set }).await?;
+        if result.matched_count > 0 {
+            return Ok(Change::Made);
+        }
+        let exists = self
+            .users
+            .count_documents(doc! { "_id": user_id })
+            .limit(1)
+            .await?
+            > 0;
+        Ok(if exists {
+            Change::AlreadyDone
+        } else {
+            Change::NoSuchUser
+        })
+    }
+
+    /// The user asked to receive no more of `list` (from `campaign_id`'s email).
+    pub async fn unsubscribe(
+        &self,
+        user_id: &str,
+        list: &str,
+        campaign_id: &str,
+        at_ms: i64,
+    ) -> mongodb::error::Result<Change> {
+        self.change(
+            user_id,
+            doc! { "subscribed": { "$ne": false } },
+            doc! {
+                "subscribed": false,
+                "unsubscribedAt": DateTime::from_millis(at_ms),
+                "unsubscribedFrom": { "list": list, "campaignId": campaign_id },
+            },
+        )
+        .await
+    }
+
+    /// The address must never be emailed again, for `reason`; `detail` says more (the
+    /// bounce type, the complaint's feedback type).
+    pub async fn suppress(
+        &self,
+        user_id: &str,
+        reason: SuppressionReason,
+        detail: &str,
+        campaign_id: &str,
+        at_ms: i64,
+    ) -> mongodb::error::Result<Change> {
+        self.change(
+            user_id,
+            doc! { "suppression": { "$exists": false } },
+            doc! {
+                "suppression": {
+                    "reason": reason.as_str(),
+                    "detail": detail,
+                    "campaignId": campaign_id,
+                    "at": DateTime::from_millis(at_ms),
+                },
+            },
+        )
+        .await
+    }
+}

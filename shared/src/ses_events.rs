@@ -1,0 +1,283 @@
+//! SES events as EventBridge delivers them (to the SesEvents queue): what happened to which
+//! email of which user and campaign. Parsed leniently (only the fields used are read), and
+//! every problem is a reason naming the field, so a bad record fails alone.
+//!
+//! ```json
+//! {"source": "aws.ses", "detail-type": "Email Bounced", "time": "...",
+//!  "detail": {"eventType": "Bounce", "bounce": {"bounceType": "Permanent", ...},
+//!             "mail": {"messageId": "...", "timestamp": "...",
+//!                      "tags": {"campaignId": ["..."], "userId": ["..."]}}}}
+//! ```
+//! The record SES publishes through SNS (no EventBridge envelope) is read the same way.
+
+use crate::campaign::CampaignId;
+use crate::ses_tags;
+use serde_json::Value;
+
+/// What happened to the email.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// SES accepted the email (it will try to deliver it).
+    Send,
+    Delivery,
+    Bounce {
+        /// Permanent: the address is dead. Transient or undetermined: it may work later.
+        permanent: bool,
+        /// `bounceType/bounceSubType`, e.g. `Permanent/General`.
+        detail: String,
+    },
+    Complaint {
+        /// The feedback type the mailbox provider reported, if any (e.g. `abuse`).
+        detail: String,
+    },
+    Open,
+    Click,
+    /// Reject, Rendering Failure, DeliveryDelay, Subscription, or a type SES adds later:
+    /// nothing for mailflow to do.
+    Other(String),
+}
+
+/// Whose email an event is about: the tags SendEmail put on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recipient {
+    pub campaign_id: CampaignId,
+    pub user_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SesEvent {
+    pub kind: EventKind,
+    pub ses_message_id: String,
+    /// None when the email carries no mailflow tags (sent by something else).
+    pub recipient: Option<Recipient>,
+    /// When it happened (epoch ms): the event's own timestamp, else the email's.
+    pub at_ms: u64,
+}
+
+fn text<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    path.iter().try_fold(v, |v, key| v.get(key))?.as_str()
+}
+
+fn epoch_ms(rfc3339: &str) -> Option<u64> {
+    let t = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
+        .ok()?;
+    u64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
+/// The first value of a tag, decoded (tags are lists of strings in SES events).
+fn tag(mail: &Value, name: &str) -> Result<Option<String>, String> {
+    let Some(values) = mail.get("tags").and_then(|t| t.get(name)) else {
+        return Ok(None);
+    };
+    let raw = values
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("mail.tags.{name} is not a list of strings"))?;
+    ses_tags::decode(raw)
+        .map(Some)
+        .ok_or_else(|| format!("mail.tags.{name} is not a mailflow tag value"))
+}
+
+/// Parses one queue message body. `now_ms` is used when the event carries no usable time.
+pub fn parse(body: &str, now_ms: u64) -> Result<SesEvent, String> {
+    let envelope: Value =
+        serde_json::from_str(body).map_err(|e| format!("body is not JSON: {e}"))?;
+    let detail = envelope.get("detail").unwrap_or(&envelope);
+    let event_type = text(detail, &["eventType"])
+        .or_else(|| text(detail, &["notificationType"]))
+        .ok_or("detail.eventType is missing")?;
+    let mail = detail.get("mail").ok_or("detail.mail is missing")?;
+    let ses_message_id = text(mail, &["messageId"])
+        .filter(|id| !id.is_empty())
+        .ok_or("detail.mail.messageId is missing")?
+        .to_owned();
+    let kind = match event_type {
+        "Send" => EventKind::Send,
+        "Delivery" => EventKind::Delivery,
+        "Bounce" => {
+            let bounce_type = text(detail, &["bounce", "bounceType"])
+                .ok_or("detail.bounce.bounceType is missing")?;
+            let sub_type = text(detail, &["bounce", "bounceSubType"]).unwrap_or("");
+            EventKind::Bounce {
+                permanent: bounce_type == "Permanent",
+                detail: format!("{bounce_type}/{sub_type}"),
+            }
+        }
+        "Complaint" => EventKind::Complaint {
+            detail: text(detail, &["complaint", "complaintFeedbackType"])
+                .unwrap_or("unspecified")
+                .to_owned(),
+        },
+        "Open" => EventKind::Open,
+        "Click" => EventKind::Click,
+        other => EventKind::Other(other.to_owned()),
+    };
+    let section = match &kind {
+        EventKind::Send => "send",
+        EventKind::Delivery => "delivery",
+        EventKind::Bounce { .. } => "bounce",
+        EventKind::Complaint { .. } => "complaint",
+        EventKind::Open => "open",
+        EventKind::Click => "click",
+        EventKind::Other(_) => "",
+    };
+    let at_ms = text(detail, &[section, "timestamp"])
+        .or_else(|| text(mail, &["timestamp"]))
+        .or_else(|| text(&envelope, &["time"]))
+        .and_then(epoch_ms)
+        .unwrap_or(now_ms);
+    let recipient = match (
+        tag(mail, ses_tags::CAMPAIGN_TAG)?,
+        tag(mail, ses_tags::USER_TAG)?,
+    ) {
+        (Some(campaign), Some(user)) => {
+            let campaign_id =
+                CampaignId::parse(&campaign).map_err(|e| format!("mail.tags.campaignId: {e}"))?;
+            crate::messages::check_user_id(&user).map_err(|e| format!("mail.tags.userId: {e}"))?;
+            Some(Recipient {
+                campaign_id,
+                user_id: user,
+            })
+        }
+        _ => None,
+    };
+    Ok(SesEvent {
+        kind,
+        ses_message_id,
+        recipient,
+        at_ms,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(detail_type: &str, detail: Value) -> String {
+        serde_json::json!({
+            "version": "0", "source": "aws.ses", "detail-type": detail_type,
+            "time": "2026-11-23T09:00:05Z", "detail": detail,
+        })
+        .to_string()
+    }
+
+    fn mail(user: &str) -> Value {
+        serde_json::json!({
+            "messageId": "0100-abc", "timestamp": "2026-11-23T09:00:00.000Z",
+            "destination": ["ada@example.com"],
+            "tags": {"campaignId": ["weekly-2026-W47"], "userId": [ses_tags::encode(user).unwrap()],
+                     "ses:configuration-set": ["mailflow"]},
+        })
+    }
+
+    #[test]
+    fn reads_bounces_complaints_and_deliveries() {
+        let bounce = event(
+            "Email Bounced",
+            serde_json::json!({"eventType": "Bounce", "mail": mail("u.1"),
+                "bounce": {"bounceType": "Permanent", "bounceSubType": "General",
+                           "timestamp": "2026-11-23T09:01:00.000Z"}}),
+        );
+        let e = parse(&bounce, 0).unwrap();
+        assert_eq!(
+            e.kind,
+            EventKind::Bounce {
+                permanent: true,
+                detail: "Permanent/General".into()
+            }
+        );
+        let r = e.recipient.unwrap();
+        assert_eq!(
+            (r.user_id.as_str(), r.campaign_id.as_str()),
+            ("u.1", "weekly-2026-W47")
+        );
+        assert_eq!(e.at_ms, epoch_ms("2026-11-23T09:01:00Z").unwrap());
+        assert_eq!(e.ses_message_id, "0100-abc");
+
+        let soft = bounce.replace("\"Permanent\"", "\"Transient\"");
+        assert!(matches!(
+            parse(&soft, 0).unwrap().kind,
+            EventKind::Bounce {
+                permanent: false,
+                ..
+            }
+        ));
+        let complaint = event(
+            "Email Complaint Received",
+            serde_json::json!({"eventType": "Complaint", "mail": mail("u1"),
+                "complaint": {"complaintFeedbackType": "abuse"}}),
+        );
+        assert_eq!(
+            parse(&complaint, 0).unwrap().kind,
+            EventKind::Complaint {
+                detail: "abuse".into()
+            }
+        );
+        // No time of its own: the email's.
+        let delivery = event(
+            "Email Delivered",
+            serde_json::json!({"eventType": "Delivery", "mail": mail("u1"), "delivery": {}}),
+        );
+        let e = parse(&delivery, 0).unwrap();
+        assert_eq!(e.kind, EventKind::Delivery);
+        assert_eq!(e.at_ms, epoch_ms("2026-11-23T09:00:00Z").unwrap());
+        // The SNS form, without the EventBridge envelope.
+        let sns =
+            serde_json::json!({"eventType": "Send", "mail": mail("u1"), "send": {}}).to_string();
+        assert_eq!(parse(&sns, 0).unwrap().kind, EventKind::Send);
+    }
+
+    #[test]
+    fn untagged_and_unknown_events_are_read_but_marked() {
+        let mut m = mail("u1");
+        m["tags"] = serde_json::json!({"ses:configuration-set": ["other"]});
+        let e = parse(
+            &event(
+                "Email Sent",
+                serde_json::json!({"eventType": "Send", "mail": m}),
+            ),
+            0,
+        )
+        .unwrap();
+        assert_eq!(e.recipient, None);
+        let e = parse(
+            &event(
+                "Email Delivery Delayed",
+                serde_json::json!({"eventType": "DeliveryDelay", "mail": mail("u1")}),
+            ),
+            7,
+        )
+        .unwrap();
+        assert_eq!(e.kind, EventKind::Other("DeliveryDelay".into()));
+    }
+
+    #[test]
+    fn bad_events_name_the_problem() {
+        let cases = [
+            ("not json", "not JSON"),
+            (r#"{"detail": {}}"#, "eventType"),
+            (r#"{"detail": {"eventType": "Send"}}"#, "mail is missing"),
+            (
+                r#"{"detail": {"eventType": "Send", "mail": {}}}"#,
+                "messageId",
+            ),
+            (
+                r#"{"detail": {"eventType": "Bounce", "mail": {"messageId": "m"}}}"#,
+                "bounceType",
+            ),
+            (
+                r#"{"detail": {"eventType": "Send", "mail": {"messageId": "m", "tags": {"campaignId": ["a b"], "userId": ["u"]}}}}"#,
+                "campaignId",
+            ),
+            (
+                r#"{"detail": {"eventType": "Send", "mail": {"messageId": "m", "tags": {"campaignId": "c", "userId": ["u"]}}}}"#,
+                "list of strings",
+            ),
+        ];
+        for (body, expected) in cases {
+            let err = parse(body, 0).unwrap_err();
+            assert!(err.contains(expected), "{body}: {err}");
+        }
+    }
+}

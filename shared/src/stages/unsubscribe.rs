@@ -1,0 +1,301 @@
+//! Unsubscribe: the one-click unsubscribe endpoint (RFC 8058), served by a Lambda Function
+//! URL. A mail client's one-click POST (`List-Unsubscribe=One-Click`) unsubscribes at once;
+//! the link in the body (a GET) shows a confirmation page whose button POSTs, so that link
+//! scanners and prefetchers never unsubscribe anyone. Only a token this deployment signed is
+//! honoured: a forged, altered or other list's token gets a 4xx and changes nothing.
+//! Unsubscribing is idempotent; it is also noted on the campaign's send record.
+
+use crate::adapters::dynamo::SendRecords;
+use crate::adapters::subscribers::{Change, Subscribers};
+use crate::ledger::{epoch_ms, Engagement};
+use crate::unsubscribe::{Signer, Subscription, TokenError};
+use base64::Engine;
+use serde_json::Value;
+use std::time::SystemTime;
+use tracing::Instrument;
+
+/// The parts of an HTTP request the endpoint reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub method: String,
+    /// The raw query string, without `?`.
+    pub query: String,
+    pub body: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: String,
+}
+
+impl HttpRequest {
+    /// From a Lambda Function URL event (payload format 2.0), read leniently: whatever is
+    /// missing is reported, and answered with a 400.
+    pub fn from_function_url_event(event: &Value) -> Result<Self, String> {
+        let method = event
+            .pointer("/requestContext/http/method")
+            .and_then(Value::as_str)
+            .ok_or("requestContext.http.method is missing")?
+            .to_ascii_uppercase();
+        let query = event
+            .get("rawQueryString")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let body = match event.get("body").and_then(Value::as_str) {
+            None => Vec::new(),
+            Some(b) if event.get("isBase64Encoded") == Some(&Value::Bool(true)) => {
+                base64::engine::general_purpose::STANDARD
+                    .decode(b)
+                    .map_err(|_| "body is not valid base64".to_owned())?
+            }
+            Some(b) => b.as_bytes().to_vec(),
+        };
+        Ok(Self {
+            method,
+            query,
+            body,
+        })
+    }
+}
+
+impl HttpResponse {
+    /// The Function URL response format.
+    pub fn to_function_url_response(&self) -> Value {
+        let headers: serde_json::Map<String, Value> = self
+            .headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Value::String(v.clone())))
+            .collect();
+        serde_json::json!({
+            "statusCode": self.status,
+            "headers": headers,
+            "body": self.body,
+            "isBase64Encoded": false,
+        })
+    }
+
+    fn page(status: u16, title: &str, message: &str, form: Option<&str>) -> Self {
+        let form = form.map_or(String::new(), |token| {
+            format!(
+                "<form method=\"post\" action=\"?token={}\"><input type=\"hidden\" name=\"List-Unsubscribe\" value=\"One-Click\"><button type=\"submit\">Unsubscribe</button></form>",
+                html_escape(token)
+            )
+        });
+        let body = format!(
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{title}</title><style>{STYLE}</style></head><body><main><h1>{title}</h1><p>{message}</p>{form}</main></body></html>",
+            title = html_escape(title),
+            message = html_escape(message),
+        );
+        let mut headers = vec![
+            ("content-type", "text/html; charset=utf-8".to_owned()),
+            // The token is in the URL: keep it out of caches and referrers.
+            ("cache-control", "no-store".to_owned()),
+            ("referrer-policy", "no-referrer".to_owned()),
+            ("x-content-type-options", "nosniff".to_owned()),
+            (
+                "content-security-policy",
+                "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
+                    .to_owned(),
+            ),
+        ];
+        if status == 405 {
+            headers.push(("allow", "GET, POST".to_owned()));
+        }
+        if status == 503 {
+            headers.push(("retry-after", "60".to_owned()));
+        }
+        Self {
+            status,
+            headers,
+            body,
+        }
+    }
+}
+
+const STYLE: &str = "body{font-family:-apple-system,Segoe UI,Roboto,Helvetica,Arial,sans-serif;background:#f4f5f7;color:#1f2933;margin:0}main{max-width:480px;margin:64px auto;background:#fff;border-radius:8px;padding:32px}h1{font-size:22px;margin-top:0}button{font-size:16px;padding:10px 20px;border:0;border-radius:6px;background:#1f2933;color:#fff;cursor:pointer}";
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+/// The `token` parameter of a query string (percent-decoded).
+fn token(query: &str) -> Option<String> {
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(name, _)| name == "token")
+        .map(|(_, value)| value.into_owned())
+        .filter(|t| !t.is_empty())
+}
+
+pub struct Unsubscribe {
+    signer: Signer,
+    subscribers: Subscribers,
+    records: SendRecords,
+}
+
+impl Unsubscribe {
+    pub fn new(signer: Signer, subscribers: Subscribers, records: SendRecords) -> Self {
+        Self {
+            signer,
+            subscribers,
+            records,
+        }
+    }
+
+    /// A Function URL event in, its response out (what the Lambda binary serves).
+    pub async fn handle_function_url(&self, event: &Value) -> Value {
+        let response = match HttpRequest::from_function_url_event(event) {
+            Ok(request) => self.handle(&request).await,
+            Err(reason) => {
+                tracing::warn!(%reason, "not a Function URL request");
+                HttpResponse::page(
+                    400,
+                    "Bad request",
+                    "This page answers unsubscribe links only.",
+                    None,
+                )
+            }
+        };
+        response.to_function_url_response()
+    }
+
+    pub async fn handle(&self, request: &HttpRequest) -> HttpResponse {
+        let Some(token) = token(&request.query) else {
+            return HttpResponse::page(
+                400,
+                "Incomplete link",
+                "This unsubscribe link is incomplete. Use the link in the email exactly as it is.",
+                None,
+            );
+        };
+        let subscription = match self.signer.verify(&token) {
+            Ok(s) => s,
+            Err(err) => {
+                // Never the token itself: it is a credential for someone's subscription.
+                tracing::warn!(reason = %err, method = %request.method, "unsubscribe refused");
+                let status = if matches!(err, TokenError::Malformed(_)) {
+                    400
+                } else {
+                    403
+                };
+                return HttpResponse::page(
+                    status,
+                    "Invalid link",
+                    "This unsubscribe link is not valid. Use the link in the email exactly as it is.",
+                    None,
+                );
+            }
+        };
+        let list = subscription.list.as_str();
+        match request.method.as_str() {
+            "GET" | "HEAD" => HttpResponse::page(
+                200,
+                &format!("Unsubscribe from {list}?"),
+                &format!("You will no longer receive the {list} emails."),
+                Some(&token),
+            ),
+            "POST" => {
+                let span = tracing::info_span!("unsubscribe", campaign = %subscription.campaign_id, user = %subscription.user_id);
+                self.unsubscribe(&subscription).instrument(span).await
+            }
+            _ => HttpResponse::page(
+                405,
+                "Not allowed",
+                "Open the unsubscribe link in a browser.",
+                None,
+            ),
+        }
+    }
+
+    async fn unsubscribe(&self, subscription: &Subscription) -> HttpResponse {
+        let list = subscription.list.as_str();
+        let now = SystemTime::now();
+        let change = self
+            .subscribers
+            .unsubscribe(
+                &subscription.user_id,
+                list,
+                subscription.campaign_id.as_str(),
+                i64::try_from(epoch_ms(now)).unwrap_or(i64::MAX),
+            )
+            .await;
+        match change {
+            Ok(change) => {
+                tracing::info!(change = ?change, "unsubscribed");
+                if change != Change::NoSuchUser {
+                    self.note(subscription, now).await;
+                }
+                HttpResponse::page(
+                    200,
+                    "You are unsubscribed",
+                    &format!("You will no longer receive the {list} emails."),
+                    None,
+                )
+            }
+            Err(err) => {
+                tracing::error!(reason = %err, "unsubscribe could not be saved; the client will retry");
+                HttpResponse::page(
+                    503,
+                    "Please try again",
+                    "We could not unsubscribe you just now. Please try again in a minute.",
+                    None,
+                )
+            }
+        }
+    }
+
+    /// For the campaign analytics; the unsubscribe itself is already saved.
+    async fn note(&self, subscription: &Subscription, at: SystemTime) {
+        if let Err(err) = self
+            .records
+            .note(
+                &subscription.user_id,
+                subscription.campaign_id.as_str(),
+                Engagement::Unsubscribed,
+                epoch_ms(at),
+            )
+            .await
+        {
+            tracing::warn!(reason = %err, "unsubscribe saved, but not counted in the campaign analytics");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_function_url_events() {
+        let event = serde_json::json!({
+            "version": "2.0", "rawPath": "/", "rawQueryString": "token=abc.def",
+            "requestContext": {"http": {"method": "post"}, "timeEpoch": 0},
+            "body": base64::engine::general_purpose::STANDARD.encode("List-Unsubscribe=One-Click"),
+            "isBase64Encoded": true,
+        });
+        let request = HttpRequest::from_function_url_event(&event).unwrap();
+        assert_eq!(request.method, "POST");
+        assert_eq!(token(&request.query).as_deref(), Some("abc.def"));
+        assert_eq!(request.body, b"List-Unsubscribe=One-Click");
+        assert!(HttpRequest::from_function_url_event(&serde_json::json!({})).is_err());
+        assert_eq!(token("a=1&token=x%2Ey"), Some("x.y".into()));
+        assert_eq!(token("token="), None);
+    }
+
+    #[test]
+    fn pages_escape_and_protect_the_token() {
+        let page = HttpResponse::page(200, "T<", "M&", Some("a\"b"));
+        assert!(page.body.contains("T&lt;") && page.body.contains("M&amp;"));
+        assert!(page.body.contains("action=\"?token=a&quot;b\""));
+        let response = page.to_function_url_response();
+        assert_eq!(response["statusCode"], 200);
+        assert_eq!(response["headers"]["cache-control"], "no-store");
+        assert_eq!(response["headers"]["referrer-policy"], "no-referrer");
+    }
+}
