@@ -1,11 +1,18 @@
-//! Every parser of external input, fed arbitrary and near-valid input: none panics, and each
-//! either accepts input that is valid or returns an error that says what is wrong.
+//! Every parser of external input (queue bodies, GetUsers events, SES events, unsubscribe
+//! tokens, Function URL requests, SES tag values, configuration), fed arbitrary and
+//! near-valid input: none panics, and each either accepts input that is valid or returns an
+//! error that says what is wrong; no altered token is ever accepted.
 //! Through the handlers a rejected record fails alone: tests/pipeline.rs.
 
 use mailflow::campaign::{CampaignId, Window};
-use mailflow::config::{CreateEmailsConfig, GetUsersConfig, MongoConfig, SendEmailConfig};
+use mailflow::config::{
+    CreateEmailsConfig, GetUsersConfig, MongoConfig, SendEmailConfig, SesEventsConfig,
+    UnsubscribeConfig, UnsubscribeFunctionConfig,
+};
 use mailflow::messages::{parse_body, EmailJob, UserMessage};
 use mailflow::stages::get_users::parse_request;
+use mailflow::stages::unsubscribe::HttpRequest;
+use mailflow::unsubscribe::{Signer, TokenError};
 use proptest::prelude::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -28,6 +35,17 @@ fn key() -> impl Strategy<Value = String> {
         Just("body".to_owned()),
         Just("detail-type".to_owned()),
         Just("time".to_owned()),
+        Just("detail".to_owned()),
+        Just("eventType".to_owned()),
+        Just("mail".to_owned()),
+        Just("tags".to_owned()),
+        Just("bounce".to_owned()),
+        Just("bounceType".to_owned()),
+        Just("requestContext".to_owned()),
+        Just("http".to_owned()),
+        Just("method".to_owned()),
+        Just("rawQueryString".to_owned()),
+        Just("isBase64Encoded".to_owned()),
         "[a-zA-Z-]{1,10}",
     ]
 }
@@ -39,6 +57,11 @@ fn text() -> impl Strategy<Value = String> {
         Just("2026-11-16T00:00:00Z".to_owned()),
         Just("2026-11-23T00:00:00Z".to_owned()),
         Just("Scheduled Event".to_owned()),
+        Just("Bounce".to_owned()),
+        Just("Permanent".to_owned()),
+        Just("Delivery".to_owned()),
+        Just("POST".to_owned()),
+        Just("token=".to_owned()),
         Just("<script>{{ x }}</script>".to_owned()),
         Just("{\"campaignId\":".to_owned()),
         any::<String>(),
@@ -121,6 +144,53 @@ proptest! {
         if let Err(e) = GetUsersConfig::from_source(&source) { prop_assert!(named(e.var), "{e}"); }
         if let Err(e) = CreateEmailsConfig::from_source(&source) { prop_assert!(named(e.var), "{e}"); }
         if let Err(e) = SendEmailConfig::from_source(&source) { prop_assert!(named(e.var), "{e}"); }
+        if let Err(e) = UnsubscribeFunctionConfig::from_source(&source) { prop_assert!(named(e.var), "{e}"); }
+        if let Err(e) = SesEventsConfig::from_source(&source) { prop_assert!(named(e.var), "{e}"); }
+    }
+
+    #[test]
+    fn ses_events_never_panic(body in prop_oneof![body(), json().prop_map(|v| v.to_string()), ses_event()]) {
+        match mailflow::ses_events::parse(&body, 0) {
+            Ok(event) => prop_assert!(!event.ses_message_id.is_empty()),
+            Err(reason) => prop_assert!(!reason.is_empty()),
+        }
+    }
+
+    #[test]
+    fn unsubscribe_tokens_are_never_accepted_unless_signed(
+        token in prop_oneof![
+            any::<String>(),
+            "[A-Za-z0-9_-]{0,80}\\.[A-Za-z0-9_-]{0,60}",
+            valid_token().prop_flat_map(|t| (Just(t.clone()), 0..t.len(), any::<char>()))
+                .prop_map(|(t, at, c)| {
+                    let mut chars: Vec<char> = t.chars().collect();
+                    chars[at] = c;
+                    chars.into_iter().collect()
+                }),
+        ]
+    ) {
+        match signer().verify(&token) {
+            // Only an unaltered token passes (a change that decodes to the same bytes is
+            // the same token).
+            Ok(s) => prop_assert_eq!(signer().token(&s.campaign_id, &s.user_id), canonical(&token)),
+            Err(e) => prop_assert!(matches!(e, TokenError::Malformed(_) | TokenError::BadSignature | TokenError::OtherList)),
+        }
+    }
+
+    #[test]
+    fn function_url_requests_never_panic(event in json()) {
+        if let Ok(request) = HttpRequest::from_function_url_event(&event) {
+            prop_assert_eq!(request.method.to_ascii_uppercase(), request.method);
+        }
+    }
+
+    #[test]
+    fn ses_tag_values_round_trip(raw in any::<String>(), junk in any::<String>()) {
+        if let Some(tag) = mailflow::ses_tags::encode(&raw) {
+            prop_assert!(tag.len() <= mailflow::ses_tags::MAX_TAG_VALUE);
+            prop_assert_eq!(mailflow::ses_tags::decode(&tag), Some(raw));
+        }
+        let _ = mailflow::ses_tags::decode(&junk);
     }
 
     #[test]
@@ -141,8 +211,61 @@ fn all_vars() -> Vec<&'static str> {
         GetUsersConfig::VARS,
         CreateEmailsConfig::VARS,
         SendEmailConfig::VARS,
+        UnsubscribeConfig::VARS,
+        UnsubscribeConfig::ALTERNATIVE_VARS,
+        UnsubscribeFunctionConfig::VARS,
+        SesEventsConfig::VARS,
     ]
     .concat()
+}
+
+fn signer() -> Signer {
+    Signer::new("0123456789abcdef0123456789abcdef", "weekly-digest").unwrap()
+}
+
+/// A token this signer made, for an arbitrary user of an arbitrary campaign.
+fn valid_token() -> impl Strategy<Value = String> {
+    ("[A-Za-z0-9._-]{1,20}", "[^\\p{Cc}]{1,40}")
+        .prop_map(|(campaign, user)| signer().token(&CampaignId::parse(&campaign).unwrap(), &user))
+}
+
+/// The token as the signer writes it, if `token` decodes to the same bytes.
+fn canonical(token: &str) -> String {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let Some((p, s)) = token.split_once('.') else {
+        return String::new();
+    };
+    match (engine.decode(p), engine.decode(s)) {
+        (Ok(p), Ok(s)) => format!("{}.{}", engine.encode(p), engine.encode(s)),
+        _ => String::new(),
+    }
+}
+
+/// An SES event shaped as EventBridge delivers it, with arbitrary values in its fields.
+fn ses_event() -> impl Strategy<Value = String> {
+    (
+        text(),
+        text(),
+        prop::option::of(text()),
+        prop::option::of(text()),
+        json(),
+    )
+        .prop_map(|(kind, message_id, campaign, user, extra)| {
+            let mut tags = serde_json::Map::new();
+            if let Some(c) = campaign {
+                tags.insert("campaignId".into(), Value::from(vec![c]));
+            }
+            if let Some(u) = user {
+                tags.insert("userId".into(), Value::from(vec![u]));
+            }
+            serde_json::json!({
+                "source": "aws.ses",
+                "detail": {"eventType": kind, "mail": {"messageId": message_id, "tags": tags},
+                           "bounce": extra},
+            })
+            .to_string()
+        })
 }
 
 /// Named cases the issue lists, each with its documented outcome.

@@ -83,6 +83,12 @@ async fn connection(stream: TcpStream, handler: Handler) {
             &head,
         )
         .await;
+        let close = request
+            .header("connection")
+            .is_some_and(|c| c.eq_ignore_ascii_case("close"));
+        if close {
+            return;
+        }
     }
 }
 

@@ -6,6 +6,8 @@ use anyhow::{bail, Context, Result};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+/// How long a client request may take, response included.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// Bodies above this are refused (the local servers take small JSON and forms).
 const MAX_BODY: usize = 1 << 20;
 
@@ -135,7 +137,11 @@ pub async fn request(
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body).await?;
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await?;
+    // The server closes after the response (Connection: close); one that does not fails
+    // here rather than hanging the caller.
+    tokio::time::timeout(REQUEST_TIMEOUT, stream.read_to_end(&mut raw))
+        .await
+        .with_context(|| format!("{host} did not answer within {REQUEST_TIMEOUT:?}"))??;
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

@@ -1,6 +1,7 @@
 //! What must never be in a log line: email addresses, MongoDB connection strings with their
-//! credentials (redacted ones, `user:***@`, are fine) and AWS secret keys. `mailctl bench` checks every line the function processes
-//! write; tests/cli.rs fails on any finding.
+//! credentials (redacted ones, `user:***@`, are fine), AWS secret keys and unsubscribe tokens
+//! (each is a credential for someone's subscription). `mailctl bench` checks every line the
+//! function processes write; tests/cli.rs and tests/chaos.rs fail on any finding.
 
 /// Why a line is sensitive, if it is.
 pub fn finding(line: &str) -> Option<&'static str> {
@@ -14,7 +15,21 @@ pub fn finding(line: &str) -> Option<&'static str> {
     if lower.contains("aws_secret_access_key") || lower.contains("secretaccesskey") {
         return Some("AWS secret key");
     }
+    if contains_unsubscribe_token(line) {
+        return Some("unsubscribe token");
+    }
     None
+}
+
+/// `token=<payload>.<signature>` as in an unsubscribe link.
+fn contains_unsubscribe_token(line: &str) -> bool {
+    line.match_indices("token=").any(|(at, m)| {
+        let value: String = line[at + m.len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "-_.%".contains(*c))
+            .collect();
+        value.len() >= 20 && value.contains('.')
+    })
 }
 
 /// `mongodb://user:password@host` with the password not redacted.
@@ -77,6 +92,10 @@ mod tests {
                 "MongoDB connection string with credentials",
             ),
             ("AWS_SECRET_ACCESS_KEY=abc", "AWS secret key"),
+            (
+                "GET /?token=djEKd2Vla2x5LWRpZ2VzdAp3ZWVrbHk.c2lnbmF0dXJlc2lnbmF0dXJl HTTP/1.1",
+                "unsubscribe token",
+            ),
         ] {
             assert_eq!(finding(line), Some(kind), "{line}");
         }
@@ -88,6 +107,7 @@ mod tests {
             "user@localhost",
             "uri=mongodb://127.0.0.1:27017/?directConnection=true",
             "cannot connect to mongodb+srv://app:***@cluster0.x.net/",
+            r#"{"message":"unsubscribe refused","reason":"the token's signature does not match"}"#,
         ] {
             assert_eq!(finding(line), None, "{line}");
         }

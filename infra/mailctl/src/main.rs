@@ -166,6 +166,7 @@ struct TargetArgs {
 enum QueueChoice {
     Users,
     Emails,
+    SesEvents,
 }
 
 async fn target(sdk: &aws_config::SdkConfig, args: &TargetArgs) -> Result<Target> {
@@ -209,6 +210,14 @@ async fn run() -> Result<()> {
             println!("export MAILFLOW_USERS_DLQ_URL={}", url("UsersDLQ")?);
             println!("export MAILFLOW_EMAILS_QUEUE_URL={}", url("EmailsQueue")?);
             println!("export MAILFLOW_EMAILS_DLQ_URL={}", url("EmailsDLQ")?);
+            println!(
+                "export MAILFLOW_SES_EVENTS_QUEUE_URL={}",
+                url("SesEventsQueue")?
+            );
+            println!(
+                "export MAILFLOW_SES_EVENTS_DLQ_URL={}",
+                url("SesEventsDLQ")?
+            );
             Ok(())
         }
         Command::Run {
@@ -268,6 +277,7 @@ async fn run() -> Result<()> {
             let (dlq, source) = match queue {
                 QueueChoice::Users => (&target.users_dlq, &target.users_queue),
                 QueueChoice::Emails => (&target.emails_dlq, &target.emails_queue),
+                QueueChoice::SesEvents => (&target.ses_events_dlq, &target.ses_events_queue),
             };
             let moved = ops::redrive(&aws_sdk_sqs::Client::new(&sdk), dlq, source).await?;
             println!("moved {moved} messages from {dlq} to {source}");

@@ -20,19 +20,11 @@ pub struct Target {
     pub users_dlq: String,
     pub emails_queue: String,
     pub emails_dlq: String,
+    pub ses_events_queue: String,
+    pub ses_events_dlq: String,
     /// GetUsers' function name (AWS only: starts campaigns by invoking it).
     pub get_users_function: Option<String>,
 }
-
-/// Environment variables naming a deployed stack's resources (its Outputs).
-pub const TARGET_VARS: [&str; 6] = [
-    "MAILFLOW_SENDS_TABLE",
-    "MAILFLOW_USERS_QUEUE_URL",
-    "MAILFLOW_USERS_DLQ_URL",
-    "MAILFLOW_EMAILS_QUEUE_URL",
-    "MAILFLOW_EMAILS_DLQ_URL",
-    "MAILFLOW_GET_USERS_FUNCTION",
-];
 
 impl Target {
     /// From the stack's outputs, exported as MAILFLOW_* variables.
@@ -48,6 +40,8 @@ impl Target {
             users_dlq: get("MAILFLOW_USERS_DLQ_URL")?,
             emails_queue: get("MAILFLOW_EMAILS_QUEUE_URL")?,
             emails_dlq: get("MAILFLOW_EMAILS_DLQ_URL")?,
+            ses_events_queue: get("MAILFLOW_SES_EVENTS_QUEUE_URL")?,
+            ses_events_dlq: get("MAILFLOW_SES_EVENTS_DLQ_URL")?,
             get_users_function: std::env::var("MAILFLOW_GET_USERS_FUNCTION").ok(),
         })
     }
@@ -70,6 +64,8 @@ impl Target {
             users_dlq: url("UsersDLQ").await?,
             emails_queue: url("EmailsQueue").await?,
             emails_dlq: url("EmailsDLQ").await?,
+            ses_events_queue: url("SesEventsQueue").await?,
+            ses_events_dlq: url("SesEventsDLQ").await?,
             get_users_function: None,
         })
     }

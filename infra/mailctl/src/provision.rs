@@ -334,6 +334,12 @@ pub async fn verify_identity(sdk: &aws_config::SdkConfig, identity: &str) -> Res
 }
 
 impl Stack {
+    /// Points `function`'s Function URL at `url` (a local server started after provisioning,
+    /// on a port only known then): the environment that refers to it follows.
+    pub fn set_function_url(&mut self, function: &str, url: &str) {
+        self.names.insert(format!("{function}Url"), url.to_owned());
+    }
+
     pub fn queue_url(&self, logical_id: &str) -> Result<&str> {
         self.queue_urls
             .get(logical_id)

@@ -1,0 +1,391 @@
+//! Being a good sender, against the local stack: one-click unsubscribe over real HTTP
+//! (good, forged, altered and other users' tokens), SES events (bounces, complaints,
+//! deliveries, opens, clicks; twice, out of order, malformed) through the SesEvents queue,
+//! and the next campaign leaving out whoever unsubscribed or was suppressed.
+
+use mailctl::http;
+use mailctl::local::{PipelineOptions, UNSUBSCRIBE};
+use mailctl::runner;
+use mailflow::adapters::dynamo::{DynamoLedger, SendRecord};
+use mailflow::campaign::Campaign;
+use mailflow::ledger::{epoch_ms, Claim, Engagement, SendStatus};
+use mailflow_tests::{ses, test_env, TestEnv};
+use mongodb::bson::{doc, Document};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+const W46: &str = "weekly-2026-W46";
+
+fn campaign() -> Campaign {
+    Campaign::from_id(W46, None).unwrap()
+}
+
+/// The same window again under another id: the campaign after the changes.
+fn next_campaign(id: &str) -> Value {
+    let window = campaign().window;
+    let rfc = |t: time::OffsetDateTime| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    };
+    json!({"campaignId": id, "since": rfc(window.since), "until": rfc(window.until)})
+}
+
+async fn user(env: &TestEnv, id: &str) -> Document {
+    env.db
+        .collection::<Document>("users")
+        .find_one(doc! {"_id": id})
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+async fn records(env: &TestEnv, campaign: &str) -> BTreeMap<String, SendRecord> {
+    mailctl::ledger_scan::records(
+        &env.dynamo(),
+        env.stack.table_name("SendsTable").unwrap(),
+        campaign,
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|r| (r.user_id.clone(), r))
+    .collect()
+}
+
+/// Emails each address got so far, from the SES emulator's record.
+async fn emails(env: &TestEnv) -> BTreeMap<String, usize> {
+    env.sent()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(to, m)| (to, m.len()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_click_unsubscribe_over_http_and_the_next_campaign_leaves_them_out() {
+    let mut env = test_env("unsubscribe", |_| {}).await.unwrap();
+    let server = mailctl::local::serve_unsubscribe(&env.stack, 0)
+        .await
+        .unwrap();
+    env.stack.set_function_url(UNSUBSCRIBE, server.url());
+    let seeded = env.seed(60, &campaign()).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    pipeline
+        .run(json!({"campaignId": W46}), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let sent = env.sent().await.unwrap();
+    let deliverable: Vec<&String> = seeded.deliverable().map(|(u, _)| u).collect();
+    let (a, b) = (deliverable[0].as_str(), deliverable[1].as_str());
+    let link = |user: &str| {
+        let email = &sent[&seeded.addresses[user]][0];
+        let header = email.header("List-Unsubscribe").unwrap();
+        header[1..header.len() - 1].to_owned()
+    };
+    let (link_a, link_b) = (link(a), link(b));
+    assert!(link_a.starts_with(server.url()), "{link_a}");
+    let subscribed = |u: Document| u.get_bool("subscribed").ok();
+
+    // The link in the body (a GET) asks first: link scanners unsubscribe nobody.
+    let page = http::request(&link_b, "GET", &[], b"").await.unwrap();
+    assert_eq!(page.status, 200);
+    assert!(
+        page.text().contains("<form method=\"post\""),
+        "{}",
+        page.text()
+    );
+    assert_eq!(page.header("cache-control"), Some("no-store"));
+    assert_eq!(subscribed(user(&env, b).await), Some(true));
+
+    // The mail client's one-click POST (RFC 8058) unsubscribes, once.
+    let one_click = |url: String| async move {
+        http::request(
+            &url,
+            "POST",
+            &[("Content-Type", "application/x-www-form-urlencoded")],
+            b"List-Unsubscribe=One-Click",
+        )
+        .await
+        .unwrap()
+    };
+    let done = one_click(link_a.clone()).await;
+    assert_eq!(done.status, 200);
+    assert!(done.text().contains("You are unsubscribed"));
+    let after = user(&env, a).await;
+    assert_eq!(subscribed(after.clone()), Some(false));
+    let at = after.get_datetime("unsubscribedAt").unwrap().to_owned();
+    assert_eq!(
+        after
+            .get_document("unsubscribedFrom")
+            .unwrap()
+            .get_str("campaignId")
+            .ok(),
+        Some(W46)
+    );
+    assert_eq!(one_click(link_a.clone()).await.status, 200, "idempotent");
+    assert_eq!(
+        user(&env, a).await.get_datetime("unsubscribedAt").unwrap(),
+        &at,
+        "the first time is kept"
+    );
+    assert!(records(&env, W46).await[a]
+        .engagement
+        .contains_key(&Engagement::Unsubscribed));
+
+    // Tokens that are not b's own, signed by this stack: refused, and b stays subscribed.
+    let token = |l: &str| l.split_once("token=").unwrap().1.to_owned();
+    let (token_a, token_b) = (token(&link_a), token(&link_b));
+    let (payload_b, signature_b) = token_b.split_once('.').unwrap();
+    let signature_a = token_a.split_once('.').unwrap().1;
+    let mut altered = signature_b.to_owned();
+    altered.replace_range(0..1, if altered.starts_with('A') { "B" } else { "A" });
+    let forged = mailflow::unsubscribe::Signer::new(&"f".repeat(40), "weekly-digest")
+        .unwrap()
+        .token(&campaign().id, b);
+    let base = server.url();
+    for (case, token, status) in [
+        (
+            "b's payload, a's signature",
+            format!("{payload_b}.{signature_a}"),
+            403,
+        ),
+        ("b's token, altered", format!("{payload_b}.{altered}"), 403),
+        ("signed with another key", forged, 403),
+        ("not a token", "garbage".to_owned(), 400),
+        ("no token", String::new(), 400),
+    ] {
+        let response = one_click(format!("{base}?token={token}")).await;
+        assert_eq!(response.status, status, "{case}: {}", response.text());
+        assert_eq!(subscribed(user(&env, b).await), Some(true), "{case}");
+    }
+    let put = http::request(&link_b, "PUT", &[], b"").await.unwrap();
+    assert_eq!(put.status, 405);
+    assert_eq!(subscribed(user(&env, b).await), Some(true));
+
+    // The next campaign: a gets nothing, b gets it.
+    pipeline
+        .run(next_campaign("after-unsubscribe"), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let counts = emails(&env).await;
+    assert_eq!(counts[&seeded.addresses[a]], 1, "a unsubscribed");
+    assert_eq!(counts[&seeded.addresses[b]], 2);
+}
+
+/// An SES event as EventBridge puts it on the SesEvents queue.
+fn ses_event(kind: &str, user: Option<&str>, extra: Value, message_id: &str) -> String {
+    let detail_type = match kind {
+        "Send" => "Email Sent",
+        "Delivery" => "Email Delivered",
+        "Bounce" => "Email Bounced",
+        "Complaint" => "Email Complaint Received",
+        "Open" => "Email Opened",
+        "Click" => "Email Clicked",
+        _ => "Email Delivery Delayed",
+    };
+    let mut tags = json!({"ses:configuration-set": ["mailflow"]});
+    if let Some(user) = user {
+        tags["campaignId"] = json!([W46]);
+        tags["userId"] = json!([mailflow::ses_tags::encode(user).unwrap()]);
+    }
+    let mut detail = json!({
+        "eventType": kind,
+        "mail": {"messageId": message_id, "timestamp": "2026-11-16T09:00:00.000Z", "tags": tags},
+    });
+    detail
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().cloned().unwrap_or_default());
+    json!({"version": "0", "source": "aws.ses", "detail-type": detail_type,
+           "time": "2026-11-16T09:00:05Z", "detail": detail})
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
+    // A one-second visibility: the malformed event reaches the DLQ in seconds.
+    let env = test_env("ses-events", |o| {
+        o.visibility_timeouts.insert("SesEventsQueue".into(), 1);
+    })
+    .await
+    .unwrap();
+    let seeded = env.seed(60, &campaign()).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    pipeline
+        .run(json!({"campaignId": W46}), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let deliverable: Vec<&str> = seeded.deliverable().map(|(u, _)| u.as_str()).collect();
+    let (hard, complaint, soft, engaged) = (
+        deliverable[0],
+        deliverable[1],
+        deliverable[2],
+        deliverable[3],
+    );
+
+    // Two sends whose attempts died after SES accepted, before SENT (the crash window).
+    let ledger = DynamoLedger::new(
+        env.dynamo(),
+        env.stack.table_name("SendsTable").unwrap(),
+        90,
+    );
+    let now = SystemTime::now();
+    for crashed in ["u-crashed-1", "u-crashed-2"] {
+        let claim = Claim {
+            user_id: crashed.into(),
+            campaign_id: W46.into(),
+            token: "a-dead-attempt".into(),
+            started_at_ms: epoch_ms(now),
+            lease_until_ms: epoch_ms(now + Duration::from_secs(300)),
+        };
+        ledger.claim(&claim, false).await.unwrap();
+    }
+
+    let permanent = json!({"bounce": {"bounceType": "Permanent", "bounceSubType": "General"}});
+    let events = [
+        ses_event("Bounce", Some(hard), permanent.clone(), "m-hard"),
+        ses_event("Bounce", Some(hard), permanent, "m-hard"), // SES repeats itself
+        ses_event(
+            "Complaint",
+            Some(complaint),
+            json!({"complaint": {"complaintFeedbackType": "abuse"}}),
+            "m-complaint",
+        ),
+        ses_event(
+            "Bounce",
+            Some(soft),
+            json!({"bounce": {"bounceType": "Transient", "bounceSubType": "MailboxFull"}}),
+            "m-soft",
+        ),
+        // Out of order: opened and clicked before it is delivered, delivered twice.
+        ses_event(
+            "Open",
+            Some(engaged),
+            json!({"open": {"timestamp": "2026-11-16T10:00:00Z"}}),
+            "m-engaged",
+        ),
+        ses_event(
+            "Click",
+            Some(engaged),
+            json!({"click": {"link": "https://example.com"}}),
+            "m-engaged",
+        ),
+        ses_event(
+            "Delivery",
+            Some(engaged),
+            json!({"delivery": {}}),
+            "m-engaged",
+        ),
+        ses_event(
+            "Delivery",
+            Some(engaged),
+            json!({"delivery": {}}),
+            "m-engaged",
+        ),
+        ses_event("DeliveryDelay", Some(engaged), json!({}), "m-engaged"),
+        // SES sent what the ledger never recorded: SEND (twice) and DELIVERY reconcile.
+        ses_event("Send", Some("u-crashed-1"), json!({"send": {}}), "ses-id-1"),
+        ses_event("Send", Some("u-crashed-1"), json!({"send": {}}), "ses-id-1"),
+        ses_event(
+            "Delivery",
+            Some("u-crashed-2"),
+            json!({"delivery": {}}),
+            "ses-id-2",
+        ),
+        // Not a mailflow email, and not an event at all.
+        ses_event("Send", None, json!({"send": {}}), "m-other"),
+        "{\"detail\": {\"eventType\": \"Bounce\"".to_owned(),
+    ];
+    let queue = mailflow::adapters::sqs::SqsQueue::new(
+        env.sqs(),
+        env.stack.queue_url("SesEventsQueue").unwrap(),
+    );
+    for chunk in events.chunks(10) {
+        queue.send_batch(chunk).await.unwrap();
+    }
+    runner::run_until_drained(
+        &env.sqs(),
+        vec![pipeline.ses_events_consumer().unwrap()],
+        Duration::from_secs(120),
+    )
+    .await
+    .unwrap();
+
+    // The malformed event alone is in the DLQ; everything else was handled.
+    assert_eq!(env.depth("SesEventsDLQ").await.unwrap(), 1);
+    let totals = pipeline.totals.lock().unwrap().ses_events.clone();
+    assert_eq!(totals.suppressed, 2, "{totals:?}");
+    assert_eq!(totals.reconciled, 2, "{totals:?}");
+
+    let suppression = |u: Document| {
+        u.get_document("suppression").ok().map(|s| {
+            (
+                s.get_str("reason").unwrap().to_owned(),
+                s.get_str("detail").unwrap().to_owned(),
+            )
+        })
+    };
+    assert_eq!(
+        suppression(user(&env, hard).await),
+        Some(("bounce".into(), "Permanent/General".into()))
+    );
+    assert_eq!(
+        suppression(user(&env, complaint).await),
+        Some(("complaint".into(), "abuse".into()))
+    );
+    assert_eq!(
+        suppression(user(&env, soft).await),
+        None,
+        "transient: counted only"
+    );
+    assert_eq!(suppression(user(&env, engaged).await), None);
+
+    let records = records(&env, W46).await;
+    let has = |u: &str, e: Engagement| records[u].engagement.contains_key(&e);
+    assert!(has(hard, Engagement::Bounced) && has(complaint, Engagement::Complained));
+    assert!(has(soft, Engagement::SoftBounced) && !has(soft, Engagement::Bounced));
+    for e in [
+        Engagement::Delivered,
+        Engagement::Opened,
+        Engagement::Clicked,
+    ] {
+        assert!(has(engaged, e), "{e:?}");
+    }
+    for (crashed, id) in [("u-crashed-1", "ses-id-1"), ("u-crashed-2", "ses-id-2")] {
+        let r = &records[crashed];
+        assert_eq!(r.status, Some(SendStatus::Sent), "{crashed}");
+        assert_eq!(r.ses_message_id.as_deref(), Some(id));
+        assert!(r.reconciled_at_ms.is_some());
+    }
+
+    // What the operator sees: each user counted once, however often SES repeated itself.
+    let target = mailctl::ops::Target::from_prefix(&env.sqs(), &env.stack.prefix)
+        .await
+        .unwrap();
+    let status = mailctl::ops::status(&env.sqs(), &env.dynamo(), &target, W46)
+        .await
+        .unwrap();
+    let expected = [
+        ("delivered", 2),
+        ("bounced", 1),
+        ("softBounced", 1),
+        ("complained", 1),
+        ("opened", 1),
+        ("clicked", 1),
+        ("unsubscribed", 0),
+    ];
+    assert_eq!(status.engagement, BTreeMap::from(expected));
+    assert_eq!(status.reconciled, 2);
+
+    // The next campaign leaves out the suppressed addresses, and only them.
+    pipeline
+        .run(next_campaign("after-events"), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let counts = emails(&env).await;
+    let got = |u: &str| counts[&seeded.addresses[u]];
+    assert_eq!((got(hard), got(complaint)), (1, 1), "suppressed");
+    assert_eq!((got(soft), got(engaged)), (2, 2));
+}
