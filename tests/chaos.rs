@@ -77,6 +77,14 @@ fn five_thousand_users_through_every_fault_lose_nothing_and_duplicate_only_withi
     assert_eq!(n(&report["ineligibleEmailed"]), 0);
     assert_eq!(n(&report["panics"]), 0);
     assert!(n(&report["extraEmails"]) <= n(&report["extraEmailBound"]));
+    // Every kill after SES accepted left a record IN_PROGRESS: either its SEND event made it
+    // SENT before the lease ended, or a retry sent it again.
+    assert!(n(&report["sendEvents"]) >= deliverable);
+    assert!(
+        n(&report["reconciled"]) + n(&report["extraEmails"])
+            >= n(&report["kills"]["SendEmail: after SES accepted, before SENT"]),
+        "{report:#}"
+    );
     assert_eq!(
         n(&report["emails"]),
         deliverable + n(&report["extraEmails"])

@@ -174,33 +174,9 @@ async fn one_click_unsubscribe_over_http_and_the_next_campaign_leaves_them_out()
     assert_eq!(counts[&seeded.addresses[b]], 2);
 }
 
-/// An SES event as EventBridge puts it on the SesEvents queue.
+/// An SES event as EventBridge puts it on the SesEvents queue, about `user`'s W46 email.
 fn ses_event(kind: &str, user: Option<&str>, extra: Value, message_id: &str) -> String {
-    let detail_type = match kind {
-        "Send" => "Email Sent",
-        "Delivery" => "Email Delivered",
-        "Bounce" => "Email Bounced",
-        "Complaint" => "Email Complaint Received",
-        "Open" => "Email Opened",
-        "Click" => "Email Clicked",
-        _ => "Email Delivery Delayed",
-    };
-    let mut tags = json!({"ses:configuration-set": ["mailflow"]});
-    if let Some(user) = user {
-        tags["campaignId"] = json!([W46]);
-        tags["userId"] = json!([mailflow::ses_tags::encode(user).unwrap()]);
-    }
-    let mut detail = json!({
-        "eventType": kind,
-        "mail": {"messageId": message_id, "timestamp": "2026-11-16T09:00:00.000Z", "tags": tags},
-    });
-    detail
-        .as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().cloned().unwrap_or_default());
-    json!({"version": "0", "source": "aws.ses", "detail-type": detail_type,
-           "time": "2026-11-16T09:00:05Z", "detail": detail})
-    .to_string()
+    mailctl::ses_event_source::event(kind, user.map(|u| (W46, u)), message_id, extra)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -298,13 +274,13 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
         ses_event("Send", None, json!({"send": {}}), "m-other"),
         "{\"detail\": {\"eventType\": \"Bounce\"".to_owned(),
     ];
-    let queue = mailflow::adapters::sqs::SqsQueue::new(
+    mailctl::ses_event_source::Publisher::new(
         env.sqs(),
         env.stack.queue_url("SesEventsQueue").unwrap(),
-    );
-    for chunk in events.chunks(10) {
-        queue.send_batch(chunk).await.unwrap();
-    }
+    )
+    .publish(&events)
+    .await
+    .unwrap();
     runner::run_until_drained(
         &env.sqs(),
         vec![pipeline.ses_events_consumer().unwrap()],

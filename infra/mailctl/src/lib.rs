@@ -14,6 +14,7 @@ pub mod preview;
 pub mod provision;
 pub mod runner;
 pub mod seed;
+pub mod ses_event_source;
 pub mod ses_record;
 pub mod template;
 

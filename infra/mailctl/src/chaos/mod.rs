@@ -2,7 +2,8 @@
 //! production does to a pipeline happens at once: every message on the users and emails
 //! queues delivered twice, two overlapping runs and a manual resend mid-drain, invocations
 //! killed before the claim, after it, after SES accepted and before the SQS delete, SES
-//! throttling, MongoDB stopped and restarted, the AWS endpoint unreachable. Then it checks
+//! throttling, MongoDB stopped and restarted, the AWS endpoint unreachable; SES's SEND events
+//! flow to SesEvents as on AWS. Then it checks
 //! that nothing was lost and nobody got a second email beyond the one window no key closes.
 //! `mailctl chaos` prints the figures; tests/chaos.rs asserts them.
 
@@ -64,6 +65,8 @@ struct Injector {
     kills: Mutex<BTreeMap<String, usize>>,
     throttles: AtomicUsize,
     unknown_outcomes: AtomicUsize,
+    /// SES SEND events published (one per accepted email).
+    send_events: AtomicUsize,
     /// SES calls without an answer, by user: each may have sent an email nobody recorded.
     unanswered: Mutex<BTreeMap<String, usize>>,
     /// (request id, user) of every SES call made: from the moment it starts SES may accept
@@ -83,6 +86,7 @@ impl Injector {
             kills: Mutex::default(),
             throttles: AtomicUsize::new(0),
             unknown_outcomes: AtomicUsize::new(0),
+            send_events: AtomicUsize::new(0),
             unanswered: Mutex::default(),
             calls: Mutex::default(),
             broken: Mutex::default(),
@@ -192,6 +196,8 @@ impl Faults for Injector {
 struct ChaosMailer {
     inner: SesMailer,
     injector: Arc<Injector>,
+    /// SES's SEND event for every accepted email, as the configuration set publishes it.
+    events: crate::ses_event_source::Publisher,
 }
 
 impl Mailer for ChaosMailer {
@@ -212,6 +218,11 @@ impl Mailer for ChaosMailer {
         let request = runner::current_request_id().unwrap_or_default();
         lock(&injector.calls).push((request, email.user_id.clone()));
         let result = self.inner.send(email).await;
+        if let Ok(ses_message_id) = &result {
+            injector.send_events.fetch_add(1, Ordering::Relaxed);
+            self.events
+                .sent(&email.campaign_id, &email.user_id, ses_message_id);
+        }
         match &result {
             Err(SendError::Unknown(_)) => {
                 injector.unknown_outcomes.fetch_add(1, Ordering::Relaxed);
@@ -311,6 +322,10 @@ pub struct ChaosReport {
     pub throttles: usize,
     /// SES calls that got no answer (the AWS outage): outcome unknown.
     pub unknown_outcomes: usize,
+    /// SEND events SES published for accepted emails, and the records SesEvents found still
+    /// IN_PROGRESS (their attempt killed after SES accepted) and marked SENT before a retry.
+    pub send_events: usize,
+    pub reconciled: usize,
     pub mongo_restarts: usize,
     pub aws_outages: usize,
     pub outage_seconds: u64,
@@ -414,14 +429,21 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
     stack.sdk = stack.sdk.to_builder().endpoint_url(proxy.url()).build();
 
     let injector = Arc::new(Injector::new(options));
+    // SES's events travel inside AWS: not through the proxy that cuts the functions off.
+    let events = crate::ses_event_source::Publisher::new(
+        aws_sdk_sqs::Client::new(&local.stack.sdk),
+        local.stack.queue_url("SesEventsQueue")?,
+    );
     let pipeline = Arc::new(
         LocalPipeline::build(stack, pipeline_options(), |sdk, config| ChaosMailer {
             inner: SesMailer::from_config(sdk, config),
             injector: injector.clone(),
+            events,
         })
         .await?,
     );
     let mut consumers = pipeline.consumers()?;
+    consumers.push(pipeline.ses_events_consumer()?);
     for consumer in &mut consumers {
         consumer.faults = Some(injector.clone() as Arc<dyn Faults>);
     }
@@ -529,6 +551,7 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         ("UsersDLQ", "UsersQueue"),
         ("EmailsDLQ", "EmailsQueue"),
         ("ContinuationDLQ", "ContinuationQueue"),
+        ("SesEventsDLQ", "SesEventsQueue"),
     ] {
         let moved = crate::ops::redrive_inspecting(
             &direct_sqs,
@@ -550,7 +573,8 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         report.dlq.redriven += moved;
     }
     if report.dlq.redriven > 0 {
-        let calm: Vec<_> = pipeline.consumers()?;
+        let mut calm: Vec<_> = pipeline.consumers()?;
+        calm.push(pipeline.ses_events_consumer()?);
         for (function, stats) in runner::run_until_drained(&direct_sqs, calm, max_wait).await? {
             consumer_stats.insert(format!("{function} (after redrive)"), stats);
         }
@@ -565,6 +589,8 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         .collect();
     report.kills = lock(&injector.kills).clone();
     report.throttles = injector.throttles.load(Ordering::SeqCst);
+    report.send_events = injector.send_events.load(Ordering::SeqCst);
+    report.reconciled = lock(&pipeline.totals).ses_events.reconciled;
     report.unknown_outcomes = injector.unknown_outcomes.load(Ordering::SeqCst);
     let unrecorded = injector.unrecorded_sends();
     check(
@@ -732,6 +758,11 @@ pub fn markdown(r: &ChaosReport) -> String {
         &mut out,
         "SES calls without an answer",
         r.unknown_outcomes.to_string(),
+    );
+    line(
+        &mut out,
+        "SES SEND events / records they reconciled (IN_PROGRESS made SENT)",
+        format!("{} / {}", r.send_events, r.reconciled),
     );
     line(
         &mut out,
