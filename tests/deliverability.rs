@@ -6,7 +6,7 @@
 use mailctl::http;
 use mailctl::local::{PipelineOptions, UNSUBSCRIBE};
 use mailctl::runner;
-use mailflow::adapters::dynamo::{DynamoLedger, SendRecord};
+use mailflow::adapters::dynamo::DynamoLedger;
 use mailflow::campaign::Campaign;
 use mailflow::ledger::{epoch_ms, Claim, Engagement, SendStatus};
 use mailflow_tests::{ses, test_env, TestEnv};
@@ -38,19 +38,6 @@ async fn user(env: &TestEnv, id: &str) -> Document {
         .await
         .unwrap()
         .unwrap()
-}
-
-async fn records(env: &TestEnv, campaign: &str) -> BTreeMap<String, SendRecord> {
-    mailctl::ledger_scan::records(
-        &env.dynamo(),
-        env.stack.table_name("SendsTable").unwrap(),
-        campaign,
-    )
-    .await
-    .unwrap()
-    .into_iter()
-    .map(|r| (r.user_id.clone(), r))
-    .collect()
 }
 
 /// Emails each address got so far, from the SES emulator's record.
@@ -130,7 +117,7 @@ async fn one_click_unsubscribe_over_http_and_the_next_campaign_leaves_them_out()
         &at,
         "the first time is kept"
     );
-    assert!(records(&env, W46).await[a]
+    assert!(env.records(W46).await.unwrap()[a]
         .engagement
         .contains_key(&Engagement::Unsubscribed));
 
@@ -318,7 +305,7 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
     );
     assert_eq!(suppression(user(&env, engaged).await), None);
 
-    let records = records(&env, W46).await;
+    let records = env.records(W46).await.unwrap();
     let has = |u: &str, e: Engagement| records[u].engagement.contains_key(&e);
     assert!(has(hard, Engagement::Bounced) && has(complaint, Engagement::Complained));
     assert!(has(soft, Engagement::SoftBounced) && !has(soft, Engagement::Bounced));

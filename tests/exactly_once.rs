@@ -4,11 +4,10 @@
 //! invocation is "killed" the way Lambda does it, by ending it at its Timeout.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use mailctl::ledger_scan;
 use mailctl::local::{LocalPipeline, PipelineOptions, SEND_EMAIL};
 use mailctl::provision::StackOptions;
 use mailctl::runner::{self, ConsumerStats};
-use mailflow::adapters::dynamo::{DynamoLedger, SendRecord};
+use mailflow::adapters::dynamo::DynamoLedger;
 use mailflow::adapters::ses::SesMailer;
 use mailflow::ledger::{epoch_ms, Claim, SendStatus};
 use mailflow::ports::{Mailer, OutgoingEmail, SendError};
@@ -185,19 +184,6 @@ async fn emails(env: &TestEnv) -> impl Fn(&str) -> usize {
     move |user: &str| sent.get(&format!("{user}@{domain}")).map_or(0, Vec::len)
 }
 
-async fn records(env: &TestEnv, campaign: &str) -> BTreeMap<String, SendRecord> {
-    ledger_scan::records(
-        &env.dynamo(),
-        env.stack.table_name("SendsTable").unwrap(),
-        campaign,
-    )
-    .await
-    .unwrap()
-    .into_iter()
-    .map(|r| (r.user_id.clone(), r))
-    .collect()
-}
-
 fn users(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("u{i:03}")).collect()
 }
@@ -232,8 +218,10 @@ async fn t1_the_same_message_delivered_twice_at_once_sends_one_email() {
         pipeline.send_email[1].handle(b, &inv_b)
     );
     assert_eq!(sum_a.sent + sum_b.sent, 10);
-    let counted: u64 = records(&env, W46)
+    let counted: u64 = env
+        .records(W46)
         .await
+        .unwrap()
         .values()
         .map(|r| r.duplicates_suppressed)
         .sum();
@@ -321,7 +309,7 @@ async fn t3_killed_after_the_claim_before_ses_sends_once_after_the_lease() {
     );
     let hung = faults.hung();
     assert_eq!(hung.len(), 1);
-    let records = records(&env, W46).await;
+    let records = env.records(W46).await.unwrap();
     let emails_to = emails(&env).await;
     for u in &users {
         assert_eq!(emails_to(u), 1, "{u}");
@@ -359,7 +347,7 @@ async fn t4_killed_after_ses_accepted_before_sent_causes_at_most_one_duplicate()
     let stats = drain(&env, &pipeline).await;
     assert!(stats.timeouts >= 1, "{stats:?}");
     let hung = faults.hung();
-    let records = records(&env, W46).await;
+    let records = env.records(W46).await.unwrap();
     let emails_to = emails(&env).await;
     for u in &users {
         let got = emails_to(u);
@@ -423,7 +411,7 @@ async fn t5_a_live_lease_returns_the_message_which_is_sent_later() {
         accepted[0].1 >= lease_ends,
         "sent before the other attempt's lease ended"
     );
-    assert_eq!(records(&env, W46).await["u000"].attempt, 2);
+    assert_eq!(env.records(W46).await.unwrap()["u000"].attempt, 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -461,7 +449,7 @@ async fn t6_throttling_is_retried_with_backoff_until_everything_is_sent_once() {
     // The outcome, from the ledger and the SES record rather than the handlers' counters: an
     // invocation that a loaded machine lets run past its timeout sends, but never reports;
     // its records come back and count as duplicates.
-    let records = records(&env, W46).await;
+    let records = env.records(W46).await.unwrap();
     let emails_to = emails(&env).await;
     for u in &users {
         assert_eq!(records[u].status, Some(SendStatus::Sent), "{u}: {totals:?}");
@@ -483,7 +471,7 @@ async fn t7_a_permanent_rejection_is_failed_and_only_retried_on_resend_with_incl
     enqueue(&env, &[bad.clone()]).await;
     let stats = drain(&env, &pipeline).await;
     assert_eq!(stats.failures_reported, 0, "acknowledged, not retried");
-    let record = &records(&env, W46).await["u000"];
+    let record = &env.records(W46).await.unwrap()["u000"];
     assert_eq!(record.status, Some(SendStatus::Failed));
     assert!(
         record
@@ -507,7 +495,7 @@ async fn t7_a_permanent_rejection_is_failed_and_only_retried_on_resend_with_incl
     // The operator fixed the address and resends with include-failed: now it goes out.
     enqueue(&env, &[job(&env, W46, "u000", true)]).await;
     drain(&env, &pipeline).await;
-    let record = &records(&env, W46).await["u000"];
+    let record = &env.records(W46).await.unwrap()["u000"];
     assert_eq!(record.status, Some(SendStatus::Sent));
     assert_eq!(record.attempt, 2);
     let emails_to = emails(&env).await;
@@ -538,8 +526,8 @@ async fn t8_next_weeks_campaign_sends_again_while_last_weeks_records_exist() {
     .await;
     drain(&env, &pipeline).await;
     let (w46, w47) = (
-        records(&env, W46).await,
-        records(&env, "weekly-2026-W47").await,
+        env.records(W46).await.unwrap(),
+        env.records("weekly-2026-W47").await.unwrap(),
     );
     let emails_to = emails(&env).await;
     for u in &users {
@@ -622,7 +610,7 @@ async fn t10_sending_paused_stops_the_batch_and_returns_every_unsent_record() {
         "the batch went on calling SES"
     );
     // Claims were released: the retry does not wait out a lease.
-    for (user, r) in records(&env, W46).await {
+    for (user, r) in env.records(W46).await.unwrap() {
         assert_eq!(r.status, Some(SendStatus::InProgress), "{user}");
         assert_eq!(r.lease_until_ms, Some(0), "{user}: claim not released");
     }

@@ -6,7 +6,7 @@ use mailctl::function_host::{FunctionProcess, Outcome};
 use mailctl::local::{CREATE_EMAILS, GET_USERS, SEND_EMAIL, SES_EVENTS, UNSUBSCRIBE};
 use mailctl::template::Template;
 use mailflow::campaign::Campaign;
-use mailflow_tests::test_env;
+use mailflow_tests::{test_env, TestEnv};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -67,6 +67,24 @@ async fn run_function(
     }
 }
 
+/// Runs `bin` on the sample batch `file` and checks that the record `failed` alone failed.
+async fn only_failure(env: &TestEnv, bin: &str, function: &str, file: &str, failed: &str) -> Run {
+    let run = run_function(
+        bin,
+        function,
+        env.stack.env(function).unwrap(),
+        vec![sample(file)],
+    )
+    .await;
+    assert_eq!(
+        response(&run)["batchItemFailures"],
+        serde_json::json!([{ "itemIdentifier": failed }]),
+        "{file}; stderr: {}",
+        run.stderr
+    );
+    run
+}
+
 fn response(run: &Run) -> &Value {
     match run.outcomes.first() {
         Some(Outcome::Response(v)) => v,
@@ -102,43 +120,34 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
     );
 
     // GetUsers from the continuation queue: the malformed checkpoint fails alone.
-    let run = run_function(
+    only_failure(
+        &env,
         "get-users",
         GET_USERS,
-        env.stack.env(GET_USERS).unwrap(),
-        vec![sample("continuation-batch.json")],
+        "continuation-batch.json",
+        "c0ffee00-0000-4000-8000-000000000002",
     )
     .await;
-    assert_eq!(
-        response(&run)["batchItemFailures"],
-        serde_json::json!([{"itemIdentifier": "c0ffee00-0000-4000-8000-000000000002"}])
-    );
 
     // CreateEmails with a batch whose second record is malformed: only that one fails.
-    let run = run_function(
+    only_failure(
+        &env,
         "create-emails",
         CREATE_EMAILS,
-        env.stack.env(CREATE_EMAILS).unwrap(),
-        vec![sample("users-batch.json")],
+        "users-batch.json",
+        "9f1c1d5e-0000-4000-8000-000000000002",
     )
     .await;
-    assert_eq!(
-        response(&run)["batchItemFailures"],
-        serde_json::json!([{"itemIdentifier": "9f1c1d5e-0000-4000-8000-000000000002"}])
-    );
 
     // SendEmail sends the sample job and records it SENT; the malformed job fails alone.
-    let run = run_function(
+    let run = only_failure(
+        &env,
         "send-email",
         SEND_EMAIL,
-        env.stack.env(SEND_EMAIL).unwrap(),
-        vec![sample("emails-batch.json")],
+        "emails-batch.json",
+        "4b7e0b7a-0000-4000-8000-000000000002",
     )
     .await;
-    assert_eq!(
-        response(&run)["batchItemFailures"],
-        serde_json::json!([{"itemIdentifier": "4b7e0b7a-0000-4000-8000-000000000002"}])
-    );
     let records = mailctl::ledger_scan::records(
         &env.dynamo(),
         env.stack.table_name("SendsTable").unwrap(),
@@ -155,17 +164,14 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
 
     // SesEvents with infra/events/ses-events-batch.json: the permanent bounce suppresses
     // u0000001 and is noted on its record; the malformed event fails alone.
-    let run = run_function(
+    only_failure(
+        &env,
         "ses-events",
         SES_EVENTS,
-        env.stack.env(SES_EVENTS).unwrap(),
-        vec![sample("ses-events-batch.json")],
+        "ses-events-batch.json",
+        "5e5e0000-0000-4000-8000-000000000002",
     )
     .await;
-    assert_eq!(
-        response(&run)["batchItemFailures"],
-        serde_json::json!([{"itemIdentifier": "5e5e0000-0000-4000-8000-000000000002"}])
-    );
     let users = env.db.collection::<mongodb::bson::Document>("users");
     let user = |id: &'static str| {
         let users = users.clone();

@@ -7,6 +7,7 @@ use mailctl::provision::{provision, Stack, StackOptions};
 use mailctl::seed::{seed, SeedOptions, SeedReport};
 use mailctl::ses_record::{self, SentMessage};
 use mailctl::template::Template;
+use mailflow::adapters::dynamo::SendRecord;
 use mailflow::campaign::Campaign;
 use mailflow::ports::Mailer;
 use mongodb::Database;
@@ -122,6 +123,16 @@ impl TestEnv {
 
     pub fn dynamo(&self) -> aws_sdk_dynamodb::Client {
         aws_sdk_dynamodb::Client::new(&self.stack.sdk)
+    }
+
+    /// A campaign's send records, by user id.
+    pub async fn records(&self, campaign: &str) -> Result<BTreeMap<String, SendRecord>> {
+        let table = self.stack.table_name("SendsTable")?;
+        let records = mailctl::ledger_scan::records(&self.dynamo(), table, campaign).await?;
+        Ok(records
+            .into_iter()
+            .map(|r| (r.user_id.clone(), r))
+            .collect())
     }
 
     /// Messages left in a queue (visible and in flight).

@@ -79,6 +79,11 @@ pub struct Totals {
     pub ses_events: ses_events::Summary,
 }
 
+/// Locks `m`, still readable after a handler panicked while holding it.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 pub struct LocalPipeline<M> {
     pub stack: Stack,
     pub get_users: Arc<GetUsers>,
@@ -205,11 +210,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
             let (stage, totals) = (stage.clone(), totals.clone());
             async move {
                 let (response, summary) = stage.handle(event).await;
-                totals
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .create_emails
-                    .absorb(&summary);
+                lock(&totals).create_emails.absorb(&summary);
                 response
             }
         });
@@ -227,11 +228,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
             let (stage, totals) = (stage.clone(), totals.clone());
             async move {
                 let (response, summary) = stage.handle(event).await;
-                totals
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .ses_events
-                    .absorb(&summary);
+                lock(&totals).ses_events.absorb(&summary);
                 response
             }
         });
@@ -252,11 +249,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
                     let (stage, totals) = (stage.clone(), totals.clone());
                     async move {
                         let (response, summary) = stage.handle(event, &invocation).await;
-                        totals
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .send_email
-                            .absorb(&summary);
+                        lock(&totals).send_email.absorb(&summary);
                         response
                     }
                 })
@@ -279,11 +272,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         Ok(RunReport {
             get_users,
             consumers,
-            totals: self
-                .totals
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            totals: lock(&self.totals).clone(),
             wall_time: started.elapsed(),
         })
     }

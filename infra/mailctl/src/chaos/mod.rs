@@ -10,7 +10,7 @@
 pub mod mongo;
 pub mod proxy;
 
-use crate::local::{LocalPipeline, PipelineOptions, SeededStack, CREATE_EMAILS, SEND_EMAIL};
+use crate::local::{lock, LocalPipeline, PipelineOptions, SeededStack, CREATE_EMAILS, SEND_EMAIL};
 use crate::provision::StackOptions;
 use crate::runner::{self, ConsumerStats, Faults, Kill};
 use crate::seed::Rng;
@@ -133,10 +133,6 @@ impl Injector {
 struct Unrecorded {
     allowed: BTreeMap<String, usize>,
     called_in: BTreeMap<String, Vec<String>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Faults for Injector {
