@@ -4,9 +4,11 @@
 //! and the next campaign leaving out whoever unsubscribed or was suppressed.
 
 use mailctl::http;
-use mailctl::local::{PipelineOptions, UNSUBSCRIBE};
+use mailctl::local::{LocalPipeline, PipelineOptions, UNSUBSCRIBE};
 use mailctl::runner;
+use mailctl::seed::SeedReport;
 use mailflow::adapters::dynamo::DynamoLedger;
+use mailflow::adapters::ses::SesMailer;
 use mailflow::campaign::Campaign;
 use mailflow::ledger::{epoch_ms, Claim, Engagement, SendStatus};
 use mailflow_tests::{ses, test_env, TestEnv};
@@ -40,6 +42,17 @@ async fn user(env: &TestEnv, id: &str) -> Document {
         .unwrap()
 }
 
+/// Seeds 60 users and sends them campaign W46 through the local pipeline.
+async fn first_campaign(env: &TestEnv) -> (SeedReport, LocalPipeline<SesMailer>) {
+    let seeded = env.seed(60, &campaign()).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    pipeline
+        .run(json!({"campaignId": W46}), Duration::from_secs(600))
+        .await
+        .unwrap();
+    (seeded, pipeline)
+}
+
 /// Emails each address got so far, from the SES emulator's record.
 async fn emails(env: &TestEnv) -> BTreeMap<String, usize> {
     env.sent()
@@ -57,12 +70,7 @@ async fn one_click_unsubscribe_over_http_and_the_next_campaign_leaves_them_out()
         .await
         .unwrap();
     env.stack.set_function_url(UNSUBSCRIBE, server.url());
-    let seeded = env.seed(60, &campaign()).await.unwrap();
-    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
-    pipeline
-        .run(json!({"campaignId": W46}), Duration::from_secs(600))
-        .await
-        .unwrap();
+    let (seeded, pipeline) = first_campaign(&env).await;
     let sent = env.sent().await.unwrap();
     let deliverable: Vec<&String> = seeded.deliverable().map(|(u, _)| u).collect();
     let (a, b) = (deliverable[0].as_str(), deliverable[1].as_str());
@@ -174,12 +182,7 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
     })
     .await
     .unwrap();
-    let seeded = env.seed(60, &campaign()).await.unwrap();
-    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
-    pipeline
-        .run(json!({"campaignId": W46}), Duration::from_secs(600))
-        .await
-        .unwrap();
+    let (seeded, pipeline) = first_campaign(&env).await;
     let deliverable: Vec<&str> = seeded.deliverable().map(|(u, _)| u.as_str()).collect();
     let (hard, complaint, soft, engaged) = (
         deliverable[0],

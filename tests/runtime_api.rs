@@ -148,15 +148,12 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
         "4b7e0b7a-0000-4000-8000-000000000002",
     )
     .await;
-    let records = mailctl::ledger_scan::records(
-        &env.dynamo(),
-        env.stack.table_name("SendsTable").unwrap(),
-        "weekly-2026-W47",
-    )
-    .await
-    .unwrap();
+    let records = env.records("weekly-2026-W47").await.unwrap();
     assert_eq!(records.len(), 1);
-    assert_eq!(records[0].status, Some(mailflow::ledger::SendStatus::Sent));
+    assert_eq!(
+        records["u0000001"].status,
+        Some(mailflow::ledger::SendStatus::Sent)
+    );
     assert!(
         !run.stderr.contains("u0000001@example.com"),
         "logs must not carry addresses"
@@ -192,14 +189,8 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
             .ok(),
         Some("bounce")
     );
-    let records = mailctl::ledger_scan::records(
-        &env.dynamo(),
-        env.stack.table_name("SendsTable").unwrap(),
-        "weekly-2026-W47",
-    )
-    .await
-    .unwrap();
-    assert!(records[0]
+    let records = env.records("weekly-2026-W47").await.unwrap();
+    assert!(records["u0000001"]
         .engagement
         .contains_key(&mailflow::ledger::Engagement::Bounced));
 

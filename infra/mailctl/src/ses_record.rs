@@ -35,21 +35,13 @@ pub struct SentMessage {
 impl SentMessage {
     /// The first header of that name (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        find_header(&self.headers, name)
     }
 
     fn parse(record: RawRecord) -> Self {
         let (head, body) = split_head(&record.raw_data);
         let headers = parse_headers(head);
-        let find = |name: &str| {
-            headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone())
-        };
+        let find = |name: &str| find_header(&headers, name).map(str::to_owned);
         let (mut text, mut html) = (None, None);
         let content_type = find("Content-Type").unwrap_or_default();
         let parts = match boundary(&content_type) {
@@ -120,6 +112,14 @@ fn boundary(content_type: &str) -> Option<String> {
     })
 }
 
+/// The first header of that name (case-insensitive).
+fn find_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
 /// (Content-Type, Content-Transfer-Encoding, content) of each part.
 fn split_parts(body: &str, boundary: &str) -> Vec<(String, Option<String>, String)> {
     let delimiter = format!("--{boundary}");
@@ -129,12 +129,7 @@ fn split_parts(body: &str, boundary: &str) -> Vec<(String, Option<String>, Strin
         .map(|part| {
             let (head, content) = split_head(part.trim_start_matches(['\r', '\n']));
             let headers = parse_headers(head);
-            let find = |name: &str| {
-                headers
-                    .iter()
-                    .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                    .map(|(_, v)| v.clone())
-            };
+            let find = |name: &str| find_header(&headers, name).map(str::to_owned);
             let content = content.strip_suffix("\r\n").unwrap_or(content).to_owned();
             (
                 find("Content-Type").unwrap_or_default(),
