@@ -23,6 +23,34 @@ fn ok(out: Output) -> String {
     stdout
 }
 
+/// The JSON summary of a command that watched a campaign to its end: it exits 0 when every
+/// user was sent to, and 1, after the summary, with one line that counts the FAILED and
+/// dead-lettered users otherwise.
+fn ended(out: Output, what: &str) -> Value {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary = last_json(&String::from_utf8_lossy(&out.stdout));
+    let campaign = summary.get("campaign").unwrap_or(&summary);
+    let problems: u64 = ["failed", "deadLettered", "usersDlq", "emailsDlq"]
+        .iter()
+        .map(|k| {
+            campaign[k]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{what}: no {k} in {summary}"))
+        })
+        .sum();
+    if problems == 0 {
+        assert!(out.status.success(), "{what}: {stderr}");
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{what}: {stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("mailctl: campaign ") && last.contains(" FAILED"),
+            "{what}: {stderr}"
+        );
+    }
+    summary
+}
+
 fn last_json(stdout: &str) -> Value {
     serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
 }
@@ -63,13 +91,19 @@ fn run_status_and_resend_on_a_local_stack() {
     let campaign = mailflow::campaign::Campaign::for_schedule(time::OffsetDateTime::now_utc())
         .id
         .to_string();
-    let run = last_json(&ok(mailctl(
-        &["run", "--prefix", &prefix, "--campaign", &campaign],
-        &env,
-    )));
+    let run = ended(
+        mailctl(&["run", "--prefix", &prefix, "--campaign", &campaign], &env),
+        "run",
+    );
     assert_eq!(run["getUsers"]["usersEnqueued"], audience);
     let invalid = run["failed"].as_u64().unwrap() as usize;
     assert_eq!(run["sent"].as_u64().unwrap() as usize + invalid, audience);
+    if invalid > 0 {
+        assert_eq!(
+            run["campaign"]["failedByReason"]["address is not one RFC 5322 mailbox"],
+            invalid
+        );
+    }
 
     let status = last_json(&ok(mailctl(
         &[
@@ -88,24 +122,30 @@ fn run_status_and_resend_on_a_local_stack() {
     assert_eq!(status["emailsDlq"], 0);
 
     // A resend sends nothing new: everyone eligible already has a SENT record.
-    let resend = last_json(&ok(mailctl(
-        &["resend", "--prefix", &prefix, "--campaign", &campaign],
-        &env,
-    )));
+    let resend = ended(
+        mailctl(
+            &["resend", "--prefix", &prefix, "--campaign", &campaign],
+            &env,
+        ),
+        "resend",
+    );
     assert_eq!(resend["sent"], 0);
     assert_eq!(resend["suppressedDuplicates"], run["sent"]);
-    let status = last_json(&ok(mailctl(
-        &[
-            "status",
-            "--prefix",
-            &prefix,
-            "--campaign",
-            &campaign,
-            "--json",
-            "--watch",
-        ],
-        &env,
-    )));
+    let status = ended(
+        mailctl(
+            &[
+                "status",
+                "--prefix",
+                &prefix,
+                "--campaign",
+                &campaign,
+                "--json",
+                "--watch",
+            ],
+            &env,
+        ),
+        "status --watch",
+    );
     // (--watch refreshes until the queues are empty: here they are, so it prints once.)
     // Status counts every duplicate the ledger suppressed: the resend's, and any copy SQS
     // delivered twice during the first run.

@@ -118,6 +118,14 @@ fn check_numbers(t: &Template) {
         Some(number(t, "SendEmailFunction", "SEND_MAX_CONCURRENCY")),
         send.sqs_events[0].maximum_concurrency
     );
+    assert_eq!(
+        Some(number(t, "SendEmailFunction", "EMAILS_MAX_RECEIVE_COUNT")),
+        queue
+            .redrive
+            .as_ref()
+            .map(|(_, max_receives)| *max_receives),
+        "EMAILS_MAX_RECEIVE_COUNT is the emails queue's maxReceiveCount"
+    );
     // Every consumer's queue hides a message longer than the consumer can run.
     for f in &t.functions {
         for event in &f.sqs_events {

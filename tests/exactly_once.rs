@@ -31,6 +31,9 @@ enum Action {
     Throttle,
     /// The account's sending is paused.
     Paused,
+    /// SES answers an error with no code and no message (as the local emulator does for an
+    /// address it cannot handle).
+    Refuse,
 }
 
 type Plan = Arc<dyn Fn(usize) -> Action + Send + Sync>;
@@ -94,6 +97,12 @@ impl Mailer for Faulty {
         if action == Action::Paused {
             return Err(SendError::Stopped(
                 "SendingPausedException: injected".into(),
+            ));
+        }
+        if action == Action::Refuse {
+            return Err(mailflow::adapters::ses::classify_bare(
+                500,
+                Some("injected"),
             ));
         }
         if action == Action::HangBefore {
@@ -478,15 +487,16 @@ async fn t7_a_permanent_rejection_is_failed_and_only_retried_on_resend_with_incl
             .last_error
             .as_deref()
             .unwrap()
-            .contains("Missing domain"),
+            .contains("not one RFC 5322 mailbox"),
         "{record:?}"
     );
-    assert_eq!(faults.calls.load(Ordering::SeqCst), 1);
+    // Parsed and refused before SES: it never sees the address.
+    assert_eq!(faults.calls.load(Ordering::SeqCst), 0);
 
     // A plain re-run leaves it alone: no call to SES.
     enqueue(&env, &[bad]).await;
     drain(&env, &pipeline).await;
-    assert_eq!(faults.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(faults.calls.load(Ordering::SeqCst), 0);
     assert_eq!(
         pipeline.totals.lock().unwrap().send_email.previously_failed,
         1
@@ -614,4 +624,65 @@ async fn t10_sending_paused_stops_the_batch_and_returns_every_unsent_record() {
         assert_eq!(r.status, Some(SendStatus::InProgress), "{user}");
         assert_eq!(r.lease_until_ms, Some(0), "{user}: claim not released");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn t11_an_error_that_repeats_on_every_attempt_ends_failed_not_in_the_dlq() {
+    let env = test_env("refused", quick).await.unwrap();
+    let faults = Faults::new(|_| Action::Refuse);
+    let pipeline = env
+        .pipeline(quick_pipeline(), faults.mailer())
+        .await
+        .unwrap();
+    enqueue(&env, &[job(&env, W46, "u000", false)]).await;
+    drain(&env, &pipeline).await;
+    let record = &env.records(W46).await.unwrap()["u000"];
+    assert_eq!(record.status, Some(SendStatus::Failed), "{record:?}");
+    let reason = record.last_error.as_deref().unwrap();
+    assert!(
+        reason.contains("HTTP 500 with no error code or message (request id injected)")
+            && reason.contains("refused on 3 attempts"),
+        "{reason}"
+    );
+    // MAX_SEND_ERRORS (3) attempts, not maxReceiveCount (10).
+    assert_eq!(faults.calls.load(Ordering::SeqCst), 3);
+    assert_eq!(env.depth("EmailsDLQ").await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn t12_a_message_that_reaches_the_dlq_leaves_its_record_dead_lettered_until_sent() {
+    let env = test_env("dead-letter", quick).await.unwrap();
+    // Throttled on every one of its receives: the last one sends it to the DLQ.
+    let faults = Faults::new(|_| Action::Throttle);
+    let mut options = quick_pipeline();
+    options
+        .env
+        .get_mut(SEND_EMAIL)
+        .unwrap()
+        .insert("RETRY_DELAYS_SECONDS".into(), "0".into());
+    let pipeline = env.pipeline(options, faults.mailer()).await.unwrap();
+    enqueue(&env, &[job(&env, W46, "u000", false)]).await;
+    drain(&env, &pipeline).await;
+    let record = &env.records(W46).await.unwrap()["u000"];
+    assert_eq!(record.status, Some(SendStatus::DeadLettered), "{record:?}");
+    assert!(record
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("TooManyRequestsException"));
+    assert_eq!(env.depth("EmailsDLQ").await.unwrap(), 1);
+
+    // Redriven once SES accepts again: sent once, and the record says so.
+    mailctl::ops::redrive(
+        &env.sqs(),
+        env.stack.queue_url("EmailsDLQ").unwrap(),
+        env.stack.queue_url("EmailsQueue").unwrap(),
+    )
+    .await
+    .unwrap();
+    let pipeline = env.pipeline(quick_pipeline(), ses).await.unwrap();
+    drain(&env, &pipeline).await;
+    let record = &env.records(W46).await.unwrap()["u000"];
+    assert_eq!(record.status, Some(SendStatus::Sent), "{record:?}");
+    assert_eq!(emails(&env).await("u000"), 1);
 }

@@ -325,6 +325,12 @@ pub struct SendEmailConfig {
     pub retry_delays: Vec<Duration>,
     pub retention_days: u32,
     pub record_concurrency: usize,
+    /// An email the service refuses with the same kind of error this many times (not
+    /// throttling) is recorded FAILED instead of retried until the DLQ.
+    pub max_send_errors: u32,
+    /// The emails queue's maxReceiveCount: on a message's last receive, a send that cannot
+    /// go out marks its record DEAD_LETTERED before the message moves to the DLQ.
+    pub max_receive_count: u32,
 }
 
 impl SendEmailConfig {
@@ -341,9 +347,22 @@ impl SendEmailConfig {
         "RETRY_DELAYS_SECONDS",
         "RETENTION_DAYS",
         "RECORD_CONCURRENCY",
+        "MAX_SEND_ERRORS",
+        "EMAILS_MAX_RECEIVE_COUNT",
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        let max_receive_count = positive_u32(src, "EMAILS_MAX_RECEIVE_COUNT", 10)?;
+        let max_send_errors = positive_u32(src, "MAX_SEND_ERRORS", 3)?;
+        if max_send_errors >= max_receive_count {
+            return Err(ConfigError {
+                var: "MAX_SEND_ERRORS",
+                problem: format!(
+                    "{max_send_errors} must be below EMAILS_MAX_RECEIVE_COUNT ({max_receive_count}), \
+                     or a refused email reaches the DLQ before it is recorded FAILED"
+                ),
+            });
+        }
         let rate: f64 = parsed(
             src,
             "SEND_RATE_PER_SECOND",
@@ -411,6 +430,8 @@ impl SendEmailConfig {
             retry_delays,
             retention_days: positive_u32(src, "RETENTION_DAYS", 90)?,
             record_concurrency: positive_u32(src, "RECORD_CONCURRENCY", 10)? as usize,
+            max_send_errors,
+            max_receive_count,
         })
     }
 

@@ -4,7 +4,8 @@
 //! ```text
 //!   (none) --claim--> IN_PROGRESS --mark_sent--> SENT        (final)
 //!                       |   ^  \----mark_failed--> FAILED     (final unless resend --include-failed)
-//!                       |   |
+//!                       |   |  \---dead_letter--> DEAD_LETTERED (its message went to the DLQ;
+//!                       |   |                       a redrive or resend claims it again)
 //!                       +---+ claim again once the lease has ended (or after release)
 //! ```
 
@@ -15,6 +16,9 @@ pub enum SendStatus {
     InProgress,
     Sent,
     Failed,
+    /// The last receive of its message ended without a send: the message is in the emails
+    /// DLQ. A redrive or a resend claims it again.
+    DeadLettered,
 }
 
 impl SendStatus {
@@ -23,6 +27,7 @@ impl SendStatus {
             Self::InProgress => "IN_PROGRESS",
             Self::Sent => "SENT",
             Self::Failed => "FAILED",
+            Self::DeadLettered => "DEAD_LETTERED",
         }
     }
 
@@ -31,6 +36,7 @@ impl SendStatus {
             "IN_PROGRESS" => Some(Self::InProgress),
             "SENT" => Some(Self::Sent),
             "FAILED" => Some(Self::Failed),
+            "DEAD_LETTERED" => Some(Self::DeadLettered),
             _ => None,
         }
     }
@@ -64,7 +70,12 @@ pub enum Refusal {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClaimOutcome {
-    Claimed { attempt: u64 },
+    Claimed {
+        attempt: u64,
+        /// How many earlier attempts ended in an error the service answered with (not
+        /// throttling): a permanent-looking error stops after a few.
+        send_errors: u64,
+    },
     Refused(Refusal),
 }
 
@@ -204,7 +215,12 @@ mod tests {
 
     #[test]
     fn status_round_trip() {
-        for s in [SendStatus::InProgress, SendStatus::Sent, SendStatus::Failed] {
+        for s in [
+            SendStatus::InProgress,
+            SendStatus::Sent,
+            SendStatus::Failed,
+            SendStatus::DeadLettered,
+        ] {
             assert_eq!(SendStatus::parse(s.as_str()), Some(s));
         }
         assert_eq!(SendStatus::parse("sent"), None);

@@ -5,6 +5,7 @@
 //! `functions/` only wire these stages to the Lambda runtime.
 
 pub mod adapters;
+pub mod address;
 pub mod campaign;
 pub mod config;
 pub mod digest;
@@ -19,3 +20,4 @@ pub mod ses_tags;
 pub mod stages;
 pub mod telemetry;
 pub mod unsubscribe;
+pub mod user_id;

@@ -4,20 +4,7 @@
 use crate::campaign::{CampaignId, Window};
 use serde::{Deserialize, Deserializer, Serialize};
 
-/// The longest user id accepted. Ids are keys in MongoDB and DynamoDB (whose partition keys
-/// stop at 2,048 bytes); a longer one is a bad message, failed with this reason up front.
-pub const MAX_USER_ID_BYTES: usize = 512;
-
-/// Checks a user id from outside (a message, a token, an SES tag).
-pub fn check_user_id(id: &str) -> Result<(), String> {
-    if id.is_empty() || id.len() > MAX_USER_ID_BYTES || id.chars().any(char::is_control) {
-        return Err(format!(
-            "userId must be 1 to {MAX_USER_ID_BYTES} bytes without control characters (got {} bytes)",
-            id.len()
-        ));
-    }
-    Ok(())
-}
+pub use crate::user_id::{check_user_id, MAX_USER_ID_BYTES};
 
 fn user_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let id = String::deserialize(d)?;

@@ -266,8 +266,12 @@ async fn run() -> Result<()> {
                 } else {
                     print_status(&s);
                 }
-                if !watch || s.users_pending + s.emails_pending == 0 {
+                if !watch {
                     return Ok(());
+                }
+                if s.users_pending + s.emails_pending == 0 {
+                    // Watched to the end: the exit status says how it ended.
+                    return fail_on_problems(&s);
                 }
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
@@ -449,7 +453,17 @@ async fn start(
     let stack = provision_local(sdk, template, prefix, &t.database).await?;
     let pipeline =
         LocalPipeline::build(stack, PipelineOptions::default(), SesMailer::from_config).await?;
+    let campaign = event["campaignId"].as_str().unwrap_or_default().to_owned();
     let report = pipeline.run(event, Duration::from_secs(24 * 3600)).await?;
+    // The ledger and the queues, not this run's counters, say how the campaign ended.
+    let target = Target::from_prefix(&aws_sdk_sqs::Client::new(sdk), prefix).await?;
+    let status = ops::status(
+        &aws_sdk_sqs::Client::new(sdk),
+        &aws_sdk_dynamodb::Client::new(sdk),
+        &target,
+        &campaign,
+    )
+    .await?;
     let send = &report.totals.send_email;
     println!(
         "{}",
@@ -462,13 +476,38 @@ async fn start(
             "failed": send.failed,
             "previouslyFailed": send.previously_failed,
             "wallTimeSeconds": report.wall_time.as_secs(),
+            "campaign": {
+                "sent": status.sent,
+                "failed": status.failed,
+                "failedByReason": status.failed_by_reason,
+                "deadLettered": status.dead_lettered,
+                "deadLetteredByReason": status.dead_lettered_by_reason,
+                "usersDlq": status.users_dlq,
+                "emailsDlq": status.emails_dlq,
+            },
         })
     );
-    Ok(())
+    fail_on_problems(&status)
+}
+
+/// Exit status 1 (with the counts) when a campaign ended with users not sent to: FAILED,
+/// dead-lettered, or messages left in a DLQ.
+fn fail_on_problems(s: &ops::CampaignStatus) -> Result<()> {
+    if s.problems() == 0 {
+        return Ok(());
+    }
+    bail!(
+        "campaign {} ended with {} FAILED, {} dead-lettered, {} messages in the users DLQ and {} in the emails DLQ (reasons above; `mailctl status` lists them)",
+        s.campaign_id,
+        s.failed,
+        s.dead_lettered,
+        s.users_dlq,
+        s.emails_dlq
+    )
 }
 
 fn print_status(s: &ops::CampaignStatus) {
-    let done = s.sent + s.failed;
+    let done = s.sent + s.failed + s.dead_lettered;
     let total = done as u64 + s.in_progress as u64 + s.users_pending + s.emails_pending;
     let width = 30;
     let filled = (done as u64 * width as u64)
@@ -479,24 +518,40 @@ fn print_status(s: &ops::CampaignStatus) {
         .iter()
         .map(|(what, n)| format!("{what} {n}"))
         .collect();
+    let eta = match (s.eta_seconds, s.send_rate) {
+        (Some(eta), Some(rate)) => format!("{rate}/s over the last minute | ETA {eta}s"),
+        _ if s.users_pending + s.emails_pending == 0 => "queues empty".into(),
+        _ => format!(
+            "nothing sent in the last minute | ETA unknown ({} waiting to retry)",
+            s.retrying
+        ),
+    };
     println!(
-        "{} [{}{}] sent {} failed {} in progress {} | queued: users {} emails {} | duplicates suppressed {} | DLQ users {} emails {} | {} | ETA {}\n  {} | reconciled from SES events {}",
+        "{} [{}{}] sent {} failed {} dead-lettered {} in progress {} | queued: users {} emails {} | duplicates suppressed {} | DLQ now (all campaigns): users {} emails {} | {}\n  {} | reconciled from SES events {}",
         s.campaign_id,
         "#".repeat(filled),
         ".".repeat(width - filled),
         s.sent,
         s.failed,
+        s.dead_lettered,
         s.in_progress,
         s.users_pending,
         s.emails_pending,
         s.duplicates_suppressed,
         s.users_dlq,
         s.emails_dlq,
-        s.send_rate.map_or("rate -".into(), |r| format!("{r}/s")),
-        s.eta_seconds.map_or("-".into(), |e| format!("{e}s")),
+        eta,
         engagement.join(" "),
         s.reconciled,
     );
+    for (what, reasons) in [
+        ("FAILED", &s.failed_by_reason),
+        ("dead-lettered", &s.dead_lettered_by_reason),
+    ] {
+        for (reason, n) in reasons {
+            println!("  {what} {n}: {reason}");
+        }
+    }
 }
 
 async fn demo(

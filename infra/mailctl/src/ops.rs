@@ -75,25 +75,52 @@ impl Target {
 #[serde(rename_all = "camelCase")]
 pub struct CampaignStatus {
     pub campaign_id: String,
-    /// Users queue: waiting to be rendered (visible + in flight).
+    /// Users queue: waiting to be rendered (visible, in flight, or waiting out a retry delay).
     pub users_pending: u64,
-    /// Emails queue: rendered, waiting to be sent (visible + in flight).
+    /// Emails queue: rendered, waiting to be sent (visible, in flight, or waiting out a retry
+    /// delay).
     pub emails_pending: u64,
     pub in_progress: usize,
+    /// Of those in progress: released after an error, waiting for their retry.
+    pub retrying: usize,
     pub sent: usize,
     pub failed: usize,
+    /// FAILED records by reason (the recorded error up to its first parenthesis).
+    pub failed_by_reason: BTreeMap<String, usize>,
+    /// Users whose email job went to the emails DLQ and who are still not sent (a redrive or
+    /// a resend that sends them turns them SENT, and they leave this count).
+    pub dead_lettered: usize,
+    pub dead_lettered_by_reason: BTreeMap<String, usize>,
     pub duplicates_suppressed: u64,
     /// Campaign analytics from the SES events and unsubscribes: delivered, bounced,
     /// softBounced, complained, opened, clicked, unsubscribed (each user counted once).
     pub engagement: BTreeMap<&'static str, usize>,
     /// Sends an SES event marked SENT after their attempt died before it could.
     pub reconciled: usize,
+    /// Messages in the DLQs now (every campaign's: a DLQ is shared).
     pub users_dlq: u64,
     pub emails_dlq: u64,
-    /// Emails per second between the first claim and the last completion.
+    /// Emails per second over the last minute (None: nothing sent in it).
     pub send_rate: Option<f64>,
-    /// Seconds until the queues drain at that rate.
+    /// Seconds until the queues drain at that rate (None: no current rate to go by).
     pub eta_seconds: Option<u64>,
+}
+
+impl CampaignStatus {
+    /// Users the campaign could not send to (FAILED, or their job in a DLQ), plus messages
+    /// left in the DLQs: zero when the campaign ended well.
+    pub fn problems(&self) -> u64 {
+        (self.failed + self.dead_lettered) as u64 + self.users_dlq + self.emails_dlq
+    }
+}
+
+/// The window the current send rate is measured over.
+const RATE_WINDOW_MS: u64 = 60_000;
+
+/// A recorded error, grouped: the text before its first parenthesis (which holds details
+/// such as a request id or an attempt count).
+pub fn reason_group(error: &str) -> String {
+    error.split(" (").next().unwrap_or(error).trim().to_owned()
 }
 
 pub async fn status(
@@ -104,6 +131,14 @@ pub async fn status(
 ) -> Result<CampaignStatus> {
     let records = ledger_scan::records(dynamo, &target.sends_table, campaign).await?;
     let count = |s: SendStatus| records.iter().filter(|r| r.status == Some(s)).count();
+    let by_reason = |s: SendStatus| {
+        let mut groups = BTreeMap::new();
+        for r in records.iter().filter(|r| r.status == Some(s)) {
+            let reason = reason_group(r.last_error.as_deref().unwrap_or("no reason recorded"));
+            *groups.entry(reason).or_default() += 1;
+        }
+        groups
+    };
     let total = |url: &str| {
         let url = url.to_owned();
         async move { depth(sqs, &url).await.map(|(v, i)| v + i) }
@@ -113,8 +148,15 @@ pub async fn status(
         users_pending: total(&target.users_queue).await?,
         emails_pending: total(&target.emails_queue).await?,
         in_progress: count(SendStatus::InProgress),
+        retrying: records
+            .iter()
+            .filter(|r| r.status == Some(SendStatus::InProgress) && r.last_error.is_some())
+            .count(),
         sent: count(SendStatus::Sent),
         failed: count(SendStatus::Failed),
+        failed_by_reason: by_reason(SendStatus::Failed),
+        dead_lettered: count(SendStatus::DeadLettered),
+        dead_lettered_by_reason: by_reason(SendStatus::DeadLettered),
         duplicates_suppressed: records.iter().map(|r| r.duplicates_suppressed).sum(),
         engagement: Engagement::ALL
             .iter()
@@ -134,15 +176,25 @@ pub async fn status(
         emails_dlq: total(&target.emails_dlq).await?,
         ..Default::default()
     };
+    // The current rate, not the campaign's average: a campaign that sent fast an hour ago
+    // and now waits on retries has no rate to promise an ETA with.
+    let now = mailflow::ledger::epoch_ms(std::time::SystemTime::now());
+    let recent = records
+        .iter()
+        .filter(|r| r.status == Some(SendStatus::Sent))
+        .filter_map(|r| r.completed_at_ms)
+        .filter(|at| now.saturating_sub(*at) <= RATE_WINDOW_MS)
+        .count();
+    // Over the last minute, or since the first claim if the campaign is younger than that.
     let first = records.iter().filter_map(|r| r.started_at_ms).min();
-    let last = records.iter().filter_map(|r| r.completed_at_ms).max();
-    if let (Some(first), Some(last)) = (first, last) {
-        if last > first && status.sent > 0 {
-            let rate = status.sent as f64 / ((last - first) as f64 / 1000.0);
-            status.send_rate = Some((rate * 10.0).round() / 10.0);
-            let pending = status.users_pending + status.emails_pending;
-            status.eta_seconds = Some((pending as f64 / rate).ceil() as u64);
-        }
+    let span_ms = first.map_or(RATE_WINDOW_MS, |f| {
+        now.saturating_sub(f).clamp(1000, RATE_WINDOW_MS)
+    });
+    if recent > 0 {
+        let rate = recent as f64 / (span_ms as f64 / 1000.0);
+        status.send_rate = Some((rate * 10.0).round() / 10.0);
+        let pending = status.users_pending + status.emails_pending;
+        status.eta_seconds = Some((pending as f64 / rate).ceil() as u64);
     }
     Ok(status)
 }

@@ -65,11 +65,16 @@ impl SentMessage {
                 text = Some(decoded);
             }
         }
-        let to = if record.destinations.is_empty() {
-            find("To").into_iter().collect()
-        } else {
-            record.destinations
-        };
+        // moto lists the destination and then the To header's addresses again: one each.
+        let mut to: Vec<String> = Vec::new();
+        for address in record.destinations {
+            if !to.contains(&address) {
+                to.push(address);
+            }
+        }
+        if to.is_empty() {
+            to.extend(find("To"));
+        }
         Self {
             id: record.id,
             source: record.source,

@@ -135,8 +135,9 @@ impl SendRecords {
 
 impl DynamoLedger {
     /// Claims (userId, campaignId) for one attempt with ONE conditional write: it succeeds on
-    /// no record or an IN_PROGRESS record whose lease has ended (and on FAILED when the
-    /// operator asked to include failed sends); never on SENT.
+    /// no record, an IN_PROGRESS record whose lease has ended, a DEAD_LETTERED one (its
+    /// message came back by a redrive or a resend), and on FAILED when the operator asked to
+    /// include failed sends; never on SENT.
     pub async fn claim(
         &self,
         claim: &Claim,
@@ -147,10 +148,15 @@ impl DynamoLedger {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let mut condition = String::from(
-            "attribute_not_exists(#status) OR (#status = :in_progress AND leaseUntil <= :now)",
+            "attribute_not_exists(#status) OR (#status = :in_progress AND leaseUntil <= :now) \
+             OR #status = :dead_lettered",
         );
         let mut values: Item = HashMap::from([
             (":in_progress".into(), s(SendStatus::InProgress.as_str())),
+            (
+                ":dead_lettered".into(),
+                s(SendStatus::DeadLettered.as_str()),
+            ),
             (
                 ":shard".into(),
                 s(&campaign_shard(&claim.campaign_id, &claim.user_id)),
@@ -183,6 +189,10 @@ impl DynamoLedger {
         Ok(match outcome {
             Conditional::Done(item) => ClaimOutcome::Claimed {
                 attempt: item.as_ref().and_then(|i| get_n(i, "attempt")).unwrap_or(1),
+                send_errors: item
+                    .as_ref()
+                    .and_then(|i| get_n(i, "sendErrors"))
+                    .unwrap_or(0),
             },
             Conditional::Refused(old) => {
                 let status = get_s(&old, "status").as_deref().and_then(SendStatus::parse);
@@ -263,15 +273,39 @@ impl DynamoLedger {
         self.finish("mark failed", claim, update, values).await
     }
 
-    /// Ends the lease now (the send was not attempted), so a retry need not wait it out.
+    /// Ends the lease now (the email was not accepted), so a retry need not wait it out.
+    /// `send_error`: the service answered with an error (not throttling), counted in
+    /// `sendErrors` so that one that repeats ends FAILED.
     pub async fn release(
         &self,
         claim: &Claim,
         reason: &str,
+        send_error: bool,
     ) -> Result<Result<(), LostClaim>, LedgerError> {
-        let values = HashMap::from([(":reason".into(), s(reason)), (":zero".into(), n(0))]);
-        let update = "SET leaseUntil = :zero, lastError = :reason, updatedAt = :now";
-        self.finish("release", claim, update, values).await
+        let mut values = HashMap::from([(":reason".into(), s(reason)), (":zero".into(), n(0))]);
+        let mut update =
+            String::from("SET leaseUntil = :zero, lastError = :reason, updatedAt = :now");
+        if send_error {
+            values.insert(":one".into(), n(1));
+            update.push_str(" ADD sendErrors :one");
+        }
+        self.finish("release", claim, &update, values).await
+    }
+
+    /// DEAD_LETTERED with the reason: this was the message's last receive, so it goes to the
+    /// DLQ now; the record says so instead of staying IN_PROGRESS.
+    pub async fn mark_dead_lettered(
+        &self,
+        claim: &Claim,
+        reason: &str,
+    ) -> Result<Result<(), LostClaim>, LedgerError> {
+        let values = HashMap::from([
+            (":dead".into(), s(SendStatus::DeadLettered.as_str())),
+            (":reason".into(), s(reason)),
+        ]);
+        let update = "SET #status = :dead, lastError = :reason, updatedAt = :now REMOVE leaseUntil";
+        self.finish("mark dead-lettered", claim, update, values)
+            .await
     }
 }
 
@@ -366,7 +400,8 @@ impl SendRecords {
     }
 
     /// SES says it sent this email: a record still IN_PROGRESS (its attempt died between
-    /// SES and SENT) becomes SENT now, so no retry sends it again once the lease ends.
+    /// SES and SENT) or DEAD_LETTERED (its message went to the DLQ after SES had taken it)
+    /// becomes SENT now, so no retry or redrive sends it again.
     /// Returns whether it did.
     pub async fn reconcile_sent(
         &self,
@@ -377,6 +412,10 @@ impl SendRecords {
     ) -> Result<bool, LedgerError> {
         let values = HashMap::from([
             (":in_progress".into(), s(SendStatus::InProgress.as_str())),
+            (
+                ":dead_lettered".into(),
+                s(SendStatus::DeadLettered.as_str()),
+            ),
             (":sent".into(), s(SendStatus::Sent.as_str())),
             (":id".into(), s(ses_message_id)),
             (":at".into(), n(at_ms)),
@@ -390,7 +429,7 @@ impl SendRecords {
                 user_id,
                 campaign_id,
                 update,
-                "#status = :in_progress",
+                "#status = :in_progress OR #status = :dead_lettered",
                 values,
             )
             .await?;
@@ -411,6 +450,8 @@ pub struct SendRecord {
     pub started_at_ms: Option<u64>,
     pub completed_at_ms: Option<u64>,
     pub duplicates_suppressed: u64,
+    /// Attempts that ended in an error the service answered with (see `sendErrors`).
+    pub send_errors: u64,
     /// When each engagement was first noted (epoch ms).
     pub engagement: std::collections::BTreeMap<Engagement, u64>,
     /// When an SES event turned it SENT (its attempt died before it could).
@@ -430,6 +471,7 @@ impl SendRecord {
             started_at_ms: get_n(item, "startedAt"),
             completed_at_ms: get_n(item, "completedAt"),
             duplicates_suppressed: get_n(item, "duplicatesSuppressed").unwrap_or(0),
+            send_errors: get_n(item, "sendErrors").unwrap_or(0),
             engagement: Engagement::ALL
                 .iter()
                 .filter_map(|e| Some((*e, get_n(item, e.attribute())?)))

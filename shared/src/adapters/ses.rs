@@ -8,8 +8,9 @@ use crate::ports::{Mailer, OutgoingEmail, SendError};
 use crate::ses_tags;
 use aws_sdk_sesv2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
+use aws_sdk_sesv2::operation::RequestId;
 use aws_sdk_sesv2::primitives::Blob;
-use aws_sdk_sesv2::types::{EmailContent, MessageTag, RawMessage};
+use aws_sdk_sesv2::types::{Destination, EmailContent, MessageTag, RawMessage};
 use aws_sdk_sesv2::Client;
 
 #[derive(Clone)]
@@ -121,10 +122,27 @@ pub fn classify(code: Option<&str>, message: &str, answered: bool) -> SendError 
     }
 }
 
+/// An error answer with neither a code nor a message: classified by its HTTP status, and
+/// described by it and the request id, so the record and the log still say something.
+pub fn classify_bare(status: u16, request_id: Option<&str>) -> SendError {
+    let detail = format!(
+        "HTTP {status} with no error code or message (request id {})",
+        request_id.unwrap_or("none")
+    );
+    match status {
+        429 => SendError::Throttled(detail),
+        _ => SendError::NotAccepted(detail),
+    }
+}
+
 fn translate(err: SdkError<SendEmailError>) -> SendError {
     match &err {
         SdkError::ServiceError(e) => {
-            classify(e.err().code(), e.err().message().unwrap_or(""), true)
+            let (code, message) = (e.err().code(), e.err().message().unwrap_or(""));
+            if code.is_none() && message.trim().is_empty() {
+                return classify_bare(e.raw().status().as_u16(), e.err().request_id());
+            }
+            classify(code, message, true)
         }
         // Nothing was sent: the request never left.
         SdkError::ConstructionFailure(_) => {
@@ -145,11 +163,13 @@ impl Mailer for SesMailer {
             .data(Blob::new(raw))
             .build()
             .map_err(|e| SendError::Permanent(format!("cannot build the message: {e}")))?;
-        // No Destination: SES takes the recipient from the To header of the raw message.
+        // The destination is the To header's one address (SendEmail parsed it): SES delivers
+        // to the destination, never to whatever else a header might name.
         let out = self
             .client
             .send_email()
             .from_email_address(&self.from)
+            .destination(Destination::builder().to_addresses(&email.to).build())
             .content(EmailContent::builder().raw(content).build())
             .set_email_tags(Some(
                 [
@@ -204,5 +224,13 @@ mod tests {
             classify(None, "timed out", false),
             SendError::Unknown(_)
         ));
+        match classify_bare(500, Some("req-1")) {
+            SendError::NotAccepted(detail) => assert_eq!(
+                detail,
+                "HTTP 500 with no error code or message (request id req-1)"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(classify_bare(429, None), SendError::Throttled(_)));
     }
 }

@@ -4,6 +4,7 @@
 //! or event finds it done and keeps the first time and reason.
 
 use crate::digest::USERS;
+use crate::user_id::UserId;
 use mongodb::bson::{doc, DateTime, Document};
 use mongodb::{Collection, Database};
 
@@ -52,7 +53,12 @@ impl Subscribers {
         not_yet: Document,
         set: Document,
     ) -> mongodb::error::Result<Change> {
-        let mut filter = doc! { "_id": user_id };
+        // The text form of the id, as tokens and SES tags carry it (`crate::user_id`).
+        let id = match UserId::parse(user_id) {
+            Ok(id) => crate::digest::ids::to_bson(&id),
+            Err(_) => return Ok(Change::NoSuchUser),
+        };
+        let mut filter = doc! { "_id": id.clone() };
         filter.extend(not_yet);
         let result = self.users.update_one(filter, doc! { "$set": set }).await?;
         if result.matched_count > 0 {
@@ -60,7 +66,7 @@ impl Subscribers {
         }
         let exists = self
             .users
-            .count_documents(doc! { "_id": user_id })
+            .count_documents(doc! { "_id": id })
             .limit(1)
             .await?
             > 0;

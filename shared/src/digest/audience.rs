@@ -4,79 +4,142 @@
 //!
 //! It is a merge join of two sorted index scans: the window's follows ordered by followeeId
 //! (index `followeeId_1_createdAt_1`, keys only) and the eligible users ordered by `_id`.
-//! Both resume after a checkpoint (the last user id enqueued), which is how GetUsers
-//! continues a large audience in a fresh invocation.
+//! Ids may be strings or ObjectIds, mixed in one collection; the join runs once per id type
+//! (strings, then ObjectIds, MongoDB's own order), each pass a range of the same indexes, so
+//! it never depends on how a server orders one type against another. Both scans resume
+//! after a checkpoint (the last user id enqueued), which is how GetUsers continues a large
+//! audience in a fresh invocation.
 
+use super::ids::{from_bson, type_name};
 use super::{follows_index_keys, window_filter, FOLLOWS, USERS};
 use crate::campaign::Window;
+use crate::user_id::UserId;
 use futures::TryStreamExt;
+use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Document};
 use mongodb::options::Hint;
 use mongodb::{Cursor, Database};
-use serde::Deserialize;
 
-#[derive(Deserialize)]
-struct FolloweeKey {
-    #[serde(rename = "followeeId")]
-    followee_id: String,
+/// The id types the audience can hold, in MongoDB's sort order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum IdType {
+    Text,
+    ObjectId,
 }
 
-#[derive(Deserialize)]
-struct UserKey {
-    #[serde(rename = "_id")]
-    id: String,
+impl IdType {
+    const ALL: [IdType; 2] = [IdType::Text, IdType::ObjectId];
+
+    fn of(id: &UserId) -> Self {
+        match id {
+            UserId::Text(_) => Self::Text,
+            UserId::ObjectId(_) => Self::ObjectId,
+        }
+    }
+
+    /// `{$gte: <smallest value of the type>}`: MongoDB compares within one type only, so this
+    /// is the whole type and nothing else, as one index range.
+    fn all_of_type(self) -> Document {
+        match self {
+            Self::Text => doc! { "$gte": "" },
+            Self::ObjectId => doc! { "$gte": ObjectId::from_bytes([0; 12]) },
+        }
+    }
+
+    fn range(self, after: Option<&UserId>) -> Document {
+        match after {
+            Some(after) if IdType::of(after) == self => doc! { "$gt": super::ids::to_bson(after) },
+            _ => self.all_of_type(),
+        }
+    }
+}
+
+/// A follow in the window whose followeeId names no user a campaign can reach.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OddFollow {
+    /// One line naming the collection, the document and the field.
+    pub reason: String,
 }
 
 pub struct Audience {
-    followees: Cursor<FolloweeKey>,
-    users: Cursor<UserKey>,
-    last_followee: Option<String>,
-    user_head: Option<String>,
+    db: Database,
+    window: Window,
+    after: Option<UserId>,
+    passes: std::vec::IntoIter<IdType>,
+    current: Option<Pass>,
+}
+
+struct Pass {
+    kind: IdType,
+    followees: Cursor<Document>,
+    users: Cursor<Document>,
+    last_followee: Option<UserId>,
+    user_head: Option<UserId>,
 }
 
 const CURSOR_BATCH: u32 = 1000;
 
 impl Audience {
-    /// The audience filter on follows, exposed so a test can `explain` it.
-    pub fn follows_filter(window: &Window, after: Option<&str>) -> Document {
-        let mut filter = doc! { "createdAt": window_filter(window) };
-        if let Some(after) = after {
-            filter.insert("followeeId", doc! { "$gt": after });
-        }
-        filter
+    /// The audience filter on follows for one id type, exposed so a test can `explain` it.
+    pub fn follows_filter(window: &Window, kind: IdType, after: Option<&UserId>) -> Document {
+        doc! { "followeeId": kind.range(after), "createdAt": window_filter(window) }
     }
 
     pub fn follows_hint() -> Hint {
         Hint::Keys(follows_index_keys())
     }
 
-    pub async fn open(
+    /// The audience after `after` (a checkpoint), or all of it.
+    pub fn open(db: &Database, window: &Window, after: Option<UserId>) -> Self {
+        // Resuming inside the ObjectId pass skips the string pass entirely.
+        let passes: Vec<IdType> = IdType::ALL
+            .into_iter()
+            .filter(|kind| match &after {
+                Some(after) => *kind >= IdType::of(after),
+                None => true,
+            })
+            .collect();
+        Self {
+            db: db.clone(),
+            window: *window,
+            after,
+            passes: passes.into_iter(),
+            current: None,
+        }
+    }
+
+    /// Not a method: a `&self` held across its awaits would make the future need
+    /// `Audience: Sync`, which the driver's cursors are not.
+    async fn open_pass(
         db: &Database,
         window: &Window,
-        after: Option<&str>,
-    ) -> mongodb::error::Result<Self> {
+        after: Option<&UserId>,
+        kind: IdType,
+    ) -> mongodb::error::Result<Pass> {
         let followees = db
-            .collection::<FolloweeKey>(FOLLOWS)
-            .find(Self::follows_filter(window, after))
+            .collection::<Document>(FOLLOWS)
+            .find(Self::follows_filter(window, kind, after))
             .sort(doc! { "followeeId": 1 })
             .projection(doc! { "_id": 0, "followeeId": 1 })
             .hint(Self::follows_hint())
             .batch_size(CURSOR_BATCH)
             .await?;
         // A suppression (permanent bounce, complaint) is never emailed again.
-        let mut users_filter = doc! { "subscribed": true, "suppression": { "$exists": false } };
-        if let Some(after) = after {
-            users_filter.insert("_id", doc! { "$gt": after });
-        }
+        let users_filter = doc! {
+            "_id": kind.range(after),
+            "subscribed": true,
+            "suppression": { "$exists": false },
+        };
         let users = db
-            .collection::<UserKey>(USERS)
+            .collection::<Document>(USERS)
             .find(users_filter)
             .sort(doc! { "_id": 1 })
             .projection(doc! { "_id": 1 })
             .hint(Hint::Keys(doc! { "_id": 1 }))
             .batch_size(CURSOR_BATCH)
             .await?;
-        Ok(Self {
+        Ok(Pass {
+            kind,
             followees,
             users,
             last_followee: None,
@@ -84,8 +147,58 @@ impl Audience {
         })
     }
 
-    /// The next user of the audience, in ascending id order.
-    pub async fn next(&mut self) -> mongodb::error::Result<Option<String>> {
+    /// The next user of the audience, in ascending id order (strings, then ObjectIds).
+    pub async fn next(&mut self) -> mongodb::error::Result<Option<UserId>> {
+        loop {
+            if self.current.is_none() {
+                let Some(kind) = self.passes.next() else {
+                    return Ok(None);
+                };
+                let pass =
+                    Self::open_pass(&self.db, &self.window, self.after.as_ref(), kind).await?;
+                self.current = Some(pass);
+            }
+            let pass = self.current.as_mut().expect("opened above");
+            match pass.next().await? {
+                Some(user) => return Ok(Some(user)),
+                None => self.current = None,
+            }
+        }
+    }
+
+    /// The window's follows whose followeeId is neither a string nor an ObjectId (a number,
+    /// null, missing...): no user can be found through them. Up to `limit` are described;
+    /// the count covers all of them.
+    pub async fn odd_follows(
+        db: &Database,
+        window: &Window,
+        limit: i64,
+    ) -> mongodb::error::Result<(u64, Vec<OddFollow>)> {
+        let filter = doc! {
+            "createdAt": window_filter(window),
+            "followeeId": { "$not": { "$type": ["string", "objectId"] } },
+        };
+        let follows = db.collection::<Document>(FOLLOWS);
+        let count = follows.count_documents(filter.clone()).await?;
+        if count == 0 {
+            return Ok((0, Vec::new()));
+        }
+        let described = follows
+            .find(filter)
+            .projection(doc! { "_id": 1, "followeeId": 1 })
+            .limit(limit)
+            .await?
+            .map_ok(|d| OddFollow {
+                reason: super::ids::bad_field(FOLLOWS, &d, "followeeId", "a string or an ObjectId"),
+            })
+            .try_collect()
+            .await?;
+        Ok((count, described))
+    }
+}
+
+impl Pass {
+    async fn next(&mut self) -> mongodb::error::Result<Option<UserId>> {
         loop {
             let Some(followee) = self.next_followee().await? else {
                 return Ok(None);
@@ -95,25 +208,50 @@ impl Audience {
                 match &self.user_head {
                     Some(user) if *user >= followee => break,
                     _ => match self.users.try_next().await? {
-                        Some(user) => self.user_head = Some(user.id),
+                        Some(user) => match self.id_of(&user, "_id", USERS) {
+                            Some(id) => self.user_head = Some(id),
+                            None => continue,
+                        },
                         None => return Ok(None),
                     },
                 }
             }
-            if self.user_head.as_deref() == Some(followee.as_str()) {
+            if self.user_head.as_ref() == Some(&followee) {
                 return Ok(Some(followee));
             }
         }
     }
 
     /// The next distinct followee (follows arrive sorted, so duplicates are adjacent).
-    async fn next_followee(&mut self) -> mongodb::error::Result<Option<String>> {
+    async fn next_followee(&mut self) -> mongodb::error::Result<Option<UserId>> {
         while let Some(key) = self.followees.try_next().await? {
-            if self.last_followee.as_deref() != Some(key.followee_id.as_str()) {
-                self.last_followee = Some(key.followee_id.clone());
-                return Ok(Some(key.followee_id));
+            let Some(id) = self.id_of(&key, "followeeId", FOLLOWS) else {
+                continue;
+            };
+            if self.last_followee.as_ref() != Some(&id) {
+                self.last_followee = Some(id.clone());
+                return Ok(Some(id));
             }
         }
         Ok(None)
+    }
+
+    /// The id in `field`, if it is of this pass's type. An index range of one type can still
+    /// return another value when the field is an array (each element is a key) or an empty
+    /// string: those are skipped, once each, with a warning.
+    fn id_of(&self, doc: &Document, field: &str, collection: &str) -> Option<UserId> {
+        let value = doc.get(field);
+        match value.and_then(from_bson) {
+            Some(id) if IdType::of(&id) == self.kind => Some(id),
+            _ => {
+                tracing::warn!(
+                    collection,
+                    field,
+                    found = type_name(value),
+                    "skipped a value that is not a usable user id"
+                );
+                None
+            }
+        }
     }
 }

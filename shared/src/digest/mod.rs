@@ -2,15 +2,16 @@
 //! looks (rendering). This is the one module a team replaces to send its own weekly email;
 //! the stages around it only need `Audience`, `enrich` and `Renderer`.
 //!
-//! Data model (MongoDB): `users {_id: string, email, name, subscribed: bool, locale?,
-//! suppression?}` and
-//! `follows {followerId, followeeId, createdAt: date}`.
+//! Data model (MongoDB): `users {_id, email, name, subscribed: bool, locale?, suppression?}`
+//! and `follows {followerId, followeeId, createdAt: date}`, where every id is a string or an
+//! ObjectId (`crate::user_id` says how they travel outside MongoDB).
 
 mod audience;
 mod enrich;
+pub mod ids;
 mod render;
 
-pub use audience::Audience;
+pub use audience::{Audience, IdType, OddFollow};
 pub use enrich::{enrich, Digest, Enrichment, SkipReason};
 pub use render::{RenderError, Rendered, Renderer, LOCALES};
 

@@ -75,9 +75,10 @@ impl CreateEmails {
         &self,
         message: UserMessage,
     ) -> Result<Result<EmailJob, SkipReason>, String> {
+        let user_id = crate::user_id::UserId::parse(&message.user_id)?;
         let enrichment = digest::enrich(
             &self.db,
-            &message.user_id,
+            &user_id,
             &message.window,
             self.config.recent_followers_shown,
         )

@@ -11,6 +11,7 @@ use crate::campaign::{Campaign, CampaignError, CampaignId, Window};
 use crate::config::GetUsersConfig;
 use crate::digest::{self, Audience};
 use crate::messages::{parse_body, UserMessage};
+use crate::user_id::UserId;
 use futures::stream::{FuturesUnordered, StreamExt};
 use mongodb::Database;
 use serde::{Deserialize, Serialize};
@@ -77,6 +78,9 @@ pub struct Summary {
     pub campaign_id: String,
     pub segment: u32,
     pub users_enqueued: usize,
+    /// Follows in the window whose followeeId is neither a string nor an ObjectId: no user
+    /// is found through them (each logged, up to 20, with its document id). First segment only.
+    pub follows_skipped: u64,
     pub entries_retried: usize,
     pub duration_ms: u128,
     /// False when this invocation stopped early and left a checkpoint to continue from.
@@ -199,7 +203,17 @@ impl GetUsers {
     pub async fn run(&self, run: Run, invocation: &Invocation) -> Result<Summary, GetUsersError> {
         let started = Instant::now();
         let campaign = &run.campaign;
-        let mut audience = Audience::open(&self.db, &campaign.window, run.after.as_deref()).await?;
+        let after = match run.after.as_deref().map(UserId::parse).transpose() {
+            Ok(after) => after,
+            Err(reason) => return Err(GetUsersError::BadRequest(format!("checkpoint: {reason}"))),
+        };
+        // Follows no user can be found through are reported once per run, by its first segment.
+        let follows_skipped = if run.segment == 0 {
+            self.report_odd_follows(&campaign.window).await?
+        } else {
+            0
+        };
+        let mut audience = Audience::open(&self.db, &campaign.window, after);
         let send = |bodies: Vec<String>| async move { self.users.send_batch(&bodies).await };
         let mut in_flight = FuturesUnordered::new();
         let mut chunk: Vec<String> = Vec::with_capacity(MAX_BATCH_ENTRIES);
@@ -217,6 +231,7 @@ impl GetUsers {
             let Some(user_id) = audience.next().await? else {
                 break;
             };
+            let user_id = user_id.to_string();
             let message = UserMessage {
                 campaign_id: campaign.id.clone(),
                 user_id: user_id.clone(),
@@ -255,6 +270,7 @@ impl GetUsers {
             campaign_id: campaign.id.to_string(),
             segment: run.segment,
             users_enqueued: report.sent,
+            follows_skipped,
             entries_retried: report.retried,
             duration_ms: started.elapsed().as_millis(),
             complete,
@@ -264,12 +280,30 @@ impl GetUsers {
             campaign = %summary.campaign_id,
             segment = summary.segment,
             users_enqueued = summary.users_enqueued,
+            follows_skipped = summary.follows_skipped,
             entries_retried = summary.entries_retried,
             duration_ms = summary.duration_ms as u64,
             complete = summary.complete,
             "{FINISHED_LOG_MESSAGE}"
         );
         Ok(summary)
+    }
+}
+
+impl GetUsers {
+    /// Logs the window's follows whose followeeId no user can have, and counts them.
+    async fn report_odd_follows(&self, window: &Window) -> Result<u64, GetUsersError> {
+        let (count, described) = Audience::odd_follows(&self.db, window, 20).await?;
+        for odd in &described {
+            tracing::warn!(detail = %odd.reason, "follow skipped: no user can be found through it");
+        }
+        if count > described.len() as u64 {
+            tracing::warn!(
+                count,
+                "follows skipped in all: their followeeId is neither a string nor an ObjectId"
+            );
+        }
+        Ok(count)
     }
 }
 

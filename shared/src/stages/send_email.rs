@@ -1,9 +1,11 @@
 //! SendEmail: exactly once per (user, campaign) through SES v2, guarded by the sends ledger
-//! (DESIGN.md section 2): claim with one conditional write, send, mark SENT under the claim.
+//! (README, "Exactly once"): claim with one conditional write, send, mark SENT under the
+//! claim.
 
 use super::{batch_response, Invocation};
 use crate::adapters::dynamo::{DynamoLedger, LedgerError};
 use crate::adapters::sqs::SqsQueue;
+use crate::address;
 use crate::config::SendEmailConfig;
 use crate::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
 use crate::messages::{parse_body, EmailJob};
@@ -96,6 +98,15 @@ pub struct SendEmail<M> {
     config: SendEmailConfig,
 }
 
+/// How often SQS has delivered this record (1 on the first receive).
+fn receive_count(record: &SqsMessage) -> usize {
+    record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1)
+}
+
 impl<M: Mailer> SendEmail<M> {
     pub fn new(
         ledger: DynamoLedger,
@@ -176,13 +187,10 @@ impl<M: Mailer> SendEmail<M> {
 
     /// Backoff for a throttled record: by how often SQS has delivered it.
     fn backoff(&self, record: &SqsMessage) -> Duration {
-        let receives: usize = record
-            .attributes
-            .get("ApproximateReceiveCount")
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(1);
         let delays = &self.config.retry_delays;
-        delays[receives.saturating_sub(1).min(delays.len() - 1)]
+        delays[receive_count(record)
+            .saturating_sub(1)
+            .min(delays.len() - 1)]
     }
 
     async fn delay(&self, record: &SqsMessage, delay: Duration) {
@@ -244,8 +252,14 @@ impl<M: Mailer> SendEmail<M> {
                 self.config.visibility_timeout,
             )),
         };
-        match self.ledger.claim(&claim, job.include_failed).await {
-            Ok(ClaimOutcome::Claimed { attempt }) => tracing::debug!(attempt, "claimed"),
+        let send_errors = match self.ledger.claim(&claim, job.include_failed).await {
+            Ok(ClaimOutcome::Claimed {
+                attempt,
+                send_errors,
+            }) => {
+                tracing::debug!(attempt, "claimed");
+                send_errors
+            }
             Ok(ClaimOutcome::Refused(Refusal::AlreadySent)) => {
                 if let Err(err) = self
                     .ledger
@@ -269,20 +283,29 @@ impl<M: Mailer> SendEmail<M> {
                 tracing::warn!(reason = %err, "claim failed; will retry");
                 return Err(Retry::error(None));
             }
-        }
+        };
+        let last_receive = receive_count(record) >= self.config.max_receive_count as usize;
+
+        // Exactly one mailbox, encoded as SES takes it; anything else never reaches SES.
+        let recipient = match address::parse(&job.to) {
+            Ok(recipient) => recipient,
+            Err(err) => return self.fail(&claim, &err.to_string()).await,
+        };
 
         self.pacer.acquire().await;
         if stop.load(Ordering::SeqCst) {
-            self.release(&claim, "sending stopped").await;
+            self.give_back(&claim, "sending stopped", false, last_receive)
+                .await;
             return Err(stopped());
         }
         if invocation.remaining() < MIN_TIME_TO_SEND {
-            self.release(&claim, "deadline too near to send").await;
+            self.give_back(&claim, "deadline too near to send", false, last_receive)
+                .await;
             return Err(Retry::error(Some(Duration::ZERO)));
         }
 
         let email = OutgoingEmail {
-            to: job.to,
+            to: recipient.as_str().to_owned(),
             subject: job.subject,
             html: job.html,
             text: job.text,
@@ -292,23 +315,9 @@ impl<M: Mailer> SendEmail<M> {
         };
         match self.mailer.send(&email).await {
             Ok(ses_message_id) => Ok(self.mark_sent(&claim, &ses_message_id, invocation).await),
-            Err(SendError::Permanent(reason)) => {
-                tracing::warn!(%reason, "rejected permanently; recorded FAILED");
-                match self
-                    .retry_mark(|| self.ledger.mark_failed(&claim, &reason))
-                    .await
-                {
-                    Ok(Ok(())) => Ok(Done::Failed),
-                    Ok(Err(lost)) => {
-                        tracing::warn!(?lost.status, "claim lost before FAILED could be recorded");
-                        Ok(Done::Failed)
-                    }
-                    // The claim stays IN_PROGRESS; the record retries after the lease.
-                    Err(_) => Err(Retry::error(None)),
-                }
-            }
+            Err(SendError::Permanent(reason)) => self.fail(&claim, &reason).await,
             Err(SendError::Throttled(reason)) => {
-                self.release(&claim, &reason).await;
+                self.give_back(&claim, &reason, false, last_receive).await;
                 Err(Retry {
                     why: Again::Throttled,
                     delay: Some(self.backoff(record)),
@@ -317,18 +326,29 @@ impl<M: Mailer> SendEmail<M> {
             Err(SendError::Stopped(reason)) => {
                 stop.store(true, Ordering::SeqCst);
                 tracing::error!(%reason, "SES refuses to send for this account: stopping the batch and returning every unsent record; resolve it in the SES console");
-                self.release(&claim, &reason).await;
+                self.give_back(&claim, &reason, false, last_receive).await;
                 Err(stopped())
             }
             Err(SendError::NotAccepted(reason)) => {
-                tracing::warn!(%reason, "SES did not accept the email; will retry");
-                self.release(&claim, &reason).await;
+                // An error that repeats on every attempt is as good as permanent: after a few,
+                // FAILED with the reason, rather than retries until the DLQ.
+                let errors = send_errors + 1;
+                if errors >= u64::from(self.config.max_send_errors) {
+                    let reason = format!("{reason} (refused on {errors} attempts)");
+                    return self.fail(&claim, &reason).await;
+                }
+                tracing::warn!(%reason, errors, "SES did not accept the email; will retry");
+                self.give_back(&claim, &reason, true, last_receive).await;
                 Err(Retry::error(Some(self.backoff(record))))
             }
             Err(SendError::Unknown(reason)) => {
                 // SES may have accepted it: keep the claim, so no retry sends before the lease
-                // ends (and the SES SEND event can reconcile the record meanwhile).
+                // ends (and the SES SEND event can reconcile the record meanwhile). On the
+                // last receive the message goes to the DLQ: the record says so.
                 tracing::warn!(%reason, "SES outcome unknown; keeping the claim until its lease ends");
+                if last_receive {
+                    self.dead_letter(&claim, &reason).await;
+                }
                 let wait = claim
                     .lease_until_ms
                     .saturating_sub(epoch_ms(SystemTime::now()))
@@ -376,11 +396,46 @@ impl<M: Mailer> SendEmail<M> {
         }
     }
 
-    async fn release(&self, claim: &Claim, reason: &str) {
-        match self.retry_mark(|| self.ledger.release(claim, reason)).await {
+    /// Records FAILED with the reason (a permanent error) and acknowledges the record.
+    async fn fail(&self, claim: &Claim, reason: &str) -> Result<Done, Retry> {
+        tracing::warn!(%reason, "rejected permanently; recorded FAILED");
+        match self
+            .retry_mark(|| self.ledger.mark_failed(claim, reason))
+            .await
+        {
+            Ok(Ok(())) => Ok(Done::Failed),
+            Ok(Err(lost)) => {
+                tracing::warn!(?lost.status, "claim lost before FAILED could be recorded");
+                Ok(Done::Failed)
+            }
+            // The claim stays IN_PROGRESS; the record retries after the lease.
+            Err(_) => Err(Retry::error(None)),
+        }
+    }
+
+    /// Hands the claim back for a retry: released, or, on the message's last receive,
+    /// DEAD_LETTERED, since the message goes to the DLQ now.
+    async fn give_back(&self, claim: &Claim, reason: &str, send_error: bool, last_receive: bool) {
+        if last_receive {
+            return self.dead_letter(claim, reason).await;
+        }
+        match self
+            .retry_mark(|| self.ledger.release(claim, reason, send_error))
+            .await
+        {
             Ok(_) => {}
             // The lease still ends on its own; the retry only waits longer.
             Err(err) => tracing::warn!(reason = %err, "could not release the claim"),
+        }
+    }
+
+    async fn dead_letter(&self, claim: &Claim, reason: &str) {
+        tracing::error!(%reason, "last receive of this email's message: it goes to the emails DLQ; recorded DEAD_LETTERED");
+        if let Err(err) = self
+            .retry_mark(|| self.ledger.mark_dead_lettered(claim, reason))
+            .await
+        {
+            tracing::warn!(reason = %err, "could not record DEAD_LETTERED");
         }
     }
 
