@@ -130,7 +130,11 @@ fn run_status_and_resend_on_a_local_stack() {
         "resend",
     );
     assert_eq!(resend["sent"], 0);
-    assert_eq!(resend["suppressedDuplicates"], run["sent"]);
+    // Every SENT user refused once, and once more for any message SQS delivered twice.
+    assert!(
+        resend["suppressedDuplicates"].as_u64() >= run["sent"].as_u64(),
+        "{resend} {run}"
+    );
     let status = ended(
         mailctl(
             &[

@@ -396,3 +396,46 @@ async fn an_unverified_sender_fails_permanently_without_retry_loops() {
         .contains("MessageRejected"));
     assert!(env.sent().await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn get_users_resumes_after_a_string_or_an_object_id_checkpoint() {
+    let env = test_env("mixed-ids", |_| {}).await.unwrap();
+    let window = campaign().window;
+    let at = mongodb::bson::DateTime::from_millis(
+        (window.since.unix_timestamp_nanos() / 1_000_000) as i64 + 1000,
+    );
+    let oid = |n: u8| mongodb::bson::oid::ObjectId::from_bytes([n; 12]);
+    let ids: [mongodb::bson::Bson; 4] = ["a".into(), "b".into(), oid(1).into(), oid(2).into()];
+    let users: Vec<Document> = ids
+        .iter()
+        .map(|id| doc! { "_id": id.clone(), "subscribed": true, "email": "x@example.com" })
+        .collect();
+    let follows: Vec<Document> = ids
+        .iter()
+        .map(|id| doc! { "followerId": "f", "followeeId": id.clone(), "createdAt": at })
+        .collect();
+    env.db.collection("users").insert_many(users).await.unwrap();
+    env.db
+        .collection("follows")
+        .insert_many(follows)
+        .await
+        .unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let first = format!("oid:{}", "01".repeat(12));
+    for (after, expected) in [
+        (None, 4),
+        (Some("a"), 3),
+        (Some("b"), 2),
+        (Some(first.as_str()), 1),
+    ] {
+        let run = Run {
+            campaign: campaign(),
+            include_failed: false,
+            after: after.map(str::to_owned),
+            segment: 1,
+        };
+        let invocation = Invocation::with_timeout("mixed", Duration::from_secs(60));
+        let summary = pipeline.get_users.run(run, &invocation).await.unwrap();
+        assert_eq!(summary.users_enqueued, expected, "after {after:?}");
+    }
+}
