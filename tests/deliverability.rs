@@ -11,6 +11,7 @@ use mailflow::adapters::dynamo::DynamoLedger;
 use mailflow::adapters::ses::SesMailer;
 use mailflow::campaign::Campaign;
 use mailflow::ledger::{epoch_ms, Claim, Engagement, SendStatus};
+use mailflow::ports::SendLedger;
 use mailflow_tests::{ses, test_env, TestEnv};
 use mongodb::bson::{doc, Document};
 use serde_json::{json, Value};

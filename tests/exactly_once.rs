@@ -10,7 +10,7 @@ use mailctl::runner::{self, ConsumerStats};
 use mailflow::adapters::dynamo::DynamoLedger;
 use mailflow::adapters::ses::SesMailer;
 use mailflow::ledger::{epoch_ms, Claim, SendStatus};
-use mailflow::ports::{Mailer, OutgoingEmail, SendError};
+use mailflow::ports::{Mailer, OutgoingEmail, SendError, SendLedger};
 use mailflow::stages::Invocation;
 use mailflow_tests::{ses, test_env, TestEnv};
 use std::collections::BTreeMap;

@@ -87,6 +87,16 @@ pub struct LostClaim {
     pub ses_message_id: Option<String>,
 }
 
+/// A ledger write that failed (not one its condition refused): the store did not answer, or
+/// answered with an error.
+#[derive(Debug, thiserror::Error)]
+#[error("sends table {table}: {operation} failed: {detail}")]
+pub struct LedgerError {
+    pub table: String,
+    pub operation: &'static str,
+    pub detail: String,
+}
+
 /// The lease rule: the attempt is surely over at its deadline plus a clock-skew margin, and
 /// SQS cannot redeliver before startedAt + visibility timeout, so never later than that.
 pub fn lease_until(

@@ -6,6 +6,7 @@
 
 pub mod adapters;
 pub mod address;
+pub mod assemble;
 pub mod campaign;
 pub mod config;
 pub mod digest;

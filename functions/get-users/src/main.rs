@@ -2,7 +2,7 @@
 
 use lambda_runtime::{run, service_fn, Error, LambdaEvent};
 use mailflow::config::{GetUsersConfig, ProcessEnv};
-use mailflow::stages::{get_users::GetUsers, Invocation};
+use mailflow::stages::Invocation;
 use serde_json::Value;
 
 // One thread: an execution environment serves one event at a time, and waking a second
@@ -12,9 +12,7 @@ async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
     let config = GetUsersConfig::from_source(&ProcessEnv)?;
     let sdk = mailflow::adapters::aws_config().await;
-    let db = mailflow::adapters::mongo::connect(&config.mongo, &sdk, "get-users").await?;
-    let stage = GetUsers::new(db, mailflow::adapters::sqs_client(&sdk), config);
-    stage.prepare().await?;
+    let stage = mailflow::assemble::get_users(config, &sdk).await?;
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let invocation = Invocation::from_context(&event.context);

@@ -2,9 +2,9 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{run, service_fn, Error, LambdaEvent};
-use mailflow::adapters::{dynamo::DynamoLedger, ses::SesMailer};
+use mailflow::assemble;
 use mailflow::config::{ProcessEnv, SendEmailConfig};
-use mailflow::stages::{send_email::SendEmail, Invocation};
+use mailflow::stages::Invocation;
 
 // One thread: an execution environment serves one event at a time, and waking a second
 // worker thread for every response costs more CPU than the concurrency it would add.
@@ -13,13 +13,8 @@ async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
     let config = SendEmailConfig::from_source(&ProcessEnv)?;
     let sdk = mailflow::adapters::aws_config().await;
-    let ledger = DynamoLedger::new(
-        mailflow::adapters::dynamodb_client(&sdk),
-        &config.sends_table_name,
-        config.retention_days,
-    );
-    let mailer = SesMailer::from_config(&sdk, &config);
-    let stage = SendEmail::new(ledger, mailer, mailflow::adapters::sqs_client(&sdk), config);
+    let mailer = assemble::ses_mailer(&config, &sdk);
+    let stage = assemble::send_email(config, &sdk, mailer);
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let invocation = Invocation::from_context(&event.context);

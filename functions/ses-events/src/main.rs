@@ -2,9 +2,7 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{run, service_fn, Error, LambdaEvent};
-use mailflow::adapters::{dynamo::SendRecords, subscribers::Subscribers};
 use mailflow::config::{ProcessEnv, SesEventsConfig};
-use mailflow::stages::ses_events::SesEvents;
 
 // One thread: an execution environment serves one event at a time.
 #[tokio::main(flavor = "current_thread")]
@@ -12,12 +10,7 @@ async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
     let config = SesEventsConfig::from_source(&ProcessEnv)?;
     let sdk = mailflow::adapters::aws_config().await;
-    let db = mailflow::adapters::mongo::connect(&config.mongo, &sdk, "ses-events").await?;
-    let records = SendRecords::new(
-        mailflow::adapters::dynamodb_client(&sdk),
-        &config.sends_table_name,
-    );
-    let stage = SesEvents::new(records, Subscribers::new(&db), config);
+    let stage = mailflow::assemble::ses_events(config, &sdk).await?;
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let (response, _) = stage.handle(event.payload).await;

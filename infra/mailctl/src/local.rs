@@ -6,16 +6,14 @@ use crate::provision::Stack;
 use crate::runner::{self, Consumer, ConsumerStats};
 use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::SqsBatchResponse;
-use mailflow::adapters::dynamo::SendRecords;
-use mailflow::adapters::subscribers::Subscribers;
+use mailflow::assemble::{self, LambdaSendEmail};
 use mailflow::config::{
     CreateEmailsConfig, GetUsersConfig, SendEmailConfig, SesEventsConfig, UnsubscribeFunctionConfig,
 };
-use mailflow::digest::Renderer;
 use mailflow::ports::Mailer;
 use mailflow::stages::create_emails::{self, CreateEmails};
 use mailflow::stages::get_users::GetUsers;
-use mailflow::stages::send_email::{self, SendEmail};
+use mailflow::stages::send_email;
 use mailflow::stages::ses_events::{self, SesEvents};
 use mailflow::stages::unsubscribe::Unsubscribe;
 use mailflow::stages::Invocation;
@@ -89,7 +87,7 @@ pub struct LocalPipeline<M> {
     pub get_users: Arc<GetUsers>,
     pub create_emails: Arc<CreateEmails>,
     /// One SendEmail per execution environment (MaximumConcurrency of its event source).
-    pub send_email: Vec<Arc<SendEmail<M>>>,
+    pub send_email: Vec<Arc<LambdaSendEmail<M>>>,
     pub send_config: SendEmailConfig,
     pub ses_events: Arc<SesEvents>,
     pub totals: Arc<Mutex<Totals>>,
@@ -116,55 +114,31 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         options: PipelineOptions,
         mailer: impl FnOnce(&aws_config::SdkConfig, &SendEmailConfig) -> M,
     ) -> Result<Self> {
-        let sqs = mailflow::adapters::sqs_client(&stack.sdk);
-
+        let sdk = &stack.sdk;
         let env = env_for(&stack, &options, GET_USERS)?;
         let config = GetUsersConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let db = mailflow::adapters::mongo::connect(&config.mongo, &stack.sdk, "get-users").await?;
-        let get_users = GetUsers::new(db, sqs.clone(), config);
-        get_users
-            .prepare()
-            .await
-            .context("creating MongoDB indexes")?;
+        let get_users = assemble::get_users(config, sdk).await?;
 
         let env = env_for(&stack, &options, CREATE_EMAILS)?;
         let config = CreateEmailsConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let db =
-            mailflow::adapters::mongo::connect(&config.mongo, &stack.sdk, "create-emails").await?;
-        let signer =
-            mailflow::adapters::secrets::unsubscribe_signer(&config.unsubscribe, &stack.sdk)
-                .await?;
-        let renderer = Renderer::new(&config.default_locale)?;
-        let create_emails = CreateEmails::new(db, sqs.clone(), renderer, signer, config);
+        let create_emails = assemble::create_emails(config, sdk, "create-emails", true).await?;
 
         let env = env_for(&stack, &options, SEND_EMAIL)?;
         let send_config = SendEmailConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let ledger = mailflow::adapters::dynamo::DynamoLedger::new(
-            mailflow::adapters::dynamodb_client(&stack.sdk),
-            &send_config.sends_table_name,
-            send_config.retention_days,
-        );
-        let mailer = mailer(&stack.sdk, &send_config);
+        let mailer = mailer(sdk, &send_config);
         let send_email = (0..send_config.max_concurrency)
             .map(|_| {
-                Arc::new(SendEmail::new(
-                    ledger.clone(),
-                    mailer.clone(),
-                    sqs.clone(),
+                Arc::new(assemble::send_email(
                     send_config.clone(),
+                    sdk,
+                    mailer.clone(),
                 ))
             })
             .collect();
 
         let env = env_for(&stack, &options, SES_EVENTS)?;
         let config = SesEventsConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let db =
-            mailflow::adapters::mongo::connect(&config.mongo, &stack.sdk, "ses-events").await?;
-        let records = SendRecords::new(
-            mailflow::adapters::dynamodb_client(&stack.sdk),
-            &config.sends_table_name,
-        );
-        let ses_events = SesEvents::new(records, Subscribers::new(&db), config);
+        let ses_events = assemble::ses_events(config, sdk).await?;
 
         Ok(Self {
             stack,
@@ -282,14 +256,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
 pub async fn unsubscribe(stack: &Stack) -> Result<Unsubscribe> {
     let env = stack.env(UNSUBSCRIBE)?;
     let config = UnsubscribeFunctionConfig::from_source(&|k: &str| env.get(k).cloned())?;
-    let signer =
-        mailflow::adapters::secrets::unsubscribe_signer(&config.unsubscribe, &stack.sdk).await?;
-    let db = mailflow::adapters::mongo::connect(&config.mongo, &stack.sdk, "unsubscribe").await?;
-    let records = SendRecords::new(
-        mailflow::adapters::dynamodb_client(&stack.sdk),
-        &config.sends_table_name,
-    );
-    Ok(Unsubscribe::new(signer, Subscribers::new(&db), records))
+    Ok(assemble::unsubscribe(config, &stack.sdk).await?)
 }
 
 /// Serves the Unsubscribe function on a local Function URL (`port` 0: any free port).

@@ -16,11 +16,7 @@ pub async fn create_emails(
     env: &BTreeMap<String, String>,
 ) -> Result<CreateEmails> {
     let config = CreateEmailsConfig::from_source(&|k: &str| env.get(k).cloned())?;
-    let renderer = mailflow::digest::Renderer::new(&config.default_locale)?;
-    let signer = mailflow::adapters::secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?;
-    let db = mailflow::adapters::mongo::connect(&config.mongo, sdk, "mailctl").await?;
-    let sqs = mailflow::adapters::sqs_client(sdk);
-    Ok(CreateEmails::new(db, sqs, renderer, signer, config))
+    Ok(mailflow::assemble::create_emails(config, sdk, "mailctl", false).await?)
 }
 
 /// The environment of a local stack's CreateEmails, as template.yaml sets it.

@@ -4,6 +4,7 @@
 use crate::ledger::{
     campaign_shard, epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Refusal, SendStatus,
 };
+use crate::ports::{Marked, SendLedger};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
@@ -11,13 +12,7 @@ use aws_sdk_dynamodb::Client;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-#[derive(Debug, thiserror::Error)]
-#[error("sends table {table}: {operation} failed: {detail}")]
-pub struct LedgerError {
-    table: String,
-    operation: &'static str,
-    detail: String,
-}
+pub use crate::ledger::LedgerError;
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -133,12 +128,12 @@ impl SendRecords {
     }
 }
 
-impl DynamoLedger {
+impl SendLedger for DynamoLedger {
     /// Claims (userId, campaignId) for one attempt with ONE conditional write: it succeeds on
     /// no record, an IN_PROGRESS record whose lease has ended, a DEAD_LETTERED one (its
     /// message came back by a redrive or a resend), and on FAILED when the operator asked to
     /// include failed sends; never on SENT.
-    pub async fn claim(
+    async fn claim(
         &self,
         claim: &Claim,
         include_failed: bool,
@@ -210,13 +205,84 @@ impl DynamoLedger {
         })
     }
 
+    /// SENT with the SES message id, only while this attempt still holds the claim.
+    async fn mark_sent(&self, claim: &Claim, ses_message_id: &str) -> Marked {
+        let values = HashMap::from([
+            (":sent".into(), s(SendStatus::Sent.as_str())),
+            (":id".into(), s(ses_message_id)),
+        ]);
+        let update =
+            "SET #status = :sent, sesMessageId = :id, completedAt = :now, updatedAt = :now \
+                      REMOVE leaseUntil";
+        self.finish("mark sent", claim, update, values).await
+    }
+
+    /// FAILED with the reason (a permanent error), only while this attempt holds the claim.
+    async fn mark_failed(&self, claim: &Claim, reason: &str) -> Marked {
+        let values = HashMap::from([
+            (":failed".into(), s(SendStatus::Failed.as_str())),
+            (":reason".into(), s(reason)),
+        ]);
+        let update = "SET #status = :failed, lastError = :reason, completedAt = :now, \
+                      updatedAt = :now REMOVE leaseUntil";
+        self.finish("mark failed", claim, update, values).await
+    }
+
+    /// Ends the lease now (the email was not accepted), so a retry need not wait it out.
+    /// `send_error`: the service answered with an error (not throttling), counted in
+    /// `sendErrors` so that one that repeats ends FAILED.
+    async fn release(&self, claim: &Claim, reason: &str, send_error: bool) -> Marked {
+        let mut values = HashMap::from([(":reason".into(), s(reason)), (":zero".into(), n(0))]);
+        let mut update =
+            String::from("SET leaseUntil = :zero, lastError = :reason, updatedAt = :now");
+        if send_error {
+            values.insert(":one".into(), n(1));
+            update.push_str(" ADD sendErrors :one");
+        }
+        self.finish("release", claim, &update, values).await
+    }
+
+    /// DEAD_LETTERED with the reason: this was the message's last receive, so it goes to the
+    /// DLQ now; the record says so instead of staying IN_PROGRESS.
+    async fn mark_dead_lettered(&self, claim: &Claim, reason: &str) -> Marked {
+        let values = HashMap::from([
+            (":dead".into(), s(SendStatus::DeadLettered.as_str())),
+            (":reason".into(), s(reason)),
+        ]);
+        let update = "SET #status = :dead, lastError = :reason, updatedAt = :now REMOVE leaseUntil";
+        self.finish("mark dead-lettered", claim, update, values)
+            .await
+    }
+
+    /// Counts a suppressed duplicate on a SENT record, so operators see how often the
+    /// ledger saved a user from a second email. Only on SENT: it never creates a record.
+    async fn note_duplicate(&self, user_id: &str, campaign_id: &str) -> Result<(), LedgerError> {
+        let values = HashMap::from([
+            (":sent".into(), s(SendStatus::Sent.as_str())),
+            (":one".into(), n(1)),
+        ]);
+        self.records
+            .update(
+                "note duplicate",
+                user_id,
+                campaign_id,
+                "ADD duplicatesSuppressed :one",
+                "#status = :sent",
+                values,
+            )
+            .await
+            .map(|_| ())
+    }
+}
+
+impl DynamoLedger {
     async fn finish(
         &self,
         operation: &'static str,
         claim: &Claim,
         update: &str,
         mut values: Item,
-    ) -> Result<Result<(), LostClaim>, LedgerError> {
+    ) -> Marked {
         values.insert(":in_progress".into(), s(SendStatus::InProgress.as_str()));
         values.insert(":token".into(), s(&claim.token));
         values.insert(":now".into(), n(epoch_ms(SystemTime::now())));
@@ -240,98 +306,6 @@ impl DynamoLedger {
                 ses_message_id: get_s(&old, "sesMessageId"),
             }),
         })
-    }
-
-    /// SENT with the SES message id, only while this attempt still holds the claim.
-    pub async fn mark_sent(
-        &self,
-        claim: &Claim,
-        ses_message_id: &str,
-    ) -> Result<Result<(), LostClaim>, LedgerError> {
-        let values = HashMap::from([
-            (":sent".into(), s(SendStatus::Sent.as_str())),
-            (":id".into(), s(ses_message_id)),
-        ]);
-        let update =
-            "SET #status = :sent, sesMessageId = :id, completedAt = :now, updatedAt = :now \
-                      REMOVE leaseUntil";
-        self.finish("mark sent", claim, update, values).await
-    }
-
-    /// FAILED with the reason (a permanent error), only while this attempt holds the claim.
-    pub async fn mark_failed(
-        &self,
-        claim: &Claim,
-        reason: &str,
-    ) -> Result<Result<(), LostClaim>, LedgerError> {
-        let values = HashMap::from([
-            (":failed".into(), s(SendStatus::Failed.as_str())),
-            (":reason".into(), s(reason)),
-        ]);
-        let update = "SET #status = :failed, lastError = :reason, completedAt = :now, \
-                      updatedAt = :now REMOVE leaseUntil";
-        self.finish("mark failed", claim, update, values).await
-    }
-
-    /// Ends the lease now (the email was not accepted), so a retry need not wait it out.
-    /// `send_error`: the service answered with an error (not throttling), counted in
-    /// `sendErrors` so that one that repeats ends FAILED.
-    pub async fn release(
-        &self,
-        claim: &Claim,
-        reason: &str,
-        send_error: bool,
-    ) -> Result<Result<(), LostClaim>, LedgerError> {
-        let mut values = HashMap::from([(":reason".into(), s(reason)), (":zero".into(), n(0))]);
-        let mut update =
-            String::from("SET leaseUntil = :zero, lastError = :reason, updatedAt = :now");
-        if send_error {
-            values.insert(":one".into(), n(1));
-            update.push_str(" ADD sendErrors :one");
-        }
-        self.finish("release", claim, &update, values).await
-    }
-
-    /// DEAD_LETTERED with the reason: this was the message's last receive, so it goes to the
-    /// DLQ now; the record says so instead of staying IN_PROGRESS.
-    pub async fn mark_dead_lettered(
-        &self,
-        claim: &Claim,
-        reason: &str,
-    ) -> Result<Result<(), LostClaim>, LedgerError> {
-        let values = HashMap::from([
-            (":dead".into(), s(SendStatus::DeadLettered.as_str())),
-            (":reason".into(), s(reason)),
-        ]);
-        let update = "SET #status = :dead, lastError = :reason, updatedAt = :now REMOVE leaseUntil";
-        self.finish("mark dead-lettered", claim, update, values)
-            .await
-    }
-}
-
-impl DynamoLedger {
-    /// Counts a suppressed duplicate on a SENT record, so operators see how often the
-    /// ledger saved a user from a second email. Only on SENT: it never creates a record.
-    pub async fn note_duplicate(
-        &self,
-        user_id: &str,
-        campaign_id: &str,
-    ) -> Result<(), LedgerError> {
-        let values = HashMap::from([
-            (":sent".into(), s(SendStatus::Sent.as_str())),
-            (":one".into(), n(1)),
-        ]);
-        self.records
-            .update(
-                "note duplicate",
-                user_id,
-                campaign_id,
-                "ADD duplicatesSuppressed :one",
-                "#status = :sent",
-                values,
-            )
-            .await
-            .map(|_| ())
     }
 }
 

@@ -10,30 +10,7 @@ pub const MAX_BATCH_ENTRIES: usize = 10;
 pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 const SEND_ATTEMPTS: u32 = 5;
 
-#[derive(Debug, thiserror::Error)]
-pub enum QueueError {
-    #[error("queue {queue}: {operation} failed: {detail}")]
-    Call {
-        queue: String,
-        operation: &'static str,
-        detail: String,
-    },
-    #[error("queue {queue}: {count} entries still failed after {SEND_ATTEMPTS} attempts (first: {first})")]
-    EntriesFailed {
-        queue: String,
-        count: usize,
-        first: String,
-        /// Indexes (into the bodies given) of the entries that were not sent.
-        unsent: Vec<usize>,
-    },
-}
-
-/// What a batched send did: how many entries had to be sent again.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SendReport {
-    pub sent: usize,
-    pub retried: usize,
-}
+pub use crate::ports::{QueueError, SendReport};
 
 #[derive(Clone)]
 pub struct SqsQueue {
@@ -150,6 +127,7 @@ impl SqsQueue {
             if sender_fault {
                 return Err(QueueError::EntriesFailed {
                     queue: self.url.clone(),
+                    attempts: attempt + 1,
                     count: still.len(),
                     first: last_failure,
                     unsent: still,
@@ -162,6 +140,7 @@ impl SqsQueue {
         } else {
             Err(QueueError::EntriesFailed {
                 queue: self.url.clone(),
+                attempts: SEND_ATTEMPTS,
                 count: pending.len(),
                 first: last_failure,
                 unsent: pending,
@@ -179,9 +158,11 @@ impl SqsQueue {
             .map_err(|e| self.call_error("SendMessage", &e))?;
         Ok(())
     }
+}
 
+impl crate::ports::RetryQueue for SqsQueue {
     /// Makes a received message visible again after `delay` (SQS caps it at 12 hours).
-    pub async fn change_visibility(
+    async fn change_visibility(
         &self,
         receipt_handle: &str,
         delay: Duration,

@@ -1,0 +1,103 @@
+//! One assembly point per function: each stage built from its configuration and the AWS SDK
+//! configuration, with its clients, secrets and cold-start checks. The Lambda binaries, the
+//! local simulator (`mailctl`'s LocalPipeline) and `mailctl preview` all build their stages
+//! here, so a change to how a function is put together is made once.
+
+use crate::adapters::dynamo::{DynamoLedger, SendRecords};
+use crate::adapters::mongo::MongoConnectError;
+use crate::adapters::secrets::SecretError;
+use crate::adapters::ses::SesMailer;
+use crate::adapters::sqs::SqsQueue;
+use crate::adapters::subscribers::Subscribers;
+use crate::adapters::{dynamodb_client, mongo, secrets, sqs_client};
+use crate::config::{
+    CreateEmailsConfig, GetUsersConfig, SendEmailConfig, SesEventsConfig, UnsubscribeFunctionConfig,
+};
+use crate::digest::{RenderError, Renderer};
+use crate::ports::Mailer;
+use crate::stages::create_emails::CreateEmails;
+use crate::stages::get_users::GetUsers;
+use crate::stages::send_email::SendEmail;
+use crate::stages::ses_events::SesEvents;
+use crate::stages::unsubscribe::Unsubscribe;
+use aws_config::SdkConfig;
+
+/// Why a function could not start: one line naming what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum AssembleError {
+    #[error(transparent)]
+    Mongo(#[from] MongoConnectError),
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    #[error(transparent)]
+    Templates(#[from] RenderError),
+    #[error("MongoDB index check at cold start failed: {0}")]
+    Indexes(#[from] mongodb::error::Error),
+}
+
+/// SendEmail as it runs on Lambda: the DynamoDB ledger and the emails queue, with `mailer`
+/// (SES, or a wrapper around it that injects faults).
+pub type LambdaSendEmail<M = SesMailer> = SendEmail<M, DynamoLedger, SqsQueue>;
+
+pub async fn get_users(config: GetUsersConfig, sdk: &SdkConfig) -> Result<GetUsers, AssembleError> {
+    let db = mongo::connect(&config.mongo, sdk, "get-users").await?;
+    let stage = GetUsers::new(db, sqs_client(sdk), config);
+    stage.prepare().await?;
+    Ok(stage)
+}
+
+/// CreateEmails; `prepare` false skips the cold-start index check (for `mailctl preview`,
+/// which only reads).
+pub async fn create_emails(
+    config: CreateEmailsConfig,
+    sdk: &SdkConfig,
+    app_name: &str,
+    prepare: bool,
+) -> Result<CreateEmails, AssembleError> {
+    let renderer = Renderer::new(&config.default_locale)?;
+    let signer = secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?;
+    let db = mongo::connect(&config.mongo, sdk, app_name).await?;
+    let stage = CreateEmails::new(db, sqs_client(sdk), renderer, signer, config);
+    if prepare {
+        stage.prepare().await?;
+    }
+    Ok(stage)
+}
+
+/// The SES mailer SendEmail's configuration describes.
+pub fn ses_mailer(config: &SendEmailConfig, sdk: &SdkConfig) -> SesMailer {
+    SesMailer::from_config(sdk, config)
+}
+
+pub fn send_email<M: Mailer>(
+    config: SendEmailConfig,
+    sdk: &SdkConfig,
+    mailer: M,
+) -> LambdaSendEmail<M> {
+    let ledger = DynamoLedger::new(
+        dynamodb_client(sdk),
+        &config.sends_table_name,
+        config.retention_days,
+    );
+    let queue = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
+    SendEmail::new(ledger, mailer, queue, config)
+}
+
+pub async fn ses_events(
+    config: SesEventsConfig,
+    sdk: &SdkConfig,
+) -> Result<SesEvents, AssembleError> {
+    let db = mongo::connect(&config.mongo, sdk, "ses-events").await?;
+    let records = SendRecords::new(dynamodb_client(sdk), &config.sends_table_name);
+    Ok(SesEvents::new(records, Subscribers::new(&db), config))
+}
+
+pub async fn unsubscribe(
+    config: UnsubscribeFunctionConfig,
+    sdk: &SdkConfig,
+) -> Result<Unsubscribe, AssembleError> {
+    let signer = secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?;
+    let db = mongo::connect(&config.mongo, sdk, "unsubscribe").await?;
+    let records = SendRecords::new(dynamodb_client(sdk), &config.sends_table_name);
+    Ok(Unsubscribe::new(signer, Subscribers::new(&db), records))
+}
