@@ -19,7 +19,7 @@ mkdir -p .local
 chaos_log=.local/chaos-test.log
 MAILFLOW_STACK_DIR="$ROOT/.local/chaos" MAILFLOW_MOTO_PORT="${MAILFLOW_CHAOS_MOTO_PORT:-4567}" \
   MAILFLOW_MONGO_PORT="${MAILFLOW_CHAOS_MONGO_PORT:-27028}" \
-  infra/with-local-stack.sh cargo test --locked -p mailflow-tests --test chaos -- --ignored \
+  infra/with-local-stack.sh cargo test --locked -p mailflow-tests --test integration -- --ignored chaos:: \
   >"$chaos_log" 2>&1 &
 chaos=$!
 echo "test: the chaos run started beside the other tests; its output: $chaos_log" >&2

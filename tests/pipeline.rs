@@ -1,8 +1,6 @@
 //! Pipeline core against the local stack: the audience index, each stage's handling of bad
 //! input, GetUsers checkpoints, and a 1,000-user campaign end to end.
 
-mod realistic;
-
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailctl::ledger_scan;
 use mailctl::local::PipelineOptions;

@@ -1,0 +1,15 @@
+//! Every test against the local stack (moto + SecantusDB on 127.0.0.1, started by
+//! infra/test.sh), in one test binary so that the SDKs, the driver and mailctl link once.
+//! Each module is one concern; every test makes its own queues, table, database and mail
+//! domain, so they run in parallel.
+
+mod bad_records;
+mod chaos;
+mod cli;
+mod consistency;
+mod deliverability;
+mod exactly_once;
+mod pipeline;
+mod realistic;
+mod runtime_api;
+mod security;
