@@ -144,7 +144,8 @@ impl UnsubscribeConfig {
     }
 }
 
-/// MongoDB connection settings shared by GetUsers and CreateEmails.
+/// MongoDB connection settings of the functions that read users (GetUsers, CreateEmails,
+/// Unsubscribe, SesEvents).
 #[derive(Clone, Debug)]
 pub struct MongoConfig {
     pub uri: SecretRef,

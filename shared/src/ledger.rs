@@ -1,4 +1,4 @@
-//! The sends ledger: the exactly-once state machine of DESIGN.md section 2, as pure types.
+//! The sends ledger: the exactly-once state machine (README, "Exactly once"), as pure types.
 //! `adapters::dynamo` stores it in DynamoDB with conditional writes.
 //!
 //! ```text

@@ -1,8 +1,14 @@
 //! mailflow: a weekly personalised email pipeline on AWS Lambda.
 //!
-//! GetUsers (audience -> users queue), CreateEmails (enrich + render -> emails queue) and
-//! SendEmail (exactly once through SES v2, guarded by a DynamoDB ledger). The binaries in
-//! `functions/` only wire these stages to the Lambda runtime.
+//! Five functions: GetUsers (audience -> users queue), CreateEmails (enrich + render ->
+//! emails queue), SendEmail (exactly once through SES v2, guarded by a DynamoDB ledger),
+//! SesEvents (bounces, complaints, deliveries back onto the ledger and the users) and
+//! Unsubscribe (one-click links). `stages` holds their logic, `assemble` builds each from its
+//! configuration, and the binaries in `functions/` only hand events to them.
+//!
+//! The arrows point down: stages -> ports and domain modules (campaign, digest, ledger,
+//! messages, mime, address, user_id...) <- adapters (the only modules that talk to the AWS
+//! SDKs; `digest` reads MongoDB itself). See ARCHITECTURE.md.
 
 pub mod adapters;
 pub mod address;

@@ -2,7 +2,7 @@
 //! the emails queue. Records are processed concurrently (bounded); jobs go out in
 //! SendMessageBatch calls; every record that did not make it is reported for retry.
 
-use super::batch_response;
+use super::{batch_response, each_record};
 use crate::adapters::sqs::{batches, QueueError, SqsQueue};
 use crate::config::CreateEmailsConfig;
 use crate::digest::{self, Enrichment, Renderer, SkipReason};
@@ -122,15 +122,12 @@ impl CreateEmails {
         let started = std::time::Instant::now();
         let mut summary = Summary::default();
         let mut failed: Vec<String> = Vec::new();
-        let outcomes: Vec<(String, Result<Outcome, String>)> = stream::iter(event.records)
-            .map(|record| async move {
-                let id = record.message_id.unwrap_or_default();
-                let outcome = self.process(record.body.as_deref()).await;
-                (id, outcome)
-            })
-            .buffer_unordered(self.config.record_concurrency)
-            .collect()
-            .await;
+        let outcomes = each_record(
+            event.records,
+            self.config.record_concurrency,
+            |record| async move { self.process(record.body.as_deref()).await },
+        )
+        .await;
 
         let mut jobs: Vec<(String, String)> = Vec::new();
         for (id, outcome) in outcomes {

@@ -8,7 +8,7 @@ pub mod send_email;
 pub mod ses_events;
 pub mod unsubscribe;
 
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsMessage};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What a stage needs to know about its invocation.
@@ -39,6 +39,31 @@ impl Invocation {
             .duration_since(SystemTime::now())
             .unwrap_or(Duration::ZERO)
     }
+}
+
+/// The partial-batch driver of the SQS consumers: `process` runs on every record, at most
+/// `concurrency` at once, each on its own (a bad record fails alone, never the batch), and
+/// each record's message id comes back with its outcome, for the stage to count and to
+/// report the failed ones with `batch_response`.
+pub async fn each_record<T, F, Fut>(
+    records: Vec<SqsMessage>,
+    concurrency: usize,
+    process: F,
+) -> Vec<(String, T)>
+where
+    F: Fn(SqsMessage) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    use futures::stream::{self, StreamExt};
+    stream::iter(records)
+        .map(|record| {
+            let id = record.message_id.clone().unwrap_or_default();
+            let outcome = process(record);
+            async move { (id, outcome.await) }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await
 }
 
 /// Builds the partial batch response from the ids of the records that must come back.

@@ -2,7 +2,7 @@
 //! (README, "Exactly once"): claim with one conditional write, send, mark SENT under the
 //! claim.
 
-use super::{batch_response, Invocation};
+use super::{batch_response, each_record, Invocation};
 use crate::address;
 use crate::config::SendEmailConfig;
 use crate::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
@@ -10,7 +10,6 @@ use crate::messages::{parse_body, EmailJob};
 use crate::ports::{Mailer, Marked, OutgoingEmail, RetryQueue, SendError, SendLedger};
 use crate::rate::Pacer;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use futures::stream::{self, StreamExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 use tracing::Instrument;
@@ -126,24 +125,22 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue> SendEmail<M, L, Q> {
     ) -> (SqsBatchResponse, Summary) {
         let started = std::time::Instant::now();
         let stop = AtomicBool::new(false);
-        let results: Vec<(String, Result<Done, Retry>)> = stream::iter(event.records)
-            .map(|record| {
-                let stop = &stop;
-                async move {
-                    let id = record.message_id.clone().unwrap_or_default();
-                    let result = self.process(&record, invocation, stop).await;
-                    if let Err(Retry {
-                        delay: Some(delay), ..
-                    }) = &result
-                    {
-                        self.delay(&record, *delay).await;
-                    }
-                    (id, result)
+        let stop = &stop;
+        let results = each_record(
+            event.records,
+            self.config.record_concurrency,
+            |record| async move {
+                let result = self.process(&record, invocation, stop).await;
+                if let Err(Retry {
+                    delay: Some(delay), ..
+                }) = &result
+                {
+                    self.delay(&record, *delay).await;
                 }
-            })
-            .buffer_unordered(self.config.record_concurrency)
-            .collect()
-            .await;
+                result
+            },
+        )
+        .await;
 
         let mut summary = Summary::default();
         let mut failed = Vec::new();

@@ -6,14 +6,13 @@
 //! campaign analytics. All of it is idempotent and order-free: events may arrive twice and
 //! in any order. A bad record fails alone (partial batch response) and reaches the DLQ.
 
-use super::batch_response;
+use super::{batch_response, each_record};
 use crate::adapters::dynamo::SendRecords;
 use crate::adapters::subscribers::{Change, Subscribers, SuppressionReason};
 use crate::config::SesEventsConfig;
 use crate::ledger::{epoch_ms, Engagement, SendStatus};
 use crate::ses_events::{self, EventKind, Recipient, SesEvent};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use futures::stream::{self, StreamExt};
 use std::time::SystemTime;
 use tracing::Instrument;
 
@@ -78,19 +77,18 @@ impl SesEvents {
 
     pub async fn handle(&self, event: SqsEvent) -> (SqsBatchResponse, Summary) {
         let started = std::time::Instant::now();
-        let results: Vec<(String, Result<Effect, String>)> = stream::iter(event.records)
-            .map(|record| async move {
-                let id = record.message_id.clone().unwrap_or_default();
+        let results = each_record(
+            event.records,
+            self.config.record_concurrency,
+            |record| async move {
                 let body = record.body.as_deref().unwrap_or_default();
-                let result = match ses_events::parse(body, epoch_ms(SystemTime::now())) {
+                match ses_events::parse(body, epoch_ms(SystemTime::now())) {
                     Ok(event) => self.apply(&event).await,
                     Err(reason) => Err(reason),
-                };
-                (id, result)
-            })
-            .buffer_unordered(self.config.record_concurrency)
-            .collect()
-            .await;
+                }
+            },
+        )
+        .await;
         let mut summary = Summary::default();
         let mut failed = Vec::new();
         for (id, result) in results {
