@@ -6,6 +6,7 @@
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailctl::ledger_scan;
 use mailctl::local::PipelineOptions;
+use mailctl::names;
 use mailflow::campaign::Campaign;
 use mailflow::ledger::SendStatus;
 use mailflow::stages::Invocation;
@@ -111,13 +112,13 @@ async fn create_emails_fails_each_bad_record_alone_and_escapes_names() {
     );
     assert_eq!(summary.skipped.get("vanished"), Some(&1));
     assert_eq!(summary.enqueued, 5, "{summary:?}");
-    assert_eq!(env.depth("EmailsQueue").await.unwrap(), 5);
+    assert_eq!(env.depth(names::EMAILS_QUEUE).await.unwrap(), 5);
 
     // The followers' names are text in the email, never markup or template code.
     let sqs = env.sqs();
     let out = sqs
         .receive_message()
-        .queue_url(env.stack.queue_url("EmailsQueue").unwrap())
+        .queue_url(env.stack.queue_url(names::EMAILS_QUEUE).unwrap())
         .max_number_of_messages(1)
         .send()
         .await
@@ -201,7 +202,7 @@ async fn send_email_fails_each_bad_job_alone_and_records_invalid_addresses() {
     );
     let records = ledger_scan::records(
         &env.dynamo(),
-        env.stack.table_name("SendsTable").unwrap(),
+        env.stack.table_name(names::SENDS_TABLE).unwrap(),
         W46,
     )
     .await

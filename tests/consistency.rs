@@ -2,6 +2,7 @@
 //! a function reads is set in the template and documented, and the numbers that must agree
 //! (timeouts, visibility, concurrency) do.
 
+use mailctl::names;
 use mailctl::template::{EnvValue, Template};
 use mailflow::config::{
     CreateEmailsConfig, GetUsersConfig, MongoConfig, SendEmailConfig, SesEventsConfig,
@@ -94,7 +95,7 @@ fn send_email_numbers_agree_with_its_queue_and_event_source() {
     let t = template();
     check_numbers(&t);
     // The numbers follow the parameters: overriding one keeps them consistent.
-    let overrides = [("SendMaxConcurrency".to_string(), "7".to_string())].into();
+    let overrides = [(names::SEND_MAX_CONCURRENCY.to_string(), "7".to_string())].into();
     let t = Template::parse_with(&t.source, &overrides).unwrap();
     assert_eq!(
         t.function("SendEmailFunction").unwrap().sqs_events[0].maximum_concurrency,

@@ -5,6 +5,7 @@
 
 use mailctl::http;
 use mailctl::local::{LocalPipeline, PipelineOptions, UNSUBSCRIBE};
+use mailctl::names;
 use mailctl::runner;
 use mailctl::seed::SeedReport;
 use mailflow::adapters::dynamo::DynamoLedger;
@@ -179,7 +180,8 @@ fn ses_event(kind: &str, user: Option<&str>, extra: Value, message_id: &str) -> 
 async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
     // A one-second visibility: the malformed event reaches the DLQ in seconds.
     let env = test_env("ses-events", |o| {
-        o.visibility_timeouts.insert("SesEventsQueue".into(), 1);
+        o.visibility_timeouts
+            .insert(names::SES_EVENTS_QUEUE.into(), 1);
     })
     .await
     .unwrap();
@@ -195,7 +197,7 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
     // Two sends whose attempts died after SES accepted, before SENT (the crash window).
     let ledger = DynamoLedger::new(
         env.dynamo(),
-        env.stack.table_name("SendsTable").unwrap(),
+        env.stack.table_name(names::SENDS_TABLE).unwrap(),
         90,
     );
     let now = SystemTime::now();
@@ -267,7 +269,7 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
     ];
     mailctl::ses_event_source::Publisher::new(
         env.sqs(),
-        env.stack.queue_url("SesEventsQueue").unwrap(),
+        env.stack.queue_url(names::SES_EVENTS_QUEUE).unwrap(),
     )
     .publish(&events)
     .await
@@ -281,7 +283,7 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
     .unwrap();
 
     // The malformed event alone is in the DLQ; everything else was handled.
-    assert_eq!(env.depth("SesEventsDLQ").await.unwrap(), 1);
+    assert_eq!(env.depth(names::SES_EVENTS_DLQ).await.unwrap(), 1);
     let totals = pipeline.totals.lock().unwrap().ses_events.clone();
     assert_eq!(totals.suppressed, 2, "{totals:?}");
     assert_eq!(totals.reconciled, 2, "{totals:?}");

@@ -5,6 +5,7 @@
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailctl::local::{LocalPipeline, PipelineOptions, SEND_EMAIL};
+use mailctl::names;
 use mailctl::provision::StackOptions;
 use mailctl::runner::{self, ConsumerStats};
 use mailflow::adapters::dynamo::DynamoLedger;
@@ -126,7 +127,7 @@ impl Mailer for Faulty {
 /// Short timeouts so that tests which wait out a lease finish in seconds: SendEmail Timeout
 /// 6 s, emails queue visibility 10 s, skew 1 s, throttling backoff 1, 1, 2 s.
 fn quick(o: &mut StackOptions) {
-    o.visibility_timeouts.insert("EmailsQueue".into(), 10);
+    o.visibility_timeouts.insert(names::EMAILS_QUEUE.into(), 10);
 }
 
 fn quick_pipeline() -> PipelineOptions {
@@ -164,7 +165,7 @@ fn job(env: &TestEnv, campaign: &str, user: &str, include_failed: bool) -> serde
 async fn enqueue(env: &TestEnv, jobs: &[serde_json::Value]) {
     let queue = mailflow::adapters::sqs::SqsQueue::new(
         env.sqs(),
-        env.stack.queue_url("EmailsQueue").unwrap(),
+        env.stack.queue_url(names::EMAILS_QUEUE).unwrap(),
     );
     for chunk in jobs.chunks(10) {
         let bodies: Vec<String> = chunk.iter().map(|j| j.to_string()).collect();
@@ -386,7 +387,7 @@ async fn t5_a_live_lease_returns_the_message_which_is_sent_later() {
     // Another attempt holds the claim for four more seconds.
     let ledger = DynamoLedger::new(
         env.dynamo(),
-        env.stack.table_name("SendsTable").unwrap(),
+        env.stack.table_name(names::SENDS_TABLE).unwrap(),
         90,
     );
     let now = SystemTime::now();
@@ -428,7 +429,7 @@ async fn t6_throttling_is_retried_with_backoff_until_everything_is_sent_once() {
     // A Timeout no loaded machine reaches: this test is about throttling, and an invocation
     // cut short mid-send would add the crash window's duplicate (t4's subject).
     let env = test_env("throttle", |o| {
-        o.visibility_timeouts.insert("EmailsQueue".into(), 60);
+        o.visibility_timeouts.insert(names::EMAILS_QUEUE.into(), 60);
     })
     .await
     .unwrap();
@@ -464,7 +465,7 @@ async fn t6_throttling_is_retried_with_backoff_until_everything_is_sent_once() {
         assert_eq!(records[u].status, Some(SendStatus::Sent), "{u}: {totals:?}");
         assert_eq!(emails_to(u), 1, "{u}");
     }
-    assert_eq!(env.depth("EmailsDLQ").await.unwrap(), 0);
+    assert_eq!(env.depth(names::EMAILS_DLQ).await.unwrap(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -552,7 +553,7 @@ async fn t9_the_observed_send_rate_never_exceeds_the_configured_rate() {
     const RATE: f64 = 20.0;
     let env = test_env("rate", |o| {
         o.parameters
-            .insert("SendRatePerSecond".into(), RATE.to_string());
+            .insert(names::SEND_RATE_PER_SECOND.into(), RATE.to_string());
     })
     .await
     .unwrap();
@@ -646,7 +647,7 @@ async fn t11_an_error_that_repeats_on_every_attempt_ends_failed_not_in_the_dlq()
     );
     // MAX_SEND_ERRORS (3) attempts, not maxReceiveCount (10).
     assert_eq!(faults.calls.load(Ordering::SeqCst), 3);
-    assert_eq!(env.depth("EmailsDLQ").await.unwrap(), 0);
+    assert_eq!(env.depth(names::EMAILS_DLQ).await.unwrap(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -670,13 +671,13 @@ async fn t12_a_message_that_reaches_the_dlq_leaves_its_record_dead_lettered_unti
         .as_deref()
         .unwrap()
         .contains("TooManyRequestsException"));
-    assert_eq!(env.depth("EmailsDLQ").await.unwrap(), 1);
+    assert_eq!(env.depth(names::EMAILS_DLQ).await.unwrap(), 1);
 
     // Redriven once SES accepts again: sent once, and the record says so.
     mailctl::ops::redrive(
         &env.sqs(),
-        env.stack.queue_url("EmailsDLQ").unwrap(),
-        env.stack.queue_url("EmailsQueue").unwrap(),
+        env.stack.queue_url(names::EMAILS_DLQ).unwrap(),
+        env.stack.queue_url(names::EMAILS_QUEUE).unwrap(),
     )
     .await
     .unwrap();

@@ -4,6 +4,7 @@
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailctl::ledger_scan;
 use mailctl::local::PipelineOptions;
+use mailctl::names;
 use mailflow::campaign::Campaign;
 use mailflow::digest::{Audience, IdType};
 use mailflow::ledger::SendStatus;
@@ -112,7 +113,7 @@ async fn end_to_end_every_eligible_user_gets_exactly_one_correct_email() {
     // Invalid addresses end FAILED with the reason, acknowledged (nothing in the DLQ).
     let records = ledger_scan::records(
         &env.dynamo(),
-        env.stack.table_name("SendsTable").unwrap(),
+        env.stack.table_name(names::SENDS_TABLE).unwrap(),
         "weekly-2026-W46",
     )
     .await
@@ -138,7 +139,7 @@ async fn end_to_end_every_eligible_user_gets_exactly_one_correct_email() {
     assert!(failed
         .values()
         .all(|reason| reason.contains("not one RFC 5322 mailbox")));
-    for dlq in ["UsersDLQ", "EmailsDLQ", "ContinuationDLQ"] {
+    for dlq in names::CAMPAIGN_DLQS {
         assert_eq!(env.depth(dlq).await.unwrap(), 0, "{dlq} is not empty");
     }
 }
@@ -209,7 +210,11 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
     };
     let pipeline = env.pipeline(options, ses).await.unwrap();
     let sqs = env.sqs();
-    let continuation = env.stack.queue_url("ContinuationQueue").unwrap().to_owned();
+    let continuation = env
+        .stack
+        .queue_url(names::CONTINUATION_QUEUE)
+        .unwrap()
+        .to_owned();
 
     // Each invocation gets a deadline so short that it must stop and leave a checkpoint.
     let short = || Invocation::with_timeout("short", Duration::from_millis(80));
@@ -254,7 +259,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
         "the audience should have needed several invocations, took {segments}"
     );
 
-    let users = env.stack.queue_url("UsersQueue").unwrap().to_owned();
+    let users = env.stack.queue_url(names::USERS_QUEUE).unwrap().to_owned();
     let mut enqueued = Vec::new();
     loop {
         let out = sqs
@@ -343,7 +348,7 @@ async fn create_emails_fails_bad_records_alone_and_skips_unsubscribed_or_vanishe
     assert_eq!(summary.enqueued, 1);
     assert_eq!(summary.skipped.get("vanished"), Some(&1));
     assert_eq!(summary.skipped.get("unsubscribed"), Some(&1));
-    assert_eq!(env.depth("EmailsQueue").await.unwrap(), 1);
+    assert_eq!(env.depth(names::EMAILS_QUEUE).await.unwrap(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -381,7 +386,7 @@ async fn an_unverified_sender_fails_permanently_without_retry_loops() {
     assert_eq!(summary.failed, 1);
     let records = ledger_scan::records(
         &env.dynamo(),
-        env.stack.table_name("SendsTable").unwrap(),
+        env.stack.table_name(names::SENDS_TABLE).unwrap(),
         "weekly-2026-W46",
     )
     .await

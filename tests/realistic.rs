@@ -12,6 +12,7 @@
 //!
 //! Part of the `pipeline` test binary (one link for both).
 
+use mailctl::names;
 use mailctl::runner;
 use mailctl::seed::Rng;
 use mailflow::campaign::{Campaign, Window};
@@ -702,7 +703,7 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
     assert!(records
         .values()
         .all(|r| r.status != Some(SendStatus::InProgress)));
-    for dlq in ["UsersDLQ", "EmailsDLQ", "ContinuationDLQ"] {
+    for dlq in names::CAMPAIGN_DLQS {
         assert_eq!(env.depth(dlq).await.unwrap(), 0, "{dlq}");
     }
     // Every kind of outcome happened (the generator is not accidentally tame).
@@ -809,7 +810,7 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
     );
     mailctl::ses_event_source::Publisher::new(
         env.sqs(),
-        env.stack.queue_url("SesEventsQueue").unwrap(),
+        env.stack.queue_url(names::SES_EVENTS_QUEUE).unwrap(),
     )
     .publish(&[event])
     .await

@@ -4,6 +4,7 @@
 
 use mailctl::function_host::{FunctionProcess, Outcome};
 use mailctl::local::{CREATE_EMAILS, GET_USERS, SEND_EMAIL, SES_EVENTS, UNSUBSCRIBE};
+use mailctl::names;
 use mailctl::template::Template;
 use mailflow::campaign::Campaign;
 use mailflow_tests::{test_env, TestEnv};
@@ -115,7 +116,7 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
         run.stderr
     );
     assert_eq!(
-        env.depth("UsersQueue").await.unwrap(),
+        env.depth(names::USERS_QUEUE).await.unwrap(),
         seeded.audience.len() as u64
     );
 

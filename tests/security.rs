@@ -3,6 +3,7 @@
 //! MongoDB URI and the unsubscribe signing key reach the functions through Secrets Manager,
 //! never as plain parameters; the one public endpoint is bounded.
 
+use mailctl::names;
 use serde_yaml::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -82,12 +83,12 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
         "GetUsers" => {
             pairs.push(("sqs:SendMessage", "UsersQueue.Arn".into()));
             pairs.push(("sqs:SendMessage", "ContinuationQueue.Arn".into()));
-            pairs.extend(poll("ContinuationQueue"));
+            pairs.extend(poll(names::CONTINUATION_QUEUE));
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
         }
         "CreateEmails" => {
             pairs.push(("sqs:SendMessage", "EmailsQueue.Arn".into()));
-            pairs.extend(poll("UsersQueue"));
+            pairs.extend(poll(names::USERS_QUEUE));
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
             pairs.push(("secretsmanager:GetSecretValue", SIGNING_KEY.into()));
         }
@@ -97,13 +98,13 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             pairs.push(("dynamodb:UpdateItem", "SendsTable.Arn".into()));
         }
         "SesEvents" => {
-            pairs.extend(poll("SesEventsQueue"));
+            pairs.extend(poll(names::SES_EVENTS_QUEUE));
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
             pairs.push(("dynamodb:GetItem", "SendsTable.Arn".into()));
             pairs.push(("dynamodb:UpdateItem", "SendsTable.Arn".into()));
         }
         "SendEmail" => {
-            pairs.extend(poll("EmailsQueue"));
+            pairs.extend(poll(names::EMAILS_QUEUE));
             pairs.push(("sqs:ChangeMessageVisibility", "EmailsQueue.Arn".into()));
             pairs.push(("dynamodb:UpdateItem", "SendsTable.Arn".into()));
             pairs.push(("ses:SendEmail", SES_IDENTITY.into()));

@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 use mailctl::local::{LocalPipeline, PipelineOptions};
+use mailctl::names;
 use mailctl::provision::{provision, Stack, StackOptions};
 use mailctl::seed::{seed, SeedOptions, SeedReport};
 use mailctl::ses_record::{self, SentMessage};
@@ -51,8 +52,8 @@ pub async fn test_env(test: &str, adjust: impl FnOnce(&mut StackOptions)) -> Res
     let mut options = StackOptions {
         prefix: name.chars().take(60).collect(),
         parameters: BTreeMap::from([
-            ("MongoDbDatabase".to_string(), database.clone()),
-            ("SendRatePerSecond".to_string(), "400".to_string()),
+            (names::MONGODB_DATABASE.to_string(), database.clone()),
+            (names::SEND_RATE_PER_SECOND.to_string(), "400".to_string()),
         ]),
         mongodb_uri: Some(mongo_uri.clone()),
         ..Default::default()
@@ -127,7 +128,7 @@ impl TestEnv {
 
     /// A campaign's send records, by user id.
     pub async fn records(&self, campaign: &str) -> Result<BTreeMap<String, SendRecord>> {
-        let table = self.stack.table_name("SendsTable")?;
+        let table = self.stack.table_name(names::SENDS_TABLE)?;
         let records = mailctl::ledger_scan::records(&self.dynamo(), table, campaign).await?;
         Ok(records
             .into_iter()

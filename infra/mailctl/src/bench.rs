@@ -8,6 +8,7 @@
 use crate::cost::{self, CostPerMillion, PerEmail};
 use crate::function_host::{CpuTime, FunctionProcess, Logs, Outcome};
 use crate::local::{SeededStack, CREATE_EMAILS, GET_USERS, SEND_EMAIL};
+use crate::names;
 use crate::provision::Stack;
 use crate::runner::{self, Consumer};
 use anyhow::{bail, Context, Result};
@@ -365,7 +366,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(6 * 3600);
 
 pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchReport> {
     let parameters = BTreeMap::from([(
-        "SendRatePerSecond".to_string(),
+        names::SEND_RATE_PER_SECOND.to_string(),
         options.send_rate.to_string(),
     )]);
     let local =
@@ -425,7 +426,7 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
     if !options.get_users_only {
         let records = crate::ledger_scan::records(
             &mailflow::adapters::dynamodb_client(&stack.sdk),
-            stack.table_name("SendsTable")?,
+            stack.table_name(names::SENDS_TABLE)?,
             local.campaign.id.as_str(),
         )
         .await?;

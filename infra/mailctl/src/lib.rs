@@ -9,6 +9,7 @@ pub mod http;
 pub mod ledger_scan;
 pub mod local;
 pub mod log_audit;
+pub mod names;
 pub mod ops;
 pub mod preview;
 pub mod provision;

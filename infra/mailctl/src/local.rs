@@ -2,6 +2,7 @@
 //! the environment template.yaml gives each function (so config wiring is exercised), driven
 //! by the runner (and the local Function URL).
 
+use crate::names;
 use crate::provision::Stack;
 use crate::runner::{self, Consumer, ConsumerStats};
 use anyhow::{Context, Result};
@@ -22,11 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub const GET_USERS: &str = "GetUsersFunction";
-pub const CREATE_EMAILS: &str = "CreateEmailsFunction";
-pub const SEND_EMAIL: &str = "SendEmailFunction";
-pub const SES_EVENTS: &str = "SesEventsFunction";
-pub const UNSUBSCRIBE: &str = "UnsubscribeFunction";
+pub use crate::names::{CREATE_EMAILS, GET_USERS, SEND_EMAIL, SES_EVENTS, UNSUBSCRIBE};
 
 /// Per-function adjustments over template.yaml (tests that need short timeouts).
 #[derive(Clone, Debug, Default)]
@@ -338,7 +335,7 @@ impl SeededStack {
         let domain = format!("{prefix}.example.com");
         options
             .parameters
-            .insert("MongoDbDatabase".into(), database.clone());
+            .insert(names::MONGODB_DATABASE.into(), database.clone());
         options.prefix = prefix;
         options.mongodb_uri = Some(mongo_uri.clone());
         let sdk = mailflow::adapters::aws_config().await;

@@ -4,6 +4,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use mailctl::local::{LocalPipeline, PipelineOptions, SeededStack};
+use mailctl::names;
 use mailctl::ops::{self, Target};
 use mailctl::provision::{provision, StackOptions};
 use mailctl::seed::{seed, SeedOptions};
@@ -204,19 +205,25 @@ async fn run() -> Result<()> {
             let url = |q: &str| stack.queue_url(q).map(str::to_owned);
             println!(
                 "export MAILFLOW_SENDS_TABLE={}",
-                stack.table_name("SendsTable")?
+                stack.table_name(names::SENDS_TABLE)?
             );
-            println!("export MAILFLOW_USERS_QUEUE_URL={}", url("UsersQueue")?);
-            println!("export MAILFLOW_USERS_DLQ_URL={}", url("UsersDLQ")?);
-            println!("export MAILFLOW_EMAILS_QUEUE_URL={}", url("EmailsQueue")?);
-            println!("export MAILFLOW_EMAILS_DLQ_URL={}", url("EmailsDLQ")?);
+            println!(
+                "export MAILFLOW_USERS_QUEUE_URL={}",
+                url(names::USERS_QUEUE)?
+            );
+            println!("export MAILFLOW_USERS_DLQ_URL={}", url(names::USERS_DLQ)?);
+            println!(
+                "export MAILFLOW_EMAILS_QUEUE_URL={}",
+                url(names::EMAILS_QUEUE)?
+            );
+            println!("export MAILFLOW_EMAILS_DLQ_URL={}", url(names::EMAILS_DLQ)?);
             println!(
                 "export MAILFLOW_SES_EVENTS_QUEUE_URL={}",
-                url("SesEventsQueue")?
+                url(names::SES_EVENTS_QUEUE)?
             );
             println!(
                 "export MAILFLOW_SES_EVENTS_DLQ_URL={}",
-                url("SesEventsDLQ")?
+                url(names::SES_EVENTS_DLQ)?
             );
             Ok(())
         }
@@ -404,7 +411,7 @@ async fn provision_local(
     prefix: &str,
     database: &str,
 ) -> Result<mailctl::provision::Stack> {
-    let parameters = BTreeMap::from([("MongoDbDatabase".to_string(), database.to_owned())]);
+    let parameters = BTreeMap::from([(names::MONGODB_DATABASE.to_string(), database.to_owned())]);
     provision(
         sdk,
         Template::load(template)?,
@@ -564,7 +571,7 @@ async fn demo(
     let endpoint = env("AWS_ENDPOINT_URL")?;
     let mut parameters = BTreeMap::new();
     if let Some(rate) = send_rate {
-        parameters.insert("SendRatePerSecond".into(), rate.to_string());
+        parameters.insert(names::SEND_RATE_PER_SECOND.into(), rate.to_string());
     }
     let local = SeededStack::create(template, "demo", users, seed_value, parameters).await?;
     let schedule = local.schedule_event()?;
@@ -580,7 +587,7 @@ async fn demo(
     let dynamo = aws_sdk_dynamodb::Client::new(&pipeline.stack.sdk);
     let records = ledger_scan::records(
         &dynamo,
-        pipeline.stack.table_name("SendsTable")?,
+        pipeline.stack.table_name(names::SENDS_TABLE)?,
         campaign.id.as_str(),
     )
     .await?;
@@ -588,7 +595,7 @@ async fn demo(
     let recorded = ses_record::sent_to_domain(&endpoint, &domain).await?.len();
     let sqs = aws_sdk_sqs::Client::new(&pipeline.stack.sdk);
     let mut dlq = 0;
-    for q in ["UsersDLQ", "EmailsDLQ", "ContinuationDLQ"] {
+    for q in names::CAMPAIGN_DLQS {
         let (visible, invisible) =
             mailctl::runner::depth(&sqs, pipeline.stack.queue_url(q)?).await?;
         dlq += visible + invisible;

@@ -3,6 +3,7 @@
 //! prefix `mailctl` provisioned them under (local stack).
 
 use crate::ledger_scan;
+use crate::names;
 use crate::runner::depth;
 use anyhow::{bail, Context, Result};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
@@ -60,12 +61,12 @@ impl Target {
         };
         Ok(Self {
             sends_table: format!("{prefix}-SendsTable"),
-            users_queue: url("UsersQueue").await?,
-            users_dlq: url("UsersDLQ").await?,
-            emails_queue: url("EmailsQueue").await?,
-            emails_dlq: url("EmailsDLQ").await?,
-            ses_events_queue: url("SesEventsQueue").await?,
-            ses_events_dlq: url("SesEventsDLQ").await?,
+            users_queue: url(names::USERS_QUEUE).await?,
+            users_dlq: url(names::USERS_DLQ).await?,
+            emails_queue: url(names::EMAILS_QUEUE).await?,
+            emails_dlq: url(names::EMAILS_DLQ).await?,
+            ses_events_queue: url(names::SES_EVENTS_QUEUE).await?,
+            ses_events_dlq: url(names::SES_EVENTS_DLQ).await?,
             get_users_function: None,
         })
     }

@@ -3,6 +3,7 @@
 //! configuration set, the verified sender) under a name prefix, so that every test and demo
 //! gets its own resources. Idempotent: a secret that exists keeps its value.
 
+use crate::names;
 use crate::template::{EnvValue, Template};
 use anyhow::{anyhow, bail, Context, Result};
 use aws_sdk_dynamodb::types::{
@@ -32,7 +33,7 @@ pub struct StackOptions {
 pub const LOCAL_FUNCTION_URL: &str = "http://127.0.0.1:8025/";
 
 /// The template parameter that names the MongoDB URI secret.
-pub const MONGODB_SECRET_PARAMETER: &str = "MongoDbUriSecretName";
+pub const MONGODB_SECRET_PARAMETER: &str = names::MONGODB_URI_SECRET_NAME;
 
 #[derive(Clone, Debug)]
 pub struct Stack {

@@ -360,19 +360,20 @@ fn function(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names;
 
     #[test]
     fn reads_the_projects_template() {
         let t = Template::load(&crate::repo_root().join("template.yaml")).unwrap();
-        let emails = t.queue("EmailsQueue").unwrap();
-        assert_eq!(emails.redrive.as_ref().unwrap().0, "EmailsDLQ");
+        let emails = t.queue(names::EMAILS_QUEUE).unwrap();
+        assert_eq!(emails.redrive.as_ref().unwrap().0, names::EMAILS_DLQ);
         let send = t.function("SendEmailFunction").unwrap();
         assert_eq!(send.binary.as_deref(), Some("send-email"));
         assert_eq!(
             send.env["EMAILS_QUEUE_URL"],
-            EnvValue::Ref("EmailsQueue".into())
+            EnvValue::Ref(names::EMAILS_QUEUE.into())
         );
-        assert_eq!(send.sqs_events[0].queue, "EmailsQueue");
+        assert_eq!(send.sqs_events[0].queue, names::EMAILS_QUEUE);
         assert!(send.sqs_events[0].report_batch_item_failures);
         assert_eq!(t.tables[0].range_key.as_deref(), Some("campaignId"));
         assert_eq!(t.tables[0].indexes[0].hash_key, "campaignShard");

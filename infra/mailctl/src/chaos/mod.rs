@@ -11,6 +11,7 @@ pub mod mongo;
 pub mod proxy;
 
 use crate::local::{lock, LocalPipeline, PipelineOptions, SeededStack, CREATE_EMAILS, SEND_EMAIL};
+use crate::names;
 use crate::provision::StackOptions;
 use crate::runner::{self, ConsumerStats, Faults, Kill};
 use crate::seed::Rng;
@@ -362,10 +363,13 @@ fn count_panics() {
 fn stack_options(mongodb_uri: String) -> StackOptions {
     StackOptions {
         parameters: BTreeMap::from([
-            ("SendRatePerSecond".into(), "800".into()),
-            ("SendMaxConcurrency".into(), "8".into()),
+            (names::SEND_RATE_PER_SECOND.into(), "800".into()),
+            (names::SEND_MAX_CONCURRENCY.into(), "8".into()),
         ]),
-        visibility_timeouts: BTreeMap::from([("UsersQueue".into(), 12), ("EmailsQueue".into(), 8)]),
+        visibility_timeouts: BTreeMap::from([
+            (names::USERS_QUEUE.into(), 12),
+            (names::EMAILS_QUEUE.into(), 8),
+        ]),
         mongodb_uri: Some(mongodb_uri),
         ..Default::default()
     }
@@ -428,7 +432,7 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
     // SES's events travel inside AWS: not through the proxy that cuts the functions off.
     let events = crate::ses_event_source::Publisher::new(
         aws_sdk_sqs::Client::new(&local.stack.sdk),
-        local.stack.queue_url("SesEventsQueue")?,
+        local.stack.queue_url(names::SES_EVENTS_QUEUE)?,
     );
     let pipeline = Arc::new(
         LocalPipeline::build(stack, pipeline_options(), |sdk, config| ChaosMailer {
@@ -536,7 +540,7 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
     // What the dead-letter queues hold, then the operator's redrive and a calm drain.
     let direct_sqs = aws_sdk_sqs::Client::new(&local.stack.sdk);
     let dynamo = aws_sdk_dynamodb::Client::new(&local.stack.sdk);
-    let table = local.stack.table_name("SendsTable")?.to_owned();
+    let table = local.stack.table_name(names::SENDS_TABLE)?.to_owned();
     let settled: BTreeSet<String> = crate::ledger_scan::records(&dynamo, &table, &campaign)
         .await?
         .into_iter()
@@ -544,10 +548,10 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         .map(|r| r.user_id)
         .collect();
     for (dlq, source) in [
-        ("UsersDLQ", "UsersQueue"),
-        ("EmailsDLQ", "EmailsQueue"),
-        ("ContinuationDLQ", "ContinuationQueue"),
-        ("SesEventsDLQ", "SesEventsQueue"),
+        (names::USERS_DLQ, names::USERS_QUEUE),
+        (names::EMAILS_DLQ, names::EMAILS_QUEUE),
+        (names::CONTINUATION_DLQ, names::CONTINUATION_QUEUE),
+        (names::SES_EVENTS_DLQ, names::SES_EVENTS_QUEUE),
     ] {
         let moved = crate::ops::redrive_inspecting(
             &direct_sqs,

@@ -1,0 +1,31 @@
+//! The logical ids template.yaml gives the stack's resources and parameters, named once:
+//! the local simulator provisions them under these names, and the operator commands and the
+//! tests find them by these names.
+
+// Queues and their dead-letter queues.
+pub const USERS_QUEUE: &str = "UsersQueue";
+pub const USERS_DLQ: &str = "UsersDLQ";
+pub const EMAILS_QUEUE: &str = "EmailsQueue";
+pub const EMAILS_DLQ: &str = "EmailsDLQ";
+pub const CONTINUATION_QUEUE: &str = "ContinuationQueue";
+pub const CONTINUATION_DLQ: &str = "ContinuationDLQ";
+pub const SES_EVENTS_QUEUE: &str = "SesEventsQueue";
+pub const SES_EVENTS_DLQ: &str = "SesEventsDLQ";
+pub const SCHEDULE_DLQ: &str = "ScheduleDLQ";
+/// Every DLQ a campaign's messages can end in.
+pub const CAMPAIGN_DLQS: [&str; 3] = [USERS_DLQ, EMAILS_DLQ, CONTINUATION_DLQ];
+
+pub const SENDS_TABLE: &str = "SendsTable";
+
+// Functions.
+pub const GET_USERS: &str = "GetUsersFunction";
+pub const CREATE_EMAILS: &str = "CreateEmailsFunction";
+pub const SEND_EMAIL: &str = "SendEmailFunction";
+pub const SES_EVENTS: &str = "SesEventsFunction";
+pub const UNSUBSCRIBE: &str = "UnsubscribeFunction";
+
+// Parameters.
+pub const MONGODB_DATABASE: &str = "MongoDbDatabase";
+pub const MONGODB_URI_SECRET_NAME: &str = "MongoDbUriSecretName";
+pub const SEND_RATE_PER_SECOND: &str = "SendRatePerSecond";
+pub const SEND_MAX_CONCURRENCY: &str = "SendMaxConcurrency";
