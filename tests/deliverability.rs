@@ -4,7 +4,7 @@
 //! and the next campaign leaving out whoever unsubscribed or was suppressed.
 
 use mailctl::http;
-use mailctl::local::{LocalPipeline, PipelineOptions, UNSUBSCRIBE};
+use mailctl::local::{LocalPipeline, PipelineOptions};
 use mailctl::names;
 use mailctl::runner;
 use mailctl::seed::SeedReport;
@@ -68,10 +68,7 @@ async fn emails(env: &TestEnv) -> BTreeMap<String, usize> {
 #[tokio::test(flavor = "multi_thread")]
 async fn one_click_unsubscribe_over_http_and_the_next_campaign_leaves_them_out() {
     let mut env = test_env("unsubscribe", |_| {}).await.unwrap();
-    let server = mailctl::local::serve_unsubscribe(&env.stack, 0)
-        .await
-        .unwrap();
-    env.stack.set_function_url(UNSUBSCRIBE, server.url());
+    let server = env.serve_unsubscribe().await.unwrap();
     let (seeded, pipeline) = first_campaign(&env).await;
     let sent = env.sent().await.unwrap();
     let deliverable: Vec<&String> = seeded.deliverable().map(|(u, _)| u).collect();

@@ -526,11 +526,7 @@ fn shown(text: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
     let mut env = test_env("real-world", |_| {}).await.unwrap();
-    let server = mailctl::local::serve_unsubscribe(&env.stack, 0)
-        .await
-        .unwrap();
-    env.stack
-        .set_function_url(mailctl::local::UNSUBSCRIBE, server.url());
+    let _server = env.serve_unsubscribe().await.unwrap();
     let campaign = Campaign::for_schedule(time::OffsetDateTime::now_utc());
     let window = campaign.window;
     let mut world = generate(2026, 400, &window, &env.domain);

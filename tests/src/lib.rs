@@ -107,6 +107,15 @@ impl TestEnv {
         LocalPipeline::build(self.stack.clone(), options, mailer).await
     }
 
+    /// Serves this stack's Unsubscribe function on a local Function URL (any free port) and
+    /// points the stack's unsubscribe links at it; the server stops when dropped.
+    pub async fn serve_unsubscribe(&mut self) -> Result<mailctl::function_url::FunctionUrl> {
+        let server = mailctl::local::serve_unsubscribe(&self.stack, 0).await?;
+        self.stack
+            .set_function_url(mailctl::names::UNSUBSCRIBE, server.url());
+        Ok(server)
+    }
+
     /// Emails the SES emulator recorded for this test's domain, by recipient.
     pub async fn sent(&self) -> Result<HashMap<String, Vec<SentMessage>>> {
         let mut by_to: HashMap<String, Vec<SentMessage>> = HashMap::new();
