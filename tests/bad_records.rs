@@ -4,12 +4,12 @@
 //! the batch untouched.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use mailctl::ledger_scan;
-use mailctl::local::PipelineOptions;
-use mailctl::names;
 use mailflow::campaign::Campaign;
 use mailflow::ledger::SendStatus;
 use mailflow::stages::Invocation;
+use mailflow_local::ledger_scan;
+use mailflow_local::names;
+use mailflow_local::pipeline::PipelineOptions;
 use mailflow_tests::{ses, test_env};
 use mongodb::bson::{doc, DateTime};
 use serde_json::{json, Value};

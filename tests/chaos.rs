@@ -1,5 +1,5 @@
 //! The chaos run end to end: `mailctl chaos` with 5,000 users on the local stack, every
-//! fault at once (see mailctl::chaos), then its report and every line it logged checked.
+//! fault at once (see mailflow_lab::chaos), then its report and every line it logged checked.
 //! It takes minutes, so `cargo test` leaves it out; infra/test.sh runs it (`--ignored`) on a
 //! local stack of its own, beside the other tests.
 
@@ -93,7 +93,7 @@ fn five_thousand_users_through_every_fault_lose_nothing_and_duplicate_only_withi
     // Every line it logged: no panic, nothing sensitive.
     for (i, line) in stderr.lines().enumerate() {
         assert!(!line.contains("panicked"), "line {i}: {line}");
-        if let Some(why) = mailctl::log_audit::finding(line) {
+        if let Some(why) = mailflow_local::log_audit::finding(line) {
             panic!("line {i} of the log has {why}: {line}");
         }
     }

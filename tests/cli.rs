@@ -166,7 +166,9 @@ fn run_status_and_resend_on_a_local_stack() {
     let (endpoint, _) = endpoints();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sent = rt
-        .block_on(mailctl::ses_record::sent_to_domain(&endpoint, &domain))
+        .block_on(mailflow_local::ses_record::sent_to_domain(
+            &endpoint, &domain,
+        ))
         .unwrap();
     let email = sent.first().expect("the run sent emails");
     let user = email.to[0].split('@').next().unwrap();
@@ -254,7 +256,10 @@ fn redrive_moves_every_dlq_message_back() {
         &[],
     ));
     assert!(out.starts_with("moved 13 messages"), "{out}");
-    let depth = |url: &str| rt.block_on(mailctl::runner::depth(&sqs, url)).unwrap();
+    let depth = |url: &str| {
+        rt.block_on(mailflow_local::queues::depth(&sqs, url))
+            .unwrap()
+    };
     assert_eq!(depth(&dlq), (0, 0));
     assert_eq!(depth(&source).0, 13);
 }

@@ -2,12 +2,12 @@
 //! a function reads is set in the template and documented, and the numbers that must agree
 //! (timeouts, visibility, concurrency) do.
 
-use mailctl::names;
-use mailctl::template::{EnvValue, Template};
 use mailflow::config::{
     CreateEmailsConfig, GetUsersConfig, MongoConfig, SendEmailConfig, SesEventsConfig,
     UnsubscribeConfig, UnsubscribeFunctionConfig,
 };
+use mailflow_local::names;
+use mailflow_local::template::{EnvValue, Template};
 use std::collections::BTreeSet;
 
 fn template() -> Template {

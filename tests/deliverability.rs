@@ -3,16 +3,16 @@
 //! deliveries, opens, clicks; twice, out of order, malformed) through the SesEvents queue,
 //! and the next campaign leaving out whoever unsubscribed or was suppressed.
 
-use mailctl::http;
-use mailctl::local::{LocalPipeline, PipelineOptions};
-use mailctl::names;
-use mailctl::runner;
-use mailctl::seed::SeedReport;
 use mailflow::adapters::dynamo::DynamoLedger;
 use mailflow::adapters::ses::SesMailer;
 use mailflow::campaign::Campaign;
 use mailflow::ledger::{epoch_ms, Claim, Engagement, SendStatus};
 use mailflow::ports::SendLedger;
+use mailflow_local::http;
+use mailflow_local::names;
+use mailflow_local::pipeline::{LocalPipeline, PipelineOptions};
+use mailflow_local::runner;
+use mailflow_local::seed::SeedReport;
 use mailflow_tests::{ses, test_env, TestEnv};
 use mongodb::bson::{doc, Document};
 use serde_json::{json, Value};
@@ -170,7 +170,7 @@ async fn one_click_unsubscribe_over_http_and_the_next_campaign_leaves_them_out()
 
 /// An SES event as EventBridge puts it on the SesEvents queue, about `user`'s W46 email.
 fn ses_event(kind: &str, user: Option<&str>, extra: Value, message_id: &str) -> String {
-    mailctl::ses_event_source::event(kind, user.map(|u| (W46, u)), message_id, extra)
+    mailflow_local::ses_event_source::event(kind, user.map(|u| (W46, u)), message_id, extra)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -264,7 +264,7 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
         ses_event("Send", None, json!({"send": {}}), "m-other"),
         "{\"detail\": {\"eventType\": \"Bounce\"".to_owned(),
     ];
-    mailctl::ses_event_source::Publisher::new(
+    mailflow_local::ses_event_source::Publisher::new(
         env.sqs(),
         env.stack.queue_url(names::SES_EVENTS_QUEUE).unwrap(),
     )

@@ -4,15 +4,15 @@
 //! invocation is "killed" the way Lambda does it, by ending it at its Timeout.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use mailctl::local::{LocalPipeline, PipelineOptions, SEND_EMAIL};
-use mailctl::names;
-use mailctl::provision::StackOptions;
-use mailctl::runner::{self, ConsumerStats};
 use mailflow::adapters::dynamo::DynamoLedger;
 use mailflow::adapters::ses::SesMailer;
 use mailflow::ledger::{epoch_ms, Claim, SendStatus};
 use mailflow::ports::{Mailer, OutgoingEmail, SendError, SendLedger};
 use mailflow::stages::Invocation;
+use mailflow_local::names;
+use mailflow_local::pipeline::{LocalPipeline, PipelineOptions, SEND_EMAIL};
+use mailflow_local::provision::StackOptions;
+use mailflow_local::runner::{self, ConsumerStats};
 use mailflow_tests::{ses, test_env, TestEnv};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -674,7 +674,7 @@ async fn t12_a_message_that_reaches_the_dlq_leaves_its_record_dead_lettered_unti
     assert_eq!(env.depth(names::EMAILS_DLQ).await.unwrap(), 1);
 
     // Redriven once SES accepts again: sent once, and the record says so.
-    mailctl::ops::redrive(
+    mailflow_local::queues::redrive(
         &env.sqs(),
         env.stack.queue_url(names::EMAILS_DLQ).unwrap(),
         env.stack.queue_url(names::EMAILS_QUEUE).unwrap(),

@@ -2,15 +2,15 @@
 //! input, GetUsers checkpoints, and a 1,000-user campaign end to end.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use mailctl::ledger_scan;
-use mailctl::local::PipelineOptions;
-use mailctl::names;
 use mailflow::campaign::Campaign;
 use mailflow::digest::{Audience, IdType};
 use mailflow::ledger::SendStatus;
 use mailflow::stages::get_users::{Checkpoint, Run};
 use mailflow::stages::Invocation;
 use mailflow::user_id::UserId;
+use mailflow_local::ledger_scan;
+use mailflow_local::names;
+use mailflow_local::pipeline::PipelineOptions;
 use mailflow_tests::{ses, test_env};
 use mongodb::bson::{doc, Document};
 use std::collections::{BTreeMap, BTreeSet};
@@ -198,7 +198,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
     let seeded = env.seed(400, &campaign()).await.unwrap();
     let options = PipelineOptions {
         env: BTreeMap::from([(
-            mailctl::local::GET_USERS,
+            mailflow_local::pipeline::GET_USERS,
             // One batch in flight at a time, so that 24 batches take several short deadlines
             // even when the local SQS answers in milliseconds.
             BTreeMap::from([

@@ -12,11 +12,11 @@
 //!
 //! Part of the `pipeline` test binary (one link for both).
 
-use mailctl::names;
-use mailctl::runner;
-use mailctl::seed::Rng;
 use mailflow::campaign::{Campaign, Window};
 use mailflow::ledger::SendStatus;
+use mailflow_local::names;
+use mailflow_local::runner;
+use mailflow_local::seed::Rng;
 use mailflow_tests::{ses, test_env, TestEnv};
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, DateTime, Document};
@@ -593,10 +593,10 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
 
     // Every audience user, checked against what must happen to them.
     let records = env.records(campaign.id.as_str()).await.unwrap();
-    let sent = mailctl::ses_record::sent_messages(&env.endpoint)
+    let sent = mailflow_local::ses_record::sent_messages(&env.endpoint)
         .await
         .unwrap();
-    let mut by_to: HashMap<String, Vec<&mailctl::ses_record::SentMessage>> = HashMap::new();
+    let mut by_to: HashMap<String, Vec<&mailflow_local::ses_record::SentMessage>> = HashMap::new();
     for m in &sent {
         for to in &m.to {
             if to.ends_with(&env.domain) {
@@ -781,7 +781,7 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
         let header = email_of(oid).header("List-Unsubscribe").unwrap();
         header[1..header.len() - 1].to_owned()
     };
-    let response = mailctl::http::request(
+    let response = mailflow_local::http::request(
         &link,
         "POST",
         &[("Content-Type", "application/x-www-form-urlencoded")],
@@ -798,13 +798,13 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
         .unwrap();
     assert_eq!(doc.get_bool("subscribed").ok(), Some(false));
     let (_, bounced) = &world.twins[1];
-    let event = mailctl::ses_event_source::event(
+    let event = mailflow_local::ses_event_source::event(
         "Bounce",
         Some((campaign.id.as_str(), &user_id_text(bounced))),
         "m-real-world",
         serde_json::json!({"bounce": {"bounceType": "Permanent", "bounceSubType": "General"}}),
     );
-    mailctl::ses_event_source::Publisher::new(
+    mailflow_local::ses_event_source::Publisher::new(
         env.sqs(),
         env.stack.queue_url(names::SES_EVENTS_QUEUE).unwrap(),
     )

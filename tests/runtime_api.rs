@@ -2,11 +2,11 @@
 //! endpoint (served here), gets a sample event from `infra/events/`, and must post
 //! the documented response. This covers `main.rs` wiring, config from template.yaml and init.
 
-use mailctl::function_host::{FunctionProcess, Outcome};
-use mailctl::local::{CREATE_EMAILS, GET_USERS, SEND_EMAIL, SES_EVENTS, UNSUBSCRIBE};
-use mailctl::names;
-use mailctl::template::Template;
 use mailflow::campaign::Campaign;
+use mailflow_local::function_host::{FunctionProcess, Outcome};
+use mailflow_local::names;
+use mailflow_local::pipeline::{CREATE_EMAILS, GET_USERS, SEND_EMAIL, SES_EVENTS, UNSUBSCRIBE};
+use mailflow_local::template::Template;
 use mailflow_tests::{test_env, TestEnv};
 use serde_json::Value;
 use std::collections::BTreeMap;

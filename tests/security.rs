@@ -3,7 +3,7 @@
 //! MongoDB URI and the unsubscribe signing key reach the functions through Secrets Manager,
 //! never as plain parameters; the one public endpoint is bounded.
 
-use mailctl::names;
+use mailflow_local::names;
 use serde_yaml::Value;
 use std::collections::{BTreeMap, BTreeSet};
 

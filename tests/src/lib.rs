@@ -2,15 +2,15 @@
 //! table, database and mail domain (unique prefix), so tests run in parallel.
 
 use anyhow::Result;
-use mailctl::local::{LocalPipeline, PipelineOptions};
-use mailctl::names;
-use mailctl::provision::{provision, Stack, StackOptions};
-use mailctl::seed::{seed, SeedOptions, SeedReport};
-use mailctl::ses_record::{self, SentMessage};
-use mailctl::template::Template;
 use mailflow::adapters::dynamo::SendRecord;
 use mailflow::campaign::Campaign;
 use mailflow::ports::Mailer;
+use mailflow_local::names;
+use mailflow_local::pipeline::{LocalPipeline, PipelineOptions};
+use mailflow_local::provision::{provision, Stack, StackOptions};
+use mailflow_local::seed::{seed, SeedOptions, SeedReport};
+use mailflow_local::ses_record::{self, SentMessage};
+use mailflow_local::template::Template;
 use mongodb::Database;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -109,10 +109,10 @@ impl TestEnv {
 
     /// Serves this stack's Unsubscribe function on a local Function URL (any free port) and
     /// points the stack's unsubscribe links at it; the server stops when dropped.
-    pub async fn serve_unsubscribe(&mut self) -> Result<mailctl::function_url::FunctionUrl> {
-        let server = mailctl::local::serve_unsubscribe(&self.stack, 0).await?;
+    pub async fn serve_unsubscribe(&mut self) -> Result<mailflow_local::function_url::FunctionUrl> {
+        let server = mailflow_local::pipeline::serve_unsubscribe(&self.stack, 0).await?;
         self.stack
-            .set_function_url(mailctl::names::UNSUBSCRIBE, server.url());
+            .set_function_url(mailflow_local::names::UNSUBSCRIBE, server.url());
         Ok(server)
     }
 
@@ -138,7 +138,7 @@ impl TestEnv {
     /// A campaign's send records, by user id.
     pub async fn records(&self, campaign: &str) -> Result<BTreeMap<String, SendRecord>> {
         let table = self.stack.table_name(names::SENDS_TABLE)?;
-        let records = mailctl::ledger_scan::records(&self.dynamo(), table, campaign).await?;
+        let records = mailflow_local::ledger_scan::records(&self.dynamo(), table, campaign).await?;
         Ok(records
             .into_iter()
             .map(|r| (r.user_id.clone(), r))
@@ -147,7 +147,8 @@ impl TestEnv {
 
     /// Messages left in a queue (visible and in flight).
     pub async fn depth(&self, queue: &str) -> Result<u64> {
-        let (v, i) = mailctl::runner::depth(&self.sqs(), self.stack.queue_url(queue)?).await?;
+        let (v, i) =
+            mailflow_local::queues::depth(&self.sqs(), self.stack.queue_url(queue)?).await?;
         Ok(v + i)
     }
 }

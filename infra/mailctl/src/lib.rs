@@ -1,27 +1,9 @@
-//! mailctl: the operator tool for mailflow, and the local runner the tests and the demo use.
+//! mailctl: the operator tool for mailflow, on AWS and on the local stack. `ops` reads a
+//! campaign's state and moves DLQs back; `preview` composes a user's email with
+//! CreateEmails' own code. The local simulator is `mailflow-local`, the benchmark and chaos
+//! run are `mailflow-lab`; `main.rs` puts the commands of all three in one binary.
 
-pub mod bench;
-pub mod chaos;
-pub mod cost;
-pub mod function_host;
-pub mod function_url;
-pub mod http;
-pub mod ledger_scan;
-pub mod local;
-pub mod log_audit;
-pub mod names;
 pub mod ops;
 pub mod preview;
-pub mod provision;
-pub mod runner;
-pub mod seed;
-pub mod ses_event_source;
-pub mod ses_record;
-pub mod template;
 
-use std::path::PathBuf;
-
-/// The repository root (where template.yaml lives).
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+pub use mailflow_local::repo_root;

@@ -3,16 +3,16 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use mailctl::local::{LocalPipeline, PipelineOptions, SeededStack};
-use mailctl::names;
 use mailctl::ops::{self, Target};
-use mailctl::provision::{provision, StackOptions};
-use mailctl::seed::{seed, SeedOptions};
-use mailctl::template::Template;
-use mailctl::{ledger_scan, ses_record};
 use mailflow::adapters::ses::SesMailer;
 use mailflow::campaign::Campaign;
 use mailflow::config::SecretRef;
+use mailflow_local::names;
+use mailflow_local::pipeline::{LocalPipeline, PipelineOptions, SeededStack};
+use mailflow_local::provision::{provision, StackOptions};
+use mailflow_local::seed::{seed, SeedOptions};
+use mailflow_local::template::Template;
+use mailflow_local::{ledger_scan, ses_record};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use std::time::Duration;
 )]
 struct Cli {
     /// The SAM template that declares the stack.
-    #[arg(long, global = true, default_value_os_t = mailctl::repo_root().join("template.yaml"))]
+    #[arg(long, global = true, default_value_os_t = mailflow_local::repo_root().join("template.yaml"))]
     template: std::path::PathBuf,
     #[command(subcommand)]
     command: Command,
@@ -53,7 +53,7 @@ enum Command {
     /// sizes and the cost per million emails (infra/bench.sh builds them and runs this).
     Bench {
         #[command(flatten)]
-        options: mailctl::bench::BenchOptions,
+        options: mailflow_lab::bench::BenchOptions,
         /// Print one JSON object instead of Markdown tables.
         #[arg(long)]
         json: bool,
@@ -64,7 +64,7 @@ enum Command {
     /// status 1 when an email was lost or sent twice beyond the bound).
     Chaos {
         #[command(flatten)]
-        options: mailctl::chaos::ChaosOptions,
+        options: mailflow_lab::chaos::ChaosOptions,
         /// Print one JSON object instead of a Markdown table.
         #[arg(long)]
         json: bool,
@@ -290,7 +290,9 @@ async fn run() -> Result<()> {
                 QueueChoice::Emails => (&target.emails_dlq, &target.emails_queue),
                 QueueChoice::SesEvents => (&target.ses_events_dlq, &target.ses_events_queue),
             };
-            let moved = ops::redrive(&aws_sdk_sqs::Client::new(&sdk), dlq, source).await?;
+            let moved =
+                mailflow_local::queues::redrive(&aws_sdk_sqs::Client::new(&sdk), dlq, source)
+                    .await?;
             println!("moved {moved} messages from {dlq} to {source}");
             Ok(())
         }
@@ -331,7 +333,7 @@ async fn run() -> Result<()> {
                 bail!("serve-unsubscribe serves a local stack: pass --prefix (on AWS, the Unsubscribe function's URL serves it)");
             };
             let stack = provision_local(&sdk, &cli.template, prefix, &t.database).await?;
-            let server = mailctl::local::serve_unsubscribe(&stack, port).await?;
+            let server = mailflow_local::pipeline::serve_unsubscribe(&stack, port).await?;
             eprintln!(
                 "serving one-click unsubscribe for {prefix} at {} (Ctrl-C stops it)",
                 server.url()
@@ -346,20 +348,20 @@ async fn run() -> Result<()> {
             json,
         } => demo(&cli.template, users, s, send_rate, json).await,
         Command::Bench { options, json } => {
-            let report = mailctl::bench::bench(&cli.template, &options).await?;
+            let report = mailflow_lab::bench::bench(&cli.template, &options).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                print!("{}", mailctl::bench::markdown(&report));
+                print!("{}", mailflow_lab::bench::markdown(&report));
             }
             Ok(())
         }
         Command::Chaos { options, json } => {
-            let report = mailctl::chaos::run(&cli.template, &options).await?;
+            let report = mailflow_lab::chaos::run(&cli.template, &options).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                print!("{}", mailctl::chaos::markdown(&report));
+                print!("{}", mailflow_lab::chaos::markdown(&report));
             }
             if !report.violations.is_empty() {
                 bail!(
@@ -410,7 +412,7 @@ async fn provision_local(
     template: &std::path::Path,
     prefix: &str,
     database: &str,
-) -> Result<mailctl::provision::Stack> {
+) -> Result<mailflow_local::provision::Stack> {
     let parameters = BTreeMap::from([(names::MONGODB_DATABASE.to_string(), database.to_owned())]);
     provision(
         sdk,
@@ -597,7 +599,7 @@ async fn demo(
     let mut dlq = 0;
     for q in names::CAMPAIGN_DLQS {
         let (visible, invisible) =
-            mailctl::runner::depth(&sqs, pipeline.stack.queue_url(q)?).await?;
+            mailflow_local::queues::depth(&sqs, pipeline.stack.queue_url(q)?).await?;
         dlq += visible + invisible;
     }
     let send = &report.totals.send_email;

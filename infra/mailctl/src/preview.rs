@@ -2,12 +2,12 @@
 //! CreateEmails (`CreateEmails::compose`) with the configuration that function has: read
 //! from template.yaml for a local stack, from the deployed function otherwise.
 
-use crate::provision::Stack;
 use anyhow::{bail, Context, Result};
 use mailflow::campaign::Campaign;
 use mailflow::config::CreateEmailsConfig;
 use mailflow::messages::{EmailJob, UserMessage};
 use mailflow::stages::create_emails::CreateEmails;
+use mailflow_local::provision::Stack;
 use std::collections::BTreeMap;
 
 /// CreateEmails as configured by `env` (its function's environment).
@@ -21,7 +21,7 @@ pub async fn create_emails(
 
 /// The environment of a local stack's CreateEmails, as template.yaml sets it.
 pub fn local_env(stack: &Stack) -> Result<BTreeMap<String, String>> {
-    stack.env(crate::local::CREATE_EMAILS)
+    stack.env(mailflow_local::pipeline::CREATE_EMAILS)
 }
 
 /// The environment of the deployed CreateEmails function.

@@ -75,7 +75,7 @@ pub struct Totals {
 }
 
 /// Locks `m`, still readable after a handler panicked while holding it.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

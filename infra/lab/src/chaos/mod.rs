@@ -10,14 +10,16 @@
 pub mod mongo;
 pub mod proxy;
 
-use crate::local::{lock, LocalPipeline, PipelineOptions, SeededStack, CREATE_EMAILS, SEND_EMAIL};
-use crate::names;
-use crate::provision::StackOptions;
-use crate::runner::{self, ConsumerStats, Faults, Kill};
-use crate::seed::Rng;
 use anyhow::{Context, Result};
 use mailflow::adapters::ses::SesMailer;
 use mailflow::ports::{Mailer, OutgoingEmail, SendError};
+use mailflow_local::names;
+use mailflow_local::pipeline::{
+    lock, LocalPipeline, PipelineOptions, SeededStack, CREATE_EMAILS, SEND_EMAIL,
+};
+use mailflow_local::provision::StackOptions;
+use mailflow_local::runner::{self, ConsumerStats, Faults, Kill};
+use mailflow_local::seed::Rng;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -194,7 +196,7 @@ struct ChaosMailer {
     inner: SesMailer,
     injector: Arc<Injector>,
     /// SES's SEND event for every accepted email, as the configuration set publishes it.
-    events: crate::ses_event_source::Publisher,
+    events: mailflow_local::ses_event_source::Publisher,
 }
 
 impl Mailer for ChaosMailer {
@@ -420,7 +422,7 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
     )
     .await?;
     let mongo = Arc::new(tokio::sync::Mutex::new(mongo));
-    let upstream = tokio::net::lookup_host(crate::ses_record::authority(&endpoint)?)
+    let upstream = tokio::net::lookup_host(mailflow_local::ses_record::authority(&endpoint)?)
         .await?
         .next()
         .context("resolving AWS_ENDPOINT_URL")?;
@@ -430,7 +432,7 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
 
     let injector = Arc::new(Injector::new(options));
     // SES's events travel inside AWS: not through the proxy that cuts the functions off.
-    let events = crate::ses_event_source::Publisher::new(
+    let events = mailflow_local::ses_event_source::Publisher::new(
         aws_sdk_sqs::Client::new(&local.stack.sdk),
         local.stack.queue_url(names::SES_EVENTS_QUEUE)?,
     );
@@ -541,19 +543,22 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
     let direct_sqs = aws_sdk_sqs::Client::new(&local.stack.sdk);
     let dynamo = aws_sdk_dynamodb::Client::new(&local.stack.sdk);
     let table = local.stack.table_name(names::SENDS_TABLE)?.to_owned();
-    let settled: BTreeSet<String> = crate::ledger_scan::records(&dynamo, &table, &campaign)
-        .await?
-        .into_iter()
-        .filter(|r| matches!(r.status, Some(s) if s != mailflow::ledger::SendStatus::InProgress))
-        .map(|r| r.user_id)
-        .collect();
+    let settled: BTreeSet<String> =
+        mailflow_local::ledger_scan::records(&dynamo, &table, &campaign)
+            .await?
+            .into_iter()
+            .filter(
+                |r| matches!(r.status, Some(s) if s != mailflow::ledger::SendStatus::InProgress),
+            )
+            .map(|r| r.user_id)
+            .collect();
     for (dlq, source) in [
         (names::USERS_DLQ, names::USERS_QUEUE),
         (names::EMAILS_DLQ, names::EMAILS_QUEUE),
         (names::CONTINUATION_DLQ, names::CONTINUATION_QUEUE),
         (names::SES_EVENTS_DLQ, names::SES_EVENTS_QUEUE),
     ] {
-        let moved = crate::ops::redrive_inspecting(
+        let moved = mailflow_local::queues::redrive_inspecting(
             &direct_sqs,
             local.stack.queue_url(dlq)?,
             local.stack.queue_url(source)?,
@@ -625,11 +630,12 @@ async fn check(
 ) -> Result<()> {
     use mailflow::ledger::SendStatus;
     let seeded = &local.seeded;
-    let records: BTreeMap<String, _> = crate::ledger_scan::records(dynamo, table, campaign)
-        .await?
-        .into_iter()
-        .map(|r| (r.user_id.clone(), r))
-        .collect();
+    let records: BTreeMap<String, _> =
+        mailflow_local::ledger_scan::records(dynamo, table, campaign)
+            .await?
+            .into_iter()
+            .map(|r| (r.user_id.clone(), r))
+            .collect();
     for record in records.values() {
         *report
             .records
@@ -647,7 +653,7 @@ async fn check(
         .map(|(user, address)| (address.as_str(), user.as_str()))
         .collect();
     let mut emails: BTreeMap<String, usize> = BTreeMap::new();
-    for message in crate::ses_record::sent_to_domain(endpoint, &local.domain).await? {
+    for message in mailflow_local::ses_record::sent_to_domain(endpoint, &local.domain).await? {
         for to in &message.to {
             report.emails += 1;
             let user = owner.get(to.as_str()).copied().unwrap_or(to.as_str());

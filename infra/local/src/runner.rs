@@ -7,11 +7,10 @@
 //! A consumer may carry `Faults` (the chaos run): second deliveries and invocations that
 //! die at chosen points, as Lambda and SQS do it in production.
 
+use crate::queues::depth;
 use anyhow::{bail, Result};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
-};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
 use aws_sdk_sqs::Client;
 use futures::future::BoxFuture;
 use mailflow::stages::Invocation;
@@ -133,24 +132,6 @@ fn to_lambda_record(message: aws_sdk_sqs::types::Message, arn: &str) -> SqsMessa
     record.event_source = Some("aws:sqs".into());
     record.event_source_arn = Some(arn.to_owned());
     record
-}
-
-/// Messages in a queue, visible or in flight.
-pub async fn depth(sqs: &Client, url: &str) -> Result<(u64, u64)> {
-    let attrs = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await?
-        .attributes
-        .unwrap_or_default();
-    let get = |k: &QueueAttributeName| attrs.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
-    Ok((
-        get(&QueueAttributeName::ApproximateNumberOfMessages),
-        get(&QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-    ))
 }
 
 /// Lambda's pollers long-poll for 20 s (`mailctl bench` does too). A poll is never abandoned

@@ -6,13 +6,13 @@
 //! and the cost per million emails.
 
 use crate::cost::{self, CostPerMillion, PerEmail};
-use crate::function_host::{CpuTime, FunctionProcess, Logs, Outcome};
-use crate::local::{SeededStack, CREATE_EMAILS, GET_USERS, SEND_EMAIL};
-use crate::names;
-use crate::provision::Stack;
-use crate::runner::{self, Consumer};
 use anyhow::{bail, Context, Result};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use mailflow_local::function_host::{CpuTime, FunctionProcess, Logs, Outcome};
+use mailflow_local::names;
+use mailflow_local::pipeline::{SeededStack, CREATE_EMAILS, GET_USERS, SEND_EMAIL};
+use mailflow_local::provision::Stack;
+use mailflow_local::runner::{self, Consumer};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -34,7 +34,7 @@ pub struct BenchOptions {
     #[arg(long, default_value_t = 5000.0)]
     pub send_rate: f64,
     /// Where the function binaries are.
-    #[arg(long, default_value_os_t = crate::repo_root().join("target/release"))]
+    #[arg(long, default_value_os_t = mailflow_local::repo_root().join("target/release"))]
     pub bin_dir: PathBuf,
     /// Also write each function process's log lines (the first 20,000 of each) to
     /// <dir>/<function>-<n>.log.
@@ -223,7 +223,7 @@ pub struct StageReport {
     /// Users enqueued (GetUsers only), from its invocations' last log lines.
     pub users_enqueued: u64,
     /// Log lines with an address, a credentialed connection string or a key:
-    /// "process N line M: why" (see `crate::log_audit`).
+    /// "process N line M: why" (see `mailflow_local::log_audit`).
     pub sensitive_log_lines: Vec<String>,
     /// Every request by `service.Operation`: the function's own (metered in the process)
     /// and its event source mapping's (`esm.ReceiveMessage`, `esm.DeleteMessageBatch`).
@@ -346,7 +346,7 @@ async fn stage_report(
 /// The event source mapping of template.yaml, each worker invoking its own environment.
 fn consumer(stack: &Stack, function: &str, handlers: Vec<runner::Handler>) -> Result<Consumer> {
     let timeout = Duration::from_secs(stack.template.function(function)?.timeout.into());
-    let mut consumer = crate::local::consumer(stack, function, handlers, timeout)?;
+    let mut consumer = mailflow_local::pipeline::consumer(stack, function, handlers, timeout)?;
     consumer.concurrency = consumer.handlers.len() as u32;
     // Polled as Lambda does, so that empty receives are counted as they would be billed.
     consumer.long_poll = runner::LAMBDA_LONG_POLL;
@@ -424,13 +424,13 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
 
     let mut emails_sent = 0;
     if !options.get_users_only {
-        let records = crate::ledger_scan::records(
+        let records = mailflow_local::ledger_scan::records(
             &mailflow::adapters::dynamodb_client(&stack.sdk),
             stack.table_name(names::SENDS_TABLE)?,
             local.campaign.id.as_str(),
         )
         .await?;
-        emails_sent = crate::ledger_scan::count_by_status(&records)
+        emails_sent = mailflow_local::ledger_scan::count_by_status(&records)
             .get("SENT")
             .copied()
             .unwrap_or(0) as u64;

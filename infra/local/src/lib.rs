@@ -1,0 +1,29 @@
+//! The local simulator: what makes template.yaml run on one machine against the local stack
+//! (moto, SecantusDB). It reads the template (`template`), creates its resources under a
+//! prefix (`provision`), seeds users (`seed`), runs the SQS event source mappings
+//! (`runner`) over the functions wired as on Lambda (`pipeline`), serves the Lambda Runtime
+//! API to the real binaries (`function_host`) and Function URLs (`function_url`), stands in
+//! for SES's event publishing (`ses_event_source`) and reads the SES emulator's record
+//! (`ses_record`). The functions never know: they get the environment the template gives them.
+
+pub mod function_host;
+pub mod function_url;
+pub mod http;
+pub mod ledger_scan;
+pub mod log_audit;
+pub mod names;
+pub mod pipeline;
+pub mod provision;
+pub mod queues;
+pub mod runner;
+pub mod seed;
+pub mod ses_event_source;
+pub mod ses_record;
+pub mod template;
+
+use std::path::PathBuf;
+
+/// The repository root (where template.yaml lives).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
