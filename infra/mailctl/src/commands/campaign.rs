@@ -1,0 +1,132 @@
+//! `run` and `resend`: start a campaign, and on the local stack run it to its end and say
+//! how it ended (exit status 1 when users are FAILED, dead-lettered or left in a DLQ).
+
+use super::{provision_local, TargetArgs};
+use anyhow::{bail, Context, Result};
+use mailctl::ops::{self, Target};
+use mailflow::adapters::ses::SesMailer;
+use mailflow::campaign::Campaign;
+use mailflow_local::pipeline::{LocalPipeline, PipelineOptions};
+use std::time::Duration;
+
+/// `run`: the campaign the schedule would run now, or `campaign`.
+pub async fn run(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    campaign: Option<String>,
+    t: &TargetArgs,
+) -> Result<()> {
+    let campaign = campaign.unwrap_or_else(|| {
+        Campaign::for_schedule(time::OffsetDateTime::now_utc())
+            .id
+            .to_string()
+    });
+    start(
+        sdk,
+        template,
+        t,
+        serde_json::json!({"campaignId": campaign}),
+    )
+    .await
+}
+
+/// `resend`: the campaign again; only users without a SENT record get an email.
+pub async fn resend(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    campaign: &str,
+    include_failed: bool,
+    t: &TargetArgs,
+) -> Result<()> {
+    mailflow::campaign::CampaignId::parse(campaign)?;
+    let event = serde_json::json!({"campaignId": campaign, "includeFailed": include_failed});
+    start(sdk, template, t, event).await
+}
+
+/// Starts GetUsers with `event`: on AWS by invoking the function, locally by running the
+/// whole pipeline to completion.
+async fn start(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    t: &TargetArgs,
+    event: serde_json::Value,
+) -> Result<()> {
+    let Some(prefix) = &t.prefix else {
+        let target = Target::from_env()?;
+        let function = target
+            .get_users_function
+            .context("MAILFLOW_GET_USERS_FUNCTION is not set: export the stack's GetUsersFunctionName output")?;
+        let out = aws_sdk_lambda::Client::new(sdk)
+            .invoke()
+            .function_name(&function)
+            .payload(aws_sdk_lambda::primitives::Blob::new(serde_json::to_vec(
+                &event,
+            )?))
+            .send()
+            .await
+            .with_context(|| format!("invoking {function}"))?;
+        let payload = out
+            .payload
+            .map(|p| String::from_utf8_lossy(p.as_ref()).into_owned())
+            .unwrap_or_default();
+        if let Some(error) = out.function_error {
+            bail!("{function} failed ({error}): {payload}");
+        }
+        println!("{payload}");
+        return Ok(());
+    };
+    let stack = provision_local(sdk, template, prefix, &t.database).await?;
+    let pipeline =
+        LocalPipeline::build(stack, PipelineOptions::default(), SesMailer::from_config).await?;
+    let campaign = event["campaignId"].as_str().unwrap_or_default().to_owned();
+    let report = pipeline.run(event, Duration::from_secs(24 * 3600)).await?;
+    // The ledger and the queues, not this run's counters, say how the campaign ended.
+    let target = Target::from_prefix(&aws_sdk_sqs::Client::new(sdk), prefix).await?;
+    let status = ops::status(
+        &aws_sdk_sqs::Client::new(sdk),
+        &aws_sdk_dynamodb::Client::new(sdk),
+        &target,
+        &campaign,
+    )
+    .await?;
+    let send = &report.totals.send_email;
+    println!(
+        "{}",
+        serde_json::json!({
+            "getUsers": report.get_users,
+            "rendered": report.totals.create_emails.rendered,
+            "skipped": report.totals.create_emails.skipped,
+            "sent": send.sent,
+            "suppressedDuplicates": send.duplicates,
+            "failed": send.failed,
+            "previouslyFailed": send.previously_failed,
+            "wallTimeSeconds": report.wall_time.as_secs(),
+            "campaign": {
+                "sent": status.sent,
+                "failed": status.failed,
+                "failedByReason": status.failed_by_reason,
+                "deadLettered": status.dead_lettered,
+                "deadLetteredByReason": status.dead_lettered_by_reason,
+                "usersDlq": status.users_dlq,
+                "emailsDlq": status.emails_dlq,
+            },
+        })
+    );
+    fail_on_problems(&status)
+}
+
+/// Exit status 1 (with the counts) when a campaign ended with users not sent to: FAILED,
+/// dead-lettered, or messages left in a DLQ.
+pub fn fail_on_problems(s: &ops::CampaignStatus) -> Result<()> {
+    if s.problems() == 0 {
+        return Ok(());
+    }
+    bail!(
+        "campaign {} ended with {} FAILED, {} dead-lettered, {} messages in the users DLQ and {} in the emails DLQ (reasons above; `mailctl status` lists them)",
+        s.campaign_id,
+        s.failed,
+        s.dead_lettered,
+        s.users_dlq,
+        s.emails_dlq
+    )
+}

@@ -1,0 +1,104 @@
+//! `status` and `redrive`: a campaign's state from its records and the queues, and DLQs
+//! moved back to their queues.
+
+use super::campaign::fail_on_problems;
+use super::{target, QueueChoice, TargetArgs};
+use anyhow::Result;
+use mailctl::ops;
+use std::time::Duration;
+
+pub async fn status(
+    sdk: &aws_config::SdkConfig,
+    campaign: &str,
+    watch: bool,
+    json: bool,
+    t: &TargetArgs,
+) -> Result<()> {
+    mailflow::campaign::CampaignId::parse(campaign)?;
+    let target = target(sdk, t).await?;
+    let (sqs, dynamo) = (
+        aws_sdk_sqs::Client::new(sdk),
+        aws_sdk_dynamodb::Client::new(sdk),
+    );
+    loop {
+        let s = ops::status(&sqs, &dynamo, &target, campaign).await?;
+        if json {
+            println!("{}", serde_json::to_string(&s)?);
+        } else {
+            print_status(&s);
+        }
+        if !watch {
+            return Ok(());
+        }
+        if s.users_pending + s.emails_pending == 0 {
+            // Watched to the end: the exit status says how it ended.
+            return fail_on_problems(&s);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+pub async fn redrive(
+    sdk: &aws_config::SdkConfig,
+    queue: QueueChoice,
+    t: &TargetArgs,
+) -> Result<()> {
+    let target = target(sdk, t).await?;
+    let (dlq, source) = match queue {
+        QueueChoice::Users => (&target.users_dlq, &target.users_queue),
+        QueueChoice::Emails => (&target.emails_dlq, &target.emails_queue),
+        QueueChoice::SesEvents => (&target.ses_events_dlq, &target.ses_events_queue),
+    };
+    let moved =
+        mailflow_local::queues::redrive(&aws_sdk_sqs::Client::new(sdk), dlq, source).await?;
+    println!("moved {moved} messages from {dlq} to {source}");
+    Ok(())
+}
+
+fn print_status(s: &ops::CampaignStatus) {
+    let done = s.sent + s.failed + s.dead_lettered;
+    let total = done as u64 + s.in_progress as u64 + s.users_pending + s.emails_pending;
+    let width = 30;
+    let filled = (done as u64 * width as u64)
+        .checked_div(total)
+        .map_or(width, |f| f as usize);
+    let engagement: Vec<String> = s
+        .engagement
+        .iter()
+        .map(|(what, n)| format!("{what} {n}"))
+        .collect();
+    let eta = match (s.eta_seconds, s.send_rate) {
+        (Some(eta), Some(rate)) => format!("{rate}/s over the last minute | ETA {eta}s"),
+        _ if s.users_pending + s.emails_pending == 0 => "queues empty".into(),
+        _ => format!(
+            "nothing sent in the last minute | ETA unknown ({} waiting to retry)",
+            s.retrying
+        ),
+    };
+    println!(
+        "{} [{}{}] sent {} failed {} dead-lettered {} in progress {} | queued: users {} emails {} | duplicates suppressed {} | DLQ now (all campaigns): users {} emails {} | {}\n  {} | reconciled from SES events {}",
+        s.campaign_id,
+        "#".repeat(filled),
+        ".".repeat(width - filled),
+        s.sent,
+        s.failed,
+        s.dead_lettered,
+        s.in_progress,
+        s.users_pending,
+        s.emails_pending,
+        s.duplicates_suppressed,
+        s.users_dlq,
+        s.emails_dlq,
+        eta,
+        engagement.join(" "),
+        s.reconciled,
+    );
+    for (what, reasons) in [
+        ("FAILED", &s.failed_by_reason),
+        ("dead-lettered", &s.dead_lettered_by_reason),
+    ] {
+        for (reason, n) in reasons {
+            println!("  {what} {n}: {reason}");
+        }
+    }
+}
