@@ -2,6 +2,8 @@
 //! invocations killed at each step, live leases, throttling, permanent rejections, the next
 //! week's campaign, and the send rate. Faults are injected around the real SES adapter; an
 //! invocation is "killed" the way Lambda does it, by ending it at its Timeout.
+//! Over 400 lines on purpose: the catalogue of exactly-once faults (t1 to t12) and the one
+//! fault-injecting mailer they share.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailflow::adapters::dynamo::DynamoLedger;

@@ -11,6 +11,8 @@
 //! through the real stages on the local stack and every user is checked.
 //!
 //! Part of the `pipeline` test binary (one link for both).
+//! Over 400 lines on purpose: the generator, the independent model of what must happen and
+//! the checks are one scenario, best read top to bottom.
 
 use mailflow::campaign::{Campaign, Window};
 use mailflow::ledger::SendStatus;

@@ -1,5 +1,6 @@
 //! The sends ledger in DynamoDB: partition key `userId`, sort key `campaignId`; every write
 //! is a single conditional UpdateItem, and refusals are explained by ALL_OLD from the same call.
+//! Over 400 lines on purpose: every conditional write of the ledger is here, once.
 
 use crate::ledger::{
     campaign_shard, epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Refusal, SendStatus,

@@ -6,6 +6,8 @@
 //! flow to SesEvents as on AWS. Then it checks
 //! that nothing was lost and nobody got a second email beyond the one window no key closes.
 //! `mailctl chaos` prints the figures; tests/chaos.rs asserts them.
+//! Over 400 lines on purpose: the faults, their schedule and the checks of one run read
+//! together; the proxy and the restartable MongoDB are already modules of their own.
 
 pub mod mongo;
 pub mod proxy;
