@@ -13,7 +13,7 @@ use mailflow::config::{
 };
 use mailflow::ports::Mailer;
 use mailflow::stages::create_emails::{self, CreateEmails};
-use mailflow::stages::get_users::GetUsers;
+use mailflow::stages::get_users::{self, GetUsers};
 use mailflow::stages::send_email;
 use mailflow::stages::ses_events::{self, SesEvents};
 use mailflow::stages::unsubscribe::Unsubscribe;
@@ -168,7 +168,9 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
             async move {
                 let payload = serde_json::to_value(event).unwrap_or(Value::Null);
                 match stage.handle(payload, &invocation).await {
-                    Ok(v) => serde_json::from_value::<SqsBatchResponse>(v).unwrap_or_default(),
+                    Ok(get_users::Response::Checkpoints(response)) => response,
+                    // An SQS event is never taken for a run.
+                    Ok(get_users::Response::Run(_)) => SqsBatchResponse::default(),
                     Err(err) => {
                         tracing::error!(error = %err, "GetUsers continuation failed");
                         SqsBatchResponse::default()
@@ -231,7 +233,8 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
     /// Invokes GetUsers with `event` (the schedule event or a manual payload).
     pub async fn start(&self, event: Value) -> Result<Value> {
         let invocation = Invocation::with_timeout("get-users-start", self.timeout(GET_USERS)?);
-        Ok(self.get_users.handle(event, &invocation).await?)
+        let response = self.get_users.handle(event, &invocation).await?;
+        Ok(serde_json::to_value(response)?)
     }
 
     /// Starts a campaign and runs every consumer until the queues drain.

@@ -25,8 +25,9 @@ pub enum GetUsersError {
     BadRequest(String),
     #[error(transparent)]
     Campaign(#[from] CampaignError),
+    /// The driver's error, as text: no driver type in the stage's signature.
     #[error("reading the audience from MongoDB failed: {0}")]
-    Mongo(#[from] mongodb::error::Error),
+    Mongo(String),
     #[error(transparent)]
     Queue(#[from] QueueError),
 }
@@ -173,12 +174,9 @@ impl GetUsers {
         &self,
         event: Value,
         invocation: &Invocation,
-    ) -> Result<Value, GetUsersError> {
+    ) -> Result<Response, GetUsersError> {
         match parse_request(event)? {
-            Request::Run(run) => {
-                let summary = self.run(run, invocation).await?;
-                Ok(serde_json::to_value(summary).unwrap_or(Value::Null))
-            }
+            Request::Run(run) => Ok(Response::Run(self.run(run, invocation).await?)),
             Request::Continuations(records) => {
                 let mut failed = Vec::new();
                 for (id, body) in records {
@@ -194,7 +192,7 @@ impl GetUsers {
                         failed.push(id);
                     }
                 }
-                Ok(serde_json::to_value(batch_response(failed)).unwrap_or(Value::Null))
+                Ok(Response::Checkpoints(batch_response(failed)))
             }
         }
     }
@@ -288,6 +286,21 @@ impl GetUsers {
         );
         Ok(summary)
     }
+}
+
+impl From<mongodb::error::Error> for GetUsersError {
+    fn from(err: mongodb::error::Error) -> Self {
+        Self::Mongo(err.to_string())
+    }
+}
+
+/// What an invocation answers: a run's summary, or the partial batch response for a batch
+/// of checkpoints (the Lambda runtime serialises either as it is).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Response {
+    Run(Summary),
+    Checkpoints(aws_lambda_events::event::sqs::SqsBatchResponse),
 }
 
 impl GetUsers {
