@@ -35,6 +35,12 @@ pub enum AssembleError {
     Indexes(#[from] mongodb::error::Error),
 }
 
+/// SesEvents as it runs on Lambda: the DynamoDB send records and MongoDB's users.
+pub type LambdaSesEvents = SesEvents<SendRecords, Subscribers>;
+
+/// Unsubscribe as it runs on Lambda.
+pub type LambdaUnsubscribe = Unsubscribe<Subscribers, SendRecords>;
+
 /// SendEmail as it runs on Lambda: the DynamoDB ledger and the emails queue, with `mailer`
 /// (SES, or a wrapper around it that injects faults).
 pub type LambdaSendEmail<M = SesMailer> = SendEmail<M, DynamoLedger, SqsQueue>;
@@ -86,7 +92,7 @@ pub fn send_email<M: Mailer>(
 pub async fn ses_events(
     config: SesEventsConfig,
     sdk: &SdkConfig,
-) -> Result<SesEvents, AssembleError> {
+) -> Result<LambdaSesEvents, AssembleError> {
     let db = mongo::connect(&config.mongo, sdk, "ses-events").await?;
     let records = SendRecords::new(dynamodb_client(sdk), &config.sends_table_name);
     Ok(SesEvents::new(records, Subscribers::new(&db), config))
@@ -95,7 +101,7 @@ pub async fn ses_events(
 pub async fn unsubscribe(
     config: UnsubscribeFunctionConfig,
     sdk: &SdkConfig,
-) -> Result<Unsubscribe, AssembleError> {
+) -> Result<LambdaUnsubscribe, AssembleError> {
     let signer = secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?;
     let db = mongo::connect(&config.mongo, sdk, "unsubscribe").await?;
     let records = SendRecords::new(dynamodb_client(sdk), &config.sends_table_name);

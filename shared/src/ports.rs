@@ -1,9 +1,11 @@
-//! Ports: the small interfaces SendEmail depends on, so that its exactly-once decisions can
-//! be tested in memory (`memory`, for unit tests) and faults injected around the real
-//! services. The adapters implement them: `adapters::ses::SesMailer` (Mailer),
-//! `adapters::dynamo::DynamoLedger` (SendLedger), `adapters::sqs::SqsQueue` (RetryQueue).
+//! Ports: the small interfaces SendEmail, SesEvents and Unsubscribe depend on, so that their
+//! decisions can be tested in memory (`memory`, for unit tests) and faults injected around
+//! the real services. The adapters implement them: `adapters::ses::SesMailer` (Mailer),
+//! `adapters::dynamo::DynamoLedger` (SendLedger), `adapters::dynamo::SendRecords`
+//! (SendRecordNotes), `adapters::sqs::SqsQueue` (RetryQueue), `adapters::subscribers::
+//! Subscribers` (SubscriberStore).
 
-use crate::ledger::{Claim, ClaimOutcome, LedgerError, LostClaim};
+use crate::ledger::{Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, SendStatus};
 #[cfg(test)]
 pub(crate) mod memory;
 use std::future::Future;
@@ -43,6 +45,85 @@ pub trait SendLedger: Send + Sync {
         claim: &Claim,
         reason: &str,
     ) -> impl Future<Output = Marked> + Send;
+}
+
+/// What the SES events and the Unsubscribe function note on existing send records; they
+/// never create or claim one.
+pub trait SendRecordNotes: Send + Sync {
+    /// Notes `what` on the record (the first time is kept); the record's status, or None when
+    /// there is no record.
+    fn note(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+        what: Engagement,
+        at_ms: u64,
+    ) -> impl Future<Output = Result<Option<SendStatus>, LedgerError>> + Send;
+    /// The record's status (a hint: the writes that act on it are conditional).
+    fn status_of(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+    ) -> impl Future<Output = Result<Option<SendStatus>, LedgerError>> + Send;
+    /// SES sent this email: an IN_PROGRESS or DEAD_LETTERED record becomes SENT. Whether it did.
+    fn reconcile_sent(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+        ses_message_id: &str,
+        at_ms: u64,
+    ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
+}
+
+/// Who may be emailed (MongoDB's users): unsubscribes and suppressions, each idempotent.
+pub trait SubscriberStore: Send + Sync {
+    fn unsubscribe(
+        &self,
+        user_id: &str,
+        list: &str,
+        campaign_id: &str,
+        at_ms: i64,
+    ) -> impl Future<Output = Result<Change, StoreError>> + Send;
+    fn suppress(
+        &self,
+        user_id: &str,
+        reason: SuppressionReason,
+        detail: &str,
+        campaign_id: &str,
+        at_ms: i64,
+    ) -> impl Future<Output = Result<Change, StoreError>> + Send;
+}
+
+/// The subscriber store did not answer, or answered with an error.
+#[derive(Debug, thiserror::Error)]
+#[error("MongoDB: {0}")]
+pub struct StoreError(pub String);
+
+/// What a change to a subscriber found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Made,
+    /// Already so (a repeated request, a duplicate event).
+    AlreadyDone,
+    NoSuchUser,
+}
+
+/// Why an address is never emailed again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SuppressionReason {
+    /// A permanent (hard) bounce: the address does not exist or refuses mail.
+    Bounce,
+    /// The recipient marked the email as spam.
+    Complaint,
+}
+
+impl SuppressionReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Bounce => "bounce",
+            Self::Complaint => "complaint",
+        }
+    }
 }
 
 /// A write under a claim: done, refused because the claim was lost (with what the record

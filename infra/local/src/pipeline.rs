@@ -15,8 +15,7 @@ use mailflow::ports::Mailer;
 use mailflow::stages::create_emails::{self, CreateEmails};
 use mailflow::stages::get_users::{self, GetUsers};
 use mailflow::stages::send_email;
-use mailflow::stages::ses_events::{self, SesEvents};
-use mailflow::stages::unsubscribe::Unsubscribe;
+use mailflow::stages::ses_events;
 use mailflow::stages::Invocation;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -86,7 +85,7 @@ pub struct LocalPipeline<M> {
     /// One SendEmail per execution environment (MaximumConcurrency of its event source).
     pub send_email: Vec<Arc<LambdaSendEmail<M>>>,
     pub send_config: SendEmailConfig,
-    pub ses_events: Arc<SesEvents>,
+    pub ses_events: Arc<assemble::LambdaSesEvents>,
     pub totals: Arc<Mutex<Totals>>,
     options: PipelineOptions,
 }
@@ -253,7 +252,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
 }
 
 /// The Unsubscribe function as template.yaml configures it on this stack.
-pub async fn unsubscribe(stack: &Stack) -> Result<Unsubscribe> {
+pub async fn unsubscribe(stack: &Stack) -> Result<assemble::LambdaUnsubscribe> {
     let env = stack.env(UNSUBSCRIBE)?;
     let config = UnsubscribeFunctionConfig::from_source(&|k: &str| env.get(k).cloned())?;
     Ok(assemble::unsubscribe(config, &stack.sdk).await?)

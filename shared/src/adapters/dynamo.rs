@@ -5,7 +5,7 @@
 use crate::ledger::{
     campaign_shard, epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Refusal, SendStatus,
 };
-use crate::ports::{Marked, SendLedger};
+use crate::ports::{Marked, SendLedger, SendRecordNotes};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
@@ -312,10 +312,10 @@ impl DynamoLedger {
 
 /// What the SES events and the Unsubscribe function write: analytics on existing records,
 /// and the reconciliation of a send whose SENT was never written. They never create a record.
-impl SendRecords {
+impl SendRecordNotes for SendRecords {
     /// Notes `what` (once: the first time is kept) on the record of this send. Returns the
     /// record's status, or None when there is no record (not a send of this ledger).
-    pub async fn note(
+    async fn note(
         &self,
         user_id: &str,
         campaign_id: &str,
@@ -346,7 +346,7 @@ impl SendRecords {
 
     /// The status of one send's record (eventually consistent: a hint, the writes that act
     /// on it are conditional).
-    pub async fn status_of(
+    async fn status_of(
         &self,
         user_id: &str,
         campaign_id: &str,
@@ -378,7 +378,7 @@ impl SendRecords {
     /// SES and SENT) or DEAD_LETTERED (its message went to the DLQ after SES had taken it)
     /// becomes SENT now, so no retry or redrive sends it again.
     /// Returns whether it did.
-    pub async fn reconcile_sent(
+    async fn reconcile_sent(
         &self,
         user_id: &str,
         campaign_id: &str,

@@ -8,32 +8,8 @@ use crate::user_id::UserId;
 use mongodb::bson::{doc, DateTime, Document};
 use mongodb::{Collection, Database};
 
-/// What a change found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
-    Made,
-    /// Already so (a repeated request, a duplicate event).
-    AlreadyDone,
-    NoSuchUser,
-}
-
-/// Why an address is never emailed again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SuppressionReason {
-    /// A permanent (hard) bounce: the address does not exist or refuses mail.
-    Bounce,
-    /// The recipient marked the email as spam.
-    Complaint,
-}
-
-impl SuppressionReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Bounce => "bounce",
-            Self::Complaint => "complaint",
-        }
-    }
-}
+use crate::ports::SubscriberStore;
+pub use crate::ports::{Change, StoreError, SuppressionReason};
 
 #[derive(Clone)]
 pub struct Subscribers {
@@ -76,15 +52,17 @@ impl Subscribers {
             Change::NoSuchUser
         })
     }
+}
 
+impl SubscriberStore for Subscribers {
     /// The user asked to receive no more of `list` (from `campaign_id`'s email).
-    pub async fn unsubscribe(
+    async fn unsubscribe(
         &self,
         user_id: &str,
         list: &str,
         campaign_id: &str,
         at_ms: i64,
-    ) -> mongodb::error::Result<Change> {
+    ) -> Result<Change, StoreError> {
         self.change(
             user_id,
             doc! { "subscribed": { "$ne": false } },
@@ -95,18 +73,19 @@ impl Subscribers {
             },
         )
         .await
+        .map_err(|e| StoreError(e.to_string()))
     }
 
     /// The address must never be emailed again, for `reason`; `detail` says more (the
     /// bounce type, the complaint's feedback type).
-    pub async fn suppress(
+    async fn suppress(
         &self,
         user_id: &str,
         reason: SuppressionReason,
         detail: &str,
         campaign_id: &str,
         at_ms: i64,
-    ) -> mongodb::error::Result<Change> {
+    ) -> Result<Change, StoreError> {
         self.change(
             user_id,
             doc! { "suppression": { "$exists": false } },
@@ -120,5 +99,6 @@ impl Subscribers {
             },
         )
         .await
+        .map_err(|e| StoreError(e.to_string()))
     }
 }

@@ -1,10 +1,14 @@
 //! In-memory stand-ins for the ports, for unit tests of the stages' decisions: a ledger
 //! with the same conditions as the DynamoDB one (`adapters::dynamo`), a mailer that answers
-//! from a script, and a queue that records the retry delays it is asked for. The same
+//! from a script, a queue that records the retry delays it is asked for, send records and
+//! subscribers for the SES events. The same
 //! decisions are proven against the real services by the tests on the local stack.
 
-use super::{Mailer, Marked, OutgoingEmail, QueueError, RetryQueue, SendError, SendLedger};
-use crate::ledger::{Claim, ClaimOutcome, LedgerError, LostClaim, Refusal, SendStatus};
+use super::{
+    Change, Mailer, Marked, OutgoingEmail, QueueError, RetryQueue, SendError, SendLedger,
+    SendRecordNotes, StoreError, SubscriberStore, SuppressionReason,
+};
+use crate::ledger::{Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Refusal, SendStatus};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -246,5 +250,149 @@ impl RetryQueue for MemoryQueue {
             .unwrap_or_else(|p| p.into_inner())
             .push((receipt_handle.to_owned(), delay));
         Ok(())
+    }
+}
+
+/// A send record as the SES events see it: its status and the engagements noted on it.
+type Noted = (SendStatus, Vec<Engagement>);
+
+/// Send records for the SES events and unsubscribes, by (user, campaign).
+#[derive(Default)]
+pub struct MemoryRecords {
+    pub records: Mutex<HashMap<(String, String), Noted>>,
+}
+
+impl MemoryRecords {
+    pub fn with(user: &str, campaign: &str, status: SendStatus) -> Self {
+        let records = Self::default();
+        records
+            .records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((user.into(), campaign.into()), (status, Vec::new()));
+        records
+    }
+
+    pub fn get(&self, user: &str, campaign: &str) -> Option<Noted> {
+        self.records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(user.into(), campaign.into()))
+            .cloned()
+    }
+}
+
+impl SendRecordNotes for MemoryRecords {
+    async fn note(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+        what: Engagement,
+        _at_ms: u64,
+    ) -> Result<Option<SendStatus>, LedgerError> {
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(records
+            .get_mut(&(user_id.into(), campaign_id.into()))
+            .map(|(status, noted)| {
+                if !noted.contains(&what) {
+                    noted.push(what);
+                }
+                *status
+            }))
+    }
+
+    async fn status_of(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+    ) -> Result<Option<SendStatus>, LedgerError> {
+        Ok(self.get(user_id, campaign_id).map(|(status, _)| status))
+    }
+
+    async fn reconcile_sent(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+        _ses_message_id: &str,
+        _at_ms: u64,
+    ) -> Result<bool, LedgerError> {
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(
+            match records.get_mut(&(user_id.into(), campaign_id.into())) {
+                Some((status, _))
+                    if matches!(status, SendStatus::InProgress | SendStatus::DeadLettered) =>
+                {
+                    *status = SendStatus::Sent;
+                    true
+                }
+                _ => false,
+            },
+        )
+    }
+}
+
+/// Users with their suppression (the first reason kept) and subscription.
+#[derive(Default)]
+pub struct MemorySubscribers {
+    /// user id -> (subscribed, suppression reason)
+    pub users: Mutex<HashMap<String, (bool, Option<SuppressionReason>)>>,
+}
+
+impl MemorySubscribers {
+    pub fn with(users: &[&str]) -> Self {
+        let store = Self::default();
+        store
+            .users
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(users.iter().map(|u| (u.to_string(), (true, None))));
+        store
+    }
+
+    pub fn get(&self, user: &str) -> Option<(bool, Option<SuppressionReason>)> {
+        self.users
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(user)
+            .copied()
+    }
+}
+
+impl SubscriberStore for MemorySubscribers {
+    async fn unsubscribe(
+        &self,
+        user_id: &str,
+        _list: &str,
+        _campaign_id: &str,
+        _at_ms: i64,
+    ) -> Result<Change, StoreError> {
+        let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(match users.get_mut(user_id) {
+            None => Change::NoSuchUser,
+            Some((subscribed, _)) if !*subscribed => Change::AlreadyDone,
+            Some((subscribed, _)) => {
+                *subscribed = false;
+                Change::Made
+            }
+        })
+    }
+
+    async fn suppress(
+        &self,
+        user_id: &str,
+        reason: SuppressionReason,
+        _detail: &str,
+        _campaign_id: &str,
+        _at_ms: i64,
+    ) -> Result<Change, StoreError> {
+        let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(match users.get_mut(user_id) {
+            None => Change::NoSuchUser,
+            Some((_, Some(_))) => Change::AlreadyDone,
+            Some((_, suppression)) => {
+                *suppression = Some(reason);
+                Change::Made
+            }
+        })
     }
 }

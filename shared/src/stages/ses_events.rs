@@ -1,16 +1,15 @@
 //! SesEvents: what SES reports after a send. A permanent bounce or a complaint suppresses
 //! the address in MongoDB (never emailed again); a transient bounce is counted only. Send and
-//! delivery events turn a record still IN_PROGRESS into SENT (its attempt died between SES
-//! and the ledger: this closes the exactly-once crash window whenever the event arrives
-//! before the lease ends). Every event also notes its engagement on the send record for the
+//! delivery events turn a record still IN_PROGRESS (its attempt died between SES and the
+//! ledger: this closes the exactly-once crash window whenever the event arrives before the
+//! lease ends) or DEAD_LETTERED (SES took it, its answer was lost) into SENT. Every event also notes its engagement on the send record for the
 //! campaign analytics. All of it is idempotent and order-free: events may arrive twice and
 //! in any order. A bad record fails alone (partial batch response) and reaches the DLQ.
 
 use super::{batch_response, each_record};
-use crate::adapters::dynamo::SendRecords;
-use crate::adapters::subscribers::{Change, Subscribers, SuppressionReason};
 use crate::config::SesEventsConfig;
 use crate::ledger::{epoch_ms, Engagement, SendStatus};
+use crate::ports::{Change, SendRecordNotes, SubscriberStore, SuppressionReason};
 use crate::ses_events::{self, EventKind, Recipient, SesEvent};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use std::time::SystemTime;
@@ -60,14 +59,16 @@ struct Effect {
     ignored: bool,
 }
 
-pub struct SesEvents {
-    records: SendRecords,
-    subscribers: Subscribers,
+/// Generic over its ports: on Lambda the DynamoDB send records and MongoDB's users; in unit
+/// tests their in-memory stand-ins.
+pub struct SesEvents<R, S> {
+    records: R,
+    subscribers: S,
     config: SesEventsConfig,
 }
 
-impl SesEvents {
-    pub fn new(records: SendRecords, subscribers: Subscribers, config: SesEventsConfig) -> Self {
+impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
+    pub fn new(records: R, subscribers: S, config: SesEventsConfig) -> Self {
         Self {
             records,
             subscribers,
@@ -144,7 +145,7 @@ impl SesEvents {
     }
 
     async fn act(&self, recipient: &Recipient, event: &SesEvent) -> Result<Effect, String> {
-        let ledger = |e: crate::adapters::dynamo::LedgerError| e.to_string();
+        let ledger = |e: crate::ledger::LedgerError| e.to_string();
         let mut effect = Effect::default();
         match &event.kind {
             EventKind::Send => {
@@ -155,14 +156,20 @@ impl SesEvents {
                     .status_of(&recipient.user_id, recipient.campaign_id.as_str())
                     .await
                     .map_err(ledger)?;
-                if status == Some(SendStatus::InProgress) {
+                if matches!(
+                    status,
+                    Some(SendStatus::InProgress | SendStatus::DeadLettered)
+                ) {
                     effect.reconciled = self.reconcile(recipient, event).await?;
                 }
             }
             EventKind::Delivery => {
                 let status = self.note(recipient, Engagement::Delivered, event).await?;
                 effect.counted = Some(Engagement::Delivered);
-                if status == Some(SendStatus::InProgress) {
+                if matches!(
+                    status,
+                    Some(SendStatus::InProgress | SendStatus::DeadLettered)
+                ) {
                     effect.reconciled = self.reconcile(recipient, event).await?;
                 }
             }
@@ -264,12 +271,156 @@ impl SesEvents {
                 i64::try_from(event.at_ms).unwrap_or(i64::MAX),
             )
             .await
-            .map_err(|e| format!("MongoDB: {e}"))?;
+            .map_err(|e| e.to_string())?;
         match change {
             Change::Made => tracing::info!(reason = reason.as_str(), detail, "address suppressed"),
             Change::AlreadyDone => {}
             Change::NoSuchUser => tracing::info!("event for a user who no longer exists"),
         }
         Ok(change == Change::Made)
+    }
+}
+
+/// What each SES event does to the send record and the subscriber, over in-memory ports.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::memory::{MemoryRecords, MemorySubscribers};
+    use aws_lambda_events::event::sqs::SqsMessage;
+    use serde_json::json;
+
+    const USER: &str = "oid:65a1f0c2e4b0a1b2c3d4e5f6";
+    const CAMPAIGN: &str = "weekly-2026-W47";
+
+    fn config() -> SesEventsConfig {
+        SesEventsConfig::from_source(&|k: &str| match k {
+            "MONGODB_URI" => Some("mongodb://127.0.0.1:1/".to_owned()),
+            "SENDS_TABLE_NAME" => Some("sends".to_owned()),
+            _ => None,
+        })
+        .unwrap()
+    }
+
+    /// An SES event as the EventBridge rule delivers it, tagged as SendEmail tags emails.
+    fn body(kind: &str, detail_type: &str, extra: serde_json::Value) -> String {
+        let tag = |v: &str| json!([crate::ses_tags::encode(v).unwrap()]);
+        let mut detail = json!({
+            "eventType": kind,
+            "mail": {"messageId": "ses-1", "timestamp": "2026-11-23T09:00:00Z",
+                     "tags": {"campaignId": tag(CAMPAIGN), "userId": tag(USER)}},
+        });
+        detail
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({"version": "0", "source": "aws.ses", "detail-type": detail_type,
+               "time": "2026-11-23T09:00:01Z", "detail": detail})
+        .to_string()
+    }
+
+    async fn handle(
+        stage: &SesEvents<MemoryRecords, MemorySubscribers>,
+        bodies: &[String],
+    ) -> (Vec<String>, Summary) {
+        let mut event = SqsEvent::default();
+        event.records = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let mut r = SqsMessage::default();
+                r.message_id = Some(format!("m{i}"));
+                r.body = Some(b.clone());
+                r
+            })
+            .collect();
+        let (response, summary) = stage.handle(event).await;
+        let failed = response
+            .batch_item_failures
+            .into_iter()
+            .map(|f| f.item_identifier)
+            .collect();
+        (failed, summary)
+    }
+
+    fn stage(status: SendStatus) -> SesEvents<MemoryRecords, MemorySubscribers> {
+        SesEvents::new(
+            MemoryRecords::with(USER, CAMPAIGN, status),
+            MemorySubscribers::with(&[USER]),
+            config(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_send_event_reconciles_a_record_its_attempt_left_unfinished() {
+        let send = body("Send", "Email Sent", json!({"send": {}}));
+        for before in [SendStatus::InProgress, SendStatus::DeadLettered] {
+            let stage = stage(before);
+            let (failed, summary) = handle(&stage, &[send.clone(), send.clone()]).await;
+            assert!(failed.is_empty());
+            assert_eq!(
+                summary.reconciled, 1,
+                "{before:?}: once, however often SES says it"
+            );
+            assert_eq!(
+                stage.records.get(USER, CAMPAIGN).unwrap().0,
+                SendStatus::Sent
+            );
+        }
+        for before in [SendStatus::Sent, SendStatus::Failed] {
+            let stage = stage(before);
+            let (_, summary) = handle(&stage, std::slice::from_ref(&send)).await;
+            assert_eq!(summary.reconciled, 0);
+            assert_eq!(stage.records.get(USER, CAMPAIGN).unwrap().0, before);
+        }
+    }
+
+    #[tokio::test]
+    async fn bounces_and_complaints_suppress_once_soft_bounces_only_count() {
+        let hard = body(
+            "Bounce",
+            "Email Bounced",
+            json!({"bounce": {"bounceType": "Permanent", "bounceSubType": "General"}}),
+        );
+        let soft = body(
+            "Bounce",
+            "Email Bounced",
+            json!({"bounce": {"bounceType": "Transient", "bounceSubType": "MailboxFull"}}),
+        );
+        let complaint = body(
+            "Complaint",
+            "Email Complaint Received",
+            json!({"complaint": {"complaintFeedbackType": "abuse"}}),
+        );
+
+        let stage = stage(SendStatus::Sent);
+        let (_, summary) = handle(&stage, &[soft]).await;
+        assert_eq!((summary.soft_bounced, summary.suppressed), (1, 0));
+        assert_eq!(stage.subscribers.get(USER), Some((true, None)));
+
+        let (_, summary) = handle(&stage, &[hard.clone(), hard, complaint]).await;
+        assert_eq!(
+            summary.suppressed, 1,
+            "the first reason is kept: {summary:?}"
+        );
+        assert_eq!((summary.bounced, summary.complained), (2, 1));
+        assert_eq!(
+            stage.subscribers.get(USER),
+            Some((true, Some(SuppressionReason::Bounce)))
+        );
+        let noted = stage.records.get(USER, CAMPAIGN).unwrap().1;
+        assert!(noted.contains(&Engagement::Bounced) && noted.contains(&Engagement::SoftBounced));
+    }
+
+    #[tokio::test]
+    async fn untagged_events_are_ignored_and_a_malformed_one_fails_alone() {
+        let stage = stage(SendStatus::Sent);
+        let untagged = json!({"version": "0", "source": "aws.ses", "detail-type": "Email Sent",
+            "time": "2026-11-23T09:00:01Z",
+            "detail": {"eventType": "Send", "mail": {"messageId": "x", "tags": {}}, "send": {}}})
+        .to_string();
+        let open = body("Open", "Email Opened", json!({"open": {}}));
+        let (failed, summary) = handle(&stage, &["{\"detail\":".to_owned(), untagged, open]).await;
+        assert_eq!(failed, ["m0"]);
+        assert_eq!((summary.ignored, summary.opened, summary.failed), (1, 1, 1));
     }
 }

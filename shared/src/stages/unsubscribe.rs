@@ -5,9 +5,8 @@
 //! honoured: a forged, altered or other list's token gets a 4xx and changes nothing.
 //! Unsubscribing is idempotent; it is also noted on the campaign's send record.
 
-use crate::adapters::dynamo::SendRecords;
-use crate::adapters::subscribers::{Change, Subscribers};
 use crate::ledger::{epoch_ms, Engagement};
+use crate::ports::{Change, SendRecordNotes, SubscriberStore};
 use crate::unsubscribe::{Signer, Subscription, TokenError};
 use base64::Engine;
 use serde_json::Value;
@@ -133,14 +132,15 @@ fn token(query: &str) -> Option<String> {
         .filter(|t| !t.is_empty())
 }
 
-pub struct Unsubscribe {
+/// Generic over its ports: MongoDB's users and the DynamoDB send records on Lambda.
+pub struct Unsubscribe<S, R> {
     signer: Signer,
-    subscribers: Subscribers,
-    records: SendRecords,
+    subscribers: S,
+    records: R,
 }
 
-impl Unsubscribe {
-    pub fn new(signer: Signer, subscribers: Subscribers, records: SendRecords) -> Self {
+impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
+    pub fn new(signer: Signer, subscribers: S, records: R) -> Self {
         Self {
             signer,
             subscribers,
