@@ -8,6 +8,79 @@
 
 use std::time::Duration;
 
+/// Every variable the functions read, named once: the parsers below and the `VARS` lists
+/// (which `tests/consistency.rs` checks against template.yaml and the README's table) use
+/// these, so a misspelt name is a compile error rather than a silently missing setting.
+pub mod var {
+    /// Where checkpoints go when an audience needs another invocation
+    pub const CONTINUATION_QUEUE_URL: &str = "CONTINUATION_QUEUE_URL";
+    /// Stop reading this long before the deadline and continue from a checkpoint
+    pub const DEADLINE_MARGIN_SECONDS: &str = "DEADLINE_MARGIN_SECONDS";
+    /// Language for users whose `locale` has no templates (`en`, `fr`, `de`); checked at cold
+    /// start
+    pub const DEFAULT_LOCALE: &str = "DEFAULT_LOCALE";
+    /// The emails queue's `maxReceiveCount`: on a message's last receive, a send that cannot go
+    /// out records DEAD_LETTERED
+    pub const EMAILS_MAX_RECEIVE_COUNT: &str = "EMAILS_MAX_RECEIVE_COUNT";
+    /// Email jobs (SendEmail uses it to set retry delays)
+    pub const EMAILS_QUEUE_URL: &str = "EMAILS_QUEUE_URL";
+    /// SendMessageBatch calls in flight
+    pub const ENQUEUE_CONCURRENCY: &str = "ENQUEUE_CONCURRENCY";
+    /// SendEmail's Timeout; must be below the visibility timeout
+    pub const FUNCTION_TIMEOUT_SECONDS: &str = "FUNCTION_TIMEOUT_SECONDS";
+    /// Margin added to the deadline for the lease
+    pub const LEASE_CLOCK_SKEW_SECONDS: &str = "LEASE_CLOCK_SKEW_SECONDS";
+    /// An email SES refuses with an error (not throttling) this many times is recorded FAILED
+    /// with the error, instead of retried until the DLQ; must be below
+    /// `EMAILS_MAX_RECEIVE_COUNT`
+    pub const MAX_SEND_ERRORS: &str = "MAX_SEND_ERRORS";
+    /// Database with `users` and `follows`
+    pub const MONGODB_DATABASE: &str = "MONGODB_DATABASE";
+    /// Connections per execution environment
+    pub const MONGODB_MAX_POOL_SIZE: &str = "MONGODB_MAX_POOL_SIZE";
+    /// The URI itself, used only when `MONGODB_URI_SECRET_ID` is unset (local tools; never set
+    /// by template.yaml)
+    pub const MONGODB_URI: &str = "MONGODB_URI";
+    /// Secrets Manager secret (name or ARN) whose value is the MongoDB URI, or JSON `{"uri":
+    /// "..."}`; read once at cold start, never logged
+    pub const MONGODB_URI_SECRET_ID: &str = "MONGODB_URI_SECRET_ID";
+    /// Newest followers named in the email
+    pub const RECENT_FOLLOWERS_SHOWN: &str = "RECENT_FOLLOWERS_SHOWN";
+    /// Records of one batch processed at once
+    pub const RECORD_CONCURRENCY: &str = "RECORD_CONCURRENCY";
+    /// TTL of ledger records
+    pub const RETENTION_DAYS: &str = "RETENTION_DAYS";
+    /// Backoff for throttled sends by receive count (last repeats)
+    pub const RETRY_DELAYS_SECONDS: &str = "RETRY_DELAYS_SECONDS";
+    /// Verified SES identity to send from
+    pub const SENDER_ADDRESS: &str = "SENDER_ADDRESS";
+    /// The exactly-once ledger (and the campaign analytics on its records)
+    pub const SENDS_TABLE_NAME: &str = "SENDS_TABLE_NAME";
+    /// Must equal the event source's `ScalingConfig.MaximumConcurrency`; each environment sends
+    /// at rate / this
+    pub const SEND_MAX_CONCURRENCY: &str = "SEND_MAX_CONCURRENCY";
+    /// Campaign-wide emails per second
+    pub const SEND_RATE_PER_SECOND: &str = "SEND_RATE_PER_SECOND";
+    /// Configuration set every email goes through (template.yaml creates it; it publishes the
+    /// events SesEvents reads)
+    pub const SES_CONFIGURATION_SET: &str = "SES_CONFIGURATION_SET";
+    /// Where the unsubscribe links point: the Unsubscribe function's URL (template.yaml), or
+    /// your own domain in front of it
+    pub const UNSUBSCRIBE_BASE_URL: &str = "UNSUBSCRIBE_BASE_URL";
+    /// The list a token unsubscribes from (`a-z 0-9 -`); a token for another list is refused
+    pub const UNSUBSCRIBE_LIST: &str = "UNSUBSCRIBE_LIST";
+    /// The key itself, used only when `UNSUBSCRIBE_SECRET_ID` is unset (local tools; never set
+    /// by template.yaml)
+    pub const UNSUBSCRIBE_SECRET: &str = "UNSUBSCRIBE_SECRET";
+    /// Secrets Manager secret with the HMAC key(s) of the unsubscribe tokens (template.yaml
+    /// generates it); several keys separated by spaces: the first signs, all verify
+    pub const UNSUBSCRIBE_SECRET_ID: &str = "UNSUBSCRIBE_SECRET_ID";
+    /// Where the audience goes
+    pub const USERS_QUEUE_URL: &str = "USERS_QUEUE_URL";
+    /// The emails queue's VisibilityTimeout (caps the lease)
+    pub const VISIBILITY_TIMEOUT_SECONDS: &str = "VISIBILITY_TIMEOUT_SECONDS";
+}
+
 /// A configuration problem, named after the variable that caused it.
 #[derive(Debug, thiserror::Error)]
 #[error("configuration: {var}: {problem}")]
@@ -124,21 +197,21 @@ pub struct UnsubscribeConfig {
 }
 
 impl UnsubscribeConfig {
-    pub const VARS: &'static [&'static str] = &["UNSUBSCRIBE_SECRET_ID", "UNSUBSCRIBE_LIST"];
+    pub const VARS: &'static [&'static str] = &[var::UNSUBSCRIBE_SECRET_ID, var::UNSUBSCRIBE_LIST];
     /// Read instead of UNSUBSCRIBE_SECRET_ID when that is not set (local tools).
-    pub const ALTERNATIVE_VARS: &'static [&'static str] = &["UNSUBSCRIBE_SECRET"];
+    pub const ALTERNATIVE_VARS: &'static [&'static str] = &[var::UNSUBSCRIBE_SECRET];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
-        let list = value(src, "UNSUBSCRIBE_LIST").unwrap_or_else(|| "weekly-digest".into());
+        let list = value(src, var::UNSUBSCRIBE_LIST).unwrap_or_else(|| "weekly-digest".into());
         crate::unsubscribe::check_list(&list).map_err(|e| ConfigError {
-            var: "UNSUBSCRIBE_LIST",
+            var: var::UNSUBSCRIBE_LIST,
             problem: e.to_string(),
         })?;
         Ok(Self {
             secret: secret_ref(
                 src,
-                "UNSUBSCRIBE_SECRET_ID",
-                "UNSUBSCRIBE_SECRET",
+                var::UNSUBSCRIBE_SECRET_ID,
+                var::UNSUBSCRIBE_SECRET,
                 "the unsubscribe signing key",
             )?,
             list,
@@ -157,23 +230,23 @@ pub struct MongoConfig {
 
 impl MongoConfig {
     pub const VARS: &'static [&'static str] = &[
-        "MONGODB_URI_SECRET_ID",
-        "MONGODB_DATABASE",
-        "MONGODB_MAX_POOL_SIZE",
+        var::MONGODB_URI_SECRET_ID,
+        var::MONGODB_DATABASE,
+        var::MONGODB_MAX_POOL_SIZE,
     ];
     /// Read instead of MONGODB_URI_SECRET_ID when that is not set (local tools).
-    pub const ALTERNATIVE_VARS: &'static [&'static str] = &["MONGODB_URI"];
+    pub const ALTERNATIVE_VARS: &'static [&'static str] = &[var::MONGODB_URI];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         Ok(Self {
             uri: secret_ref(
                 src,
-                "MONGODB_URI_SECRET_ID",
-                "MONGODB_URI",
+                var::MONGODB_URI_SECRET_ID,
+                var::MONGODB_URI,
                 "the MongoDB URI",
             )?,
-            database: value(src, "MONGODB_DATABASE").unwrap_or_else(|| "app".into()),
-            max_pool_size: positive_u32(src, "MONGODB_MAX_POOL_SIZE", 10)?,
+            database: value(src, var::MONGODB_DATABASE).unwrap_or_else(|| "app".into()),
+            max_pool_size: positive_u32(src, var::MONGODB_MAX_POOL_SIZE, 10)?,
         })
     }
 }
@@ -193,21 +266,21 @@ pub struct GetUsersConfig {
 
 impl GetUsersConfig {
     pub const VARS: &'static [&'static str] = &[
-        "USERS_QUEUE_URL",
-        "CONTINUATION_QUEUE_URL",
-        "ENQUEUE_CONCURRENCY",
-        "DEADLINE_MARGIN_SECONDS",
+        var::USERS_QUEUE_URL,
+        var::CONTINUATION_QUEUE_URL,
+        var::ENQUEUE_CONCURRENCY,
+        var::DEADLINE_MARGIN_SECONDS,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         Ok(Self {
             mongo: MongoConfig::from_source(src)?,
-            users_queue_url: required(src, "USERS_QUEUE_URL")?,
-            continuation_queue_url: required(src, "CONTINUATION_QUEUE_URL")?,
-            enqueue_concurrency: positive_u32(src, "ENQUEUE_CONCURRENCY", 8)? as usize,
+            users_queue_url: required(src, var::USERS_QUEUE_URL)?,
+            continuation_queue_url: required(src, var::CONTINUATION_QUEUE_URL)?,
+            enqueue_concurrency: positive_u32(src, var::ENQUEUE_CONCURRENCY, 8)? as usize,
             deadline_margin: Duration::from_secs(parsed(
                 src,
-                "DEADLINE_MARGIN_SECONDS",
+                var::DEADLINE_MARGIN_SECONDS,
                 20u64,
                 "a number of seconds",
             )?),
@@ -233,23 +306,23 @@ pub struct CreateEmailsConfig {
 
 impl CreateEmailsConfig {
     pub const VARS: &'static [&'static str] = &[
-        "EMAILS_QUEUE_URL",
-        "RECORD_CONCURRENCY",
-        "RECENT_FOLLOWERS_SHOWN",
-        "UNSUBSCRIBE_BASE_URL",
-        "DEFAULT_LOCALE",
+        var::EMAILS_QUEUE_URL,
+        var::RECORD_CONCURRENCY,
+        var::RECENT_FOLLOWERS_SHOWN,
+        var::UNSUBSCRIBE_BASE_URL,
+        var::DEFAULT_LOCALE,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
-        let unsubscribe_base_url = required(src, "UNSUBSCRIBE_BASE_URL")?;
+        let unsubscribe_base_url = required(src, var::UNSUBSCRIBE_BASE_URL)?;
         crate::unsubscribe::check_base_url(&unsubscribe_base_url).map_err(|e| ConfigError {
-            var: "UNSUBSCRIBE_BASE_URL",
+            var: var::UNSUBSCRIBE_BASE_URL,
             problem: e.to_string(),
         })?;
-        let default_locale = value(src, "DEFAULT_LOCALE").unwrap_or_else(|| "en".into());
+        let default_locale = value(src, var::DEFAULT_LOCALE).unwrap_or_else(|| "en".into());
         if !crate::digest::LOCALES.contains(&default_locale.as_str()) {
             return Err(ConfigError {
-                var: "DEFAULT_LOCALE",
+                var: var::DEFAULT_LOCALE,
                 problem: format!(
                     "{default_locale:?} has no templates; use one of {}",
                     crate::digest::LOCALES.join(", ")
@@ -258,9 +331,9 @@ impl CreateEmailsConfig {
         }
         Ok(Self {
             mongo: MongoConfig::from_source(src)?,
-            emails_queue_url: required(src, "EMAILS_QUEUE_URL")?,
-            record_concurrency: positive_u32(src, "RECORD_CONCURRENCY", 10)? as usize,
-            recent_followers_shown: positive_u32(src, "RECENT_FOLLOWERS_SHOWN", 3)?,
+            emails_queue_url: required(src, var::EMAILS_QUEUE_URL)?,
+            record_concurrency: positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize,
+            recent_followers_shown: positive_u32(src, var::RECENT_FOLLOWERS_SHOWN, 3)?,
             unsubscribe: UnsubscribeConfig::from_source(src)?,
             unsubscribe_base_url,
             default_locale,
@@ -278,13 +351,13 @@ pub struct UnsubscribeFunctionConfig {
 }
 
 impl UnsubscribeFunctionConfig {
-    pub const VARS: &'static [&'static str] = &["SENDS_TABLE_NAME"];
+    pub const VARS: &'static [&'static str] = &[var::SENDS_TABLE_NAME];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         Ok(Self {
             mongo: MongoConfig::from_source(src)?,
             unsubscribe: UnsubscribeConfig::from_source(src)?,
-            sends_table_name: required(src, "SENDS_TABLE_NAME")?,
+            sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
         })
     }
 }
@@ -299,13 +372,13 @@ pub struct SesEventsConfig {
 }
 
 impl SesEventsConfig {
-    pub const VARS: &'static [&'static str] = &["SENDS_TABLE_NAME", "RECORD_CONCURRENCY"];
+    pub const VARS: &'static [&'static str] = &[var::SENDS_TABLE_NAME, var::RECORD_CONCURRENCY];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         Ok(Self {
             mongo: MongoConfig::from_source(src)?,
-            sends_table_name: required(src, "SENDS_TABLE_NAME")?,
-            record_concurrency: positive_u32(src, "RECORD_CONCURRENCY", 10)? as usize,
+            sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
+            record_concurrency: positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize,
         })
     }
 }
@@ -338,28 +411,28 @@ pub struct SendEmailConfig {
 
 impl SendEmailConfig {
     pub const VARS: &'static [&'static str] = &[
-        "SENDS_TABLE_NAME",
-        "EMAILS_QUEUE_URL",
-        "SENDER_ADDRESS",
-        "SES_CONFIGURATION_SET",
-        "SEND_RATE_PER_SECOND",
-        "SEND_MAX_CONCURRENCY",
-        "VISIBILITY_TIMEOUT_SECONDS",
-        "FUNCTION_TIMEOUT_SECONDS",
-        "LEASE_CLOCK_SKEW_SECONDS",
-        "RETRY_DELAYS_SECONDS",
-        "RETENTION_DAYS",
-        "RECORD_CONCURRENCY",
-        "MAX_SEND_ERRORS",
-        "EMAILS_MAX_RECEIVE_COUNT",
+        var::SENDS_TABLE_NAME,
+        var::EMAILS_QUEUE_URL,
+        var::SENDER_ADDRESS,
+        var::SES_CONFIGURATION_SET,
+        var::SEND_RATE_PER_SECOND,
+        var::SEND_MAX_CONCURRENCY,
+        var::VISIBILITY_TIMEOUT_SECONDS,
+        var::FUNCTION_TIMEOUT_SECONDS,
+        var::LEASE_CLOCK_SKEW_SECONDS,
+        var::RETRY_DELAYS_SECONDS,
+        var::RETENTION_DAYS,
+        var::RECORD_CONCURRENCY,
+        var::MAX_SEND_ERRORS,
+        var::EMAILS_MAX_RECEIVE_COUNT,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
-        let max_receive_count = positive_u32(src, "EMAILS_MAX_RECEIVE_COUNT", 10)?;
-        let max_send_errors = positive_u32(src, "MAX_SEND_ERRORS", 3)?;
+        let max_receive_count = positive_u32(src, var::EMAILS_MAX_RECEIVE_COUNT, 10)?;
+        let max_send_errors = positive_u32(src, var::MAX_SEND_ERRORS, 3)?;
         if max_send_errors >= max_receive_count {
             return Err(ConfigError {
-                var: "MAX_SEND_ERRORS",
+                var: var::MAX_SEND_ERRORS,
                 problem: format!(
                     "{max_send_errors} must be below EMAILS_MAX_RECEIVE_COUNT ({max_receive_count}), \
                      or a refused email reaches the DLQ before it is recorded FAILED"
@@ -368,41 +441,46 @@ impl SendEmailConfig {
         }
         let rate: f64 = parsed(
             src,
-            "SEND_RATE_PER_SECOND",
+            var::SEND_RATE_PER_SECOND,
             14.0,
             "a number of emails per second",
         )?;
         if !(rate.is_finite() && rate > 0.0) {
             return Err(ConfigError {
-                var: "SEND_RATE_PER_SECOND",
+                var: var::SEND_RATE_PER_SECOND,
                 problem: "must be greater than 0".into(),
             });
         }
         let visibility = parsed(
             src,
-            "VISIBILITY_TIMEOUT_SECONDS",
+            var::VISIBILITY_TIMEOUT_SECONDS,
             0u64,
             "a number of seconds",
         )?;
-        let timeout = parsed(src, "FUNCTION_TIMEOUT_SECONDS", 0u64, "a number of seconds")?;
-        if value(src, "VISIBILITY_TIMEOUT_SECONDS").is_none() {
-            required(src, "VISIBILITY_TIMEOUT_SECONDS")?;
+        let timeout = parsed(
+            src,
+            var::FUNCTION_TIMEOUT_SECONDS,
+            0u64,
+            "a number of seconds",
+        )?;
+        if value(src, var::VISIBILITY_TIMEOUT_SECONDS).is_none() {
+            required(src, var::VISIBILITY_TIMEOUT_SECONDS)?;
         }
-        if value(src, "FUNCTION_TIMEOUT_SECONDS").is_none() {
-            required(src, "FUNCTION_TIMEOUT_SECONDS")?;
+        if value(src, var::FUNCTION_TIMEOUT_SECONDS).is_none() {
+            required(src, var::FUNCTION_TIMEOUT_SECONDS)?;
         }
         // The lease is only safe if SQS cannot hand the message to someone else while the
         // invocation that holds it may still be running.
         if visibility <= timeout {
             return Err(ConfigError {
-                var: "VISIBILITY_TIMEOUT_SECONDS",
+                var: var::VISIBILITY_TIMEOUT_SECONDS,
                 problem: format!(
                     "{visibility}s must be greater than FUNCTION_TIMEOUT_SECONDS ({timeout}s); \
                      raise the emails queue's VisibilityTimeout (AWS recommends 6x the timeout)"
                 ),
             });
         }
-        let delays = value(src, "RETRY_DELAYS_SECONDS").unwrap_or_else(|| "2,10,60,300".into());
+        let delays = value(src, var::RETRY_DELAYS_SECONDS).unwrap_or_else(|| "2,10,60,300".into());
         let retry_delays = delays
             .split(',')
             .map(|d| d.trim().parse::<u64>().map(Duration::from_secs))
@@ -410,29 +488,29 @@ impl SendEmailConfig {
             .ok()
             .filter(|v| !v.is_empty() && v.iter().all(|d| d.as_secs() <= 43_200))
             .ok_or_else(|| ConfigError {
-                var: "RETRY_DELAYS_SECONDS",
+                var: var::RETRY_DELAYS_SECONDS,
                 problem: format!(
                     "{delays:?} is not a comma-separated list of seconds (each at most 43200), e.g. 2,10,60,300"
                 ),
             })?;
         Ok(Self {
-            sends_table_name: required(src, "SENDS_TABLE_NAME")?,
-            emails_queue_url: required(src, "EMAILS_QUEUE_URL")?,
-            sender_address: required(src, "SENDER_ADDRESS")?,
-            configuration_set: value(src, "SES_CONFIGURATION_SET"),
+            sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
+            emails_queue_url: required(src, var::EMAILS_QUEUE_URL)?,
+            sender_address: required(src, var::SENDER_ADDRESS)?,
+            configuration_set: value(src, var::SES_CONFIGURATION_SET),
             send_rate_per_second: rate,
-            max_concurrency: positive_u32(src, "SEND_MAX_CONCURRENCY", 2)?,
+            max_concurrency: positive_u32(src, var::SEND_MAX_CONCURRENCY, 2)?,
             visibility_timeout: Duration::from_secs(visibility),
             function_timeout: Duration::from_secs(timeout),
             lease_clock_skew: Duration::from_secs(parsed(
                 src,
-                "LEASE_CLOCK_SKEW_SECONDS",
+                var::LEASE_CLOCK_SKEW_SECONDS,
                 5u64,
                 "a number of seconds",
             )?),
             retry_delays,
-            retention_days: positive_u32(src, "RETENTION_DAYS", 90)?,
-            record_concurrency: positive_u32(src, "RECORD_CONCURRENCY", 10)? as usize,
+            retention_days: positive_u32(src, var::RETENTION_DAYS, 90)?,
+            record_concurrency: positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize,
             max_send_errors,
             max_receive_count,
         })
