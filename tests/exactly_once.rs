@@ -9,7 +9,7 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailflow::adapters::dynamo::DynamoLedger;
 use mailflow::adapters::ses::SesMailer;
 use mailflow::ledger::{epoch_ms, Claim, SendStatus};
-use mailflow::ports::{Mailer, OutgoingEmail, SendError, SendLedger};
+use mailflow::ports::{Mailer, OutgoingEmail, OutgoingQueue, SendError, SendLedger};
 use mailflow::stages::Invocation;
 use mailflow_local::names;
 use mailflow_local::pipeline::{LocalPipeline, PipelineOptions, SEND_EMAIL};

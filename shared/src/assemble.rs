@@ -47,7 +47,10 @@ pub type LambdaSendEmail<M = SesMailer> = SendEmail<M, DynamoLedger, SqsQueue>;
 
 pub async fn get_users(config: GetUsersConfig, sdk: &SdkConfig) -> Result<GetUsers, AssembleError> {
     let db = mongo::connect(&config.mongo, sdk, "get-users").await?;
-    let stage = GetUsers::new(db, sqs_client(sdk), config);
+    let sqs = sqs_client(sdk);
+    let users = SqsQueue::new(sqs.clone(), &config.users_queue_url);
+    let continuation = SqsQueue::new(sqs, &config.continuation_queue_url);
+    let stage = GetUsers::new(db, users, continuation, config);
     stage.prepare().await?;
     Ok(stage)
 }
@@ -63,7 +66,8 @@ pub async fn create_emails(
     let renderer = Renderer::new(&config.default_locale)?;
     let signer = secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?;
     let db = mongo::connect(&config.mongo, sdk, app_name).await?;
-    let stage = CreateEmails::new(db, sqs_client(sdk), renderer, signer, config);
+    let emails = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
+    let stage = CreateEmails::new(db, emails, renderer, signer, config);
     if prepare {
         stage.prepare().await?;
     }

@@ -1,8 +1,8 @@
-//! Ports: the small interfaces SendEmail, SesEvents and Unsubscribe depend on, so that their
-//! decisions can be tested in memory (`memory`, for unit tests) and faults injected around
-//! the real services. The adapters implement them: `adapters::ses::SesMailer` (Mailer),
-//! `adapters::dynamo::DynamoLedger` (SendLedger), `adapters::dynamo::SendRecords`
-//! (SendRecordNotes), `adapters::sqs::SqsQueue` (RetryQueue), `adapters::subscribers::
+//! Ports: the small interfaces the stages depend on, so that their decisions can be tested
+//! in memory (`memory`, for unit tests) and faults injected around the real services. The
+//! adapters implement them: `adapters::ses::SesMailer` (Mailer), `adapters::dynamo::
+//! DynamoLedger` (SendLedger), `adapters::dynamo::SendRecords` (SendRecordNotes),
+//! `adapters::sqs::SqsQueue` (OutgoingQueue, RetryQueue), `adapters::subscribers::
 //! Subscribers` (SubscriberStore).
 
 use crate::ledger::{Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, SendStatus};
@@ -129,6 +129,18 @@ impl SuppressionReason {
 /// A write under a claim: done, refused because the claim was lost (with what the record
 /// holds now), or failed.
 pub type Marked = Result<Result<(), LostClaim>, LedgerError>;
+
+/// A queue the stages put messages on: the users queue and the continuation queue
+/// (GetUsers), the emails queue (CreateEmails).
+pub trait OutgoingQueue: Send + Sync {
+    /// Up to 10 bodies in one SendMessageBatch; entries the service reports as failed are
+    /// sent again, and those that still fail are named in the error (never dropped silently).
+    fn send_batch(
+        &self,
+        bodies: &[String],
+    ) -> impl Future<Output = Result<SendReport, QueueError>> + Send;
+    fn send(&self, body: String) -> impl Future<Output = Result<(), QueueError>> + Send;
+}
 
 /// The queue a record came from, as SendEmail uses it: to set when a returned record comes
 /// back.

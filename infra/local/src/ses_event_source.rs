@@ -6,6 +6,7 @@
 
 use anyhow::Result;
 use mailflow::adapters::sqs::SqsQueue;
+use mailflow::ports::OutgoingQueue;
 use serde_json::{json, Value};
 
 /// One SES event as EventBridge delivers it. `recipient` is (campaign id, user id), tagged as

@@ -10,6 +10,7 @@ pub const MAX_BATCH_ENTRIES: usize = 10;
 pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 const SEND_ATTEMPTS: u32 = 5;
 
+use crate::ports::OutgoingQueue;
 pub use crate::ports::{QueueError, SendReport};
 
 #[derive(Clone)]
@@ -69,10 +70,12 @@ impl SqsQueue {
             detail: super::describe(err),
         }
     }
+}
 
+impl OutgoingQueue for SqsQueue {
     /// Sends up to 10 bodies in one SendMessageBatch, re-sending the entries that come back
     /// in `Failed` (with a short backoff) until all are in or the attempts run out.
-    pub async fn send_batch(&self, bodies: &[String]) -> Result<SendReport, QueueError> {
+    async fn send_batch(&self, bodies: &[String]) -> Result<SendReport, QueueError> {
         let mut pending: Vec<usize> = (0..bodies.len()).collect();
         let mut report = SendReport::default();
         let mut last_failure = String::new();
@@ -148,7 +151,7 @@ impl SqsQueue {
         }
     }
 
-    pub async fn send(&self, body: String) -> Result<(), QueueError> {
+    async fn send(&self, body: String) -> Result<(), QueueError> {
         self.client
             .send_message()
             .queue_url(&self.url)

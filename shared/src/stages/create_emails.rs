@@ -3,10 +3,11 @@
 //! SendMessageBatch calls; every record that did not make it is reported for retry.
 
 use super::{batch_response, each_record};
-use crate::adapters::sqs::{batches, QueueError, SqsQueue};
+use crate::adapters::sqs::{batches, SqsQueue};
 use crate::config::CreateEmailsConfig;
 use crate::digest::{self, Enrichment, Renderer, SkipReason};
 use crate::messages::{parse_body, EmailJob, UserMessage};
+use crate::ports::{OutgoingQueue, QueueError};
 use crate::unsubscribe::{self, Signer};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use futures::stream::{self, StreamExt};
@@ -39,25 +40,27 @@ enum Outcome {
     Skipped(SkipReason),
 }
 
-pub struct CreateEmails {
+/// Generic over the emails queue (SQS on Lambda); users are read from MongoDB by `digest`.
+pub struct CreateEmails<Q = SqsQueue> {
     db: Database,
-    emails: SqsQueue,
+    emails: Q,
     renderer: Renderer,
     signer: Signer,
     config: CreateEmailsConfig,
 }
 
-impl CreateEmails {
+impl<Q: OutgoingQueue> CreateEmails<Q> {
+    /// `emails` is the queue `config.emails_queue_url` names.
     pub fn new(
         db: Database,
-        sqs: aws_sdk_sqs::Client,
+        emails: Q,
         renderer: Renderer,
         signer: Signer,
         config: CreateEmailsConfig,
     ) -> Self {
         Self {
             db,
-            emails: SqsQueue::new(sqs, &config.emails_queue_url),
+            emails,
             renderer,
             signer,
             config,

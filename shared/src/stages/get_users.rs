@@ -6,11 +6,12 @@
 //! checkpoint (the last user id enqueued) that starts the next invocation where it left off.
 
 use super::{batch_response, Invocation};
-use crate::adapters::sqs::{QueueError, SendReport, SqsQueue, MAX_BATCH_ENTRIES};
+use crate::adapters::sqs::{SqsQueue, MAX_BATCH_ENTRIES};
 use crate::campaign::{Campaign, CampaignError, CampaignId, Window};
 use crate::config::GetUsersConfig;
 use crate::digest::{self, Audience};
 use crate::messages::{parse_body, UserMessage};
+use crate::ports::{OutgoingQueue, QueueError, SendReport};
 use crate::user_id::UserId;
 use futures::stream::{FuturesUnordered, StreamExt};
 use mongodb::Database;
@@ -147,19 +148,21 @@ pub fn parse_request(event: Value) -> Result<Request, GetUsersError> {
     }))
 }
 
-pub struct GetUsers {
+/// Generic over its queues (SQS on Lambda); the audience is read from MongoDB by `digest`.
+pub struct GetUsers<Q = SqsQueue> {
     db: Database,
-    users: SqsQueue,
-    continuation: SqsQueue,
+    users: Q,
+    continuation: Q,
     config: GetUsersConfig,
 }
 
-impl GetUsers {
-    pub fn new(db: Database, sqs: aws_sdk_sqs::Client, config: GetUsersConfig) -> Self {
+impl<Q: OutgoingQueue> GetUsers<Q> {
+    /// `users` and `continuation` are the queues `config` names.
+    pub fn new(db: Database, users: Q, continuation: Q, config: GetUsersConfig) -> Self {
         Self {
             db,
-            users: SqsQueue::new(sqs.clone(), &config.users_queue_url),
-            continuation: SqsQueue::new(sqs, &config.continuation_queue_url),
+            users,
+            continuation,
             config,
         }
     }
@@ -303,7 +306,7 @@ pub enum Response {
     Checkpoints(aws_lambda_events::event::sqs::SqsBatchResponse),
 }
 
-impl GetUsers {
+impl<Q: OutgoingQueue> GetUsers<Q> {
     /// Logs the window's follows whose followeeId no user can have, and counts them.
     async fn report_odd_follows(&self, window: &Window) -> Result<u64, GetUsersError> {
         let (count, described) = Audience::odd_follows(&self.db, window, 20).await?;
