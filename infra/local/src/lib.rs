@@ -21,7 +21,16 @@ pub mod ses_event_source;
 pub mod ses_record;
 pub mod template;
 
+use anyhow::Context;
 use std::path::PathBuf;
+
+/// A variable the local stack's environment sets (AWS_ENDPOINT_URL, MONGODB_URI...), or an
+/// error that says how to load it.
+pub fn stack_env(name: &str) -> anyhow::Result<String> {
+    std::env::var(name).with_context(|| {
+        format!("{name} is not set; start the local stack and load its environment: eval \"$(infra/local-stack.sh env)\"")
+    })
+}
 
 /// The repository root (where template.yaml lives).
 pub fn repo_root() -> PathBuf {

@@ -319,11 +319,7 @@ impl SeededStack {
         seed: u64,
         mut options: crate::provision::StackOptions,
     ) -> Result<Self> {
-        let var = |k: &str| {
-            std::env::var(k).with_context(|| {
-                format!("{k} is not set; start the local stack and load its environment: eval \"$(infra/local-stack.sh env)\"")
-            })
-        };
+        let var = crate::stack_env;
         let mongo_uri = match options.mongodb_uri.take() {
             Some(uri) => uri,
             None => var("MONGODB_URI")?,

@@ -411,9 +411,7 @@ async fn until(reached: impl Fn() -> bool) {
 pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<ChaosReport> {
     count_panics();
     let started = Instant::now();
-    let endpoint = std::env::var("AWS_ENDPOINT_URL").context(
-        "AWS_ENDPOINT_URL is not set; start the local stack and load its environment: eval \"$(infra/local-stack.sh env)\"",
-    )?;
+    let endpoint = mailflow_local::stack_env("AWS_ENDPOINT_URL")?;
     let mongo = mongo::MongoServer::start(&options.secantusd, &std::env::temp_dir()).await?;
     let local = SeededStack::create_with(
         template,

@@ -8,7 +8,7 @@ pub mod preview;
 pub mod setup;
 pub mod status;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use mailctl::ops::Target;
 use mailflow_local::names;
 use mailflow_local::provision::{provision, StackOptions};
@@ -40,11 +40,7 @@ pub async fn target(sdk: &aws_config::SdkConfig, args: &TargetArgs) -> Result<Ta
     }
 }
 
-pub fn env(name: &str) -> Result<String> {
-    std::env::var(name).with_context(|| {
-        format!("{name} is not set; start the local stack and load its environment: eval \"$(infra/local-stack.sh env)\"")
-    })
-}
+pub use mailflow_local::stack_env as env;
 
 pub async fn provision_local(
     sdk: &aws_config::SdkConfig,
