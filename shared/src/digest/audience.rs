@@ -150,15 +150,17 @@ impl Audience {
     /// The next user of the audience, in ascending id order (strings, then ObjectIds).
     pub async fn next(&mut self) -> mongodb::error::Result<Option<UserId>> {
         loop {
-            if self.current.is_none() {
-                let Some(kind) = self.passes.next() else {
-                    return Ok(None);
-                };
-                let pass =
-                    Self::open_pass(&self.db, &self.window, self.after.as_ref(), kind).await?;
-                self.current = Some(pass);
-            }
-            let pass = self.current.as_mut().expect("opened above");
+            let pass = match &mut self.current {
+                Some(pass) => pass,
+                None => {
+                    let Some(kind) = self.passes.next() else {
+                        return Ok(None);
+                    };
+                    let pass =
+                        Self::open_pass(&self.db, &self.window, self.after.as_ref(), kind).await?;
+                    self.current.insert(pass)
+                }
+            };
             match pass.next().await? {
                 Some(user) => return Ok(Some(user)),
                 None => self.current = None,
