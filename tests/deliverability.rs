@@ -11,7 +11,6 @@ use mailflow::ports::SendLedger;
 use mailflow_local::http;
 use mailflow_local::names;
 use mailflow_local::pipeline::{LocalPipeline, PipelineOptions};
-use mailflow_local::runner;
 use mailflow_local::seed::SeedReport;
 use mailflow_tests::{ses, test_env, TestEnv};
 use mongodb::bson::{doc, Document};
@@ -264,20 +263,7 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
         ses_event("Send", None, json!({"send": {}}), "m-other"),
         "{\"detail\": {\"eventType\": \"Bounce\"".to_owned(),
     ];
-    mailflow_local::ses_event_source::Publisher::new(
-        env.sqs(),
-        env.stack.queue_url(names::SES_EVENTS_QUEUE).unwrap(),
-    )
-    .publish(&events)
-    .await
-    .unwrap();
-    runner::run_until_drained(
-        &env.sqs(),
-        vec![pipeline.ses_events_consumer().unwrap()],
-        Duration::from_secs(120),
-    )
-    .await
-    .unwrap();
+    env.deliver_ses_events(&pipeline, &events).await.unwrap();
 
     // The malformed event alone is in the DLQ; everything else was handled.
     assert_eq!(env.depth(names::SES_EVENTS_DLQ).await.unwrap(), 1);

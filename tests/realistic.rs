@@ -829,20 +829,7 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
         "m-real-world",
         serde_json::json!({"bounce": {"bounceType": "Permanent", "bounceSubType": "General"}}),
     );
-    mailflow_local::ses_event_source::Publisher::new(
-        env.sqs(),
-        env.stack.queue_url(names::SES_EVENTS_QUEUE).unwrap(),
-    )
-    .publish(&[event])
-    .await
-    .unwrap();
-    runner::run_until_drained(
-        &env.sqs(),
-        vec![pipeline.ses_events_consumer().unwrap()],
-        Duration::from_secs(120),
-    )
-    .await
-    .unwrap();
+    env.deliver_ses_events(&pipeline, &[event]).await.unwrap();
     let doc = users
         .find_one(doc! { "_id": bounced.clone() })
         .await

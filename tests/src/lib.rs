@@ -116,6 +116,28 @@ impl TestEnv {
         Ok(server)
     }
 
+    /// Puts SES events on the stack's SesEvents queue, as the EventBridge rule would, and
+    /// runs the SesEvents function until the queue drains.
+    pub async fn deliver_ses_events<M: Mailer + Clone + 'static>(
+        &self,
+        pipeline: &LocalPipeline<M>,
+        events: &[String],
+    ) -> Result<()> {
+        let queue = self
+            .stack
+            .queue_url(mailflow_local::names::SES_EVENTS_QUEUE)?;
+        mailflow_local::ses_event_source::Publisher::new(self.sqs(), queue)
+            .publish(events)
+            .await?;
+        mailflow_local::runner::run_until_drained(
+            &self.sqs(),
+            vec![pipeline.ses_events_consumer()?],
+            std::time::Duration::from_secs(120),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Emails the SES emulator recorded for this test's domain, by recipient.
     pub async fn sent(&self) -> Result<HashMap<String, Vec<SentMessage>>> {
         let mut by_to: HashMap<String, Vec<SentMessage>> = HashMap::new();

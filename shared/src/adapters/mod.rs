@@ -1,5 +1,6 @@
-//! Adapters: the only modules that talk to AWS SDKs and MongoDB. Each translates its SDK's
-//! errors into our error kinds once, so the stages never match on SDK types.
+//! Adapters: the only modules that talk to the AWS SDKs, and (with `digest`, which reads
+//! the audience and each user itself) to MongoDB. Each translates its SDK's errors into our
+//! error kinds once, so the stages never match on SDK types.
 
 pub mod dynamo;
 pub mod mongo;
