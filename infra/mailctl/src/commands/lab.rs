@@ -2,18 +2,27 @@
 
 use anyhow::{bail, Result};
 
+/// The report as one JSON document, or as the lab's Markdown.
+fn print<R: serde::Serialize>(
+    report: &R,
+    json: bool,
+    markdown: impl Fn(&R) -> String,
+) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{}", markdown(report));
+    }
+    Ok(())
+}
+
 pub async fn bench(
     template: &std::path::Path,
     options: &mailflow_lab::bench::BenchOptions,
     json: bool,
 ) -> Result<()> {
     let report = mailflow_lab::bench::bench(template, options).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", mailflow_lab::bench::markdown(&report));
-    }
-    Ok(())
+    print(&report, json, mailflow_lab::bench::markdown)
 }
 
 /// Exit status 1 when the run lost an email or sent one twice beyond the bound.
@@ -23,11 +32,7 @@ pub async fn chaos(
     json: bool,
 ) -> Result<()> {
     let report = mailflow_lab::chaos::run(template, options).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", mailflow_lab::chaos::markdown(&report));
-    }
+    print(&report, json, mailflow_lab::chaos::markdown)?;
     if !report.violations.is_empty() {
         bail!(
             "the chaos run broke a promise: {}",
