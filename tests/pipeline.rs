@@ -3,8 +3,8 @@
 //! Over 400 lines on purpose: the pipeline's integration scenarios share their setup.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use mailflow::adapters::directory::{Audience, IdType};
 use mailflow::campaign::Campaign;
-use mailflow::digest::{Audience, IdType};
 use mailflow::ledger::SendStatus;
 use mailflow::stages::get_users::{Checkpoint, Run};
 use mailflow::stages::Invocation;
@@ -149,7 +149,9 @@ async fn end_to_end_every_eligible_user_gets_exactly_one_correct_email() {
 async fn audience_query_is_an_index_scan() {
     let env = test_env("explain", |_| {}).await.unwrap();
     env.seed(50, &campaign()).await.unwrap();
-    mailflow::digest::ensure_indexes(&env.db).await.unwrap();
+    mailflow::adapters::directory::ensure_indexes(&env.db)
+        .await
+        .unwrap();
     let hint = match Audience::follows_hint() {
         mongodb::options::Hint::Keys(keys) => keys,
         other => panic!("unexpected hint {other:?}"),
@@ -187,7 +189,7 @@ async fn audience_query_is_an_index_scan() {
             "plan: {plan}"
         );
         assert!(
-            plan.contains(mailflow::digest::FOLLOWS_INDEX),
+            plan.contains(mailflow::adapters::directory::FOLLOWS_INDEX),
             "plan: {plan}"
         );
     }

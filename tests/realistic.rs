@@ -143,7 +143,7 @@ fn key(id: &Bson) -> String {
 }
 
 fn user_id_text(id: &Bson) -> String {
-    mailflow::digest::ids::from_bson(id)
+    mailflow::adapters::bson_ids::from_bson(id)
         .map(|id| id.to_string())
         .unwrap_or_default()
 }
@@ -553,7 +553,9 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
     let mut world = generate(2026, 400, &window, &env.domain);
     insert(&env, "users", &world.users).await;
     insert(&env, "follows", &world.follows).await;
-    mailflow::digest::ensure_indexes(&env.db).await.unwrap();
+    mailflow::adapters::directory::ensure_indexes(&env.db)
+        .await
+        .unwrap();
     let audience = audience(&world, &window);
     assert!(
         audience.len() > 150,

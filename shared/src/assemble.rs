@@ -3,6 +3,7 @@
 //! local simulator (`mailctl`'s LocalPipeline) and `mailctl preview` all build their stages
 //! here, so a change to how a function is put together is made once.
 
+use crate::adapters::directory::MongoDirectory;
 use crate::adapters::dynamo::{DynamoLedger, SendRecords};
 use crate::adapters::mongo::MongoConnectError;
 use crate::adapters::secrets::SecretError;
@@ -14,7 +15,7 @@ use crate::config::{
     CreateEmailsConfig, GetUsersConfig, SendEmailConfig, SesEventsConfig, UnsubscribeFunctionConfig,
 };
 use crate::digest::{RenderError, Renderer};
-use crate::ports::Mailer;
+use crate::ports::{Mailer, StoreError};
 use crate::stages::create_emails::CreateEmails;
 use crate::stages::get_users::GetUsers;
 use crate::stages::send_email::SendEmail;
@@ -31,8 +32,8 @@ pub enum AssembleError {
     Secret(#[from] SecretError),
     #[error(transparent)]
     Templates(#[from] RenderError),
-    #[error("MongoDB index check at cold start failed: {0}")]
-    Indexes(#[from] mongodb::error::Error),
+    #[error("index check at cold start failed: {0}")]
+    Indexes(#[from] StoreError),
 }
 
 /// SesEvents as it runs on Lambda: the DynamoDB send records and MongoDB's users.
@@ -50,7 +51,7 @@ pub async fn get_users(config: GetUsersConfig, sdk: &SdkConfig) -> Result<GetUse
     let sqs = sqs_client(sdk);
     let users = SqsQueue::new(sqs.clone(), &config.users_queue_url);
     let continuation = SqsQueue::new(sqs, &config.continuation_queue_url);
-    let stage = GetUsers::new(db, users, continuation, config);
+    let stage = GetUsers::new(MongoDirectory::new(db), users, continuation, config);
     stage.prepare().await?;
     Ok(stage)
 }
@@ -67,7 +68,7 @@ pub async fn create_emails(
     let signer = secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?;
     let db = mongo::connect(&config.mongo, sdk, app_name).await?;
     let emails = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
-    let stage = CreateEmails::new(db, emails, renderer, signer, config);
+    let stage = CreateEmails::new(MongoDirectory::new(db), emails, renderer, signer, config);
     if prepare {
         stage.prepare().await?;
     }

@@ -3,11 +3,14 @@
 //! adapters implement them: `adapters::ses::SesMailer` (Mailer), `adapters::dynamo::
 //! DynamoLedger` (SendLedger), `adapters::dynamo::SendRecords` (SendRecordNotes),
 //! `adapters::sqs::SqsQueue` (OutgoingQueue, RetryQueue), `adapters::subscribers::
-//! Subscribers` (SubscriberStore).
+//! Subscribers` (SubscriberStore), `adapters::directory::MongoDirectory` (UserDirectory).
 
+use crate::campaign::Window;
+use crate::digest::{Enrichment, OddFollow};
 use crate::ledger::{Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, SendStatus};
 #[cfg(test)]
 pub(crate) mod memory;
+use crate::user_id::UserId;
 use std::future::Future;
 use std::time::Duration;
 
@@ -94,7 +97,37 @@ pub trait SubscriberStore: Send + Sync {
     ) -> impl Future<Output = Result<Change, StoreError>> + Send;
 }
 
-/// The subscriber store did not answer, or answered with an error.
+/// Who a campaign reaches and what each one's email says (MongoDB's users and follows):
+/// what GetUsers and CreateEmails read.
+pub trait UserDirectory: Send + Sync {
+    type Audience: AudienceScan;
+    /// The audience of `window` after `after` (a checkpoint): subscribed, unsuppressed users
+    /// with at least one new follower, each once, in ascending id order (`UserId`'s order).
+    fn audience(&self, window: &Window, after: Option<UserId>) -> Self::Audience;
+    /// The window's follows whose followeeId no user can have: how many, and up to `limit`
+    /// of them described.
+    fn odd_follows(
+        &self,
+        window: &Window,
+        limit: i64,
+    ) -> impl Future<Output = Result<(u64, Vec<OddFollow>), StoreError>> + Send;
+    /// One user's digest for `window`, read afresh, naming up to `shown` recent followers.
+    fn enrich(
+        &self,
+        user_id: &UserId,
+        window: &Window,
+        shown: u32,
+    ) -> impl Future<Output = Result<Enrichment, StoreError>> + Send;
+    /// Cold-start check that the queries' indexes exist (creating them when missing).
+    fn ensure_indexes(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// The audience, one user at a time, never held in memory.
+pub trait AudienceScan: Send {
+    fn next(&mut self) -> impl Future<Output = Result<Option<UserId>, StoreError>> + Send;
+}
+
+/// The subscriber store or the user directory did not answer, or answered with an error.
 #[derive(Debug, thiserror::Error)]
 #[error("MongoDB: {0}")]
 pub struct StoreError(pub String);

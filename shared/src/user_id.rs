@@ -10,7 +10,7 @@
 //!   `str:` + the string (`str:oid:x` is the string `oid:x`).
 //!
 //! So every string id that existed before ObjectIds were supported keeps its text form, and
-//! no two MongoDB values share one. `digest::ids` converts to and from BSON.
+//! no two MongoDB values share one. `adapters::bson_ids` converts to and from BSON.
 
 use std::fmt;
 

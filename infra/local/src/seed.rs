@@ -161,8 +161,8 @@ pub async fn seed(db: &Database, options: &SeedOptions) -> Result<SeedReport> {
         .invalid_addresses
         .retain(|id| report.audience.contains_key(id));
     report.follows = follows.len();
-    insert(db, mailflow::digest::USERS, users).await?;
-    insert(db, mailflow::digest::FOLLOWS, follows).await?;
+    insert(db, mailflow::adapters::directory::USERS, users).await?;
+    insert(db, mailflow::adapters::directory::FOLLOWS, follows).await?;
     Ok(report)
 }
 

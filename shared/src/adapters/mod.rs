@@ -1,7 +1,9 @@
-//! Adapters: the only modules that talk to the AWS SDKs, and (with `digest`, which reads
-//! the audience and each user itself) to MongoDB. Each translates its SDK's errors into our
-//! error kinds once, so the stages never match on SDK types.
+//! Adapters: the only modules that talk to the AWS SDKs and to MongoDB. Each implements
+//! ports (`crate::ports`) and translates its SDK's errors into our error kinds once, so the
+//! stages never match on SDK or driver types.
 
+pub mod bson_ids;
+pub mod directory;
 pub mod dynamo;
 pub mod mongo;
 pub mod secrets;

@@ -75,6 +75,12 @@ pub async fn connect(
     Ok(client.database(&config.database))
 }
 
+impl From<mongodb::error::Error> for crate::ports::StoreError {
+    fn from(err: mongodb::error::Error) -> Self {
+        Self(err.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

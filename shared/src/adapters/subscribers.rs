@@ -3,7 +3,7 @@
 //! CreateEmails leave out both from then on. Every change is idempotent: a repeated request
 //! or event finds it done and keeps the first time and reason.
 
-use crate::digest::USERS;
+use super::directory::USERS;
 use crate::user_id::UserId;
 use mongodb::bson::{doc, DateTime, Document};
 use mongodb::{Collection, Database};
@@ -31,7 +31,7 @@ impl Subscribers {
     ) -> mongodb::error::Result<Change> {
         // The text form of the id, as tokens and SES tags carry it (`crate::user_id`).
         let id = match UserId::parse(user_id) {
-            Ok(id) => crate::digest::ids::to_bson(&id),
+            Ok(id) => super::bson_ids::to_bson(&id),
             Err(_) => return Ok(Change::NoSuchUser),
         };
         let mut filter = doc! { "_id": id.clone() };
@@ -73,7 +73,7 @@ impl SubscriberStore for Subscribers {
             },
         )
         .await
-        .map_err(|e| StoreError(e.to_string()))
+        .map_err(StoreError::from)
     }
 
     /// The address must never be emailed again, for `reason`; `detail` says more (the
@@ -99,6 +99,6 @@ impl SubscriberStore for Subscribers {
             },
         )
         .await
-        .map_err(|e| StoreError(e.to_string()))
+        .map_err(StoreError::from)
     }
 }

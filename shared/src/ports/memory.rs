@@ -1,12 +1,15 @@
 //! In-memory stand-ins for the ports, for unit tests of the stages' decisions: a ledger
 //! with the same conditions as the DynamoDB one (`adapters::dynamo`), a mailer that answers
-//! from a script, a queue that records the retry delays it is asked for, send records and
-//! subscribers for the SES events. The same
-//! decisions are proven against the real services by the tests on the local stack.
+//! from a script, a queue that records the retry delays it is asked for, an outbox that
+//! keeps what is put on it, send records and subscribers for the SES events, and a user
+//! directory (`directory`). The same decisions are proven against the real services by the
+//! tests on the local stack.
+
+pub mod directory;
 
 use super::{
-    Change, Mailer, Marked, OutgoingEmail, QueueError, RetryQueue, SendError, SendLedger,
-    SendRecordNotes, StoreError, SubscriberStore, SuppressionReason,
+    Change, Mailer, Marked, OutgoingEmail, OutgoingQueue, QueueError, RetryQueue, SendError,
+    SendLedger, SendRecordNotes, SendReport, StoreError, SubscriberStore, SuppressionReason,
 };
 use crate::ledger::{Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Refusal, SendStatus};
 use std::collections::{HashMap, VecDeque};
@@ -249,6 +252,85 @@ impl RetryQueue for MemoryQueue {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((receipt_handle.to_owned(), delay));
+        Ok(())
+    }
+}
+
+/// An outgoing queue that keeps every body put on it; bodies containing a refused marker are
+/// reported as failed entries (as SQS reports them), and a closed outbox refuses every call.
+#[derive(Default)]
+pub struct MemoryOutbox {
+    pub bodies: Mutex<Vec<String>>,
+    pub refused: Mutex<Vec<String>>,
+    pub closed: std::sync::atomic::AtomicBool,
+}
+
+impl MemoryOutbox {
+    pub fn bodies(&self) -> Vec<String> {
+        self.bodies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Entries whose body contains `marker` fail.
+    pub fn refuse(&self, marker: &str) {
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(marker.to_owned());
+    }
+
+    fn check_open(&self, operation: &'static str) -> Result<(), QueueError> {
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(QueueError::Call {
+                queue: "memory".into(),
+                operation,
+                detail: "connection refused".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl OutgoingQueue for MemoryOutbox {
+    async fn send_batch(&self, bodies: &[String]) -> Result<SendReport, QueueError> {
+        self.check_open("SendMessageBatch")?;
+        let refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let unsent: Vec<usize> = (0..bodies.len())
+            .filter(|&i| refused.iter().any(|m| bodies[i].contains(m.as_str())))
+            .collect();
+        let mut kept = self.bodies.lock().unwrap_or_else(|p| p.into_inner());
+        kept.extend(
+            (0..bodies.len())
+                .filter(|i| !unsent.contains(i))
+                .map(|i| bodies[i].clone()),
+        );
+        if unsent.is_empty() {
+            return Ok(SendReport {
+                sent: bodies.len(),
+                retried: 0,
+            });
+        }
+        Err(QueueError::EntriesFailed {
+            queue: "memory".into(),
+            attempts: 3,
+            count: unsent.len(),
+            first: "InternalError".into(),
+            unsent,
+        })
+    }
+
+    async fn send(&self, body: String) -> Result<(), QueueError> {
+        self.check_open("SendMessage")?;
+        self.bodies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(body);
         Ok(())
     }
 }

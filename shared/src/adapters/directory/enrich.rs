@@ -1,58 +1,15 @@
 //! Enrichment: everything one user's email needs, read afresh from MongoDB (the queue message
 //! is trusted for nothing but the user id and the window).
 
-use super::{ids, window_filter, FOLLOWS, USERS};
+use super::{window_filter, FOLLOWS, USERS};
+use crate::adapters::bson_ids as ids;
 use crate::campaign::Window;
+use crate::digest::{Digest, Enrichment, SkipReason};
 use crate::user_id::UserId;
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::Database;
 use std::collections::{HashMap, HashSet};
-
-/// What one user's email is made of.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Digest {
-    pub user_id: String,
-    pub email: String,
-    pub name: String,
-    /// The user's locale as stored (the renderer picks the closest it has templates for).
-    pub locale: Option<String>,
-    pub new_followers: u64,
-    /// Names of the newest followers in the window, newest first.
-    pub recent: Vec<String>,
-}
-
-/// Why a user of the audience gets no email after all (acknowledged and counted).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SkipReason {
-    Vanished,
-    Unsubscribed,
-    Suppressed,
-    NoAddress,
-    NoNewFollowers,
-    /// A field of the user's document holds the wrong type (logged with the document id
-    /// and the field).
-    InvalidDocument,
-}
-
-impl SkipReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Vanished => "vanished",
-            Self::Unsubscribed => "unsubscribed",
-            Self::Suppressed => "suppressed",
-            Self::NoAddress => "no_address",
-            Self::NoNewFollowers => "no_new_followers",
-            Self::InvalidDocument => "invalid_document",
-        }
-    }
-}
-
-#[derive(Debug, PartialEq)]
-pub enum Enrichment {
-    Ready(Digest),
-    Skip(SkipReason),
-}
 
 /// How many follower ids are looked up per names query: most users have a handful of new
 /// followers, so the first page usually settles both the names and the count.
@@ -61,7 +18,7 @@ const NAMES_PAGE: usize = 10;
 /// Reads the user, counts the window's distinct new followers and names the newest `shown`
 /// of them who can be named (a follower whose user document is gone, or has no name, is
 /// counted but not named, and the next one is named in their place).
-pub async fn enrich(
+pub(super) async fn enrich(
     db: &Database,
     user_id: &UserId,
     window: &Window,

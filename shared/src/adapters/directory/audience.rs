@@ -10,9 +10,11 @@
 //! after a checkpoint (the last user id enqueued), which is how GetUsers continues a large
 //! audience in a fresh invocation.
 
-use super::ids::{from_bson, type_name};
 use super::{follows_index_keys, window_filter, FOLLOWS, USERS};
+use crate::adapters::bson_ids::{self as ids, from_bson, type_name};
 use crate::campaign::Window;
+use crate::digest::OddFollow;
+use crate::ports::{AudienceScan, StoreError};
 use crate::user_id::UserId;
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
@@ -48,17 +50,10 @@ impl IdType {
 
     fn range(self, after: Option<&UserId>) -> Document {
         match after {
-            Some(after) if IdType::of(after) == self => doc! { "$gt": super::ids::to_bson(after) },
+            Some(after) if IdType::of(after) == self => doc! { "$gt": ids::to_bson(after) },
             _ => self.all_of_type(),
         }
     }
-}
-
-/// A follow in the window whose followeeId names no user a campaign can reach.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OddFollow {
-    /// One line naming the collection, the document and the field.
-    pub reason: String,
 }
 
 pub struct Audience {
@@ -90,7 +85,7 @@ impl Audience {
     }
 
     /// The audience after `after` (a checkpoint), or all of it.
-    pub fn open(db: &Database, window: &Window, after: Option<UserId>) -> Self {
+    pub(super) fn open(db: &Database, window: &Window, after: Option<UserId>) -> Self {
         // Resuming inside the ObjectId pass skips the string pass entirely.
         let passes: Vec<IdType> = IdType::ALL
             .into_iter()
@@ -148,7 +143,7 @@ impl Audience {
     }
 
     /// The next user of the audience, in ascending id order (strings, then ObjectIds).
-    pub async fn next(&mut self) -> mongodb::error::Result<Option<UserId>> {
+    async fn next_user(&mut self) -> mongodb::error::Result<Option<UserId>> {
         loop {
             let pass = match &mut self.current {
                 Some(pass) => pass,
@@ -171,7 +166,7 @@ impl Audience {
     /// The window's follows whose followeeId is neither a string nor an ObjectId (a number,
     /// null, missing...): no user can be found through them. Up to `limit` are described;
     /// the count covers all of them.
-    pub async fn odd_follows(
+    pub(super) async fn odd_follows(
         db: &Database,
         window: &Window,
         limit: i64,
@@ -191,11 +186,17 @@ impl Audience {
             .limit(limit)
             .await?
             .map_ok(|d| OddFollow {
-                reason: super::ids::bad_field(FOLLOWS, &d, "followeeId", "a string or an ObjectId"),
+                reason: ids::bad_field(FOLLOWS, &d, "followeeId", "a string or an ObjectId"),
             })
             .try_collect()
             .await?;
         Ok((count, described))
+    }
+}
+
+impl AudienceScan for Audience {
+    async fn next(&mut self) -> Result<Option<UserId>, StoreError> {
+        Ok(self.next_user().await?)
     }
 }
 

@@ -6,15 +6,16 @@
 //! checkpoint (the last user id enqueued) that starts the next invocation where it left off.
 
 use super::{batch_response, Invocation};
+use crate::adapters::directory::MongoDirectory;
 use crate::adapters::sqs::{SqsQueue, MAX_BATCH_ENTRIES};
 use crate::campaign::{Campaign, CampaignError, CampaignId, Window};
 use crate::config::GetUsersConfig;
-use crate::digest::{self, Audience};
 use crate::messages::{parse_body, UserMessage};
-use crate::ports::{OutgoingQueue, QueueError, SendReport};
+use crate::ports::{
+    AudienceScan, OutgoingQueue, QueueError, SendReport, StoreError, UserDirectory,
+};
 use crate::user_id::UserId;
 use futures::stream::{FuturesUnordered, StreamExt};
-use mongodb::Database;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::time::Instant;
@@ -148,19 +149,19 @@ pub fn parse_request(event: Value) -> Result<Request, GetUsersError> {
     }))
 }
 
-/// Generic over its queues (SQS on Lambda); the audience is read from MongoDB by `digest`.
-pub struct GetUsers<Q = SqsQueue> {
-    db: Database,
+/// Generic over the user directory (MongoDB on Lambda) and its queues (SQS).
+pub struct GetUsers<D = MongoDirectory, Q = SqsQueue> {
+    directory: D,
     users: Q,
     continuation: Q,
     config: GetUsersConfig,
 }
 
-impl<Q: OutgoingQueue> GetUsers<Q> {
+impl<D: UserDirectory, Q: OutgoingQueue> GetUsers<D, Q> {
     /// `users` and `continuation` are the queues `config` names.
-    pub fn new(db: Database, users: Q, continuation: Q, config: GetUsersConfig) -> Self {
+    pub fn new(directory: D, users: Q, continuation: Q, config: GetUsersConfig) -> Self {
         Self {
-            db,
+            directory,
             users,
             continuation,
             config,
@@ -168,8 +169,8 @@ impl<Q: OutgoingQueue> GetUsers<Q> {
     }
 
     /// Cold-start work: the index the audience query relies on.
-    pub async fn prepare(&self) -> mongodb::error::Result<()> {
-        digest::ensure_indexes(&self.db).await
+    pub async fn prepare(&self) -> Result<(), StoreError> {
+        self.directory.ensure_indexes().await
     }
 
     /// The Lambda entry point: a run summary, or a partial batch response for checkpoints.
@@ -214,7 +215,7 @@ impl<Q: OutgoingQueue> GetUsers<Q> {
         } else {
             0
         };
-        let mut audience = Audience::open(&self.db, &campaign.window, after);
+        let mut audience = self.directory.audience(&campaign.window, after);
         let send = |bodies: Vec<String>| async move { self.users.send_batch(&bodies).await };
         let mut in_flight = FuturesUnordered::new();
         let mut chunk: Vec<String> = Vec::with_capacity(MAX_BATCH_ENTRIES);
@@ -291,9 +292,9 @@ impl<Q: OutgoingQueue> GetUsers<Q> {
     }
 }
 
-impl From<mongodb::error::Error> for GetUsersError {
-    fn from(err: mongodb::error::Error) -> Self {
-        Self::Mongo(err.to_string())
+impl From<StoreError> for GetUsersError {
+    fn from(err: StoreError) -> Self {
+        Self::Mongo(err.0)
     }
 }
 
@@ -306,10 +307,10 @@ pub enum Response {
     Checkpoints(aws_lambda_events::event::sqs::SqsBatchResponse),
 }
 
-impl<Q: OutgoingQueue> GetUsers<Q> {
+impl<D: UserDirectory, Q: OutgoingQueue> GetUsers<D, Q> {
     /// Logs the window's follows whose followeeId no user can have, and counts them.
     async fn report_odd_follows(&self, window: &Window) -> Result<u64, GetUsersError> {
-        let (count, described) = Audience::odd_follows(&self.db, window, 20).await?;
+        let (count, described) = self.directory.odd_follows(window, 20).await?;
         for odd in &described {
             tracing::warn!(detail = %odd.reason, "follow skipped: no user can be found through it");
         }
@@ -350,67 +351,4 @@ impl From<Checkpoint> for Run {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn run(event: Value) -> Run {
-        match parse_request(event) {
-            Ok(Request::Run(run)) => run,
-            Ok(_) => panic!("expected a run"),
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    #[test]
-    fn recognises_schedule_manual_and_checkpoints() {
-        let scheduled = run(
-            json!({"detail-type": "Scheduled Event", "source": "aws.events", "time": "2026-11-23T09:00:00Z"}),
-        );
-        assert_eq!(scheduled.campaign.id.as_str(), "weekly-2026-W47");
-        let manual = run(json!({"campaignId": "weekly-2026-W47", "includeFailed": true}));
-        assert_eq!(manual.campaign, scheduled.campaign);
-        assert!(manual.include_failed);
-        let custom = run(
-            json!({"campaignId": "promo", "since": "2026-01-01T00:00:00Z", "until": "2026-01-08T00:00:00Z"}),
-        );
-        assert_eq!(custom.campaign.id.as_str(), "promo");
-        assert!(matches!(
-            parse_request(json!({"Records": [{"messageId": "m1", "body": "{}"}]})),
-            Ok(Request::Continuations(r)) if r.len() == 1
-        ));
-    }
-
-    #[test]
-    fn bad_requests_say_what_is_expected() {
-        let typo = parse_request(json!({"campaign": "weekly-2026-W47"}))
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(
-            typo.contains("unknown field") && typo.contains("Expected"),
-            "{typo}"
-        );
-        let half = parse_request(json!({"campaignId": "x", "since": "2026-01-01T00:00:00Z"}))
-            .err()
-            .unwrap();
-        assert!(half.to_string().contains("both since and until"));
-        assert!(matches!(
-            parse_request(json!({"campaignId": "x"})),
-            Err(GetUsersError::Campaign(_))
-        ));
-    }
-
-    #[test]
-    fn checkpoint_round_trips() {
-        let cp = Checkpoint {
-            campaign_id: CampaignId::parse("weekly-2026-W47").unwrap(),
-            window: Campaign::from_id("weekly-2026-W47", None).unwrap().window,
-            include_failed: false,
-            after: Some("u00042".into()),
-            segment: 3,
-        };
-        let body = serde_json::to_string(&cp).unwrap();
-        assert_eq!(parse_body::<Checkpoint>(Some(&body)).unwrap(), cp);
-    }
-}
+mod tests;

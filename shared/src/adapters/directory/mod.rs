@@ -1,0 +1,99 @@
+//! The user directory on MongoDB (`ports::UserDirectory`): the audience (`audience`) and
+//! each user's digest (`enrich`), read from two collections.
+//!
+//! Data model: `users {_id, email, name, subscribed: bool, locale?, suppression?}` and
+//! `follows {followerId, followeeId, createdAt: date}`, where every id is a string or an
+//! ObjectId (`crate::user_id` says how they travel outside MongoDB, `bson_ids` converts).
+
+mod audience;
+mod enrich;
+
+pub use audience::{Audience, IdType};
+
+use crate::campaign::Window;
+use crate::digest::{Enrichment, OddFollow};
+use crate::ports::{StoreError, UserDirectory};
+use crate::user_id::UserId;
+use mongodb::bson::doc;
+use mongodb::{Database, IndexModel};
+
+pub const USERS: &str = "users";
+pub const FOLLOWS: &str = "follows";
+/// Serves both the audience scan (followees in id order, window on createdAt) and the
+/// per-user enrichment (one followee's newest follows in the window).
+pub const FOLLOWS_INDEX: &str = "followeeId_1_createdAt_1";
+
+fn follows_index_keys() -> mongodb::bson::Document {
+    doc! { "followeeId": 1, "createdAt": 1 }
+}
+
+/// The users and follows collections of one database.
+#[derive(Clone)]
+pub struct MongoDirectory {
+    db: Database,
+}
+
+impl MongoDirectory {
+    pub fn new(db: Database) -> Self {
+        Self { db }
+    }
+}
+
+impl UserDirectory for MongoDirectory {
+    type Audience = Audience;
+
+    fn audience(&self, window: &Window, after: Option<UserId>) -> Audience {
+        Audience::open(&self.db, window, after)
+    }
+
+    async fn odd_follows(
+        &self,
+        window: &Window,
+        limit: i64,
+    ) -> Result<(u64, Vec<OddFollow>), StoreError> {
+        Ok(Audience::odd_follows(&self.db, window, limit).await?)
+    }
+
+    async fn enrich(
+        &self,
+        user_id: &UserId,
+        window: &Window,
+        shown: u32,
+    ) -> Result<Enrichment, StoreError> {
+        Ok(enrich::enrich(&self.db, user_id, window, shown).await?)
+    }
+
+    async fn ensure_indexes(&self) -> Result<(), StoreError> {
+        Ok(ensure_indexes(&self.db).await?)
+    }
+}
+
+/// Creates the indexes the queries rely on (idempotent; cheap when they exist).
+pub async fn ensure_indexes(db: &Database) -> mongodb::error::Result<()> {
+    let index = IndexModel::builder()
+        .keys(follows_index_keys())
+        .options(
+            mongodb::options::IndexOptions::builder()
+                .name(FOLLOWS_INDEX.to_string())
+                .build(),
+        )
+        .build();
+    let started = std::time::Instant::now();
+    db.collection::<mongodb::bson::Document>(FOLLOWS)
+        .create_index(index)
+        .await?;
+    // Part of every cold start of GetUsers and CreateEmails: worth seeing in the logs.
+    tracing::info!(
+        duration_ms = started.elapsed().as_millis() as u64,
+        "follows index ensured"
+    );
+    Ok(())
+}
+
+fn bson_time(t: time::OffsetDateTime) -> mongodb::bson::DateTime {
+    mongodb::bson::DateTime::from_millis((t.unix_timestamp_nanos() / 1_000_000) as i64)
+}
+
+fn window_filter(window: &Window) -> mongodb::bson::Document {
+    doc! { "$gte": bson_time(window.since), "$lt": bson_time(window.until) }
+}

@@ -1,0 +1,178 @@
+//! An in-memory user directory with the MongoDB adapter's rules (`adapters::directory`):
+//! the audience is the subscribed, unsuppressed users with a follow in the window, in id
+//! order; a digest counts distinct followers and names the newest nameable ones.
+
+use crate::campaign::Window;
+use crate::digest::{Digest, Enrichment, OddFollow, SkipReason};
+use crate::ports::{AudienceScan, StoreError, UserDirectory};
+use crate::user_id::UserId;
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use time::OffsetDateTime;
+
+/// A user document as the directory reads it.
+#[derive(Clone, Debug)]
+pub struct User {
+    pub email: Option<String>,
+    pub name: Option<String>,
+    pub locale: Option<String>,
+    pub subscribed: bool,
+    pub suppressed: bool,
+    /// A field holds the wrong type.
+    pub invalid: bool,
+}
+
+impl User {
+    pub fn named(name: &str, email: &str) -> Self {
+        Self {
+            email: Some(email.to_owned()),
+            name: Some(name.to_owned()),
+            locale: None,
+            subscribed: true,
+            suppressed: false,
+            invalid: false,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct MemoryDirectory {
+    users: BTreeMap<UserId, User>,
+    /// (follower, followee, when)
+    follows: Vec<(UserId, UserId, OffsetDateTime)>,
+    odd_follows: u64,
+    /// Users whose reads fail as if the store did not answer.
+    unreachable: Mutex<HashSet<UserId>>,
+}
+
+impl MemoryDirectory {
+    pub fn user(mut self, id: &str, user: User) -> Self {
+        self.users.insert(UserId::parse(id).unwrap(), user);
+        self
+    }
+
+    pub fn follow(mut self, follower: &str, followee: &str, at: OffsetDateTime) -> Self {
+        let id = |s: &str| UserId::parse(s).unwrap();
+        self.follows.push((id(follower), id(followee), at));
+        self
+    }
+
+    pub fn odd_follows(mut self, n: u64) -> Self {
+        self.odd_follows = n;
+        self
+    }
+
+    /// Reads of this user fail until further notice.
+    pub fn unreachable(&self, id: &str) {
+        self.unreachable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(UserId::parse(id).unwrap());
+    }
+
+    /// Followers of `followee` in the window, newest follow first, each once.
+    fn followers(&self, followee: &UserId, window: &Window) -> Vec<UserId> {
+        let mut follows: Vec<_> = self
+            .follows
+            .iter()
+            .filter(|(_, to, at)| to == followee && window.since <= *at && *at < window.until)
+            .collect();
+        follows.sort_by_key(|f| std::cmp::Reverse(f.2));
+        let mut seen = HashSet::new();
+        follows
+            .into_iter()
+            .filter(|(from, _, _)| seen.insert(from.clone()))
+            .map(|(from, _, _)| from.clone())
+            .collect()
+    }
+}
+
+pub struct MemoryAudience(VecDeque<UserId>);
+
+impl AudienceScan for MemoryAudience {
+    async fn next(&mut self) -> Result<Option<UserId>, StoreError> {
+        Ok(self.0.pop_front())
+    }
+}
+
+impl UserDirectory for MemoryDirectory {
+    type Audience = MemoryAudience;
+
+    fn audience(&self, window: &Window, after: Option<UserId>) -> MemoryAudience {
+        MemoryAudience(
+            self.users
+                .iter()
+                .filter(|(id, _)| after.as_ref().is_none_or(|after| *id > after))
+                .filter(|(_, user)| user.subscribed && !user.suppressed)
+                .filter(|(id, _)| !self.followers(id, window).is_empty())
+                .map(|(id, _)| id.clone())
+                .collect(),
+        )
+    }
+
+    async fn odd_follows(
+        &self,
+        _window: &Window,
+        limit: i64,
+    ) -> Result<(u64, Vec<OddFollow>), StoreError> {
+        let described = (0..self.odd_follows.min(limit as u64))
+            .map(|i| OddFollow {
+                reason: format!("follows f{i}: followeeId is int"),
+            })
+            .collect();
+        Ok((self.odd_follows, described))
+    }
+
+    async fn enrich(
+        &self,
+        user_id: &UserId,
+        window: &Window,
+        shown: u32,
+    ) -> Result<Enrichment, StoreError> {
+        if self
+            .unreachable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(user_id)
+        {
+            return Err(StoreError("connection refused".into()));
+        }
+        let skip = |reason| Ok(Enrichment::Skip(reason));
+        let Some(user) = self.users.get(user_id) else {
+            return skip(SkipReason::Vanished);
+        };
+        if user.invalid {
+            return skip(SkipReason::InvalidDocument);
+        }
+        if !user.subscribed {
+            return skip(SkipReason::Unsubscribed);
+        }
+        if user.suppressed {
+            return skip(SkipReason::Suppressed);
+        }
+        let Some(email) = user.email.clone() else {
+            return skip(SkipReason::NoAddress);
+        };
+        let followers = self.followers(user_id, window);
+        if followers.is_empty() {
+            return skip(SkipReason::NoNewFollowers);
+        }
+        let recent = followers
+            .iter()
+            .filter_map(|id| self.users.get(id).and_then(|u| u.name.clone()))
+            .take(shown as usize)
+            .collect();
+        Ok(Enrichment::Ready(Digest {
+            user_id: user_id.to_string(),
+            email,
+            name: user.name.clone().unwrap_or_else(|| "there".into()),
+            locale: user.locale.clone(),
+            new_followers: followers.len() as u64,
+            recent,
+        }))
+    }
+
+    async fn ensure_indexes(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}

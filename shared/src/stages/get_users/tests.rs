@@ -1,0 +1,222 @@
+//! GetUsers: its requests, and its runs over the in-memory directory and queues.
+
+use super::*;
+use crate::ports::memory::directory::{MemoryDirectory, User};
+use crate::ports::memory::MemoryOutbox;
+use serde_json::json;
+use std::time::Duration;
+
+fn run(event: Value) -> Run {
+    match parse_request(event) {
+        Ok(Request::Run(run)) => run,
+        Ok(_) => panic!("expected a run"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn recognises_schedule_manual_and_checkpoints() {
+    let scheduled = run(
+        json!({"detail-type": "Scheduled Event", "source": "aws.events", "time": "2026-11-23T09:00:00Z"}),
+    );
+    assert_eq!(scheduled.campaign.id.as_str(), "weekly-2026-W47");
+    let manual = run(json!({"campaignId": "weekly-2026-W47", "includeFailed": true}));
+    assert_eq!(manual.campaign, scheduled.campaign);
+    assert!(manual.include_failed);
+    let custom = run(
+        json!({"campaignId": "promo", "since": "2026-01-01T00:00:00Z", "until": "2026-01-08T00:00:00Z"}),
+    );
+    assert_eq!(custom.campaign.id.as_str(), "promo");
+    assert!(matches!(
+        parse_request(json!({"Records": [{"messageId": "m1", "body": "{}"}]})),
+        Ok(Request::Continuations(r)) if r.len() == 1
+    ));
+}
+
+#[test]
+fn bad_requests_say_what_is_expected() {
+    let typo = parse_request(json!({"campaign": "weekly-2026-W47"}))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        typo.contains("unknown field") && typo.contains("Expected"),
+        "{typo}"
+    );
+    let half = parse_request(json!({"campaignId": "x", "since": "2026-01-01T00:00:00Z"}))
+        .err()
+        .unwrap();
+    assert!(half.to_string().contains("both since and until"));
+    assert!(matches!(
+        parse_request(json!({"campaignId": "x"})),
+        Err(GetUsersError::Campaign(_))
+    ));
+}
+
+#[test]
+fn checkpoint_round_trips() {
+    let cp = Checkpoint {
+        campaign_id: CampaignId::parse("weekly-2026-W47").unwrap(),
+        window: Campaign::from_id("weekly-2026-W47", None).unwrap().window,
+        include_failed: false,
+        after: Some("u00042".into()),
+        segment: 3,
+    };
+    let body = serde_json::to_string(&cp).unwrap();
+    assert_eq!(parse_body::<Checkpoint>(Some(&body)).unwrap(), cp);
+}
+
+const OID: &str = "oid:65a1f0c2e4b0a1b2c3d4e5f6";
+
+fn campaign() -> Campaign {
+    Campaign::from_id("weekly-2026-W47", None).unwrap()
+}
+
+/// Eligible users with string and ObjectId ids, and users the audience leaves out.
+fn directory() -> MemoryDirectory {
+    let at = campaign().window.since + time::Duration::hours(1);
+    let before = campaign().window.since - time::Duration::hours(1);
+    let mut quit = User::named("Quit", "q@example.com");
+    quit.subscribed = false;
+    let mut bounced = User::named("Bounced", "b@example.com");
+    bounced.suppressed = true;
+    MemoryDirectory::default()
+        .user("u2", User::named("Two", "2@example.com"))
+        .user("u1", User::named("One", "1@example.com"))
+        .user(OID, User::named("Olga", "o@example.com"))
+        .user("str:oid:x", User::named("Escaped", "e@example.com"))
+        .user("quit", quit)
+        .user("bounced", bounced)
+        .user("old", User::named("Old", "old@example.com"))
+        .follow("u1", "u2", at)
+        .follow("u2", "u1", at)
+        .follow("u2", "u1", at)
+        .follow("u1", OID, at)
+        .follow("u1", "str:oid:x", at)
+        .follow("u1", "quit", at)
+        .follow("u1", "bounced", at)
+        .follow("u1", "old", before)
+        .odd_follows(3)
+}
+
+type Stage = GetUsers<MemoryDirectory, MemoryOutbox>;
+
+fn stage(margin_seconds: &str) -> Stage {
+    let vars = |k: &str| {
+        let v = match k {
+            "MONGODB_URI" => "mongodb://127.0.0.1:1",
+            "USERS_QUEUE_URL" => "http://users",
+            "CONTINUATION_QUEUE_URL" => "http://continuation",
+            "DEADLINE_MARGIN_SECONDS" => margin_seconds,
+            _ => return None,
+        };
+        Some(v.to_owned())
+    };
+    let config = GetUsersConfig::from_source(&vars).unwrap();
+    GetUsers::new(
+        directory(),
+        MemoryOutbox::default(),
+        MemoryOutbox::default(),
+        config,
+    )
+}
+
+fn enqueued(stage: &Stage) -> Vec<String> {
+    stage
+        .users
+        .bodies()
+        .iter()
+        .map(|b| serde_json::from_str::<UserMessage>(b).unwrap().user_id)
+        .collect()
+}
+
+fn manual() -> Value {
+    json!({"campaignId": "weekly-2026-W47"})
+}
+
+fn plenty() -> Invocation {
+    Invocation::with_timeout("r1", Duration::from_secs(900))
+}
+
+#[tokio::test]
+async fn a_run_enqueues_the_audience_once_each_in_id_order() {
+    let stage = stage("20");
+    let Response::Run(summary) = stage.handle(manual(), &plenty()).await.unwrap() else {
+        panic!("expected a run summary");
+    };
+    // Strings in order, then ObjectIds; the escaped string keeps its text form.
+    assert_eq!(enqueued(&stage), ["str:oid:x", "u1", "u2", OID]);
+    assert_eq!(summary.users_enqueued, 4);
+    assert_eq!(summary.follows_skipped, 3);
+    assert!(summary.complete && summary.continued_after.is_none());
+    assert!(stage.continuation.bodies().is_empty());
+}
+
+#[tokio::test]
+async fn a_run_out_of_time_continues_from_checkpoints_without_gaps_or_repeats() {
+    // A margin longer than the invocation: one user per invocation, then a checkpoint.
+    let stage = stage("3600");
+    let Response::Run(first) = stage.handle(manual(), &plenty()).await.unwrap() else {
+        panic!("expected a run summary");
+    };
+    assert!(!first.complete);
+    assert_eq!(first.continued_after.as_deref(), Some("str:oid:x"));
+    let mut segments = 1;
+    loop {
+        let pending = stage.continuation.bodies();
+        let Some(body) = pending.get(segments - 1).cloned() else {
+            break;
+        };
+        let checkpoint: Checkpoint = serde_json::from_str(&body).unwrap();
+        assert_eq!(checkpoint.segment as usize, segments);
+        let records = json!({"Records": [{"messageId": "c", "body": body}]});
+        let Response::Checkpoints(response) = stage.handle(records, &plenty()).await.unwrap()
+        else {
+            panic!("expected a batch response");
+        };
+        assert!(response.batch_item_failures.is_empty());
+        segments += 1;
+    }
+    assert_eq!(enqueued(&stage), ["str:oid:x", "u1", "u2", OID]);
+    // The last checkpoint's run finds the audience ended and leaves none.
+    assert_eq!(segments, 5);
+}
+
+#[tokio::test]
+async fn a_queue_that_refuses_fails_the_run_and_leaves_no_checkpoint() {
+    let stage = stage("3600");
+    stage
+        .users
+        .closed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = stage.handle(manual(), &plenty()).await.err().unwrap();
+    assert!(matches!(err, GetUsersError::Queue(_)), "{err}");
+    assert!(stage.continuation.bodies().is_empty());
+}
+
+#[tokio::test]
+async fn a_bad_checkpoint_fails_alone() {
+    let stage = stage("20");
+    let good = Checkpoint {
+        campaign_id: campaign().id,
+        window: campaign().window,
+        include_failed: false,
+        after: Some("u2".into()),
+        segment: 1,
+    };
+    let records = json!({"Records": [
+        {"messageId": "bad", "body": "{\"campaignId\": 7}"},
+        {"messageId": "bad-after", "body": serde_json::to_string(&Checkpoint { after: Some("oid:zz".into()), ..good.clone() }).unwrap()},
+        {"messageId": "good", "body": serde_json::to_string(&good).unwrap()},
+    ]});
+    let Response::Checkpoints(response) = stage.handle(records, &plenty()).await.unwrap() else {
+        panic!("expected a batch response");
+    };
+    let failed: Vec<_> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, ["bad", "bad-after"]);
+    assert_eq!(enqueued(&stage), [OID]);
+}
