@@ -27,22 +27,18 @@ pub struct Target {
 }
 
 impl Target {
-    /// From the stack's outputs, exported as MAILFLOW_* variables.
+    /// From the stack's outputs, exported as MAILFLOW_* variables (`stack_outputs`).
     pub fn from_env() -> Result<Self> {
-        let get = |k: &str| {
-            std::env::var(k).with_context(|| {
-                format!("{k} is not set: export the stack's outputs (see README, Operating campaigns) or pass --prefix for a local stack")
-            })
-        };
+        use crate::stack_outputs as out;
         Ok(Self {
-            sends_table: get("MAILFLOW_SENDS_TABLE")?,
-            users_queue: get("MAILFLOW_USERS_QUEUE_URL")?,
-            users_dlq: get("MAILFLOW_USERS_DLQ_URL")?,
-            emails_queue: get("MAILFLOW_EMAILS_QUEUE_URL")?,
-            emails_dlq: get("MAILFLOW_EMAILS_DLQ_URL")?,
-            ses_events_queue: get("MAILFLOW_SES_EVENTS_QUEUE_URL")?,
-            ses_events_dlq: get("MAILFLOW_SES_EVENTS_DLQ_URL")?,
-            get_users_function: std::env::var("MAILFLOW_GET_USERS_FUNCTION").ok(),
+            sends_table: out::SENDS_TABLE.read()?,
+            users_queue: out::USERS_QUEUE.read()?,
+            users_dlq: out::USERS_DLQ.read()?,
+            emails_queue: out::EMAILS_QUEUE.read()?,
+            emails_dlq: out::EMAILS_DLQ.read()?,
+            ses_events_queue: out::SES_EVENTS_QUEUE.read()?,
+            ses_events_dlq: out::SES_EVENTS_DLQ.read()?,
+            get_users_function: out::GET_USERS_FUNCTION.read().ok(),
         })
     }
 

@@ -53,9 +53,10 @@ async fn start(
 ) -> Result<()> {
     let Some(prefix) = &t.prefix else {
         let target = Target::from_env()?;
-        let function = target
-            .get_users_function
-            .context("MAILFLOW_GET_USERS_FUNCTION is not set: export the stack's GetUsersFunctionName output")?;
+        let function = match target.get_users_function {
+            Some(function) => function,
+            None => mailctl::stack_outputs::GET_USERS_FUNCTION.read()?,
+        };
         let out = aws_sdk_lambda::Client::new(sdk)
             .invoke()
             .function_name(&function)

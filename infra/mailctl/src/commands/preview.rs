@@ -23,9 +23,7 @@ pub async fn preview(
             mailctl::preview::local_env(&stack)?
         }
         None => {
-            let function = std::env::var("MAILFLOW_CREATE_EMAILS_FUNCTION").context(
-                "MAILFLOW_CREATE_EMAILS_FUNCTION is not set: export the stack's CreateEmailsFunctionName output, or pass --prefix for a local stack",
-            )?;
+            let function = mailctl::stack_outputs::CREATE_EMAILS_FUNCTION.read()?;
             mailctl::preview::deployed_env(sdk, &function).await?
         }
     };

@@ -2,6 +2,7 @@
 
 use super::{env, provision_local};
 use anyhow::Result;
+use mailctl::stack_outputs as out;
 use mailflow::campaign::Campaign;
 use mailflow::config::SecretRef;
 use mailflow_local::names;
@@ -15,29 +16,19 @@ pub async fn provision(
     database: &str,
 ) -> Result<()> {
     let stack = provision_local(sdk, template, prefix, database).await?;
-    let url = |q: &str| stack.queue_url(q).map(str::to_owned);
-    println!(
-        "export MAILFLOW_SENDS_TABLE={}",
-        stack.table_name(names::SENDS_TABLE)?
-    );
-    println!(
-        "export MAILFLOW_USERS_QUEUE_URL={}",
-        url(names::USERS_QUEUE)?
-    );
-    println!("export MAILFLOW_USERS_DLQ_URL={}", url(names::USERS_DLQ)?);
-    println!(
-        "export MAILFLOW_EMAILS_QUEUE_URL={}",
-        url(names::EMAILS_QUEUE)?
-    );
-    println!("export MAILFLOW_EMAILS_DLQ_URL={}", url(names::EMAILS_DLQ)?);
-    println!(
-        "export MAILFLOW_SES_EVENTS_QUEUE_URL={}",
-        url(names::SES_EVENTS_QUEUE)?
-    );
-    println!(
-        "export MAILFLOW_SES_EVENTS_DLQ_URL={}",
-        url(names::SES_EVENTS_DLQ)?
-    );
+    let url = |q: &str| stack.queue_url(q);
+    let exports = [
+        (out::SENDS_TABLE, stack.table_name(names::SENDS_TABLE)?),
+        (out::USERS_QUEUE, url(names::USERS_QUEUE)?),
+        (out::USERS_DLQ, url(names::USERS_DLQ)?),
+        (out::EMAILS_QUEUE, url(names::EMAILS_QUEUE)?),
+        (out::EMAILS_DLQ, url(names::EMAILS_DLQ)?),
+        (out::SES_EVENTS_QUEUE, url(names::SES_EVENTS_QUEUE)?),
+        (out::SES_EVENTS_DLQ, url(names::SES_EVENTS_DLQ)?),
+    ];
+    for (output, value) in exports {
+        println!("{}", output.export(value));
+    }
     Ok(())
 }
 

@@ -1,0 +1,109 @@
+//! A deployed stack's outputs as `mailctl` reads them: each `MAILFLOW_*` variable named once,
+//! with the `template.yaml` output it holds, so the commands, `provision`'s exports, the
+//! README's table and the template cannot drift apart (the tests below check the last two).
+
+use anyhow::{Context, Result};
+
+/// One output of the stack and the variable it is exported as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackOutput {
+    pub var: &'static str,
+    pub output: &'static str,
+}
+
+pub const SENDS_TABLE: StackOutput = StackOutput {
+    var: "MAILFLOW_SENDS_TABLE",
+    output: "SendsTableName",
+};
+pub const USERS_QUEUE: StackOutput = StackOutput {
+    var: "MAILFLOW_USERS_QUEUE_URL",
+    output: "UsersQueueUrl",
+};
+pub const USERS_DLQ: StackOutput = StackOutput {
+    var: "MAILFLOW_USERS_DLQ_URL",
+    output: "UsersDLQUrl",
+};
+pub const EMAILS_QUEUE: StackOutput = StackOutput {
+    var: "MAILFLOW_EMAILS_QUEUE_URL",
+    output: "EmailsQueueUrl",
+};
+pub const EMAILS_DLQ: StackOutput = StackOutput {
+    var: "MAILFLOW_EMAILS_DLQ_URL",
+    output: "EmailsDLQUrl",
+};
+pub const SES_EVENTS_QUEUE: StackOutput = StackOutput {
+    var: "MAILFLOW_SES_EVENTS_QUEUE_URL",
+    output: "SesEventsQueueUrl",
+};
+pub const SES_EVENTS_DLQ: StackOutput = StackOutput {
+    var: "MAILFLOW_SES_EVENTS_DLQ_URL",
+    output: "SesEventsDLQUrl",
+};
+pub const GET_USERS_FUNCTION: StackOutput = StackOutput {
+    var: "MAILFLOW_GET_USERS_FUNCTION",
+    output: "GetUsersFunctionName",
+};
+pub const CREATE_EMAILS_FUNCTION: StackOutput = StackOutput {
+    var: "MAILFLOW_CREATE_EMAILS_FUNCTION",
+    output: "CreateEmailsFunctionName",
+};
+
+pub const ALL: [StackOutput; 9] = [
+    SENDS_TABLE,
+    USERS_QUEUE,
+    USERS_DLQ,
+    EMAILS_QUEUE,
+    EMAILS_DLQ,
+    SES_EVENTS_QUEUE,
+    SES_EVENTS_DLQ,
+    GET_USERS_FUNCTION,
+    CREATE_EMAILS_FUNCTION,
+];
+
+impl StackOutput {
+    /// The variable's value, or an error naming the output to export.
+    pub fn read(self) -> Result<String> {
+        std::env::var(self.var).with_context(|| {
+            format!(
+                "{} is not set: export the stack's {} output (see README, Operating campaigns), or pass --prefix for a local stack",
+                self.var, self.output
+            )
+        })
+    }
+
+    /// `export VAR=value`, as `mailctl provision` prints it.
+    pub fn export(self, value: &str) -> String {
+        format!("export {}={value}", self.var)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ALL;
+
+    fn read(file: &str) -> String {
+        std::fs::read_to_string(crate::repo_root().join(file)).unwrap()
+    }
+
+    #[test]
+    fn every_output_is_in_the_template() {
+        let template = read("template.yaml");
+        let outputs = &template[template.find("\nOutputs:").expect("template has Outputs")..];
+        for o in ALL {
+            assert!(
+                outputs.contains(&format!("\n  {}:", o.output)),
+                "{} not in template.yaml's Outputs",
+                o.output
+            );
+        }
+    }
+
+    #[test]
+    fn the_readme_table_lists_every_variable_with_its_output() {
+        let readme = read("README.md");
+        for o in ALL {
+            let row = format!("| `{}` | `{}`", o.var, o.output);
+            assert!(readme.contains(&row), "README lacks the row {row}");
+        }
+    }
+}
