@@ -6,15 +6,17 @@
 //! tests on the local stack.
 
 pub mod directory;
+pub mod queues;
+
+pub use queues::{MemoryOutbox, MemoryQueue};
 
 use super::{
-    Change, Mailer, Marked, OutgoingEmail, OutgoingQueue, QueueError, RetryQueue, SendError,
-    SendLedger, SendRecordNotes, SendReport, StoreError, SubscriberStore, SuppressionReason,
+    Change, Mailer, Marked, OutgoingEmail, SendError, SendLedger, SendRecordNotes, StoreError,
+    SubscriberStore, SuppressionReason,
 };
 use crate::ledger::{Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Refusal, SendStatus};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::Duration;
 
 /// One send record, as the DynamoDB item holds it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -224,114 +226,6 @@ impl Mailer for ScriptedMailer {
             .unwrap_or_else(|p| p.into_inner())
             .pop_front();
         next.unwrap_or_else(|| Ok("ses-message-id".into()))
-    }
-}
-
-/// Records the visibility changes asked of it (receipt handle, delay).
-#[derive(Default)]
-pub struct MemoryQueue {
-    pub delays: Mutex<Vec<(String, Duration)>>,
-}
-
-impl MemoryQueue {
-    pub fn delays(&self) -> Vec<(String, Duration)> {
-        self.delays
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-}
-
-impl RetryQueue for MemoryQueue {
-    async fn change_visibility(
-        &self,
-        receipt_handle: &str,
-        delay: Duration,
-    ) -> Result<(), QueueError> {
-        self.delays
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((receipt_handle.to_owned(), delay));
-        Ok(())
-    }
-}
-
-/// An outgoing queue that keeps every body put on it; bodies containing a refused marker are
-/// reported as failed entries (as SQS reports them), and a closed outbox refuses every call.
-#[derive(Default)]
-pub struct MemoryOutbox {
-    pub bodies: Mutex<Vec<String>>,
-    pub refused: Mutex<Vec<String>>,
-    pub closed: std::sync::atomic::AtomicBool,
-}
-
-impl MemoryOutbox {
-    pub fn bodies(&self) -> Vec<String> {
-        self.bodies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Entries whose body contains `marker` fail.
-    pub fn refuse(&self, marker: &str) {
-        self.refused
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(marker.to_owned());
-    }
-
-    fn check_open(&self, operation: &'static str) -> Result<(), QueueError> {
-        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(QueueError::Call {
-                queue: "memory".into(),
-                operation,
-                detail: "connection refused".into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-impl OutgoingQueue for MemoryOutbox {
-    async fn send_batch(&self, bodies: &[String]) -> Result<SendReport, QueueError> {
-        self.check_open("SendMessageBatch")?;
-        let refused = self
-            .refused
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let unsent: Vec<usize> = (0..bodies.len())
-            .filter(|&i| refused.iter().any(|m| bodies[i].contains(m.as_str())))
-            .collect();
-        let mut kept = self.bodies.lock().unwrap_or_else(|p| p.into_inner());
-        kept.extend(
-            (0..bodies.len())
-                .filter(|i| !unsent.contains(i))
-                .map(|i| bodies[i].clone()),
-        );
-        if unsent.is_empty() {
-            return Ok(SendReport {
-                sent: bodies.len(),
-                retried: 0,
-            });
-        }
-        Err(QueueError::EntriesFailed {
-            queue: "memory".into(),
-            attempts: 3,
-            count: unsent.len(),
-            first: "InternalError".into(),
-            unsent,
-        })
-    }
-
-    async fn send(&self, body: String) -> Result<(), QueueError> {
-        self.check_open("SendMessage")?;
-        self.bodies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(body);
-        Ok(())
     }
 }
 

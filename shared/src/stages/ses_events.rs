@@ -2,9 +2,13 @@
 //! the address in MongoDB (never emailed again); a transient bounce is counted only. Send and
 //! delivery events turn a record still IN_PROGRESS (its attempt died between SES and the
 //! ledger: this closes the exactly-once crash window whenever the event arrives before the
-//! lease ends) or DEAD_LETTERED (SES took it, its answer was lost) into SENT. Every event also notes its engagement on the send record for the
-//! campaign analytics. All of it is idempotent and order-free: events may arrive twice and
-//! in any order. A bad record fails alone (partial batch response) and reaches the DLQ.
+//! lease ends) or DEAD_LETTERED (SES took it, its answer was lost) into SENT. Every event
+//! also notes its engagement on the send record for the campaign analytics. All of it is
+//! idempotent and order-free: events may arrive twice and in any order. A bad record fails
+//! alone (partial batch response) and reaches the DLQ.
+//!
+//! Over 400 lines on purpose: the handling and its unit tests (one per event's effect)
+//! together.
 
 use super::{batch_response, each_record};
 use crate::config::SesEventsConfig;

@@ -1,6 +1,8 @@
 //! The exactly-once decision table over in-memory ports: every claim outcome crossed with
 //! every SES outcome, the deadline and the last receive, each checked for what is
 //! acknowledged, when a returned record comes back, the record's state and the counts.
+//!
+//! Over 400 lines on purpose: the whole table in one place, a few lines per case.
 
 use super::*;
 use crate::ledger::SendStatus;

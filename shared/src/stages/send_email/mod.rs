@@ -1,6 +1,9 @@
 //! SendEmail: exactly once per (user, campaign) through SES v2, guarded by the sends ledger
 //! (README, "Exactly once"): claim with one conditional write, send, mark SENT under the
 //! claim.
+//!
+//! Over 400 lines on purpose: the claim, send and mark steps and their error paths read
+//! best in one file (the decision table's tests are beside it, in `decision_table.rs`).
 
 use super::{batch_response, each_record, Invocation};
 use crate::address;
