@@ -27,3 +27,16 @@ pub fn init_cli() {
         .with_writer(std::io::stderr)
         .try_init();
 }
+
+/// A function's cold start that cannot go on (configuration, secrets, templates): one log
+/// line that names what to fix, then exit, as Lambda expects of a failed init (it reports
+/// `Runtime.ExitError` and starts a fresh environment on the next event).
+pub fn or_exit<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
+    match result {
+        Ok(value) => value,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot start");
+            std::process::exit(1)
+        }
+    }
+}

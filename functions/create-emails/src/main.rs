@@ -9,9 +9,11 @@ use mailflow::config::{CreateEmailsConfig, ProcessEnv};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
-    let config = CreateEmailsConfig::from_source(&ProcessEnv)?;
+    let config = mailflow::telemetry::or_exit(CreateEmailsConfig::from_source(&ProcessEnv));
     let sdk = mailflow::adapters::aws_config().await;
-    let stage = mailflow::assemble::create_emails(config, &sdk, "create-emails", true).await?;
+    let stage = mailflow::telemetry::or_exit(
+        mailflow::assemble::create_emails(config, &sdk, "create-emails", true).await,
+    );
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let (response, _) = stage.handle(event.payload).await;

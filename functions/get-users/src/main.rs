@@ -10,9 +10,9 @@ use serde_json::Value;
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
-    let config = GetUsersConfig::from_source(&ProcessEnv)?;
+    let config = mailflow::telemetry::or_exit(GetUsersConfig::from_source(&ProcessEnv));
     let sdk = mailflow::adapters::aws_config().await;
-    let stage = mailflow::assemble::get_users(config, &sdk).await?;
+    let stage = mailflow::telemetry::or_exit(mailflow::assemble::get_users(config, &sdk).await);
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let invocation = Invocation::from_context(&event.context);

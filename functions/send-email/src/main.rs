@@ -11,7 +11,7 @@ use mailflow::stages::Invocation;
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
-    let config = SendEmailConfig::from_source(&ProcessEnv)?;
+    let config = mailflow::telemetry::or_exit(SendEmailConfig::from_source(&ProcessEnv));
     let sdk = mailflow::adapters::aws_config().await;
     let mailer = assemble::ses_mailer(&config, &sdk);
     let stage = assemble::send_email(config, &sdk, mailer);

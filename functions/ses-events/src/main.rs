@@ -8,9 +8,9 @@ use mailflow::config::{ProcessEnv, SesEventsConfig};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
-    let config = SesEventsConfig::from_source(&ProcessEnv)?;
+    let config = mailflow::telemetry::or_exit(SesEventsConfig::from_source(&ProcessEnv));
     let sdk = mailflow::adapters::aws_config().await;
-    let stage = mailflow::assemble::ses_events(config, &sdk).await?;
+    let stage = mailflow::telemetry::or_exit(mailflow::assemble::ses_events(config, &sdk).await);
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let (response, _) = stage.handle(event.payload).await;

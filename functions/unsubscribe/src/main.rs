@@ -9,9 +9,9 @@ use serde_json::Value;
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     mailflow::telemetry::init();
-    let config = UnsubscribeFunctionConfig::from_source(&ProcessEnv)?;
+    let config = mailflow::telemetry::or_exit(UnsubscribeFunctionConfig::from_source(&ProcessEnv));
     let sdk = mailflow::adapters::aws_config().await;
-    let stage = mailflow::assemble::unsubscribe(config, &sdk).await?;
+    let stage = mailflow::telemetry::or_exit(mailflow::assemble::unsubscribe(config, &sdk).await);
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let response = stage.handle_function_url(&event.payload).await;
