@@ -9,7 +9,9 @@
 #
 # Ports: MAILFLOW_MOTO_PORT (default 4566), MAILFLOW_MONGO_PORT (default 27027). Pid files and
 # logs go to MAILFLOW_STACK_DIR (default .local): a second stack (the test command runs the
-# chaos run on one of its own) needs its own directory and ports.
+# chaos run on one of its own) needs its own directory and ports. MAILFLOW_BIND_HOST (default
+# 127.0.0.1) is for infra/sam-local.sh only, which binds the servers to the Docker bridge of a
+# network namespace it made itself, so that the function containers can reach them.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,6 +19,7 @@ VENV="$ROOT/.venv"
 STATE="${MAILFLOW_STACK_DIR:-$ROOT/.local}"
 MOTO_PORT="${MAILFLOW_MOTO_PORT:-4566}"
 MONGO_PORT="${MAILFLOW_MONGO_PORT:-27027}"
+HOST="${MAILFLOW_BIND_HOST:-127.0.0.1}"
 PYTHON="${PYTHON:-python3}"
 
 log() { echo "local-stack: $*" >&2; }
@@ -43,7 +46,7 @@ alive() {
   [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null
 }
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
 wait_healthy() { # NAME CHECK-COMMAND...
   local name="$1"; shift
@@ -59,7 +62,7 @@ wait_healthy() { # NAME CHECK-COMMAND...
   return 1
 }
 
-moto_healthy() { curl -fsS "http://127.0.0.1:$MOTO_PORT/moto-api/data.json" -o /dev/null; }
+moto_healthy() { curl -fsS "http://$HOST:$MOTO_PORT/moto-api/data.json" -o /dev/null; }
 mongo_healthy() { port_open "$MONGO_PORT" && grep -q "listening" "$STATE/mongo.log"; }
 
 start_one() { # NAME PORT HEALTH-FN COMMAND...
@@ -69,10 +72,10 @@ start_one() { # NAME PORT HEALTH-FN COMMAND...
     return
   fi
   if port_open "$port"; then
-    log "port 127.0.0.1:$port is taken by a process this script did not start; set MAILFLOW_${name^^}_PORT to a free port"
+    log "port $HOST:$port is taken by a process this script did not start; set MAILFLOW_${name^^}_PORT to a free port"
     return 1
   fi
-  log "starting $name on 127.0.0.1:$port"
+  log "starting $name on $HOST:$port"
   nohup "$@" >"$STATE/$name.log" 2>&1 &
   echo $! >"$STATE/$name.pid"
   wait_healthy "$name" "$health"
@@ -92,11 +95,11 @@ stop_one() {
 
 print_env() {
   cat <<ENV
-export AWS_ENDPOINT_URL=http://127.0.0.1:$MOTO_PORT
+export AWS_ENDPOINT_URL=http://$HOST:$MOTO_PORT
 export AWS_REGION=\${AWS_REGION:-us-east-1}
 export AWS_ACCESS_KEY_ID=test
 export AWS_SECRET_ACCESS_KEY=test
-export MONGODB_URI=mongodb://127.0.0.1:$MONGO_PORT/?directConnection=true
+export MONGODB_URI=mongodb://$HOST:$MONGO_PORT/?directConnection=true
 export MAILFLOW_SECANTUSD=$VENV/bin/secantusd-py
 ENV
 }
@@ -106,8 +109,8 @@ case "${1:-}" in
     mkdir -p "$STATE"
     ensure_venv
     # moto_server.py: moto with fixes for atomic conditional writes, deep queues and keep-alive (see the file).
-    start_one moto "$MOTO_PORT" moto_healthy "$VENV/bin/python" "$ROOT/infra/moto_server.py" -H 127.0.0.1 -p "$MOTO_PORT"
-    start_one mongo "$MONGO_PORT" mongo_healthy "$VENV/bin/secantusd-py" --host 127.0.0.1 --port "$MONGO_PORT" --storage-path :memory:
+    start_one moto "$MOTO_PORT" moto_healthy "$VENV/bin/python" "$ROOT/infra/moto_server.py" -H "$HOST" -p "$MOTO_PORT"
+    start_one mongo "$MONGO_PORT" mongo_healthy "$VENV/bin/secantusd-py" --host "$HOST" --port "$MONGO_PORT" --storage-path :memory:
     ;;
   stop) stop_one moto; stop_one mongo ;;
   env) print_env ;;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Every check and test: formatting, template validation, clippy, unit tests, and the tests
-# against the local stack (moto + SecantusDB on 127.0.0.1, started and stopped here).
-# CI runs exactly this.
+# Every check and test: formatting, template validation, clippy, unit tests, the tests
+# against the local stack (moto + SecantusDB on 127.0.0.1, started and stopped here), and every
+# function with every sample event through `sam local invoke` (infra/sam-local.sh, which
+# starts and removes its own Docker engine when the machine has none). CI runs exactly this.
 #
 # The 5,000-user chaos run (tests/chaos.rs) takes most of the time and leaves a core partly
 # idle while it waits on timeouts, so it starts as soon as everything is built, on a local
@@ -30,7 +31,8 @@ rest=0
     # Its own target directory: clippy checks rather than builds, so it shares no artifacts
     # with the build above, and it must not hold the build lock the chaos run may need.
     cargo clippy --workspace --all-targets --locked --target-dir target/clippy -- -D warnings &&
-    infra/with-local-stack.sh cargo test --workspace --locked
+    infra/with-local-stack.sh cargo test --workspace --locked &&
+    infra/sam-local.sh test
 } || rest=$?
 
 chaos_status=0

@@ -5,15 +5,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv-tools"
-PYTHON="${PYTHON:-python3}"
 cd "$ROOT"
-
-if ! { [[ -x "$VENV/bin/sam" ]] && cmp -s infra/requirements-tools.txt "$VENV/.requirements"; }; then
-  echo "validate-template: creating virtualenv $VENV" >&2
-  "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r infra/requirements-tools.txt
-  cp infra/requirements-tools.txt "$VENV/.requirements"
-fi
+infra/tools-venv.sh
 
 export AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-us-east-1}" SAM_CLI_TELEMETRY=0
 mkdir -p .local

@@ -1,11 +1,16 @@
-//! The function binaries, run as Lambda runs them: each talks to a local Lambda Runtime API
-//! endpoint (served here), gets a sample event from `infra/events/`, and must post
-//! the documented response. This covers `main.rs` wiring, config from template.yaml and init.
+//! The function binaries, run as Lambda runs them, under three Runtime API implementations:
+//! ours (`function_host`, which also measures), AWS's own emulator (`aws-lambda-rie`, from the
+//! SAM CLI's wheel) and `sam local invoke` of template.yaml (AWS's emulator inside the Lambda
+//! base image, run by `infra/sam-local.sh`, hence ignored here). Each gets the sample events
+//! of `infra/events/` and must answer and act as documented. This covers `main.rs` wiring,
+//! configuration from template.yaml and init.
 
 use mailflow::campaign::Campaign;
+use mailflow_local::aws_emulator::EmulatedFunction;
 use mailflow_local::function_host::{FunctionProcess, Outcome};
 use mailflow_local::names;
 use mailflow_local::pipeline::{CREATE_EMAILS, GET_USERS, SEND_EMAIL, SES_EVENTS, UNSUBSCRIBE};
+use mailflow_local::sam_local::SamLocal;
 use mailflow_local::template::Template;
 use mailflow_tests::{test_env, TestEnv};
 use serde_json::Value;
@@ -17,17 +22,26 @@ fn sample(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// Which Runtime API runs the function.
+#[derive(Clone, Copy, Debug)]
+enum Host {
+    Ours,
+    AwsEmulator,
+    SamLocal,
+}
+
 struct Run {
     outcomes: Vec<Outcome>,
-    init_error: Option<String>,
+    /// How the process ended by itself (our host only: the others keep it to themselves).
     exit: Option<std::process::ExitStatus>,
-    /// Everything the process wrote (logs and errors), as CloudWatch shows them.
+    /// Everything written (the function's logs and errors, and the emulator's own lines).
     stderr: String,
 }
 
-/// Runs `bin` with `env` as Lambda would, hands it `events` one by one (until it exits), then
-/// stops it.
+/// Runs `bin` (template function `function`) with `env` under `host`, hands it `events` one
+/// by one (until it exits), then stops it.
 async fn run_function(
+    host: Host,
     bin: &str,
     function: &str,
     env: BTreeMap<String, String>,
@@ -35,42 +49,83 @@ async fn run_function(
 ) -> Run {
     let template = Template::load(&mailctl::repo_root().join("template.yaml")).unwrap();
     let spec = template.function(function).unwrap();
-    let process = FunctionProcess::spawn(
-        bin,
-        &mailflow_tests::binary(bin),
-        &env,
-        Duration::from_secs(spec.timeout.into()),
-        spec.memory_size,
-    )
-    .await
-    .unwrap();
+    let timeout = Duration::from_secs(spec.timeout.into());
     let mut outcomes = Vec::new();
-    for event in events {
-        let outcome = process.invoke(event).await;
+    let mut stop = |outcome: Outcome| {
         let exited = outcome == Outcome::Exited;
         outcomes.push(outcome);
-        if exited {
-            break;
+        exited
+    };
+    match host {
+        Host::Ours => {
+            let bin = mailflow_tests::binary(bin);
+            let process = FunctionProcess::spawn(function, &bin, &env, timeout, spec.memory_size)
+                .await
+                .unwrap();
+            for event in events {
+                if stop(process.invoke(event).await) {
+                    break;
+                }
+            }
+            // Peak memory, for choosing MemorySize (printed, never asserted: machines differ).
+            if let Some(peak) = process.peak_rss() {
+                eprintln!("{function}: peak RSS {} KiB", peak / 1024);
+            }
+            let exit = process.exit_status();
+            let logs = process.finish().await;
+            Run {
+                outcomes,
+                exit,
+                stderr: logs.lines.join("\n"),
+            }
         }
-    }
-    // Peak memory, for choosing MemorySize (printed, never asserted: machines differ).
-    if let Some(peak) = process.peak_rss() {
-        eprintln!("{bin}: peak RSS {} KiB", peak / 1024);
-    }
-    let init_error = process.init_error();
-    let exit = process.exit_status();
-    let logs = process.finish().await;
-    Run {
-        outcomes,
-        init_error,
-        exit,
-        stderr: logs.lines.join("\n"),
+        Host::AwsEmulator => {
+            let bin = mailflow_tests::binary(bin);
+            let mut emulated =
+                EmulatedFunction::spawn(function, &bin, &env, timeout, spec.memory_size)
+                    .await
+                    .unwrap();
+            for event in events {
+                if stop(emulated.invoke(&event).await.unwrap()) {
+                    break;
+                }
+            }
+            Run {
+                outcomes,
+                exit: None,
+                stderr: emulated.finish().await.join("\n"),
+            }
+        }
+        Host::SamLocal => {
+            let sam = SamLocal::from_env().unwrap();
+            let mut stderr = String::new();
+            for event in events {
+                let invocation = sam.invoke(function, &env, &event).await.unwrap();
+                stderr.push_str(&invocation.logs);
+                if stop(invocation.outcome) {
+                    break;
+                }
+            }
+            Run {
+                outcomes,
+                exit: None,
+                stderr,
+            }
+        }
     }
 }
 
 /// Runs `bin` on the sample batch `file` and checks that the record `failed` alone failed.
-async fn only_failure(env: &TestEnv, bin: &str, function: &str, file: &str, failed: &str) -> Run {
+async fn only_failure(
+    host: Host,
+    env: &TestEnv,
+    bin: &str,
+    function: &str,
+    file: &str,
+    failed: &str,
+) -> Run {
     let run = run_function(
+        host,
         bin,
         function,
         env.stack.env(function).unwrap(),
@@ -80,7 +135,7 @@ async fn only_failure(env: &TestEnv, bin: &str, function: &str, file: &str, fail
     assert_eq!(
         response(&run)["batchItemFailures"],
         serde_json::json!([{ "itemIdentifier": failed }]),
-        "{file}; stderr: {}",
+        "{host:?} {file}; stderr: {}",
         run.stderr
     );
     run
@@ -94,13 +149,49 @@ fn response(run: &Run) -> &Value {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
-    let env = test_env("runtime-api", |_| {}).await.unwrap();
+async fn our_runtime_api_serves_the_sample_events() {
+    serves_the_sample_events(Host::Ours).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn aws_emulator_serves_the_sample_events() {
+    serves_the_sample_events(Host::AwsEmulator).await;
+}
+
+/// Run by `infra/sam-local.sh test` (it needs Docker and the SAM CLI it prepares).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn sam_local_invoke_serves_the_sample_events() {
+    serves_the_sample_events(Host::SamLocal).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn our_runtime_api_sees_a_function_refuse_to_start() {
+    refuses_to_start(Host::Ours).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn aws_emulator_sees_a_function_refuse_to_start() {
+    refuses_to_start(Host::AwsEmulator).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn sam_local_invoke_sees_a_function_refuse_to_start() {
+    refuses_to_start(Host::SamLocal).await;
+}
+
+/// Every function with every sample event of `infra/events/`, and what each must do.
+async fn serves_the_sample_events(host: Host) {
+    let test = format!("runtime-{host:?}").to_lowercase();
+    let env = test_env(&test, |_| {}).await.unwrap();
     let campaign = Campaign::from_id("weekly-2026-W47", None).unwrap();
     let seeded = env.seed(30, &campaign).await.unwrap();
 
-    // GetUsers, invoked by hand with infra/events/manual-run.json.
+    // GetUsers, invoked by hand with infra/events/manual-run.json: its summary, and one
+    // message per audience user on the users queue.
     let run = run_function(
+        host,
         "get-users",
         GET_USERS,
         env.stack.env(GET_USERS).unwrap(),
@@ -109,19 +200,37 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
     .await;
     let summary = response(&run);
     assert_eq!(summary["campaignId"], "weekly-2026-W47");
+    assert_eq!(summary["complete"], true);
     assert_eq!(
         summary["usersEnqueued"],
         seeded.audience.len(),
         "{}",
         run.stderr
     );
+    let mut enqueued = queued_user_ids(&env).await;
+    enqueued.sort();
+    let audience: Vec<String> = seeded.audience.keys().cloned().collect();
+    assert_eq!(enqueued, audience);
+
+    // GetUsers with the schedule's event: the same campaign (this week's) starts.
+    let run = run_function(
+        host,
+        "get-users",
+        GET_USERS,
+        env.stack.env(GET_USERS).unwrap(),
+        vec![sample("schedule.json")],
+    )
+    .await;
     assert_eq!(
-        env.depth(names::USERS_QUEUE).await.unwrap(),
-        seeded.audience.len() as u64
+        response(&run)["campaignId"],
+        "weekly-2026-W47",
+        "{}",
+        run.stderr
     );
 
     // GetUsers from the continuation queue: the malformed checkpoint fails alone.
     only_failure(
+        host,
         &env,
         "get-users",
         GET_USERS,
@@ -132,6 +241,7 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
 
     // CreateEmails with a batch whose second record is malformed: only that one fails.
     only_failure(
+        host,
         &env,
         "create-emails",
         CREATE_EMAILS,
@@ -142,6 +252,7 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
 
     // SendEmail sends the sample job and records it SENT; the malformed job fails alone.
     let run = only_failure(
+        host,
         &env,
         "send-email",
         SEND_EMAIL,
@@ -151,10 +262,25 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
     .await;
     let records = env.records("weekly-2026-W47").await.unwrap();
     assert_eq!(records.len(), 1);
+    let sent = &records["u0000001"];
+    assert_eq!(sent.status, Some(mailflow::ledger::SendStatus::Sent));
+    // The email in SES's record is the sample job's, under the id the ledger holds.
+    let ses_id = sent
+        .ses_message_id
+        .clone()
+        .expect("a SENT record has its SES id");
+    let email = mailflow_local::ses_record::sent_messages(&env.endpoint)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|m| m.id == ses_id)
+        .expect("the SENT record's email is in SES's record");
+    assert_eq!(email.to, ["u0000001@example.com"]);
     assert_eq!(
-        records["u0000001"].status,
-        Some(mailflow::ledger::SendStatus::Sent)
+        email.subject.as_deref(),
+        Some("You have 2 new followers this week")
     );
+    assert_eq!(email.text.as_deref().map(str::trim), Some("Hi Ada,"));
     assert!(
         !run.stderr.contains("u0000001@example.com"),
         "logs must not carry addresses"
@@ -163,6 +289,7 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
     // SesEvents with infra/events/ses-events-batch.json: the permanent bounce suppresses
     // u0000001 and is noted on its record; the malformed event fails alone.
     only_failure(
+        host,
         &env,
         "ses-events",
         SES_EVENTS,
@@ -212,21 +339,29 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
     let placeholder = one_click.clone();
     one_click["rawQueryString"] = format!("token={token}").into();
     let run = run_function(
+        host,
         "unsubscribe",
         UNSUBSCRIBE,
         unsubscribe_env.clone(),
         vec![placeholder, one_click],
     )
     .await;
-    let statuses: Vec<&Value> = run
+    let pages: Vec<(&Value, &str)> = run
         .outcomes
         .iter()
         .map(|o| match o {
-            Outcome::Response(v) => &v["statusCode"],
+            Outcome::Response(v) => (&v["statusCode"], v["body"].as_str().unwrap_or_default()),
             other => panic!("{other:?}: {}", run.stderr),
         })
         .collect();
-    assert_eq!(statuses, [&Value::from(400), &Value::from(200)]);
+    assert_eq!(pages.len(), 2, "{}", run.stderr);
+    assert_eq!(pages[0].0, &Value::from(400));
+    assert_eq!(pages[1].0, &Value::from(200));
+    assert!(
+        pages[1].1.contains("<h1>You are unsubscribed</h1>"),
+        "{}",
+        pages[1].1
+    );
     assert_eq!(
         user("u0000003").await.get_bool("subscribed").ok(),
         Some(false)
@@ -234,12 +369,40 @@ async fn the_binaries_serve_the_sample_events_through_the_runtime_api() {
     assert!(!run.stderr.contains(&token), "logs must not carry tokens");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn send_email_refuses_to_start_when_visibility_is_not_above_the_timeout() {
-    let env = test_env("refuse-start", |_| {}).await.unwrap();
+/// The user ids of the messages on the users queue (received, then left to come back).
+async fn queued_user_ids(env: &TestEnv) -> Vec<String> {
+    let sqs = env.sqs();
+    let url = env.stack.queue_url(names::USERS_QUEUE).unwrap();
+    let mut ids = Vec::new();
+    loop {
+        let received = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .visibility_timeout(60)
+            .send()
+            .await
+            .unwrap();
+        let messages = received.messages.unwrap_or_default();
+        if messages.is_empty() {
+            return ids;
+        }
+        for m in messages {
+            let body: Value = serde_json::from_str(m.body().unwrap_or_default()).unwrap();
+            assert_eq!(body["campaignId"], "weekly-2026-W47");
+            ids.push(body["userId"].as_str().unwrap().to_owned());
+        }
+    }
+}
+
+/// A function whose configuration is wrong does not start, and says why in one line.
+async fn refuses_to_start(host: Host) {
+    let test = format!("refuse-{host:?}").to_lowercase();
+    let env = test_env(&test, |_| {}).await.unwrap();
     let mut vars = env.stack.env(SEND_EMAIL).unwrap();
     vars.insert("VISIBILITY_TIMEOUT_SECONDS".into(), "30".into());
     let run = run_function(
+        host,
         "send-email",
         SEND_EMAIL,
         vars,
@@ -249,14 +412,22 @@ async fn send_email_refuses_to_start_when_visibility_is_not_above_the_timeout() 
     assert_eq!(
         run.outcomes,
         [Outcome::Exited],
-        "it must not serve any event"
+        "it must not serve any event: {}",
+        run.stderr
     );
-    let exit = run.exit.expect("the process exits at init");
-    assert!(!exit.success());
-    let reported = format!("{} {}", run.stderr, run.init_error.unwrap_or_default());
+    if let Some(exit) = run.exit {
+        assert!(!exit.success());
+    }
+    let reasons: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("cannot start"))
+        .collect();
+    assert_eq!(reasons.len(), 1, "one line says why: {}", run.stderr);
     assert!(
-        reported.contains("VISIBILITY_TIMEOUT_SECONDS")
-            && reported.contains("must be greater than FUNCTION_TIMEOUT_SECONDS"),
-        "{reported}"
+        reasons[0].contains("VISIBILITY_TIMEOUT_SECONDS")
+            && reasons[0].contains("must be greater than FUNCTION_TIMEOUT_SECONDS"),
+        "{}",
+        reasons[0]
     );
 }

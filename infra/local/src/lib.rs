@@ -4,8 +4,11 @@
 //! (`runner`) over the functions wired as on Lambda (`pipeline`), serves the Lambda Runtime
 //! API to the real binaries (`function_host`) and Function URLs (`function_url`), stands in
 //! for SES's event publishing (`ses_event_source`) and reads the SES emulator's record
-//! (`ses_record`). The functions never know: they get the environment the template gives them.
+//! (`ses_record`). It also runs the binaries under AWS's own emulator (`aws_emulator`) and
+//! through `sam local invoke` (`sam_local`). The functions never know: they get the
+//! environment the template gives them.
 
+pub mod aws_emulator;
 pub mod function_host;
 pub mod function_url;
 pub mod http;
@@ -16,6 +19,7 @@ pub mod pipeline;
 pub mod provision;
 pub mod queues;
 pub mod runner;
+pub mod sam_local;
 pub mod seed;
 pub mod ses_event_source;
 pub mod ses_record;

@@ -179,3 +179,16 @@ async fn insert(db: &Database, collection: &str, docs: Vec<Document>) -> Result<
     }
     Ok(())
 }
+
+/// Seeds unless the users collection holds documents already (a stack used again keeps its
+/// data); the report of what was seeded, if anything was.
+pub async fn seed_if_empty(db: &Database, options: &SeedOptions) -> Result<Option<SeedReport>> {
+    let users = db
+        .collection::<Document>(mailflow::adapters::directory::USERS)
+        .estimated_document_count()
+        .await?;
+    if users > 0 {
+        return Ok(None);
+    }
+    Ok(Some(seed(db, options).await?))
+}

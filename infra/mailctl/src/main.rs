@@ -131,6 +131,16 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Invoke one function of template.yaml with `sam local invoke` against a local stack
+    /// (run it through infra/sam-local.sh, which prepares SAM and Docker).
+    SamInvoke {
+        /// The function's logical id, e.g. GetUsersFunction.
+        function: String,
+        /// The event file, e.g. infra/events/manual-run.json.
+        event: std::path::PathBuf,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
     /// Insert synthetic users and follows into MONGODB_URI for this week's campaign window.
     Seed {
         #[arg(long, default_value_t = 1000)]
@@ -192,6 +202,11 @@ async fn run() -> Result<()> {
             out,
             target,
         } => commands::preview::preview(sdk, template, &user, campaign, out, &target).await,
+        Command::SamInvoke {
+            function,
+            event,
+            target,
+        } => commands::sam::sam_invoke(sdk, template, &function, &event, &target).await,
         Command::ServeUnsubscribe { port, target } => {
             commands::preview::serve_unsubscribe(sdk, template, port, &target).await
         }

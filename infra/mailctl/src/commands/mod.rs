@@ -5,6 +5,7 @@ pub mod campaign;
 pub mod demo;
 pub mod lab;
 pub mod preview;
+pub mod sam;
 pub mod setup;
 pub mod status;
 
