@@ -5,9 +5,10 @@
 #   infra/sam-local.sh test                    # every function with every sample event, checked
 #
 # It installs what is missing (idempotently): the SAM CLI (pinned, in .venv-tools), the
-# functions (cargo, for this machine, laid out as `sam build` lays them out: infra/sam-build.py)
-# and, when no Docker engine answers, Debian's docker.io. With a Docker engine of yours it uses
-# it and SAM pulls the ordinary Lambda images. Without one (CI) it runs its own dockerd inside a
+# functions (cargo, for this machine, laid out as `sam build` lays them out: infra/sam-build.py;
+# MAILFLOW_SAM_BUILD_DIR=.aws-sam/build uses what your own `sam build` made instead) and, when
+# no Docker engine answers, Debian's docker.io. With a Docker engine of yours it uses it and
+# SAM pulls the ordinary Lambda images. Without one (CI) it runs its own dockerd inside a
 # network namespace it creates (Docker's bridge is a private-range network, which must not exist
 # outside it), with the stack and the command inside the same namespace, and a Lambda base image
 # made locally (no image can be pulled there). The local stack binds to the Docker bridge's
@@ -38,12 +39,19 @@ BASE_IMAGE="public.ecr.aws/lambda/provided:al2023-$ARCH"
 
 mkdir -p "$WORK"
 infra/tools-venv.sh
-# The functions as `sam build` lays them out, from the debug build the tests use (see README,
-# "Test a function with sam local invoke", for `sam build` itself).
+# mailctl and the functions (debug, as the tests use them).
 cargo build --quiet --locked --workspace --bins
 # The tests are built here too: inside the namespace there is no registry to fetch from.
-[[ "$mode" != test ]] || cargo test --quiet --locked --no-run -p mailflow-tests --test integration 2>/dev/null
-"$VENV/bin/python" infra/sam-build.py template.yaml target/debug "$WORK/build"
+[[ "$mode" != test ]] || cargo test --quiet --locked --no-run -p mailflow-tests --test integration
+if [[ -n "${MAILFLOW_SAM_BUILD_DIR:-}" ]]; then
+  # What your own `sam build` made (.aws-sam/build), used as it is.
+  BUILD="$(cd "$MAILFLOW_SAM_BUILD_DIR" && pwd)"
+  log "using the functions in $BUILD"
+else
+  # The debug binaries laid out as `sam build` lays them out (see infra/sam-build.py).
+  BUILD="$WORK/build"
+  "$VENV/bin/python" infra/sam-build.py template.yaml target/debug "$BUILD"
+fi
 
 NS=""
 DOCKERD_PID=""
@@ -110,24 +118,26 @@ else
   docker info >/dev/null 2>&1 || { log "dockerd did not start; see $WORK/docker/dockerd.log"; tail -n 20 "$WORK/docker/dockerd.log" >&2; exit 1; }
   log "started dockerd (pid $DOCKERD_PID) in $NS"
 
-  if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
-    # No registry is reachable from the namespace: the base image is made here. The functions
-    # are static Rust binaries but for glibc; SAM's own layer on top needs sh, mv and chmod;
-    # the AWS SDK needs CA certificates (it refuses to start without any).
+  # No registry is reachable from the namespace: the base image is made here, from this
+  # machine's files. The functions are Rust binaries linked to glibc; SAM's own layer on top
+  # needs sh, mv and chmod; the AWS SDK needs CA certificates (it refuses to start without).
+  # Made again whenever the functions need other libraries than the image holds.
+  files=(/bin/sh /bin/mv /bin/chmod /bin/cp /bin/rm)
+  libs="$(for f in "${files[@]}" "$BUILD"/*/bootstrap; do ldd "$f" | grep -o '/[^ ]*'; done | sort -u)"
+  if ! { docker image inspect "$BASE_IMAGE" >/dev/null 2>&1 &&
+         [[ "$libs" == "$(cat "$WORK/docker/base-image-libs" 2>/dev/null)" ]]; }; then
     log "making $BASE_IMAGE locally (no image can be pulled here)"
     rootfs="$WORK/rootfs"
     rm -rf "$rootfs"
     mkdir -p "$rootfs/tmp" "$rootfs/var/task" "$rootfs/var/runtime" "$rootfs/opt" \
       "$rootfs/etc/ssl/certs" "$rootfs/etc/pki/tls/certs"
-    for file in /bin/sh /bin/mv /bin/chmod /bin/cp /bin/rm "$WORK"/build/*/bootstrap; do
-      [[ "$file" == "$WORK"/build/* ]] || cp --parents -L "$file" "$rootfs/"
-      ldd "$file" | grep -o '/[^ ]*' | while read -r lib; do cp --parents -L "$lib" "$rootfs/"; done
-    done
+    for file in "${files[@]}" $libs; do cp --parents -L "$file" "$rootfs/"; done
     cp -L /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/ca-certificates.crt"
     cp -L /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/pki/tls/certs/ca-bundle.crt"
     tar -C "$rootfs" -c . | docker import --change 'WORKDIR /var/task' \
       --change 'ENV LAMBDA_TASK_ROOT=/var/task' --change 'ENV LAMBDA_RUNTIME_DIR=/var/runtime' \
       - "$BASE_IMAGE" >/dev/null
+    echo "$libs" >"$WORK/docker/base-image-libs"
     # SAM's image with its emulator was built on the old base: have it built again.
     docker image rm -f "public.ecr.aws/lambda/provided:al2023-rapid-$ARCH" >/dev/null 2>&1 || true
   fi
@@ -139,7 +149,7 @@ STACK_STARTED=1
 in_ns infra/local-stack.sh start
 eval "$(infra/local-stack.sh env)"
 export AWS_DEFAULT_REGION="$AWS_REGION"
-export MAILFLOW_SAM_CLI="$VENV/bin/sam" MAILFLOW_SAM_TEMPLATE="$WORK/build/template.yaml" \
+export MAILFLOW_SAM_CLI="$VENV/bin/sam" MAILFLOW_SAM_TEMPLATE="$BUILD/template.yaml" \
   MAILFLOW_SAM_SKIP_PULL="$SKIP_PULL" SAM_CLI_TELEMETRY=0
 
 case "$mode" in

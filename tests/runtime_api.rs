@@ -212,21 +212,25 @@ async fn serves_the_sample_events(host: Host) {
     let audience: Vec<String> = seeded.audience.keys().cloned().collect();
     assert_eq!(enqueued, audience);
 
-    // GetUsers with the schedule's event: the same campaign (this week's) starts.
-    let run = run_function(
-        host,
-        "get-users",
-        GET_USERS,
-        env.stack.env(GET_USERS).unwrap(),
-        vec![sample("schedule.json")],
-    )
-    .await;
-    assert_eq!(
-        response(&run)["campaignId"],
-        "weekly-2026-W47",
-        "{}",
-        run.stderr
-    );
+    // GetUsers with the schedule's event and with the manual resend: the same campaign
+    // starts again (the sends ledger, not GetUsers, keeps anyone from a second email).
+    for event in ["schedule.json", "manual-resend.json"] {
+        let run = run_function(
+            host,
+            "get-users",
+            GET_USERS,
+            env.stack.env(GET_USERS).unwrap(),
+            vec![sample(event)],
+        )
+        .await;
+        let summary = response(&run);
+        assert_eq!(
+            summary["campaignId"], "weekly-2026-W47",
+            "{event}: {}",
+            run.stderr
+        );
+        assert_eq!(summary["usersEnqueued"], seeded.audience.len(), "{event}");
+    }
 
     // GetUsers from the continuation queue: the malformed checkpoint fails alone.
     only_failure(
