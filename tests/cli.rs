@@ -224,6 +224,111 @@ fn run_status_and_resend_on_a_local_stack() {
 }
 
 #[test]
+fn test_send_sends_the_real_email_to_the_test_address_and_changes_no_record() {
+    let (endpoint, _) = endpoints();
+    let prefix = unique("testsend");
+    let db = prefix.replace('-', "_");
+    let env = [("MONGODB_DATABASE", db.as_str())];
+    ok(mailctl(&["provision", "--prefix", &prefix], &env));
+    let domain = format!("{prefix}.example.com");
+    ok(mailctl(
+        &["seed", "--users", "20", "--domain", &domain],
+        &env,
+    ));
+    let campaign = mailflow::campaign::Campaign::for_schedule(time::OffsetDateTime::now_utc())
+        .id
+        .to_string();
+    // The first seeded user who gets an email, as preview shows it.
+    let (user, preview) = (0..20)
+        .map(|i| format!("u{i:07}"))
+        .find_map(|user| {
+            let args = [
+                "preview",
+                "--prefix",
+                &prefix,
+                "--user",
+                &user,
+                "--campaign",
+                &campaign,
+            ];
+            let out = mailctl(&args, &env);
+            out.status.success().then(|| {
+                (
+                    user.clone(),
+                    String::from_utf8_lossy(&out.stdout).into_owned(),
+                )
+            })
+        })
+        .expect("a seeded user gets an email");
+    let to = format!("qa@{prefix}-inbox.example.com");
+    let base = [
+        "test-send",
+        "--prefix",
+        &prefix,
+        "--campaign",
+        &campaign,
+        "--user",
+        &user,
+    ];
+
+    // Not one address: one line, nothing sent (checked below: one email in all).
+    for bad in ["qa@", "two@a.example, b@c.example"] {
+        let out = mailctl(&[&base[..], &["--to", bad]].concat(), &env);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}");
+        assert!(err.contains("--to") && err.lines().count() == 1, "{err}");
+    }
+
+    let said = ok(mailctl(&[&base[..], &["--to", &to]].concat(), &env));
+    assert!(said.contains("no send record or count changed"), "{said}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sent = rt
+        .block_on(mailflow_local::ses_record::sent_to_domain(
+            &endpoint,
+            &format!("{prefix}-inbox.example.com"),
+        ))
+        .unwrap();
+    assert_eq!(sent.len(), 1, "one test email, to the test address only");
+    let email = &sent[0];
+    assert_eq!(email.to, std::slice::from_ref(&to));
+    let subject = email.subject.clone().unwrap();
+    assert!(
+        preview.contains(&format!(
+            "Subject: {}\n",
+            subject.trim_start_matches("[TEST] ")
+        )),
+        "{subject} / {preview}"
+    );
+    assert!(subject.starts_with("[TEST] "), "{subject}");
+    assert_eq!(email.header("X-Mailflow-Test"), Some("true"));
+    assert!(
+        preview.ends_with(email.text.as_deref().unwrap()),
+        "{preview}"
+    );
+    // Nobody of the seeded domain got anything, and the campaign has no record.
+    assert!(rt
+        .block_on(mailflow_local::ses_record::sent_to_domain(
+            &endpoint, &domain
+        ))
+        .unwrap()
+        .is_empty());
+    let status = last_json(&ok(mailctl(
+        &[
+            "status",
+            "--prefix",
+            &prefix,
+            "--campaign",
+            &campaign,
+            "--json",
+        ],
+        &env,
+    )));
+    for count in ["sent", "failed", "inProgress", "deadLettered"] {
+        assert_eq!(status[count], 0, "{count}: {status}");
+    }
+}
+
+#[test]
 fn redrive_moves_every_dlq_message_back() {
     endpoints();
     let prefix = unique("redrive");

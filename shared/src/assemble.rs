@@ -80,11 +80,17 @@ pub fn ses_mailer(config: &SendEmailConfig, sdk: &SdkConfig) -> SesMailer {
     SesMailer::from_config(sdk, config)
 }
 
-pub fn send_email<M: Mailer>(
-    config: SendEmailConfig,
+/// SendEmail, sending at the lower of `SEND_RATE_PER_SECOND` and the account's maximum send
+/// rate (SES GetAccount, read once here: a cold start).
+pub async fn send_email<M: Mailer>(
+    mut config: SendEmailConfig,
     sdk: &SdkConfig,
     mailer: M,
 ) -> LambdaSendEmail<M> {
+    config.send_rate_per_second = crate::rate::effective_send_rate(
+        config.send_rate_per_second,
+        &crate::adapters::ses::send_quota(sdk).await,
+    );
     let ledger = DynamoLedger::new(
         dynamodb_client(sdk),
         &config.sends_table_name,

@@ -6,6 +6,52 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+/// What SES lets the account send (read by `adapters::ses::send_quota`).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SendQuota {
+    /// Emails per second.
+    pub max_send_rate: f64,
+    /// Emails per rolling 24 hours, and how many of them are used.
+    pub max_24_hour_send: f64,
+    pub sent_last_24_hours: f64,
+}
+
+/// The campaign-wide rate to send at: the configured one, or the account's maximum when that
+/// is lower (sending faster only earns throttling). Where SES did not say (`quota` is the
+/// reason), the configured rate, and the reason is logged once, at cold start.
+pub fn effective_send_rate(configured: f64, quota: &Result<SendQuota, String>) -> f64 {
+    match quota {
+        Ok(quota) => {
+            let rate = configured.min(quota.max_send_rate);
+            tracing::info!(
+                configured,
+                max_send_rate = quota.max_send_rate,
+                max_24_hour_send = quota.max_24_hour_send,
+                sent_last_24_hours = quota.sent_last_24_hours,
+                effective = rate,
+                "SES quota read"
+            );
+            if rate < configured {
+                tracing::warn!(
+                    configured,
+                    effective = rate,
+                    "SEND_RATE_PER_SECOND is above the account's maximum send rate: sending at the maximum"
+                );
+            }
+            rate
+        }
+        Err(reason) => {
+            tracing::info!(
+                %reason,
+                configured,
+                "SES quota not known: sending at the configured SEND_RATE_PER_SECOND"
+            );
+            configured
+        }
+    }
+}
+
 pub struct Pacer {
     interval: Duration,
     next: Mutex<Option<Instant>>,
@@ -37,6 +83,23 @@ impl Pacer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lower_of_the_configured_rate_and_the_account_maximum() {
+        let quota = |max_send_rate| {
+            Ok(SendQuota {
+                max_send_rate,
+                max_24_hour_send: 50_000.0,
+                sent_last_24_hours: 0.0,
+            })
+        };
+        assert_eq!(effective_send_rate(14.0, &quota(1.0)), 1.0);
+        assert_eq!(effective_send_rate(14.0, &quota(200.0)), 14.0);
+        assert_eq!(
+            effective_send_rate(14.0, &Err("GetAccount answered HTTP 404".into())),
+            14.0
+        );
+    }
 
     #[tokio::test]
     async fn slots_are_spaced_by_the_interval_and_never_bunch_up() {

@@ -122,15 +122,11 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         let env = env_for(&stack, &options, SEND_EMAIL)?;
         let send_config = SendEmailConfig::from_source(&|k: &str| env.get(k).cloned())?;
         let mailer = mailer(sdk, &send_config);
-        let send_email = (0..send_config.max_concurrency)
-            .map(|_| {
-                Arc::new(assemble::send_email(
-                    send_config.clone(),
-                    sdk,
-                    mailer.clone(),
-                ))
-            })
-            .collect();
+        let mut send_email = Vec::new();
+        for _ in 0..send_config.max_concurrency {
+            let stage = assemble::send_email(send_config.clone(), sdk, mailer.clone()).await;
+            send_email.push(Arc::new(stage));
+        }
 
         let env = env_for(&stack, &options, SES_EVENTS)?;
         let config = SesEventsConfig::from_source(&|k: &str| env.get(k).cloned())?;

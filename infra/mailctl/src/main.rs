@@ -131,6 +131,20 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Send one user's real email of a campaign to a test address through SES, marked as a
+    /// test ("[TEST] " subject, X-Mailflow-Test header); no send record or count changes.
+    TestSend {
+        #[arg(long)]
+        campaign: String,
+        /// The user whose email is sent (their id as `preview --user` takes it).
+        #[arg(long)]
+        user: String,
+        /// Where the test goes: one email address.
+        #[arg(long)]
+        to: String,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
     /// Invoke one function of template.yaml with `sam local invoke` against a local stack
     /// (run it through infra/sam-local.sh, which prepares SAM and Docker).
     SamInvoke {
@@ -202,6 +216,12 @@ async fn run() -> Result<()> {
             out,
             target,
         } => commands::preview::preview(sdk, template, &user, campaign, out, &target).await,
+        Command::TestSend {
+            campaign,
+            user,
+            to,
+            target,
+        } => commands::preview::test_send(sdk, template, &user, &campaign, &to, &target).await,
         Command::SamInvoke {
             function,
             event,

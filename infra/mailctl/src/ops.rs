@@ -100,6 +100,9 @@ pub struct CampaignStatus {
     pub send_rate: Option<f64>,
     /// Seconds until the queues drain at that rate (None: no current rate to go by).
     pub eta_seconds: Option<u64>,
+    /// What SES lets the account send (GetAccount), or why it is not known.
+    pub ses_quota: Option<mailflow::rate::SendQuota>,
+    pub ses_quota_unknown: Option<String>,
 }
 
 impl CampaignStatus {

@@ -48,7 +48,12 @@ pub const CREATE_EMAILS_FUNCTION: StackOutput = StackOutput {
     output: "CreateEmailsFunctionName",
 };
 
-pub const ALL: [StackOutput; 9] = [
+pub const SEND_EMAIL_FUNCTION: StackOutput = StackOutput {
+    var: "MAILFLOW_SEND_EMAIL_FUNCTION",
+    output: "SendEmailFunctionName",
+};
+
+pub const ALL: [StackOutput; 10] = [
     SENDS_TABLE,
     USERS_QUEUE,
     USERS_DLQ,
@@ -58,6 +63,7 @@ pub const ALL: [StackOutput; 9] = [
     SES_EVENTS_DLQ,
     GET_USERS_FUNCTION,
     CREATE_EMAILS_FUNCTION,
+    SEND_EMAIL_FUNCTION,
 ];
 
 impl StackOutput {

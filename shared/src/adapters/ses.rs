@@ -5,6 +5,7 @@
 
 use crate::mime;
 use crate::ports::{Mailer, OutgoingEmail, SendError};
+use crate::rate::SendQuota;
 use crate::ses_tags;
 use aws_sdk_sesv2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
@@ -50,6 +51,34 @@ impl SesMailer {
     }
 }
 
+/// The account's sending quota, or (Err) why it is not known: the local emulator, for one,
+/// does not answer GetAccount.
+pub async fn send_quota(sdk: &aws_config::SdkConfig) -> Result<SendQuota, String> {
+    let config = aws_sdk_sesv2::config::Builder::from(sdk)
+        .interceptor(crate::metering::RequestMeter)
+        .build();
+    let account = Client::from_conf(config)
+        .get_account()
+        .send()
+        .await
+        .map_err(|e| match &e {
+            SdkError::ServiceError(se) => format!(
+                "GetAccount answered HTTP {} {}",
+                se.raw().status().as_u16(),
+                se.err().code().unwrap_or("without an error code")
+            ),
+            other => aws_sdk_sesv2::error::DisplayErrorContext(other).to_string(),
+        })?;
+    let quota = account
+        .send_quota
+        .ok_or("GetAccount answered without a SendQuota")?;
+    Ok(SendQuota {
+        max_send_rate: quota.max_send_rate,
+        max_24_hour_send: quota.max24_hour_send,
+        sent_last_24_hours: quota.sent_last24_hours,
+    })
+}
+
 /// The tag, or None (logged) when the value is too long to be one: the email still goes.
 fn tag(name: &str, value: &str) -> Result<Option<MessageTag>, SendError> {
     let Some(value) = ses_tags::encode(value) else {
@@ -81,11 +110,25 @@ pub fn unsubscribe_headers(url: &str) -> [(&'static str, String); 2] {
 
 /// The raw MIME SendEmail hands to SES for this email.
 pub fn raw_message(from: &str, email: &OutgoingEmail) -> Result<String, SendError> {
+    raw_message_with(from, email, &[])
+}
+
+/// The header a test send carries (`mailctl test-send`), beside the subject's `[TEST] `.
+pub const TEST_HEADER: &str = "X-Mailflow-Test";
+/// The SES tag that marks a test send: its events are tied to no send record.
+pub const TEST_TAG: &str = "test";
+
+fn raw_message_with(
+    from: &str,
+    email: &OutgoingEmail,
+    extra: &[(&str, &str)],
+) -> Result<String, SendError> {
     let unsubscribe = email.unsubscribe_url.as_deref().map(unsubscribe_headers);
     let headers: Vec<(&str, &str)> = unsubscribe
         .iter()
         .flatten()
         .map(|(name, value)| (*name, value.as_str()))
+        .chain(extra.iter().copied())
         .collect();
     mime::build(&mime::Message {
         from,
@@ -156,9 +199,30 @@ fn translate(err: SdkError<SendEmailError>) -> SendError {
     }
 }
 
-impl Mailer for SesMailer {
-    async fn send(&self, email: &OutgoingEmail) -> Result<String, SendError> {
-        let raw = raw_message(&self.from, email)?;
+impl SesMailer {
+    /// A test of `email` (`mailctl test-send`): the same message with `[TEST] ` before the
+    /// subject and the `X-Mailflow-Test` header, tagged with the campaign and `test` but no
+    /// user, so that its bounces, complaints and opens touch no send record and no user.
+    pub async fn send_test(&self, email: &OutgoingEmail) -> Result<String, SendError> {
+        let test = OutgoingEmail {
+            subject: format!("[TEST] {}", email.subject),
+            ..email.clone()
+        };
+        let raw = raw_message_with(&self.from, &test, &[(TEST_HEADER, "true")])?;
+        let tags = [
+            tag(ses_tags::CAMPAIGN_TAG, &email.campaign_id)?,
+            tag(TEST_TAG, "true")?,
+        ];
+        self.send_raw(&test, raw, tags.into_iter().flatten().collect())
+            .await
+    }
+
+    async fn send_raw(
+        &self,
+        email: &OutgoingEmail,
+        raw: String,
+        tags: Vec<MessageTag>,
+    ) -> Result<String, SendError> {
         let content = RawMessage::builder()
             .data(Blob::new(raw))
             .build()
@@ -171,15 +235,7 @@ impl Mailer for SesMailer {
             .from_email_address(&self.from)
             .destination(Destination::builder().to_addresses(&email.to).build())
             .content(EmailContent::builder().raw(content).build())
-            .set_email_tags(Some(
-                [
-                    tag(ses_tags::CAMPAIGN_TAG, &email.campaign_id)?,
-                    tag(ses_tags::USER_TAG, &email.user_id)?,
-                ]
-                .into_iter()
-                .flatten()
-                .collect(),
-            ))
+            .set_email_tags(Some(tags))
             .set_configuration_set_name(self.configuration_set.clone())
             .send()
             .await
@@ -187,6 +243,18 @@ impl Mailer for SesMailer {
         out.message_id.ok_or_else(|| {
             SendError::Unknown("SES accepted the email but returned no message id".into())
         })
+    }
+}
+
+impl Mailer for SesMailer {
+    async fn send(&self, email: &OutgoingEmail) -> Result<String, SendError> {
+        let raw = raw_message(&self.from, email)?;
+        let tags = [
+            tag(ses_tags::CAMPAIGN_TAG, &email.campaign_id)?,
+            tag(ses_tags::USER_TAG, &email.user_id)?,
+        ];
+        self.send_raw(email, raw, tags.into_iter().flatten().collect())
+            .await
     }
 }
 

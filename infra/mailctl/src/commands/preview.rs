@@ -1,5 +1,6 @@
-//! `preview` and `serve-unsubscribe`: a user's email exactly as CreateEmails composes it, and
-//! the local stack's unsubscribe links served.
+//! `preview`, `test-send` and `serve-unsubscribe`: a user's email exactly as CreateEmails
+//! composes it, shown or sent to a test address, and the local stack's unsubscribe links
+//! served.
 
 use super::{provision_local, TargetArgs};
 use anyhow::{bail, Context, Result};
@@ -34,6 +35,66 @@ pub async fn preview(
         std::fs::write(&path, &job.html).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("HTML written to {}", path.display());
     }
+    Ok(())
+}
+
+/// Sends `user`'s email in `campaign` to `to` through SES, marked as a test, with
+/// SendEmail's sender and configuration set; no send record, count or user is touched.
+pub async fn test_send(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    user: &str,
+    campaign: &str,
+    to: &str,
+    t: &TargetArgs,
+) -> Result<()> {
+    let to = mailflow::address::parse(to)
+        .map_err(|e| anyhow::anyhow!("--to {to:?}: {e}"))?
+        .as_str()
+        .to_owned();
+    let campaign = Campaign::from_id(campaign, None)?;
+    let (create_env, send_env) = match &t.prefix {
+        Some(prefix) => {
+            let stack = provision_local(sdk, template, prefix, &t.database).await?;
+            (
+                mailctl::preview::local_env(&stack)?,
+                stack.env(mailflow_local::pipeline::SEND_EMAIL)?,
+            )
+        }
+        None => (
+            mailctl::preview::deployed_env(
+                sdk,
+                &mailctl::stack_outputs::CREATE_EMAILS_FUNCTION.read()?,
+            )
+            .await?,
+            mailctl::preview::deployed_env(
+                sdk,
+                &mailctl::stack_outputs::SEND_EMAIL_FUNCTION.read()?,
+            )
+            .await?,
+        ),
+    };
+    let stage = mailctl::preview::create_emails(sdk, &create_env).await?;
+    let job = mailctl::preview::compose(&stage, user, &campaign).await?;
+    let config =
+        mailflow::config::SendEmailConfig::from_source(&|k: &str| send_env.get(k).cloned())?;
+    let email = mailflow::ports::OutgoingEmail {
+        to: to.clone(),
+        subject: job.subject,
+        html: job.html,
+        text: job.text,
+        campaign_id: job.campaign_id.to_string(),
+        user_id: job.user_id,
+        unsubscribe_url: job.unsubscribe_url,
+    };
+    let id = mailflow::assemble::ses_mailer(&config, sdk)
+        .send_test(&email)
+        .await
+        .map_err(|e| anyhow::anyhow!("SES did not take the test email: {e}"))?;
+    println!(
+        "sent a test of {user}'s email in {} to {to} (SES message id {id}); no send record or count changed",
+        campaign.id
+    );
     Ok(())
 }
 

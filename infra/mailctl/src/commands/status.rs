@@ -20,8 +20,14 @@ pub async fn status(
         aws_sdk_sqs::Client::new(sdk),
         aws_sdk_dynamodb::Client::new(sdk),
     );
+    // The account's quota, read once: it bounds the rate SendEmail sends at.
+    let quota = mailflow::adapters::ses::send_quota(sdk).await;
     loop {
-        let s = ops::status(&sqs, &dynamo, &target, campaign).await?;
+        let mut s = ops::status(&sqs, &dynamo, &target, campaign).await?;
+        match &quota {
+            Ok(q) => s.ses_quota = Some(*q),
+            Err(reason) => s.ses_quota_unknown = Some(reason.clone()),
+        }
         if json {
             println!("{}", serde_json::to_string(&s)?);
         } else {
@@ -93,6 +99,16 @@ fn print_status(s: &ops::CampaignStatus) {
         engagement.join(" "),
         s.reconciled,
     );
+    match (&s.ses_quota, &s.ses_quota_unknown) {
+        (Some(q), _) => println!(
+            "  SES: at most {}/s (SendEmail sends at the lower of this and SEND_RATE_PER_SECOND); 24-hour quota {} of {} used",
+            q.max_send_rate, q.sent_last_24_hours, q.max_24_hour_send
+        ),
+        (None, Some(reason)) => println!(
+            "  SES quota not known ({reason}): SendEmail sends at SEND_RATE_PER_SECOND"
+        ),
+        (None, None) => {}
+    }
     for (what, reasons) in [
         ("FAILED", &s.failed_by_reason),
         ("dead-lettered", &s.dead_lettered_by_reason),
