@@ -51,6 +51,10 @@ fn ended(out: Output, what: &str) -> Value {
     summary
 }
 
+fn rt_block<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> T {
+    tokio::runtime::Runtime::new().unwrap().block_on(f).unwrap()
+}
+
 fn last_json(stdout: &str) -> Value {
     serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
 }
@@ -91,11 +95,72 @@ fn run_status_and_resend_on_a_local_stack() {
     let campaign = mailflow::campaign::Campaign::for_schedule(time::OffsetDateTime::now_utc())
         .id
         .to_string();
+
+    // The plan reads and counts; it enqueues, claims and sends nothing.
+    let plan = last_json(&ok(mailctl(
+        &[
+            "plan",
+            "--prefix",
+            &prefix,
+            "--campaign",
+            &campaign,
+            "--json",
+        ],
+        &env,
+    )));
+    assert_eq!(plan["audience"], audience);
+    let skipped: u64 = plan["skipped"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    let (would_send, would_fail) = (
+        plan["wouldSend"].as_u64().unwrap(),
+        plan["wouldFail"].as_u64().unwrap(),
+    );
+    assert_eq!(would_send + would_fail + skipped, audience as u64, "{plan}");
+    let by_locale: u64 = plan["byLocale"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(by_locale, would_send);
+    let untouched = last_json(&ok(mailctl(
+        &[
+            "status",
+            "--prefix",
+            &prefix,
+            "--campaign",
+            &campaign,
+            "--json",
+        ],
+        &env,
+    )));
+    for count in [
+        "usersPending",
+        "emailsPending",
+        "sent",
+        "failed",
+        "inProgress",
+    ] {
+        assert_eq!(untouched[count], 0, "after plan, {count}: {untouched}");
+    }
+    assert!(rt_block(mailflow_local::ses_record::sent_to_domain(
+        &endpoints().0,
+        &domain
+    ))
+    .is_empty());
+
     let run = ended(
         mailctl(&["run", "--prefix", &prefix, "--campaign", &campaign], &env),
         "run",
     );
     assert_eq!(run["getUsers"]["usersEnqueued"], audience);
+    // What the plan counted is what the campaign did.
+    assert_eq!(run["sent"], would_send, "{run}");
+    assert_eq!(run["failed"], would_fail, "{run}");
     let invalid = run["failed"].as_u64().unwrap() as usize;
     assert_eq!(run["sent"].as_u64().unwrap() as usize + invalid, audience);
     if invalid > 0 {

@@ -131,6 +131,21 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// What a campaign would send, before it sends anything: its audience, by locale, who
+    /// would be skipped and why, sample emails, how long it takes at the effective send rate,
+    /// the SES quota and cost. Reads only; nothing is enqueued, claimed or sent.
+    Plan {
+        /// Campaign id; default: the campaign the schedule would run now.
+        #[arg(long)]
+        campaign: Option<String>,
+        /// How many emails to show in full.
+        #[arg(long, default_value_t = 2)]
+        samples: usize,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
     /// Send one user's real email of a campaign to a test address through SES, marked as a
     /// test ("[TEST] " subject, X-Mailflow-Test header); no send record or count changes.
     TestSend {
@@ -216,6 +231,12 @@ async fn run() -> Result<()> {
             out,
             target,
         } => commands::preview::preview(sdk, template, &user, campaign, out, &target).await,
+        Command::Plan {
+            campaign,
+            samples,
+            json,
+            target,
+        } => commands::preview::plan(sdk, template, campaign, samples, json, &target).await,
         Command::TestSend {
             campaign,
             user,

@@ -78,6 +78,15 @@ impl<D: UserDirectory, Q: OutgoingQueue> CreateEmails<D, Q> {
         &self,
         message: UserMessage,
     ) -> Result<Result<EmailJob, SkipReason>, String> {
+        Ok(self.compose_in_locale(message).await?.map(|(job, _)| job))
+    }
+
+    /// `compose`, with the locale whose templates rendered the email (`mailctl plan`
+    /// counts the audience by it).
+    pub async fn compose_in_locale(
+        &self,
+        message: UserMessage,
+    ) -> Result<Result<(EmailJob, &'static str), SkipReason>, String> {
         let user_id = crate::user_id::UserId::parse(&message.user_id)?;
         let enrichment = self
             .directory
@@ -100,7 +109,8 @@ impl<D: UserDirectory, Q: OutgoingQueue> CreateEmails<D, Q> {
             .renderer
             .render(&digest, &message.window, &unsubscribe_url)
             .map_err(|e| e.to_string())?;
-        Ok(Ok(EmailJob {
+        let locale = self.renderer.locale_for(digest.locale.as_deref());
+        let job = EmailJob {
             campaign_id: message.campaign_id,
             user_id: digest.user_id,
             to: digest.email,
@@ -109,7 +119,8 @@ impl<D: UserDirectory, Q: OutgoingQueue> CreateEmails<D, Q> {
             text: rendered.text,
             unsubscribe_url: Some(unsubscribe_url),
             include_failed: message.include_failed,
-        }))
+        };
+        Ok(Ok((job, locale)))
     }
 
     async fn process(&self, body: Option<&str>) -> Result<Outcome, String> {

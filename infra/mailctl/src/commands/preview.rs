@@ -1,10 +1,13 @@
-//! `preview`, `test-send` and `serve-unsubscribe`: a user's email exactly as CreateEmails
-//! composes it, shown or sent to a test address, and the local stack's unsubscribe links
-//! served.
+//! `preview`, `test-send`, `plan` and `serve-unsubscribe`: a user's email exactly as
+//! CreateEmails composes it, shown or sent to a test address; every user's, counted before a
+//! campaign; and the local stack's unsubscribe links served.
 
 use super::{provision_local, TargetArgs};
 use anyhow::{bail, Context, Result};
 use mailflow::campaign::Campaign;
+use mailflow::config::{CreateEmailsConfig, SendEmailConfig};
+use mailflow::ports::UserDirectory;
+use std::collections::BTreeMap;
 
 pub async fn preview(
     sdk: &aws_config::SdkConfig,
@@ -53,31 +56,10 @@ pub async fn test_send(
         .as_str()
         .to_owned();
     let campaign = Campaign::from_id(campaign, None)?;
-    let (create_env, send_env) = match &t.prefix {
-        Some(prefix) => {
-            let stack = provision_local(sdk, template, prefix, &t.database).await?;
-            (
-                mailctl::preview::local_env(&stack)?,
-                stack.env(mailflow_local::pipeline::SEND_EMAIL)?,
-            )
-        }
-        None => (
-            mailctl::preview::deployed_env(
-                sdk,
-                &mailctl::stack_outputs::CREATE_EMAILS_FUNCTION.read()?,
-            )
-            .await?,
-            mailctl::preview::deployed_env(
-                sdk,
-                &mailctl::stack_outputs::SEND_EMAIL_FUNCTION.read()?,
-            )
-            .await?,
-        ),
-    };
+    let (create_env, send_env) = function_envs(sdk, template, t).await?;
     let stage = mailctl::preview::create_emails(sdk, &create_env).await?;
     let job = mailctl::preview::compose(&stage, user, &campaign).await?;
-    let config =
-        mailflow::config::SendEmailConfig::from_source(&|k: &str| send_env.get(k).cloned())?;
+    let config = SendEmailConfig::from_source(&|k: &str| send_env.get(k).cloned())?;
     let email = mailflow::ports::OutgoingEmail {
         to: to.clone(),
         subject: job.subject,
@@ -95,6 +77,70 @@ pub async fn test_send(
         "sent a test of {user}'s email in {} to {to} (SES message id {id}); no send record or count changed",
         campaign.id
     );
+    Ok(())
+}
+
+/// CreateEmails' and SendEmail's environments: template.yaml's for a local stack, the
+/// deployed functions' otherwise.
+pub async fn function_envs(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    t: &TargetArgs,
+) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>)> {
+    use mailctl::stack_outputs::{CREATE_EMAILS_FUNCTION, SEND_EMAIL_FUNCTION};
+    Ok(match &t.prefix {
+        Some(prefix) => {
+            let stack = provision_local(sdk, template, prefix, &t.database).await?;
+            (
+                mailctl::preview::local_env(&stack)?,
+                stack.env(mailflow_local::pipeline::SEND_EMAIL)?,
+            )
+        }
+        None => (
+            mailctl::preview::deployed_env(sdk, &CREATE_EMAILS_FUNCTION.read()?).await?,
+            mailctl::preview::deployed_env(sdk, &SEND_EMAIL_FUNCTION.read()?).await?,
+        ),
+    })
+}
+
+/// What `campaign` would send, counted and sampled; nothing is enqueued, claimed or sent.
+pub async fn plan(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    campaign: Option<String>,
+    samples: usize,
+    json: bool,
+    t: &TargetArgs,
+) -> Result<()> {
+    let campaign = match campaign {
+        Some(id) => Campaign::from_id(&id, None)?,
+        None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
+    };
+    let (create_env, send_env) = function_envs(sdk, template, t).await?;
+    let stage = mailctl::preview::create_emails(sdk, &create_env).await?;
+    let config = CreateEmailsConfig::from_source(&|k: &str| create_env.get(k).cloned())?;
+    let directory = mailflow::adapters::directory::MongoDirectory::new(
+        mailflow::adapters::mongo::connect(&config.mongo, sdk, "mailctl").await?,
+    );
+    // The index the audience scan needs, as GetUsers makes sure of at its cold start (the
+    // only write a plan makes; it changes no data).
+    directory.ensure_indexes().await?;
+    let send = SendEmailConfig::from_source(&|k: &str| send_env.get(k).cloned())?;
+    let quota = mailflow::adapters::ses::send_quota(sdk).await;
+    let plan = mailctl::plan::plan(
+        &stage,
+        &directory,
+        &campaign,
+        samples,
+        send.send_rate_per_second,
+        quota,
+    )
+    .await?;
+    if json {
+        println!("{}", serde_json::to_string(&plan)?);
+    } else {
+        print!("{}", mailctl::plan::describe(&plan));
+    }
     Ok(())
 }
 

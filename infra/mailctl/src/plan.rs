@@ -1,0 +1,150 @@
+//! `mailctl plan`: what a campaign would send, before it sends anything. The audience is read
+//! as GetUsers reads it and every user's email composed as CreateEmails composes it (the same
+//! code, through `CreateEmails::compose_in_locale`), then counted: who would get one, in which
+//! language, who would be skipped and why, whose address SendEmail would refuse. Nothing is
+//! enqueued, claimed or sent: only MongoDB (and SES's GetAccount) is read.
+
+use anyhow::{Context, Result};
+use mailflow::campaign::Campaign;
+use mailflow::messages::UserMessage;
+use mailflow::ports::{AudienceScan, UserDirectory};
+use mailflow::rate::SendQuota;
+use mailflow::stages::create_emails::CreateEmails;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// What SES charges per email sent (us-east-1 list price; the rest of the pipeline adds about
+/// 6 % to it: README, "What 1M emails cost").
+pub const SES_DOLLARS_PER_EMAIL: f64 = 0.10 / 1000.0;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub campaign_id: String,
+    /// Users GetUsers would enqueue.
+    pub audience: usize,
+    /// Emails SendEmail would send, by the locale of their templates.
+    pub would_send: usize,
+    pub by_locale: BTreeMap<&'static str, usize>,
+    /// Users CreateEmails would skip, by reason.
+    pub skipped: BTreeMap<&'static str, usize>,
+    /// Emails SendEmail would record FAILED before SES: the address is not one mailbox.
+    pub would_fail: usize,
+    /// A few of the emails, as `preview` shows them.
+    pub samples: Vec<String>,
+    /// Emails per second: the lower of SEND_RATE_PER_SECOND and SES's maximum send rate.
+    pub send_rate: f64,
+    /// Hours the sends take at that rate (the fan-out and rendering run ahead of them).
+    pub hours: f64,
+    pub ses_quota: Option<SendQuota>,
+    pub ses_quota_unknown: Option<String>,
+    /// Emails beyond what the 24-hour quota has left now (0 when it fits or is unknown).
+    pub over_24_hour_quota: u64,
+    /// SES's charge for the emails that would be sent, in dollars.
+    pub ses_cost_usd: f64,
+}
+
+/// Reads the audience of `campaign` from `directory` and composes every user's email with
+/// `stage`, keeping `samples` of them.
+pub async fn plan<D: UserDirectory>(
+    stage: &CreateEmails,
+    directory: &D,
+    campaign: &Campaign,
+    samples: usize,
+    configured_rate: f64,
+    quota: Result<SendQuota, String>,
+) -> Result<Plan> {
+    let mut plan = Plan {
+        campaign_id: campaign.id.to_string(),
+        ..Default::default()
+    };
+    let mut audience = directory.audience(&campaign.window, None);
+    while let Some(user) = audience.next().await.context("reading the audience")? {
+        plan.audience += 1;
+        let message = UserMessage {
+            campaign_id: campaign.id.clone(),
+            user_id: user.to_string(),
+            window: campaign.window,
+            include_failed: false,
+        };
+        let composed = stage
+            .compose_in_locale(message)
+            .await
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("composing {user}'s email"))?;
+        match composed {
+            Ok((job, locale)) => {
+                if mailflow::address::parse(&job.to).is_err() {
+                    plan.would_fail += 1;
+                    continue;
+                }
+                plan.would_send += 1;
+                *plan.by_locale.entry(locale).or_default() += 1;
+                if plan.samples.len() < samples {
+                    plan.samples.push(crate::preview::describe(&job));
+                }
+            }
+            Err(reason) => *plan.skipped.entry(reason.as_str()).or_default() += 1,
+        }
+    }
+    plan.send_rate = mailflow::rate::effective_send_rate(configured_rate, &quota);
+    plan.hours = plan.would_send as f64 / plan.send_rate / 3600.0;
+    match quota {
+        Ok(q) => {
+            let left = (q.max_24_hour_send - q.sent_last_24_hours).max(0.0);
+            plan.over_24_hour_quota = (plan.would_send as f64 - left).max(0.0).ceil() as u64;
+            plan.ses_quota = Some(q);
+        }
+        Err(reason) => plan.ses_quota_unknown = Some(reason),
+    }
+    plan.ses_cost_usd = plan.would_send as f64 * SES_DOLLARS_PER_EMAIL;
+    Ok(plan)
+}
+
+/// The plan as an operator reads it.
+pub fn describe(plan: &Plan) -> String {
+    let list = |m: &BTreeMap<&str, usize>| {
+        m.iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = format!(
+        "{}: audience {}; would send {} ({}); would skip {} ({}); would fail {} (address is not one mailbox)\n",
+        plan.campaign_id,
+        plan.audience,
+        plan.would_send,
+        list(&plan.by_locale),
+        plan.skipped.values().sum::<usize>(),
+        list(&plan.skipped),
+        plan.would_fail,
+    );
+    let seconds = plan.hours * 3600.0;
+    let takes = match seconds {
+        s if s < 60.0 => format!("{s:.0} s"),
+        s if s < 3600.0 => format!("{:.0} min", s / 60.0),
+        _ => format!("{:.1} h", plan.hours),
+    };
+    out.push_str(&format!(
+        "at {}/s the sends take {takes}; SES charges ${:.4} for them (the pipeline adds about 6 %)\n",
+        plan.send_rate, plan.ses_cost_usd
+    ));
+    match (&plan.ses_quota, &plan.ses_quota_unknown) {
+        (Some(q), _) if plan.over_24_hour_quota > 0 => out.push_str(&format!(
+            "SES 24-hour quota: {} of {} used; this campaign needs {} more than is left: SES will refuse them until the window rolls\n",
+            q.sent_last_24_hours, q.max_24_hour_send, plan.over_24_hour_quota
+        )),
+        (Some(q), _) => out.push_str(&format!(
+            "SES 24-hour quota: {} of {} used; the campaign fits\n",
+            q.sent_last_24_hours, q.max_24_hour_send
+        )),
+        (None, Some(reason)) => out.push_str(&format!("SES quota not known ({reason})\n")),
+        (None, None) => {}
+    }
+    for sample in &plan.samples {
+        out.push_str("\n--- sample ---\n");
+        out.push_str(sample);
+        out.push('\n');
+    }
+    out
+}
