@@ -67,6 +67,8 @@ fn encode_subject(subject: &str) -> String {
     words.join("\r\n ")
 }
 
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
 /// Quoted-printable (RFC 2045): lines end in CRLF, none longer than 76 characters.
 pub fn quoted_printable(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + text.len() / 8);
@@ -89,7 +91,10 @@ pub fn quoted_printable(text: &str) -> String {
             if literal {
                 out.push(b as char);
             } else {
-                out.push_str(&format!("={b:02X}"));
+                // By table, not `format!`: a non-ASCII text escapes most of its bytes.
+                out.push('=');
+                out.push(HEX[usize::from(b >> 4)] as char);
+                out.push(HEX[usize::from(b & 0x0f)] as char);
             }
             width += token_len;
         }
