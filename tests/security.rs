@@ -88,12 +88,14 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             pairs.push(("sqs:SendMessage", "ContinuationQueue.Arn".into()));
             pairs.extend(poll(names::CONTINUATION_QUEUE));
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
+            pairs.push(("dynamodb:GetItem", "CampaignsTable.Arn".into()));
         }
         "CreateEmails" => {
             pairs.push(("sqs:SendMessage", "EmailsQueue.Arn".into()));
             pairs.extend(poll(names::USERS_QUEUE));
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
             pairs.push(("secretsmanager:GetSecretValue", SIGNING_KEY.into()));
+            pairs.push(("dynamodb:GetItem", "CampaignsTable.Arn".into()));
         }
         "Unsubscribe" => {
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
@@ -108,6 +110,7 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
         }
         "SendEmail" => {
             pairs.extend(poll(names::EMAILS_QUEUE));
+            pairs.push(("dynamodb:GetItem", "CampaignsTable.Arn".into()));
             pairs.push(("sqs:ChangeMessageVisibility", "EmailsQueue.Arn".into()));
             pairs.push(("dynamodb:UpdateItem", "SendsTable.Arn".into()));
             pairs.push(("ses:SendEmail", SES_IDENTITY.into()));

@@ -3,6 +3,7 @@
 //! local simulator (`mailctl`'s LocalPipeline) and `mailctl preview` all build their stages
 //! here, so a change to how a function is put together is made once.
 
+use crate::adapters::campaigns::CampaignsTable;
 use crate::adapters::directory::MongoDirectory;
 use crate::adapters::dynamo::{DynamoLedger, SendRecords};
 use crate::adapters::mongo::MongoConnectError;
@@ -44,14 +45,21 @@ pub type LambdaUnsubscribe = Unsubscribe<Subscribers, SendRecords>;
 
 /// SendEmail as it runs on Lambda: the DynamoDB ledger and the emails queue, with `mailer`
 /// (SES, or a wrapper around it that injects faults).
-pub type LambdaSendEmail<M = SesMailer> = SendEmail<M, DynamoLedger, SqsQueue>;
+pub type LambdaSendEmail<M = SesMailer> = SendEmail<M, DynamoLedger, SqsQueue, CampaignsTable>;
 
 pub async fn get_users(config: GetUsersConfig, sdk: &SdkConfig) -> Result<GetUsers, AssembleError> {
     let db = mongo::connect(&config.mongo, sdk, "get-users").await?;
     let sqs = sqs_client(sdk);
     let users = SqsQueue::new(sqs.clone(), &config.users_queue_url);
     let continuation = SqsQueue::new(sqs, &config.continuation_queue_url);
-    let stage = GetUsers::new(MongoDirectory::new(db), users, continuation, config);
+    let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
+    let stage = GetUsers::new(
+        MongoDirectory::new(db),
+        users,
+        continuation,
+        campaigns,
+        config,
+    );
     stage.prepare().await?;
     Ok(stage)
 }
@@ -68,7 +76,15 @@ pub async fn create_emails(
     let signer = secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?;
     let db = mongo::connect(&config.mongo, sdk, app_name).await?;
     let emails = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
-    let stage = CreateEmails::new(MongoDirectory::new(db), emails, renderer, signer, config);
+    let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
+    let stage = CreateEmails::new(
+        MongoDirectory::new(db),
+        emails,
+        campaigns,
+        renderer,
+        signer,
+        config,
+    );
     if prepare {
         stage.prepare().await?;
     }
@@ -97,7 +113,8 @@ pub async fn send_email<M: Mailer>(
         config.retention_days,
     );
     let queue = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
-    SendEmail::new(ledger, mailer, queue, config)
+    let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
+    SendEmail::new(ledger, mailer, queue, campaigns, config)
 }
 
 pub async fn ses_events(

@@ -199,3 +199,12 @@ mod tests {
         assert!(Window::new(w.until, w.since).is_err());
     }
 }
+
+/// An operator's cancellation of a campaign (`mailctl cancel`): no further email of it goes
+/// out; every user not yet sent to ends CANCELLED.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cancellation {
+    pub at_ms: u64,
+    pub by: String,
+    pub reason: String,
+}

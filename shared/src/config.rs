@@ -22,6 +22,9 @@ pub mod var {
     /// The emails queue's `maxReceiveCount`: on a message's last receive, a send that cannot go
     /// out records DEAD_LETTERED
     pub const EMAILS_MAX_RECEIVE_COUNT: &str = "EMAILS_MAX_RECEIVE_COUNT";
+    /// Campaigns an operator cancelled (`mailctl cancel`): GetUsers, CreateEmails and SendEmail
+    /// stop such a campaign
+    pub const CAMPAIGNS_TABLE_NAME: &str = "CAMPAIGNS_TABLE_NAME";
     /// Email jobs (SendEmail uses it to set retry delays)
     pub const EMAILS_QUEUE_URL: &str = "EMAILS_QUEUE_URL";
     /// SendMessageBatch calls in flight
@@ -255,6 +258,7 @@ impl MongoConfig {
 #[derive(Clone, Debug)]
 pub struct GetUsersConfig {
     pub mongo: MongoConfig,
+    pub campaigns_table_name: String,
     pub users_queue_url: String,
     pub continuation_queue_url: String,
     /// SendMessageBatch calls kept in flight at once.
@@ -266,6 +270,7 @@ pub struct GetUsersConfig {
 
 impl GetUsersConfig {
     pub const VARS: &'static [&'static str] = &[
+        var::CAMPAIGNS_TABLE_NAME,
         var::USERS_QUEUE_URL,
         var::CONTINUATION_QUEUE_URL,
         var::ENQUEUE_CONCURRENCY,
@@ -275,6 +280,7 @@ impl GetUsersConfig {
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         Ok(Self {
             mongo: MongoConfig::from_source(src)?,
+            campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
             users_queue_url: required(src, var::USERS_QUEUE_URL)?,
             continuation_queue_url: required(src, var::CONTINUATION_QUEUE_URL)?,
             enqueue_concurrency: positive_u32(src, var::ENQUEUE_CONCURRENCY, 8)? as usize,
@@ -292,6 +298,7 @@ impl GetUsersConfig {
 #[derive(Clone, Debug)]
 pub struct CreateEmailsConfig {
     pub mongo: MongoConfig,
+    pub campaigns_table_name: String,
     pub emails_queue_url: String,
     /// Records of one batch processed at once (bounded so the MongoDB pool is not starved).
     pub record_concurrency: usize,
@@ -306,6 +313,7 @@ pub struct CreateEmailsConfig {
 
 impl CreateEmailsConfig {
     pub const VARS: &'static [&'static str] = &[
+        var::CAMPAIGNS_TABLE_NAME,
         var::EMAILS_QUEUE_URL,
         var::RECORD_CONCURRENCY,
         var::RECENT_FOLLOWERS_SHOWN,
@@ -331,6 +339,7 @@ impl CreateEmailsConfig {
         }
         Ok(Self {
             mongo: MongoConfig::from_source(src)?,
+            campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
             emails_queue_url: required(src, var::EMAILS_QUEUE_URL)?,
             record_concurrency: positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize,
             recent_followers_shown: positive_u32(src, var::RECENT_FOLLOWERS_SHOWN, 3)?,
@@ -387,6 +396,7 @@ impl SesEventsConfig {
 #[derive(Clone, Debug)]
 pub struct SendEmailConfig {
     pub sends_table_name: String,
+    pub campaigns_table_name: String,
     pub emails_queue_url: String,
     pub sender_address: String,
     pub configuration_set: Option<String>,
@@ -412,6 +422,7 @@ pub struct SendEmailConfig {
 impl SendEmailConfig {
     pub const VARS: &'static [&'static str] = &[
         var::SENDS_TABLE_NAME,
+        var::CAMPAIGNS_TABLE_NAME,
         var::EMAILS_QUEUE_URL,
         var::SENDER_ADDRESS,
         var::SES_CONFIGURATION_SET,
@@ -495,6 +506,7 @@ impl SendEmailConfig {
             })?;
         Ok(Self {
             sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
+            campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
             emails_queue_url: required(src, var::EMAILS_QUEUE_URL)?,
             sender_address: required(src, var::SENDER_ADDRESS)?,
             configuration_set: value(src, var::SES_CONFIGURATION_SET),
@@ -541,6 +553,7 @@ mod tests {
         ("SENDER_ADDRESS", "news@example.com"),
         ("VISIBILITY_TIMEOUT_SECONDS", "180"),
         ("FUNCTION_TIMEOUT_SECONDS", "30"),
+        ("CAMPAIGNS_TABLE_NAME", "campaigns"),
     ];
 
     #[test]

@@ -7,6 +7,9 @@
 //!                       |   |  \---dead_letter--> DEAD_LETTERED (its message went to the DLQ;
 //!                       |   |                       a redrive or resend claims it again)
 //!                       +---+ claim again once the lease has ended (or after release)
+//!
+//!   (none), DEAD_LETTERED, or IN_PROGRESS with an ended lease --cancel_send--> CANCELLED
+//!   (final: the campaign was cancelled before this email went out)
 //! ```
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,6 +22,8 @@ pub enum SendStatus {
     /// The last receive of its message ended without a send: the message is in the emails
     /// DLQ. A redrive or a resend claims it again.
     DeadLettered,
+    /// The campaign was cancelled (`mailctl cancel`) before this email went out: final.
+    Cancelled,
 }
 
 impl SendStatus {
@@ -28,6 +33,7 @@ impl SendStatus {
             Self::Sent => "SENT",
             Self::Failed => "FAILED",
             Self::DeadLettered => "DEAD_LETTERED",
+            Self::Cancelled => "CANCELLED",
         }
     }
 
@@ -37,6 +43,7 @@ impl SendStatus {
             "SENT" => Some(Self::Sent),
             "FAILED" => Some(Self::Failed),
             "DEAD_LETTERED" => Some(Self::DeadLettered),
+            "CANCELLED" => Some(Self::Cancelled),
             _ => None,
         }
     }
@@ -66,6 +73,8 @@ pub enum Refusal {
     Failed {
         reason: String,
     },
+    /// The campaign was cancelled before this email went out.
+    Cancelled,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,9 +3,10 @@
 //! adapters implement them: `adapters::ses::SesMailer` (Mailer), `adapters::dynamo::
 //! DynamoLedger` (SendLedger), `adapters::dynamo::SendRecords` (SendRecordNotes),
 //! `adapters::sqs::SqsQueue` (OutgoingQueue, RetryQueue), `adapters::subscribers::
-//! Subscribers` (SubscriberStore), `adapters::directory::MongoDirectory` (UserDirectory).
+//! Subscribers` (SubscriberStore), `adapters::directory::MongoDirectory` (UserDirectory),
+//! `adapters::campaigns::CampaignsTable` (CampaignStates).
 
-use crate::campaign::Window;
+use crate::campaign::{Cancellation, Window};
 use crate::digest::{Enrichment, OddFollow};
 use crate::ledger::{Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, SendStatus};
 #[cfg(test)]
@@ -48,6 +49,22 @@ pub trait SendLedger: Send + Sync {
         claim: &Claim,
         reason: &str,
     ) -> impl Future<Output = Marked> + Send;
+    /// CANCELLED (the campaign was cancelled), unless the record is SENT or held by a live
+    /// lease (that attempt's outcome stands). Whether it was written.
+    fn cancel_send(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+        at_ms: u64,
+    ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
+}
+
+/// Campaigns an operator stopped (the campaigns table), as the pipeline's functions read it.
+pub trait CampaignStates: Send + Sync {
+    fn cancellation(
+        &self,
+        campaign_id: &str,
+    ) -> impl Future<Output = Result<Option<Cancellation>, LedgerError>> + Send;
 }
 
 /// What the SES events and the Unsubscribe function note on existing send records; they

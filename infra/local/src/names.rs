@@ -16,6 +16,7 @@ pub const SCHEDULE_DLQ: &str = "ScheduleDLQ";
 pub const CAMPAIGN_DLQS: [&str; 3] = [USERS_DLQ, EMAILS_DLQ, CONTINUATION_DLQ];
 
 pub const SENDS_TABLE: &str = "SendsTable";
+pub const CAMPAIGNS_TABLE: &str = "CampaignsTable";
 
 // Functions.
 pub const GET_USERS: &str = "GetUsersFunction";

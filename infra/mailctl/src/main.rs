@@ -131,6 +131,20 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Cancel a campaign: no further email of it goes out; every user not yet sent to ends
+    /// CANCELLED (or skipped, `campaign_cancelled`). Final: run and resend then refuse it.
+    Cancel {
+        #[arg(long)]
+        campaign: String,
+        /// Why (kept with the cancellation, shown by status).
+        #[arg(long, default_value = "cancelled by an operator")]
+        reason: String,
+        /// Who (kept with the cancellation).
+        #[arg(long, env = "USER", default_value = "operator")]
+        by: String,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
     /// What a campaign would send, before it sends anything: its audience, by locale, who
     /// would be skipped and why, sample emails, how long it takes at the effective send rate,
     /// the SES quota and cost. Reads only; nothing is enqueued, claimed or sent.
@@ -231,6 +245,12 @@ async fn run() -> Result<()> {
             out,
             target,
         } => commands::preview::preview(sdk, template, &user, campaign, out, &target).await,
+        Command::Cancel {
+            campaign,
+            reason,
+            by,
+            target,
+        } => commands::campaign::cancel(sdk, &campaign, &by, &reason, &target).await,
         Command::Plan {
             campaign,
             samples,

@@ -6,6 +6,7 @@
 use anyhow::{Context, Result};
 use aws_sdk_sqs::Client as Sqs;
 use mailflow::ledger::{Engagement, SendStatus};
+use mailflow::ports::CampaignStates;
 use mailflow_local::ledger_scan;
 use mailflow_local::names;
 use mailflow_local::queues::depth;
@@ -16,6 +17,7 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
     pub sends_table: String,
+    pub campaigns_table: String,
     pub users_queue: String,
     pub users_dlq: String,
     pub emails_queue: String,
@@ -32,6 +34,7 @@ impl Target {
         use crate::stack_outputs as out;
         Ok(Self {
             sends_table: out::SENDS_TABLE.read()?,
+            campaigns_table: out::CAMPAIGNS_TABLE.read()?,
             users_queue: out::USERS_QUEUE.read()?,
             users_dlq: out::USERS_DLQ.read()?,
             emails_queue: out::EMAILS_QUEUE.read()?,
@@ -55,7 +58,8 @@ impl Target {
                 .context("GetQueueUrl returned no URL")
         };
         Ok(Self {
-            sends_table: format!("{prefix}-SendsTable"),
+            sends_table: format!("{prefix}-{}", names::SENDS_TABLE),
+            campaigns_table: format!("{prefix}-{}", names::CAMPAIGNS_TABLE),
             users_queue: url(names::USERS_QUEUE).await?,
             users_dlq: url(names::USERS_DLQ).await?,
             emails_queue: url(names::EMAILS_QUEUE).await?,
@@ -96,6 +100,12 @@ pub struct CampaignStatus {
     /// Messages in the DLQs now (every campaign's: a DLQ is shared).
     pub users_dlq: u64,
     pub emails_dlq: u64,
+    /// Users not sent to because the campaign was cancelled (CANCELLED records).
+    pub cancelled: usize,
+    /// The campaign's cancellation, if an operator cancelled it: when (ms), by whom, why.
+    pub cancelled_at_ms: Option<u64>,
+    pub cancelled_by: Option<String>,
+    pub cancel_reason: Option<String>,
     /// Emails per second over the last minute (None: nothing sent in it).
     pub send_rate: Option<f64>,
     /// Seconds until the queues drain at that rate (None: no current rate to go by).
@@ -111,6 +121,14 @@ impl CampaignStatus {
     pub fn problems(&self) -> u64 {
         (self.failed + self.dead_lettered) as u64 + self.users_dlq + self.emails_dlq
     }
+}
+
+/// The stack's campaigns table (cancellations).
+pub fn campaigns_table(
+    dynamo: &aws_sdk_dynamodb::Client,
+    target: &Target,
+) -> mailflow::adapters::campaigns::CampaignsTable {
+    mailflow::adapters::campaigns::CampaignsTable::new(dynamo.clone(), &target.campaigns_table)
 }
 
 /// The window the current send rate is measured over.
@@ -129,6 +147,9 @@ pub async fn status(
     campaign: &str,
 ) -> Result<CampaignStatus> {
     let records = ledger_scan::records(dynamo, &target.sends_table, campaign).await?;
+    let cancellation = campaigns_table(dynamo, target)
+        .cancellation(campaign)
+        .await?;
     let count = |s: SendStatus| records.iter().filter(|r| r.status == Some(s)).count();
     let by_reason = |s: SendStatus| {
         let mut groups = BTreeMap::new();
@@ -156,6 +177,7 @@ pub async fn status(
         failed_by_reason: by_reason(SendStatus::Failed),
         dead_lettered: count(SendStatus::DeadLettered),
         dead_lettered_by_reason: by_reason(SendStatus::DeadLettered),
+        cancelled: count(SendStatus::Cancelled),
         duplicates_suppressed: records.iter().map(|r| r.duplicates_suppressed).sum(),
         engagement: Engagement::ALL
             .iter()
@@ -173,6 +195,9 @@ pub async fn status(
             .count(),
         users_dlq: total(&target.users_dlq).await?,
         emails_dlq: total(&target.emails_dlq).await?,
+        cancelled_at_ms: cancellation.as_ref().map(|c| c.at_ms),
+        cancelled_by: cancellation.as_ref().map(|c| c.by.clone()),
+        cancel_reason: cancellation.map(|c| c.reason),
         ..Default::default()
     };
     // The current rate, not the campaign's average: a campaign that sent fast an hour ago

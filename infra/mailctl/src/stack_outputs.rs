@@ -15,6 +15,10 @@ pub const SENDS_TABLE: StackOutput = StackOutput {
     var: "MAILFLOW_SENDS_TABLE",
     output: "SendsTableName",
 };
+pub const CAMPAIGNS_TABLE: StackOutput = StackOutput {
+    var: "MAILFLOW_CAMPAIGNS_TABLE",
+    output: "CampaignsTableName",
+};
 pub const USERS_QUEUE: StackOutput = StackOutput {
     var: "MAILFLOW_USERS_QUEUE_URL",
     output: "UsersQueueUrl",
@@ -53,8 +57,9 @@ pub const SEND_EMAIL_FUNCTION: StackOutput = StackOutput {
     output: "SendEmailFunctionName",
 };
 
-pub const ALL: [StackOutput; 10] = [
+pub const ALL: [StackOutput; 11] = [
     SENDS_TABLE,
+    CAMPAIGNS_TABLE,
     USERS_QUEUE,
     USERS_DLQ,
     EMAILS_QUEUE,

@@ -197,6 +197,7 @@ impl SendLedger for DynamoLedger {
                     Some(SendStatus::Failed) => Refusal::Failed {
                         reason: get_s(&old, "lastError").unwrap_or_default(),
                     },
+                    Some(SendStatus::Cancelled) => Refusal::Cancelled,
                     // IN_PROGRESS (or unreadable): treat as held; it comes back later.
                     _ => Refusal::Busy {
                         lease_until_ms: get_n(&old, "leaseUntil").unwrap_or(now),
@@ -253,6 +254,40 @@ impl SendLedger for DynamoLedger {
         let update = "SET #status = :dead, lastError = :reason, updatedAt = :now REMOVE leaseUntil";
         self.finish("mark dead-lettered", claim, update, values)
             .await
+    }
+
+    /// CANCELLED, on no record, a DEAD_LETTERED one, or an IN_PROGRESS one whose lease has
+    /// ended; a SENT or FAILED record is final already, and a live lease's attempt decides.
+    async fn cancel_send(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+        at_ms: u64,
+    ) -> Result<bool, LedgerError> {
+        let expires = (SystemTime::now() + self.retention)
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let values = HashMap::from([
+            (":cancelled".into(), s(SendStatus::Cancelled.as_str())),
+            (":in_progress".into(), s(SendStatus::InProgress.as_str())),
+            (
+                ":dead_lettered".into(),
+                s(SendStatus::DeadLettered.as_str()),
+            ),
+            (":now".into(), n(at_ms)),
+            (":shard".into(), s(&campaign_shard(campaign_id, user_id))),
+            (":expires".into(), n(expires)),
+        ]);
+        let condition = "attribute_not_exists(#status) OR #status = :dead_lettered \
+                         OR (#status = :in_progress AND leaseUntil <= :now)";
+        let update = "SET #status = :cancelled, cancelledAt = :now, updatedAt = :now, \
+                      campaignShard = :shard, expiresAt = if_not_exists(expiresAt, :expires) \
+                      REMOVE leaseUntil";
+        let outcome = self
+            .records
+            .update("cancel", user_id, campaign_id, update, condition, values)
+            .await?;
+        Ok(matches!(outcome, Conditional::Done(_)))
     }
 
     /// Counts a suppressed duplicate on a SENT record, so operators see how often the

@@ -3,6 +3,7 @@
 //! stages never match on SDK or driver types.
 
 pub mod bson_ids;
+pub mod campaigns;
 pub mod directory;
 pub mod dynamo;
 pub mod mongo;

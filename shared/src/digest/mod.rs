@@ -32,6 +32,8 @@ pub enum SkipReason {
     /// A field of the user's document holds the wrong type (logged with the document id
     /// and the field).
     InvalidDocument,
+    /// The campaign was cancelled (`mailctl cancel`) before this user's email was made.
+    CampaignCancelled,
 }
 
 impl SkipReason {
@@ -43,6 +45,7 @@ impl SkipReason {
             Self::NoAddress => "no_address",
             Self::NoNewFollowers => "no_new_followers",
             Self::InvalidDocument => "invalid_document",
+            Self::CampaignCancelled => "campaign_cancelled",
         }
     }
 }

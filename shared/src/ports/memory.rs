@@ -11,9 +11,10 @@ pub mod queues;
 pub use queues::{MemoryOutbox, MemoryQueue};
 
 use super::{
-    Change, Mailer, Marked, OutgoingEmail, SendError, SendLedger, SendRecordNotes, StoreError,
-    SubscriberStore, SuppressionReason,
+    CampaignStates, Change, Mailer, Marked, OutgoingEmail, SendError, SendLedger, SendRecordNotes,
+    StoreError, SubscriberStore, SuppressionReason,
 };
+use crate::campaign::Cancellation;
 use crate::ledger::{Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Refusal, SendStatus};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -125,7 +126,7 @@ impl SendLedger for MemoryLedger {
                 record.lease_until_ms.unwrap_or(0) <= claim.started_at_ms
             }
             Some(SendStatus::Failed) => include_failed,
-            Some(SendStatus::Sent) => false,
+            Some(SendStatus::Sent | SendStatus::Cancelled) => false,
         };
         if !claimable {
             return Ok(ClaimOutcome::Refused(match record.status {
@@ -133,6 +134,7 @@ impl SendLedger for MemoryLedger {
                 Some(SendStatus::Failed) => Refusal::Failed {
                     reason: record.last_error.clone().unwrap_or_default(),
                 },
+                Some(SendStatus::Cancelled) => Refusal::Cancelled,
                 _ => Refusal::Busy {
                     lease_until_ms: record.lease_until_ms.unwrap_or(claim.started_at_ms),
                 },
@@ -191,6 +193,62 @@ impl SendLedger for MemoryLedger {
             r.last_error = Some(reason.to_owned());
             r.lease_until_ms = None;
         })
+    }
+
+    async fn cancel_send(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+        at_ms: u64,
+    ) -> Result<bool, LedgerError> {
+        self.unavailable("cancel")?;
+        let mut records = self.lock();
+        let record = records
+            .entry((user_id.to_owned(), campaign_id.to_owned()))
+            .or_default();
+        let cancellable = match record.status {
+            None | Some(SendStatus::DeadLettered) => true,
+            Some(SendStatus::InProgress) => record.lease_until_ms.unwrap_or(0) <= at_ms,
+            Some(SendStatus::Sent | SendStatus::Failed | SendStatus::Cancelled) => false,
+        };
+        if cancellable {
+            record.status = Some(SendStatus::Cancelled);
+            record.lease_until_ms = None;
+        }
+        Ok(cancellable)
+    }
+}
+
+/// Campaigns an operator cancelled, by id.
+#[derive(Default)]
+pub struct MemoryCampaigns {
+    pub cancelled: Mutex<HashMap<String, Cancellation>>,
+}
+
+impl MemoryCampaigns {
+    pub fn cancel(&self, campaign_id: &str) {
+        self.cancelled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                campaign_id.to_owned(),
+                Cancellation {
+                    at_ms: 1,
+                    by: "operator".into(),
+                    reason: "test".into(),
+                },
+            );
+    }
+}
+
+impl CampaignStates for MemoryCampaigns {
+    async fn cancellation(&self, campaign_id: &str) -> Result<Option<Cancellation>, LedgerError> {
+        Ok(self
+            .cancelled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(campaign_id)
+            .cloned())
     }
 }
 

@@ -2,13 +2,14 @@
 //! the emails queue. Records are processed concurrently (bounded); jobs go out in
 //! SendMessageBatch calls; every record that did not make it is reported for retry.
 
-use super::{batch_response, each_record};
+use super::{batch_response, each_record, CampaignStateCache};
+use crate::adapters::campaigns::CampaignsTable;
 use crate::adapters::directory::MongoDirectory;
 use crate::adapters::sqs::{batches, SqsQueue};
 use crate::config::CreateEmailsConfig;
 use crate::digest::{Enrichment, Renderer, SkipReason};
 use crate::messages::{parse_body, EmailJob, UserMessage};
-use crate::ports::{OutgoingQueue, QueueError, StoreError, UserDirectory};
+use crate::ports::{CampaignStates, OutgoingQueue, QueueError, StoreError, UserDirectory};
 use crate::unsubscribe::{self, Signer};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use futures::stream::{self, StreamExt};
@@ -40,20 +41,23 @@ enum Outcome {
     Skipped(SkipReason),
 }
 
-/// Generic over the user directory (MongoDB on Lambda) and the emails queue (SQS).
-pub struct CreateEmails<D = MongoDirectory, Q = SqsQueue> {
+/// Generic over the user directory (MongoDB on Lambda), the emails queue (SQS) and the
+/// campaigns table (DynamoDB).
+pub struct CreateEmails<D = MongoDirectory, Q = SqsQueue, S = CampaignsTable> {
     directory: D,
     emails: Q,
+    campaigns: CampaignStateCache<S>,
     renderer: Renderer,
     signer: Signer,
     config: CreateEmailsConfig,
 }
 
-impl<D: UserDirectory, Q: OutgoingQueue> CreateEmails<D, Q> {
-    /// `emails` is the queue `config.emails_queue_url` names.
+impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S> {
+    /// `emails` and `campaigns` are the queue and the table `config` names.
     pub fn new(
         directory: D,
         emails: Q,
+        campaigns: S,
         renderer: Renderer,
         signer: Signer,
         config: CreateEmailsConfig,
@@ -61,6 +65,7 @@ impl<D: UserDirectory, Q: OutgoingQueue> CreateEmails<D, Q> {
         Self {
             directory,
             emails,
+            campaigns: CampaignStateCache::new(campaigns),
             renderer,
             signer,
             config,
@@ -125,6 +130,14 @@ impl<D: UserDirectory, Q: OutgoingQueue> CreateEmails<D, Q> {
 
     async fn process(&self, body: Option<&str>) -> Result<Outcome, String> {
         let message: UserMessage = parse_body(body)?;
+        if self
+            .campaigns
+            .cancellation(message.campaign_id.as_str())
+            .await
+            .is_some()
+        {
+            return Ok(Outcome::Skipped(SkipReason::CampaignCancelled));
+        }
         match self.compose(message).await? {
             Ok(job) => serde_json::to_string(&job)
                 .map(Outcome::Job)
@@ -202,7 +215,7 @@ mod tests {
     use crate::campaign::Campaign;
     use crate::config::CreateEmailsConfig;
     use crate::ports::memory::directory::{MemoryDirectory, User};
-    use crate::ports::memory::MemoryOutbox;
+    use crate::ports::memory::{MemoryCampaigns, MemoryOutbox};
     use aws_lambda_events::event::sqs::SqsMessage;
 
     const OID: &str = "oid:65a1f0c2e4b0a1b2c3d4e5f6";
@@ -247,11 +260,14 @@ mod tests {
             .follow("bob", "odd", at)
     }
 
-    fn stage(directory: MemoryDirectory) -> CreateEmails<MemoryDirectory, MemoryOutbox> {
+    type Stage = CreateEmails<MemoryDirectory, MemoryOutbox, MemoryCampaigns>;
+
+    fn stage(directory: MemoryDirectory) -> Stage {
         let vars = |k: &str| {
             let v = match k {
                 "MONGODB_URI" => "mongodb://127.0.0.1:1",
                 "EMAILS_QUEUE_URL" => "http://emails",
+                "CAMPAIGNS_TABLE_NAME" => "campaigns",
                 "UNSUBSCRIBE_SECRET" => "a-secret-long-enough-for-the-signer-0123456789",
                 "UNSUBSCRIBE_BASE_URL" => "https://example.com/unsubscribe",
                 _ => return None,
@@ -267,6 +283,7 @@ mod tests {
         CreateEmails::new(
             directory,
             MemoryOutbox::default(),
+            MemoryCampaigns::default(),
             Renderer::new("en").unwrap(),
             signer,
             config,
@@ -306,7 +323,7 @@ mod tests {
         ids
     }
 
-    fn jobs(stage: &CreateEmails<MemoryDirectory, MemoryOutbox>) -> Vec<EmailJob> {
+    fn jobs(stage: &Stage) -> Vec<EmailJob> {
         let mut jobs: Vec<EmailJob> = stage
             .emails
             .bodies()
@@ -407,5 +424,15 @@ mod tests {
             ["m-alice".to_owned(), format!("m-{OID}")]
         );
         assert_eq!((summary.enqueued, summary.failed), (0, 2));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_campaign_makes_no_more_emails() {
+        let stage = stage(directory());
+        stage.campaigns.states.cancel(campaign().id.as_str());
+        let (response, summary) = stage.handle(event(&["alice", OID])).await;
+        assert!(response.batch_item_failures.is_empty(), "acknowledged");
+        assert_eq!(summary.skipped.get("campaign_cancelled"), Some(&2));
+        assert!(jobs(&stage).is_empty());
     }
 }

@@ -8,8 +8,12 @@ pub mod send_email;
 pub mod ses_events;
 pub mod unsubscribe;
 
+use crate::campaign::Cancellation;
+use crate::ports::CampaignStates;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsMessage};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// What a stage needs to know about its invocation.
 #[derive(Clone, Debug)]
@@ -75,4 +79,51 @@ pub fn batch_response(failed: impl IntoIterator<Item = String>) -> SqsBatchRespo
         response.batch_item_failures.push(item);
     }
     response
+}
+
+/// How long a function keeps a campaign's state before it reads it again: a cancellation
+/// stops the campaign within this (plus the batches already past the check).
+pub const CAMPAIGN_STATE_TTL: Duration = Duration::from_secs(5);
+
+type SeenStates = HashMap<String, (Instant, Option<Cancellation>)>;
+
+/// The campaigns table as the pipeline's functions read it: at most once per campaign per
+/// `CAMPAIGN_STATE_TTL` in one execution environment. A read that fails is logged and taken
+/// as "not cancelled": a cancellation stops what has not started, and the ledger, not this
+/// read, is what keeps every send exactly once.
+pub struct CampaignStateCache<S> {
+    states: S,
+    seen: Mutex<SeenStates>,
+}
+
+impl<S: CampaignStates> CampaignStateCache<S> {
+    pub fn new(states: S) -> Self {
+        Self {
+            states,
+            seen: Mutex::default(),
+        }
+    }
+
+    pub async fn cancellation(&self, campaign_id: &str) -> Option<Cancellation> {
+        if let Some((at, state)) = self.lock().get(campaign_id) {
+            if at.elapsed() < CAMPAIGN_STATE_TTL {
+                return state.clone();
+            }
+        }
+        match self.states.cancellation(campaign_id).await {
+            Ok(state) => {
+                self.lock()
+                    .insert(campaign_id.to_owned(), (Instant::now(), state.clone()));
+                state
+            }
+            Err(err) => {
+                tracing::warn!(reason = %err, "campaign state not read; going on as not cancelled");
+                None
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SeenStates> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }

@@ -19,6 +19,10 @@ pub async fn provision(
     let url = |q: &str| stack.queue_url(q);
     let exports = [
         (out::SENDS_TABLE, stack.table_name(names::SENDS_TABLE)?),
+        (
+            out::CAMPAIGNS_TABLE,
+            stack.table_name(names::CAMPAIGNS_TABLE)?,
+        ),
         (out::USERS_QUEUE, url(names::USERS_QUEUE)?),
         (out::USERS_DLQ, url(names::USERS_DLQ)?),
         (out::EMAILS_QUEUE, url(names::EMAILS_QUEUE)?),

@@ -99,6 +99,14 @@ fn print_status(s: &ops::CampaignStatus) {
         engagement.join(" "),
         s.reconciled,
     );
+    if let Some(at) = s.cancelled_at_ms {
+        println!(
+            "  CANCELLED at {at} ms by {}: {} ({} users recorded CANCELLED; skips are in run summaries and CreateEmails' logs)",
+            s.cancelled_by.as_deref().unwrap_or("?"),
+            s.cancel_reason.as_deref().unwrap_or(""),
+            s.cancelled
+        );
+    }
     match (&s.ses_quota, &s.ses_quota_unknown) {
         (Some(q), _) => println!(
             "  SES: at most {}/s (SendEmail sends at the lower of this and SEND_RATE_PER_SECOND); 24-hour quota {} of {} used",

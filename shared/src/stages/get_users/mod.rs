@@ -5,14 +5,15 @@
 //! invocation it stops before the deadline, waits for every in-flight batch, and enqueues a
 //! checkpoint (the last user id enqueued) that starts the next invocation where it left off.
 
-use super::{batch_response, Invocation};
+use super::{batch_response, CampaignStateCache, Invocation};
+use crate::adapters::campaigns::CampaignsTable;
 use crate::adapters::directory::MongoDirectory;
 use crate::adapters::sqs::{SqsQueue, MAX_BATCH_ENTRIES};
 use crate::campaign::{Campaign, CampaignError, CampaignId, Window};
 use crate::config::GetUsersConfig;
 use crate::messages::{parse_body, UserMessage};
 use crate::ports::{
-    AudienceScan, OutgoingQueue, QueueError, SendReport, StoreError, UserDirectory,
+    AudienceScan, CampaignStates, OutgoingQueue, QueueError, SendReport, StoreError, UserDirectory,
 };
 use crate::user_id::UserId;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -88,6 +89,9 @@ pub struct Summary {
     pub duration_ms: u128,
     /// False when this invocation stopped early and left a checkpoint to continue from.
     pub complete: bool,
+    /// The campaign is cancelled (`mailctl cancel`): this run enqueued no more and left no
+    /// checkpoint.
+    pub cancelled: bool,
     pub continued_after: Option<String>,
 }
 
@@ -149,21 +153,34 @@ pub fn parse_request(event: Value) -> Result<Request, GetUsersError> {
     }))
 }
 
-/// Generic over the user directory (MongoDB on Lambda) and its queues (SQS).
-pub struct GetUsers<D = MongoDirectory, Q = SqsQueue> {
+/// Generic over the user directory (MongoDB on Lambda), its queues (SQS) and the campaigns
+/// table (DynamoDB).
+pub struct GetUsers<D = MongoDirectory, Q = SqsQueue, S = CampaignsTable> {
     directory: D,
     users: Q,
     continuation: Q,
+    campaigns: CampaignStateCache<S>,
     config: GetUsersConfig,
 }
 
-impl<D: UserDirectory, Q: OutgoingQueue> GetUsers<D, Q> {
-    /// `users` and `continuation` are the queues `config` names.
-    pub fn new(directory: D, users: Q, continuation: Q, config: GetUsersConfig) -> Self {
+/// Batches enqueued between two looks at the campaign's state (a cancellation stops the
+/// fan-out within about this many batches).
+const STATE_CHECK_EVERY: usize = 50;
+
+impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
+    /// `users`, `continuation` and `campaigns` are the queues and the table `config` names.
+    pub fn new(
+        directory: D,
+        users: Q,
+        continuation: Q,
+        campaigns: S,
+        config: GetUsersConfig,
+    ) -> Self {
         Self {
             directory,
             users,
             continuation,
+            campaigns: CampaignStateCache::new(campaigns),
             config,
         }
     }
@@ -222,7 +239,9 @@ impl<D: UserDirectory, Q: OutgoingQueue> GetUsers<D, Q> {
         let mut last = run.after.clone();
         let mut report = SendReport::default();
         let mut complete = true;
-        loop {
+        let mut cancelled = self.cancelled(campaign).await;
+        let mut batches = 0usize;
+        while !cancelled {
             // At least one user per invocation, so a slow start can never checkpoint the
             // same place forever.
             let progressed = last != run.after;
@@ -244,6 +263,10 @@ impl<D: UserDirectory, Q: OutgoingQueue> GetUsers<D, Q> {
             last = Some(user_id);
             if chunk.len() == MAX_BATCH_ENTRIES {
                 in_flight.push(send(std::mem::take(&mut chunk)));
+                batches += 1;
+                if batches % STATE_CHECK_EVERY == 0 {
+                    cancelled = self.cancelled(campaign).await;
+                }
                 while in_flight.len() >= self.config.enqueue_concurrency {
                     add(&mut report, in_flight.next().await)?;
                 }
@@ -256,7 +279,7 @@ impl<D: UserDirectory, Q: OutgoingQueue> GetUsers<D, Q> {
             add(&mut report, in_flight.next().await)?;
         }
         // Everything up to `last` is on the queue now: only then is it a safe checkpoint.
-        if !complete {
+        if !complete && !cancelled {
             let checkpoint = Checkpoint {
                 campaign_id: campaign.id.clone(),
                 window: campaign.window,
@@ -275,8 +298,9 @@ impl<D: UserDirectory, Q: OutgoingQueue> GetUsers<D, Q> {
             follows_skipped,
             entries_retried: report.retried,
             duration_ms: started.elapsed().as_millis(),
-            complete,
-            continued_after: if complete { None } else { last },
+            complete: complete && !cancelled,
+            cancelled,
+            continued_after: if complete || cancelled { None } else { last },
         };
         tracing::info!(
             campaign = %summary.campaign_id,
@@ -286,6 +310,7 @@ impl<D: UserDirectory, Q: OutgoingQueue> GetUsers<D, Q> {
             entries_retried = summary.entries_retried,
             duration_ms = summary.duration_ms as u64,
             complete = summary.complete,
+            cancelled = summary.cancelled,
             "{FINISHED_LOG_MESSAGE}"
         );
         Ok(summary)
@@ -307,7 +332,16 @@ pub enum Response {
     Checkpoints(aws_lambda_events::event::sqs::SqsBatchResponse),
 }
 
-impl<D: UserDirectory, Q: OutgoingQueue> GetUsers<D, Q> {
+impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
+    /// Whether an operator cancelled the campaign (then nothing more is enqueued).
+    async fn cancelled(&self, campaign: &Campaign) -> bool {
+        let cancellation = self.campaigns.cancellation(campaign.id.as_str()).await;
+        if let Some(c) = &cancellation {
+            tracing::info!(campaign = %campaign.id, cancelled_at_ms = c.at_ms, "campaign cancelled: no further fan-out");
+        }
+        cancellation.is_some()
+    }
+
     /// Logs the window's follows whose followeeId no user can have, and counts them.
     async fn report_odd_follows(&self, window: &Window) -> Result<u64, GetUsersError> {
         let (count, described) = self.directory.odd_follows(window, 20).await?;

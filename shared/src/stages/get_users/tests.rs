@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::ports::memory::directory::{MemoryDirectory, User};
-use crate::ports::memory::MemoryOutbox;
+use crate::ports::memory::{MemoryCampaigns, MemoryOutbox};
 use serde_json::json;
 use std::time::Duration;
 
@@ -99,7 +99,7 @@ fn directory() -> MemoryDirectory {
         .odd_follows(3)
 }
 
-type Stage = GetUsers<MemoryDirectory, MemoryOutbox>;
+type Stage = GetUsers<MemoryDirectory, MemoryOutbox, MemoryCampaigns>;
 
 fn stage(margin_seconds: &str) -> Stage {
     let vars = |k: &str| {
@@ -107,6 +107,7 @@ fn stage(margin_seconds: &str) -> Stage {
             "MONGODB_URI" => "mongodb://127.0.0.1:1",
             "USERS_QUEUE_URL" => "http://users",
             "CONTINUATION_QUEUE_URL" => "http://continuation",
+            "CAMPAIGNS_TABLE_NAME" => "campaigns",
             "DEADLINE_MARGIN_SECONDS" => margin_seconds,
             _ => return None,
         };
@@ -117,6 +118,7 @@ fn stage(margin_seconds: &str) -> Stage {
         directory(),
         MemoryOutbox::default(),
         MemoryOutbox::default(),
+        MemoryCampaigns::default(),
         config,
     )
 }
@@ -219,4 +221,17 @@ async fn a_bad_checkpoint_fails_alone() {
         .collect();
     assert_eq!(failed, ["bad", "bad-after"]);
     assert_eq!(enqueued(&stage), [OID]);
+}
+
+#[tokio::test]
+async fn a_cancelled_campaign_is_not_fanned_out_and_leaves_no_checkpoint() {
+    let stage = stage("3600");
+    stage.campaigns.states.cancel(campaign().id.as_str());
+    let Response::Run(summary) = stage.handle(manual(), &plenty()).await.unwrap() else {
+        panic!("expected a run summary");
+    };
+    assert!(summary.cancelled && !summary.complete);
+    assert_eq!(summary.users_enqueued, 0);
+    assert!(enqueued(&stage).is_empty());
+    assert!(stage.continuation.bodies().is_empty());
 }

@@ -6,7 +6,7 @@
 
 use super::*;
 use crate::ledger::SendStatus;
-use crate::ports::memory::{MemoryLedger, MemoryQueue, Record, ScriptedMailer};
+use crate::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryQueue, Record, ScriptedMailer};
 
 const USER: &str = "oid:65a1f0c2e4b0a1b2c3d4e5f6";
 const CAMPAIGN: &str = "weekly-2026-W47";
@@ -17,6 +17,7 @@ fn config() -> SendEmailConfig {
     let vars = |k: &str| {
         let v = match k {
             "SENDS_TABLE_NAME" => "sends",
+            "CAMPAIGNS_TABLE_NAME" => "campaigns",
             "EMAILS_QUEUE_URL" => "http://emails",
             "SENDER_ADDRESS" => "news@example.com",
             "VISIBILITY_TIMEOUT_SECONDS" => "180",
@@ -111,6 +112,7 @@ async fn deliver(
         ledger(before, send_errors),
         mailer,
         MemoryQueue::default(),
+        MemoryCampaigns::default(),
         config(),
     );
     let include_failed = matches!(before, Before::FailedIncluded);
@@ -380,7 +382,13 @@ async fn a_ledger_that_does_not_answer_returns_the_record_unsent() {
     let mailer = ScriptedMailer::default();
     let ledger = MemoryLedger::default();
     ledger.fail_writes(1);
-    let stage = SendEmail::new(ledger, mailer, MemoryQueue::default(), config());
+    let stage = SendEmail::new(
+        ledger,
+        mailer,
+        MemoryQueue::default(),
+        MemoryCampaigns::default(),
+        config(),
+    );
     let invocation = Invocation::with_timeout("request-1", TIMEOUT);
     let (response, summary) = stage
         .handle(event("ada@example.com", 1, false), &invocation)
@@ -404,6 +412,7 @@ async fn an_unparseable_body_fails_alone() {
         MemoryLedger::default(),
         ScriptedMailer::default(),
         MemoryQueue::default(),
+        MemoryCampaigns::default(),
         config(),
     );
     let invocation = Invocation::with_timeout("request-1", TIMEOUT);
@@ -415,4 +424,35 @@ async fn an_unparseable_body_fails_alone() {
         .collect();
     assert_eq!(failed, ["m0"]);
     assert_eq!(summary.sent, 1);
+}
+
+#[tokio::test]
+async fn a_cancelled_campaign_sends_nothing_more_and_its_records_end_cancelled() {
+    for (before, after) in [
+        (Before::Nothing, SendStatus::Cancelled),
+        (Before::ExpiredLease, SendStatus::Cancelled),
+        (Before::Sent, SendStatus::Sent),
+    ] {
+        let campaigns = MemoryCampaigns::default();
+        campaigns.cancel(CAMPAIGN);
+        let stage = SendEmail::new(
+            ledger(before, 0),
+            ScriptedMailer::default(),
+            MemoryQueue::default(),
+            campaigns,
+            config(),
+        );
+        let invocation = Invocation::with_timeout("request-1", TIMEOUT);
+        let (response, summary) = stage
+            .handle(event("ada@example.com", 1, false), &invocation)
+            .await;
+        assert!(
+            response.batch_item_failures.is_empty(),
+            "{before:?}: acknowledged"
+        );
+        assert_eq!(summary.cancelled, 1, "{before:?}");
+        assert!(stage.mailer.calls().is_empty(), "{before:?}: nothing sent");
+        let record = stage.ledger.get(USER, CAMPAIGN).unwrap();
+        assert_eq!(record.status, Some(after), "{before:?}");
+    }
 }

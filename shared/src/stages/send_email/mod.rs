@@ -5,12 +5,14 @@
 //! Over 400 lines on purpose: the claim, send and mark steps and their error paths read
 //! best in one file (the decision table's tests are beside it, in `decision_table.rs`).
 
-use super::{batch_response, each_record, Invocation};
+use super::{batch_response, each_record, CampaignStateCache, Invocation};
 use crate::address;
 use crate::config::SendEmailConfig;
 use crate::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
 use crate::messages::{parse_body, EmailJob};
-use crate::ports::{Mailer, Marked, OutgoingEmail, RetryQueue, SendError, SendLedger};
+use crate::ports::{
+    CampaignStates, Mailer, Marked, OutgoingEmail, RetryQueue, SendError, SendLedger,
+};
 use crate::rate::Pacer;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +45,9 @@ pub struct Summary {
     pub retried: usize,
     /// SES accepted but the ledger could not be updated under the claim.
     pub unrecorded: usize,
+    /// The campaign was cancelled: recorded CANCELLED (or left to a live attempt) and
+    /// acknowledged.
+    pub cancelled: usize,
 }
 
 impl Summary {
@@ -57,6 +62,7 @@ impl Summary {
         self.stopped += o.stopped;
         self.retried += o.retried;
         self.unrecorded += o.unrecorded;
+        self.cancelled += o.cancelled;
     }
 }
 
@@ -66,6 +72,7 @@ enum Done {
     Failed,
     PreviouslyFailed,
     Unrecorded,
+    Cancelled,
 }
 
 enum Again {
@@ -90,12 +97,13 @@ impl Retry {
     }
 }
 
-/// Generic over its ports: on Lambda the DynamoDB ledger, SES and SQS; in unit tests their
-/// in-memory stand-ins (`ports::memory`).
-pub struct SendEmail<M, L, Q> {
+/// Generic over its ports: on Lambda the DynamoDB ledger, SES, SQS and the campaigns table;
+/// in unit tests their in-memory stand-ins (`ports::memory`).
+pub struct SendEmail<M, L, Q, S> {
     ledger: L,
     mailer: M,
     queue: Q,
+    campaigns: CampaignStateCache<S>,
     pacer: Pacer,
     config: SendEmailConfig,
 }
@@ -109,13 +117,15 @@ fn receive_count(record: &SqsMessage) -> usize {
         .unwrap_or(1)
 }
 
-impl<M: Mailer, L: SendLedger, Q: RetryQueue> SendEmail<M, L, Q> {
-    /// `queue` is the emails queue (`config.emails_queue_url`).
-    pub fn new(ledger: L, mailer: M, queue: Q, config: SendEmailConfig) -> Self {
+impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L, Q, S> {
+    /// `queue` is the emails queue (`config.emails_queue_url`), `campaigns` the campaigns
+    /// table (`config.campaigns_table_name`).
+    pub fn new(ledger: L, mailer: M, queue: Q, campaigns: S, config: SendEmailConfig) -> Self {
         Self {
             ledger,
             mailer,
             queue,
+            campaigns: CampaignStateCache::new(campaigns),
             pacer: Pacer::per_second(config.per_invocation_rate()),
             config,
         }
@@ -154,6 +164,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue> SendEmail<M, L, Q> {
                 Ok(Done::Failed) => summary.failed += 1,
                 Ok(Done::PreviouslyFailed) => summary.previously_failed += 1,
                 Ok(Done::Unrecorded) => summary.unrecorded += 1,
+                Ok(Done::Cancelled) => summary.cancelled += 1,
                 Err(retry) => {
                     match retry.why {
                         Again::Busy => summary.busy += 1,
@@ -175,6 +186,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue> SendEmail<M, L, Q> {
             retried = summary.retried,
             previously_failed = summary.previously_failed,
             unrecorded = summary.unrecorded,
+            cancelled = summary.cancelled,
             duration_ms = started.elapsed().as_millis() as u64,
             "SendEmail batch done"
         );
@@ -235,6 +247,10 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue> SendEmail<M, L, Q> {
             return Err(Retry::error(Some(Duration::ZERO)));
         }
 
+        if let Some(cancellation) = self.campaigns.cancellation(job.campaign_id.as_str()).await {
+            return self.cancel(&job, &cancellation).await;
+        }
+
         let now = SystemTime::now();
         let claim = Claim {
             user_id: job.user_id.clone(),
@@ -267,6 +283,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue> SendEmail<M, L, Q> {
                 return Ok(Done::Duplicate);
             }
             Ok(ClaimOutcome::Refused(Refusal::Failed { .. })) => return Ok(Done::PreviouslyFailed),
+            Ok(ClaimOutcome::Refused(Refusal::Cancelled)) => return Ok(Done::Cancelled),
             Ok(ClaimOutcome::Refused(Refusal::Busy { lease_until_ms })) => {
                 // Never acknowledge: if the holder dies, this copy may be the only one left.
                 let wait = lease_until_ms.saturating_sub(epoch_ms(SystemTime::now())) + 1000;
@@ -393,6 +410,27 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue> SendEmail<M, L, Q> {
     }
 
     /// Records FAILED with the reason (a permanent error) and acknowledges the record.
+    /// The campaign was cancelled: this email is not sent; its record ends CANCELLED (unless
+    /// it is SENT or a live attempt holds it) and the message is acknowledged.
+    async fn cancel(
+        &self,
+        job: &EmailJob,
+        cancellation: &crate::campaign::Cancellation,
+    ) -> Result<Done, Retry> {
+        let now = epoch_ms(SystemTime::now()).max(cancellation.at_ms);
+        match self
+            .ledger
+            .cancel_send(&job.user_id, job.campaign_id.as_str(), now)
+            .await
+        {
+            Ok(_) => Ok(Done::Cancelled),
+            Err(err) => {
+                tracing::warn!(reason = %err, "could not record the cancellation; will retry");
+                Err(Retry::error(None))
+            }
+        }
+    }
+
     async fn fail(&self, claim: &Claim, reason: &str) -> Result<Done, Retry> {
         tracing::warn!(%reason, "rejected permanently; recorded FAILED");
         match self
