@@ -394,6 +394,71 @@ fn test_send_sends_the_real_email_to_the_test_address_and_changes_no_record() {
 }
 
 #[test]
+fn cancel_is_final_and_run_and_resend_refuse_a_cancelled_campaign() {
+    endpoints();
+    let prefix = unique("cancel");
+    let db = prefix.replace('-', "_");
+    let env = [("MONGODB_DATABASE", db.as_str()), ("USER", "ops-alice")];
+    ok(mailctl(&["provision", "--prefix", &prefix], &env));
+    let campaign = "weekly-2026-W40";
+    let said = ok(mailctl(
+        &[
+            "cancel",
+            "--prefix",
+            &prefix,
+            "--campaign",
+            campaign,
+            "--reason",
+            "wrong template",
+        ],
+        &env,
+    ));
+    assert!(said.starts_with(&format!("cancelled {campaign}")), "{said}");
+    let one_line_failure = |args: &[&str], expect: &str| {
+        let out = mailctl(args, &env);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            err.contains(expect) && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    };
+    one_line_failure(
+        &["cancel", "--prefix", &prefix, "--campaign", campaign],
+        "already cancelled by ops-alice",
+    );
+    for command in ["run", "resend"] {
+        one_line_failure(
+            &[command, "--prefix", &prefix, "--campaign", campaign],
+            "stays cancelled",
+        );
+    }
+    one_line_failure(
+        &[
+            "cancel",
+            "--prefix",
+            &prefix,
+            "--campaign",
+            "not a campaign id",
+        ],
+        "campaign",
+    );
+    let status = last_json(&ok(mailctl(
+        &[
+            "status",
+            "--prefix",
+            &prefix,
+            "--campaign",
+            campaign,
+            "--json",
+        ],
+        &env,
+    )));
+    assert_eq!(status["cancelledBy"], "ops-alice");
+    assert_eq!(status["cancelReason"], "wrong template");
+}
+
+#[test]
 fn redrive_moves_every_dlq_message_back() {
     endpoints();
     let prefix = unique("redrive");
