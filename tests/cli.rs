@@ -51,6 +51,21 @@ fn ended(out: Output, what: &str) -> Value {
     summary
 }
 
+/// `status --json` of a local stack's campaign.
+fn status_json(prefix: &str, campaign: &str, env: &[(&str, &str)]) -> Value {
+    last_json(&ok(mailctl(
+        &[
+            "status",
+            "--prefix",
+            prefix,
+            "--campaign",
+            campaign,
+            "--json",
+        ],
+        env,
+    )))
+}
+
 fn rt_block<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> T {
     tokio::runtime::Runtime::new().unwrap().block_on(f).unwrap()
 }
@@ -127,17 +142,7 @@ fn run_status_and_resend_on_a_local_stack() {
         .map(|n| n.as_u64().unwrap())
         .sum();
     assert_eq!(by_locale, would_send);
-    let untouched = last_json(&ok(mailctl(
-        &[
-            "status",
-            "--prefix",
-            &prefix,
-            "--campaign",
-            &campaign,
-            "--json",
-        ],
-        &env,
-    )));
+    let untouched = status_json(&prefix, &campaign, &env);
     for count in [
         "usersPending",
         "emailsPending",
@@ -170,17 +175,7 @@ fn run_status_and_resend_on_a_local_stack() {
         );
     }
 
-    let status = last_json(&ok(mailctl(
-        &[
-            "status",
-            "--prefix",
-            &prefix,
-            "--campaign",
-            &campaign,
-            "--json",
-        ],
-        &env,
-    )));
+    let status = status_json(&prefix, &campaign, &env);
     assert_eq!(status["sent"], run["sent"]);
     assert_eq!(status["failed"], run["failed"]);
     assert_eq!(status["usersPending"], 0);
@@ -377,17 +372,7 @@ fn test_send_sends_the_real_email_to_the_test_address_and_changes_no_record() {
         ))
         .unwrap()
         .is_empty());
-    let status = last_json(&ok(mailctl(
-        &[
-            "status",
-            "--prefix",
-            &prefix,
-            "--campaign",
-            &campaign,
-            "--json",
-        ],
-        &env,
-    )));
+    let status = status_json(&prefix, &campaign, &env);
     for count in ["sent", "failed", "inProgress", "deadLettered"] {
         assert_eq!(status[count], 0, "{count}: {status}");
     }
@@ -443,17 +428,7 @@ fn cancel_is_final_and_run_and_resend_refuse_a_cancelled_campaign() {
         ],
         "campaign",
     );
-    let status = last_json(&ok(mailctl(
-        &[
-            "status",
-            "--prefix",
-            &prefix,
-            "--campaign",
-            campaign,
-            "--json",
-        ],
-        &env,
-    )));
+    let status = status_json(&prefix, &campaign, &env);
     assert_eq!(status["cancelledBy"], "ops-alice");
     assert_eq!(status["cancelReason"], "wrong template");
 }
