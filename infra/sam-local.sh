@@ -59,6 +59,7 @@ STACK_STARTED=""
 cleanup() {
   local status=$?
   set +e
+  trap '' INT TERM # a second signal must not cut the cleanup short
   if [[ -n "$NS" ]]; then
     # Every container here is ours: this dockerd serves no one else.
     docker ps -aq 2>/dev/null | xargs -r docker rm -f >/dev/null 2>&1
@@ -78,6 +79,8 @@ cleanup() {
   exit "$status"
 }
 trap cleanup EXIT
+# A signal ends the script through `exit`, so that the cleanup above runs then too.
+trap 'exit 130' INT TERM
 
 in_ns() {
   if [[ -n "$NS" ]]; then nsenter --net="/var/run/netns/$NS" "$@"; else "$@"; fi
