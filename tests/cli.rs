@@ -143,6 +143,7 @@ fn run_status_and_resend_on_a_local_stack() {
         .sum();
     assert_eq!(by_locale, would_send);
     let untouched = status_json(&prefix, &campaign, &env);
+    assert_eq!(untouched["state"], "not started");
     for count in [
         "usersPending",
         "emailsPending",
@@ -176,6 +177,7 @@ fn run_status_and_resend_on_a_local_stack() {
     }
 
     let status = status_json(&prefix, &campaign, &env);
+    assert_eq!(status["state"], "finished");
     assert_eq!(status["sent"], run["sent"]);
     assert_eq!(status["failed"], run["failed"]);
     assert_eq!(status["usersPending"], 0);
@@ -428,7 +430,8 @@ fn cancel_is_final_and_run_and_resend_refuse_a_cancelled_campaign() {
         ],
         "campaign",
     );
-    let status = status_json(&prefix, &campaign, &env);
+    let status = status_json(&prefix, campaign, &env);
+    assert_eq!(status["state"], "cancelled");
     assert_eq!(status["cancelledBy"], "ops-alice");
     assert_eq!(status["cancelReason"], "wrong template");
 }

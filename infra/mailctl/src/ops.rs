@@ -75,6 +75,11 @@ impl Target {
 #[serde(rename_all = "camelCase")]
 pub struct CampaignStatus {
     pub campaign_id: String,
+    /// `cancelled` (an operator cancelled it); `not started` (no record, queues empty);
+    /// `finished` when the queues are empty (they are shared: empty means no campaign has a
+    /// message left) and no send is in progress; `running` otherwise (then some queued
+    /// messages may be another campaign's).
+    pub state: &'static str,
     /// Users queue: waiting to be rendered (visible, in flight, or waiting out a retry delay).
     pub users_pending: u64,
     /// Emails queue: rendered, waiting to be sent (visible, in flight, or waiting out a retry
@@ -199,6 +204,16 @@ pub async fn status(
         cancelled_by: cancellation.as_ref().map(|c| c.by.clone()),
         cancel_reason: cancellation.map(|c| c.reason),
         ..Default::default()
+    };
+    let queues_empty = status.users_pending + status.emails_pending == 0;
+    status.state = if status.cancelled_at_ms.is_some() {
+        "cancelled"
+    } else if queues_empty && records.is_empty() {
+        "not started"
+    } else if queues_empty && status.in_progress == 0 {
+        "finished"
+    } else {
+        "running"
     };
     // The current rate, not the campaign's average: a campaign that sent fast an hour ago
     // and now waits on retries has no rate to promise an ETA with.

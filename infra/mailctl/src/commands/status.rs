@@ -82,8 +82,9 @@ fn print_status(s: &ops::CampaignStatus) {
         ),
     };
     println!(
-        "{} [{}{}] sent {} failed {} dead-lettered {} in progress {} | queued: users {} emails {} | duplicates suppressed {} | DLQ now (all campaigns): users {} emails {} | {}\n  {} | reconciled from SES events {}",
+        "{} {} [{}{}] sent {} failed {} dead-lettered {} in progress {} | queued: users {} emails {} | duplicates suppressed {} | DLQ now (all campaigns): users {} emails {} | {}\n  {} | reconciled from SES events {}",
         s.campaign_id,
+        s.state,
         "#".repeat(filled),
         ".".repeat(width - filled),
         s.sent,
