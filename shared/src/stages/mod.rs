@@ -12,7 +12,6 @@ use crate::campaign::Cancellation;
 use crate::ports::CampaignStates;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsMessage};
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// What a stage needs to know about its invocation.
@@ -88,32 +87,34 @@ pub const CAMPAIGN_STATE_TTL: Duration = Duration::from_secs(5);
 type SeenStates = HashMap<String, (Instant, Option<Cancellation>)>;
 
 /// The campaigns table as the pipeline's functions read it: at most once per campaign per
-/// `CAMPAIGN_STATE_TTL` in one execution environment. A read that fails is logged and taken
+/// `CAMPAIGN_STATE_TTL` in one execution environment, however many records ask at once (the
+/// first one reads, the others wait for its answer). A read that fails is logged and taken
 /// as "not cancelled": a cancellation stops what has not started, and the ledger, not this
 /// read, is what keeps every send exactly once.
 pub struct CampaignStateCache<S> {
     states: S,
-    seen: Mutex<SeenStates>,
+    // Held across the read, so that concurrent records share one read.
+    seen: tokio::sync::Mutex<SeenStates>,
 }
 
 impl<S: CampaignStates> CampaignStateCache<S> {
     pub fn new(states: S) -> Self {
         Self {
             states,
-            seen: Mutex::default(),
+            seen: tokio::sync::Mutex::default(),
         }
     }
 
     pub async fn cancellation(&self, campaign_id: &str) -> Option<Cancellation> {
-        if let Some((at, state)) = self.lock().get(campaign_id) {
+        let mut seen = self.seen.lock().await;
+        if let Some((at, state)) = seen.get(campaign_id) {
             if at.elapsed() < CAMPAIGN_STATE_TTL {
                 return state.clone();
             }
         }
         match self.states.cancellation(campaign_id).await {
             Ok(state) => {
-                self.lock()
-                    .insert(campaign_id.to_owned(), (Instant::now(), state.clone()));
+                seen.insert(campaign_id.to_owned(), (Instant::now(), state.clone()));
                 state
             }
             Err(err) => {
@@ -122,8 +123,39 @@ impl<S: CampaignStates> CampaignStateCache<S> {
             }
         }
     }
+}
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, SeenStates> {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::LedgerError;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts its reads; answers "not cancelled" after a pause, as a real read takes time.
+    #[derive(Default)]
+    struct CountingStates(AtomicUsize);
+
+    impl CampaignStates for CountingStates {
+        async fn cancellation(&self, _: &str) -> Result<Option<Cancellation>, LedgerError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok(None)
+        }
+    }
+
+    #[tokio::test]
+    async fn records_asking_at_once_share_one_read_per_campaign() {
+        let cache = CampaignStateCache::new(CountingStates::default());
+        let asks = (0..10).map(|i| {
+            let campaign = if i % 2 == 0 { "a" } else { "b" };
+            cache.cancellation(campaign)
+        });
+        let answers = futures::future::join_all(asks).await;
+        assert!(answers.iter().all(Option::is_none));
+        assert_eq!(
+            cache.states.0.load(Ordering::SeqCst),
+            2,
+            "one read per campaign"
+        );
     }
 }
