@@ -405,33 +405,45 @@ async fn refuses_to_start(host: Host) {
     let env = test_env(&test, |_| {}).await.unwrap();
     let mut vars = env.stack.env(SEND_EMAIL).unwrap();
     vars.insert("VISIBILITY_TIMEOUT_SECONDS".into(), "30".into());
-    let run = run_function(
-        host,
-        "send-email",
-        SEND_EMAIL,
-        vars,
-        vec![sample("emails-batch.json")],
-    )
-    .await;
-    assert_eq!(
-        run.outcomes,
-        [Outcome::Exited],
-        "it must not serve any event: {}",
-        run.stderr
-    );
-    if let Some(exit) = run.exit {
-        assert!(!exit.success());
+    // `sam local invoke` sometimes loses the output of a container that exits within
+    // milliseconds (its log attach races the exit: seen once in four CI runs), so through SAM
+    // the line must show in one of three tries; the other hosts never lose it.
+    let tries = if matches!(host, Host::SamLocal) { 3 } else { 1 };
+    let mut seen = Vec::new();
+    for _ in 0..tries {
+        let run = run_function(
+            host,
+            "send-email",
+            SEND_EMAIL,
+            vars.clone(),
+            vec![sample("emails-batch.json")],
+        )
+        .await;
+        assert_eq!(
+            run.outcomes,
+            [Outcome::Exited],
+            "it must not serve any event: {}",
+            run.stderr
+        );
+        if let Some(exit) = run.exit {
+            assert!(!exit.success());
+        }
+        let reasons: Vec<String> = run
+            .stderr
+            .lines()
+            .filter(|l| l.contains("cannot start"))
+            .map(str::to_owned)
+            .collect();
+        assert!(reasons.len() <= 1, "one line says why: {}", run.stderr);
+        seen.push(run.stderr);
+        if let Some(reason) = reasons.first() {
+            assert!(
+                reason.contains("VISIBILITY_TIMEOUT_SECONDS")
+                    && reason.contains("must be greater than FUNCTION_TIMEOUT_SECONDS"),
+                "{reason}"
+            );
+            return;
+        }
     }
-    let reasons: Vec<&str> = run
-        .stderr
-        .lines()
-        .filter(|l| l.contains("cannot start"))
-        .collect();
-    assert_eq!(reasons.len(), 1, "one line says why: {}", run.stderr);
-    assert!(
-        reasons[0].contains("VISIBILITY_TIMEOUT_SECONDS")
-            && reasons[0].contains("must be greater than FUNCTION_TIMEOUT_SECONDS"),
-        "{}",
-        reasons[0]
-    );
+    panic!("no line said why: {seen:?}");
 }
