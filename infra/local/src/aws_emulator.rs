@@ -72,7 +72,7 @@ impl EmulatedFunction {
             .arg(format!("127.0.0.1:{api_port}"))
             .arg(bin)
             .env_clear()
-            .envs(std::env::vars().filter(|(k, _)| k.starts_with("AWS_") || k == "PATH"))
+            .envs(crate::function_host::inherited_env())
             .envs(env)
             .env("AWS_LAMBDA_FUNCTION_NAME", name)
             .env("AWS_LAMBDA_FUNCTION_TIMEOUT", timeout.as_secs().to_string())

@@ -134,7 +134,7 @@ impl FunctionProcess {
         let spawned = Instant::now();
         let mut child = tokio::process::Command::new(bin)
             .env_clear()
-            .envs(std::env::vars().filter(|(k, _)| k.starts_with("AWS_") || k == "PATH"))
+            .envs(inherited_env())
             .envs(env)
             .env("AWS_LAMBDA_RUNTIME_API", address.to_string())
             .env("AWS_LAMBDA_FUNCTION_NAME", name)
@@ -276,6 +276,12 @@ impl FunctionProcess {
         self.stop().await;
         std::mem::take(&mut *lock(&self.logs))
     }
+}
+
+/// What a function process inherits from this one, as on Lambda: PATH and the AWS_*
+/// variables (region, credentials, the local stack's endpoint); nothing else.
+pub fn inherited_env() -> impl Iterator<Item = (String, String)> {
+    std::env::vars().filter(|(k, _)| k.starts_with("AWS_") || k == "PATH")
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
