@@ -1,4 +1,4 @@
-"""moto's server with four fixes, started by infra/local-stack.sh. Nothing else changes.
+"""moto's server with five fixes, started by infra/local-stack.sh. Nothing else changes.
 
 1. DynamoDB conditional writes are atomic, as on AWS. moto's server handles requests on
 threads and evaluates a ConditionExpression and applies the write without a lock, so two
@@ -31,6 +31,15 @@ new thread (and, in the chaos run, two connections through its fault proxy); ove
 tens of thousands of requests that is a tenth of the CPU time and as many sockets left in
 TIME_WAIT. The same WSGI application is served by waitress, which keeps HTTP/1.1 connections
 alive, as AWS does, with enough threads for every long poll the tests hold open at once.
+
+5. Event source mappings are records, not pollers. moto invokes a mapping's function itself
+(through Docker) whenever a message is sent to its queue. On the local stack the pollers are
+the local runner's (infra/local/src/runner.rs), which reads each mapping's State as Lambda's
+pollers do, so that `mailctl pause` (UpdateEventSourceMapping Enabled=false) stops them.
+moto keeps every mapping (create, get, list, update) as before; it no longer invokes. And
+the registered functions' Docker client, which moto-api/data.json (the SES record the tests
+read) reads while listing every model, answers "absent" instead of failing the listing when no
+Docker engine runs.
 """
 
 import sys
@@ -166,6 +175,36 @@ models.Message.mark_received = _mark_received_indexed
 models.Queue.delete_message = _delete_message
 models.SQSBackend.change_message_visibility = _change_message_visibility
 
+
+
+# 5. Mappings are kept by the Lambda backend; the queue no longer knows them, so it never invokes.
+from moto.awslambda.models import LambdaBackend  # noqa: E402
+
+_create_event_source_mapping = LambdaBackend.create_event_source_mapping
+
+
+def _create_mapping_record(backend, spec):
+    mapping = _create_event_source_mapping(backend, spec)
+    for queue in models.sqs_backends[backend.account_id][backend.region_name].queues.values():
+        queue.lambda_event_source_mappings.pop(mapping.function_arn, None)
+    return mapping
+
+
+LambdaBackend.create_event_source_mapping = _create_mapping_record
+
+from moto.utilities.docker_utilities import DockerModel  # noqa: E402
+
+_docker_client = DockerModel.docker_client
+
+
+def _docker_client_or_absent(model):
+    try:
+        return _docker_client.fget(model)
+    except Exception as error:  # no Docker engine: the listing skips the attribute
+        raise AttributeError(f"no Docker engine: {error}") from error
+
+
+DockerModel.docker_client = property(_docker_client_or_absent)
 
 
 def serve(argv):

@@ -3,8 +3,8 @@
 //! (timeouts, visibility, concurrency) do.
 
 use mailflow::config::{
-    CreateEmailsConfig, GetUsersConfig, MongoConfig, SendEmailConfig, SesEventsConfig,
-    UnsubscribeConfig, UnsubscribeFunctionConfig,
+    CreateEmailsConfig, GetUsersConfig, MongoConfig, ReputationGuardConfig, SendEmailConfig,
+    SesEventsConfig, UnsubscribeConfig, UnsubscribeFunctionConfig,
 };
 use mailflow_local::names;
 use mailflow_local::template::{EnvValue, Template};
@@ -21,6 +21,7 @@ fn number(t: &Template, function: &str, var: &str) -> u32 {
         EnvValue::Ref(p) => t.parameters[p]
             .clone()
             .unwrap_or_else(|| panic!("{p} has no default")),
+        EnvValue::Join(..) => panic!("{function}: {var} is a join, not a number"),
     };
     raw.parse().unwrap()
 }
@@ -29,7 +30,7 @@ fn number(t: &Template, function: &str, var: &str) -> u32 {
 fn every_variable_is_set_in_the_template_and_documented() {
     let t = template();
     let readme = std::fs::read_to_string(mailctl::repo_root().join("README.md")).unwrap();
-    let functions: [(&str, Vec<&str>); 5] = [
+    let functions: [(&str, Vec<&str>); 6] = [
         (
             "GetUsersFunction",
             [MongoConfig::VARS, GetUsersConfig::VARS].concat(),
@@ -56,6 +57,10 @@ fn every_variable_is_set_in_the_template_and_documented() {
         (
             "SesEventsFunction",
             [MongoConfig::VARS, SesEventsConfig::VARS].concat(),
+        ),
+        (
+            "ReputationGuardFunction",
+            ReputationGuardConfig::VARS.to_vec(),
         ),
     ];
     for (function, vars) in functions {

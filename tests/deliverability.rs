@@ -313,10 +313,10 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
     }
 
     // What the operator sees: each user counted once, however often SES repeated itself.
-    let target = mailctl::ops::Target::from_prefix(&env.sqs(), &env.stack.prefix)
+    let target = mailctl::ops::Target::from_prefix(&env.stack.sdk, &env.stack.prefix)
         .await
         .unwrap();
-    let status = mailctl::ops::status(&env.sqs(), &env.dynamo(), &target, W46)
+    let status = mailctl::ops::status(&env.stack.sdk, &target, W46)
         .await
         .unwrap();
     let expected = [

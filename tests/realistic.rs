@@ -736,10 +736,10 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
     );
 
     // Status says the same, by reason.
-    let target = mailctl::ops::Target::from_prefix(&env.sqs(), &env.stack.prefix)
+    let target = mailctl::ops::Target::from_prefix(&env.stack.sdk, &env.stack.prefix)
         .await
         .unwrap();
-    let status = mailctl::ops::status(&env.sqs(), &env.dynamo(), &target, campaign.id.as_str())
+    let status = mailctl::ops::status(&env.stack.sdk, &target, campaign.id.as_str())
         .await
         .unwrap();
     assert_eq!(status.sent, sends);

@@ -89,6 +89,8 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             pairs.extend(poll(names::CONTINUATION_QUEUE));
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
             pairs.push(("dynamodb:GetItem", "CampaignsTable.Arn".into()));
+            // Registers the campaign RUNNING when it starts it.
+            pairs.push(("dynamodb:UpdateItem", "CampaignsTable.Arn".into()));
         }
         "CreateEmails" => {
             pairs.push(("sqs:SendMessage", "EmailsQueue.Arn".into()));
@@ -117,6 +119,22 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             pairs.push(("ses:SendEmail", SES_CONFIGURATION_SET.into()));
             pairs.push(("ses:GetAccount", "*".into()));
         }
+        "ReputationGuard" => {
+            // Lists the running campaigns and pauses them; disables exactly the three
+            // campaign queues' event source mappings, named by their SAM-generated ids.
+            pairs.push(("dynamodb:Scan", "CampaignsTable.Arn".into()));
+            pairs.push(("dynamodb:UpdateItem", "CampaignsTable.Arn".into()));
+            for mapping in [
+                "GetUsersFunctionContinuation",
+                "CreateEmailsFunctionUsers",
+                "SendEmailFunctionEmails",
+            ] {
+                pairs.push((
+                    "lambda:UpdateEventSourceMapping",
+                    format!("arn:${{AWS::Partition}}:lambda:${{AWS::Region}}:${{AWS::AccountId}}:event-source-mapping:${{{mapping}}}"),
+                ));
+            }
+        }
         other => panic!("no expectations for {other}"),
     }
     pairs.into_iter().map(|(a, r)| (a.to_owned(), r)).collect()
@@ -132,7 +150,7 @@ fn each_function_role_allows_exactly_what_it_uses() {
     );
     let roles: BTreeMap<&str, &Value> = of_type(&t, "AWS::IAM::Role").collect();
     let functions: Vec<(&str, &Value)> = of_type(&t, "AWS::Serverless::Function").collect();
-    assert_eq!(functions.len(), 5);
+    assert_eq!(functions.len(), 6);
     for (id, function) in functions {
         let name = id.strip_suffix("Function").unwrap();
         let props = &function["Properties"];

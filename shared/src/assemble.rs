@@ -6,6 +6,7 @@
 use crate::adapters::campaigns::CampaignsTable;
 use crate::adapters::directory::MongoDirectory;
 use crate::adapters::dynamo::{DynamoLedger, SendRecords};
+use crate::adapters::event_sources::{EventSourceMappings, StackSending};
 use crate::adapters::mongo::MongoConnectError;
 use crate::adapters::secrets::SecretError;
 use crate::adapters::ses::SesMailer;
@@ -13,12 +14,14 @@ use crate::adapters::sqs::SqsQueue;
 use crate::adapters::subscribers::Subscribers;
 use crate::adapters::{dynamodb_client, mongo, secrets, sqs_client};
 use crate::config::{
-    CreateEmailsConfig, GetUsersConfig, SendEmailConfig, SesEventsConfig, UnsubscribeFunctionConfig,
+    CreateEmailsConfig, GetUsersConfig, ReputationGuardConfig, SendEmailConfig, SesEventsConfig,
+    UnsubscribeFunctionConfig,
 };
 use crate::digest::{RenderError, Renderer};
 use crate::ports::{Mailer, StoreError};
 use crate::stages::create_emails::CreateEmails;
 use crate::stages::get_users::GetUsers;
+use crate::stages::reputation_guard::ReputationGuard;
 use crate::stages::send_email::SendEmail;
 use crate::stages::ses_events::SesEvents;
 use crate::stages::unsubscribe::Unsubscribe;
@@ -42,6 +45,9 @@ pub type LambdaSesEvents = SesEvents<SendRecords, Subscribers>;
 
 /// Unsubscribe as it runs on Lambda.
 pub type LambdaUnsubscribe = Unsubscribe<Subscribers, SendRecords>;
+
+/// The ReputationGuard function's stage.
+pub type LambdaReputationGuard = ReputationGuard<StackSending>;
 
 /// SendEmail as it runs on Lambda: the DynamoDB ledger and the emails queue, with `mailer`
 /// (SES, or a wrapper around it that injects faults).
@@ -134,4 +140,15 @@ pub async fn unsubscribe(
     let db = mongo::connect(&config.mongo, sdk, "unsubscribe").await?;
     let records = SendRecords::new(dynamodb_client(sdk), &config.sends_table_name);
     Ok(Unsubscribe::new(signer, Subscribers::new(&db), records))
+}
+
+/// Nothing is read at cold start: the guard runs seldom, and only its first call pays.
+pub fn reputation_guard(config: ReputationGuardConfig, sdk: &SdkConfig) -> LambdaReputationGuard {
+    ReputationGuard::new(StackSending {
+        mappings: EventSourceMappings::new(
+            aws_sdk_lambda::Client::new(sdk),
+            config.event_source_mapping_ids,
+        ),
+        campaigns: CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name),
+    })
 }

@@ -200,11 +200,29 @@ mod tests {
     }
 }
 
-/// An operator's cancellation of a campaign (`mailctl cancel`): no further email of it goes
-/// out; every user not yet sent to ends CANCELLED.
+/// Who changed a campaign's state, when (ms since the epoch) and why: an operator through
+/// `mailctl pause|resume|cancel`, or the reputation guard.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Cancellation {
+pub struct StateChange {
     pub at_ms: u64,
     pub by: String,
     pub reason: String,
+}
+
+/// Why the pipeline must not send a campaign's email now. A running campaign has none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// Nothing of it is consumed or sent until `mailctl resume`; nothing is lost.
+    Paused(StateChange),
+    /// Final: no further email; every user not yet sent to ends CANCELLED.
+    Cancelled(StateChange),
+}
+
+/// A campaign's row in the campaigns table: GetUsers registers it RUNNING when it starts it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CampaignRecord {
+    pub started_at_ms: Option<u64>,
+    pub hold: Option<Hold>,
+    /// The last change of state (a resume leaves one with `hold` None).
+    pub last_change: Option<StateChange>,
 }

@@ -22,9 +22,12 @@ pub mod var {
     /// The emails queue's `maxReceiveCount`: on a message's last receive, a send that cannot go
     /// out records DEAD_LETTERED
     pub const EMAILS_MAX_RECEIVE_COUNT: &str = "EMAILS_MAX_RECEIVE_COUNT";
-    /// Campaigns an operator cancelled (`mailctl cancel`): GetUsers, CreateEmails and SendEmail
-    /// stop such a campaign
+    /// Campaigns and their state (running, paused, cancelled): GetUsers registers a campaign
+    /// there; GetUsers, CreateEmails and SendEmail hold back a paused or cancelled one
     pub const CAMPAIGNS_TABLE_NAME: &str = "CAMPAIGNS_TABLE_NAME";
+    /// The event source mappings of the continuation, users and emails queues (comma-separated
+    /// UUIDs): the reputation guard disables them to stop sending
+    pub const EVENT_SOURCE_MAPPING_IDS: &str = "EVENT_SOURCE_MAPPING_IDS";
     /// Email jobs (SendEmail uses it to set retry delays)
     pub const EMAILS_QUEUE_URL: &str = "EMAILS_QUEUE_URL";
     /// SendMessageBatch calls in flight
@@ -388,6 +391,36 @@ impl SesEventsConfig {
             mongo: MongoConfig::from_source(src)?,
             sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
             record_concurrency: positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize,
+        })
+    }
+}
+
+/// ReputationGuard: pauses every running campaign when an SES reputation alarm fires.
+#[derive(Clone, Debug)]
+pub struct ReputationGuardConfig {
+    pub campaigns_table_name: String,
+    pub event_source_mapping_ids: Vec<String>,
+}
+
+impl ReputationGuardConfig {
+    pub const VARS: &'static [&'static str] =
+        &[var::CAMPAIGNS_TABLE_NAME, var::EVENT_SOURCE_MAPPING_IDS];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        let ids: Vec<String> = required(src, var::EVENT_SOURCE_MAPPING_IDS)?
+            .split(',')
+            .map(|id| id.trim().to_owned())
+            .filter(|id| !id.is_empty())
+            .collect();
+        if ids.is_empty() {
+            return Err(ConfigError {
+                var: var::EVENT_SOURCE_MAPPING_IDS,
+                problem: "names no event source mapping: give their UUIDs, comma-separated".into(),
+            });
+        }
+        Ok(Self {
+            campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
+            event_source_mapping_ids: ids,
         })
     }
 }

@@ -6,7 +6,7 @@
 //! Subscribers` (SubscriberStore), `adapters::directory::MongoDirectory` (UserDirectory),
 //! `adapters::campaigns::CampaignsTable` (CampaignStates).
 
-use crate::campaign::{Cancellation, Window};
+use crate::campaign::{Hold, StateChange, Window};
 use crate::digest::{Enrichment, OddFollow};
 use crate::ledger::{Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, SendStatus};
 #[cfg(test)]
@@ -59,12 +59,35 @@ pub trait SendLedger: Send + Sync {
     ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
 }
 
-/// Campaigns an operator stopped (the campaigns table), as the pipeline's functions read it.
+/// The campaigns table as the pipeline's functions read it.
 pub trait CampaignStates: Send + Sync {
-    fn cancellation(
+    /// Why the campaign must not send now (paused or cancelled), or None while it runs.
+    fn hold(
         &self,
         campaign_id: &str,
-    ) -> impl Future<Output = Result<Option<Cancellation>, LedgerError>> + Send;
+    ) -> impl Future<Output = Result<Option<Hold>, LedgerError>> + Send;
+    /// Records that GetUsers started the campaign (RUNNING, unless it has a state already),
+    /// so that `mailctl` and the reputation guard know it.
+    fn register(
+        &self,
+        campaign_id: &str,
+        at_ms: u64,
+    ) -> impl Future<Output = Result<(), LedgerError>> + Send;
+}
+
+/// What the reputation guard pauses: every running campaign, and the consumers of the
+/// campaign queues (Lambda's event source mappings).
+pub trait SendingSwitch: Send + Sync {
+    /// Stops every consumer of the campaign queues; messages stay where they are.
+    fn stop_consumers(&self) -> impl Future<Output = Result<usize, StoreError>> + Send;
+    /// The campaigns in state RUNNING.
+    fn running_campaigns(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    /// Pauses one campaign unless it is no longer running; whether it paused it.
+    fn pause(
+        &self,
+        campaign_id: &str,
+        change: &StateChange,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
 /// What the SES events and the Unsubscribe function note on existing send records; they

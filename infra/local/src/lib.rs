@@ -9,6 +9,7 @@
 //! environment the template gives them.
 
 pub mod aws_emulator;
+pub mod event_sources;
 pub mod function_host;
 pub mod function_url;
 pub mod http;

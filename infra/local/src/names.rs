@@ -12,6 +12,9 @@ pub const CONTINUATION_DLQ: &str = "ContinuationDLQ";
 pub const SES_EVENTS_QUEUE: &str = "SesEventsQueue";
 pub const SES_EVENTS_DLQ: &str = "SesEventsDLQ";
 pub const SCHEDULE_DLQ: &str = "ScheduleDLQ";
+/// The functions that consume a campaign's queues (continuations, users, emails): a pause
+/// disables their event source mappings.
+pub const CAMPAIGN_CONSUMERS: [&str; 3] = [GET_USERS, CREATE_EMAILS, SEND_EMAIL];
 /// Every DLQ a campaign's messages can end in.
 pub const CAMPAIGN_DLQS: [&str; 3] = [USERS_DLQ, EMAILS_DLQ, CONTINUATION_DLQ];
 

@@ -61,6 +61,12 @@ pub fn consumer(
         timeout,
         handlers,
         faults: None,
+        mapping: stack.names.get(&event.mapping).map(|uuid| {
+            Arc::new(crate::event_sources::MappingState::new(
+                &stack.sdk,
+                uuid.clone(),
+            ))
+        }),
     })
 }
 

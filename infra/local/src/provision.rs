@@ -231,6 +231,7 @@ pub async fn provision(
             .insert(format!("{}Url", function.logical_id), url.to_owned());
     }
 
+    crate::event_sources::register(&mut stack).await?;
     if let Some(sender) = stack.parameters.get("SenderAddress") {
         verify_identity(sdk, sender).await?;
     }
@@ -348,6 +349,23 @@ impl Stack {
             .ok_or_else(|| anyhow!("no queue {logical_id} in this stack"))
     }
 
+    /// The UUIDs of the campaign queues' event source mappings, comma-separated (the
+    /// template's `EventSourceMappingIds` output).
+    pub fn event_source_mappings(&self) -> Result<String> {
+        let mut ids = Vec::new();
+        for function in names::CAMPAIGN_CONSUMERS {
+            for event in &self.template.function(function)?.sqs_events {
+                ids.push(
+                    self.names
+                        .get(&event.mapping)
+                        .ok_or_else(|| anyhow!("no event source mapping {}", event.mapping))?
+                        .clone(),
+                );
+            }
+        }
+        Ok(ids.join(","))
+    }
+
     pub fn table_name(&self, logical_id: &str) -> Result<&str> {
         self.table_names
             .get(logical_id)
@@ -360,18 +378,34 @@ impl Stack {
         let spec = self.template.function(function)?;
         let mut env = BTreeMap::new();
         for (name, value) in &spec.env {
-            let resolved = match value {
-                EnvValue::Literal(v) => v.clone(),
-                EnvValue::Ref(id) => match [&self.parameters, &self.queue_urls, &self.table_names, &self.names]
-                    .iter()
-                    .find_map(|values| values.get(id))
-                {
-                    Some(v) => v.clone(),
-                    None => bail!("{function}: {name} refers to {id}, which has no value (a parameter without default?)"),
-                },
-            };
+            let resolved = self
+                .resolve(value)
+                .with_context(|| format!("{function}: {name}"))?;
             env.insert(name.clone(), resolved);
         }
         Ok(env)
+    }
+
+    fn resolve(&self, value: &EnvValue) -> Result<String> {
+        Ok(match value {
+            EnvValue::Literal(v) => v.clone(),
+            EnvValue::Ref(id) => match [
+                &self.parameters,
+                &self.queue_urls,
+                &self.table_names,
+                &self.names,
+            ]
+            .iter()
+            .find_map(|values| values.get(id))
+            {
+                Some(v) => v.clone(),
+                None => bail!("refers to {id}, which has no value (a parameter without default?)"),
+            },
+            EnvValue::Join(separator, parts) => parts
+                .iter()
+                .map(|p| self.resolve(p))
+                .collect::<Result<Vec<_>>>()?
+                .join(separator),
+        })
     }
 }

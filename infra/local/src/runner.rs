@@ -4,6 +4,7 @@
 //! responses honoured (only successes are deleted; failures reappear after their visibility
 //! timeout and reach the DLQ after maxReceiveCount), and each invocation ended at its
 //! function Timeout with a real deadline passed in. Handlers run in-process (see README).
+//! Each poller honours its event source mapping's State (a pause disables it).
 //! A consumer may carry `Faults` (the chaos run): second deliveries and invocations that
 //! die at chosen points, as Lambda and SQS do it in production.
 //! Over 400 lines on purpose: one event source mapping (polling, batching, invoking,
@@ -41,6 +42,9 @@ pub struct Consumer {
     pub handlers: Vec<Handler>,
     /// Faults to inject (None: a faithful event source mapping).
     pub faults: Option<Arc<dyn Faults>>,
+    /// The event source mapping registered on the local stack, whose State this poller
+    /// honours: while it is disabled (`mailctl pause`), nothing is received or delivered.
+    pub mapping: Option<Arc<crate::event_sources::MappingState>>,
 }
 
 /// Where an invocation dies when a fault injector kills it.
@@ -106,6 +110,8 @@ pub struct ConsumerStats {
     /// ReceiveMessage calls (empty ones included), their 64 KiB billing chunks, and
     /// DeleteMessageBatch calls.
     pub receive_requests: usize,
+    /// Times the poller found its event source mapping disabled and received nothing.
+    pub disabled_polls: usize,
     pub receive_chunks: u64,
     pub delete_requests: usize,
 }
@@ -349,6 +355,13 @@ async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared
     let handler = consumer.handlers[environment % consumer.handlers.len()].clone();
     let batch_size = consumer.batch_size.clamp(1, 10) as usize;
     while !shared.stopping() {
+        if let Some(mapping) = &consumer.mapping {
+            if !mapping.enabled().await {
+                shared.stats(&consumer.function, |s| s.disabled_polls += 1);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        }
         let messages = next_batch(&sqs, &consumer, &shared, batch_size).await;
         if shared.stopping() {
             // Received as the run ended (by a poll that began before): hand them back.

@@ -39,10 +39,15 @@ pub struct IndexSpec {
 pub enum EnvValue {
     Literal(String),
     Ref(String),
+    /// `!Join [separator, [values...]]`.
+    Join(String, Vec<EnvValue>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SqsEventSpec {
+    /// The SAM-generated event source mapping's logical id (`<Function><Event>`), which
+    /// `!Ref` gives the mapping's UUID.
+    pub mapping: String,
     pub queue: String,
     pub batch_size: u32,
     /// MaximumBatchingWindowInSeconds: how long a poller gathers records for one batch.
@@ -125,6 +130,24 @@ fn key(spec: &Value, kind: &str) -> Option<String> {
 }
 
 /// The logical id in `!Ref X`, `!GetAtt X.Arn` or `{"Fn::GetAtt": [X, Arn]}`.
+fn env_value(v: &Value) -> Option<EnvValue> {
+    if let Some(literal) = scalar(v) {
+        return Some(EnvValue::Literal(literal));
+    }
+    if let Some(id) = reference(v) {
+        return Some(EnvValue::Ref(id));
+    }
+    let join = match v {
+        Value::Tagged(t) if t.tag == "!Join" => &t.value,
+        Value::Mapping(m) => m.get("Fn::Join")?,
+        _ => return None,
+    };
+    let separator = scalar(join.get(0)?)?;
+    let parts = join.get(1)?.as_sequence()?;
+    let parts = parts.iter().map(env_value).collect::<Option<Vec<_>>>()?;
+    Some(EnvValue::Join(separator, parts))
+}
+
 fn reference(v: &Value) -> Option<String> {
     match v {
         Value::Tagged(t) if t.tag == "!Ref" => scalar(&t.value),
@@ -290,23 +313,20 @@ fn function(
     {
         for (name, value) in vars {
             let name = scalar(name).context("variable name")?;
-            let value = match scalar(value) {
-                Some(literal) => EnvValue::Literal(literal),
-                None => EnvValue::Ref(
-                    reference(value)
-                        .with_context(|| format!("{id}: {name} must be a literal or !Ref"))?,
-                ),
-            };
+            let value = env_value(value).with_context(|| {
+                format!("{id}: {name} must be a literal, !Ref or !Join of them")
+            })?;
             env.insert(name, value);
         }
     }
     let mut sqs_events = Vec::new();
     let mut schedule = None;
     if let Some(events) = props.get("Events").and_then(Value::as_mapping) {
-        for (_, event) in events {
+        for (event_id, event) in events {
             let p = event.get("Properties").cloned().unwrap_or(Value::Null);
             match event.get("Type").and_then(Value::as_str) {
                 Some("SQS") => sqs_events.push(SqsEventSpec {
+                    mapping: format!("{id}{}", scalar(event_id).unwrap_or_default()),
                     queue: p
                         .get("Queue")
                         .and_then(reference)

@@ -5,6 +5,7 @@
 //! benchmark and chaos run are `mailflow-lab`; `main.rs` puts the commands of all three in
 //! one binary.
 
+pub mod control;
 pub mod ops;
 pub mod plan;
 pub mod preview;

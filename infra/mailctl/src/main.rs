@@ -131,6 +131,31 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Pause a campaign: the consumers of the campaign queues stop (every campaign on the
+    /// stack waits: the queues are shared); nothing is lost or sent twice. Resume within the
+    /// queues' 14-day retention.
+    Pause {
+        #[arg(long)]
+        campaign: String,
+        /// Why (kept with the pause, shown by status).
+        #[arg(long, default_value = "paused by an operator")]
+        reason: String,
+        /// Who (kept with the pause).
+        #[arg(long, env = "USER", default_value = "operator")]
+        by: String,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Resume a paused campaign: every user not yet sent to gets exactly one email.
+    Resume {
+        #[arg(long)]
+        campaign: String,
+        /// Who (kept with the state change).
+        #[arg(long, env = "USER", default_value = "operator")]
+        by: String,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
     /// Cancel a campaign: no further email of it goes out; every user not yet sent to ends
     /// CANCELLED (or skipped, `campaign_cancelled`). Final: run and resend then refuse it.
     Cancel {
@@ -250,7 +275,27 @@ async fn run() -> Result<()> {
             reason,
             by,
             target,
-        } => commands::campaign::cancel(sdk, &campaign, &by, &reason, &target).await,
+        } => {
+            let target = commands::target(sdk, &target).await?;
+            said(mailctl::control::cancel(sdk, &campaign, &by, &reason, &target).await)
+        }
+        Command::Pause {
+            campaign,
+            reason,
+            by,
+            target,
+        } => {
+            let target = commands::target(sdk, &target).await?;
+            said(mailctl::control::pause(sdk, &campaign, &by, &reason, &target).await)
+        }
+        Command::Resume {
+            campaign,
+            by,
+            target,
+        } => {
+            let target = commands::target(sdk, &target).await?;
+            said(mailctl::control::resume(sdk, &campaign, &by, &target).await)
+        }
         Command::Plan {
             campaign,
             samples,
@@ -280,4 +325,10 @@ async fn run() -> Result<()> {
         Command::Bench { options, json } => commands::lab::bench(template, &options, json).await,
         Command::Chaos { options, json } => commands::lab::chaos(template, &options, json).await,
     }
+}
+
+/// Prints what a command did.
+fn said(done: anyhow::Result<String>) -> anyhow::Result<()> {
+    println!("{}", done?);
+    Ok(())
 }

@@ -5,8 +5,9 @@
 
 use anyhow::{Context, Result};
 use aws_sdk_sqs::Client as Sqs;
+use mailflow::adapters::event_sources::EventSourceMappings;
+use mailflow::campaign::Hold;
 use mailflow::ledger::{Engagement, SendStatus};
-use mailflow::ports::CampaignStates;
 use mailflow_local::ledger_scan;
 use mailflow_local::names;
 use mailflow_local::queues::depth;
@@ -26,6 +27,16 @@ pub struct Target {
     pub ses_events_dlq: String,
     /// GetUsers' function name (AWS only: starts campaigns by invoking it).
     pub get_users_function: Option<String>,
+    /// The event source mappings of the campaign queues (what a pause disables).
+    pub event_source_mappings: Vec<String>,
+}
+
+fn split_ids(ids: &str) -> Vec<String> {
+    ids.split(',')
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 impl Target {
@@ -42,11 +53,33 @@ impl Target {
             ses_events_queue: out::SES_EVENTS_QUEUE.read()?,
             ses_events_dlq: out::SES_EVENTS_DLQ.read()?,
             get_users_function: out::GET_USERS_FUNCTION.read().ok(),
+            event_source_mappings: out::EVENT_SOURCE_MAPPINGS
+                .read()
+                .map(|ids| split_ids(&ids))
+                .unwrap_or_default(),
         })
     }
 
     /// A stack `mailctl provision` / `demo` created under `prefix` on the local stack.
-    pub async fn from_prefix(sqs: &Sqs, prefix: &str) -> Result<Self> {
+    pub async fn from_prefix(sdk: &aws_config::SdkConfig, prefix: &str) -> Result<Self> {
+        let sqs = &Sqs::new(sdk);
+        let lambda = aws_sdk_lambda::Client::new(sdk);
+        let mut event_source_mappings = Vec::new();
+        for function in names::CAMPAIGN_CONSUMERS {
+            let name = format!("{prefix}-{function}");
+            let listed = lambda
+                .list_event_source_mappings()
+                .function_name(&name)
+                .send()
+                .await
+                .with_context(|| format!("listing the event source mappings of {name}"))?;
+            event_source_mappings.extend(
+                listed
+                    .event_source_mappings()
+                    .iter()
+                    .filter_map(|m| m.uuid.clone()),
+            );
+        }
         let url = |logical: &'static str| async move {
             let name = format!("{prefix}-{logical}");
             sqs.get_queue_url()
@@ -67,6 +100,7 @@ impl Target {
             ses_events_queue: url(names::SES_EVENTS_QUEUE).await?,
             ses_events_dlq: url(names::SES_EVENTS_DLQ).await?,
             get_users_function: None,
+            event_source_mappings,
         })
     }
 }
@@ -75,11 +109,24 @@ impl Target {
 #[serde(rename_all = "camelCase")]
 pub struct CampaignStatus {
     pub campaign_id: String,
-    /// `cancelled` (an operator cancelled it); `not started` (no record, queues empty);
-    /// `finished` when the queues are empty (they are shared: empty means no campaign has a
-    /// message left) and no send is in progress; `running` otherwise (then some queued
-    /// messages may be another campaign's).
+    /// `cancelled` (an operator cancelled it); `paused` (an operator or the reputation guard
+    /// paused it); `not started` (never started here: no record, queues empty); `finished`
+    /// when the queues are empty (they are shared: empty means no campaign has a message
+    /// left) and no send is in progress; `running` otherwise (then some queued messages may be
+    /// another campaign's).
     pub state: &'static str,
+    /// When GetUsers started it (ms), from the campaigns table.
+    pub started_at_ms: Option<u64>,
+    /// The pause, if it is paused: since when (ms), by whom, why.
+    pub paused_at_ms: Option<u64>,
+    pub paused_by: Option<String>,
+    pub pause_reason: Option<String>,
+    /// While paused: SQS deletes a message 14 days (the queues' retention) after it was
+    /// sent; resume before this (ms) or `mailctl resend` the campaign afterwards.
+    pub resume_before_ms: Option<u64>,
+    /// The campaign queues' event source mappings by state (e.g. {"Disabled": 3} while a
+    /// pause holds them); empty when not known.
+    pub consumers: BTreeMap<String, usize>,
     /// Users queue: waiting to be rendered (visible, in flight, or waiting out a retry delay).
     pub users_pending: u64,
     /// Emails queue: rendered, waiting to be sent (visible, in flight, or waiting out a retry
@@ -136,6 +183,29 @@ pub fn campaigns_table(
     mailflow::adapters::campaigns::CampaignsTable::new(dynamo.clone(), &target.campaigns_table)
 }
 
+/// The campaign queues' MessageRetentionPeriod (template.yaml): 14 days.
+pub const QUEUE_RETENTION_MS: u64 = 14 * 24 * 3600 * 1000;
+
+/// The campaign queues' event source mappings.
+pub fn mappings(sdk: &aws_config::SdkConfig, target: &Target) -> EventSourceMappings {
+    EventSourceMappings::new(
+        aws_sdk_lambda::Client::new(sdk),
+        target.event_source_mappings.clone(),
+    )
+}
+
+/// The mappings by state; empty when they are not known or cannot be read (status still
+/// answers from the ledger and the queues).
+async fn consumer_states(sdk: &aws_config::SdkConfig, target: &Target) -> BTreeMap<String, usize> {
+    let mut states = BTreeMap::new();
+    if let Ok(listed) = mappings(sdk, target).states().await {
+        for (_, state) in listed {
+            *states.entry(state).or_default() += 1;
+        }
+    }
+    states
+}
+
 /// The window the current send rate is measured over.
 const RATE_WINDOW_MS: u64 = 60_000;
 
@@ -146,15 +216,19 @@ pub fn reason_group(error: &str) -> String {
 }
 
 pub async fn status(
-    sqs: &Sqs,
-    dynamo: &aws_sdk_dynamodb::Client,
+    sdk: &aws_config::SdkConfig,
     target: &Target,
     campaign: &str,
 ) -> Result<CampaignStatus> {
+    let (sqs, dynamo) = (&Sqs::new(sdk), &aws_sdk_dynamodb::Client::new(sdk));
     let records = ledger_scan::records(dynamo, &target.sends_table, campaign).await?;
-    let cancellation = campaigns_table(dynamo, target)
-        .cancellation(campaign)
-        .await?;
+    let record = campaigns_table(dynamo, target).record(campaign).await?;
+    let hold = record.as_ref().and_then(|r| r.hold.clone());
+    let (cancellation, pause) = match hold {
+        Some(Hold::Cancelled(c)) => (Some(c), None),
+        Some(Hold::Paused(p)) => (None, Some(p)),
+        None => (None, None),
+    };
     let count = |s: SendStatus| records.iter().filter(|r| r.status == Some(s)).count();
     let by_reason = |s: SendStatus| {
         let mut groups = BTreeMap::new();
@@ -203,11 +277,21 @@ pub async fn status(
         cancelled_at_ms: cancellation.as_ref().map(|c| c.at_ms),
         cancelled_by: cancellation.as_ref().map(|c| c.by.clone()),
         cancel_reason: cancellation.map(|c| c.reason),
+        started_at_ms: record.as_ref().and_then(|r| r.started_at_ms),
+        paused_at_ms: pause.as_ref().map(|p| p.at_ms),
+        paused_by: pause.as_ref().map(|p| p.by.clone()),
+        pause_reason: pause.as_ref().map(|p| p.reason.clone()),
+        consumers: consumer_states(sdk, target).await,
         ..Default::default()
     };
+    if status.paused_at_ms.is_some() {
+        status.resume_before_ms = status.started_at_ms.map(|s| s + QUEUE_RETENTION_MS);
+    }
     let queues_empty = status.users_pending + status.emails_pending == 0;
     status.state = if status.cancelled_at_ms.is_some() {
         "cancelled"
+    } else if status.paused_at_ms.is_some() {
+        "paused"
     } else if queues_empty && records.is_empty() {
         "not started"
     } else if queues_empty && status.in_progress == 0 {
@@ -236,4 +320,15 @@ pub async fn status(
         status.eta_seconds = Some((pending as f64 / rate).ceil() as u64);
     }
     Ok(status)
+}
+
+/// A time in milliseconds since the epoch, as RFC 3339.
+pub fn format_ms(ms: u64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| ms.to_string())
 }

@@ -57,7 +57,12 @@ pub const SEND_EMAIL_FUNCTION: StackOutput = StackOutput {
     output: "SendEmailFunctionName",
 };
 
-pub const ALL: [StackOutput; 11] = [
+pub const EVENT_SOURCE_MAPPINGS: StackOutput = StackOutput {
+    var: "MAILFLOW_EVENT_SOURCE_MAPPING_IDS",
+    output: "EventSourceMappingIds",
+};
+
+pub const ALL: [StackOutput; 12] = [
     SENDS_TABLE,
     CAMPAIGNS_TABLE,
     USERS_QUEUE,
@@ -69,6 +74,7 @@ pub const ALL: [StackOutput; 11] = [
     GET_USERS_FUNCTION,
     CREATE_EMAILS_FUNCTION,
     SEND_EMAIL_FUNCTION,
+    EVENT_SOURCE_MAPPINGS,
 ];
 
 impl StackOutput {

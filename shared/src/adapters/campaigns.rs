@@ -1,21 +1,65 @@
-//! The campaigns table (`CAMPAIGNS_TABLE_NAME`): one item per campaign an operator cancelled
-//! (`mailctl cancel`), keyed by `campaignId`, with who, when and why. The pipeline's functions
-//! read it (`CampaignStates`); only `mailctl` writes it, once per campaign.
+//! The campaigns table (`CAMPAIGNS_TABLE_NAME`): one item per campaign, keyed by
+//! `campaignId`. GetUsers registers a campaign RUNNING when it starts it; `mailctl pause`,
+//! `resume` and `cancel` and the reputation guard move it between RUNNING, PAUSED and
+//! CANCELLED (final) with conditional writes, keeping who, when and why of the last change.
+//! The pipeline's functions read it (`CampaignStates`).
 
 use super::describe;
-use crate::campaign::Cancellation;
+use crate::campaign::{CampaignRecord, Hold, StateChange};
 use crate::ledger::LedgerError;
-use crate::ports::CampaignStates;
+use crate::ports::{CampaignStates, StoreError};
 use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use std::collections::HashMap;
+
+pub const RUNNING: &str = "RUNNING";
+pub const PAUSED: &str = "PAUSED";
+pub const CANCELLED: &str = "CANCELLED";
+
+/// Why a change of state was refused: the campaign as it is (None: never started here).
+#[derive(Debug)]
+pub struct Refused(pub Option<CampaignRecord>);
 
 #[derive(Clone)]
 pub struct CampaignsTable {
     client: Client,
     table: String,
+}
+
+type Item = HashMap<String, AttributeValue>;
+
+fn number(item: &Item, key: &str) -> Option<u64> {
+    match item.get(key) {
+        Some(AttributeValue::N(v)) => v.parse().ok(),
+        _ => None,
+    }
+}
+
+fn text(item: &Item, key: &str) -> String {
+    match item.get(key) {
+        Some(AttributeValue::S(v)) => v.clone(),
+        _ => String::new(),
+    }
+}
+
+fn record(item: &Item) -> CampaignRecord {
+    let last_change = number(item, "stateAt").map(|at_ms| StateChange {
+        at_ms,
+        by: text(item, "stateBy"),
+        reason: text(item, "stateReason"),
+    });
+    let hold = match (text(item, "state").as_str(), &last_change) {
+        (PAUSED, Some(c)) => Some(Hold::Paused(c.clone())),
+        (CANCELLED, Some(c)) => Some(Hold::Cancelled(c.clone())),
+        _ => None,
+    };
+    CampaignRecord {
+        started_at_ms: number(item, "startedAt"),
+        hold,
+        last_change,
+    }
 }
 
 impl CampaignsTable {
@@ -34,51 +78,9 @@ impl CampaignsTable {
         }
     }
 
-    /// Cancels `campaign_id` (one conditional write): Ok(None) when done, Ok(Some(the earlier
-    /// cancellation)) when it was cancelled already; the first cancellation is kept.
-    pub async fn cancel(
-        &self,
-        campaign_id: &str,
-        cancellation: &Cancellation,
-    ) -> Result<Option<Cancellation>, LedgerError> {
-        let item = HashMap::from([
-            ("campaignId".into(), AttributeValue::S(campaign_id.into())),
-            ("state".into(), AttributeValue::S("CANCELLED".into())),
-            (
-                "cancelledAt".into(),
-                AttributeValue::N(cancellation.at_ms.to_string()),
-            ),
-            (
-                "cancelledBy".into(),
-                AttributeValue::S(cancellation.by.clone()),
-            ),
-            (
-                "reason".into(),
-                AttributeValue::S(cancellation.reason.clone()),
-            ),
-        ]);
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(campaignId)")
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(None),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Ok(self.cancellation(campaign_id).await?)
-            }
-            Err(err) => Err(self.error("cancel", describe(&err))),
-        }
-    }
-}
-
-impl CampaignStates for CampaignsTable {
-    async fn cancellation(&self, campaign_id: &str) -> Result<Option<Cancellation>, LedgerError> {
+    /// The campaign's item (consistent read), or None when it was never started or
+    /// controlled here.
+    pub async fn record(&self, campaign_id: &str) -> Result<Option<CampaignRecord>, LedgerError> {
         let out = self
             .client
             .get_item()
@@ -88,20 +90,109 @@ impl CampaignStates for CampaignsTable {
             .send()
             .await
             .map_err(|e| self.error("read campaign state", describe(&e)))?;
-        Ok(out.item.and_then(|item| {
-            let text = |k: &str| match item.get(k) {
-                Some(AttributeValue::S(v)) => v.clone(),
-                _ => String::new(),
-            };
-            let at_ms = match item.get("cancelledAt") {
-                Some(AttributeValue::N(v)) => v.parse().ok()?,
-                _ => return None,
-            };
-            Some(Cancellation {
-                at_ms,
-                by: text("cancelledBy"),
-                reason: text("reason"),
-            })
-        }))
+        Ok(out.item.as_ref().map(record))
+    }
+
+    /// Moves the campaign to `to` if its state is one of `from` (`None` in `from`: or it has
+    /// no item yet). Refused carries the campaign as it is when the condition does not hold.
+    pub async fn change_state(
+        &self,
+        campaign_id: &str,
+        from: &[Option<&str>],
+        to: &str,
+        change: &StateChange,
+    ) -> Result<Result<(), Refused>, LedgerError> {
+        let mut conditions = Vec::new();
+        let mut values = HashMap::from([
+            (":to".to_owned(), AttributeValue::S(to.into())),
+            (":at".into(), AttributeValue::N(change.at_ms.to_string())),
+            (":by".into(), AttributeValue::S(change.by.clone())),
+            (":why".into(), AttributeValue::S(change.reason.clone())),
+        ]);
+        for (i, state) in from.iter().enumerate() {
+            match state {
+                None => conditions.push("attribute_not_exists(campaignId)".to_owned()),
+                Some(state) => {
+                    conditions.push(format!("#s = :from{i}"));
+                    values.insert(format!(":from{i}"), AttributeValue::S((*state).into()));
+                }
+            }
+        }
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("campaignId", AttributeValue::S(campaign_id.into()))
+            .update_expression("SET #s = :to, stateAt = :at, stateBy = :by, stateReason = :why")
+            .condition_expression(conditions.join(" OR "))
+            .expression_attribute_names("#s", "state")
+            .set_expression_attribute_values(Some(values))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Ok(())),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(Err(Refused(self.record(campaign_id).await?)))
+            }
+            Err(err) => Err(self.error("change campaign state", describe(&err))),
+        }
+    }
+
+    /// The ids of the campaigns in `state` (a scan: one item per campaign ever started, so
+    /// the table stays small).
+    pub async fn campaigns_in(&self, state: &str) -> Result<Vec<String>, LedgerError> {
+        let mut ids = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("#s = :state")
+                .expression_attribute_names("#s", "state")
+                .expression_attribute_values(":state", AttributeValue::S(state.into()))
+                .projection_expression("campaignId")
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| self.error("list campaigns", describe(&e)))?;
+            ids.extend(out.items().iter().map(|item| text(item, "campaignId")));
+            match out.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(ids),
+            }
+        }
+    }
+}
+
+impl CampaignStates for CampaignsTable {
+    async fn hold(&self, campaign_id: &str) -> Result<Option<Hold>, LedgerError> {
+        Ok(self.record(campaign_id).await?.and_then(|r| r.hold))
+    }
+
+    async fn register(&self, campaign_id: &str, at_ms: u64) -> Result<(), LedgerError> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("campaignId", AttributeValue::S(campaign_id.into()))
+            .update_expression(
+                "SET startedAt = if_not_exists(startedAt, :at), #s = if_not_exists(#s, :running)",
+            )
+            .expression_attribute_names("#s", "state")
+            .expression_attribute_values(":at", AttributeValue::N(at_ms.to_string()))
+            .expression_attribute_values(":running", AttributeValue::S(RUNNING.into()))
+            .send()
+            .await
+            .map_err(|e| self.error("register campaign", describe(&e)))?;
+        Ok(())
+    }
+}
+
+impl From<LedgerError> for StoreError {
+    fn from(err: LedgerError) -> Self {
+        StoreError(err.to_string())
     }
 }

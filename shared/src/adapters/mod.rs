@@ -6,6 +6,7 @@ pub mod bson_ids;
 pub mod campaigns;
 pub mod directory;
 pub mod dynamo;
+pub mod event_sources;
 pub mod mongo;
 pub mod secrets;
 pub mod ses;

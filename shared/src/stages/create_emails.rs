@@ -6,6 +6,7 @@ use super::{batch_response, each_record, CampaignStateCache};
 use crate::adapters::campaigns::CampaignsTable;
 use crate::adapters::directory::MongoDirectory;
 use crate::adapters::sqs::{batches, SqsQueue};
+use crate::campaign::Hold;
 use crate::config::CreateEmailsConfig;
 use crate::digest::{Enrichment, Renderer, SkipReason};
 use crate::messages::{parse_body, EmailJob, UserMessage};
@@ -22,6 +23,8 @@ pub struct Summary {
     pub enqueued: usize,
     pub skipped: BTreeMap<&'static str, usize>,
     pub failed: usize,
+    /// Records of a paused campaign, handed back (reported as failures, not counted there).
+    pub held: usize,
 }
 
 impl Summary {
@@ -30,6 +33,7 @@ impl Summary {
         self.rendered += other.rendered;
         self.enqueued += other.enqueued;
         self.failed += other.failed;
+        self.held += other.held;
         for (reason, n) in &other.skipped {
             *self.skipped.entry(reason).or_default() += n;
         }
@@ -39,6 +43,9 @@ impl Summary {
 enum Outcome {
     Job(String),
     Skipped(SkipReason),
+    /// The campaign is paused: handed back unrendered; it returns after the queue's
+    /// visibility timeout once the resume has enabled the event source mappings again.
+    Held,
 }
 
 /// Generic over the user directory (MongoDB on Lambda), the emails queue (SQS) and the
@@ -130,13 +137,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
 
     async fn process(&self, body: Option<&str>) -> Result<Outcome, String> {
         let message: UserMessage = parse_body(body)?;
-        if self
-            .campaigns
-            .cancellation(message.campaign_id.as_str())
-            .await
-            .is_some()
-        {
-            return Ok(Outcome::Skipped(SkipReason::CampaignCancelled));
+        match self.campaigns.hold(message.campaign_id.as_str()).await {
+            Some(Hold::Cancelled(_)) => return Ok(Outcome::Skipped(SkipReason::CampaignCancelled)),
+            // Handed back untouched: rendered after the resume.
+            Some(Hold::Paused(_)) => return Ok(Outcome::Held),
+            None => {}
         }
         match self.compose(message).await? {
             Ok(job) => serde_json::to_string(&job)
@@ -163,6 +168,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
                 Ok(Outcome::Job(body)) => jobs.push((id, body)),
                 Ok(Outcome::Skipped(reason)) => {
                     *summary.skipped.entry(reason.as_str()).or_default() += 1
+                }
+                Ok(Outcome::Held) => {
+                    summary.held += 1;
+                    failed.push(id);
                 }
                 Err(reason) => {
                     tracing::warn!(message_id = %id, %reason, "record failed; it will be retried");
@@ -196,12 +205,13 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
             };
             failed.extend(unsent.into_iter().map(|i| jobs[i].0.clone()));
         }
-        summary.failed = failed.len();
+        summary.failed = failed.len() - summary.held;
         tracing::info!(
             rendered = summary.rendered,
             enqueued = summary.enqueued,
             skipped = ?summary.skipped,
             failed = summary.failed,
+            held = summary.held,
             duration_ms = started.elapsed().as_millis() as u64,
             "CreateEmails batch done"
         );
@@ -433,6 +443,19 @@ mod tests {
         let (response, summary) = stage.handle(event(&["alice", OID])).await;
         assert!(response.batch_item_failures.is_empty(), "acknowledged");
         assert_eq!(summary.skipped.get("campaign_cancelled"), Some(&2));
+        assert!(jobs(&stage).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_paused_campaign_hands_its_records_back_unrendered() {
+        let stage = stage(directory());
+        stage.campaigns.states.pause(campaign().id.as_str());
+        let (response, summary) = stage.handle(event(&["alice", OID])).await;
+        assert_eq!(
+            failed(&response),
+            ["m-alice".to_owned(), format!("m-{OID}")]
+        );
+        assert_eq!((summary.failed, summary.held), (0, 2));
         assert!(jobs(&stage).is_empty());
     }
 }

@@ -4,11 +4,12 @@
 
 pub mod create_emails;
 pub mod get_users;
+pub mod reputation_guard;
 pub mod send_email;
 pub mod ses_events;
 pub mod unsubscribe;
 
-use crate::campaign::Cancellation;
+use crate::campaign::Hold;
 use crate::ports::CampaignStates;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsMessage};
 use std::collections::HashMap;
@@ -80,17 +81,18 @@ pub fn batch_response(failed: impl IntoIterator<Item = String>) -> SqsBatchRespo
     response
 }
 
-/// How long a function keeps a campaign's state before it reads it again: a cancellation
-/// stops the campaign within this (plus the batches already past the check).
+/// How long a function keeps a campaign's state before it reads it again: a pause or a
+/// cancellation reaches the batches a function already holds within this (the event source
+/// mappings, disabled by a pause, stop new batches reaching it at all).
 pub const CAMPAIGN_STATE_TTL: Duration = Duration::from_secs(5);
 
-type SeenStates = HashMap<String, (Instant, Option<Cancellation>)>;
+type SeenStates = HashMap<String, (Instant, Option<Hold>)>;
 
 /// The campaigns table as the pipeline's functions read it: at most once per campaign per
 /// `CAMPAIGN_STATE_TTL` in one execution environment, however many records ask at once (the
 /// first one reads, the others wait for its answer). A read that fails is logged and taken
-/// as "not cancelled": a cancellation stops what has not started, and the ledger, not this
-/// read, is what keeps every send exactly once.
+/// as "running": a pause or a cancellation stops what has not started, and the ledger, not
+/// this read, is what keeps every send exactly once.
 pub struct CampaignStateCache<S> {
     states: S,
     // Held across the read, so that concurrent records share one read.
@@ -105,20 +107,25 @@ impl<S: CampaignStates> CampaignStateCache<S> {
         }
     }
 
-    pub async fn cancellation(&self, campaign_id: &str) -> Option<Cancellation> {
+    /// The table itself, for writes.
+    pub fn states(&self) -> &S {
+        &self.states
+    }
+
+    pub async fn hold(&self, campaign_id: &str) -> Option<Hold> {
         let mut seen = self.seen.lock().await;
         if let Some((at, state)) = seen.get(campaign_id) {
             if at.elapsed() < CAMPAIGN_STATE_TTL {
                 return state.clone();
             }
         }
-        match self.states.cancellation(campaign_id).await {
+        match self.states.hold(campaign_id).await {
             Ok(state) => {
                 seen.insert(campaign_id.to_owned(), (Instant::now(), state.clone()));
                 state
             }
             Err(err) => {
-                tracing::warn!(reason = %err, "campaign state not read; going on as not cancelled");
+                tracing::warn!(reason = %err, "campaign state not read; going on as running");
                 None
             }
         }
@@ -131,15 +138,19 @@ mod tests {
     use crate::ledger::LedgerError;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// Counts its reads; answers "not cancelled" after a pause, as a real read takes time.
+    /// Counts its reads; answers "running" after a while, as a real read takes time.
     #[derive(Default)]
     struct CountingStates(AtomicUsize);
 
     impl CampaignStates for CountingStates {
-        async fn cancellation(&self, _: &str) -> Result<Option<Cancellation>, LedgerError> {
+        async fn hold(&self, _: &str) -> Result<Option<Hold>, LedgerError> {
             self.0.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(20)).await;
             Ok(None)
+        }
+
+        async fn register(&self, _: &str, _: u64) -> Result<(), LedgerError> {
+            Ok(())
         }
     }
 
@@ -148,7 +159,7 @@ mod tests {
         let cache = CampaignStateCache::new(CountingStates::default());
         let asks = (0..10).map(|i| {
             let campaign = if i % 2 == 0 { "a" } else { "b" };
-            cache.cancellation(campaign)
+            cache.hold(campaign)
         });
         let answers = futures::future::join_all(asks).await;
         assert!(answers.iter().all(Option::is_none));

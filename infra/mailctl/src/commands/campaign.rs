@@ -5,8 +5,7 @@ use super::{provision_local, TargetArgs};
 use anyhow::{bail, Context, Result};
 use mailctl::ops::{self, Target};
 use mailflow::adapters::ses::SesMailer;
-use mailflow::campaign::{Campaign, Cancellation};
-use mailflow::ports::CampaignStates;
+use mailflow::campaign::Campaign;
 use mailflow_local::pipeline::{LocalPipeline, PipelineOptions};
 use std::time::Duration;
 
@@ -55,7 +54,7 @@ async fn start(
     let campaign_id = event["campaignId"].as_str().unwrap_or_default().to_owned();
     let Some(prefix) = &t.prefix else {
         let target = Target::from_env()?;
-        refuse_if_cancelled(sdk, &target, &campaign_id).await?;
+        mailctl::control::refuse_if_held(sdk, &target, &campaign_id).await?;
         let function = match target.get_users_function {
             Some(function) => function,
             None => mailctl::stack_outputs::GET_USERS_FUNCTION.read()?,
@@ -80,20 +79,14 @@ async fn start(
         return Ok(());
     };
     let stack = provision_local(sdk, template, prefix, &t.database).await?;
-    let target = Target::from_prefix(&aws_sdk_sqs::Client::new(sdk), prefix).await?;
-    refuse_if_cancelled(sdk, &target, &campaign_id).await?;
+    let target = Target::from_prefix(sdk, prefix).await?;
+    mailctl::control::refuse_if_held(sdk, &target, &campaign_id).await?;
     let pipeline =
         LocalPipeline::build(stack, PipelineOptions::default(), SesMailer::from_config).await?;
     let campaign = campaign_id;
     let report = pipeline.run(event, Duration::from_secs(24 * 3600)).await?;
     // The ledger and the queues, not this run's counters, say how the campaign ended.
-    let status = ops::status(
-        &aws_sdk_sqs::Client::new(sdk),
-        &aws_sdk_dynamodb::Client::new(sdk),
-        &target,
-        &campaign,
-    )
-    .await?;
+    let status = ops::status(sdk, &target, &campaign).await?;
     let send = &report.totals.send_email;
     println!(
         "{}",
@@ -118,73 +111,6 @@ async fn start(
         })
     );
     fail_on_problems(&status)
-}
-
-/// A cancelled campaign stays cancelled: `run` and `resend` refuse it.
-async fn refuse_if_cancelled(
-    sdk: &aws_config::SdkConfig,
-    target: &Target,
-    campaign: &str,
-) -> Result<()> {
-    let dynamo = aws_sdk_dynamodb::Client::new(sdk);
-    if let Some(c) = ops::campaigns_table(&dynamo, target)
-        .cancellation(campaign)
-        .await?
-    {
-        bail!(
-            "{campaign} was cancelled by {} at {} ({}): it stays cancelled; to send it after all, run it under a new campaign id with --since and --until",
-            c.by,
-            format_ms(c.at_ms),
-            c.reason
-        );
-    }
-    Ok(())
-}
-
-/// `cancel`: no further email of the campaign. GetUsers stops its fan-out, CreateEmails skips
-/// its users (`campaign_cancelled`) and SendEmail records CANCELLED every user not yet sent
-/// to, acknowledging the messages; the batches past their check finish.
-pub async fn cancel(
-    sdk: &aws_config::SdkConfig,
-    campaign: &str,
-    by: &str,
-    reason: &str,
-    t: &TargetArgs,
-) -> Result<()> {
-    mailflow::campaign::CampaignId::parse(campaign)?;
-    let target = super::target(sdk, t).await?;
-    let dynamo = aws_sdk_dynamodb::Client::new(sdk);
-    let cancellation = Cancellation {
-        at_ms: mailflow::ledger::epoch_ms(std::time::SystemTime::now()),
-        by: by.to_owned(),
-        reason: reason.to_owned(),
-    };
-    if let Some(earlier) = ops::campaigns_table(&dynamo, &target)
-        .cancel(campaign, &cancellation)
-        .await?
-    {
-        bail!(
-            "{campaign} was already cancelled by {} at {}: nothing changed",
-            earlier.by,
-            format_ms(earlier.at_ms)
-        );
-    }
-    println!(
-        "cancelled {campaign}: no further email of it goes out (within {} s, plus the batches already sending); `mailctl status --campaign {campaign}` counts the users left CANCELLED",
-        mailflow::stages::CAMPAIGN_STATE_TTL.as_secs()
-    );
-    Ok(())
-}
-
-/// A time in milliseconds since the epoch, as RFC 3339.
-fn format_ms(ms: u64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| ms.to_string())
 }
 
 /// Exit status 1 (with the counts) when a campaign ended with users not sent to: FAILED,

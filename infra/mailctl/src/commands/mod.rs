@@ -36,7 +36,7 @@ pub enum QueueChoice {
 
 pub async fn target(sdk: &aws_config::SdkConfig, args: &TargetArgs) -> Result<Target> {
     match &args.prefix {
-        Some(prefix) => Target::from_prefix(&aws_sdk_sqs::Client::new(sdk), prefix).await,
+        Some(prefix) => Target::from_prefix(sdk, prefix).await,
         None => Target::from_env(),
     }
 }

@@ -29,6 +29,7 @@ pub async fn provision(
         (out::EMAILS_DLQ, url(names::EMAILS_DLQ)?),
         (out::SES_EVENTS_QUEUE, url(names::SES_EVENTS_QUEUE)?),
         (out::SES_EVENTS_DLQ, url(names::SES_EVENTS_DLQ)?),
+        (out::EVENT_SOURCE_MAPPINGS, &stack.event_source_mappings()?),
     ];
     for (output, value) in exports {
         println!("{}", output.export(value));

@@ -16,14 +16,10 @@ pub async fn status(
 ) -> Result<()> {
     mailflow::campaign::CampaignId::parse(campaign)?;
     let target = target(sdk, t).await?;
-    let (sqs, dynamo) = (
-        aws_sdk_sqs::Client::new(sdk),
-        aws_sdk_dynamodb::Client::new(sdk),
-    );
     // The account's quota, read once: it bounds the rate SendEmail sends at.
     let quota = mailflow::adapters::ses::send_quota(sdk).await;
     loop {
-        let mut s = ops::status(&sqs, &dynamo, &target, campaign).await?;
+        let mut s = ops::status(sdk, &target, campaign).await?;
         match &quota {
             Ok(q) => s.ses_quota = Some(*q),
             Err(reason) => s.ses_quota_unknown = Some(reason.clone()),
@@ -106,6 +102,21 @@ fn print_status(s: &ops::CampaignStatus) {
             s.cancelled_by.as_deref().unwrap_or("?"),
             s.cancel_reason.as_deref().unwrap_or(""),
             s.cancelled
+        );
+    }
+    if let Some(at) = s.paused_at_ms {
+        println!(
+            "  PAUSED since {} by {}: {} | consumers {:?} | resume before {} (the queues keep messages 14 days)",
+            ops::format_ms(at),
+            s.paused_by.as_deref().unwrap_or("?"),
+            s.pause_reason.as_deref().unwrap_or(""),
+            s.consumers,
+            s.resume_before_ms.map_or("?".into(), ops::format_ms),
+        );
+    } else if s.consumers.get("Disabled").is_some_and(|n| *n > 0) {
+        println!(
+            "  consumers {:?}: another campaign on this stack is paused, and the queues are shared",
+            s.consumers
         );
     }
     match (&s.ses_quota, &s.ses_quota_unknown) {

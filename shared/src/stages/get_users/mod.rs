@@ -9,8 +9,9 @@ use super::{batch_response, CampaignStateCache, Invocation};
 use crate::adapters::campaigns::CampaignsTable;
 use crate::adapters::directory::MongoDirectory;
 use crate::adapters::sqs::{SqsQueue, MAX_BATCH_ENTRIES};
-use crate::campaign::{Campaign, CampaignError, CampaignId, Window};
+use crate::campaign::{Campaign, CampaignError, CampaignId, Hold, Window};
 use crate::config::GetUsersConfig;
+use crate::ledger::epoch_ms;
 use crate::messages::{parse_body, UserMessage};
 use crate::ports::{
     AudienceScan, CampaignStates, OutgoingQueue, QueueError, SendReport, StoreError, UserDirectory,
@@ -19,7 +20,7 @@ use crate::user_id::UserId;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 use time::OffsetDateTime;
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +34,8 @@ pub enum GetUsersError {
     Mongo(String),
     #[error(transparent)]
     Queue(#[from] QueueError),
+    #[error("recording the campaign in the campaigns table failed: {0}")]
+    Campaigns(String),
 }
 
 /// A manual invocation.
@@ -92,6 +95,9 @@ pub struct Summary {
     /// The campaign is cancelled (`mailctl cancel`): this run enqueued no more and left no
     /// checkpoint.
     pub cancelled: bool,
+    /// The campaign is paused: this run stopped its fan-out and parked its checkpoint on the
+    /// continuation queue, whose consumer the pause disabled; the resume picks it up.
+    pub paused: bool,
     pub continued_after: Option<String>,
 }
 
@@ -163,8 +169,8 @@ pub struct GetUsers<D = MongoDirectory, Q = SqsQueue, S = CampaignsTable> {
     config: GetUsersConfig,
 }
 
-/// Batches enqueued between two looks at the campaign's state (a cancellation stops the
-/// fan-out within about this many batches).
+/// Batches enqueued between two looks at the campaign's state (a pause or a cancellation
+/// stops the fan-out within about this many batches).
 const STATE_CHECK_EVERY: usize = 50;
 
 impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
@@ -228,6 +234,12 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
         };
         // Follows no user can be found through are reported once per run, by its first segment.
         let follows_skipped = if run.segment == 0 {
+            // Known to `mailctl` and the reputation guard from now on.
+            self.campaigns
+                .states()
+                .register(campaign.id.as_str(), epoch_ms(SystemTime::now()))
+                .await
+                .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
             self.report_odd_follows(&campaign.window).await?
         } else {
             0
@@ -239,9 +251,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
         let mut last = run.after.clone();
         let mut report = SendReport::default();
         let mut complete = true;
-        let mut cancelled = self.cancelled(campaign).await;
+        let mut hold = self.hold(campaign).await;
         let mut batches = 0usize;
-        while !cancelled {
+        while hold.is_none() {
             // At least one user per invocation, so a slow start can never checkpoint the
             // same place forever.
             let progressed = last != run.after;
@@ -265,7 +277,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
                 in_flight.push(send(std::mem::take(&mut chunk)));
                 batches += 1;
                 if batches % STATE_CHECK_EVERY == 0 {
-                    cancelled = self.cancelled(campaign).await;
+                    hold = self.hold(campaign).await;
                 }
                 while in_flight.len() >= self.config.enqueue_concurrency {
                     add(&mut report, in_flight.next().await)?;
@@ -278,6 +290,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
         while !in_flight.is_empty() {
             add(&mut report, in_flight.next().await)?;
         }
+        let cancelled = matches!(hold, Some(Hold::Cancelled(_)));
+        let paused = matches!(hold, Some(Hold::Paused(_)));
+        complete &= hold.is_none();
         // Everything up to `last` is on the queue now: only then is it a safe checkpoint.
         if !complete && !cancelled {
             let checkpoint = Checkpoint {
@@ -298,8 +313,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
             follows_skipped,
             entries_retried: report.retried,
             duration_ms: started.elapsed().as_millis(),
-            complete: complete && !cancelled,
+            complete,
             cancelled,
+            paused,
             continued_after: if complete || cancelled { None } else { last },
         };
         tracing::info!(
@@ -311,6 +327,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
             duration_ms = summary.duration_ms as u64,
             complete = summary.complete,
             cancelled = summary.cancelled,
+            paused = summary.paused,
             "{FINISHED_LOG_MESSAGE}"
         );
         Ok(summary)
@@ -333,13 +350,19 @@ pub enum Response {
 }
 
 impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
-    /// Whether an operator cancelled the campaign (then nothing more is enqueued).
-    async fn cancelled(&self, campaign: &Campaign) -> bool {
-        let cancellation = self.campaigns.cancellation(campaign.id.as_str()).await;
-        if let Some(c) = &cancellation {
-            tracing::info!(campaign = %campaign.id, cancelled_at_ms = c.at_ms, "campaign cancelled: no further fan-out");
+    /// Whether the campaign is paused or cancelled (then nothing more is enqueued).
+    async fn hold(&self, campaign: &Campaign) -> Option<Hold> {
+        let hold = self.campaigns.hold(campaign.id.as_str()).await;
+        match &hold {
+            Some(Hold::Cancelled(c)) => {
+                tracing::info!(campaign = %campaign.id, cancelled_at_ms = c.at_ms, "campaign cancelled: no further fan-out")
+            }
+            Some(Hold::Paused(c)) => {
+                tracing::info!(campaign = %campaign.id, paused_at_ms = c.at_ms, "campaign paused: fan-out stopped, checkpoint parked until the resume")
+            }
+            None => {}
         }
-        cancellation.is_some()
+        hold
     }
 
     /// Logs the window's follows whose followeeId no user can have, and counts them.

@@ -235,3 +235,39 @@ async fn a_cancelled_campaign_is_not_fanned_out_and_leaves_no_checkpoint() {
     assert!(enqueued(&stage).is_empty());
     assert!(stage.continuation.bodies().is_empty());
 }
+
+#[tokio::test]
+async fn a_paused_campaign_parks_its_checkpoint_and_continues_from_it_when_resumed() {
+    let paused = stage("3600");
+    paused.campaigns.states.pause(campaign().id.as_str());
+    let Response::Run(summary) = paused.handle(manual(), &plenty()).await.unwrap() else {
+        panic!("expected a run summary");
+    };
+    assert!(summary.paused && !summary.complete && !summary.cancelled);
+    assert_eq!(summary.users_enqueued, 0);
+    assert!(
+        paused
+            .campaigns
+            .states
+            .registered
+            .lock()
+            .unwrap()
+            .contains_key(campaign().id.as_str()),
+        "registered RUNNING before the pause was seen"
+    );
+    let parked = paused.continuation.bodies();
+    assert_eq!(parked.len(), 1, "one checkpoint parked");
+
+    // After the resume (a new execution environment: no cached state), the parked
+    // checkpoint enqueues the whole audience.
+    let resumed = stage("3600");
+    let records = json!({"Records": [{"messageId": "parked", "body": parked[0]}]});
+    let Response::Checkpoints(response) = resumed.handle(records, &plenty()).await.unwrap() else {
+        panic!("expected a batch response");
+    };
+    assert!(response.batch_item_failures.is_empty());
+    let unpaused = stage("3600");
+    unpaused.handle(manual(), &plenty()).await.unwrap();
+    assert_eq!(enqueued(&resumed), enqueued(&unpaused));
+    assert!(!enqueued(&resumed).is_empty());
+}

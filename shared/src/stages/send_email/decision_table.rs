@@ -456,3 +456,24 @@ async fn a_cancelled_campaign_sends_nothing_more_and_its_records_end_cancelled()
         assert_eq!(record.status, Some(after), "{before:?}");
     }
 }
+
+#[tokio::test]
+async fn a_paused_campaign_hands_its_records_back_unclaimed() {
+    let campaigns = MemoryCampaigns::default();
+    campaigns.pause(CAMPAIGN);
+    let stage = SendEmail::new(
+        ledger(Before::Nothing, 0),
+        ScriptedMailer::default(),
+        MemoryQueue::default(),
+        campaigns,
+        config(),
+    );
+    let invocation = Invocation::with_timeout("request-1", TIMEOUT);
+    let (response, summary) = stage
+        .handle(event("ada@example.com", 1, false), &invocation)
+        .await;
+    assert_eq!(response.batch_item_failures.len(), 1, "handed back");
+    assert_eq!(summary.paused, 1);
+    assert!(stage.mailer.calls().is_empty(), "nothing sent");
+    assert_eq!(stage.ledger.get(USER, CAMPAIGN), None, "nothing claimed");
+}

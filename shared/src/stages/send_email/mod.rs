@@ -7,6 +7,7 @@
 
 use super::{batch_response, each_record, CampaignStateCache, Invocation};
 use crate::address;
+use crate::campaign::{Hold, StateChange};
 use crate::config::SendEmailConfig;
 use crate::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
 use crate::messages::{parse_body, EmailJob};
@@ -41,6 +42,8 @@ pub struct Summary {
     pub throttled: usize,
     /// Returned because sending is paused or the account suspended.
     pub stopped: usize,
+    /// The campaign is paused: handed back unclaimed, sent after the resume.
+    pub paused: usize,
     /// Returned because of an error (bad body, ledger or service error, deadline).
     pub retried: usize,
     /// SES accepted but the ledger could not be updated under the claim.
@@ -77,6 +80,8 @@ enum Done {
 
 enum Again {
     Busy,
+    /// The campaign is paused: the record goes back untouched, to be sent after the resume.
+    Paused,
     Throttled,
     Stopped,
     Error,
@@ -168,6 +173,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                 Err(retry) => {
                     match retry.why {
                         Again::Busy => summary.busy += 1,
+                        Again::Paused => summary.paused += 1,
                         Again::Throttled => summary.throttled += 1,
                         Again::Stopped => summary.stopped += 1,
                         Again::Error => summary.retried += 1,
@@ -183,6 +189,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
             busy = summary.busy,
             throttled = summary.throttled,
             stopped = summary.stopped,
+            paused = summary.paused,
             retried = summary.retried,
             previously_failed = summary.previously_failed,
             unrecorded = summary.unrecorded,
@@ -247,8 +254,16 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
             return Err(Retry::error(Some(Duration::ZERO)));
         }
 
-        if let Some(cancellation) = self.campaigns.cancellation(job.campaign_id.as_str()).await {
-            return self.cancel(&job, &cancellation).await;
+        match self.campaigns.hold(job.campaign_id.as_str()).await {
+            Some(Hold::Cancelled(cancellation)) => return self.cancel(&job, &cancellation).await,
+            // Not claimed: after the resume it is sent as if the pause had not been.
+            Some(Hold::Paused(_)) => {
+                return Err(Retry {
+                    why: Again::Paused,
+                    delay: None,
+                })
+            }
+            None => {}
         }
 
         let now = SystemTime::now();
@@ -409,14 +424,9 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         }
     }
 
-    /// Records FAILED with the reason (a permanent error) and acknowledges the record.
     /// The campaign was cancelled: this email is not sent; its record ends CANCELLED (unless
     /// it is SENT or a live attempt holds it) and the message is acknowledged.
-    async fn cancel(
-        &self,
-        job: &EmailJob,
-        cancellation: &crate::campaign::Cancellation,
-    ) -> Result<Done, Retry> {
+    async fn cancel(&self, job: &EmailJob, cancellation: &StateChange) -> Result<Done, Retry> {
         let now = epoch_ms(SystemTime::now()).max(cancellation.at_ms);
         match self
             .ledger
@@ -431,6 +441,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         }
     }
 
+    /// Records FAILED with the reason (a permanent error) and acknowledges the record.
     async fn fail(&self, claim: &Claim, reason: &str) -> Result<Done, Retry> {
         tracing::warn!(%reason, "rejected permanently; recorded FAILED");
         match self

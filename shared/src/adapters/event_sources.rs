@@ -1,0 +1,112 @@
+//! Lambda's event source mappings of the campaign queues (GetUsers' continuations, the users
+//! queue, the emails queue): disabling them stops every consumer at once and leaves the
+//! messages where they are, untouched and with their receive counts unchanged, for as long as
+//! the queues retain them. This is how a pause stops a campaign; resuming enables them again.
+
+use super::campaigns::{CampaignsTable, RUNNING};
+use super::describe;
+use crate::campaign::StateChange;
+use crate::ports::{SendingSwitch, StoreError};
+use std::time::{Duration, Instant};
+
+/// The mappings' `State` once a disable has taken effect.
+pub const DISABLED: &str = "Disabled";
+pub const ENABLED: &str = "Enabled";
+
+#[derive(Clone)]
+pub struct EventSourceMappings {
+    client: aws_sdk_lambda::Client,
+    ids: Vec<String>,
+}
+
+impl EventSourceMappings {
+    pub fn new(client: aws_sdk_lambda::Client, ids: Vec<String>) -> Self {
+        Self { client, ids }
+    }
+
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    /// Enables or disables every mapping (UpdateEventSourceMapping); Lambda applies it within
+    /// seconds (`wait_for`).
+    pub async fn set_enabled(&self, enabled: bool) -> Result<(), StoreError> {
+        for id in &self.ids {
+            self.client
+                .update_event_source_mapping()
+                .uuid(id)
+                .enabled(enabled)
+                .send()
+                .await
+                .map_err(|e| {
+                    StoreError(format!(
+                        "event source mapping {id}: could not {} it: {}",
+                        if enabled { "enable" } else { "disable" },
+                        describe(&e)
+                    ))
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Each mapping's `State` (Enabled, Disabling, Disabled, Enabling, ...).
+    pub async fn states(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let mut states = Vec::new();
+        for id in &self.ids {
+            let out = self
+                .client
+                .get_event_source_mapping()
+                .uuid(id)
+                .send()
+                .await
+                .map_err(|e| StoreError(format!("event source mapping {id}: {}", describe(&e))))?;
+            states.push((id.clone(), out.state.unwrap_or_default()));
+        }
+        Ok(states)
+    }
+
+    /// Waits until every mapping is in `state`; false if one is not within `limit`.
+    pub async fn wait_for(&self, state: &str, limit: Duration) -> Result<bool, StoreError> {
+        let started = Instant::now();
+        loop {
+            if self.states().await?.iter().all(|(_, s)| s == state) {
+                return Ok(true);
+            }
+            if started.elapsed() > limit {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// The stack's sending as the reputation guard switches it off: the mappings and the
+/// campaigns table.
+pub struct StackSending {
+    pub mappings: EventSourceMappings,
+    pub campaigns: CampaignsTable,
+}
+
+impl SendingSwitch for StackSending {
+    async fn stop_consumers(&self) -> Result<usize, StoreError> {
+        self.mappings.set_enabled(false).await?;
+        Ok(self.mappings.ids.len())
+    }
+
+    async fn running_campaigns(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.campaigns.campaigns_in(RUNNING).await?)
+    }
+
+    async fn pause(&self, campaign_id: &str, change: &StateChange) -> Result<bool, StoreError> {
+        let outcome = self
+            .campaigns
+            .change_state(
+                campaign_id,
+                &[Some(RUNNING)],
+                super::campaigns::PAUSED,
+                change,
+            )
+            .await?;
+        Ok(outcome.is_ok())
+    }
+}
