@@ -182,6 +182,11 @@ fn sample_events_are_what_the_handlers_accept() {
         .map(|r| mailflow::ses_events::parse(r.body.as_deref().unwrap_or_default(), now))
         .collect();
     assert!(parsed[0].is_ok() && parsed[1].is_err() && parsed[2].is_ok());
+    let alarm: aws_lambda_events::event::sns::SnsEvent =
+        serde_json::from_value(read("reputation-alarm.json")).unwrap();
+    let message: serde_json::Value = serde_json::from_str(&alarm.records[0].sns.message).unwrap();
+    assert_eq!(message["NewStateValue"], "ALARM");
+    assert_eq!(message["Trigger"]["MetricName"], "Reputation.BounceRate");
     let one_click = read("unsubscribe-one-click.json");
     let request =
         mailflow::stages::unsubscribe::HttpRequest::from_function_url_event(&one_click).unwrap();

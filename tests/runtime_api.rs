@@ -6,6 +6,7 @@
 //! configuration from template.yaml and init.
 
 use mailflow::campaign::Campaign;
+use mailflow::campaign::Hold;
 use mailflow_local::aws_emulator::EmulatedFunction;
 use mailflow_local::function_host::{FunctionProcess, Outcome};
 use mailflow_local::names;
@@ -371,6 +372,62 @@ async fn serves_the_sample_events(host: Host) {
         Some(false)
     );
     assert!(!run.stderr.contains(&token), "logs must not carry tokens");
+
+    // ReputationGuard with infra/events/reputation-alarm.json, the SNS delivery of a
+    // CloudWatch alarm on SES's Reputation.BounceRate: the campaign GetUsers registered above
+    // is paused by the guard, with the alarm as its reason, and the campaign queues'
+    // event source mappings are disabled. (Last: a paused campaign sends nothing.)
+    let run = run_function(
+        host,
+        "reputation-guard",
+        names::REPUTATION_GUARD,
+        env.stack.env(names::REPUTATION_GUARD).unwrap(),
+        vec![sample("reputation-alarm.json")],
+    )
+    .await;
+    let summary = response(&run);
+    assert_eq!(summary["alarms"], 1, "{}", run.stderr);
+    assert_eq!(summary["consumersStopped"], 3, "{}", run.stderr);
+    assert_eq!(summary["paused"], serde_json::json!([campaign.id.as_str()]));
+    let table = mailflow::adapters::campaigns::CampaignsTable::new(
+        env.dynamo(),
+        env.stack.table_name(names::CAMPAIGNS_TABLE).unwrap(),
+    );
+    match table
+        .record(campaign.id.as_str())
+        .await
+        .unwrap()
+        .and_then(|r| r.hold)
+    {
+        Some(Hold::Paused(change)) => {
+            assert_eq!(change.by, mailflow::stages::reputation_guard::GUARD);
+            assert!(
+                change
+                    .reason
+                    .contains("Reputation.BounceRate (threshold 0.04)"),
+                "{}",
+                change.reason
+            );
+        }
+        other => panic!("not paused by the guard: {other:?}"),
+    }
+    let mappings = mailflow::adapters::event_sources::EventSourceMappings::new(
+        aws_sdk_lambda::Client::new(&env.stack.sdk),
+        env.stack
+            .event_source_mappings()
+            .unwrap()
+            .split(',')
+            .map(str::to_owned)
+            .collect(),
+    );
+    for (id, state) in mappings.states().await.unwrap() {
+        assert_eq!(state, "Disabled", "{id}");
+    }
+    assert!(
+        run.stderr.contains("SES reputation alarm: sending paused"),
+        "the guard's warning: {}",
+        run.stderr
+    );
 }
 
 /// The user ids of the messages on the users queue (received, then left to come back).

@@ -297,3 +297,37 @@ fn the_mongodb_uri_comes_from_secrets_manager_not_from_parameters() {
         );
     }
 }
+
+/// The reputation guard is wired as the README says: each SES reputation alarm watches the
+/// account's own metric at a threshold parameter and notifies both the guard's topic and the
+/// operator's, and the guard is subscribed to that topic.
+#[test]
+fn the_reputation_alarms_reach_the_guard_and_the_operator() {
+    let t = template();
+    for (alarm, metric, threshold) in [
+        (
+            "BounceRateAlarm",
+            "Reputation.BounceRate",
+            "BounceRateThreshold",
+        ),
+        (
+            "ComplaintRateAlarm",
+            "Reputation.ComplaintRate",
+            "ComplaintRateThreshold",
+        ),
+    ] {
+        let p = &t["Resources"][alarm]["Properties"];
+        assert_eq!(p["Namespace"].as_str(), Some("AWS/SES"), "{alarm}");
+        assert_eq!(p["MetricName"].as_str(), Some(metric), "{alarm}");
+        assert_eq!(spelled(&p["Threshold"]), threshold, "{alarm}");
+        let actions = format!("{:?}", p["AlarmActions"]);
+        assert!(
+            actions.contains("ReputationAlarmTopic") && actions.contains("AlarmTopicArn"),
+            "{alarm} notifies {actions}"
+        );
+    }
+    let events = &t["Resources"]["ReputationGuardFunction"]["Properties"]["Events"];
+    let topic = &events["ReputationAlarm"]["Properties"]["Topic"];
+    assert_eq!(events["ReputationAlarm"]["Type"].as_str(), Some("SNS"));
+    assert_eq!(spelled(topic), "ReputationAlarmTopic");
+}

@@ -27,6 +27,7 @@ pub const CREATE_EMAILS: &str = "CreateEmailsFunction";
 pub const SEND_EMAIL: &str = "SendEmailFunction";
 pub const SES_EVENTS: &str = "SesEventsFunction";
 pub const UNSUBSCRIBE: &str = "UnsubscribeFunction";
+pub const REPUTATION_GUARD: &str = "ReputationGuardFunction";
 
 // Parameters.
 pub const MONGODB_DATABASE: &str = "MongoDbDatabase";
