@@ -110,6 +110,43 @@ async fn a_campaign_cancelled_part_way_sends_nothing_more_and_every_user_ends_co
         .unwrap_err()
         .to_string();
     assert!(again.contains("already cancelled by test"), "{again}");
+
+    // Told explicitly, an operator reopens it and resends: the users it left CANCELLED (and
+    // those CreateEmails skipped for the cancellation) get their one email; nobody a second.
+    let said = mailctl::control::reopen(&env.stack.sdk, id, "test", &target)
+        .await
+        .unwrap();
+    assert!(said.starts_with(&format!("reopened {id}")), "{said}");
+    pipeline
+        .run(
+            serde_json::json!({ "campaignId": id, "includeCancelled": true }),
+            Duration::from_secs(900),
+        )
+        .await
+        .unwrap();
+    let sent_to = env.sent().await.unwrap();
+    for (user, _) in seeded.deliverable() {
+        assert_eq!(
+            sent_to.get(&seeded.addresses[user]).map_or(0, Vec::len),
+            1,
+            "{user}"
+        );
+    }
+    let records = env.records(id).await.unwrap();
+    assert!(
+        records
+            .values()
+            .all(|r| matches!(r.status, Some(SendStatus::Sent | SendStatus::Failed))),
+        "{records:?}"
+    );
+    let not_cancelled = mailctl::control::reopen(&env.stack.sdk, id, "test", &target)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        not_cancelled.contains("is not cancelled"),
+        "{not_cancelled}"
+    );
 }
 
 /// Queue visibility timeout for the pause test: short, so that a pause outlasts several.

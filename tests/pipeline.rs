@@ -224,6 +224,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
     let mut run = Run {
         campaign: campaign(),
         include_failed: false,
+        include_cancelled: false,
         after: None,
         segment: 0,
     };
@@ -437,6 +438,7 @@ async fn get_users_resumes_after_a_string_or_an_object_id_checkpoint() {
         let run = Run {
             campaign: campaign(),
             include_failed: false,
+            include_cancelled: false,
             after: after.map(str::to_owned),
             segment: 1,
         };

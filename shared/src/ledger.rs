@@ -9,7 +9,8 @@
 //!                       +---+ claim again once the lease has ended (or after release)
 //!
 //!   (none), DEAD_LETTERED, or IN_PROGRESS with an ended lease --cancel_send--> CANCELLED
-//!   (final: the campaign was cancelled before this email went out)
+//!   (the campaign was cancelled before this email went out; final unless an operator
+//!   reopens the campaign: resend --reopen-cancelled)
 //! ```
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -61,6 +62,16 @@ pub struct Claim {
     pub lease_until_ms: u64,
 }
 
+/// Final records an operator's resend may claim again (a claim always may take no record,
+/// an ended lease, or DEAD_LETTERED).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reclaim {
+    /// FAILED (`resend --include-failed`).
+    pub failed: bool,
+    /// CANCELLED (`resend --reopen-cancelled`).
+    pub cancelled: bool,
+}
+
 /// What the ledger held when a claim was refused (read from the same write: ALL_OLD).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -73,7 +84,7 @@ pub enum Refusal {
     Failed {
         reason: String,
     },
-    /// The campaign was cancelled before this email went out.
+    /// The campaign was cancelled before this email went out (and is not reopened).
     Cancelled,
 }
 

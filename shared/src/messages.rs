@@ -25,6 +25,9 @@ pub struct UserMessage {
     /// Operator resend option: also retry users whose send FAILED permanently.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub include_failed: bool,
+    /// Operator resend of a reopened campaign: also send to users recorded CANCELLED.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub include_cancelled: bool,
 }
 
 /// Emails queue: one rendered email, ready to send.
@@ -43,6 +46,18 @@ pub struct EmailJob {
     pub unsubscribe_url: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub include_failed: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub include_cancelled: bool,
+}
+
+impl EmailJob {
+    /// The final records this job may claim again.
+    pub fn reclaim(&self) -> crate::ledger::Reclaim {
+        crate::ledger::Reclaim {
+            failed: self.include_failed,
+            cancelled: self.include_cancelled,
+        }
+    }
 }
 
 /// Why a record body was rejected; logged, and the record reported as failed.

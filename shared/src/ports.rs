@@ -8,7 +8,7 @@
 
 use crate::campaign::{Hold, StateChange, Window};
 use crate::digest::{Enrichment, OddFollow};
-use crate::ledger::{Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, SendStatus};
+use crate::ledger::{Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, SendStatus};
 #[cfg(test)]
 pub(crate) mod memory;
 use crate::user_id::UserId;
@@ -19,11 +19,11 @@ use std::time::Duration;
 /// Every write is conditional; a refused one reports what the record holds instead.
 pub trait SendLedger: Send + Sync {
     /// Claims (userId, campaignId) for one attempt: on no record, an IN_PROGRESS record whose
-    /// lease has ended, a DEAD_LETTERED one, or (with `include_failed`) a FAILED one.
+    /// lease has ended, a DEAD_LETTERED one, or a FAILED or CANCELLED one `reclaim` names.
     fn claim(
         &self,
         claim: &Claim,
-        include_failed: bool,
+        reclaim: Reclaim,
     ) -> impl Future<Output = Result<ClaimOutcome, LedgerError>> + Send;
     /// Counts a suppressed duplicate on a SENT record.
     fn note_duplicate(

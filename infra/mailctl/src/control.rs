@@ -7,12 +7,8 @@
 use crate::ops::{self, format_ms, Target};
 use anyhow::{bail, Result};
 use mailflow::adapters::campaigns::{Refused, CANCELLED, PAUSED, RUNNING};
-use mailflow::adapters::event_sources::{DISABLED, ENABLED};
+use mailflow::adapters::event_sources::StackSending;
 use mailflow::campaign::{CampaignId, CampaignRecord, Hold, StateChange};
-use std::time::Duration;
-
-/// How long a command waits for Lambda to apply a change to the mappings.
-const MAPPING_WAIT: Duration = Duration::from_secs(120);
 
 fn change(by: &str, reason: &str) -> StateChange {
     StateChange {
@@ -61,21 +57,11 @@ fn require_mappings(target: &Target) -> Result<()> {
     Ok(())
 }
 
-/// Enables the mappings again unless another campaign is still paused; says which.
-async fn release_consumers(
-    sdk: &aws_config::SdkConfig,
-    target: &Target,
-    table: &mailflow::adapters::campaigns::CampaignsTable,
-) -> Result<Vec<String>> {
-    let still_paused = table.campaigns_in(PAUSED).await?;
-    if still_paused.is_empty() {
-        let mappings = ops::mappings(sdk, target);
-        mappings.set_enabled(true).await?;
-        if !mappings.wait_for(ENABLED, MAPPING_WAIT).await? {
-            bail!("the event source mappings did not report Enabled within {MAPPING_WAIT:?}: check them (`aws lambda get-event-source-mapping`)");
-        }
+fn sending(sdk: &aws_config::SdkConfig, target: &Target) -> StackSending {
+    StackSending {
+        mappings: ops::mappings(sdk, target),
+        campaigns: ops::campaigns_table(&aws_sdk_dynamodb::Client::new(sdk), target),
     }
-    Ok(still_paused)
 }
 
 pub async fn pause(
@@ -87,24 +73,17 @@ pub async fn pause(
 ) -> Result<String> {
     CampaignId::parse(campaign)?;
     require_mappings(target)?;
-    let dynamo = aws_sdk_dynamodb::Client::new(sdk);
-    let table = ops::campaigns_table(&dynamo, target);
     let status = ops::status(sdk, target, campaign).await?;
     if status.state == "finished" {
         bail!(
             "{campaign} has finished: every user is SENT, FAILED, CANCELLED or skipped and the queues are empty; there is nothing to pause"
         );
     }
-    if let Err(refused) = table
-        .change_state(campaign, &[Some(RUNNING)], PAUSED, &change(by, reason))
+    if let Err(refused) = sending(sdk, target)
+        .pause_campaign(campaign, &change(by, reason))
         .await?
     {
         return Err(refusal(campaign, "paused", refused));
-    }
-    let mappings = ops::mappings(sdk, target);
-    mappings.set_enabled(false).await?;
-    if !mappings.wait_for(DISABLED, MAPPING_WAIT).await? {
-        bail!("{campaign} is paused, but the event source mappings did not report Disabled within {MAPPING_WAIT:?}: check them (`aws lambda get-event-source-mapping`); the functions hold the campaign's records back meanwhile");
     }
     Ok(format!(
         "paused {campaign}: the consumers of the campaign queues are stopped (every campaign on this stack waits; the queues are shared); the batches already in a function's hands finish (at most SendMaxConcurrency x EmailsBatchSize emails, sent within {} s); nothing is lost: `mailctl resume --campaign {campaign}` continues within the queues' 14-day retention",
@@ -120,15 +99,13 @@ pub async fn resume(
 ) -> Result<String> {
     CampaignId::parse(campaign)?;
     require_mappings(target)?;
-    let dynamo = aws_sdk_dynamodb::Client::new(sdk);
-    let table = ops::campaigns_table(&dynamo, target);
-    if let Err(refused) = table
-        .change_state(campaign, &[Some(PAUSED)], RUNNING, &change(by, "resumed"))
+    let still_paused = match sending(sdk, target)
+        .resume_campaign(campaign, &change(by, "resumed"))
         .await?
     {
-        return Err(refusal(campaign, "resumed", refused));
-    }
-    let still_paused = release_consumers(sdk, target, &table).await?;
+        Ok(still_paused) => still_paused,
+        Err(refused) => return Err(refusal(campaign, "resumed", refused)),
+    };
     Ok(if still_paused.is_empty() {
         format!("resumed {campaign}: the consumers run again; every user not yet sent to gets exactly one email")
     } else {
@@ -155,8 +132,8 @@ pub async fn cancel(
     target: &Target,
 ) -> Result<String> {
     CampaignId::parse(campaign)?;
-    let dynamo = aws_sdk_dynamodb::Client::new(sdk);
-    let table = ops::campaigns_table(&dynamo, target);
+    let sending = sending(sdk, target);
+    let table = &sending.campaigns;
     let was_paused = matches!(
         table.record(campaign).await?.and_then(|r| r.hold),
         Some(Hold::Paused(_))
@@ -180,12 +157,41 @@ pub async fn cancel(
         bail!("{campaign} changed state while it was being cancelled: try again");
     }
     if was_paused && !target.event_source_mappings.is_empty() {
-        release_consumers(sdk, target, &table).await?;
+        sending.release_consumers().await?;
     }
     Ok(format!(
         "cancelled {campaign}: no further email of it goes out (within {} s, plus the batches already sending); `mailctl status --campaign {campaign}` counts the users left CANCELLED",
         mailflow::stages::CAMPAIGN_STATE_TTL.as_secs()
     ))
+}
+
+/// Reopens a cancelled campaign for `resend --reopen-cancelled`: RUNNING again, recorded with
+/// who and when. Refuses a campaign that is not cancelled.
+pub async fn reopen(
+    sdk: &aws_config::SdkConfig,
+    campaign: &str,
+    by: &str,
+    target: &Target,
+) -> Result<String> {
+    CampaignId::parse(campaign)?;
+    let table = sending(sdk, target).campaigns;
+    let reopened = table
+        .change_state(
+            campaign,
+            &[Some(CANCELLED)],
+            RUNNING,
+            &change(by, "reopened for a resend"),
+        )
+        .await?;
+    match reopened {
+        Ok(()) => Ok(format!(
+            "reopened {campaign}: it runs again; the resend sends to the users it left CANCELLED"
+        )),
+        Err(Refused(None)) => Err(unknown(campaign)),
+        Err(Refused(Some(_))) => bail!(
+            "{campaign} is not cancelled: --reopen-cancelled has nothing to reopen; nothing changed"
+        ),
+    }
 }
 
 /// `run` and `resend` refuse a paused campaign (resume it) and a cancelled one (final).
@@ -201,7 +207,7 @@ pub async fn refuse_if_held(
         .and_then(|r| r.hold)
     {
         Some(Hold::Cancelled(c)) => bail!(
-            "{campaign} was cancelled by {} at {} ({}): it stays cancelled; to send it after all, run it under a new campaign id with --since and --until",
+            "{campaign} was cancelled by {} at {} ({}): it stays cancelled; to send it after all, `mailctl resend --campaign {campaign} --reopen-cancelled`",
             c.by,
             format_ms(c.at_ms),
             c.reason

@@ -85,6 +85,13 @@ enum Command {
         /// Also retry users whose send failed permanently (fix their data first).
         #[arg(long)]
         include_failed: bool,
+        /// Reopen a cancelled campaign (it runs again, recorded with who and when) and send
+        /// to the users it left CANCELLED. Without it, resend refuses a cancelled campaign.
+        #[arg(long)]
+        reopen_cancelled: bool,
+        /// Who reopens it (with --reopen-cancelled).
+        #[arg(long, env = "USER", default_value = "operator")]
+        by: String,
         #[command(flatten)]
         target: TargetArgs,
     },
@@ -255,8 +262,14 @@ async fn run() -> Result<()> {
         Command::Resend {
             campaign,
             include_failed,
+            reopen_cancelled,
+            by,
             target,
-        } => commands::campaign::resend(sdk, template, &campaign, include_failed, &target).await,
+        } => {
+            let reopen = reopen_cancelled.then_some(by.as_str());
+            commands::campaign::resend(sdk, template, &campaign, include_failed, reopen, &target)
+                .await
+        }
         Command::Status {
             campaign,
             watch,

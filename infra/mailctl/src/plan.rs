@@ -66,6 +66,7 @@ pub async fn plan<D: UserDirectory>(
             user_id: user.to_string(),
             window: campaign.window,
             include_failed: false,
+            include_cancelled: false,
         };
         let composed = stage
             .compose_in_locale(message)

@@ -50,6 +50,7 @@ pub async fn compose(stage: &CreateEmails, user: &str, campaign: &Campaign) -> R
         user_id: user.to_owned(),
         window: campaign.window,
         include_failed: false,
+        include_cancelled: false,
     };
     match stage.compose(message).await.map_err(anyhow::Error::msg)? {
         Ok(job) => Ok(job),

@@ -3,7 +3,8 @@
 //! Over 400 lines on purpose: every conditional write of the ledger is here, once.
 
 use crate::ledger::{
-    campaign_shard, epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Refusal, SendStatus,
+    campaign_shard, epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Reclaim, Refusal,
+    SendStatus,
 };
 use crate::ports::{Marked, SendLedger, SendRecordNotes};
 use aws_sdk_dynamodb::error::SdkError;
@@ -134,11 +135,7 @@ impl SendLedger for DynamoLedger {
     /// no record, an IN_PROGRESS record whose lease has ended, a DEAD_LETTERED one (its
     /// message came back by a redrive or a resend), and on FAILED when the operator asked to
     /// include failed sends; never on SENT.
-    async fn claim(
-        &self,
-        claim: &Claim,
-        include_failed: bool,
-    ) -> Result<ClaimOutcome, LedgerError> {
+    async fn claim(&self, claim: &Claim, reclaim: Reclaim) -> Result<ClaimOutcome, LedgerError> {
         let now = claim.started_at_ms;
         let expires = (SystemTime::now() + self.retention)
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -164,9 +161,13 @@ impl SendLedger for DynamoLedger {
             (":zero".into(), n(0)),
             (":one".into(), n(1)),
         ]);
-        if include_failed {
+        if reclaim.failed {
             condition.push_str(" OR #status = :failed");
             values.insert(":failed".into(), s(SendStatus::Failed.as_str()));
+        }
+        if reclaim.cancelled {
+            condition.push_str(" OR #status = :cancelled");
+            values.insert(":cancelled".into(), s(SendStatus::Cancelled.as_str()));
         }
         let update = "SET #status = :in_progress, startedAt = :now, leaseUntil = :lease, \
                       claimToken = :token, updatedAt = :now, expiresAt = :expires, \

@@ -3,7 +3,7 @@
 //! messages where they are, untouched and with their receive counts unchanged, for as long as
 //! the queues retain them. This is how a pause stops a campaign; resuming enables them again.
 
-use super::campaigns::{CampaignsTable, RUNNING};
+use super::campaigns::{CampaignsTable, Refused, PAUSED, RUNNING};
 use super::describe;
 use crate::campaign::StateChange;
 use crate::ports::{SendingSwitch, StoreError};
@@ -80,11 +80,72 @@ impl EventSourceMappings {
     }
 }
 
-/// The stack's sending as the reputation guard switches it off: the mappings and the
-/// campaigns table.
+/// The stack's sending as an operator (`mailctl pause|resume`) and the reputation guard
+/// switch it: the campaigns table and the campaign queues' mappings.
 pub struct StackSending {
     pub mappings: EventSourceMappings,
     pub campaigns: CampaignsTable,
+}
+
+/// How long a pause or a resume waits for Lambda to apply a change to the mappings.
+pub const MAPPING_WAIT: Duration = Duration::from_secs(120);
+
+impl StackSending {
+    /// Pauses a running campaign: its state first (so that the functions hold back what is
+    /// already in hand), then the mappings, waited for until Disabled.
+    pub async fn pause_campaign(
+        &self,
+        campaign_id: &str,
+        change: &StateChange,
+    ) -> Result<Result<(), Refused>, StoreError> {
+        if let Err(refused) = self
+            .campaigns
+            .change_state(campaign_id, &[Some(RUNNING)], PAUSED, change)
+            .await?
+        {
+            return Ok(Err(refused));
+        }
+        self.mappings.set_enabled(false).await?;
+        self.settled(DISABLED).await?;
+        Ok(Ok(()))
+    }
+
+    /// Resumes a paused campaign; the mappings run again unless another campaign is still
+    /// paused (the queues are shared). Ok(the campaigns still paused).
+    pub async fn resume_campaign(
+        &self,
+        campaign_id: &str,
+        change: &StateChange,
+    ) -> Result<Result<Vec<String>, Refused>, StoreError> {
+        if let Err(refused) = self
+            .campaigns
+            .change_state(campaign_id, &[Some(PAUSED)], RUNNING, change)
+            .await?
+        {
+            return Ok(Err(refused));
+        }
+        Ok(Ok(self.release_consumers().await?))
+    }
+
+    /// Enables the mappings unless a campaign is paused; the campaigns that are.
+    pub async fn release_consumers(&self) -> Result<Vec<String>, StoreError> {
+        let still_paused = self.campaigns.campaigns_in(PAUSED).await?;
+        if still_paused.is_empty() {
+            self.mappings.set_enabled(true).await?;
+            self.settled(ENABLED).await?;
+        }
+        Ok(still_paused)
+    }
+
+    async fn settled(&self, state: &str) -> Result<(), StoreError> {
+        if self.mappings.wait_for(state, MAPPING_WAIT).await? {
+            return Ok(());
+        }
+        Err(StoreError(format!(
+            "the event source mappings {} did not report {state} within {MAPPING_WAIT:?}: check them (`aws lambda get-event-source-mapping`)",
+            self.mappings.ids.join(", ")
+        )))
+    }
 }
 
 impl SendingSwitch for StackSending {

@@ -15,7 +15,9 @@ use super::{
     SendingSwitch, StoreError, SubscriberStore, SuppressionReason,
 };
 use crate::campaign::{Hold, StateChange};
-use crate::ledger::{Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Refusal, SendStatus};
+use crate::ledger::{
+    Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, Refusal, SendStatus,
+};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
@@ -111,11 +113,7 @@ impl MemoryLedger {
 }
 
 impl SendLedger for MemoryLedger {
-    async fn claim(
-        &self,
-        claim: &Claim,
-        include_failed: bool,
-    ) -> Result<ClaimOutcome, LedgerError> {
+    async fn claim(&self, claim: &Claim, reclaim: Reclaim) -> Result<ClaimOutcome, LedgerError> {
         self.unavailable("claim")?;
         let mut records = self.lock();
         let key = (claim.user_id.clone(), claim.campaign_id.clone());
@@ -125,8 +123,9 @@ impl SendLedger for MemoryLedger {
             Some(SendStatus::InProgress) => {
                 record.lease_until_ms.unwrap_or(0) <= claim.started_at_ms
             }
-            Some(SendStatus::Failed) => include_failed,
-            Some(SendStatus::Sent | SendStatus::Cancelled) => false,
+            Some(SendStatus::Failed) => reclaim.failed,
+            Some(SendStatus::Cancelled) => reclaim.cancelled,
+            Some(SendStatus::Sent) => false,
         };
         if !claimable {
             return Ok(ClaimOutcome::Refused(match record.status {

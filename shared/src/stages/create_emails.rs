@@ -131,6 +131,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
             text: rendered.text,
             unsubscribe_url: Some(unsubscribe_url),
             include_failed: message.include_failed,
+            include_cancelled: message.include_cancelled,
         };
         Ok(Ok((job, locale)))
     }
@@ -313,6 +314,7 @@ mod tests {
             user_id: user.to_owned(),
             window: campaign().window,
             include_failed: false,
+            include_cancelled: false,
         };
         record(user, &serde_json::to_string(&message).unwrap())
     }

@@ -13,7 +13,10 @@ pub mod mongo;
 pub mod proxy;
 
 use anyhow::{Context, Result};
+use mailflow::adapters::campaigns::CampaignsTable;
+use mailflow::adapters::event_sources::{EventSourceMappings, StackSending};
 use mailflow::adapters::ses::SesMailer;
+use mailflow::campaign::StateChange;
 use mailflow::ports::{Mailer, OutgoingEmail, SendError};
 use mailflow_local::names;
 use mailflow_local::pipeline::{
@@ -329,6 +332,11 @@ pub struct ChaosReport {
     pub reconciled: usize,
     pub mongo_restarts: usize,
     pub aws_outages: usize,
+    /// The operator's pause and resume part-way (`mailctl pause|resume`), and the emails
+    /// recorded SENT between the pause taking hold (its in-hand batches done) and the resume:
+    /// must be 0.
+    pub paused_seconds: u64,
+    pub sent_while_paused: usize,
     pub outage_seconds: u64,
     pub runs: Vec<RunOutcome>,
     pub dlq: DlqAccount,
@@ -402,6 +410,10 @@ fn pipeline_options() -> PipelineOptions {
 }
 
 /// Waits until `reached()` holds.
+/// How long the chaos run's pause holds the campaign: longer than its stack's visibility
+/// timeouts, so that a message received while paused would come back and be counted.
+const PAUSE_HELD: Duration = Duration::from_secs(15);
+
 async fn until(reached: impl Fn() -> bool) {
     while !reached() {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -477,9 +489,27 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
     let outage = Duration::from_secs(options.outage_seconds);
     let (mongo_restarts, aws_outages) =
         (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let sent_while_paused = Arc::new(AtomicUsize::new(0));
+    // The operator's own calls reach AWS directly, not through the functions' faults.
+    let operator = StackSending {
+        mappings: EventSourceMappings::new(
+            aws_sdk_lambda::Client::new(&local.stack.sdk),
+            local
+                .stack
+                .event_source_mappings()?
+                .split(',')
+                .map(str::to_owned)
+                .collect(),
+        ),
+        campaigns: CampaignsTable::new(
+            aws_sdk_dynamodb::Client::new(&local.stack.sdk),
+            local.stack.table_name(names::CAMPAIGNS_TABLE)?,
+        ),
+    };
     let disruptions = {
         let (pipeline, mongo, proxy) = (pipeline.clone(), mongo.clone(), proxy.clone());
         let (mongo_restarts, aws_outages) = (mongo_restarts.clone(), aws_outages.clone());
+        let sent_while_paused = sent_while_paused.clone();
         let (campaign, wanted) = (campaign.clone(), deliverable.len());
         tokio::spawn(async move {
             let totals = pipeline.totals.clone();
@@ -495,6 +525,27 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
             proxy.outage(outage).await?;
             aws_outages.fetch_add(1, Ordering::SeqCst);
             tracing::warn!("chaos: AWS endpoint reachable again");
+            until(|| sent() * 100 >= wanted * 30).await;
+            let change = |reason: &str| StateChange {
+                at_ms: mailflow::ledger::epoch_ms(std::time::SystemTime::now()),
+                by: "chaos".into(),
+                reason: reason.into(),
+            };
+            tracing::warn!("chaos: pausing the campaign");
+            operator
+                .pause_campaign(&campaign, &change("chaos pause"))
+                .await?
+                .map_err(|r| anyhow::anyhow!("pause refused: {r:?}"))?;
+            // The batches in hand finish within the state cache's lifetime; then nothing.
+            tokio::time::sleep(mailflow::stages::CAMPAIGN_STATE_TTL + Duration::from_secs(2)).await;
+            let at_pause = sent();
+            tokio::time::sleep(PAUSE_HELD).await;
+            sent_while_paused.store(sent() - at_pause, Ordering::SeqCst);
+            tracing::warn!("chaos: resuming the campaign");
+            operator
+                .resume_campaign(&campaign, &change("chaos resume"))
+                .await?
+                .map_err(|r| anyhow::anyhow!("resume refused: {r:?}"))?;
             until(|| sent() * 100 >= wanted * 35).await;
             let resend = json!({ "campaignId": campaign });
             Ok::<_, anyhow::Error>(invoke_async(pipeline, "manual resend", resend, None).await)
@@ -516,6 +567,8 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         deliverable: deliverable.len(),
         invalid_addresses: local.seeded.invalid_addresses.len(),
         mongo_restarts: mongo_restarts.load(Ordering::SeqCst),
+        paused_seconds: PAUSE_HELD.as_secs(),
+        sent_while_paused: sent_while_paused.load(Ordering::SeqCst),
         aws_outages: aws_outages.load(Ordering::SeqCst),
         outage_seconds: options.outage_seconds,
         ..Default::default()
@@ -705,6 +758,12 @@ async fn check(
             ));
         }
     }
+    if report.sent_while_paused > 0 {
+        problems.push(format!(
+            "{} emails sent while the campaign was paused (after its in-hand batches)",
+            report.sent_while_paused
+        ));
+    }
     if !problems.is_empty() {
         let shown = problems.len().min(20);
         report.violations.push(format!(
@@ -731,6 +790,11 @@ pub fn markdown(r: &ChaosReport) -> String {
         &mut out,
         "invalid addresses in the audience",
         r.invalid_addresses.to_string(),
+    );
+    line(
+        &mut out,
+        "paused part-way (pause, then resume), emails sent while paused",
+        format!("{} s, {}", r.paused_seconds, r.sent_while_paused),
     );
     for (function, n) in &r.second_deliveries {
         line(

@@ -30,16 +30,29 @@ pub async fn run(
     .await
 }
 
-/// `resend`: the campaign again; only users without a SENT record get an email.
+/// `resend`: the campaign again; only users without a SENT record get an email. With
+/// `reopen` (who), a cancelled campaign is reopened first and its CANCELLED users included.
 pub async fn resend(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     campaign: &str,
     include_failed: bool,
+    reopen: Option<&str>,
     t: &TargetArgs,
 ) -> Result<()> {
     mailflow::campaign::CampaignId::parse(campaign)?;
-    let event = serde_json::json!({"campaignId": campaign, "includeFailed": include_failed});
+    if let Some(by) = reopen {
+        let target = super::target(sdk, t).await?;
+        eprintln!(
+            "{}",
+            mailctl::control::reopen(sdk, campaign, by, &target).await?
+        );
+    }
+    let event = serde_json::json!({
+        "campaignId": campaign,
+        "includeFailed": include_failed,
+        "includeCancelled": reopen.is_some(),
+    });
     start(sdk, template, t, event).await
 }
 

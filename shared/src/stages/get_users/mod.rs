@@ -25,7 +25,7 @@ use time::OffsetDateTime;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GetUsersError {
-    #[error("unrecognised event: {0}. Expected an EventBridge \"Scheduled Event\", {{\"campaignId\": \"weekly-2026-W47\"}} (optionally with since, until, includeFailed), or an SQS batch of checkpoints")]
+    #[error("unrecognised event: {0}. Expected an EventBridge \"Scheduled Event\", {{\"campaignId\": \"weekly-2026-W47\"}} (optionally with since, until, includeFailed, includeCancelled), or an SQS batch of checkpoints")]
     BadRequest(String),
     #[error(transparent)]
     Campaign(#[from] CampaignError),
@@ -49,6 +49,8 @@ struct ManualRequest {
     until: Option<OffsetDateTime>,
     #[serde(default)]
     include_failed: bool,
+    #[serde(default)]
+    include_cancelled: bool,
 }
 
 /// Where a run continues: the body of a continuation queue message.
@@ -60,6 +62,8 @@ pub struct Checkpoint {
     pub window: Window,
     #[serde(default)]
     pub include_failed: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub include_cancelled: bool,
     /// The last user id already enqueued; the run continues after it.
     pub after: Option<String>,
     /// How many invocations came before this one.
@@ -71,6 +75,8 @@ pub struct Checkpoint {
 pub struct Run {
     pub campaign: Campaign,
     pub include_failed: bool,
+    /// A resend of a reopened campaign: users recorded CANCELLED get their email too.
+    pub include_cancelled: bool,
     pub after: Option<String>,
     pub segment: u32,
 }
@@ -136,6 +142,7 @@ pub fn parse_request(event: Value) -> Result<Request, GetUsersError> {
         return Ok(Request::Run(Run {
             campaign: Campaign::for_schedule(at),
             include_failed: false,
+            include_cancelled: false,
             after: None,
             segment: 0,
         }));
@@ -154,6 +161,7 @@ pub fn parse_request(event: Value) -> Result<Request, GetUsersError> {
     Ok(Request::Run(Run {
         campaign: Campaign::from_id(&manual.campaign_id, window)?,
         include_failed: manual.include_failed,
+        include_cancelled: manual.include_cancelled,
         after: None,
         segment: 0,
     }))
@@ -270,6 +278,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
                 user_id: user_id.clone(),
                 window: campaign.window,
                 include_failed: run.include_failed,
+                include_cancelled: run.include_cancelled,
             };
             chunk.push(serde_json::to_string(&message).unwrap_or_default());
             last = Some(user_id);
@@ -299,6 +308,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
                 campaign_id: campaign.id.clone(),
                 window: campaign.window,
                 include_failed: run.include_failed,
+                include_cancelled: run.include_cancelled,
                 after: last.clone(),
                 segment: run.segment + 1,
             };
@@ -401,6 +411,7 @@ impl From<Checkpoint> for Run {
                 window: cp.window,
             },
             include_failed: cp.include_failed,
+            include_cancelled: cp.include_cancelled,
             after: cp.after,
             segment: cp.segment,
         }

@@ -59,6 +59,7 @@ fn checkpoint_round_trips() {
         campaign_id: CampaignId::parse("weekly-2026-W47").unwrap(),
         window: Campaign::from_id("weekly-2026-W47", None).unwrap().window,
         include_failed: false,
+        include_cancelled: false,
         after: Some("u00042".into()),
         segment: 3,
     };
@@ -203,6 +204,7 @@ async fn a_bad_checkpoint_fails_alone() {
         campaign_id: campaign().id,
         window: campaign().window,
         include_failed: false,
+        include_cancelled: false,
         after: Some("u2".into()),
         segment: 1,
     };

@@ -477,3 +477,35 @@ async fn a_paused_campaign_hands_its_records_back_unclaimed() {
     assert!(stage.mailer.calls().is_empty(), "nothing sent");
     assert_eq!(stage.ledger.get(USER, CAMPAIGN), None, "nothing claimed");
 }
+
+#[tokio::test]
+async fn a_cancelled_record_is_sent_only_by_a_resend_of_the_reopened_campaign() {
+    for (reopened, sent) in [(false, 0), (true, 1)] {
+        let ledger = MemoryLedger::default();
+        ledger.cancel_send(USER, CAMPAIGN, 1).await.unwrap();
+        let stage = SendEmail::new(
+            ledger,
+            ScriptedMailer::default(),
+            MemoryQueue::default(),
+            MemoryCampaigns::default(),
+            config(),
+        );
+        let mut event = event("ada@example.com", 1, false);
+        let mut job: serde_json::Value =
+            serde_json::from_str(event.records[0].body.as_deref().unwrap()).unwrap();
+        job["includeCancelled"] = reopened.into();
+        event.records[0].body = Some(job.to_string());
+        let invocation = Invocation::with_timeout("request-1", TIMEOUT);
+        let (response, summary) = stage.handle(event, &invocation).await;
+        assert!(response.batch_item_failures.is_empty(), "{reopened}");
+        assert_eq!(summary.sent, sent, "{reopened}");
+        assert_eq!(stage.mailer.calls().len(), sent, "{reopened}");
+        let status = stage.ledger.get(USER, CAMPAIGN).unwrap().status;
+        let expected = if reopened {
+            SendStatus::Sent
+        } else {
+            SendStatus::Cancelled
+        };
+        assert_eq!(status, Some(expected));
+    }
+}

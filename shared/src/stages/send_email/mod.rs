@@ -279,7 +279,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                 self.config.visibility_timeout,
             )),
         };
-        let send_errors = match self.ledger.claim(&claim, job.include_failed).await {
+        let send_errors = match self.ledger.claim(&claim, job.reclaim()).await {
             Ok(ClaimOutcome::Claimed {
                 attempt,
                 send_errors,
