@@ -149,7 +149,7 @@ async fn end_to_end_every_eligible_user_gets_exactly_one_correct_email() {
 async fn audience_query_is_an_index_scan() {
     let env = test_env("explain", |_| {}).await.unwrap();
     env.seed(50, &campaign()).await.unwrap();
-    mailflow::adapters::directory::ensure_indexes(&env.db)
+    mailflow::adapters::directory::create_indexes(&env.db)
         .await
         .unwrap();
     let hint = match Audience::follows_hint() {
@@ -446,4 +446,35 @@ async fn get_users_resumes_after_a_string_or_an_object_id_checkpoint() {
         let summary = pipeline.get_users.run(run, &invocation).await.unwrap();
         assert_eq!(summary.users_enqueued, expected, "after {after:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_without_its_index_refuses_to_start_and_says_what_to_run() {
+    let env = test_env("no-index", |_| {}).await.unwrap();
+    // provision() created the index, as a deployment does; a team that skipped it:
+    env.db
+        .collection::<mongodb::bson::Document>(mailflow::adapters::directory::FOLLOWS)
+        .drop_indexes()
+        .await
+        .unwrap();
+    let vars = env.stack.env(mailflow_local::names::GET_USERS).unwrap();
+    let config =
+        mailflow::config::GetUsersConfig::from_source(&|k: &str| vars.get(k).cloned()).unwrap();
+    let err = match mailflow::assemble::get_users(config, &env.stack.sdk).await {
+        Ok(_) => panic!("started without its index"),
+        Err(err) => err.to_string(),
+    };
+    assert!(
+        err.contains("is missing") && err.contains("mailctl create-indexes"),
+        "{err}"
+    );
+    // Created as the README says, it starts.
+    mailflow::adapters::directory::create_indexes(&env.db)
+        .await
+        .unwrap();
+    let config =
+        mailflow::config::GetUsersConfig::from_source(&|k: &str| vars.get(k).cloned()).unwrap();
+    assert!(mailflow::assemble::get_users(config, &env.stack.sdk)
+        .await
+        .is_ok());
 }

@@ -158,8 +158,8 @@ pub trait UserDirectory: Send + Sync {
         window: &Window,
         shown: u32,
     ) -> impl Future<Output = Result<Enrichment, StoreError>> + Send;
-    /// Cold-start check that the queries' indexes exist (creating them when missing).
-    fn ensure_indexes(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Cold-start check that the queries' indexes exist (an error says how to create them).
+    fn check_indexes(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// The audience, one user at a time, never held in memory.

@@ -1,6 +1,6 @@
 //! Creates what template.yaml declares on the local stack (queues with DLQs and redrive
 //! policies, the sends table with TTL and its index, generated secrets, the SES
-//! configuration set, the verified sender) under a name prefix, so that every test and demo
+//! configuration set, the verified sender, MongoDB's indexes) under a name prefix, so that every test and demo
 //! gets its own resources. Idempotent: a secret that exists keeps its value.
 
 use crate::names;
@@ -68,6 +68,20 @@ pub async fn provision(
         .iter()
         .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
         .collect();
+    // The indexes, as a deployment creates them (`mailctl create-indexes`): the functions
+    // only check for them.
+    if let (Some(uri), Some(database)) = (
+        &options.mongodb_uri,
+        parameters.get(names::MONGODB_DATABASE),
+    ) {
+        let db = mongodb::Client::with_uri_str(uri)
+            .await
+            .context("connecting to MongoDB to create the indexes")?
+            .database(database);
+        mailflow::adapters::directory::create_indexes(&db)
+            .await
+            .with_context(|| format!("creating the indexes in MongoDB database {database}"))?;
+    }
     let mut stack = Stack {
         template: template.clone(),
         prefix: options.prefix.clone(),

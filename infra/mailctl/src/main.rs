@@ -216,6 +216,12 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Create the MongoDB indexes the functions need (in MONGODB_URI's --database), before
+    /// the first campaign: the functions only check for them at cold start. Idempotent.
+    CreateIndexes {
+        #[arg(long, env = "MONGODB_DATABASE", default_value = "app")]
+        database: String,
+    },
     /// Insert synthetic users and follows into MONGODB_URI for this week's campaign window.
     Seed {
         #[arg(long, default_value_t = 1000)]
@@ -250,6 +256,7 @@ async fn run() -> Result<()> {
         Command::Provision { prefix, database } => {
             commands::setup::provision(sdk, template, &prefix, &database).await
         }
+        Command::CreateIndexes { database } => commands::setup::create_indexes(sdk, database).await,
         Command::Seed {
             users,
             seed,

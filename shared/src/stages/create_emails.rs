@@ -80,7 +80,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
     }
 
     pub async fn prepare(&self) -> Result<(), StoreError> {
-        self.directory.ensure_indexes().await
+        self.directory.check_indexes().await
     }
 
     /// The email one user gets in one campaign (or why they get none): read afresh from

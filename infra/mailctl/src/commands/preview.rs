@@ -122,9 +122,8 @@ pub async fn plan(
     let directory = mailflow::adapters::directory::MongoDirectory::new(
         mailflow::adapters::mongo::connect(&config.mongo, sdk, "mailctl").await?,
     );
-    // The index the audience scan needs, as GetUsers makes sure of at its cold start (the
-    // only write a plan makes; it changes no data).
-    directory.ensure_indexes().await?;
+    // The index the audience scan needs, checked as GetUsers checks it at its cold start.
+    directory.check_indexes().await?;
     let send = SendEmailConfig::from_source(&|k: &str| send_env.get(k).cloned())?;
     let quota = mailflow::adapters::ses::send_quota(sdk).await;
     let plan = mailctl::plan::plan(

@@ -37,6 +37,25 @@ pub async fn provision(
     Ok(())
 }
 
+/// Creates the indexes in MONGODB_URI's `database`.
+pub async fn create_indexes(sdk: &aws_config::SdkConfig, database: String) -> Result<()> {
+    let mongo = mailflow::config::MongoConfig {
+        uri: SecretRef::Plain(env("MONGODB_URI")?),
+        database,
+        max_pool_size: 2,
+    };
+    let db = mailflow::adapters::mongo::connect(&mongo, sdk, "mailctl").await?;
+    let started = std::time::Instant::now();
+    mailflow::adapters::directory::create_indexes(&db).await?;
+    mailflow::adapters::directory::check_indexes(&db).await?;
+    println!(
+        "indexes of {} in place ({} ms): the functions will find them",
+        db.name(),
+        started.elapsed().as_millis()
+    );
+    Ok(())
+}
+
 /// Inserts `users` synthetic users and their follows for this week's campaign window.
 pub async fn seed(
     sdk: &aws_config::SdkConfig,

@@ -63,13 +63,46 @@ impl UserDirectory for MongoDirectory {
         Ok(enrich::enrich(&self.db, user_id, window, shown).await?)
     }
 
-    async fn ensure_indexes(&self) -> Result<(), StoreError> {
-        Ok(ensure_indexes(&self.db).await?)
+    async fn check_indexes(&self) -> Result<(), StoreError> {
+        check_indexes(&self.db).await
     }
 }
 
-/// Creates the indexes the queries rely on (idempotent; cheap when they exist).
-pub async fn ensure_indexes(db: &Database) -> mongodb::error::Result<()> {
+/// What the functions do at cold start: one listIndexes. A missing index fails them with
+/// what to run, rather than have a cold start build it on a collection of millions.
+pub async fn check_indexes(db: &Database) -> Result<(), StoreError> {
+    use futures::TryStreamExt;
+    let wanted = follows_index_keys();
+    let found = match db
+        .collection::<mongodb::bson::Document>(FOLLOWS)
+        .list_indexes()
+        .await
+    {
+        Ok(cursor) => cursor
+            .try_collect::<Vec<_>>()
+            .await
+            .map_err(StoreError::from)?
+            .iter()
+            .any(|index| index.keys == wanted),
+        // No follows collection yet: no index either.
+        Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(ref c) if c.code == 26) => {
+            false
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if found {
+        return Ok(());
+    }
+    Err(StoreError(format!(
+        "the index {wanted} on {}.{FOLLOWS} is missing: the audience scan and the enrichment need it; create it before a campaign with `mailctl create-indexes` (see README, Deploying) or as `db.{FOLLOWS}.createIndex({wanted})`",
+        db.name()
+    )))
+}
+
+/// Creates the indexes the queries rely on (idempotent; cheap when they exist): at
+/// provisioning and deploy time (`mailctl provision`, `mailctl create-indexes`), never at a
+/// function's cold start.
+pub async fn create_indexes(db: &Database) -> mongodb::error::Result<()> {
     let index = IndexModel::builder()
         .keys(follows_index_keys())
         .options(
@@ -82,10 +115,9 @@ pub async fn ensure_indexes(db: &Database) -> mongodb::error::Result<()> {
     db.collection::<mongodb::bson::Document>(FOLLOWS)
         .create_index(index)
         .await?;
-    // Part of every cold start of GetUsers and CreateEmails: worth seeing in the logs.
     tracing::info!(
         duration_ms = started.elapsed().as_millis() as u64,
-        "follows index ensured"
+        "follows index created (or there already)"
     );
     Ok(())
 }

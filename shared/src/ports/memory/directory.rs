@@ -172,7 +172,7 @@ impl UserDirectory for MemoryDirectory {
         }))
     }
 
-    async fn ensure_indexes(&self) -> Result<(), StoreError> {
+    async fn check_indexes(&self) -> Result<(), StoreError> {
         Ok(())
     }
 }

@@ -199,9 +199,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
         }
     }
 
-    /// Cold-start work: the index the audience query relies on.
+    /// Cold-start check: the index the audience query relies on exists.
     pub async fn prepare(&self) -> Result<(), StoreError> {
-        self.directory.ensure_indexes().await
+        self.directory.check_indexes().await
     }
 
     /// The Lambda entry point: a run summary, or a partial batch response for checkpoints.
