@@ -158,6 +158,14 @@ pub trait UserDirectory: Send + Sync {
         window: &Window,
         shown: u32,
     ) -> impl Future<Output = Result<Enrichment, StoreError>> + Send;
+    /// `enrich` for several users of one window at once (an SQS batch), in their order; a
+    /// failure fails them all (the caller then reads them one by one).
+    fn enrich_many(
+        &self,
+        user_ids: &[UserId],
+        window: &Window,
+        shown: u32,
+    ) -> impl Future<Output = Result<Vec<Enrichment>, StoreError>> + Send;
     /// Cold-start check that the queries' indexes exist (an error says how to create them).
     fn check_indexes(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

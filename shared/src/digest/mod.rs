@@ -51,7 +51,7 @@ impl SkipReason {
 }
 
 /// One user's digest, or why they get none.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Enrichment {
     Ready(Digest),
     Skip(SkipReason),

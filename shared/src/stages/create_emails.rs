@@ -7,14 +7,17 @@ use crate::adapters::campaigns::CampaignsTable;
 use crate::adapters::directory::MongoDirectory;
 use crate::adapters::sqs::{batches, SqsQueue};
 use crate::campaign::Hold;
+use crate::campaign::Window;
 use crate::config::CreateEmailsConfig;
 use crate::digest::{Enrichment, Renderer, SkipReason};
 use crate::messages::{parse_body, EmailJob, UserMessage};
 use crate::ports::{CampaignStates, OutgoingQueue, QueueError, StoreError, UserDirectory};
 use crate::unsubscribe::{self, Signer};
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use crate::user_id::UserId;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::stream::{self, StreamExt};
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -109,6 +112,15 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
             )
             .await
             .map_err(|e| e.to_string())?;
+        self.render_job(message, enrichment)
+    }
+
+    /// The job for a user whose enrichment is read (or why they get none).
+    fn render_job(
+        &self,
+        message: UserMessage,
+        enrichment: Enrichment,
+    ) -> Result<Result<(EmailJob, &'static str), SkipReason>, String> {
         let digest = match enrichment {
             Enrichment::Ready(d) => d,
             Enrichment::Skip(reason) => return Ok(Err(reason)),
@@ -136,15 +148,79 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
         Ok(Ok((job, locale)))
     }
 
-    async fn process(&self, body: Option<&str>) -> Result<Outcome, String> {
-        let message: UserMessage = parse_body(body)?;
+    /// The users of a batch read together: per window, `enrich_many` (three round trips for
+    /// the whole batch); if that fails, each user alone, so that one user the store cannot
+    /// answer for fails alone. Records that do not parse or are held are left out (their
+    /// `process` says why).
+    async fn prefetch(
+        &self,
+        records: &[SqsMessage],
+    ) -> HashMap<String, Result<Enrichment, String>> {
+        let mut groups: Vec<(Window, Vec<(String, UserId)>)> = Vec::new();
+        for record in records {
+            let Ok(message) = parse_body::<UserMessage>(record.body.as_deref()) else {
+                continue;
+            };
+            let Ok(user_id) = UserId::parse(&message.user_id) else {
+                continue;
+            };
+            if self
+                .campaigns
+                .hold(message.campaign_id.as_str())
+                .await
+                .is_some()
+            {
+                continue;
+            }
+            let id = record.message_id.clone().unwrap_or_default();
+            match groups.iter_mut().find(|(w, _)| *w == message.window) {
+                Some((_, users)) => users.push((id, user_id)),
+                None => groups.push((message.window, vec![(id, user_id)])),
+            }
+        }
+        let shown = self.config.recent_followers_shown;
+        let mut read = HashMap::new();
+        for (window, users) in groups {
+            let ids: Vec<UserId> = users.iter().map(|(_, u)| u.clone()).collect();
+            match self.directory.enrich_many(&ids, &window, shown).await {
+                Ok(all) => read.extend(
+                    users
+                        .into_iter()
+                        .map(|(id, _)| id)
+                        .zip(all.into_iter().map(Ok)),
+                ),
+                Err(err) => {
+                    tracing::warn!(reason = %err, users = ids.len(), "batch read failed; reading its users one by one");
+                    for (id, user_id) in users {
+                        let one = self.directory.enrich(&user_id, &window, shown).await;
+                        read.insert(id, one.map_err(|e| e.to_string()));
+                    }
+                }
+            }
+        }
+        read
+    }
+
+    async fn process(
+        &self,
+        record: &SqsMessage,
+        prefetched: Option<Result<Enrichment, String>>,
+    ) -> Result<Outcome, String> {
+        let message: UserMessage = parse_body(record.body.as_deref())?;
         match self.campaigns.hold(message.campaign_id.as_str()).await {
             Some(Hold::Cancelled(_)) => return Ok(Outcome::Skipped(SkipReason::CampaignCancelled)),
             // Handed back untouched: rendered after the resume.
             Some(Hold::Paused(_)) => return Ok(Outcome::Held),
             None => {}
         }
-        match self.compose(message).await? {
+        let composed = match prefetched {
+            Some(enrichment) => self
+                .render_job(message, enrichment?)
+                .map(|r| r.map(|(job, _)| job)),
+            // Not in the batch read (its campaign was held then): read alone.
+            None => self.compose(message).await,
+        };
+        match composed? {
             Ok(job) => serde_json::to_string(&job)
                 .map(Outcome::Job)
                 .map_err(|e| format!("cannot serialise job: {e}")),
@@ -156,10 +232,15 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
         let started = std::time::Instant::now();
         let mut summary = Summary::default();
         let mut failed: Vec<String> = Vec::new();
+        let prefetched = self.prefetch(&event.records).await;
+        let prefetched = &prefetched;
         let outcomes = each_record(
             event.records,
             self.config.record_concurrency,
-            |record| async move { self.process(record.body.as_deref()).await },
+            |record| async move {
+                let id = record.message_id.clone().unwrap_or_default();
+                self.process(&record, prefetched.get(&id).cloned()).await
+            },
         )
         .await;
 

@@ -9,101 +9,182 @@ use crate::user_id::UserId;
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::Database;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
-/// How many follower ids are looked up per names query: most users have a handful of new
-/// followers, so the first page usually settles both the names and the count.
+/// How many of a user's newest distinct followers the batch query returns: most users have
+/// a handful of new followers, so these settle both the names and the count; a user whose
+/// first ten cannot all be named reads further pages on their own.
 const NAMES_PAGE: usize = 10;
 
-/// Reads the user, counts the window's distinct new followers and names the newest `shown`
-/// of them who can be named (a follower whose user document is gone, or has no name, is
-/// counted but not named, and the next one is named in their place).
-pub(super) async fn enrich(
+/// The enrichment of several users of one window in three round trips whatever their number
+/// (one SQS batch): their documents (`$in`), their new followers counted and the newest ten
+/// of each (one aggregation over the follows index), and those followers' names (`$in`).
+/// The follower count is of distinct followers with a usable id; the newest `shown` who can
+/// be named are named (a follower whose user document is gone, or has no name, is counted
+/// but not named, and the next one is named in their place). Ties in time are broken by
+/// follower id, so a user's email is the same whichever batch they are read in.
+pub(super) async fn enrich_many(
     db: &Database,
-    user_id: &UserId,
+    user_ids: &[UserId],
     window: &Window,
     shown: u32,
-) -> mongodb::error::Result<Enrichment> {
-    let users = db.collection::<Document>(USERS);
-    let Some(user) = users
-        .find_one(doc! { "_id": ids::to_bson(user_id) })
+) -> mongodb::error::Result<Vec<Enrichment>> {
+    let wanted: Vec<Bson> = user_ids.iter().map(ids::to_bson).collect();
+    let documents: HashMap<UserId, Document> = db
+        .collection::<Document>(USERS)
+        .find(doc! { "_id": { "$in": wanted } })
         .await?
-    else {
-        return Ok(Enrichment::Skip(SkipReason::Vanished));
-    };
-    let profile = match Profile::read(&user) {
-        Ok(Ok(profile)) => profile,
-        Ok(Err(reason)) => return Ok(Enrichment::Skip(reason)),
-        Err(detail) => {
-            // Names the collection, the document and the field; never the address itself.
-            tracing::warn!(%detail, "user skipped: a field of the wrong type");
-            return Ok(Enrichment::Skip(SkipReason::InvalidDocument));
-        }
-    };
-
-    let window_follows =
-        doc! { "followeeId": ids::to_bson(user_id), "createdAt": window_filter(window) };
-    // No hint: equality on followeeId leads the planner to the index on its own, and a
-    // hint makes some servers (SecantusDB) scan the whole index instead of a range.
-    let mut follows = db
-        .collection::<Document>(FOLLOWS)
-        .find(window_follows.clone())
-        .sort(doc! { "createdAt": -1 })
-        .projection(doc! { "_id": 1, "followerId": 1 })
+        .try_filter_map(
+            |d| async move { Ok(d.get("_id").and_then(ids::from_bson).map(|id| (id, d))) },
+        )
+        .try_collect()
         .await?;
-    let mut seen: HashSet<UserId> = HashSet::new();
-    let mut recent: Vec<String> = Vec::new();
-    let mut exhausted = false;
-    while recent.len() < shown as usize && !exhausted {
-        // The next page of distinct followers, newest first (a duplicate follow is the same
-        // follower: counted and named once, at their newest follow).
-        let mut page: Vec<UserId> = Vec::with_capacity(NAMES_PAGE);
-        while page.len() < NAMES_PAGE {
-            let Some(follow) = follows.try_next().await? else {
-                exhausted = true;
-                break;
+    // Each user's profile, or why they get nothing.
+    let profiles: Vec<Result<Profile, SkipReason>> = user_ids
+        .iter()
+        .map(|id| {
+            let Some(user) = documents.get(id) else {
+                return Err(SkipReason::Vanished);
             };
-            match follow.get("followerId").and_then(ids::from_bson) {
-                Some(id) if seen.insert(id.clone()) => page.push(id),
-                Some(_) => {}
-                None => tracing::warn!(
-                    detail = %ids::bad_field(FOLLOWS, &follow, "followerId", "a string or an ObjectId"),
-                    "follow skipped: not counted"
-                ),
+            match Profile::read(user) {
+                Ok(read) => read,
+                Err(detail) => {
+                    // Names the collection, the document and the field; never the address.
+                    tracing::warn!(%detail, "user skipped: a field of the wrong type");
+                    Err(SkipReason::InvalidDocument)
+                }
             }
+        })
+        .collect();
+    let sendable: Vec<UserId> = user_ids
+        .iter()
+        .zip(&profiles)
+        .filter(|(_, p)| p.is_ok())
+        .map(|(id, _)| id.clone())
+        .collect();
+    let followers = newest_followers(db, &sendable, window, 0).await?;
+    let candidates: Vec<UserId> = followers
+        .values()
+        .flat_map(|(_, newest)| newest.iter().cloned())
+        .collect();
+    let named = names(db, &candidates).await?;
+
+    let mut enrichments = Vec::with_capacity(user_ids.len());
+    for (user_id, profile) in user_ids.iter().zip(profiles) {
+        let profile = match profile {
+            Ok(profile) => profile,
+            Err(reason) => {
+                enrichments.push(Enrichment::Skip(reason));
+                continue;
+            }
+        };
+        let (count, newest) = followers.get(user_id).cloned().unwrap_or_default();
+        if count == 0 {
+            enrichments.push(Enrichment::Skip(SkipReason::NoNewFollowers));
+            continue;
         }
-        if page.is_empty() {
-            break;
+        let mut recent: Vec<String> = newest
+            .iter()
+            .filter_map(|id| named.get(id).cloned())
+            .take(shown as usize)
+            .collect();
+        // Fewer named than wanted among the first page, and more followers than it held.
+        let mut skip = newest.len();
+        while recent.len() < shown as usize && (skip as u64) < count {
+            let page = newest_followers(db, std::slice::from_ref(user_id), window, skip).await?;
+            let page = page
+                .get(user_id)
+                .map(|(_, p)| p.clone())
+                .unwrap_or_default();
+            if page.is_empty() {
+                break;
+            }
+            skip += page.len();
+            let page_names = names(db, &page).await?;
+            recent.extend(
+                page.iter()
+                    .filter_map(|id| page_names.get(id).cloned())
+                    .take(shown as usize - recent.len()),
+            );
         }
-        let names = names(db, &page).await?;
-        recent.extend(
-            page.iter()
-                .filter_map(|id| names.get(id).cloned())
-                .take(shown as usize - recent.len()),
-        );
+        enrichments.push(Enrichment::Ready(Digest {
+            user_id: user_id.to_string(),
+            email: profile.email,
+            name: profile.name.unwrap_or_else(|| "there".into()),
+            locale: profile.locale,
+            new_followers: count,
+            recent,
+        }));
     }
-    // The follows read so far are all there are, or the rest are counted by the server.
-    let new_followers = if exhausted {
-        seen.len() as u64
-    } else {
-        distinct_followers(db, window_follows).await?
-    };
-    if new_followers == 0 {
-        return Ok(Enrichment::Skip(SkipReason::NoNewFollowers));
-    }
-    Ok(Enrichment::Ready(Digest {
-        user_id: user_id.to_string(),
-        email: profile.email,
-        name: profile.name.unwrap_or_else(|| "there".into()),
-        locale: profile.locale,
-        new_followers,
-        recent,
-    }))
+    Ok(enrichments)
 }
 
-/// The names of those of `ids` whose user document exists and has one.
-async fn names(db: &Database, ids: &[UserId]) -> mongodb::error::Result<HashMap<UserId, String>> {
-    let wanted: Vec<Bson> = ids.iter().map(ids::to_bson).collect();
+/// For each of `followees`: how many distinct followers (with a usable id) follow them in the
+/// window, and up to `NAMES_PAGE` of those followers, newest follow first, after the first
+/// `skip`. One aggregation for all of them.
+async fn newest_followers(
+    db: &Database,
+    followees: &[UserId],
+    window: &Window,
+    skip: usize,
+) -> mongodb::error::Result<HashMap<UserId, (u64, Vec<UserId>)>> {
+    if followees.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let wanted: Vec<Bson> = followees.iter().map(ids::to_bson).collect();
+    let pipeline = [
+        doc! { "$match": {
+            "followeeId": { "$in": wanted },
+            "createdAt": window_filter(window),
+            "followerId": { "$type": ["string", "objectId"], "$ne": "" },
+        } },
+        // One entry per (followee, follower), at the follower's newest follow.
+        doc! { "$group": {
+            "_id": { "followee": "$followeeId", "follower": "$followerId" },
+            "newest": { "$max": "$createdAt" },
+        } },
+        doc! { "$sort": { "newest": -1, "_id.follower": 1 } },
+        doc! { "$group": {
+            "_id": "$_id.followee",
+            "count": { "$sum": 1 },
+            "followers": { "$push": "$_id.follower" },
+        } },
+        doc! { "$project": {
+            "count": 1,
+            "followers": { "$slice": ["$followers", skip as i64, NAMES_PAGE as i64] },
+        } },
+    ];
+    db.collection::<Document>(FOLLOWS)
+        .aggregate(pipeline)
+        .await?
+        .try_filter_map(|d| async move {
+            let Some(followee) = d.get("_id").and_then(ids::from_bson) else {
+                return Ok(None);
+            };
+            let count = match d.get("count") {
+                Some(Bson::Int32(n)) => *n as u64,
+                Some(Bson::Int64(n)) => *n as u64,
+                _ => 0,
+            };
+            let followers = match d.get("followers") {
+                Some(Bson::Array(a)) => a.iter().filter_map(ids::from_bson).collect(),
+                _ => Vec::new(),
+            };
+            Ok(Some((followee, (count, followers))))
+        })
+        .try_collect()
+        .await
+}
+
+/// The names of those of `wanted` whose user document exists and has one.
+async fn names(
+    db: &Database,
+    wanted: &[UserId],
+) -> mongodb::error::Result<HashMap<UserId, String>> {
+    if wanted.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let wanted: Vec<Bson> = wanted.iter().map(ids::to_bson).collect();
     db.collection::<Document>(USERS)
         .find(doc! { "_id": { "$in": wanted } })
         .projection(doc! { "name": 1 })
@@ -118,34 +199,6 @@ async fn names(db: &Database, ids: &[UserId]) -> mongodb::error::Result<HashMap<
         })
         .try_collect()
         .await
-}
-
-/// How many distinct followers with a usable id follow in the window.
-async fn distinct_followers(
-    db: &Database,
-    mut window_follows: Document,
-) -> mongodb::error::Result<u64> {
-    window_follows.insert(
-        "followerId",
-        doc! { "$type": ["string", "objectId"], "$ne": "" },
-    );
-    let pipeline = [
-        doc! { "$match": window_follows },
-        doc! { "$group": { "_id": "$followerId" } },
-        doc! { "$count": "n" },
-    ];
-    let mut counted = db
-        .collection::<Document>(FOLLOWS)
-        .aggregate(pipeline)
-        .await?;
-    Ok(match counted.try_next().await? {
-        Some(d) => match d.get("n") {
-            Some(Bson::Int32(n)) => *n as u64,
-            Some(Bson::Int64(n)) => *n as u64,
-            _ => 0,
-        },
-        None => 0,
-    })
 }
 
 /// What the email needs from the user's own document.

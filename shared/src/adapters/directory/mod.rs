@@ -60,7 +60,20 @@ impl UserDirectory for MongoDirectory {
         window: &Window,
         shown: u32,
     ) -> Result<Enrichment, StoreError> {
-        Ok(enrich::enrich(&self.db, user_id, window, shown).await?)
+        let mut one =
+            enrich::enrich_many(&self.db, std::slice::from_ref(user_id), window, shown).await?;
+        Ok(one
+            .pop()
+            .unwrap_or(Enrichment::Skip(crate::digest::SkipReason::Vanished)))
+    }
+
+    async fn enrich_many(
+        &self,
+        user_ids: &[UserId],
+        window: &Window,
+        shown: u32,
+    ) -> Result<Vec<Enrichment>, StoreError> {
+        Ok(enrich::enrich_many(&self.db, user_ids, window, shown).await?)
     }
 
     async fn check_indexes(&self) -> Result<(), StoreError> {

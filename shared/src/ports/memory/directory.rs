@@ -172,6 +172,19 @@ impl UserDirectory for MemoryDirectory {
         }))
     }
 
+    async fn enrich_many(
+        &self,
+        user_ids: &[UserId],
+        window: &Window,
+        shown: u32,
+    ) -> Result<Vec<Enrichment>, StoreError> {
+        let mut all = Vec::with_capacity(user_ids.len());
+        for id in user_ids {
+            all.push(self.enrich(id, window, shown).await?);
+        }
+        Ok(all)
+    }
+
     async fn check_indexes(&self) -> Result<(), StoreError> {
         Ok(())
     }
