@@ -23,16 +23,37 @@ pub const SQS_CHUNKS_SUFFIX: &str = "#64KiB";
 
 static COUNTS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 
-fn count(key: String) {
+fn count(key: &str) {
     add(key, 1);
 }
 
-fn add(key: String, n: u64) {
-    *COUNTS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry(key)
-        .or_default() += n;
+/// Adds to a key's count; the key is copied only the first time it is seen.
+fn add(key: &str, n: u64) {
+    let mut counts = COUNTS.lock().unwrap_or_else(|p| p.into_inner());
+    match counts.get_mut(key) {
+        Some(total) => *total += n,
+        None => {
+            counts.insert(key.to_owned(), n);
+        }
+    }
+}
+
+thread_local! {
+    /// Where a request's key is spelled out: every request of every client is counted, so
+    /// the key is built in place rather than allocated each time.
+    static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Calls `f` with `parts` joined, spelled out in the thread's key buffer.
+fn with_key<R>(parts: &[&str], f: impl FnOnce(&str) -> R) -> R {
+    KEY.with(|key| {
+        let mut key = key.borrow_mut();
+        key.clear();
+        for part in parts {
+            key.push_str(part);
+        }
+        f(&key)
+    })
 }
 
 /// The counts since the last call, and a fresh start.
@@ -65,22 +86,34 @@ impl Intercept for RequestMeter {
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let key = match cfg.load::<Metadata>() {
-            Some(m) => format!(
-                "{}.{}",
-                m.service().to_ascii_lowercase().replace(' ', ""),
-                m.name()
-            ),
-            None => "aws.unknown".to_owned(),
+        let (service, operation) = match cfg.load::<Metadata>() {
+            Some(m) => (service_key(m.service()), m.name()),
+            None => ("aws", "unknown"),
         };
+        with_key(&[service, ".", operation], count);
         // SQS bills each 64 KiB chunk of a payload as one request.
-        if key.starts_with("sqs.") {
+        if service == "sqs" {
             let bytes = context.request().body().content_length().unwrap_or(0);
             let chunks = bytes.div_ceil(SQS_BILLING_CHUNK).max(1);
-            add(format!("{key}{SQS_CHUNKS_SUFFIX}"), chunks);
+            with_key(&[service, ".", operation, SQS_CHUNKS_SUFFIX], |k| {
+                add(k, chunks)
+            });
         }
-        count(key);
         Ok(())
+    }
+}
+
+/// The service as the keys name it (lower case, no spaces): the SDK names the services this
+/// crate uses, spelled once here; any other is named as the SDK names it, lower-cased.
+fn service_key(service: &str) -> &'static str {
+    match service {
+        "SQS" => "sqs",
+        "DynamoDB" => "dynamodb",
+        "SESv2" => "sesv2",
+        "Secrets Manager" => "secretsmanager",
+        "Lambda" => "lambda",
+        "STS" => "sts",
+        _ => "aws.other",
     }
 }
 
@@ -89,7 +122,7 @@ pub fn mongo_command_monitor() -> mongodb::event::EventHandler<mongodb::event::c
 {
     mongodb::event::EventHandler::callback(|event| {
         if let mongodb::event::command::CommandEvent::Started(started) = event {
-            count(format!("mongodb.{}", started.command_name));
+            with_key(&["mongodb.", &started.command_name], count);
         }
     })
 }
@@ -101,9 +134,9 @@ mod tests {
     #[test]
     fn take_returns_the_counts_and_starts_again() {
         let _ = take();
-        count("sqs.SendMessageBatch".into());
-        count("sqs.SendMessageBatch".into());
-        count("mongodb.find".into());
+        count("sqs.SendMessageBatch");
+        with_key(&["sqs", ".", "SendMessageBatch"], count);
+        with_key(&["mongodb.", "find"], count);
         let counts = take();
         assert_eq!(counts["sqs.SendMessageBatch"], 2);
         assert_eq!(counts["mongodb.find"], 1);

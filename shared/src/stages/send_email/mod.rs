@@ -18,7 +18,6 @@ use crate::rate::Pacer;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
-use tracing::Instrument;
 
 /// Do not start a send with less time left than this: claim, send and mark must fit.
 const MIN_TIME_TO_SEND: Duration = Duration::from_secs(3);
@@ -229,10 +228,9 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
             tracing::warn!(message_id, %reason, "unparseable email job; it will reach the DLQ after maxReceiveCount");
             Retry::error(None)
         })?;
-        let span = tracing::info_span!("send", campaign = %job.campaign_id, user = %job.user_id);
-        self.send_job(job, record, invocation, stop)
-            .instrument(span)
-            .await
+        // No span per record (the fmt layer formats its fields for every one, a tenth of our
+        // own CPU per email): the lines that need the user name them.
+        self.send_job(job, record, invocation, stop).await
     }
 
     async fn send_job(
@@ -284,7 +282,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                 attempt,
                 send_errors,
             }) => {
-                tracing::debug!(attempt, "claimed");
+                tracing::debug!(campaign = %claim.campaign_id, user = %claim.user_id, attempt, "claimed");
                 send_errors
             }
             Ok(ClaimOutcome::Refused(Refusal::AlreadySent)) => {
@@ -293,7 +291,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                     .note_duplicate(&claim.user_id, &claim.campaign_id)
                     .await
                 {
-                    tracing::warn!(reason = %err, "could not count the suppressed duplicate");
+                    tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, "could not count the suppressed duplicate");
                 }
                 return Ok(Done::Duplicate);
             }
@@ -308,7 +306,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                 });
             }
             Err(err) => {
-                tracing::warn!(reason = %err, "claim failed; will retry");
+                tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, "claim failed; will retry");
                 return Err(Retry::error(None));
             }
         };
@@ -353,7 +351,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
             }
             Err(SendError::Stopped(reason)) => {
                 stop.store(true, Ordering::SeqCst);
-                tracing::error!(%reason, "SES refuses to send for this account: stopping the batch and returning every unsent record; resolve it in the SES console");
+                tracing::error!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, "SES refuses to send for this account: stopping the batch and returning every unsent record; resolve it in the SES console");
                 self.give_back(&claim, &reason, false, last_receive).await;
                 Err(stopped())
             }
@@ -365,7 +363,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                     let reason = format!("{reason} (refused on {errors} attempts)");
                     return self.fail(&claim, &reason).await;
                 }
-                tracing::warn!(%reason, errors, "SES did not accept the email; will retry");
+                tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, errors, "SES did not accept the email; will retry");
                 self.give_back(&claim, &reason, true, last_receive).await;
                 Err(Retry::error(Some(self.backoff(record))))
             }
@@ -373,7 +371,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                 // SES may have accepted it: keep the claim, so no retry sends before the lease
                 // ends (and the SES SEND event can reconcile the record meanwhile). On the
                 // last receive the message goes to the DLQ: the record says so.
-                tracing::warn!(%reason, "SES outcome unknown; keeping the claim until its lease ends");
+                tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, "SES outcome unknown; keeping the claim until its lease ends");
                 if last_receive {
                     self.dead_letter(&claim, &reason).await;
                 }
@@ -410,6 +408,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                 }
                 // Another attempt took over after our lease ended (we were too slow).
                 tracing::error!(
+                    campaign = %claim.campaign_id, user = %claim.user_id,
                     ?status,
                     ses_message_id,
                     "sent, but the claim had passed to another attempt: possible duplicate"
@@ -418,7 +417,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
             }
             Err(err) => {
                 // Acknowledge anyway: a retry would send again. The SES event can reconcile.
-                tracing::error!(reason = %err, ses_message_id, "sent, but SENT could not be recorded");
+                tracing::error!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, ses_message_id, "sent, but SENT could not be recorded");
                 Done::Unrecorded
             }
         }
@@ -435,7 +434,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         {
             Ok(_) => Ok(Done::Cancelled),
             Err(err) => {
-                tracing::warn!(reason = %err, "could not record the cancellation; will retry");
+                tracing::warn!(campaign = %job.campaign_id, user = %job.user_id, reason = %err, "could not record the cancellation; will retry");
                 Err(Retry::error(None))
             }
         }
@@ -443,14 +442,14 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
 
     /// Records FAILED with the reason (a permanent error) and acknowledges the record.
     async fn fail(&self, claim: &Claim, reason: &str) -> Result<Done, Retry> {
-        tracing::warn!(%reason, "rejected permanently; recorded FAILED");
+        tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, "rejected permanently; recorded FAILED");
         match self
             .retry_mark(|| self.ledger.mark_failed(claim, reason))
             .await
         {
             Ok(Ok(())) => Ok(Done::Failed),
             Ok(Err(lost)) => {
-                tracing::warn!(?lost.status, "claim lost before FAILED could be recorded");
+                tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, ?lost.status, "claim lost before FAILED could be recorded");
                 Ok(Done::Failed)
             }
             // The claim stays IN_PROGRESS; the record retries after the lease.
@@ -470,17 +469,19 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         {
             Ok(_) => {}
             // The lease still ends on its own; the retry only waits longer.
-            Err(err) => tracing::warn!(reason = %err, "could not release the claim"),
+            Err(err) => {
+                tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, "could not release the claim")
+            }
         }
     }
 
     async fn dead_letter(&self, claim: &Claim, reason: &str) {
-        tracing::error!(%reason, "last receive of this email's message: it goes to the emails DLQ; recorded DEAD_LETTERED");
+        tracing::error!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, "last receive of this email's message: it goes to the emails DLQ; recorded DEAD_LETTERED");
         if let Err(err) = self
             .retry_mark(|| self.ledger.mark_dead_lettered(claim, reason))
             .await
         {
-            tracing::warn!(reason = %err, "could not record DEAD_LETTERED");
+            tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, "could not record DEAD_LETTERED");
         }
     }
 
