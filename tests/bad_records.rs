@@ -123,16 +123,14 @@ async fn create_emails_fails_each_bad_record_alone_and_escapes_names() {
         .send()
         .await
         .unwrap();
-    let job: Value = serde_json::from_str(out.messages()[0].body().unwrap()).unwrap();
-    let html = job["html"].as_str().unwrap();
+    let job: mailflow::messages::EmailJob =
+        mailflow::messages::parse_body(out.messages()[0].body()).unwrap();
+    let html = job.html.as_str();
     assert!(html.contains("&lt;script&gt;alert(1)&lt;"), "{html}");
     assert!(!html.contains("<script>"), "{html}");
     assert!(html.contains("{{ 7 * 7 }} {% raw %}"), "{html}");
     assert!(!html.contains("49"), "{html}");
-    assert!(job["text"]
-        .as_str()
-        .unwrap()
-        .contains("<script>alert(1)</script>"));
+    assert!(job.text.contains("<script>alert(1)</script>"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
