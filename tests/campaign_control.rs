@@ -110,6 +110,13 @@ async fn a_campaign_cancelled_part_way_sends_nothing_more_and_every_user_ends_co
         .unwrap_err()
         .to_string();
     assert!(again.contains("already cancelled by test"), "{again}");
+    for refused in [
+        mailctl::control::resume(&env.stack.sdk, id, "test", &target).await,
+        mailctl::control::pause(&env.stack.sdk, id, "test", "late", &target).await,
+    ] {
+        let refused = refused.unwrap_err().to_string();
+        assert!(refused.contains("was cancelled by test"), "{refused}");
+    }
 
     // Told explicitly, an operator reopens it and resends: the users it left CANCELLED (and
     // those CreateEmails skipped for the cancellation) get their one email; nobody a second.
