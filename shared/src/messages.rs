@@ -78,10 +78,29 @@ struct WireJob {
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
+thread_local! {
+    /// One deflate state per thread (about 260 KiB), reset for each job instead of allocated.
+    static DEFLATE: std::cell::RefCell<Box<miniz_oxide::deflate::core::CompressorOxide>> =
+        std::cell::RefCell::new(Box::new(miniz_oxide::deflate::core::CompressorOxide::new(
+            // Raw DEFLATE (no zlib header), the fastest level.
+            miniz_oxide::deflate::core::create_comp_flags_from_zip_params(1, 0, 0),
+        )));
+}
+
 fn pack(text: &str, html: &str) -> String {
     use base64::Engine;
+    use miniz_oxide::deflate::core::{compress_to_output, TDEFLFlush};
     let joined = format!("{}:{text}{html}", text.len());
-    B64.encode(miniz_oxide::deflate::compress_to_vec(joined.as_bytes(), 1))
+    let mut deflated = Vec::with_capacity(joined.len() / 3);
+    DEFLATE.with(|state| {
+        let mut state = state.borrow_mut();
+        state.reset();
+        compress_to_output(&mut state, joined.as_bytes(), TDEFLFlush::Finish, |out| {
+            deflated.extend_from_slice(out);
+            true
+        });
+    });
+    B64.encode(deflated)
 }
 
 /// (text, html), or why the parts cannot be read.
