@@ -175,7 +175,7 @@ impl CampaignStatus {
     }
 }
 
-/// The stack's campaigns table (cancellations).
+/// The stack's campaigns table (each campaign's state).
 pub fn campaigns_table(
     dynamo: &aws_sdk_dynamodb::Client,
     target: &Target,
