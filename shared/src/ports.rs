@@ -79,15 +79,15 @@ pub trait CampaignStates: Send + Sync {
 /// campaign queues (Lambda's event source mappings).
 pub trait SendingSwitch: Send + Sync {
     /// Stops every consumer of the campaign queues; messages stay where they are.
-    fn stop_consumers(&self) -> impl Future<Output = Result<usize, StoreError>> + Send;
+    fn stop_consumers(&self) -> impl Future<Output = Result<usize, ControlError>> + Send;
     /// The campaigns in state RUNNING.
-    fn running_campaigns(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    fn running_campaigns(&self) -> impl Future<Output = Result<Vec<String>, ControlError>> + Send;
     /// Pauses one campaign unless it is no longer running; whether it paused it.
     fn pause(
         &self,
         campaign_id: &str,
         change: &StateChange,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<bool, ControlError>> + Send;
 }
 
 /// What the SES events and the Unsubscribe function note on existing send records; they
@@ -173,6 +173,18 @@ pub trait UserDirectory: Send + Sync {
 /// The audience, one user at a time, never held in memory.
 pub trait AudienceScan: Send {
     fn next(&mut self) -> impl Future<Output = Result<Option<UserId>, StoreError>> + Send;
+}
+
+/// Switching a campaign's sending failed: the campaigns table or Lambda's event source
+/// mappings did not answer, or answered with an error.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ControlError(pub String);
+
+impl From<LedgerError> for ControlError {
+    fn from(err: LedgerError) -> Self {
+        ControlError(err.to_string())
+    }
 }
 
 /// The subscriber store or the user directory did not answer, or answered with an error.

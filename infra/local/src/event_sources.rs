@@ -7,6 +7,7 @@
 use crate::http;
 use crate::provision::Stack;
 use anyhow::{bail, Context, Result};
+use mailflow::adapters::event_sources::{EventSourceMappings, DISABLED, DISABLING};
 
 /// The role the local functions are registered with (moto checks that a role exists).
 const ROLE: &str = "mailflow-local-functions";
@@ -138,24 +139,22 @@ pub async fn register(stack: &mut Stack) -> Result<()> {
 }
 
 /// Reads a mapping's State for a poller, at most once a second (Lambda's pollers see a
-/// disable within seconds too).
+/// disable within seconds too), through the adapter `mailctl pause` uses.
 pub struct MappingState {
-    lambda: aws_sdk_lambda::Client,
-    uuid: String,
+    mapping: EventSourceMappings,
     seen: tokio::sync::Mutex<Option<(std::time::Instant, bool)>>,
 }
 
 impl MappingState {
     pub fn new(sdk: &aws_config::SdkConfig, uuid: String) -> Self {
         Self {
-            lambda: aws_sdk_lambda::Client::new(sdk),
-            uuid,
+            mapping: EventSourceMappings::new(aws_sdk_lambda::Client::new(sdk), vec![uuid]),
             seen: tokio::sync::Mutex::default(),
         }
     }
 
-    /// Whether the mapping is Enabled (a read that fails counts as enabled: the runner keeps
-    /// polling rather than stall on an emulator hiccup).
+    /// Whether the mapping is on (not Disabled or Disabling); a read that fails counts as
+    /// on: the runner keeps polling rather than stall on an emulator hiccup.
     pub async fn enabled(&self) -> bool {
         let mut seen = self.seen.lock().await;
         if let Some((at, enabled)) = *seen {
@@ -163,14 +162,10 @@ impl MappingState {
                 return enabled;
             }
         }
-        let enabled = match self
-            .lambda
-            .get_event_source_mapping()
-            .uuid(&self.uuid)
-            .send()
-            .await
-        {
-            Ok(out) => !matches!(out.state(), Some("Disabled" | "Disabling")),
+        let enabled = match self.mapping.states().await {
+            Ok(states) => !states
+                .iter()
+                .any(|(_, state)| state == DISABLED || state == DISABLING),
             Err(_) => true,
         };
         *seen = Some((std::time::Instant::now(), enabled));

@@ -7,7 +7,7 @@
 use super::describe;
 use crate::campaign::{CampaignRecord, Hold, StateChange};
 use crate::ledger::LedgerError;
-use crate::ports::{CampaignStates, StoreError};
+use crate::ports::CampaignStates;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -188,11 +188,5 @@ impl CampaignStates for CampaignsTable {
             .await
             .map_err(|e| self.error("register campaign", describe(&e)))?;
         Ok(())
-    }
-}
-
-impl From<LedgerError> for StoreError {
-    fn from(err: LedgerError) -> Self {
-        StoreError(err.to_string())
     }
 }

@@ -6,11 +6,13 @@
 use super::campaigns::{CampaignsTable, Refused, PAUSED, RUNNING};
 use super::describe;
 use crate::campaign::StateChange;
-use crate::ports::{SendingSwitch, StoreError};
+use crate::ports::{ControlError, SendingSwitch};
 use std::time::{Duration, Instant};
 
 /// The mappings' `State` once a disable has taken effect.
 pub const DISABLED: &str = "Disabled";
+/// The State while a disable is being applied (the pollers are stopping).
+pub const DISABLING: &str = "Disabling";
 pub const ENABLED: &str = "Enabled";
 
 #[derive(Clone)]
@@ -30,7 +32,7 @@ impl EventSourceMappings {
 
     /// Enables or disables every mapping (UpdateEventSourceMapping); Lambda applies it within
     /// seconds (`wait_for`).
-    pub async fn set_enabled(&self, enabled: bool) -> Result<(), StoreError> {
+    pub async fn set_enabled(&self, enabled: bool) -> Result<(), ControlError> {
         for id in &self.ids {
             self.client
                 .update_event_source_mapping()
@@ -39,7 +41,7 @@ impl EventSourceMappings {
                 .send()
                 .await
                 .map_err(|e| {
-                    StoreError(format!(
+                    ControlError(format!(
                         "event source mapping {id}: could not {} it: {}",
                         if enabled { "enable" } else { "disable" },
                         describe(&e)
@@ -50,7 +52,7 @@ impl EventSourceMappings {
     }
 
     /// Each mapping's `State` (Enabled, Disabling, Disabled, Enabling, ...).
-    pub async fn states(&self) -> Result<Vec<(String, String)>, StoreError> {
+    pub async fn states(&self) -> Result<Vec<(String, String)>, ControlError> {
         let mut states = Vec::new();
         for id in &self.ids {
             let out = self
@@ -59,14 +61,16 @@ impl EventSourceMappings {
                 .uuid(id)
                 .send()
                 .await
-                .map_err(|e| StoreError(format!("event source mapping {id}: {}", describe(&e))))?;
+                .map_err(|e| {
+                    ControlError(format!("event source mapping {id}: {}", describe(&e)))
+                })?;
             states.push((id.clone(), out.state.unwrap_or_default()));
         }
         Ok(states)
     }
 
     /// Waits until every mapping is in `state`; false if one is not within `limit`.
-    pub async fn wait_for(&self, state: &str, limit: Duration) -> Result<bool, StoreError> {
+    pub async fn wait_for(&self, state: &str, limit: Duration) -> Result<bool, ControlError> {
         let started = Instant::now();
         loop {
             if self.states().await?.iter().all(|(_, s)| s == state) {
@@ -97,7 +101,7 @@ impl StackSending {
         &self,
         campaign_id: &str,
         change: &StateChange,
-    ) -> Result<Result<(), Refused>, StoreError> {
+    ) -> Result<Result<(), Refused>, ControlError> {
         if let Err(refused) = self
             .campaigns
             .change_state(campaign_id, &[Some(RUNNING)], PAUSED, change)
@@ -116,7 +120,7 @@ impl StackSending {
         &self,
         campaign_id: &str,
         change: &StateChange,
-    ) -> Result<Result<Vec<String>, Refused>, StoreError> {
+    ) -> Result<Result<Vec<String>, Refused>, ControlError> {
         if let Err(refused) = self
             .campaigns
             .change_state(campaign_id, &[Some(PAUSED)], RUNNING, change)
@@ -128,7 +132,7 @@ impl StackSending {
     }
 
     /// Enables the mappings unless a campaign is paused; the campaigns that are.
-    pub async fn release_consumers(&self) -> Result<Vec<String>, StoreError> {
+    pub async fn release_consumers(&self) -> Result<Vec<String>, ControlError> {
         let still_paused = self.campaigns.campaigns_in(PAUSED).await?;
         if still_paused.is_empty() {
             self.mappings.set_enabled(true).await?;
@@ -137,11 +141,11 @@ impl StackSending {
         Ok(still_paused)
     }
 
-    async fn settled(&self, state: &str) -> Result<(), StoreError> {
+    async fn settled(&self, state: &str) -> Result<(), ControlError> {
         if self.mappings.wait_for(state, MAPPING_WAIT).await? {
             return Ok(());
         }
-        Err(StoreError(format!(
+        Err(ControlError(format!(
             "the event source mappings {} did not report {state} within {MAPPING_WAIT:?}: check them (`aws lambda get-event-source-mapping`)",
             self.mappings.ids.join(", ")
         )))
@@ -149,16 +153,16 @@ impl StackSending {
 }
 
 impl SendingSwitch for StackSending {
-    async fn stop_consumers(&self) -> Result<usize, StoreError> {
+    async fn stop_consumers(&self) -> Result<usize, ControlError> {
         self.mappings.set_enabled(false).await?;
         Ok(self.mappings.ids.len())
     }
 
-    async fn running_campaigns(&self) -> Result<Vec<String>, StoreError> {
+    async fn running_campaigns(&self) -> Result<Vec<String>, ControlError> {
         Ok(self.campaigns.campaigns_in(RUNNING).await?)
     }
 
-    async fn pause(&self, campaign_id: &str, change: &StateChange) -> Result<bool, StoreError> {
+    async fn pause(&self, campaign_id: &str, change: &StateChange) -> Result<bool, ControlError> {
         let outcome = self
             .campaigns
             .change_state(

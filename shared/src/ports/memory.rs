@@ -11,8 +11,8 @@ pub mod queues;
 pub use queues::{MemoryOutbox, MemoryQueue};
 
 use super::{
-    CampaignStates, Change, Mailer, Marked, OutgoingEmail, SendError, SendLedger, SendRecordNotes,
-    SendingSwitch, StoreError, SubscriberStore, SuppressionReason,
+    CampaignStates, Change, ControlError, Mailer, Marked, OutgoingEmail, SendError, SendLedger,
+    SendRecordNotes, SendingSwitch, StoreError, SubscriberStore, SuppressionReason,
 };
 use crate::campaign::{Hold, StateChange};
 use crate::ledger::{
@@ -271,7 +271,7 @@ impl CampaignStates for MemoryCampaigns {
 }
 
 impl SendingSwitch for MemoryCampaigns {
-    async fn stop_consumers(&self) -> Result<usize, StoreError> {
+    async fn stop_consumers(&self) -> Result<usize, ControlError> {
         *self
             .consumers_stopped
             .lock()
@@ -279,7 +279,7 @@ impl SendingSwitch for MemoryCampaigns {
         Ok(3)
     }
 
-    async fn running_campaigns(&self) -> Result<Vec<String>, StoreError> {
+    async fn running_campaigns(&self) -> Result<Vec<String>, ControlError> {
         let holds = self.holds();
         let mut running: Vec<String> = self
             .registered
@@ -293,7 +293,7 @@ impl SendingSwitch for MemoryCampaigns {
         Ok(running)
     }
 
-    async fn pause(&self, campaign_id: &str, change: &StateChange) -> Result<bool, StoreError> {
+    async fn pause(&self, campaign_id: &str, change: &StateChange) -> Result<bool, ControlError> {
         let mut holds = self.holds();
         if holds.contains_key(campaign_id) {
             return Ok(false);

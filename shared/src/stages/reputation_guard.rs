@@ -8,7 +8,7 @@
 
 use crate::campaign::StateChange;
 use crate::ledger::epoch_ms;
-use crate::ports::{SendingSwitch, StoreError};
+use crate::ports::{ControlError, SendingSwitch};
 use aws_lambda_events::event::sns::SnsEvent;
 use serde::Deserialize;
 use std::time::SystemTime;
@@ -61,7 +61,7 @@ impl<S: SendingSwitch> ReputationGuard<S> {
 
     /// An SNS delivery (one record on AWS). Fails only when the switch cannot be reached, so
     /// that Lambda retries the notification; an unreadable message is logged and dropped.
-    pub async fn handle(&self, event: SnsEvent) -> Result<Summary, StoreError> {
+    pub async fn handle(&self, event: SnsEvent) -> Result<Summary, ControlError> {
         let mut summary = Summary::default();
         let mut reasons = Vec::new();
         for record in &event.records {
