@@ -71,30 +71,33 @@ pub async fn get_users(config: GetUsersConfig, sdk: &SdkConfig) -> Result<GetUse
 }
 
 /// CreateEmails; `prepare` false skips the cold-start index check (for `mailctl preview`,
-/// which only reads).
+/// which only reads). The signing key's secret and MongoDB (its URI's secret, then the index
+/// check) are read at once, and the templates are checked while both are in flight: a cold
+/// start waits for the slower of the two reads, not for their sum.
 pub async fn create_emails(
     config: CreateEmailsConfig,
     sdk: &SdkConfig,
     app_name: &str,
     prepare: bool,
 ) -> Result<CreateEmails, AssembleError> {
-    let renderer = Renderer::new(&config.default_locale)?;
-    let signer = secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?;
-    let db = mongo::connect(&config.mongo, sdk, app_name).await?;
+    let signer = async {
+        Ok::<_, AssembleError>(secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?)
+    };
+    let directory = async {
+        let db = mongo::connect(&config.mongo, sdk, app_name).await?;
+        if prepare {
+            crate::adapters::directory::check_indexes(&db).await?;
+        }
+        Ok::<_, AssembleError>(MongoDirectory::new(db))
+    };
+    // Polled last: the two reads above have sent their first request by then.
+    let renderer = async { Ok::<_, AssembleError>(Renderer::new(&config.default_locale)?) };
+    let (signer, directory, renderer) = tokio::try_join!(signer, directory, renderer)?;
     let emails = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
     let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
-    let stage = CreateEmails::new(
-        MongoDirectory::new(db),
-        emails,
-        campaigns,
-        renderer,
-        signer,
-        config,
-    );
-    if prepare {
-        stage.prepare().await?;
-    }
-    Ok(stage)
+    Ok(CreateEmails::new(
+        directory, emails, campaigns, renderer, signer, config,
+    ))
 }
 
 /// The SES mailer SendEmail's configuration describes.
@@ -103,16 +106,25 @@ pub fn ses_mailer(config: &SendEmailConfig, sdk: &SdkConfig) -> SesMailer {
 }
 
 /// SendEmail, sending at the lower of `SEND_RATE_PER_SECOND` and the account's maximum send
-/// rate (SES GetAccount, read once here: a cold start).
-pub async fn send_email<M: Mailer>(
-    mut config: SendEmailConfig,
+/// rate (SES GetAccount, read once per execution environment). The read runs on its own while
+/// the function fetches its first event and claims its records; the first send waits for it.
+/// Call it within a Tokio runtime (it spawns the read).
+pub fn send_email<M: Mailer>(
+    config: SendEmailConfig,
     sdk: &SdkConfig,
     mailer: M,
 ) -> LambdaSendEmail<M> {
-    config.send_rate_per_second = crate::rate::effective_send_rate(
-        config.send_rate_per_second,
-        &crate::adapters::ses::send_quota(sdk).await,
-    );
+    let configured = config.send_rate_per_second;
+    let quota = tokio::spawn({
+        let sdk = sdk.clone();
+        async move { crate::adapters::ses::send_quota(&sdk).await }
+    });
+    let send_rate = async move {
+        let quota = quota
+            .await
+            .unwrap_or_else(|e| Err(format!("the GetAccount task failed: {e}")));
+        crate::rate::effective_send_rate(configured, &quota)
+    };
     let ledger = DynamoLedger::new(
         dynamodb_client(sdk),
         &config.sends_table_name,
@@ -120,7 +132,7 @@ pub async fn send_email<M: Mailer>(
     );
     let queue = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
     let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
-    SendEmail::new(ledger, mailer, queue, campaigns, config)
+    SendEmail::with_send_rate(ledger, mailer, queue, campaigns, config, send_rate)
 }
 
 pub async fn ses_events(

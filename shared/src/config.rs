@@ -560,11 +560,6 @@ impl SendEmailConfig {
             max_receive_count,
         })
     }
-
-    /// This invocation's share of the campaign-wide send rate.
-    pub fn per_invocation_rate(&self) -> f64 {
-        self.send_rate_per_second / f64::from(self.max_concurrency)
-    }
 }
 
 #[cfg(test)]
@@ -594,7 +589,7 @@ mod tests {
         let c = SendEmailConfig::from_source(&src(SEND)).unwrap();
         assert_eq!(c.retry_delays.len(), 4);
         assert_eq!(c.retention_days, 90);
-        assert_eq!(c.per_invocation_rate(), 7.0);
+        assert_eq!((c.send_rate_per_second, c.max_concurrency), (14.0, 2));
         assert!(c.configuration_set.is_none());
     }
 

@@ -2,8 +2,10 @@
 //! capacity one), shared by all concurrent sends of one execution environment. No bursts, so
 //! the observed rate over any run never exceeds the configured one.
 
+use futures::future::{BoxFuture, FutureExt, Shared};
+use std::future::Future;
 use std::time::Duration;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OnceCell};
 use tokio::time::Instant;
 
 /// What SES lets the account send (read by `adapters::ses::send_quota`).
@@ -53,14 +55,24 @@ pub fn effective_send_rate(configured: f64, quota: &Result<SendQuota, String>) -
 }
 
 pub struct Pacer {
-    interval: Duration,
+    /// Known at the first acquisition: the rate may still be on its way then (see `when_known`).
+    interval: OnceCell<Duration>,
+    rate: Shared<BoxFuture<'static, f64>>,
     next: Mutex<Option<Instant>>,
 }
 
 impl Pacer {
     pub fn per_second(rate: f64) -> Self {
+        Self::when_known(async move { rate })
+    }
+
+    /// A pacer whose rate (per second) `rate` yields; the first acquisition waits for it.
+    /// SendEmail's rate depends on SES's quota: read while the function fetches its first
+    /// event and claims its records, rather than before (at cold start).
+    pub fn when_known(rate: impl Future<Output = f64> + Send + 'static) -> Self {
         Self {
-            interval: Duration::from_secs_f64(1.0 / rate),
+            interval: OnceCell::new(),
+            rate: rate.boxed().shared(),
             next: Mutex::new(None),
         }
     }
@@ -73,9 +85,13 @@ impl Pacer {
 
     /// Takes the next free slot at or after `now`.
     async fn reserve(&self, now: Instant) -> Instant {
+        let interval = *self
+            .interval
+            .get_or_init(|| async { Duration::from_secs_f64(1.0 / self.rate.clone().await) })
+            .await;
         let mut next = self.next.lock().await;
         let slot = next.map_or(now, |n| n.max(now));
-        *next = Some(slot + self.interval);
+        *next = Some(slot + interval);
         slot
     }
 }
@@ -118,5 +134,16 @@ mod tests {
             pacer.reserve(later).await - later,
             Duration::from_millis(100)
         );
+    }
+
+    #[tokio::test]
+    async fn a_rate_on_its_way_holds_the_first_slot_until_it_arrives() {
+        let (rate, arrives) = tokio::sync::oneshot::channel::<f64>();
+        let pacer = Pacer::when_known(async move { arrives.await.unwrap_or(1.0) });
+        let t0 = Instant::now();
+        assert!(pacer.reserve(t0).now_or_never().is_none());
+        rate.send(4.0).unwrap();
+        assert_eq!(pacer.reserve(t0).await, t0);
+        assert_eq!(pacer.reserve(t0).await - t0, Duration::from_millis(250));
     }
 }

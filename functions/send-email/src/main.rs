@@ -14,7 +14,7 @@ async fn main() -> Result<(), Error> {
     let config = mailflow::telemetry::or_exit(SendEmailConfig::from_source(&ProcessEnv));
     let sdk = mailflow::adapters::aws_config().await;
     let mailer = assemble::ses_mailer(&config, &sdk);
-    let stage = assemble::send_email(config, &sdk, mailer).await;
+    let stage = assemble::send_email(config, &sdk, mailer);
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let invocation = Invocation::from_context(&event.context);

@@ -130,7 +130,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         let mailer = mailer(sdk, &send_config);
         let mut send_email = Vec::new();
         for _ in 0..send_config.max_concurrency {
-            let stage = assemble::send_email(send_config.clone(), sdk, mailer.clone()).await;
+            let stage = assemble::send_email(send_config.clone(), sdk, mailer.clone());
             send_email.push(Arc::new(stage));
         }
 

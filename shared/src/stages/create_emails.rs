@@ -11,7 +11,7 @@ use crate::campaign::Window;
 use crate::config::CreateEmailsConfig;
 use crate::digest::{Enrichment, Renderer, SkipReason};
 use crate::messages::{parse_body, EmailJob, UserMessage};
-use crate::ports::{CampaignStates, OutgoingQueue, QueueError, StoreError, UserDirectory};
+use crate::ports::{CampaignStates, OutgoingQueue, QueueError, UserDirectory};
 use crate::unsubscribe::{self, Signer};
 use crate::user_id::UserId;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -80,10 +80,6 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
             signer,
             config,
         }
-    }
-
-    pub async fn prepare(&self) -> Result<(), StoreError> {
-        self.directory.check_indexes().await
     }
 
     /// The email one user gets in one campaign (or why they get none): read afresh from

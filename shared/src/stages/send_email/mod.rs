@@ -16,6 +16,7 @@ use crate::ports::{
 };
 use crate::rate::Pacer;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -125,12 +126,35 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
     /// `queue` is the emails queue (`config.emails_queue_url`), `campaigns` the campaigns
     /// table (`config.campaigns_table_name`).
     pub fn new(ledger: L, mailer: M, queue: Q, campaigns: S, config: SendEmailConfig) -> Self {
+        let rate = config.send_rate_per_second;
+        Self::with_send_rate(
+            ledger,
+            mailer,
+            queue,
+            campaigns,
+            config,
+            async move { rate },
+        )
+    }
+
+    /// `new`, with the campaign-wide send rate still to come (`assemble::send_email`: SES's
+    /// quota): records are parsed and claimed meanwhile; the first send waits for it.
+    pub fn with_send_rate(
+        ledger: L,
+        mailer: M,
+        queue: Q,
+        campaigns: S,
+        config: SendEmailConfig,
+        send_rate_per_second: impl Future<Output = f64> + Send + 'static,
+    ) -> Self {
+        // Each invocation sends at its share of the campaign-wide rate.
+        let invocations = f64::from(config.max_concurrency);
         Self {
             ledger,
             mailer,
             queue,
             campaigns: CampaignStateCache::new(campaigns),
-            pacer: Pacer::per_second(config.per_invocation_rate()),
+            pacer: Pacer::when_known(async move { send_rate_per_second.await / invocations }),
             config,
         }
     }
