@@ -51,24 +51,35 @@ impl SesMailer {
     }
 }
 
+/// How long SendEmail's first send (or `mailctl status`) waits for GetAccount before going on
+/// without the quota.
+const QUOTA_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The account's sending quota, or (Err) why it is not known: the local emulator, for one,
-/// does not answer GetAccount.
+/// does not answer GetAccount, and an endpoint that does not answer within `QUOTA_WAIT` is
+/// given up on.
 pub async fn send_quota(sdk: &aws_config::SdkConfig) -> Result<SendQuota, String> {
+    send_quota_within(sdk, QUOTA_WAIT).await
+}
+
+async fn send_quota_within(
+    sdk: &aws_config::SdkConfig,
+    wait: std::time::Duration,
+) -> Result<SendQuota, String> {
     let config = aws_sdk_sesv2::config::Builder::from(sdk)
         .interceptor(crate::metering::RequestMeter)
         .build();
-    let account = Client::from_conf(config)
-        .get_account()
-        .send()
+    let answer = tokio::time::timeout(wait, Client::from_conf(config).get_account().send())
         .await
-        .map_err(|e| match &e {
-            SdkError::ServiceError(se) => format!(
-                "GetAccount answered HTTP {} {}",
-                se.raw().status().as_u16(),
-                se.err().code().unwrap_or("without an error code")
-            ),
-            other => aws_sdk_sesv2::error::DisplayErrorContext(other).to_string(),
-        })?;
+        .map_err(|_| format!("GetAccount did not answer within {wait:?}"))?;
+    let account = answer.map_err(|e| match &e {
+        SdkError::ServiceError(se) => format!(
+            "GetAccount answered HTTP {} {}",
+            se.raw().status().as_u16(),
+            se.err().code().unwrap_or("without an error code")
+        ),
+        other => aws_sdk_sesv2::error::DisplayErrorContext(other).to_string(),
+    })?;
     let quota = account
         .send_quota
         .ok_or("GetAccount answered without a SendQuota")?;
@@ -300,5 +311,32 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(classify_bare(429, None), SendError::Throttled(_)));
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_that_never_answers_leaves_the_quota_unknown() {
+        // Accepts connections and reads nothing back: a stuck endpoint.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                open.push(stream);
+            }
+        });
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_sesv2::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .load()
+            .await;
+        let quota = super::send_quota_within(&sdk, std::time::Duration::from_millis(200)).await;
+        assert_eq!(
+            quota,
+            Err("GetAccount did not answer within 200ms".to_owned())
+        );
+        held.abort();
     }
 }
