@@ -9,7 +9,7 @@ use crate::ledger::{
 use crate::ports::{Marked, SendLedger, SendRecordNotes};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -93,11 +93,11 @@ impl SendRecords {
     async fn update(
         &self,
         operation: &'static str,
-        user_id: &str,
-        campaign_id: &str,
+        (user_id, campaign_id): (&str, &str),
         update: &str,
         condition: &str,
         values: Item,
+        returns: ReturnValue,
     ) -> Result<Conditional, LedgerError> {
         let result = self
             .client
@@ -109,7 +109,7 @@ impl SendRecords {
             .condition_expression(condition)
             .expression_attribute_names("#status", "status")
             .set_expression_attribute_values(Some(values))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+            .return_values(returns)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -176,11 +176,12 @@ impl SendLedger for DynamoLedger {
             .records
             .update(
                 "claim",
-                &claim.user_id,
-                &claim.campaign_id,
+                (&claim.user_id, &claim.campaign_id),
                 update,
                 &condition,
                 values,
+                // The attempt number and the send errors so far are read from it.
+                ReturnValue::AllNew,
             )
             .await?;
         Ok(match outcome {
@@ -286,7 +287,14 @@ impl SendLedger for DynamoLedger {
                       REMOVE leaseUntil";
         let outcome = self
             .records
-            .update("cancel", user_id, campaign_id, update, condition, values)
+            .update(
+                "cancel",
+                (user_id, campaign_id),
+                update,
+                condition,
+                values,
+                ReturnValue::None,
+            )
             .await?;
         Ok(matches!(outcome, Conditional::Done(_)))
     }
@@ -301,11 +309,11 @@ impl SendLedger for DynamoLedger {
         self.records
             .update(
                 "note duplicate",
-                user_id,
-                campaign_id,
+                (user_id, campaign_id),
                 "ADD duplicatesSuppressed :one",
                 "#status = :sent",
                 values,
+                ReturnValue::None,
             )
             .await
             .map(|_| ())
@@ -328,11 +336,12 @@ impl DynamoLedger {
             .records
             .update(
                 operation,
-                &claim.user_id,
-                &claim.campaign_id,
+                (&claim.user_id, &claim.campaign_id),
                 update,
                 condition,
                 values,
+                // Nothing is read from the record written: do not ship it back.
+                ReturnValue::None,
             )
             .await?;
         Ok(match outcome {
@@ -363,11 +372,12 @@ impl SendRecordNotes for SendRecords {
         let outcome = self
             .update(
                 "note",
-                user_id,
-                campaign_id,
+                (user_id, campaign_id),
                 &update,
                 "attribute_exists(#status)",
                 values,
+                // Its status is returned.
+                ReturnValue::AllNew,
             )
             .await?;
         Ok(match outcome {
@@ -437,11 +447,11 @@ impl SendRecordNotes for SendRecords {
         let outcome = self
             .update(
                 "reconcile",
-                user_id,
-                campaign_id,
+                (user_id, campaign_id),
                 update,
                 "#status = :in_progress OR #status = :dead_lettered",
                 values,
+                ReturnValue::None,
             )
             .await?;
         Ok(matches!(outcome, Conditional::Done(_)))
