@@ -13,22 +13,17 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
 };
+use mailflow_local::function_host::CpuTime;
 use std::time::Duration;
 
 const REQUESTS_PER_ROUND: u32 = 1000;
 const ROUNDS: u32 = 3;
 
-/// This process's CPU time (user and system) so far, from /proc (10 ms ticks).
+/// This process's CPU time so far (user and system; /proc counts in 10 ms ticks).
 fn cpu_time() -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .ok_or_else(|| anyhow::anyhow!("unexpected /proc/self/stat"))?
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| -> anyhow::Result<u64> { Ok(fields[i].parse()?) };
-    Ok(Duration::from_millis((ticks(11)? + ticks(12)?) * 10))
+    CpuTime::of_process(std::process::id())
+        .map(|cpu| cpu.total())
+        .ok_or_else(|| anyhow::anyhow!("cannot read /proc/self/stat"))
 }
 
 // One thread, as the functions run.
@@ -37,19 +32,14 @@ async fn main() -> anyhow::Result<()> {
     let sdk = mailflow::adapters::aws_config().await;
     let dynamodb = mailflow::adapters::dynamodb_client(&sdk);
     let table = format!("request-cost-{}", std::process::id());
-    let key = |name: &str| -> anyhow::Result<_> {
-        Ok((
-            AttributeDefinition::builder()
-                .attribute_name(name)
-                .attribute_type(ScalarAttributeType::S)
-                .build()?,
-            KeySchemaElement::builder()
-                .attribute_name(name)
-                .key_type(KeyType::Hash)
-                .build()?,
-        ))
-    };
-    let (definition, schema) = key("pk")?;
+    let definition = AttributeDefinition::builder()
+        .attribute_name("pk")
+        .attribute_type(ScalarAttributeType::S)
+        .build()?;
+    let schema = KeySchemaElement::builder()
+        .attribute_name("pk")
+        .key_type(KeyType::Hash)
+        .build()?;
     dynamodb
         .create_table()
         .table_name(&table)

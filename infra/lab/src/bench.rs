@@ -310,10 +310,7 @@ async fn stage_report(
         records: stats.map_or(0, |s| s.records),
         records_failed: stats.map_or(0, |s| s.failures_reported),
         wall_seconds: wall.as_secs_f64(),
-        cpu_seconds: measured
-            .iter()
-            .map(|m| (m.cpu.user + m.cpu.system).as_secs_f64())
-            .sum(),
+        cpu_seconds: measured.iter().map(|m| m.cpu.total().as_secs_f64()).sum(),
         system_cpu_seconds: measured.iter().map(|m| m.cpu.system.as_secs_f64()).sum(),
         peak_rss_bytes: measured.iter().map(|m| m.peak_rss).max().unwrap_or(0),
         cold_start_ms: measured

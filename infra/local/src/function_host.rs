@@ -91,6 +91,29 @@ pub struct CpuTime {
     pub system: Duration,
 }
 
+impl CpuTime {
+    /// What process `pid` has used so far (`std::process::id()` for this one), from /proc.
+    pub fn of_process(pid: u32) -> Option<Self> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces): state is field 3; utime and
+        // stime are fields 14 and 15, in clock ticks (100 per second on Linux).
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks = |i: usize| -> Option<Duration> {
+            Some(Duration::from_millis(
+                fields.get(i)?.parse::<u64>().ok()? * 10,
+            ))
+        };
+        Some(Self {
+            user: ticks(11)?,
+            system: ticks(12)?,
+        })
+    }
+
+    pub fn total(&self) -> Duration {
+        self.user + self.system
+    }
+}
+
 /// One function process and its Runtime API.
 pub struct FunctionProcess {
     pub name: String,
@@ -228,19 +251,7 @@ impl FunctionProcess {
 
     /// CPU time the process has used so far, in its own code and in the kernel.
     pub fn cpu_time(&self) -> Option<CpuTime> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
-        // Fields after the command name (which may hold spaces): state is field 3; utime and
-        // stime are fields 14 and 15, in clock ticks (100 per second on Linux).
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks = |i: usize| -> Option<Duration> {
-            Some(Duration::from_millis(
-                fields.get(i)?.parse::<u64>().ok()? * 10,
-            ))
-        };
-        Some(CpuTime {
-            user: ticks(11)?,
-            system: ticks(12)?,
-        })
+        CpuTime::of_process(self.pid)
     }
 
     /// The process's peak resident memory so far, in bytes.
