@@ -4,9 +4,9 @@
 //! the batch untouched.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use mailflow::campaign::Campaign;
-use mailflow::ledger::SendStatus;
-use mailflow::stages::Invocation;
+use mailflow::domain::campaign::Campaign;
+use mailflow::domain::ledger::SendStatus;
+use mailflow::runtime::Invocation;
 use mailflow_local::ledger_scan;
 use mailflow_local::names;
 use mailflow_local::pipeline::PipelineOptions;
@@ -123,8 +123,8 @@ async fn create_emails_fails_each_bad_record_alone_and_escapes_names() {
         .send()
         .await
         .unwrap();
-    let job: mailflow::messages::EmailJob =
-        mailflow::messages::parse_body(out.messages()[0].body()).unwrap();
+    let job: mailflow::domain::messages::EmailJob =
+        mailflow::domain::messages::parse_body(out.messages()[0].body()).unwrap();
     let html = job.html.as_str();
     assert!(html.contains("&lt;script&gt;alert(1)&lt;"), "{html}");
     assert!(!html.contains("<script>"), "{html}");

@@ -1,8 +1,8 @@
 //! Steering a live campaign against the local stack: a cancellation part-way stops the sends,
 //! and every user of the audience ends in a state that can be counted.
 
-use mailflow::campaign::Campaign;
-use mailflow::ledger::{epoch_ms, SendStatus};
+use mailflow::domain::campaign::Campaign;
+use mailflow::domain::ledger::{epoch_ms, SendStatus};
 use mailflow::stages::CAMPAIGN_STATE_TTL;
 use mailflow_local::names;
 use mailflow_local::pipeline::PipelineOptions;

@@ -107,9 +107,10 @@ fn run_status_and_resend_on_a_local_stack() {
         .unwrap();
 
     // `seed` fills the window of the campaign the schedule would run now.
-    let campaign = mailflow::campaign::Campaign::for_schedule(time::OffsetDateTime::now_utc())
-        .id
-        .to_string();
+    let campaign =
+        mailflow::domain::campaign::Campaign::for_schedule(time::OffsetDateTime::now_utc())
+            .id
+            .to_string();
 
     // The plan reads and counts; it enqueues, claims and sends nothing.
     let plan = last_json(&ok(mailctl(
@@ -297,9 +298,10 @@ fn test_send_sends_the_real_email_to_the_test_address_and_changes_no_record() {
         &["seed", "--users", "20", "--domain", &domain],
         &env,
     ));
-    let campaign = mailflow::campaign::Campaign::for_schedule(time::OffsetDateTime::now_utc())
-        .id
-        .to_string();
+    let campaign =
+        mailflow::domain::campaign::Campaign::for_schedule(time::OffsetDateTime::now_utc())
+            .id
+            .to_string();
     // The first seeded user who gets an email, as preview shows it.
     let (user, preview) = (0..20)
         .map(|i| format!("u{i:07}"))

@@ -154,7 +154,7 @@ fn check_numbers(t: &Template) {
 #[test]
 fn sample_events_are_what_the_handlers_accept() {
     use aws_lambda_events::event::sqs::SqsEvent;
-    use mailflow::messages::{parse_body, EmailJob, UserMessage};
+    use mailflow::domain::messages::{parse_body, EmailJob, UserMessage};
     use mailflow::stages::get_users::{parse_request, Request};
     let read = |name: &str| -> serde_json::Value {
         let path = mailctl::repo_root().join("infra/events").join(name);
@@ -179,7 +179,7 @@ fn sample_events_are_what_the_handlers_accept() {
     let parsed: Vec<_> = events
         .records
         .iter()
-        .map(|r| mailflow::ses_events::parse(r.body.as_deref().unwrap_or_default(), now))
+        .map(|r| mailflow::domain::ses_event::parse(r.body.as_deref().unwrap_or_default(), now))
         .collect();
     assert!(parsed[0].is_ok() && parsed[1].is_err() && parsed[2].is_ok());
     let alarm: aws_lambda_events::event::sns::SnsEvent =

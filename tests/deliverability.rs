@@ -5,8 +5,8 @@
 
 use mailflow::adapters::dynamo::DynamoLedger;
 use mailflow::adapters::ses::SesMailer;
-use mailflow::campaign::Campaign;
-use mailflow::ledger::{epoch_ms, Claim, Engagement, SendStatus};
+use mailflow::domain::campaign::Campaign;
+use mailflow::domain::ledger::{epoch_ms, Claim, Engagement, SendStatus};
 use mailflow::ports::SendLedger;
 use mailflow_local::http;
 use mailflow_local::names;
@@ -134,7 +134,7 @@ async fn one_click_unsubscribe_over_http_and_the_next_campaign_leaves_them_out()
     let signature_a = token_a.split_once('.').unwrap().1;
     let mut altered = signature_b.to_owned();
     altered.replace_range(0..1, if altered.starts_with('A') { "B" } else { "A" });
-    let forged = mailflow::unsubscribe::Signer::new(&"f".repeat(40), "weekly-digest")
+    let forged = mailflow::domain::unsubscribe_link::Signer::new(&"f".repeat(40), "weekly-digest")
         .unwrap()
         .token(&campaign().id, b);
     let base = server.url();

@@ -8,9 +8,9 @@
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailflow::adapters::dynamo::DynamoLedger;
 use mailflow::adapters::ses::SesMailer;
-use mailflow::ledger::{epoch_ms, Claim, SendStatus};
+use mailflow::domain::ledger::{epoch_ms, Claim, SendStatus};
 use mailflow::ports::{Mailer, OutgoingEmail, OutgoingQueue, SendError, SendLedger};
-use mailflow::stages::Invocation;
+use mailflow::runtime::Invocation;
 use mailflow_local::names;
 use mailflow_local::pipeline::{LocalPipeline, PipelineOptions, SEND_EMAIL};
 use mailflow_local::provision::StackOptions;
@@ -260,7 +260,7 @@ async fn t1_the_same_message_delivered_twice_at_once_sends_one_email() {
 #[tokio::test(flavor = "multi_thread")]
 async fn t2_two_overlapping_runs_of_a_campaign_send_one_email_per_user() {
     let env = test_env("overlap", |_| {}).await.unwrap();
-    let campaign = mailflow::campaign::Campaign::from_id(W46, None).unwrap();
+    let campaign = mailflow::domain::campaign::Campaign::from_id(W46, None).unwrap();
     let seeded = env.seed(60, &campaign).await.unwrap();
     let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
     let start = serde_json::json!({"campaignId": W46});

@@ -4,11 +4,11 @@
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailflow::adapters::directory::{Audience, IdType};
-use mailflow::campaign::Campaign;
-use mailflow::ledger::SendStatus;
+use mailflow::domain::campaign::Campaign;
+use mailflow::domain::ledger::SendStatus;
+use mailflow::domain::user_id::UserId;
+use mailflow::runtime::Invocation;
 use mailflow::stages::get_users::{Checkpoint, Run};
-use mailflow::stages::Invocation;
-use mailflow::user_id::UserId;
 use mailflow_local::ledger_scan;
 use mailflow_local::names;
 use mailflow_local::pipeline::PipelineOptions;

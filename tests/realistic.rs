@@ -14,8 +14,8 @@
 //! Over 400 lines on purpose: the generator, the independent model of what must happen and
 //! the checks are one scenario, best read top to bottom.
 
-use mailflow::campaign::{Campaign, Window};
-use mailflow::ledger::SendStatus;
+use mailflow::domain::campaign::{Campaign, Window};
+use mailflow::domain::ledger::SendStatus;
 use mailflow_local::names;
 use mailflow_local::runner;
 use mailflow_local::seed::Rng;

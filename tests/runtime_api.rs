@@ -5,8 +5,8 @@
 //! of `infra/events/` and must answer and act as documented. This covers `main.rs` wiring,
 //! configuration from template.yaml and init.
 
-use mailflow::campaign::Campaign;
-use mailflow::campaign::Hold;
+use mailflow::domain::campaign::Campaign;
+use mailflow::domain::campaign::Hold;
 use mailflow_local::aws_emulator::EmulatedFunction;
 use mailflow_local::function_host::{FunctionProcess, Outcome};
 use mailflow_local::names;
@@ -268,7 +268,10 @@ async fn serves_the_sample_events(host: Host) {
     let records = env.records("weekly-2026-W47").await.unwrap();
     assert_eq!(records.len(), 1);
     let sent = &records["u0000001"];
-    assert_eq!(sent.status, Some(mailflow::ledger::SendStatus::Sent));
+    assert_eq!(
+        sent.status,
+        Some(mailflow::domain::ledger::SendStatus::Sent)
+    );
     // The email in SES's record is the sample job's, under the id the ledger holds.
     let ses_id = sent
         .ses_message_id
@@ -325,7 +328,7 @@ async fn serves_the_sample_events(host: Host) {
     let records = env.records("weekly-2026-W47").await.unwrap();
     assert!(records["u0000001"]
         .engagement
-        .contains_key(&mailflow::ledger::Engagement::Bounced));
+        .contains_key(&mailflow::domain::ledger::Engagement::Bounced));
 
     // Unsubscribe through its Function URL event: the sample's placeholder token is refused;
     // a one-click POST with a token the stack's key signed unsubscribes.

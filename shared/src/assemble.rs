@@ -17,7 +17,7 @@ use crate::config::{
     CreateEmailsConfig, GetUsersConfig, ReputationGuardConfig, SendEmailConfig, SesEventsConfig,
     UnsubscribeFunctionConfig,
 };
-use crate::digest::{RenderError, Renderer};
+use crate::domain::digest::{RenderError, Renderer};
 use crate::ports::{Mailer, StoreError};
 use crate::stages::create_emails::CreateEmails;
 use crate::stages::get_users::GetUsers;
@@ -123,7 +123,7 @@ pub fn send_email<M: Mailer>(
         let quota = quota
             .await
             .unwrap_or_else(|e| Err(format!("the GetAccount task failed: {e}")));
-        crate::rate::effective_send_rate(configured, &quota)
+        crate::domain::send_rate::effective_send_rate(configured, &quota)
     };
     let ledger = DynamoLedger::new(
         dynamodb_client(sdk),

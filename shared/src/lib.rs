@@ -1,30 +1,28 @@
 //! mailflow: a weekly personalised email pipeline on AWS Lambda.
 //!
-//! Five functions: GetUsers (audience -> users queue), CreateEmails (enrich + render ->
+//! Six functions: GetUsers (audience -> users queue), CreateEmails (enrich + render ->
 //! emails queue), SendEmail (exactly once through SES v2, guarded by a DynamoDB ledger),
-//! SesEvents (bounces, complaints, deliveries back onto the ledger and the users) and
-//! Unsubscribe (one-click links). `stages` holds their logic, `assemble` builds each from its
-//! configuration, and the binaries in `functions/` only hand events to them.
+//! SesEvents (bounces, complaints, deliveries back onto the ledger and the users),
+//! Unsubscribe (one-click links) and ReputationGuard (pauses sending on SES alarms).
 //!
-//! The arrows point down: stages -> ports and domain modules (campaign, digest, ledger,
-//! messages, mime, address, user_id...) <- adapters (the only modules that talk to the AWS
-//! SDKs; `digest` reads MongoDB itself). See ARCHITECTURE.md.
+//! The rooms, and which way the arrows point (ARCHITECTURE.md draws the same map):
+//!
+//! - `domain`: the pure types and rules (address, campaign, ledger, messages, mime, digest,
+//!   send rate, SES tags and events, user ids, the unsubscribe link). Imports no SDK.
+//! - `ports`: the traits the stages need from the outside world, with in-memory stand-ins
+//!   for unit tests (`ports::memory`).
+//! - `stages`: one per function; see only `domain` and `ports`, never an adapter.
+//! - `adapters`: the ports on DynamoDB, SQS, SES, Lambda, Secrets Manager and MongoDB; the
+//!   only users of the AWS SDKs and the MongoDB driver.
+//! - `config`: every environment variable, parsed and validated at cold start.
+//! - `assemble`: builds each stage from its configuration with its adapters.
+//! - `runtime`: what hosts a stage (telemetry, metering, the invocation, the partial-batch
+//!   driver, `serve`); the binaries in `functions/` are one call to it.
 
 pub mod adapters;
-pub mod address;
 pub mod assemble;
-pub mod campaign;
 pub mod config;
-pub mod digest;
-pub mod ledger;
-pub mod messages;
-pub mod metering;
-pub mod mime;
+pub mod domain;
 pub mod ports;
-pub mod rate;
-pub mod ses_events;
-pub mod ses_tags;
+pub mod runtime;
 pub mod stages;
-pub mod telemetry;
-pub mod unsubscribe;
-pub mod user_id;

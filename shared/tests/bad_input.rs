@@ -4,15 +4,15 @@
 //! error that says what is wrong; no altered token is ever accepted.
 //! Through the handlers a rejected record fails alone: tests/pipeline.rs.
 
-use mailflow::campaign::{CampaignId, Window};
 use mailflow::config::{
     CreateEmailsConfig, GetUsersConfig, MongoConfig, SendEmailConfig, SesEventsConfig,
     UnsubscribeConfig, UnsubscribeFunctionConfig,
 };
-use mailflow::messages::{parse_body, EmailJob, UserMessage};
+use mailflow::domain::campaign::{CampaignId, Window};
+use mailflow::domain::messages::{parse_body, EmailJob, UserMessage};
+use mailflow::domain::unsubscribe_link::{Signer, TokenError};
 use mailflow::stages::get_users::parse_request;
 use mailflow::stages::unsubscribe::HttpRequest;
-use mailflow::unsubscribe::{Signer, TokenError};
 use proptest::prelude::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -150,7 +150,7 @@ proptest! {
 
     #[test]
     fn ses_events_never_panic(body in prop_oneof![body(), json().prop_map(|v| v.to_string()), ses_event()]) {
-        match mailflow::ses_events::parse(&body, 0) {
+        match mailflow::domain::ses_event::parse(&body, 0) {
             Ok(event) => prop_assert!(!event.ses_message_id.is_empty()),
             Err(reason) => prop_assert!(!reason.is_empty()),
         }
@@ -186,11 +186,11 @@ proptest! {
 
     #[test]
     fn ses_tag_values_round_trip(raw in any::<String>(), junk in any::<String>()) {
-        if let Some(tag) = mailflow::ses_tags::encode(&raw) {
-            prop_assert!(tag.len() <= mailflow::ses_tags::MAX_TAG_VALUE);
-            prop_assert_eq!(mailflow::ses_tags::decode(&tag), Some(raw));
+        if let Some(tag) = mailflow::domain::ses_tags::encode(&raw) {
+            prop_assert!(tag.len() <= mailflow::domain::ses_tags::MAX_TAG_VALUE);
+            prop_assert_eq!(mailflow::domain::ses_tags::decode(&tag), Some(raw));
         }
-        let _ = mailflow::ses_tags::decode(&junk);
+        let _ = mailflow::domain::ses_tags::decode(&junk);
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! with the files in `tests/snapshots/` (`mailctl preview` prints the same output). After a
 //! deliberate template change, run with `UPDATE_SNAPSHOTS=1` and review the diff.
 
-use mailflow::campaign::Campaign;
-use mailflow::digest::{Digest, Renderer};
+use mailflow::domain::campaign::Campaign;
+use mailflow::domain::digest::{Digest, Renderer};
 
 const URL: &str = "https://abc123.lambda-url.us-east-1.on.aws/?token=djEK.c2ln";
 

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use mailflow::adapters::dynamo::SendRecord;
-use mailflow::campaign::Campaign;
+use mailflow::domain::campaign::Campaign;
 use mailflow::ports::Mailer;
 use mailflow_local::names;
 use mailflow_local::pipeline::{LocalPipeline, PipelineOptions};

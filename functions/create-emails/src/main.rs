@@ -8,16 +8,17 @@ use mailflow::config::{CreateEmailsConfig, ProcessEnv};
 // worker thread for every response costs more CPU than the concurrency it would add.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
-    mailflow::telemetry::init();
-    let config = mailflow::telemetry::or_exit(CreateEmailsConfig::from_source(&ProcessEnv));
+    mailflow::runtime::telemetry::init();
+    let config =
+        mailflow::runtime::telemetry::or_exit(CreateEmailsConfig::from_source(&ProcessEnv));
     let sdk = mailflow::adapters::aws_config().await;
-    let stage = mailflow::telemetry::or_exit(
+    let stage = mailflow::runtime::telemetry::or_exit(
         mailflow::assemble::create_emails(config, &sdk, "create-emails", true).await,
     );
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let (response, _) = stage.handle(event.payload).await;
-        mailflow::metering::log_invocation_requests();
+        mailflow::runtime::metering::log_invocation_requests();
         Ok::<SqsBatchResponse, Error>(response)
     }))
     .await

@@ -7,14 +7,15 @@ use mailflow::config::{ProcessEnv, SesEventsConfig};
 // One thread: an execution environment serves one event at a time.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
-    mailflow::telemetry::init();
-    let config = mailflow::telemetry::or_exit(SesEventsConfig::from_source(&ProcessEnv));
+    mailflow::runtime::telemetry::init();
+    let config = mailflow::runtime::telemetry::or_exit(SesEventsConfig::from_source(&ProcessEnv));
     let sdk = mailflow::adapters::aws_config().await;
-    let stage = mailflow::telemetry::or_exit(mailflow::assemble::ses_events(config, &sdk).await);
+    let stage =
+        mailflow::runtime::telemetry::or_exit(mailflow::assemble::ses_events(config, &sdk).await);
     let stage = &stage;
     run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         let (response, _) = stage.handle(event.payload).await;
-        mailflow::metering::log_invocation_requests();
+        mailflow::runtime::metering::log_invocation_requests();
         Ok::<SqsBatchResponse, Error>(response)
     }))
     .await

@@ -1,7 +1,7 @@
 //! `mailctl bench`: runs a seeded campaign through the real function binaries, the three
 //! stages at once as in production, each stage in its own processes so it can be measured
 //! alone, and reports per stage: those processes' CPU time, peak RSS, cold start, the billable
-//! requests they made (metered in the functions, see `mailflow::metering`) plus the event
+//! requests they made (metered in the functions, see `mailflow::runtime::metering`) plus the event
 //! source mappings' polling (counted by the runner), MongoDB round trips, then binary sizes
 //! and the cost per million emails.
 //! Over 400 lines on purpose: one measured run, from building the stack to the report;
@@ -289,7 +289,7 @@ async fn stage_report(
         requests.insert(
             format!(
                 "esm.ReceiveMessage{}",
-                mailflow::metering::SQS_CHUNKS_SUFFIX
+                mailflow::runtime::metering::SQS_CHUNKS_SUFFIX
             ),
             s.receive_chunks,
         );
@@ -298,7 +298,7 @@ async fn stage_report(
         requests.insert(
             format!(
                 "esm.DeleteMessageBatch{}",
-                mailflow::metering::SQS_CHUNKS_SUFFIX
+                mailflow::runtime::metering::SQS_CHUNKS_SUFFIX
             ),
             s.delete_requests as u64,
         );

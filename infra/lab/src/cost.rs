@@ -89,7 +89,9 @@ pub fn billable_units(requests: &BTreeMap<String, u64>) -> (u64, u64, u64, u64) 
             continue;
         };
         match service {
-            "sqs" if operation.ends_with(mailflow::metering::SQS_CHUNKS_SUFFIX) => sqs += n,
+            "sqs" if operation.ends_with(mailflow::runtime::metering::SQS_CHUNKS_SUFFIX) => {
+                sqs += n
+            }
             "dynamodb" if DYNAMODB_WRITES.contains(&operation) => writes += n,
             "dynamodb" if DYNAMODB_READS.contains(&operation) => reads += n,
             "sesv2" if operation == "SendEmail" => ses += n,

@@ -48,7 +48,7 @@ pub struct Logs {
     pub bytes: u64,
     /// Lines that must not have been written (see `crate::log_audit`): line number and why.
     pub sensitive: Vec<(u64, &'static str)>,
-    /// The sums of the `requests` each invocation logged (see `mailflow::metering`).
+    /// The sums of the `requests` each invocation logged (see `mailflow::runtime::metering`).
     pub requests: BTreeMap<String, u64>,
     /// Users GetUsers enqueued, from the line each of its invocations ends with.
     pub users_enqueued: u64,
@@ -68,7 +68,7 @@ impl Logs {
             if json["message"] == mailflow::stages::get_users::FINISHED_LOG_MESSAGE {
                 self.users_enqueued += json["users_enqueued"].as_u64().unwrap_or(0);
             }
-            if json["message"] == mailflow::metering::REQUESTS_LOG_MESSAGE {
+            if json["message"] == mailflow::runtime::metering::REQUESTS_LOG_MESSAGE {
                 let counts: BTreeMap<String, u64> = json["requests"]
                     .as_str()
                     .and_then(|s| serde_json::from_str(s).ok())

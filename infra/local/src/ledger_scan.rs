@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use aws_sdk_dynamodb::types::AttributeValue;
 use mailflow::adapters::dynamo::SendRecord;
-use mailflow::ledger::{campaign_shards, SendStatus};
+use mailflow::domain::ledger::{campaign_shards, SendStatus};
 use std::collections::BTreeMap;
 
 /// The index template.yaml gives the sends table for reads by campaign.

@@ -12,11 +12,11 @@ use mailflow::config::{
     CreateEmailsConfig, GetUsersConfig, SendEmailConfig, SesEventsConfig, UnsubscribeFunctionConfig,
 };
 use mailflow::ports::Mailer;
+use mailflow::runtime::Invocation;
 use mailflow::stages::create_emails::{self, CreateEmails};
 use mailflow::stages::get_users::{self, GetUsers};
 use mailflow::stages::send_email;
 use mailflow::stages::ses_events;
-use mailflow::stages::Invocation;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -288,7 +288,7 @@ pub struct RunReport {
 pub struct SeededStack {
     pub stack: Stack,
     pub seeded: crate::seed::SeedReport,
-    pub campaign: mailflow::campaign::Campaign,
+    pub campaign: mailflow::domain::campaign::Campaign,
     /// The mail domain of every seeded address (the SES record is filtered by it).
     pub domain: String,
     /// The moment the campaign was started for: the schedule event's time.
@@ -343,7 +343,7 @@ impl SeededStack {
             crate::provision::provision(&sdk, crate::template::Template::load(template)?, options)
                 .await?;
         let now = time::OffsetDateTime::now_utc();
-        let campaign = mailflow::campaign::Campaign::for_schedule(now);
+        let campaign = mailflow::domain::campaign::Campaign::for_schedule(now);
         let mongo = mailflow::config::MongoConfig {
             uri: mailflow::config::SecretRef::Plain(mongo_uri),
             database,

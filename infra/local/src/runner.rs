@@ -16,7 +16,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
 use aws_sdk_sqs::Client;
 use futures::future::BoxFuture;
-use mailflow::stages::Invocation;
+use mailflow::runtime::Invocation;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -200,7 +200,7 @@ async fn receive(
             shared.stats(&consumer.function, |s| {
                 s.receive_requests += 1;
                 s.receive_chunks += (bytes as u64)
-                    .div_ceil(mailflow::metering::SQS_BILLING_CHUNK)
+                    .div_ceil(mailflow::runtime::metering::SQS_BILLING_CHUNK)
                     .max(1);
             });
             messages

@@ -4,7 +4,7 @@
 //! locales with and without templates).
 
 use anyhow::{Context, Result};
-use mailflow::campaign::Window;
+use mailflow::domain::campaign::Window;
 use mongodb::bson::{doc, DateTime, Document};
 use mongodb::Database;
 use std::collections::{BTreeMap, BTreeSet};

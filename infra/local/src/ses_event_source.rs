@@ -1,6 +1,6 @@
 //! What the local emulator lacks: SES publishing events through the configuration set to
 //! EventBridge, and the rule putting them on the SesEvents queue. Here an event is written
-//! to that queue directly, in the shape the rule delivers (see `mailflow::ses_events`). The
+//! to that queue directly, in the shape the rule delivers (see `mailflow::domain::ses_event`). The
 //! chaos run publishes a SEND event for every email SES accepts, as AWS would; the tests
 //! write the events they need.
 
@@ -32,9 +32,9 @@ pub fn event(
         .unwrap_or_default();
     let mut tags = json!({"ses:configuration-set": ["mailflow"]});
     if let Some((campaign, user)) = recipient {
-        let encode = |v: &str| mailflow::ses_tags::encode(v).unwrap_or_default();
-        tags[mailflow::ses_tags::CAMPAIGN_TAG] = json!([encode(campaign)]);
-        tags[mailflow::ses_tags::USER_TAG] = json!([encode(user)]);
+        let encode = |v: &str| mailflow::domain::ses_tags::encode(v).unwrap_or_default();
+        tags[mailflow::domain::ses_tags::CAMPAIGN_TAG] = json!([encode(campaign)]);
+        tags[mailflow::domain::ses_tags::USER_TAG] = json!([encode(user)]);
     }
     let mut detail = json!({
         "eventType": kind,

@@ -8,11 +8,11 @@ use crate::ops::{self, format_ms, Target};
 use anyhow::{bail, Result};
 use mailflow::adapters::campaigns::{Refused, CANCELLED, PAUSED, RUNNING};
 use mailflow::adapters::event_sources::StackSending;
-use mailflow::campaign::{CampaignId, CampaignRecord, Hold, StateChange};
+use mailflow::domain::campaign::{CampaignId, CampaignRecord, Hold, StateChange};
 
 fn change(by: &str, reason: &str) -> StateChange {
     StateChange {
-        at_ms: mailflow::ledger::epoch_ms(std::time::SystemTime::now()),
+        at_ms: mailflow::domain::ledger::epoch_ms(std::time::SystemTime::now()),
         by: by.to_owned(),
         reason: reason.to_owned(),
     }

@@ -248,7 +248,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> Result<()> {
-    mailflow::telemetry::init_cli();
+    mailflow::runtime::telemetry::init_cli();
     let cli = Cli::parse();
     let sdk = mailflow::adapters::aws_config().await;
     let (sdk, template) = (&sdk, cli.template.as_path());

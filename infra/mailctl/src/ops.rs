@@ -6,8 +6,8 @@
 use anyhow::{Context, Result};
 use aws_sdk_sqs::Client as Sqs;
 use mailflow::adapters::event_sources::EventSourceMappings;
-use mailflow::campaign::Hold;
-use mailflow::ledger::{Engagement, SendStatus};
+use mailflow::domain::campaign::Hold;
+use mailflow::domain::ledger::{Engagement, SendStatus};
 use mailflow_local::ledger_scan;
 use mailflow_local::names;
 use mailflow_local::queues::depth;
@@ -163,7 +163,7 @@ pub struct CampaignStatus {
     /// Seconds until the queues drain at that rate (None: no current rate to go by).
     pub eta_seconds: Option<u64>,
     /// What SES lets the account send (GetAccount), or why it is not known.
-    pub ses_quota: Option<mailflow::rate::SendQuota>,
+    pub ses_quota: Option<mailflow::domain::send_rate::SendQuota>,
     pub ses_quota_unknown: Option<String>,
 }
 
@@ -301,7 +301,7 @@ pub async fn status(
     };
     // The current rate, not the campaign's average: a campaign that sent fast an hour ago
     // and now waits on retries has no rate to promise an ETA with.
-    let now = mailflow::ledger::epoch_ms(std::time::SystemTime::now());
+    let now = mailflow::domain::ledger::epoch_ms(std::time::SystemTime::now());
     let recent = records
         .iter()
         .filter(|r| r.status == Some(SendStatus::Sent))

@@ -5,10 +5,10 @@
 //! enqueued, claimed or sent: only MongoDB (and SES's GetAccount) is read.
 
 use anyhow::{Context, Result};
-use mailflow::campaign::Campaign;
-use mailflow::messages::UserMessage;
+use mailflow::domain::campaign::Campaign;
+use mailflow::domain::messages::UserMessage;
+use mailflow::domain::send_rate::SendQuota;
 use mailflow::ports::{AudienceScan, UserDirectory};
-use mailflow::rate::SendQuota;
 use mailflow::stages::create_emails::CreateEmails;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -75,7 +75,7 @@ pub async fn plan<D: UserDirectory>(
             .with_context(|| format!("composing {user}'s email"))?;
         match composed {
             Ok((job, locale)) => {
-                if mailflow::address::parse(&job.to).is_err() {
+                if mailflow::domain::address::parse(&job.to).is_err() {
                     plan.would_fail += 1;
                     continue;
                 }
@@ -88,7 +88,7 @@ pub async fn plan<D: UserDirectory>(
             Err(reason) => *plan.skipped.entry(reason.as_str()).or_default() += 1,
         }
     }
-    plan.send_rate = mailflow::rate::effective_send_rate(configured_rate, &quota);
+    plan.send_rate = mailflow::domain::send_rate::effective_send_rate(configured_rate, &quota);
     plan.hours = plan.would_send as f64 / plan.send_rate / 3600.0;
     match quota {
         Ok(q) => {

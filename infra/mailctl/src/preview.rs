@@ -3,9 +3,9 @@
 //! from template.yaml for a local stack, from the deployed function otherwise.
 
 use anyhow::{bail, Context, Result};
-use mailflow::campaign::Campaign;
 use mailflow::config::CreateEmailsConfig;
-use mailflow::messages::{EmailJob, UserMessage};
+use mailflow::domain::campaign::Campaign;
+use mailflow::domain::messages::{EmailJob, UserMessage};
 use mailflow::stages::create_emails::CreateEmails;
 use mailflow_local::provision::Stack;
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
-//! User ids between BSON and their text form (`crate::user_id`), and the one-line reasons that
+//! User ids between BSON and their text form (`crate::domain::user_id`), and the one-line reasons that
 //! name a document whose field holds something else.
 
-use crate::user_id::UserId;
+use crate::domain::user_id::UserId;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{Bson, Document};
 

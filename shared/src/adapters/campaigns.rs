@@ -5,8 +5,8 @@
 //! The pipeline's functions read it (`CampaignStates`).
 
 use super::describe;
-use crate::campaign::{CampaignRecord, Hold, StateChange};
-use crate::ledger::LedgerError;
+use crate::domain::campaign::{CampaignRecord, Hold, StateChange};
+use crate::domain::ledger::LedgerError;
 use crate::ports::CampaignStates;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;

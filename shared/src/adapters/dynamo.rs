@@ -2,7 +2,7 @@
 //! is a single conditional UpdateItem, and refusals are explained by ALL_OLD from the same call.
 //! Over 400 lines on purpose: every conditional write of the ledger is here, once.
 
-use crate::ledger::{
+use crate::domain::ledger::{
     campaign_shard, epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Reclaim, Refusal,
     SendStatus,
 };
@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::Client;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-pub use crate::ledger::LedgerError;
+pub use crate::domain::ledger::LedgerError;
 
 type Item = HashMap<String, AttributeValue>;
 

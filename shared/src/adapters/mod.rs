@@ -13,7 +13,7 @@ pub mod ses;
 pub mod sqs;
 pub mod subscribers;
 
-use crate::metering::RequestMeter;
+use crate::runtime::metering::RequestMeter;
 
 /// The SDK configuration for every AWS client: region, credentials and `AWS_ENDPOINT_URL`
 /// from the environment (the SDK reads it itself), as on Lambda.

@@ -70,7 +70,7 @@ pub async fn connect(
     })?;
     options.max_pool_size = Some(config.max_pool_size);
     options.app_name = Some(app_name.to_owned());
-    options.command_event_handler = Some(crate::metering::mongo_command_monitor());
+    options.command_event_handler = Some(crate::runtime::metering::mongo_command_monitor());
     let client = Client::with_options(options).map_err(|e| invalid(e.to_string()))?;
     Ok(client.database(&config.database))
 }

@@ -49,10 +49,10 @@ pub async fn resolve(
 pub async fn unsubscribe_signer(
     config: &crate::config::UnsubscribeConfig,
     sdk: &aws_config::SdkConfig,
-) -> Result<crate::unsubscribe::Signer, SecretError> {
+) -> Result<crate::domain::unsubscribe_link::Signer, SecretError> {
     const VAR: &str = "UNSUBSCRIBE_SECRET_ID";
     let keys = resolve(&config.secret, VAR, sdk).await?;
-    crate::unsubscribe::Signer::new(&keys, &config.list).map_err(|e| SecretError {
+    crate::domain::unsubscribe_link::Signer::new(&keys, &config.list).map_err(|e| SecretError {
         var: VAR,
         secret: match &config.secret {
             crate::config::SecretRef::Secret(id) => id.clone(),

@@ -1,12 +1,12 @@
 //! SES v2 SendEmail, with the SDK's own retries off: a retried SendEmail after a lost
 //! response could send twice, and throttling is retried through SQS with backoff instead.
-//! The email goes as raw MIME (`crate::mime`), which carries the one-click unsubscribe
-//! headers, tagged with its campaign and user (`crate::ses_tags`) for the SES events.
+//! The email goes as raw MIME (`crate::domain::mime`), which carries the one-click unsubscribe
+//! headers, tagged with its campaign and user (`crate::domain::ses_tags`) for the SES events.
 
-use crate::mime;
+use crate::domain::mime;
+use crate::domain::send_rate::SendQuota;
+use crate::domain::ses_tags;
 use crate::ports::{Mailer, OutgoingEmail, SendError};
-use crate::rate::SendQuota;
-use crate::ses_tags;
 use aws_sdk_sesv2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
 use aws_sdk_sesv2::operation::RequestId;
@@ -41,7 +41,7 @@ impl SesMailer {
     ) -> Self {
         let config = aws_sdk_sesv2::config::Builder::from(sdk)
             .retry_config(aws_sdk_sesv2::config::retry::RetryConfig::disabled())
-            .interceptor(crate::metering::RequestMeter)
+            .interceptor(crate::runtime::metering::RequestMeter)
             .build();
         Self {
             client: Client::from_conf(config),
@@ -67,7 +67,7 @@ async fn send_quota_within(
     wait: std::time::Duration,
 ) -> Result<SendQuota, String> {
     let config = aws_sdk_sesv2::config::Builder::from(sdk)
-        .interceptor(crate::metering::RequestMeter)
+        .interceptor(crate::runtime::metering::RequestMeter)
         .build();
     let answer = tokio::time::timeout(wait, Client::from_conf(config).get_account().send())
         .await

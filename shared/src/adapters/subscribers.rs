@@ -4,7 +4,7 @@
 //! or event finds it done and keeps the first time and reason.
 
 use super::directory::USERS;
-use crate::user_id::UserId;
+use crate::domain::user_id::UserId;
 use mongodb::bson::{doc, DateTime, Document};
 use mongodb::{Collection, Database};
 
@@ -29,7 +29,7 @@ impl Subscribers {
         not_yet: Document,
         set: Document,
     ) -> mongodb::error::Result<Change> {
-        // The text form of the id, as tokens and SES tags carry it (`crate::user_id`).
+        // The text form of the id, as tokens and SES tags carry it (`crate::domain::user_id`).
         let id = match UserId::parse(user_id) {
             Ok(id) => super::bson_ids::to_bson(&id),
             Err(_) => return Ok(Change::NoSuchUser),

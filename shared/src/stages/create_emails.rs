@@ -2,18 +2,19 @@
 //! the emails queue. Records are processed concurrently (bounded); jobs go out in
 //! SendMessageBatch calls; every record that did not make it is reported for retry.
 
-use super::{batch_response, each_record, CampaignStateCache};
+use super::CampaignStateCache;
 use crate::adapters::campaigns::CampaignsTable;
 use crate::adapters::directory::MongoDirectory;
 use crate::adapters::sqs::{batches, SqsQueue};
-use crate::campaign::Hold;
-use crate::campaign::Window;
 use crate::config::CreateEmailsConfig;
-use crate::digest::{Enrichment, Renderer, SkipReason};
-use crate::messages::{parse_body, EmailJob, UserMessage};
+use crate::domain::campaign::Hold;
+use crate::domain::campaign::Window;
+use crate::domain::digest::{Enrichment, Renderer, SkipReason};
+use crate::domain::messages::{parse_body, EmailJob, UserMessage};
+use crate::domain::unsubscribe_link::{self, Signer};
+use crate::domain::user_id::UserId;
 use crate::ports::{CampaignStates, OutgoingQueue, QueueError, UserDirectory};
-use crate::unsubscribe::{self, Signer};
-use crate::user_id::UserId;
+use crate::runtime::batch::{batch_response, each_record};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::stream::{self, StreamExt};
 use std::collections::BTreeMap;
@@ -98,7 +99,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
         &self,
         message: UserMessage,
     ) -> Result<Result<(EmailJob, &'static str), SkipReason>, String> {
-        let user_id = crate::user_id::UserId::parse(&message.user_id)?;
+        let user_id = crate::domain::user_id::UserId::parse(&message.user_id)?;
         let enrichment = self
             .directory
             .enrich(
@@ -121,7 +122,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
             Enrichment::Ready(d) => d,
             Enrichment::Skip(reason) => return Ok(Err(reason)),
         };
-        let unsubscribe_url = unsubscribe::link(
+        let unsubscribe_url = unsubscribe_link::link(
             &self.config.unsubscribe_base_url,
             &self.signer.token(&message.campaign_id, &digest.user_id),
         );
@@ -300,8 +301,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::campaign::Campaign;
     use crate::config::CreateEmailsConfig;
+    use crate::domain::campaign::Campaign;
     use crate::ports::memory::directory::{MemoryDirectory, User};
     use crate::ports::memory::{MemoryCampaigns, MemoryOutbox};
     use aws_lambda_events::event::sqs::SqsMessage;

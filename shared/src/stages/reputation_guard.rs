@@ -6,8 +6,8 @@
 //! source mappings) and pauses every running campaign, saying why. Only an operator resumes
 //! (`mailctl resume`): an alarm returning to OK changes nothing.
 
-use crate::campaign::StateChange;
-use crate::ledger::epoch_ms;
+use crate::domain::campaign::StateChange;
+use crate::domain::ledger::epoch_ms;
 use crate::ports::{ControlError, SendingSwitch};
 use aws_lambda_events::event::sns::SnsEvent;
 use serde::Deserialize;
@@ -120,7 +120,7 @@ fn describe(alarm: &AlarmNotification) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::campaign::Hold;
+    use crate::domain::campaign::Hold;
     use crate::ports::memory::MemoryCampaigns;
     use crate::ports::CampaignStates;
     use aws_lambda_events::event::sns::SnsRecord;

@@ -10,11 +10,11 @@
 //! Over 400 lines on purpose: the handling and its unit tests (one per event's effect)
 //! together.
 
-use super::{batch_response, each_record};
 use crate::config::SesEventsConfig;
-use crate::ledger::{epoch_ms, Engagement, SendStatus};
+use crate::domain::ledger::{epoch_ms, Engagement, SendStatus};
+use crate::domain::ses_event::{self, EventKind, Recipient, SesEvent};
 use crate::ports::{Change, SendRecordNotes, SubscriberStore, SuppressionReason};
-use crate::ses_events::{self, EventKind, Recipient, SesEvent};
+use crate::runtime::batch::{batch_response, each_record};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use std::time::SystemTime;
 use tracing::Instrument;
@@ -87,7 +87,7 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
             self.config.record_concurrency,
             |record| async move {
                 let body = record.body.as_deref().unwrap_or_default();
-                match ses_events::parse(body, epoch_ms(SystemTime::now())) {
+                match ses_event::parse(body, epoch_ms(SystemTime::now())) {
                     Ok(event) => self.apply(&event).await,
                     Err(reason) => Err(reason),
                 }
@@ -149,7 +149,7 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
     }
 
     async fn act(&self, recipient: &Recipient, event: &SesEvent) -> Result<Effect, String> {
-        let ledger = |e: crate::ledger::LedgerError| e.to_string();
+        let ledger = |e: crate::domain::ledger::LedgerError| e.to_string();
         let mut effect = Effect::default();
         match &event.kind {
             EventKind::Send => {
@@ -307,7 +307,7 @@ mod tests {
 
     /// An SES event as the EventBridge rule delivers it, tagged as SendEmail tags emails.
     fn body(kind: &str, detail_type: &str, extra: serde_json::Value) -> String {
-        let tag = |v: &str| json!([crate::ses_tags::encode(v).unwrap()]);
+        let tag = |v: &str| json!([crate::domain::ses_tags::encode(v).unwrap()]);
         let mut detail = json!({
             "eventType": kind,
             "mail": {"messageId": "ses-1", "timestamp": "2026-11-23T09:00:00Z",

@@ -5,9 +5,9 @@
 //! honoured: a forged, altered or other list's token gets a 4xx and changes nothing.
 //! Unsubscribing is idempotent; it is also noted on the campaign's send record.
 
-use crate::ledger::{epoch_ms, Engagement};
+use crate::domain::ledger::{epoch_ms, Engagement};
+use crate::domain::unsubscribe_link::{Signer, Subscription, TokenError};
 use crate::ports::{Change, SendRecordNotes, SubscriberStore};
-use crate::unsubscribe::{Signer, Subscription, TokenError};
 use base64::Engine;
 use serde_json::Value;
 use std::time::SystemTime;

@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use mailflow::adapters::campaigns::CampaignsTable;
 use mailflow::adapters::event_sources::{EventSourceMappings, StackSending};
 use mailflow::adapters::ses::SesMailer;
-use mailflow::campaign::StateChange;
+use mailflow::domain::campaign::StateChange;
 use mailflow::ports::{Mailer, OutgoingEmail, SendError};
 use mailflow_local::names;
 use mailflow_local::pipeline::{
@@ -527,7 +527,7 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
             tracing::warn!("chaos: AWS endpoint reachable again");
             until(|| sent() * 100 >= wanted * 30).await;
             let change = |reason: &str| StateChange {
-                at_ms: mailflow::ledger::epoch_ms(std::time::SystemTime::now()),
+                at_ms: mailflow::domain::ledger::epoch_ms(std::time::SystemTime::now()),
                 by: "chaos".into(),
                 reason: reason.into(),
             };
@@ -596,15 +596,16 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
     let direct_sqs = aws_sdk_sqs::Client::new(&local.stack.sdk);
     let dynamo = aws_sdk_dynamodb::Client::new(&local.stack.sdk);
     let table = local.stack.table_name(names::SENDS_TABLE)?.to_owned();
-    let settled: BTreeSet<String> =
-        mailflow_local::ledger_scan::records(&dynamo, &table, &campaign)
-            .await?
-            .into_iter()
-            .filter(
-                |r| matches!(r.status, Some(s) if s != mailflow::ledger::SendStatus::InProgress),
-            )
-            .map(|r| r.user_id)
-            .collect();
+    let settled: BTreeSet<String> = mailflow_local::ledger_scan::records(
+        &dynamo, &table, &campaign,
+    )
+    .await?
+    .into_iter()
+    .filter(
+        |r| matches!(r.status, Some(s) if s != mailflow::domain::ledger::SendStatus::InProgress),
+    )
+    .map(|r| r.user_id)
+    .collect();
     for (dlq, source) in [
         (names::USERS_DLQ, names::USERS_QUEUE),
         (names::EMAILS_DLQ, names::EMAILS_QUEUE),
@@ -681,7 +682,7 @@ async fn check(
     campaign: &str,
     unrecorded: &Unrecorded,
 ) -> Result<()> {
-    use mailflow::ledger::SendStatus;
+    use mailflow::domain::ledger::SendStatus;
     let seeded = &local.seeded;
     let records: BTreeMap<String, _> =
         mailflow_local::ledger_scan::records(dynamo, table, campaign)

@@ -5,7 +5,7 @@ use super::{provision_local, TargetArgs};
 use anyhow::{bail, Context, Result};
 use mailctl::ops::{self, Target};
 use mailflow::adapters::ses::SesMailer;
-use mailflow::campaign::Campaign;
+use mailflow::domain::campaign::Campaign;
 use mailflow_local::pipeline::{LocalPipeline, PipelineOptions};
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ pub async fn resend(
     reopen: Option<&str>,
     t: &TargetArgs,
 ) -> Result<()> {
-    mailflow::campaign::CampaignId::parse(campaign)?;
+    mailflow::domain::campaign::CampaignId::parse(campaign)?;
     if let Some(by) = reopen {
         let target = super::target(sdk, t).await?;
         eprintln!(

@@ -4,8 +4,8 @@
 
 use super::{provision_local, TargetArgs};
 use anyhow::{bail, Context, Result};
-use mailflow::campaign::Campaign;
 use mailflow::config::{CreateEmailsConfig, SendEmailConfig};
+use mailflow::domain::campaign::Campaign;
 use mailflow::ports::UserDirectory;
 use std::collections::BTreeMap;
 
@@ -51,7 +51,7 @@ pub async fn test_send(
     to: &str,
     t: &TargetArgs,
 ) -> Result<()> {
-    let to = mailflow::address::parse(to)
+    let to = mailflow::domain::address::parse(to)
         .map_err(|e| anyhow::anyhow!("--to {to:?}: {e}"))?
         .as_str()
         .to_owned();

@@ -4,8 +4,8 @@
 
 use super::{env, provision_local, TargetArgs};
 use anyhow::{bail, Context, Result};
-use mailflow::campaign::Campaign;
 use mailflow::config::SecretRef;
+use mailflow::domain::campaign::Campaign;
 use mailflow_local::sam_local::SamLocal;
 use mailflow_local::seed::{seed_if_empty, SeedOptions};
 

@@ -3,8 +3,8 @@
 use super::{env, provision_local};
 use anyhow::Result;
 use mailctl::stack_outputs as out;
-use mailflow::campaign::Campaign;
 use mailflow::config::SecretRef;
+use mailflow::domain::campaign::Campaign;
 use mailflow_local::names;
 use mailflow_local::seed::{seed as seed_users, SeedOptions};
 

@@ -14,7 +14,7 @@ pub async fn status(
     json: bool,
     t: &TargetArgs,
 ) -> Result<()> {
-    mailflow::campaign::CampaignId::parse(campaign)?;
+    mailflow::domain::campaign::CampaignId::parse(campaign)?;
     let target = target(sdk, t).await?;
     // The account's quota, read once: it bounds the rate SendEmail sends at.
     let quota = mailflow::adapters::ses::send_quota(sdk).await;

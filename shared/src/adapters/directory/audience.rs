@@ -12,10 +12,10 @@
 
 use super::{follows_index_keys, window_filter, FOLLOWS, USERS};
 use crate::adapters::bson_ids::{self as ids, from_bson, type_name};
-use crate::campaign::Window;
-use crate::digest::OddFollow;
+use crate::domain::campaign::Window;
+use crate::domain::digest::OddFollow;
+use crate::domain::user_id::UserId;
 use crate::ports::{AudienceScan, StoreError};
-use crate::user_id::UserId;
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Document};

@@ -3,9 +3,9 @@
 
 use super::{window_filter, FOLLOWS, USERS};
 use crate::adapters::bson_ids as ids;
-use crate::campaign::Window;
-use crate::digest::{Digest, Enrichment, SkipReason};
-use crate::user_id::UserId;
+use crate::domain::campaign::Window;
+use crate::domain::digest::{Digest, Enrichment, SkipReason};
+use crate::domain::user_id::UserId;
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::Database;

@@ -3,17 +3,17 @@
 //!
 //! Data model: `users {_id, email, name, subscribed: bool, locale?, suppression?}` and
 //! `follows {followerId, followeeId, createdAt: date}`, where every id is a string or an
-//! ObjectId (`crate::user_id` says how they travel outside MongoDB, `bson_ids` converts).
+//! ObjectId (`crate::domain::user_id` says how they travel outside MongoDB, `bson_ids` converts).
 
 mod audience;
 mod enrich;
 
 pub use audience::{Audience, IdType};
 
-use crate::campaign::Window;
-use crate::digest::{Enrichment, OddFollow};
+use crate::domain::campaign::Window;
+use crate::domain::digest::{Enrichment, OddFollow};
+use crate::domain::user_id::UserId;
 use crate::ports::{StoreError, UserDirectory};
-use crate::user_id::UserId;
 use mongodb::bson::doc;
 use mongodb::{Database, IndexModel};
 
@@ -62,9 +62,9 @@ impl UserDirectory for MongoDirectory {
     ) -> Result<Enrichment, StoreError> {
         let mut one =
             enrich::enrich_many(&self.db, std::slice::from_ref(user_id), window, shown).await?;
-        Ok(one
-            .pop()
-            .unwrap_or(Enrichment::Skip(crate::digest::SkipReason::Vanished)))
+        Ok(one.pop().unwrap_or(Enrichment::Skip(
+            crate::domain::digest::SkipReason::Vanished,
+        )))
     }
 
     async fn enrich_many(

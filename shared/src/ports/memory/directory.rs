@@ -2,10 +2,10 @@
 //! the audience is the subscribed, unsuppressed users with a follow in the window, in id
 //! order; a digest counts distinct followers and names the newest nameable ones.
 
-use crate::campaign::Window;
-use crate::digest::{Digest, Enrichment, OddFollow, SkipReason};
+use crate::domain::campaign::Window;
+use crate::domain::digest::{Digest, Enrichment, OddFollow, SkipReason};
+use crate::domain::user_id::UserId;
 use crate::ports::{AudienceScan, StoreError, UserDirectory};
-use crate::user_id::UserId;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use time::OffsetDateTime;

@@ -5,18 +5,20 @@
 //! invocation it stops before the deadline, waits for every in-flight batch, and enqueues a
 //! checkpoint (the last user id enqueued) that starts the next invocation where it left off.
 
-use super::{batch_response, CampaignStateCache, Invocation};
+use super::CampaignStateCache;
 use crate::adapters::campaigns::CampaignsTable;
 use crate::adapters::directory::MongoDirectory;
 use crate::adapters::sqs::{SqsQueue, MAX_BATCH_ENTRIES};
-use crate::campaign::{Campaign, CampaignError, CampaignId, Hold, Window};
 use crate::config::GetUsersConfig;
-use crate::ledger::epoch_ms;
-use crate::messages::{parse_body, UserMessage};
+use crate::domain::campaign::{Campaign, CampaignError, CampaignId, Hold, Window};
+use crate::domain::ledger::epoch_ms;
+use crate::domain::messages::{parse_body, UserMessage};
+use crate::domain::user_id::UserId;
 use crate::ports::{
     AudienceScan, CampaignStates, OutgoingQueue, QueueError, SendReport, StoreError, UserDirectory,
 };
-use crate::user_id::UserId;
+use crate::runtime::batch::batch_response;
+use crate::runtime::Invocation;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -5,7 +5,7 @@
 //! Over 400 lines on purpose: the whole table in one place, a few lines per case.
 
 use super::*;
-use crate::ledger::SendStatus;
+use crate::domain::ledger::SendStatus;
 use crate::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryQueue, Record, ScriptedMailer};
 
 const USER: &str = "oid:65a1f0c2e4b0a1b2c3d4e5f6";

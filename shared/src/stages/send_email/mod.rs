@@ -5,16 +5,18 @@
 //! Over 400 lines on purpose: the claim, send and mark steps and their error paths read
 //! best in one file (the decision table's tests are beside it, in `decision_table.rs`).
 
-use super::{batch_response, each_record, CampaignStateCache, Invocation};
-use crate::address;
-use crate::campaign::{Hold, StateChange};
+use super::CampaignStateCache;
 use crate::config::SendEmailConfig;
-use crate::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
-use crate::messages::{parse_body, EmailJob};
+use crate::domain::address;
+use crate::domain::campaign::{Hold, StateChange};
+use crate::domain::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
+use crate::domain::messages::{parse_body, EmailJob};
+use crate::domain::send_rate::Pacer;
 use crate::ports::{
     CampaignStates, Mailer, Marked, OutgoingEmail, RetryQueue, SendError, SendLedger,
 };
-use crate::rate::Pacer;
+use crate::runtime::batch::{batch_response, each_record};
+use crate::runtime::Invocation;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};

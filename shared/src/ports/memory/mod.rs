@@ -14,8 +14,8 @@ use super::{
     CampaignStates, Change, ControlError, Mailer, Marked, OutgoingEmail, SendError, SendLedger,
     SendRecordNotes, SendingSwitch, StoreError, SubscriberStore, SuppressionReason,
 };
-use crate::campaign::{Hold, StateChange};
-use crate::ledger::{
+use crate::domain::campaign::{Hold, StateChange};
+use crate::domain::ledger::{
     Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, Refusal, SendStatus,
 };
 use std::collections::{HashMap, VecDeque};

@@ -209,7 +209,7 @@ impl UnsubscribeConfig {
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         let list = value(src, var::UNSUBSCRIBE_LIST).unwrap_or_else(|| "weekly-digest".into());
-        crate::unsubscribe::check_list(&list).map_err(|e| ConfigError {
+        crate::domain::unsubscribe_link::check_list(&list).map_err(|e| ConfigError {
             var: var::UNSUBSCRIBE_LIST,
             problem: e.to_string(),
         })?;
@@ -326,17 +326,19 @@ impl CreateEmailsConfig {
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         let unsubscribe_base_url = required(src, var::UNSUBSCRIBE_BASE_URL)?;
-        crate::unsubscribe::check_base_url(&unsubscribe_base_url).map_err(|e| ConfigError {
-            var: var::UNSUBSCRIBE_BASE_URL,
-            problem: e.to_string(),
+        crate::domain::unsubscribe_link::check_base_url(&unsubscribe_base_url).map_err(|e| {
+            ConfigError {
+                var: var::UNSUBSCRIBE_BASE_URL,
+                problem: e.to_string(),
+            }
         })?;
         let default_locale = value(src, var::DEFAULT_LOCALE).unwrap_or_else(|| "en".into());
-        if !crate::digest::LOCALES.contains(&default_locale.as_str()) {
+        if !crate::domain::digest::LOCALES.contains(&default_locale.as_str()) {
             return Err(ConfigError {
                 var: var::DEFAULT_LOCALE,
                 problem: format!(
                     "{default_locale:?} has no templates; use one of {}",
-                    crate::digest::LOCALES.join(", ")
+                    crate::domain::digest::LOCALES.join(", ")
                 ),
             });
         }

@@ -6,16 +6,18 @@
 //! Subscribers` (SubscriberStore), `adapters::directory::MongoDirectory` (UserDirectory),
 //! `adapters::campaigns::CampaignsTable` (CampaignStates).
 
-use crate::campaign::{Hold, StateChange, Window};
-use crate::digest::{Enrichment, OddFollow};
-use crate::ledger::{Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, SendStatus};
+use crate::domain::campaign::{Hold, StateChange, Window};
+use crate::domain::digest::{Enrichment, OddFollow};
+use crate::domain::ledger::{
+    Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, SendStatus,
+};
 #[cfg(test)]
 pub(crate) mod memory;
-use crate::user_id::UserId;
+use crate::domain::user_id::UserId;
 use std::future::Future;
 use std::time::Duration;
 
-/// The sends ledger as SendEmail uses it (`crate::ledger` describes the state machine).
+/// The sends ledger as SendEmail uses it (`crate::domain::ledger` describes the state machine).
 /// Every write is conditional; a refused one reports what the record holds instead.
 pub trait SendLedger: Send + Sync {
     /// Claims (userId, campaignId) for one attempt: on no record, an IN_PROGRESS record whose

@@ -1,10 +1,10 @@
 //! The messages that travel between the stages. Each stage parses every record itself, so
 //! that one bad body fails alone.
 
-use crate::campaign::{CampaignId, Window};
+use crate::domain::campaign::{CampaignId, Window};
 use serde::{Deserialize, Deserializer, Serialize};
 
-pub use crate::user_id::{check_user_id, MAX_USER_ID_BYTES};
+pub use crate::domain::user_id::{check_user_id, MAX_USER_ID_BYTES};
 
 fn user_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let id = String::deserialize(d)?;
@@ -169,8 +169,8 @@ impl From<EmailJob> for WireJob {
 
 impl EmailJob {
     /// The final records this job may claim again.
-    pub fn reclaim(&self) -> crate::ledger::Reclaim {
-        crate::ledger::Reclaim {
+    pub fn reclaim(&self) -> crate::domain::ledger::Reclaim {
+        crate::domain::ledger::Reclaim {
             failed: self.include_failed,
             cancelled: self.include_cancelled,
         }

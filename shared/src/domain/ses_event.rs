@@ -10,8 +10,8 @@
 //! ```
 //! The record SES publishes through SNS (no EventBridge envelope) is read the same way.
 
-use crate::campaign::CampaignId;
-use crate::ses_tags;
+use crate::domain::campaign::CampaignId;
+use crate::domain::ses_tags;
 use serde_json::Value;
 
 /// What happened to the email.
@@ -134,7 +134,8 @@ pub fn parse(body: &str, now_ms: u64) -> Result<SesEvent, String> {
         (Some(campaign), Some(user)) => {
             let campaign_id =
                 CampaignId::parse(&campaign).map_err(|e| format!("mail.tags.campaignId: {e}"))?;
-            crate::messages::check_user_id(&user).map_err(|e| format!("mail.tags.userId: {e}"))?;
+            crate::domain::messages::check_user_id(&user)
+                .map_err(|e| format!("mail.tags.userId: {e}"))?;
             Some(Recipient {
                 campaign_id,
                 user_id: user,

@@ -7,7 +7,7 @@
 //! The secret holds one or more keys separated by whitespace: the first signs, every one
 //! verifies, so a key can be rotated without breaking the links already sent.
 
-use crate::campaign::CampaignId;
+use crate::domain::campaign::CampaignId;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{KeyInit, Mac};
@@ -179,7 +179,8 @@ impl Signer {
         }
         let campaign_id =
             CampaignId::parse(campaign).map_err(|_| TokenError::Malformed("bad campaign id"))?;
-        crate::messages::check_user_id(user).map_err(|_| TokenError::Malformed("bad user id"))?;
+        crate::domain::messages::check_user_id(user)
+            .map_err(|_| TokenError::Malformed("bad user id"))?;
         Ok(Subscription {
             list: list.to_owned(),
             campaign_id,

@@ -6,7 +6,7 @@
 //! evaluated as template code.
 
 use super::Digest;
-use crate::campaign::Window;
+use crate::domain::campaign::Window;
 use minijinja::{context, Environment, Value};
 
 /// The locales with templates: a user's `locale` (`fr`, `fr-CA`, `de_DE`...) picks by its
@@ -17,7 +17,7 @@ macro_rules! template {
     ($name:literal) => {
         (
             $name,
-            include_str!(concat!("../../templates/digest/", $name, ".j2")),
+            include_str!(concat!("../../../templates/digest/", $name, ".j2")),
         )
     };
 }
@@ -117,7 +117,7 @@ impl Renderer {
             new_followers: 5,
             recent: vec!["A & B".into(), "</mj-text>".into()],
         };
-        let window = crate::campaign::Campaign::from_id("weekly-2026-W01", None)
+        let window = crate::domain::campaign::Campaign::from_id("weekly-2026-W01", None)
             .map(|c| c.window)
             .expect("weekly-2026-W01 is a valid weekly id");
         for locale in LOCALES {
@@ -219,7 +219,7 @@ mod tests {
     }
 
     fn window() -> Window {
-        crate::campaign::Campaign::from_id("weekly-2026-W47", None)
+        crate::domain::campaign::Campaign::from_id("weekly-2026-W47", None)
             .unwrap()
             .window
     }
