@@ -1,6 +1,6 @@
 //! One assembly point per function: each stage built from its configuration and the AWS SDK
 //! configuration, with its clients, secrets and cold-start checks. The Lambda binaries, the
-//! local simulator (`mailctl`'s LocalPipeline) and `mailctl preview` all build their stages
+//! local simulator (`mailflow_local::pipeline::LocalPipeline`) and `mailctl preview` all build their stages
 //! here, so a change to how a function is put together is made once.
 
 use crate::adapters::campaigns::CampaignsTable;
@@ -40,6 +40,13 @@ pub enum AssembleError {
     Indexes(#[from] StoreError),
 }
 
+/// GetUsers as it runs on Lambda: MongoDB's users, the users and continuation queues, the
+/// campaigns table.
+pub type LambdaGetUsers = GetUsers<MongoDirectory, SqsQueue, CampaignsTable>;
+
+/// CreateEmails as it runs on Lambda: MongoDB's users, the emails queue, the campaigns table.
+pub type LambdaCreateEmails = CreateEmails<MongoDirectory, SqsQueue, CampaignsTable>;
+
 /// SesEvents as it runs on Lambda: the DynamoDB send records and MongoDB's users.
 pub type LambdaSesEvents = SesEvents<SendRecords, Subscribers>;
 
@@ -53,7 +60,10 @@ pub type LambdaReputationGuard = ReputationGuard<StackSending>;
 /// (SES, or a wrapper around it that injects faults).
 pub type LambdaSendEmail<M = SesMailer> = SendEmail<M, DynamoLedger, SqsQueue, CampaignsTable>;
 
-pub async fn get_users(config: GetUsersConfig, sdk: &SdkConfig) -> Result<GetUsers, AssembleError> {
+pub async fn get_users(
+    config: GetUsersConfig,
+    sdk: &SdkConfig,
+) -> Result<LambdaGetUsers, AssembleError> {
     let db = mongo::connect(&config.mongo, sdk, "get-users").await?;
     let sqs = sqs_client(sdk);
     let users = SqsQueue::new(sqs.clone(), &config.users_queue_url);
@@ -79,7 +89,7 @@ pub async fn create_emails(
     sdk: &SdkConfig,
     app_name: &str,
     prepare: bool,
-) -> Result<CreateEmails, AssembleError> {
+) -> Result<LambdaCreateEmails, AssembleError> {
     let signer = async {
         Ok::<_, AssembleError>(secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?)
     };

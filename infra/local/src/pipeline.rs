@@ -13,8 +13,8 @@ use mailflow::config::{
 };
 use mailflow::ports::Mailer;
 use mailflow::runtime::Invocation;
-use mailflow::stages::create_emails::{self, CreateEmails};
-use mailflow::stages::get_users::{self, GetUsers};
+use mailflow::stages::create_emails;
+use mailflow::stages::get_users;
 use mailflow::stages::send_email;
 use mailflow::stages::ses_events;
 use serde_json::Value;
@@ -86,8 +86,8 @@ pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 pub struct LocalPipeline<M> {
     pub stack: Stack,
-    pub get_users: Arc<GetUsers>,
-    pub create_emails: Arc<CreateEmails>,
+    pub get_users: Arc<assemble::LambdaGetUsers>,
+    pub create_emails: Arc<assemble::LambdaCreateEmails>,
     /// One SendEmail per execution environment (MaximumConcurrency of its event source).
     pub send_email: Vec<Arc<LambdaSendEmail<M>>>,
     pub send_config: SendEmailConfig,

@@ -5,11 +5,11 @@
 //! enqueued, claimed or sent: only MongoDB (and SES's GetAccount) is read.
 
 use anyhow::{Context, Result};
+use mailflow::assemble::LambdaCreateEmails;
 use mailflow::domain::campaign::Campaign;
 use mailflow::domain::messages::UserMessage;
 use mailflow::domain::send_rate::SendQuota;
 use mailflow::ports::{AudienceScan, UserDirectory};
-use mailflow::stages::create_emails::CreateEmails;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -47,7 +47,7 @@ pub struct Plan {
 /// Reads the audience of `campaign` from `directory` and composes every user's email with
 /// `stage`, keeping `samples` of them.
 pub async fn plan<D: UserDirectory>(
-    stage: &CreateEmails,
+    stage: &LambdaCreateEmails,
     directory: &D,
     campaign: &Campaign,
     samples: usize,

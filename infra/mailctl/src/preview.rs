@@ -3,10 +3,10 @@
 //! from template.yaml for a local stack, from the deployed function otherwise.
 
 use anyhow::{bail, Context, Result};
+use mailflow::assemble::LambdaCreateEmails;
 use mailflow::config::CreateEmailsConfig;
 use mailflow::domain::campaign::Campaign;
 use mailflow::domain::messages::{EmailJob, UserMessage};
-use mailflow::stages::create_emails::CreateEmails;
 use mailflow_local::provision::Stack;
 use std::collections::BTreeMap;
 
@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 pub async fn create_emails(
     sdk: &aws_config::SdkConfig,
     env: &BTreeMap<String, String>,
-) -> Result<CreateEmails> {
+) -> Result<LambdaCreateEmails> {
     let config = CreateEmailsConfig::from_source(&|k: &str| env.get(k).cloned())?;
     Ok(mailflow::assemble::create_emails(config, sdk, "mailctl", false).await?)
 }
@@ -44,7 +44,11 @@ pub async fn deployed_env(
 }
 
 /// The email `user` gets in `campaign`, or why they get none.
-pub async fn compose(stage: &CreateEmails, user: &str, campaign: &Campaign) -> Result<EmailJob> {
+pub async fn compose(
+    stage: &LambdaCreateEmails,
+    user: &str,
+    campaign: &Campaign,
+) -> Result<EmailJob> {
     let message = UserMessage {
         campaign_id: campaign.id.clone(),
         user_id: user.to_owned(),
@@ -66,7 +70,7 @@ pub async fn compose(stage: &CreateEmails, user: &str, campaign: &Campaign) -> R
 pub fn describe(job: &EmailJob) -> String {
     let mut out = format!("To: {}\nSubject: {}\n", job.to, job.subject);
     if let Some(url) = &job.unsubscribe_url {
-        for (name, value) in mailflow::adapters::ses::unsubscribe_headers(url) {
+        for (name, value) in mailflow::domain::mime::unsubscribe_headers(url) {
             out.push_str(&format!("{name}: {value}\n"));
         }
     }

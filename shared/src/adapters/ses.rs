@@ -107,18 +107,6 @@ fn tag(name: &str, value: &str) -> Result<Option<MessageTag>, SendError> {
         .map_err(|e| SendError::Permanent(format!("cannot build tag: {e}")))
 }
 
-/// RFC 8058 one-click unsubscribe: the https URL, and the header that says a POST to it
-/// unsubscribes without any further step.
-pub fn unsubscribe_headers(url: &str) -> [(&'static str, String); 2] {
-    [
-        ("List-Unsubscribe", format!("<{url}>")),
-        (
-            "List-Unsubscribe-Post",
-            "List-Unsubscribe=One-Click".to_owned(),
-        ),
-    ]
-}
-
 /// The raw MIME SendEmail hands to SES for this email.
 pub fn raw_message(from: &str, email: &OutgoingEmail) -> Result<String, SendError> {
     raw_message_with(from, email, &[])
@@ -134,20 +122,14 @@ fn raw_message_with(
     email: &OutgoingEmail,
     extra: &[(&str, &str)],
 ) -> Result<String, SendError> {
-    let unsubscribe = email.unsubscribe_url.as_deref().map(unsubscribe_headers);
-    let headers: Vec<(&str, &str)> = unsubscribe
-        .iter()
-        .flatten()
-        .map(|(name, value)| (*name, value.as_str()))
-        .chain(extra.iter().copied())
-        .collect();
     mime::build(&mime::Message {
         from,
         to: &email.to,
         subject: &email.subject,
         text: &email.text,
         html: &email.html,
-        headers: &headers,
+        unsubscribe_url: email.unsubscribe_url.as_deref(),
+        headers: extra,
     })
     .map_err(|e| SendError::Permanent(format!("cannot build the message: {e}")))
 }

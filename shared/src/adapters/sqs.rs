@@ -5,9 +5,6 @@ use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use aws_sdk_sqs::Client;
 use std::time::Duration;
 
-/// SendMessageBatch takes at most 10 entries and 256 KiB in total.
-pub const MAX_BATCH_ENTRIES: usize = 10;
-pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 const SEND_ATTEMPTS: u32 = 5;
 
 use crate::ports::OutgoingQueue;
@@ -17,26 +14,6 @@ pub use crate::ports::{QueueError, SendReport};
 pub struct SqsQueue {
     client: Client,
     url: String,
-}
-
-/// Splits bodies into SendMessageBatch-sized groups (by count and by bytes), keeping order.
-pub fn batches(bodies: &[String]) -> Vec<std::ops::Range<usize>> {
-    let mut out = Vec::new();
-    let (mut start, mut bytes) = (0, 0);
-    for (i, body) in bodies.iter().enumerate() {
-        let full =
-            i - start == MAX_BATCH_ENTRIES || (i > start && bytes + body.len() > MAX_BATCH_BYTES);
-        if full {
-            out.push(start..i);
-            start = i;
-            bytes = 0;
-        }
-        bytes += body.len();
-    }
-    if start < bodies.len() {
-        out.push(start..bodies.len());
-    }
-    out
 }
 
 impl SqsQueue {
@@ -179,19 +156,5 @@ impl crate::ports::RetryQueue for SqsQueue {
             .await
             .map_err(|e| self.call_error("ChangeMessageVisibility", &e))?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batches_by_count_and_bytes() {
-        let small: Vec<String> = (0..23).map(|i| i.to_string()).collect();
-        assert_eq!(batches(&small), vec![0..10, 10..20, 20..23]);
-        let big: Vec<String> = (0..4).map(|_| "x".repeat(100 * 1024)).collect();
-        assert_eq!(batches(&big), vec![0..2, 2..4]);
-        assert!(batches(&[]).is_empty());
     }
 }

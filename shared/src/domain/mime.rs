@@ -13,8 +13,22 @@ pub struct Message<'a> {
     pub subject: &'a str,
     pub text: &'a str,
     pub html: &'a str,
+    /// The one-click unsubscribe URL, written as the RFC 8058 headers (`unsubscribe_headers`).
+    pub unsubscribe_url: Option<&'a str>,
     /// Extra headers (name, value), written in this order after the standard ones.
     pub headers: &'a [(&'a str, &'a str)],
+}
+
+/// RFC 8058 one-click unsubscribe: the https URL, and the header that says a POST to it
+/// unsubscribes without any further step.
+pub fn unsubscribe_headers(url: &str) -> [(&'static str, String); 2] {
+    [
+        ("List-Unsubscribe", format!("<{url}>")),
+        (
+            "List-Unsubscribe-Post",
+            "List-Unsubscribe=One-Click".to_owned(),
+        ),
+    ]
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -114,6 +128,14 @@ pub fn build(message: &Message<'_>) -> Result<String, MimeError> {
     out.push_str(&encode_subject(message.subject));
     out.push_str("\r\n");
     header(&mut out, "MIME-Version", "1.0")?;
+    for (name, value) in message
+        .unsubscribe_url
+        .map(unsubscribe_headers)
+        .iter()
+        .flatten()
+    {
+        header(&mut out, name, value)?;
+    }
     for (name, value) in message.headers {
         header(&mut out, name, value)?;
     }
@@ -176,10 +198,8 @@ mod tests {
             subject: "Vous avez 3 nouveaux abonnés",
             text: "Bonjour",
             html: "<p>Bonjour</p>",
-            headers: &[
-                ("List-Unsubscribe", "<https://u.example/?token=abc>"),
-                ("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"),
-            ],
+            unsubscribe_url: Some("https://u.example/?token=abc"),
+            headers: &[],
         })
         .unwrap();
         let (head, body) = raw.split_once("\r\n\r\n").unwrap();
@@ -200,6 +220,7 @@ mod tests {
             subject: "hi",
             text: "",
             html: "",
+            unsubscribe_url: None,
             headers: &[],
         };
         assert_eq!(build(&message), Err(MimeError::LineBreak("To".into())));

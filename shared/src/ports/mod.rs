@@ -225,10 +225,35 @@ impl SuppressionReason {
 /// holds now), or failed.
 pub type Marked = Result<Result<(), LostClaim>, LedgerError>;
 
+/// The outgoing queue's batch contract (SQS SendMessageBatch): at most 10 entries and
+/// 256 KiB in total; `batches` cuts a stage's bodies to fit.
+pub const MAX_BATCH_ENTRIES: usize = 10;
+pub const MAX_BATCH_BYTES: usize = 256 * 1024;
+
+/// Splits bodies into SendMessageBatch-sized groups (by count and by bytes), keeping order.
+pub fn batches(bodies: &[String]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, body) in bodies.iter().enumerate() {
+        let full =
+            i - start == MAX_BATCH_ENTRIES || (i > start && bytes + body.len() > MAX_BATCH_BYTES);
+        if full {
+            out.push(start..i);
+            start = i;
+            bytes = 0;
+        }
+        bytes += body.len();
+    }
+    if start < bodies.len() {
+        out.push(start..bodies.len());
+    }
+    out
+}
+
 /// A queue the stages put messages on: the users queue and the continuation queue
 /// (GetUsers), the emails queue (CreateEmails).
 pub trait OutgoingQueue: Send + Sync {
-    /// Up to 10 bodies in one SendMessageBatch; entries the service reports as failed are
+    /// Up to `MAX_BATCH_ENTRIES` bodies (`MAX_BATCH_BYTES` in all) in one SendMessageBatch; entries the service reports as failed are
     /// sent again, and those that still fail are named in the error (never dropped silently).
     fn send_batch(
         &self,
@@ -313,4 +338,18 @@ pub trait Mailer: Send + Sync {
     /// Sends one email; returns the service's message id.
     fn send(&self, email: &OutgoingEmail)
         -> impl Future<Output = Result<String, SendError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_by_count_and_bytes() {
+        let small: Vec<String> = (0..23).map(|i| i.to_string()).collect();
+        assert_eq!(batches(&small), vec![0..10, 10..20, 20..23]);
+        let big: Vec<String> = (0..4).map(|_| "x".repeat(100 * 1024)).collect();
+        assert_eq!(batches(&big), vec![0..2, 2..4]);
+        assert!(batches(&[]).is_empty());
+    }
 }

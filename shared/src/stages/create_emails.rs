@@ -3,9 +3,6 @@
 //! SendMessageBatch calls; every record that did not make it is reported for retry.
 
 use super::CampaignStateCache;
-use crate::adapters::campaigns::CampaignsTable;
-use crate::adapters::directory::MongoDirectory;
-use crate::adapters::sqs::{batches, SqsQueue};
 use crate::config::CreateEmailsConfig;
 use crate::domain::campaign::Hold;
 use crate::domain::campaign::Window;
@@ -13,6 +10,7 @@ use crate::domain::digest::{Enrichment, Renderer, SkipReason};
 use crate::domain::messages::{parse_body, EmailJob, UserMessage};
 use crate::domain::unsubscribe_link::{self, Signer};
 use crate::domain::user_id::UserId;
+use crate::ports::batches;
 use crate::ports::{CampaignStates, OutgoingQueue, QueueError, UserDirectory};
 use crate::runtime::batch::{batch_response, each_record};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -54,7 +52,7 @@ enum Outcome {
 
 /// Generic over the user directory (MongoDB on Lambda), the emails queue (SQS) and the
 /// campaigns table (DynamoDB).
-pub struct CreateEmails<D = MongoDirectory, Q = SqsQueue, S = CampaignsTable> {
+pub struct CreateEmails<D, Q, S> {
     directory: D,
     emails: Q,
     campaigns: CampaignStateCache<S>,

@@ -6,14 +6,12 @@
 //! checkpoint (the last user id enqueued) that starts the next invocation where it left off.
 
 use super::CampaignStateCache;
-use crate::adapters::campaigns::CampaignsTable;
-use crate::adapters::directory::MongoDirectory;
-use crate::adapters::sqs::{SqsQueue, MAX_BATCH_ENTRIES};
 use crate::config::GetUsersConfig;
 use crate::domain::campaign::{Campaign, CampaignError, CampaignId, Hold, Window};
 use crate::domain::ledger::epoch_ms;
 use crate::domain::messages::{parse_body, UserMessage};
 use crate::domain::user_id::UserId;
+use crate::ports::MAX_BATCH_ENTRIES;
 use crate::ports::{
     AudienceScan, CampaignStates, OutgoingQueue, QueueError, SendReport, StoreError, UserDirectory,
 };
@@ -171,7 +169,7 @@ pub fn parse_request(event: Value) -> Result<Request, GetUsersError> {
 
 /// Generic over the user directory (MongoDB on Lambda), its queues (SQS) and the campaigns
 /// table (DynamoDB).
-pub struct GetUsers<D = MongoDirectory, Q = SqsQueue, S = CampaignsTable> {
+pub struct GetUsers<D, Q, S> {
     directory: D,
     users: Q,
     continuation: Q,
