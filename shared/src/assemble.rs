@@ -18,6 +18,7 @@ use crate::config::{
     UnsubscribeFunctionConfig,
 };
 use crate::domain::digest::{RenderError, Renderer};
+use crate::domain::send_rate::SendRate;
 use crate::ports::{Mailer, StoreError};
 use crate::stages::create_emails::CreateEmails;
 use crate::stages::get_users::GetUsers;
@@ -115,8 +116,8 @@ pub fn ses_mailer(config: &SendEmailConfig, sdk: &SdkConfig) -> SesMailer {
     SesMailer::from_config(sdk, config)
 }
 
-/// SendEmail, sending at the lower of `SEND_RATE_PER_SECOND` and the account's maximum send
-/// rate (SES GetAccount, read once per execution environment). The read runs on its own while
+/// SendEmail, sending at its share of the `SendRate` (SES GetAccount's maximum send rate read
+/// once per execution environment). The read runs on its own while
 /// the function fetches its first event and claims its records; the first send waits for it.
 /// Call it within a Tokio runtime (it spawns the read).
 pub fn send_email<M: Mailer>(
@@ -124,7 +125,7 @@ pub fn send_email<M: Mailer>(
     sdk: &SdkConfig,
     mailer: M,
 ) -> LambdaSendEmail<M> {
-    let configured = config.send_rate_per_second;
+    let (configured, environments) = (config.send_rate_per_second, config.max_concurrency);
     let quota = tokio::spawn({
         let sdk = sdk.clone();
         async move { crate::adapters::ses::send_quota(&sdk).await }
@@ -133,7 +134,7 @@ pub fn send_email<M: Mailer>(
         let quota = quota
             .await
             .unwrap_or_else(|e| Err(format!("the GetAccount task failed: {e}")));
-        crate::domain::send_rate::effective_send_rate(configured, &quota)
+        SendRate::with_quota(configured, environments, &quota)
     };
     let ledger = DynamoLedger::new(
         dynamodb_client(sdk),

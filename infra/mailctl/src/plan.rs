@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use mailflow::assemble::LambdaCreateEmails;
 use mailflow::domain::campaign::Campaign;
 use mailflow::domain::messages::UserMessage;
-use mailflow::domain::send_rate::SendQuota;
+use mailflow::domain::send_rate::{SendQuota, SendRate};
 use mailflow::ports::{AudienceScan, UserDirectory};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -32,7 +32,7 @@ pub struct Plan {
     pub would_fail: usize,
     /// A few of the emails, as `preview` shows them.
     pub samples: Vec<String>,
-    /// Emails per second: the lower of SEND_RATE_PER_SECOND and SES's maximum send rate.
+    /// Emails per second, campaign-wide (`SendRate::campaign_wide`).
     pub send_rate: f64,
     /// Hours the sends take at that rate (the fan-out and rendering run ahead of them).
     pub hours: f64,
@@ -51,7 +51,7 @@ pub async fn plan<D: UserDirectory>(
     directory: &D,
     campaign: &Campaign,
     samples: usize,
-    configured_rate: f64,
+    rate: SendRate,
     quota: Result<SendQuota, String>,
 ) -> Result<Plan> {
     let mut plan = Plan {
@@ -88,7 +88,7 @@ pub async fn plan<D: UserDirectory>(
             Err(reason) => *plan.skipped.entry(reason.as_str()).or_default() += 1,
         }
     }
-    plan.send_rate = mailflow::domain::send_rate::effective_send_rate(configured_rate, &quota);
+    plan.send_rate = rate.campaign_wide();
     plan.hours = plan.would_send as f64 / plan.send_rate / 3600.0;
     match quota {
         Ok(q) => {

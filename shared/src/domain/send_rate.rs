@@ -1,4 +1,5 @@
-//! A pacer: at most `rate` acquisitions per second, evenly spaced (a token bucket of
+//! The send rate (`SendRate`: how fast, and how it is shared) and the pacer that keeps one
+//! environment to its share: at most `rate` acquisitions per second, evenly spaced (a token bucket of
 //! capacity one), shared by all concurrent sends of one execution environment. No bursts, so
 //! the observed rate over any run never exceeds the configured one.
 
@@ -19,38 +20,86 @@ pub struct SendQuota {
     pub sent_last_24_hours: f64,
 }
 
-/// The campaign-wide rate to send at: the configured one, or the account's maximum when that
-/// is lower (sending faster only earns throttling). Where SES did not say (`quota` is the
-/// reason), the configured rate, and the reason is logged once, at cold start.
-pub fn effective_send_rate(configured: f64, quota: &Result<SendQuota, String>) -> f64 {
-    match quota {
-        Ok(quota) => {
-            let rate = configured.min(quota.max_send_rate);
-            tracing::info!(
-                configured,
-                max_send_rate = quota.max_send_rate,
-                max_24_hour_send = quota.max_24_hour_send,
-                sent_last_24_hours = quota.sent_last_24_hours,
-                effective = rate,
-                "SES quota read"
-            );
-            if rate < configured {
-                tracing::warn!(
-                    configured,
-                    effective = rate,
-                    "SEND_RATE_PER_SECOND is above the account's maximum send rate: sending at the maximum"
-                );
-            }
-            rate
+/// The send rate, the whole rule in one place: the campaign-wide rate is the configured
+/// `SEND_RATE_PER_SECOND`, or SES's maximum send rate when that is lower (sending faster only
+/// earns throttling), and each of the `environments` SendEmail execution environments
+/// (`SEND_MAX_CONCURRENCY`) paces itself at an even share of it. SendEmail, `mailctl plan` and
+/// `mailctl status` all read the rate from here.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SendRate {
+    /// `SEND_RATE_PER_SECOND`.
+    pub configured: f64,
+    /// SES's `MaxSendRate`, when SES said it.
+    pub ses_max: Option<f64>,
+    /// How many SendEmail environments share the rate.
+    pub environments: u32,
+}
+
+impl SendRate {
+    /// The configured rate alone (SES's quota not asked).
+    pub fn configured(configured: f64, environments: u32) -> Self {
+        Self {
+            configured,
+            ses_max: None,
+            environments,
         }
-        Err(reason) => {
-            tracing::info!(
+    }
+
+    /// The rate once SES's quota is read. Where SES did not say (`quota` is the reason), the
+    /// configured rate; either way the outcome is logged, once per execution environment.
+    pub fn with_quota(
+        configured: f64,
+        environments: u32,
+        quota: &Result<SendQuota, String>,
+    ) -> Self {
+        let rate = Self {
+            ses_max: quota.as_ref().ok().map(|q| q.max_send_rate),
+            ..Self::configured(configured, environments)
+        };
+        match quota {
+            Ok(quota) => {
+                tracing::info!(
+                    configured,
+                    max_send_rate = quota.max_send_rate,
+                    max_24_hour_send = quota.max_24_hour_send,
+                    sent_last_24_hours = quota.sent_last_24_hours,
+                    effective = rate.campaign_wide(),
+                    "SES quota read"
+                );
+                if rate.capped_by_ses() {
+                    tracing::warn!(
+                        configured,
+                        effective = rate.campaign_wide(),
+                        "SEND_RATE_PER_SECOND is above the account's maximum send rate: sending at the maximum"
+                    );
+                }
+            }
+            Err(reason) => tracing::info!(
                 %reason,
                 configured,
                 "SES quota not known: sending at the configured SEND_RATE_PER_SECOND"
-            );
-            configured
+            ),
         }
+        rate
+    }
+
+    /// Whether SES's maximum, not the configuration, sets the rate.
+    pub fn capped_by_ses(&self) -> bool {
+        self.ses_max.is_some_and(|max| max < self.configured)
+    }
+
+    /// Emails per second, all environments together.
+    pub fn campaign_wide(&self) -> f64 {
+        match self.ses_max {
+            Some(max) => self.configured.min(max),
+            None => self.configured,
+        }
+    }
+
+    /// Emails per second one environment sends at: an even share of the campaign-wide rate.
+    pub fn per_environment(&self) -> f64 {
+        self.campaign_wide() / f64::from(self.environments.max(1))
     }
 }
 
@@ -109,12 +158,19 @@ mod tests {
                 sent_last_24_hours: 0.0,
             })
         };
-        assert_eq!(effective_send_rate(14.0, &quota(1.0)), 1.0);
-        assert_eq!(effective_send_rate(14.0, &quota(200.0)), 14.0);
-        assert_eq!(
-            effective_send_rate(14.0, &Err("GetAccount answered HTTP 404".into())),
-            14.0
-        );
+        let rate = |quota| SendRate::with_quota(14.0, 2, &quota);
+        assert_eq!(rate(quota(1.0)).campaign_wide(), 1.0);
+        assert!(rate(quota(1.0)).capped_by_ses());
+        assert_eq!(rate(quota(200.0)).campaign_wide(), 14.0);
+        assert!(!rate(quota(200.0)).capped_by_ses());
+        let unknown = rate(Err("GetAccount answered HTTP 404".into()));
+        assert_eq!((unknown.campaign_wide(), unknown.ses_max), (14.0, None));
+    }
+
+    #[test]
+    fn each_environment_sends_at_an_even_share() {
+        assert_eq!(SendRate::configured(14.0, 2).per_environment(), 7.0);
+        assert_eq!(SendRate::configured(14.0, 1).per_environment(), 14.0);
     }
 
     #[tokio::test]

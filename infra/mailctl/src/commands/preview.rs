@@ -6,6 +6,7 @@ use super::{provision_local, TargetArgs};
 use anyhow::{bail, Context, Result};
 use mailflow::config::{CreateEmailsConfig, SendEmailConfig};
 use mailflow::domain::campaign::Campaign;
+use mailflow::domain::send_rate::SendRate;
 use mailflow::ports::UserDirectory;
 use std::collections::BTreeMap;
 
@@ -131,7 +132,7 @@ pub async fn plan(
         &directory,
         &campaign,
         samples,
-        send.send_rate_per_second,
+        SendRate::with_quota(send.send_rate_per_second, send.max_concurrency, &quota),
         quota,
     )
     .await?;

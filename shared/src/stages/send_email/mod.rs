@@ -11,7 +11,7 @@ use crate::domain::address;
 use crate::domain::campaign::{Hold, StateChange};
 use crate::domain::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
 use crate::domain::messages::{parse_body, EmailJob};
-use crate::domain::send_rate::Pacer;
+use crate::domain::send_rate::{Pacer, SendRate};
 use crate::ports::{
     CampaignStates, Mailer, Marked, OutgoingEmail, RetryQueue, SendError, SendLedger,
 };
@@ -128,7 +128,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
     /// `queue` is the emails queue (`config.emails_queue_url`), `campaigns` the campaigns
     /// table (`config.campaigns_table_name`).
     pub fn new(ledger: L, mailer: M, queue: Q, campaigns: S, config: SendEmailConfig) -> Self {
-        let rate = config.send_rate_per_second;
+        let rate = SendRate::configured(config.send_rate_per_second, config.max_concurrency);
         Self::with_send_rate(
             ledger,
             mailer,
@@ -139,24 +139,23 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         )
     }
 
-    /// `new`, with the campaign-wide send rate still to come (`assemble::send_email`: SES's
-    /// quota): records are parsed and claimed meanwhile; the first send waits for it.
+    /// `new`, with the send rate still to come (`assemble::send_email`: SES's quota): records
+    /// are parsed and claimed meanwhile; the first send waits for it. This environment sends
+    /// at its share of the rate (`SendRate::per_environment`).
     pub fn with_send_rate(
         ledger: L,
         mailer: M,
         queue: Q,
         campaigns: S,
         config: SendEmailConfig,
-        send_rate_per_second: impl Future<Output = f64> + Send + 'static,
+        send_rate: impl Future<Output = SendRate> + Send + 'static,
     ) -> Self {
-        // Each invocation sends at its share of the campaign-wide rate.
-        let invocations = f64::from(config.max_concurrency);
         Self {
             ledger,
             mailer,
             queue,
             campaigns: CampaignStateCache::new(campaigns),
-            pacer: Pacer::when_known(async move { send_rate_per_second.await / invocations }),
+            pacer: Pacer::when_known(async move { send_rate.await.per_environment() }),
             config,
         }
     }
