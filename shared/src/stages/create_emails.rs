@@ -2,6 +2,7 @@
 //! the emails queue. Records are processed concurrently (bounded); jobs go out in
 //! SendMessageBatch calls; every record that did not make it is reported for retry.
 
+use super::summary::summary;
 use super::CampaignStateCache;
 use crate::config::CreateEmailsConfig;
 use crate::domain::campaign::Hold;
@@ -18,27 +19,14 @@ use futures::stream::{self, StreamExt};
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Summary {
-    pub rendered: usize,
-    pub enqueued: usize,
-    pub skipped: BTreeMap<&'static str, usize>,
-    pub failed: usize,
-    /// Records of a paused campaign, handed back (reported as failures, not counted there).
-    pub held: usize,
-}
-
-impl Summary {
-    /// Adds another batch's counts (for runners that total a campaign).
-    pub fn absorb(&mut self, other: &Summary) {
-        self.rendered += other.rendered;
-        self.enqueued += other.enqueued;
-        self.failed += other.failed;
-        self.held += other.held;
-        for (reason, n) in &other.skipped {
-            *self.skipped.entry(reason).or_default() += n;
-        }
+summary! {
+    pub struct Summary {
+        pub rendered: usize,
+        pub enqueued: usize,
+        pub skipped: BTreeMap<&'static str, usize>,
+        pub failed: usize,
+        /// Records of a paused campaign, handed back (reported as failures, not counted there).
+        pub held: usize,
     }
 }
 

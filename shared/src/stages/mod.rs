@@ -9,6 +9,7 @@ pub mod get_users;
 pub mod reputation_guard;
 pub mod send_email;
 pub mod ses_events;
+pub mod summary;
 pub mod unsubscribe;
 
 use crate::domain::campaign::Hold;

@@ -10,6 +10,7 @@
 //! Over 400 lines on purpose: the handling and its unit tests (one per event's effect)
 //! together.
 
+use super::summary::summary;
 use crate::config::SesEventsConfig;
 use crate::domain::ledger::{epoch_ms, Engagement, SendStatus};
 use crate::domain::ses_event::{self, EventKind, Recipient, SesEvent};
@@ -19,38 +20,23 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use std::time::SystemTime;
 use tracing::Instrument;
 
-/// Per-batch counts, logged and returned to callers such as the local runner.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Summary {
-    /// Send and delivery events that found their record IN_PROGRESS and made it SENT.
-    pub reconciled: usize,
-    pub delivered: usize,
-    pub bounced: usize,
-    pub soft_bounced: usize,
-    pub complained: usize,
-    pub opened: usize,
-    pub clicked: usize,
-    /// Addresses newly suppressed (not counting repeats of an earlier suppression).
-    pub suppressed: usize,
-    /// Events about emails without mailflow tags, or of types mailflow has no use for.
-    pub ignored: usize,
-    /// Records returned for retry (bad body, or MongoDB / DynamoDB unavailable).
-    pub failed: usize,
-}
-
-impl Summary {
-    pub fn absorb(&mut self, o: &Summary) {
-        self.reconciled += o.reconciled;
-        self.delivered += o.delivered;
-        self.bounced += o.bounced;
-        self.soft_bounced += o.soft_bounced;
-        self.complained += o.complained;
-        self.opened += o.opened;
-        self.clicked += o.clicked;
-        self.suppressed += o.suppressed;
-        self.ignored += o.ignored;
-        self.failed += o.failed;
+summary! {
+    /// Per-batch counts, logged and returned to callers such as the local runner.
+    pub struct Summary {
+        /// Send and delivery events that found their record IN_PROGRESS and made it SENT.
+        pub reconciled: usize,
+        pub delivered: usize,
+        pub bounced: usize,
+        pub soft_bounced: usize,
+        pub complained: usize,
+        pub opened: usize,
+        pub clicked: usize,
+        /// Addresses newly suppressed (not counting repeats of an earlier suppression).
+        pub suppressed: usize,
+        /// Events about emails without mailflow tags, or of types mailflow has no use for.
+        pub ignored: usize,
+        /// Records returned for retry (bad body, or MongoDB / DynamoDB unavailable).
+        pub failed: usize,
     }
 }
 

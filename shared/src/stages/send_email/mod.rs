@@ -5,6 +5,7 @@
 //! Over 400 lines on purpose: the claim, send and mark steps and their error paths read
 //! best in one file (the decision table's tests are beside it, in `decision_table.rs`).
 
+use super::summary::summary;
 use super::CampaignStateCache;
 use crate::config::SendEmailConfig;
 use crate::domain::address;
@@ -29,45 +30,29 @@ const MARK_ATTEMPTS: u32 = 3;
 /// that lands saves a resend after the lease (a DynamoDB outage of seconds, for instance).
 const MARK_SENT_MARGIN: Duration = Duration::from_secs(1);
 
-/// Per-batch counts, logged and returned to callers such as the local runner.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Summary {
-    pub sent: usize,
-    /// Already SENT: acknowledged without sending (a duplicate delivery or a re-run).
-    pub duplicates: usize,
-    /// Rejected permanently now (recorded FAILED) or earlier (left FAILED).
-    pub failed: usize,
-    pub previously_failed: usize,
-    /// Held by another attempt's live lease: returned to come back later.
-    pub busy: usize,
-    pub throttled: usize,
-    /// Returned because sending is paused or the account suspended.
-    pub stopped: usize,
-    /// The campaign is paused: handed back unclaimed, sent after the resume.
-    pub paused: usize,
-    /// Returned because of an error (bad body, ledger or service error, deadline).
-    pub retried: usize,
-    /// SES accepted but the ledger could not be updated under the claim.
-    pub unrecorded: usize,
-    /// The campaign was cancelled: recorded CANCELLED (or left to a live attempt) and
-    /// acknowledged.
-    pub cancelled: usize,
-}
-
-impl Summary {
-    /// Adds another batch's counts (for runners that total a campaign).
-    pub fn absorb(&mut self, o: &Summary) {
-        self.sent += o.sent;
-        self.duplicates += o.duplicates;
-        self.failed += o.failed;
-        self.previously_failed += o.previously_failed;
-        self.busy += o.busy;
-        self.throttled += o.throttled;
-        self.stopped += o.stopped;
-        self.retried += o.retried;
-        self.unrecorded += o.unrecorded;
-        self.cancelled += o.cancelled;
+summary! {
+    /// Per-batch counts, logged and returned to callers such as the local runner.
+    pub struct Summary {
+        pub sent: usize,
+        /// Already SENT: acknowledged without sending (a duplicate delivery or a re-run).
+        pub duplicates: usize,
+        /// Rejected permanently now (recorded FAILED) or earlier (left FAILED).
+        pub failed: usize,
+        pub previously_failed: usize,
+        /// Held by another attempt's live lease: returned to come back later.
+        pub busy: usize,
+        pub throttled: usize,
+        /// Returned because sending is paused or the account suspended.
+        pub stopped: usize,
+        /// The campaign is paused: handed back unclaimed, sent after the resume.
+        pub paused: usize,
+        /// Returned because of an error (bad body, ledger or service error, deadline).
+        pub retried: usize,
+        /// SES accepted but the ledger could not be updated under the claim.
+        pub unrecorded: usize,
+        /// The campaign was cancelled: recorded CANCELLED (or left to a live attempt) and
+        /// acknowledged.
+        pub cancelled: usize,
     }
 }
 

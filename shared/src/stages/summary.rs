@@ -1,0 +1,104 @@
+//! A stage's per-batch counts (its `Summary`), declared once with `summary!` so that adding
+//! one batch's counts to a campaign's total covers every field: a field added to a summary
+//! is totalled without anyone remembering to.
+
+use std::collections::BTreeMap;
+
+/// A count that adds up: a number, or numbers by reason.
+pub trait Tally {
+    fn add(&mut self, other: &Self);
+    /// A value with something in it (for the test that every field is added).
+    fn sample() -> Self;
+}
+
+impl Tally for usize {
+    fn add(&mut self, other: &Self) {
+        *self += other;
+    }
+
+    fn sample() -> Self {
+        1
+    }
+}
+
+impl Tally for BTreeMap<&'static str, usize> {
+    fn add(&mut self, other: &Self) {
+        for (reason, n) in other {
+            *self.entry(reason).or_default() += n;
+        }
+    }
+
+    fn sample() -> Self {
+        BTreeMap::from([("reason", 1)])
+    }
+}
+
+/// Declares a stage's `Summary`: the struct (serialised in camelCase for logs and totals)
+/// with `absorb`, which adds every field of another batch's summary.
+macro_rules! summary {
+    ($(#[$meta:meta])* pub struct $name:ident {
+        $($(#[$field_meta:meta])* pub $field:ident: $ty:ty,)*
+    }) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: $ty,)*
+        }
+
+        impl $name {
+            /// Adds another batch's counts, every field (for runners that total a campaign).
+            pub fn absorb(&mut self, other: &Self) {
+                $($crate::stages::summary::Tally::add(&mut self.$field, &other.$field);)*
+            }
+
+            /// Every field set (for the test that `absorb` adds every field).
+            #[cfg(test)]
+            pub fn every_field_set() -> Self {
+                Self { $($field: $crate::stages::summary::Tally::sample(),)* }
+            }
+        }
+    };
+}
+pub(crate) use summary;
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    /// Every number in `value`, which must hold at least one.
+    fn numbers(value: &Value) -> Vec<u64> {
+        match value {
+            Value::Number(n) => vec![n.as_u64().unwrap()],
+            Value::Object(fields) => fields.values().flat_map(numbers).collect(),
+            other => panic!("a summary holds only counts, not {other}"),
+        }
+    }
+
+    fn doubles_every_field<S: serde::Serialize>(mut total: S, one: &S, absorb: fn(&mut S, &S)) {
+        absorb(&mut total, one);
+        let counts = numbers(&serde_json::to_value(&total).unwrap());
+        assert!(!counts.is_empty());
+        assert!(counts.iter().all(|&n| n == 2), "{counts:?}");
+    }
+
+    #[test]
+    fn adding_a_summary_with_every_field_set_doubles_every_field() {
+        use crate::stages::{create_emails, send_email, ses_events};
+        doubles_every_field(
+            send_email::Summary::every_field_set(),
+            &send_email::Summary::every_field_set(),
+            send_email::Summary::absorb,
+        );
+        doubles_every_field(
+            create_emails::Summary::every_field_set(),
+            &create_emails::Summary::every_field_set(),
+            create_emails::Summary::absorb,
+        );
+        doubles_every_field(
+            ses_events::Summary::every_field_set(),
+            &ses_events::Summary::every_field_set(),
+            ses_events::Summary::absorb,
+        );
+    }
+}
