@@ -1,25 +1,13 @@
 //! CreateEmails Lambda: wiring only; the logic is `mailflow::stages::create_emails`.
 
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use lambda_runtime::{run, service_fn, Error, LambdaEvent};
-use mailflow::config::{CreateEmailsConfig, ProcessEnv};
+use mailflow::config::CreateEmailsConfig;
+use mailflow::runtime::{serve, start, telemetry::or_exit};
 
 // One thread: an execution environment serves one event at a time, and waking a second
 // worker thread for every response costs more CPU than the concurrency it would add.
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Error> {
-    mailflow::runtime::telemetry::init();
-    let config =
-        mailflow::runtime::telemetry::or_exit(CreateEmailsConfig::from_source(&ProcessEnv));
-    let sdk = mailflow::adapters::aws_config().await;
-    let stage = mailflow::runtime::telemetry::or_exit(
-        mailflow::assemble::create_emails(config, &sdk, "create-emails", true).await,
-    );
-    let stage = &stage;
-    run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
-        let (response, _) = stage.handle(event.payload).await;
-        mailflow::runtime::metering::log_invocation_requests();
-        Ok::<SqsBatchResponse, Error>(response)
-    }))
-    .await
+async fn main() -> Result<(), lambda_runtime::Error> {
+    let (config, sdk) = start(CreateEmailsConfig::from_source).await;
+    let stage = mailflow::assemble::create_emails(config, &sdk, "create-emails", true).await;
+    serve(or_exit(stage)).await
 }

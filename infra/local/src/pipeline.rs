@@ -12,9 +12,8 @@ use mailflow::config::{
     CreateEmailsConfig, GetUsersConfig, SendEmailConfig, SesEventsConfig, UnsubscribeFunctionConfig,
 };
 use mailflow::ports::Mailer;
-use mailflow::runtime::Invocation;
+use mailflow::runtime::{Invocation, Stage};
 use mailflow::stages::create_emails;
-use mailflow::stages::get_users;
 use mailflow::stages::send_email;
 use mailflow::stages::ses_events;
 use serde_json::Value;
@@ -67,6 +66,41 @@ pub fn consumer(
                 uuid.clone(),
             ))
         }),
+    })
+}
+
+/// `stage` as its event source mapping invokes it: the batch handed over as the function's
+/// JSON event, its JSON response read as a partial batch response (as Lambda does), and
+/// `tally` given each invocation's summary. A failed invocation is logged and its batch
+/// acknowledged.
+pub fn stage_handler<S: Stage + 'static>(
+    stage: Arc<S>,
+    tally: impl Fn(&S::Summary) + Send + Sync + 'static,
+) -> runner::Handler {
+    let tally = Arc::new(tally);
+    runner::handler(move |event, invocation| {
+        let (stage, tally) = (stage.clone(), tally.clone());
+        async move {
+            let event = match serde_json::to_value(event).and_then(serde_json::from_value) {
+                Ok(event) => event,
+                Err(err) => {
+                    tracing::error!(error = %err, "the batch is not the function's event");
+                    return SqsBatchResponse::default();
+                }
+            };
+            match stage.invoke(event, &invocation).await {
+                Ok((response, summary)) => {
+                    tally(&summary);
+                    serde_json::to_value(response)
+                        .and_then(serde_json::from_value)
+                        .unwrap_or_default()
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "invocation failed");
+                    SqsBatchResponse::default()
+                }
+            }
+        }
     })
 }
 
@@ -163,48 +197,27 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
 
     /// The three event source mappings of template.yaml.
     pub fn consumers(&self) -> Result<Vec<Consumer>> {
-        let stage = self.get_users.clone();
-        let continuation = runner::handler(move |event, invocation| {
-            let stage = stage.clone();
-            async move {
-                let payload = serde_json::to_value(event).unwrap_or(Value::Null);
-                match stage.handle(payload, &invocation).await {
-                    Ok(get_users::Response::Checkpoints(response)) => response,
-                    // An SQS event is never taken for a run.
-                    Ok(get_users::Response::Run(_)) => SqsBatchResponse::default(),
-                    Err(err) => {
-                        tracing::error!(error = %err, "GetUsers continuation failed");
-                        SqsBatchResponse::default()
-                    }
-                }
-            }
-        });
-        let (stage, totals) = (self.create_emails.clone(), self.totals.clone());
-        let create = runner::handler(move |event, _invocation| {
-            let (stage, totals) = (stage.clone(), totals.clone());
-            async move {
-                let (response, summary) = stage.handle(event).await;
-                lock(&totals).create_emails.absorb(&summary);
-                response
-            }
-        });
+        let create_emails = {
+            let totals = self.totals.clone();
+            stage_handler(self.create_emails.clone(), move |summary| {
+                lock(&totals).create_emails.absorb(summary)
+            })
+        };
         Ok(vec![
-            self.consumer(GET_USERS, vec![continuation])?,
-            self.consumer(CREATE_EMAILS, vec![create])?,
+            self.consumer(
+                GET_USERS,
+                vec![stage_handler(self.get_users.clone(), |_| ())],
+            )?,
+            self.consumer(CREATE_EMAILS, vec![create_emails])?,
             self.consumer(SEND_EMAIL, self.send_handlers())?,
         ])
     }
 
     /// SesEvents' event source mapping (the SES events queue; locally, tests fill it).
     pub fn ses_events_consumer(&self) -> Result<Consumer> {
-        let (stage, totals) = (self.ses_events.clone(), self.totals.clone());
-        let handler = runner::handler(move |event, _invocation| {
-            let (stage, totals) = (stage.clone(), totals.clone());
-            async move {
-                let (response, summary) = stage.handle(event).await;
-                lock(&totals).ses_events.absorb(&summary);
-                response
-            }
+        let totals = self.totals.clone();
+        let handler = stage_handler(self.ses_events.clone(), move |summary| {
+            lock(&totals).ses_events.absorb(summary)
         });
         self.consumer(SES_EVENTS, vec![handler])
     }
@@ -218,14 +231,9 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         self.send_email
             .iter()
             .map(|stage| {
-                let (stage, totals) = (stage.clone(), self.totals.clone());
-                runner::handler(move |event, invocation| {
-                    let (stage, totals) = (stage.clone(), totals.clone());
-                    async move {
-                        let (response, summary) = stage.handle(event, &invocation).await;
-                        lock(&totals).send_email.absorb(&summary);
-                        response
-                    }
+                let totals = self.totals.clone();
+                stage_handler(stage.clone(), move |summary| {
+                    lock(&totals).send_email.absorb(summary)
                 })
             })
             .collect()
@@ -266,11 +274,18 @@ pub async fn serve_unsubscribe(
     port: u16,
 ) -> Result<crate::function_url::FunctionUrl> {
     let stage = Arc::new(unsubscribe(stack).await?);
+    let timeout = Duration::from_secs(stack.template.function(UNSUBSCRIBE)?.timeout.into());
     crate::function_url::FunctionUrl::serve(
         port,
         Arc::new(move |event| {
             let stage = stage.clone();
-            Box::pin(async move { stage.handle_function_url(&event).await })
+            Box::pin(async move {
+                let invocation = Invocation::with_timeout("function-url", timeout);
+                match stage.invoke(event, &invocation).await {
+                    Ok((response, ())) => response,
+                    Err(never) => match never {},
+                }
+            })
         }),
     )
     .await

@@ -5,6 +5,8 @@
 pub mod batch;
 pub mod invocation;
 pub mod metering;
+pub mod serve;
 pub mod telemetry;
 
 pub use invocation::Invocation;
+pub use serve::{serve, start, Stage};

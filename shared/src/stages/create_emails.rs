@@ -284,6 +284,23 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
     }
 }
 
+impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> crate::runtime::Stage
+    for CreateEmails<D, Q, S>
+{
+    type Event = SqsEvent;
+    type Response = SqsBatchResponse;
+    type Summary = Summary;
+    type Error = std::convert::Infallible;
+
+    async fn invoke(
+        &self,
+        event: SqsEvent,
+        _: &crate::runtime::Invocation,
+    ) -> Result<(SqsBatchResponse, Summary), Self::Error> {
+        Ok(self.handle(event).await)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -117,6 +117,22 @@ fn describe(alarm: &AlarmNotification) -> String {
     )
 }
 
+impl<S: SendingSwitch> crate::runtime::Stage for ReputationGuard<S> {
+    type Event = SnsEvent;
+    type Response = Summary;
+    /// The summary is the response.
+    type Summary = ();
+    type Error = ControlError;
+
+    async fn invoke(
+        &self,
+        event: SnsEvent,
+        _: &crate::runtime::Invocation,
+    ) -> Result<(Summary, ()), ControlError> {
+        Ok((self.handle(event).await?, ()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -271,6 +271,21 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
     }
 }
 
+impl<R: SendRecordNotes, S: SubscriberStore> crate::runtime::Stage for SesEvents<R, S> {
+    type Event = SqsEvent;
+    type Response = SqsBatchResponse;
+    type Summary = Summary;
+    type Error = std::convert::Infallible;
+
+    async fn invoke(
+        &self,
+        event: SqsEvent,
+        _: &crate::runtime::Invocation,
+    ) -> Result<(SqsBatchResponse, Summary), Self::Error> {
+        Ok(self.handle(event).await)
+    }
+}
+
 /// What each SES event does to the send record and the subscriber, over in-memory ports.
 #[cfg(test)]
 mod tests {

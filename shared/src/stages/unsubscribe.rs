@@ -267,6 +267,22 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
     }
 }
 
+impl<S: SubscriberStore, R: SendRecordNotes> crate::runtime::Stage for Unsubscribe<S, R> {
+    /// A Function URL request.
+    type Event = Value;
+    type Response = Value;
+    type Summary = ();
+    type Error = std::convert::Infallible;
+
+    async fn invoke(
+        &self,
+        event: Value,
+        _: &crate::runtime::Invocation,
+    ) -> Result<(Value, ()), Self::Error> {
+        Ok((self.handle_function_url(&event).await, ()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -418,5 +418,25 @@ impl From<Checkpoint> for Run {
     }
 }
 
+impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> crate::runtime::Stage
+    for GetUsers<D, Q, S>
+{
+    /// The schedule's event, a manual run, or a batch of checkpoints from the continuation
+    /// queue.
+    type Event = Value;
+    type Response = Response;
+    /// A run's summary travels in its `Response`.
+    type Summary = ();
+    type Error = GetUsersError;
+
+    async fn invoke(
+        &self,
+        event: Value,
+        invocation: &Invocation,
+    ) -> Result<(Response, ()), GetUsersError> {
+        Ok((self.handle(event, invocation).await?, ()))
+    }
+}
+
 #[cfg(test)]
 mod tests;

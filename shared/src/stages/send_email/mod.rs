@@ -525,6 +525,23 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
     }
 }
 
+impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> crate::runtime::Stage
+    for SendEmail<M, L, Q, S>
+{
+    type Event = SqsEvent;
+    type Response = SqsBatchResponse;
+    type Summary = Summary;
+    type Error = std::convert::Infallible;
+
+    async fn invoke(
+        &self,
+        event: SqsEvent,
+        invocation: &Invocation,
+    ) -> Result<(SqsBatchResponse, Summary), Self::Error> {
+        Ok(self.handle(event, invocation).await)
+    }
+}
+
 /// The exactly-once decision table over in-memory ports.
 #[cfg(test)]
 mod decision_table;
