@@ -1,0 +1,92 @@
+//! Campaigns and the sending switch, in memory.
+
+use crate::domain::campaign::{Hold, StateChange};
+use crate::domain::ledger::LedgerError;
+use crate::ports::{CampaignStates, ControlError, SendingSwitch};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Campaigns by id: registered ones (RUNNING) and held ones (paused or cancelled), and
+/// whether the consumers are stopped (the reputation guard's switch).
+#[derive(Default)]
+pub struct MemoryCampaigns {
+    pub registered: Mutex<HashMap<String, u64>>,
+    pub holds: Mutex<HashMap<String, Hold>>,
+    pub consumers_stopped: Mutex<bool>,
+}
+
+fn test_change() -> StateChange {
+    StateChange {
+        at_ms: 1,
+        by: "operator".into(),
+        reason: "test".into(),
+    }
+}
+
+impl MemoryCampaigns {
+    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<String, Hold>> {
+        self.holds.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn cancel(&self, campaign_id: &str) {
+        self.holds()
+            .insert(campaign_id.to_owned(), Hold::Cancelled(test_change()));
+    }
+
+    pub fn pause(&self, campaign_id: &str) {
+        self.holds()
+            .insert(campaign_id.to_owned(), Hold::Paused(test_change()));
+    }
+
+    pub fn hold_of(&self, campaign_id: &str) -> Option<Hold> {
+        self.holds().get(campaign_id).cloned()
+    }
+}
+
+impl CampaignStates for MemoryCampaigns {
+    async fn hold(&self, campaign_id: &str) -> Result<Option<Hold>, LedgerError> {
+        Ok(self.hold_of(campaign_id))
+    }
+
+    async fn register(&self, campaign_id: &str, at_ms: u64) -> Result<(), LedgerError> {
+        self.registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(campaign_id.to_owned())
+            .or_insert(at_ms);
+        Ok(())
+    }
+}
+
+impl SendingSwitch for MemoryCampaigns {
+    async fn stop_consumers(&self) -> Result<usize, ControlError> {
+        *self
+            .consumers_stopped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = true;
+        Ok(3)
+    }
+
+    async fn running_campaigns(&self) -> Result<Vec<String>, ControlError> {
+        let holds = self.holds();
+        let mut running: Vec<String> = self
+            .registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .filter(|id| !holds.contains_key(*id))
+            .cloned()
+            .collect();
+        running.sort();
+        Ok(running)
+    }
+
+    async fn pause(&self, campaign_id: &str, change: &StateChange) -> Result<bool, ControlError> {
+        let mut holds = self.holds();
+        if holds.contains_key(campaign_id) {
+            return Ok(false);
+        }
+        holds.insert(campaign_id.to_owned(), Hold::Paused(change.clone()));
+        Ok(true)
+    }
+}

@@ -1,0 +1,205 @@
+//! A ledger with the same conditions as the DynamoDB one (`adapters::dynamo`).
+
+use crate::domain::ledger::{
+    Claim, ClaimOutcome, LedgerError, LostClaim, Reclaim, Refusal, SendStatus,
+};
+use crate::ports::{Marked, SendLedger};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// One send record, as the DynamoDB item holds it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Record {
+    pub status: Option<SendStatus>,
+    pub lease_until_ms: Option<u64>,
+    pub token: Option<String>,
+    pub attempt: u64,
+    pub send_errors: u64,
+    pub last_error: Option<String>,
+    pub ses_message_id: Option<String>,
+    pub duplicates_suppressed: u64,
+}
+
+#[derive(Default)]
+pub struct MemoryLedger {
+    records: Mutex<HashMap<(String, String), Record>>,
+    /// How many of the next writes fail as if the store did not answer.
+    failing_writes: Mutex<u32>,
+}
+
+impl MemoryLedger {
+    pub fn with(user: &str, campaign: &str, record: Record) -> Self {
+        let ledger = Self::default();
+        ledger.put(user, campaign, record);
+        ledger
+    }
+
+    pub fn put(&self, user: &str, campaign: &str, record: Record) {
+        self.lock()
+            .insert((user.to_owned(), campaign.to_owned()), record);
+    }
+
+    pub fn get(&self, user: &str, campaign: &str) -> Option<Record> {
+        self.lock()
+            .get(&(user.to_owned(), campaign.to_owned()))
+            .cloned()
+    }
+
+    /// The next `n` writes fail (the store does not answer).
+    pub fn fail_writes(&self, n: u32) {
+        *self
+            .failing_writes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = n;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Record>> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn unavailable(&self, operation: &'static str) -> Result<(), LedgerError> {
+        let mut failing = self
+            .failing_writes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if *failing == 0 {
+            return Ok(());
+        }
+        *failing -= 1;
+        Err(LedgerError {
+            table: "memory".into(),
+            operation,
+            detail: "no answer (injected)".into(),
+        })
+    }
+
+    /// A write conditioned on holding the claim (status IN_PROGRESS, this token).
+    fn finish(
+        &self,
+        operation: &'static str,
+        claim: &Claim,
+        change: impl FnOnce(&mut Record),
+    ) -> Marked {
+        self.unavailable(operation)?;
+        let mut records = self.lock();
+        let key = (claim.user_id.clone(), claim.campaign_id.clone());
+        let record = records.entry(key).or_default();
+        if record.status != Some(SendStatus::InProgress)
+            || record.token.as_deref() != Some(claim.token.as_str())
+        {
+            return Ok(Err(LostClaim {
+                status: record.status,
+                token: record.token.clone(),
+                ses_message_id: record.ses_message_id.clone(),
+            }));
+        }
+        change(record);
+        Ok(Ok(()))
+    }
+}
+
+impl SendLedger for MemoryLedger {
+    async fn claim(&self, claim: &Claim, reclaim: Reclaim) -> Result<ClaimOutcome, LedgerError> {
+        self.unavailable("claim")?;
+        let mut records = self.lock();
+        let key = (claim.user_id.clone(), claim.campaign_id.clone());
+        let record = records.entry(key).or_default();
+        let claimable = match record.status {
+            None | Some(SendStatus::DeadLettered) => true,
+            Some(SendStatus::InProgress) => {
+                record.lease_until_ms.unwrap_or(0) <= claim.started_at_ms
+            }
+            Some(SendStatus::Failed) => reclaim.failed,
+            Some(SendStatus::Cancelled) => reclaim.cancelled,
+            Some(SendStatus::Sent) => false,
+        };
+        if !claimable {
+            return Ok(ClaimOutcome::Refused(match record.status {
+                Some(SendStatus::Sent) => Refusal::AlreadySent,
+                Some(SendStatus::Failed) => Refusal::Failed {
+                    reason: record.last_error.clone().unwrap_or_default(),
+                },
+                Some(SendStatus::Cancelled) => Refusal::Cancelled,
+                _ => Refusal::Busy {
+                    lease_until_ms: record.lease_until_ms.unwrap_or(claim.started_at_ms),
+                },
+            }));
+        }
+        record.status = Some(SendStatus::InProgress);
+        record.lease_until_ms = Some(claim.lease_until_ms);
+        record.token = Some(claim.token.clone());
+        record.attempt += 1;
+        Ok(ClaimOutcome::Claimed {
+            attempt: record.attempt,
+            send_errors: record.send_errors,
+        })
+    }
+
+    async fn note_duplicate(&self, user_id: &str, campaign_id: &str) -> Result<(), LedgerError> {
+        self.unavailable("note duplicate")?;
+        if let Some(r) = self
+            .lock()
+            .get_mut(&(user_id.to_owned(), campaign_id.to_owned()))
+        {
+            if r.status == Some(SendStatus::Sent) {
+                r.duplicates_suppressed += 1;
+            }
+        }
+        Ok(())
+    }
+
+    async fn mark_sent(&self, claim: &Claim, ses_message_id: &str) -> Marked {
+        self.finish("mark sent", claim, |r| {
+            r.status = Some(SendStatus::Sent);
+            r.ses_message_id = Some(ses_message_id.to_owned());
+            r.lease_until_ms = None;
+        })
+    }
+
+    async fn mark_failed(&self, claim: &Claim, reason: &str) -> Marked {
+        self.finish("mark failed", claim, |r| {
+            r.status = Some(SendStatus::Failed);
+            r.last_error = Some(reason.to_owned());
+            r.lease_until_ms = None;
+        })
+    }
+
+    async fn release(&self, claim: &Claim, reason: &str, send_error: bool) -> Marked {
+        self.finish("release", claim, |r| {
+            r.lease_until_ms = Some(0);
+            r.last_error = Some(reason.to_owned());
+            r.send_errors += u64::from(send_error);
+        })
+    }
+
+    async fn mark_dead_lettered(&self, claim: &Claim, reason: &str) -> Marked {
+        self.finish("mark dead-lettered", claim, |r| {
+            r.status = Some(SendStatus::DeadLettered);
+            r.last_error = Some(reason.to_owned());
+            r.lease_until_ms = None;
+        })
+    }
+
+    async fn cancel_send(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+        at_ms: u64,
+    ) -> Result<bool, LedgerError> {
+        self.unavailable("cancel")?;
+        let mut records = self.lock();
+        let record = records
+            .entry((user_id.to_owned(), campaign_id.to_owned()))
+            .or_default();
+        let cancellable = match record.status {
+            None | Some(SendStatus::DeadLettered) => true,
+            Some(SendStatus::InProgress) => record.lease_until_ms.unwrap_or(0) <= at_ms,
+            Some(SendStatus::Sent | SendStatus::Failed | SendStatus::Cancelled) => false,
+        };
+        if cancellable {
+            record.status = Some(SendStatus::Cancelled);
+            record.lease_until_ms = None;
+        }
+        Ok(cancellable)
+    }
+}

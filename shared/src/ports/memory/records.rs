@@ -1,0 +1,84 @@
+//! Send records for the SES events and unsubscribes.
+
+use crate::domain::ledger::{Engagement, LedgerError, SendStatus};
+use crate::ports::SendRecordNotes;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// A send record as the SES events see it: its status and the engagements noted on it.
+type Noted = (SendStatus, Vec<Engagement>);
+
+/// Send records for the SES events and unsubscribes, by (user, campaign).
+#[derive(Default)]
+pub struct MemoryRecords {
+    pub records: Mutex<HashMap<(String, String), Noted>>,
+}
+
+impl MemoryRecords {
+    pub fn with(user: &str, campaign: &str, status: SendStatus) -> Self {
+        let records = Self::default();
+        records
+            .records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((user.into(), campaign.into()), (status, Vec::new()));
+        records
+    }
+
+    pub fn get(&self, user: &str, campaign: &str) -> Option<Noted> {
+        self.records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(user.into(), campaign.into()))
+            .cloned()
+    }
+}
+
+impl SendRecordNotes for MemoryRecords {
+    async fn note(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+        what: Engagement,
+        _at_ms: u64,
+    ) -> Result<Option<SendStatus>, LedgerError> {
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(records
+            .get_mut(&(user_id.into(), campaign_id.into()))
+            .map(|(status, noted)| {
+                if !noted.contains(&what) {
+                    noted.push(what);
+                }
+                *status
+            }))
+    }
+
+    async fn status_of(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+    ) -> Result<Option<SendStatus>, LedgerError> {
+        Ok(self.get(user_id, campaign_id).map(|(status, _)| status))
+    }
+
+    async fn reconcile_sent(
+        &self,
+        user_id: &str,
+        campaign_id: &str,
+        _ses_message_id: &str,
+        _at_ms: u64,
+    ) -> Result<bool, LedgerError> {
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(
+            match records.get_mut(&(user_id.into(), campaign_id.into())) {
+                Some((status, _))
+                    if matches!(status, SendStatus::InProgress | SendStatus::DeadLettered) =>
+                {
+                    *status = SendStatus::Sent;
+                    true
+                }
+                _ => false,
+            },
+        )
+    }
+}

@@ -1,0 +1,240 @@
+//! CreateEmails over in-memory ports: every skip reason and partial failure.
+
+use super::*;
+use crate::config::CreateEmailsConfig;
+use crate::domain::campaign::Campaign;
+use crate::ports::memory::directory::{MemoryDirectory, User};
+use crate::ports::memory::{MemoryCampaigns, MemoryOutbox};
+use aws_lambda_events::event::sqs::SqsMessage;
+
+const OID: &str = "oid:65a1f0c2e4b0a1b2c3d4e5f6";
+
+fn campaign() -> Campaign {
+    Campaign::from_id("weekly-2026-W47", None).unwrap()
+}
+
+/// A directory with one user of every kind; `in_window` is a moment inside the window.
+fn directory() -> MemoryDirectory {
+    let at = campaign().window.since + time::Duration::hours(1);
+    let later = at + time::Duration::hours(1);
+    let before = campaign().window.since - time::Duration::hours(1);
+    let user = |subscribed, suppressed, email: Option<&str>, invalid| User {
+        email: email.map(str::to_owned),
+        name: Some("Someone".into()),
+        locale: None,
+        subscribed,
+        suppressed,
+        invalid,
+    };
+    MemoryDirectory::default()
+        .user("alice", User::named("Alice", "alice@example.com"))
+        .user(OID, User::named("Olga", "olga@example.com"))
+        .user("bob", User::named("Bob", "bob@example.com"))
+        .user("nameless", user(true, false, Some("n@example.com"), false))
+        .user("quit", user(false, false, Some("q@example.com"), false))
+        .user("bounced", user(true, true, Some("b@example.com"), false))
+        .user("mute", user(true, false, None, false))
+        .user("odd", user(true, false, Some("o@example.com"), true))
+        .user("lonely", User::named("Lonely", "l@example.com"))
+        // Alice: Bob twice (counted once), a follower with no name, one before the window.
+        .follow("bob", "alice", at)
+        .follow("bob", "alice", later)
+        .follow("ghost", "alice", at)
+        .follow("lonely", "alice", before)
+        .follow("alice", OID, at)
+        .follow("lonely", "lonely", before)
+        .follow("bob", "quit", at)
+        .follow("bob", "bounced", at)
+        .follow("bob", "mute", at)
+        .follow("bob", "odd", at)
+}
+
+type Stage = CreateEmails<MemoryDirectory, MemoryOutbox, MemoryCampaigns>;
+
+fn stage(directory: MemoryDirectory) -> Stage {
+    let vars = |k: &str| {
+        let v = match k {
+            "MONGODB_URI" => "mongodb://127.0.0.1:1",
+            "EMAILS_QUEUE_URL" => "http://emails",
+            "CAMPAIGNS_TABLE_NAME" => "campaigns",
+            "UNSUBSCRIBE_SECRET" => "a-secret-long-enough-for-the-signer-0123456789",
+            "UNSUBSCRIBE_BASE_URL" => "https://example.com/unsubscribe",
+            _ => return None,
+        };
+        Some(v.to_owned())
+    };
+    let config = CreateEmailsConfig::from_source(&vars).unwrap();
+    let signer = Signer::new(
+        "a-secret-long-enough-for-the-signer-0123456789",
+        &config.unsubscribe.list,
+    )
+    .unwrap();
+    CreateEmails::new(
+        directory,
+        MemoryOutbox::default(),
+        MemoryCampaigns::default(),
+        Renderer::new("en").unwrap(),
+        signer,
+        config,
+    )
+}
+
+fn record(id: &str, body: &str) -> SqsMessage {
+    let mut record = SqsMessage::default();
+    record.message_id = Some(format!("m-{id}"));
+    record.body = Some(body.to_owned());
+    record
+}
+
+fn message(user: &str) -> SqsMessage {
+    let message = UserMessage {
+        campaign_id: campaign().id,
+        user_id: user.to_owned(),
+        window: campaign().window,
+        include_failed: false,
+        include_cancelled: false,
+    };
+    record(user, &serde_json::to_string(&message).unwrap())
+}
+
+fn event(users: &[&str]) -> SqsEvent {
+    let mut event = SqsEvent::default();
+    event.records = users.iter().map(|u| message(u)).collect();
+    event
+}
+
+fn failed(response: &SqsBatchResponse) -> Vec<String> {
+    let mut ids: Vec<String> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn jobs(stage: &Stage) -> Vec<EmailJob> {
+    let mut jobs: Vec<EmailJob> = stage
+        .emails
+        .bodies()
+        .iter()
+        .map(|b| serde_json::from_str(b).unwrap())
+        .collect();
+    jobs.sort_by(|a, b| a.user_id.cmp(&b.user_id));
+    jobs
+}
+
+#[tokio::test]
+async fn every_user_gets_one_email_or_a_counted_reason_and_bad_records_fail_alone() {
+    let stage = stage(directory());
+    let mut event = event(&[
+        "alice", OID, "quit", "bounced", "mute", "odd", "lonely", "gone",
+    ]);
+    event.records.push(record("garbage", "not json"));
+    event.records.push(record(
+        "bad-id",
+        &message("alice")
+            .body
+            .unwrap()
+            .replace("alice", "oid:not-hex"),
+    ));
+    let (response, summary) = stage.handle(event).await;
+
+    assert_eq!(failed(&response), ["m-bad-id", "m-garbage"]);
+    assert_eq!(
+        (summary.rendered, summary.enqueued, summary.failed),
+        (2, 2, 2)
+    );
+    let skipped: Vec<_> = summary.skipped.iter().map(|(k, v)| (*k, *v)).collect();
+    assert_eq!(
+        skipped,
+        [
+            ("invalid_document", 1),
+            ("no_address", 1),
+            ("no_new_followers", 1),
+            ("suppressed", 1),
+            ("unsubscribed", 1),
+            ("vanished", 1),
+        ]
+    );
+    let jobs = jobs(&stage);
+    assert_eq!(jobs.len(), 2);
+    let alice = &jobs[0];
+    assert_eq!(
+        (alice.user_id.as_str(), alice.to.as_str()),
+        ("alice", "alice@example.com")
+    );
+    // Two distinct followers in the window; only the nameable one is named.
+    assert_eq!(alice.subject, "You have 2 new followers this week");
+    assert!(alice.text.contains("Hi Alice,") && alice.text.contains("  - Bob"));
+    assert!(!alice.text.contains("Lonely"), "{}", alice.text);
+    let link = alice.unsubscribe_url.as_deref().unwrap();
+    assert!(link.starts_with("https://example.com/unsubscribe?token="));
+    assert!(alice.text.contains(link) && alice.html.contains("Bob"));
+    let olga = &jobs[1];
+    assert_eq!(
+        (olga.user_id.as_str(), olga.to.as_str()),
+        (OID, "olga@example.com")
+    );
+    assert_eq!(olga.subject, "You have a new follower this week");
+}
+
+#[tokio::test]
+async fn a_user_the_directory_cannot_read_comes_back_alone() {
+    let directory = directory();
+    directory.unreachable("alice");
+    let stage = stage(directory);
+    let (response, summary) = stage.handle(event(&["alice", OID])).await;
+    assert_eq!(failed(&response), ["m-alice"]);
+    assert_eq!((summary.enqueued, summary.failed), (1, 1));
+    assert_eq!(jobs(&stage)[0].user_id, OID);
+}
+
+#[tokio::test]
+async fn jobs_the_queue_refuses_come_back_and_only_enqueued_ones_count() {
+    let stage = stage(directory());
+    stage.emails.refuse("olga@example.com");
+    let (response, summary) = stage.handle(event(&["alice", OID, "quit"])).await;
+    assert_eq!(failed(&response), [format!("m-{OID}")]);
+    assert_eq!(
+        (summary.rendered, summary.enqueued, summary.failed),
+        (2, 1, 1)
+    );
+    assert_eq!(summary.skipped.get("unsubscribed"), Some(&1));
+
+    // The queue down: every rendered record comes back, skipped ones are acknowledged.
+    let stage = self::stage(directory());
+    stage
+        .emails
+        .closed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (response, summary) = stage.handle(event(&["alice", OID, "quit"])).await;
+    assert_eq!(
+        failed(&response),
+        ["m-alice".to_owned(), format!("m-{OID}")]
+    );
+    assert_eq!((summary.enqueued, summary.failed), (0, 2));
+}
+
+#[tokio::test]
+async fn a_cancelled_campaign_makes_no_more_emails() {
+    let stage = stage(directory());
+    stage.campaigns.states.cancel(campaign().id.as_str());
+    let (response, summary) = stage.handle(event(&["alice", OID])).await;
+    assert!(response.batch_item_failures.is_empty(), "acknowledged");
+    assert_eq!(summary.skipped.get("campaign_cancelled"), Some(&2));
+    assert!(jobs(&stage).is_empty());
+}
+
+#[tokio::test]
+async fn a_paused_campaign_hands_its_records_back_unrendered() {
+    let stage = stage(directory());
+    stage.campaigns.states.pause(campaign().id.as_str());
+    let (response, summary) = stage.handle(event(&["alice", OID])).await;
+    assert_eq!(
+        failed(&response),
+        ["m-alice".to_owned(), format!("m-{OID}")]
+    );
+    assert_eq!((summary.failed, summary.held), (0, 2));
+    assert!(jobs(&stage).is_empty());
+}
