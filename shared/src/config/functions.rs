@@ -1,0 +1,174 @@
+//! The configuration of GetUsers, CreateEmails, Unsubscribe, SesEvents and ReputationGuard.
+
+use super::*;
+use std::time::Duration;
+
+/// GetUsers: audience out of MongoDB into the users queue.
+#[derive(Clone, Debug)]
+pub struct GetUsersConfig {
+    pub mongo: MongoConfig,
+    pub campaigns_table_name: String,
+    pub users_queue_url: String,
+    pub continuation_queue_url: String,
+    /// SendMessageBatch calls kept in flight at once.
+    pub enqueue_concurrency: usize,
+    /// Stop reading the audience this long before the invocation's deadline and continue
+    /// from a checkpoint in a fresh invocation.
+    pub deadline_margin: Duration,
+}
+
+impl GetUsersConfig {
+    pub const VARS: &'static [&'static str] = &[
+        var::CAMPAIGNS_TABLE_NAME,
+        var::USERS_QUEUE_URL,
+        var::CONTINUATION_QUEUE_URL,
+        var::ENQUEUE_CONCURRENCY,
+        var::DEADLINE_MARGIN_SECONDS,
+    ];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        Ok(Self {
+            mongo: MongoConfig::from_source(src)?,
+            campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
+            users_queue_url: required(src, var::USERS_QUEUE_URL)?,
+            continuation_queue_url: required(src, var::CONTINUATION_QUEUE_URL)?,
+            enqueue_concurrency: positive_u32(src, var::ENQUEUE_CONCURRENCY, 8)? as usize,
+            deadline_margin: Duration::from_secs(parsed(
+                src,
+                var::DEADLINE_MARGIN_SECONDS,
+                20u64,
+                "a number of seconds",
+            )?),
+        })
+    }
+}
+
+/// CreateEmails: enrich and render each user, put the email job on the emails queue.
+#[derive(Clone, Debug)]
+pub struct CreateEmailsConfig {
+    pub mongo: MongoConfig,
+    pub campaigns_table_name: String,
+    pub emails_queue_url: String,
+    /// Records of one batch processed at once (bounded so the MongoDB pool is not starved).
+    pub record_concurrency: usize,
+    /// How many of the newest followers are named in the email.
+    pub recent_followers_shown: u32,
+    pub unsubscribe: UnsubscribeConfig,
+    /// Where the Unsubscribe function answers (its Function URL, or your own domain).
+    pub unsubscribe_base_url: String,
+    /// The locale of users whose own is missing or has no templates.
+    pub default_locale: String,
+}
+
+impl CreateEmailsConfig {
+    pub const VARS: &'static [&'static str] = &[
+        var::CAMPAIGNS_TABLE_NAME,
+        var::EMAILS_QUEUE_URL,
+        var::RECORD_CONCURRENCY,
+        var::RECENT_FOLLOWERS_SHOWN,
+        var::UNSUBSCRIBE_BASE_URL,
+        var::DEFAULT_LOCALE,
+    ];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        let unsubscribe_base_url = required(src, var::UNSUBSCRIBE_BASE_URL)?;
+        crate::domain::unsubscribe_link::check_base_url(&unsubscribe_base_url).map_err(|e| {
+            ConfigError {
+                var: var::UNSUBSCRIBE_BASE_URL,
+                problem: e.to_string(),
+            }
+        })?;
+        let default_locale = value(src, var::DEFAULT_LOCALE).unwrap_or_else(|| "en".into());
+        if !crate::domain::digest::LOCALES.contains(&default_locale.as_str()) {
+            return Err(ConfigError {
+                var: var::DEFAULT_LOCALE,
+                problem: format!(
+                    "{default_locale:?} has no templates; use one of {}",
+                    crate::domain::digest::LOCALES.join(", ")
+                ),
+            });
+        }
+        Ok(Self {
+            mongo: MongoConfig::from_source(src)?,
+            campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
+            emails_queue_url: required(src, var::EMAILS_QUEUE_URL)?,
+            record_concurrency: positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize,
+            recent_followers_shown: positive_u32(src, var::RECENT_FOLLOWERS_SHOWN, 3)?,
+            unsubscribe: UnsubscribeConfig::from_source(src)?,
+            unsubscribe_base_url,
+            default_locale,
+        })
+    }
+}
+
+/// Unsubscribe: the one-click unsubscribe endpoint (a Function URL).
+#[derive(Clone, Debug)]
+pub struct UnsubscribeFunctionConfig {
+    pub mongo: MongoConfig,
+    pub unsubscribe: UnsubscribeConfig,
+    /// Where the unsubscribe is noted for the campaign analytics.
+    pub sends_table_name: String,
+}
+
+impl UnsubscribeFunctionConfig {
+    pub const VARS: &'static [&'static str] = &[var::SENDS_TABLE_NAME];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        Ok(Self {
+            mongo: MongoConfig::from_source(src)?,
+            unsubscribe: UnsubscribeConfig::from_source(src)?,
+            sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
+        })
+    }
+}
+
+/// SesEvents: bounces, complaints, deliveries, opens and clicks from SES.
+#[derive(Clone, Debug)]
+pub struct SesEventsConfig {
+    pub mongo: MongoConfig,
+    pub sends_table_name: String,
+    /// Records of one batch processed at once.
+    pub record_concurrency: usize,
+}
+
+impl SesEventsConfig {
+    pub const VARS: &'static [&'static str] = &[var::SENDS_TABLE_NAME, var::RECORD_CONCURRENCY];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        Ok(Self {
+            mongo: MongoConfig::from_source(src)?,
+            sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
+            record_concurrency: positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize,
+        })
+    }
+}
+
+/// ReputationGuard: pauses every running campaign when an SES reputation alarm fires.
+#[derive(Clone, Debug)]
+pub struct ReputationGuardConfig {
+    pub campaigns_table_name: String,
+    pub event_source_mapping_ids: Vec<String>,
+}
+
+impl ReputationGuardConfig {
+    pub const VARS: &'static [&'static str] =
+        &[var::CAMPAIGNS_TABLE_NAME, var::EVENT_SOURCE_MAPPING_IDS];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        let ids: Vec<String> = required(src, var::EVENT_SOURCE_MAPPING_IDS)?
+            .split(',')
+            .map(|id| id.trim().to_owned())
+            .filter(|id| !id.is_empty())
+            .collect();
+        if ids.is_empty() {
+            return Err(ConfigError {
+                var: var::EVENT_SOURCE_MAPPING_IDS,
+                problem: "names no event source mapping: give their UUIDs, comma-separated".into(),
+            });
+        }
+        Ok(Self {
+            campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
+            event_source_mapping_ids: ids,
+        })
+    }
+}

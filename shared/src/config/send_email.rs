@@ -1,0 +1,142 @@
+//! SendEmail's configuration, with the rules that tie its variables together (the lease,
+//! the visibility timeout, the function timeout, the send rate).
+
+use super::*;
+use std::time::Duration;
+
+/// SendEmail: claim, send through SES v2, mark.
+#[derive(Clone, Debug)]
+pub struct SendEmailConfig {
+    pub sends_table_name: String,
+    pub campaigns_table_name: String,
+    pub emails_queue_url: String,
+    pub sender_address: String,
+    pub configuration_set: Option<String>,
+    /// Campaign-wide emails per second, split over `max_concurrency` invocations.
+    pub send_rate_per_second: f64,
+    /// Must equal the event source mapping's ScalingConfig.MaximumConcurrency.
+    pub max_concurrency: u32,
+    pub visibility_timeout: Duration,
+    pub function_timeout: Duration,
+    pub lease_clock_skew: Duration,
+    /// Backoff for throttled sends, by receive count (the last one repeats).
+    pub retry_delays: Vec<Duration>,
+    pub retention_days: u32,
+    pub record_concurrency: usize,
+    /// An email the service refuses with the same kind of error this many times (not
+    /// throttling) is recorded FAILED instead of retried until the DLQ.
+    pub max_send_errors: u32,
+    /// The emails queue's maxReceiveCount: on a message's last receive, a send that cannot
+    /// go out marks its record DEAD_LETTERED before the message moves to the DLQ.
+    pub max_receive_count: u32,
+}
+
+impl SendEmailConfig {
+    pub const VARS: &'static [&'static str] = &[
+        var::SENDS_TABLE_NAME,
+        var::CAMPAIGNS_TABLE_NAME,
+        var::EMAILS_QUEUE_URL,
+        var::SENDER_ADDRESS,
+        var::SES_CONFIGURATION_SET,
+        var::SEND_RATE_PER_SECOND,
+        var::SEND_MAX_CONCURRENCY,
+        var::VISIBILITY_TIMEOUT_SECONDS,
+        var::FUNCTION_TIMEOUT_SECONDS,
+        var::LEASE_CLOCK_SKEW_SECONDS,
+        var::RETRY_DELAYS_SECONDS,
+        var::RETENTION_DAYS,
+        var::RECORD_CONCURRENCY,
+        var::MAX_SEND_ERRORS,
+        var::EMAILS_MAX_RECEIVE_COUNT,
+    ];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        let max_receive_count = positive_u32(src, var::EMAILS_MAX_RECEIVE_COUNT, 10)?;
+        let max_send_errors = positive_u32(src, var::MAX_SEND_ERRORS, 3)?;
+        if max_send_errors >= max_receive_count {
+            return Err(ConfigError {
+                var: var::MAX_SEND_ERRORS,
+                problem: format!(
+                    "{max_send_errors} must be below EMAILS_MAX_RECEIVE_COUNT ({max_receive_count}), \
+                     or a refused email reaches the DLQ before it is recorded FAILED"
+                ),
+            });
+        }
+        let rate: f64 = parsed(
+            src,
+            var::SEND_RATE_PER_SECOND,
+            14.0,
+            "a number of emails per second",
+        )?;
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(ConfigError {
+                var: var::SEND_RATE_PER_SECOND,
+                problem: "must be greater than 0".into(),
+            });
+        }
+        let visibility = parsed(
+            src,
+            var::VISIBILITY_TIMEOUT_SECONDS,
+            0u64,
+            "a number of seconds",
+        )?;
+        let timeout = parsed(
+            src,
+            var::FUNCTION_TIMEOUT_SECONDS,
+            0u64,
+            "a number of seconds",
+        )?;
+        if value(src, var::VISIBILITY_TIMEOUT_SECONDS).is_none() {
+            required(src, var::VISIBILITY_TIMEOUT_SECONDS)?;
+        }
+        if value(src, var::FUNCTION_TIMEOUT_SECONDS).is_none() {
+            required(src, var::FUNCTION_TIMEOUT_SECONDS)?;
+        }
+        // The lease is only safe if SQS cannot hand the message to someone else while the
+        // invocation that holds it may still be running.
+        if visibility <= timeout {
+            return Err(ConfigError {
+                var: var::VISIBILITY_TIMEOUT_SECONDS,
+                problem: format!(
+                    "{visibility}s must be greater than FUNCTION_TIMEOUT_SECONDS ({timeout}s); \
+                     raise the emails queue's VisibilityTimeout (AWS recommends 6x the timeout)"
+                ),
+            });
+        }
+        let delays = value(src, var::RETRY_DELAYS_SECONDS).unwrap_or_else(|| "2,10,60,300".into());
+        let retry_delays = delays
+            .split(',')
+            .map(|d| d.trim().parse::<u64>().map(Duration::from_secs))
+            .collect::<Result<Vec<_>, _>>()
+            .ok()
+            .filter(|v| !v.is_empty() && v.iter().all(|d| d.as_secs() <= 43_200))
+            .ok_or_else(|| ConfigError {
+                var: var::RETRY_DELAYS_SECONDS,
+                problem: format!(
+                    "{delays:?} is not a comma-separated list of seconds (each at most 43200), e.g. 2,10,60,300"
+                ),
+            })?;
+        Ok(Self {
+            sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
+            campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
+            emails_queue_url: required(src, var::EMAILS_QUEUE_URL)?,
+            sender_address: required(src, var::SENDER_ADDRESS)?,
+            configuration_set: value(src, var::SES_CONFIGURATION_SET),
+            send_rate_per_second: rate,
+            max_concurrency: positive_u32(src, var::SEND_MAX_CONCURRENCY, 2)?,
+            visibility_timeout: Duration::from_secs(visibility),
+            function_timeout: Duration::from_secs(timeout),
+            lease_clock_skew: Duration::from_secs(parsed(
+                src,
+                var::LEASE_CLOCK_SKEW_SECONDS,
+                5u64,
+                "a number of seconds",
+            )?),
+            retry_delays,
+            retention_days: positive_u32(src, var::RETENTION_DAYS, 90)?,
+            record_concurrency: positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize,
+            max_send_errors,
+            max_receive_count,
+        })
+    }
+}

@@ -1,0 +1,77 @@
+//! Every variable the functions read, named once: the parsers of `config` and the `VARS` lists
+//! (which `tests/consistency.rs` checks against template.yaml and the README's table) use
+//! these, so a misspelt name is a compile error rather than a silently missing setting.
+
+/// Where checkpoints go when an audience needs another invocation
+pub const CONTINUATION_QUEUE_URL: &str = "CONTINUATION_QUEUE_URL";
+/// Stop reading this long before the deadline and continue from a checkpoint
+pub const DEADLINE_MARGIN_SECONDS: &str = "DEADLINE_MARGIN_SECONDS";
+/// Language for users whose `locale` has no templates (`en`, `fr`, `de`); checked at cold
+/// start
+pub const DEFAULT_LOCALE: &str = "DEFAULT_LOCALE";
+/// The emails queue's `maxReceiveCount`: on a message's last receive, a send that cannot go
+/// out records DEAD_LETTERED
+pub const EMAILS_MAX_RECEIVE_COUNT: &str = "EMAILS_MAX_RECEIVE_COUNT";
+/// Campaigns and their state (running, paused, cancelled): GetUsers registers a campaign
+/// there; GetUsers, CreateEmails and SendEmail hold back a paused or cancelled one
+pub const CAMPAIGNS_TABLE_NAME: &str = "CAMPAIGNS_TABLE_NAME";
+/// The event source mappings of the continuation, users and emails queues (comma-separated
+/// UUIDs): the reputation guard disables them to stop sending
+pub const EVENT_SOURCE_MAPPING_IDS: &str = "EVENT_SOURCE_MAPPING_IDS";
+/// Email jobs (SendEmail uses it to set retry delays)
+pub const EMAILS_QUEUE_URL: &str = "EMAILS_QUEUE_URL";
+/// SendMessageBatch calls in flight
+pub const ENQUEUE_CONCURRENCY: &str = "ENQUEUE_CONCURRENCY";
+/// SendEmail's Timeout; must be below the visibility timeout
+pub const FUNCTION_TIMEOUT_SECONDS: &str = "FUNCTION_TIMEOUT_SECONDS";
+/// Margin added to the deadline for the lease
+pub const LEASE_CLOCK_SKEW_SECONDS: &str = "LEASE_CLOCK_SKEW_SECONDS";
+/// An email SES refuses with an error (not throttling) this many times is recorded FAILED
+/// with the error, instead of retried until the DLQ; must be below
+/// `EMAILS_MAX_RECEIVE_COUNT`
+pub const MAX_SEND_ERRORS: &str = "MAX_SEND_ERRORS";
+/// Database with `users` and `follows`
+pub const MONGODB_DATABASE: &str = "MONGODB_DATABASE";
+/// Connections per execution environment
+pub const MONGODB_MAX_POOL_SIZE: &str = "MONGODB_MAX_POOL_SIZE";
+/// The URI itself, used only when `MONGODB_URI_SECRET_ID` is unset (local tools; never set
+/// by template.yaml)
+pub const MONGODB_URI: &str = "MONGODB_URI";
+/// Secrets Manager secret (name or ARN) whose value is the MongoDB URI, or JSON `{"uri":
+/// "..."}`; read once at cold start, never logged
+pub const MONGODB_URI_SECRET_ID: &str = "MONGODB_URI_SECRET_ID";
+/// Newest followers named in the email
+pub const RECENT_FOLLOWERS_SHOWN: &str = "RECENT_FOLLOWERS_SHOWN";
+/// Records of one batch processed at once
+pub const RECORD_CONCURRENCY: &str = "RECORD_CONCURRENCY";
+/// TTL of ledger records
+pub const RETENTION_DAYS: &str = "RETENTION_DAYS";
+/// Backoff for throttled sends by receive count (last repeats)
+pub const RETRY_DELAYS_SECONDS: &str = "RETRY_DELAYS_SECONDS";
+/// Verified SES identity to send from
+pub const SENDER_ADDRESS: &str = "SENDER_ADDRESS";
+/// The exactly-once ledger (and the campaign analytics on its records)
+pub const SENDS_TABLE_NAME: &str = "SENDS_TABLE_NAME";
+/// Must equal the event source's `ScalingConfig.MaximumConcurrency`; each environment sends
+/// at rate / this
+pub const SEND_MAX_CONCURRENCY: &str = "SEND_MAX_CONCURRENCY";
+/// Campaign-wide emails per second
+pub const SEND_RATE_PER_SECOND: &str = "SEND_RATE_PER_SECOND";
+/// Configuration set every email goes through (template.yaml creates it; it publishes the
+/// events SesEvents reads)
+pub const SES_CONFIGURATION_SET: &str = "SES_CONFIGURATION_SET";
+/// Where the unsubscribe links point: the Unsubscribe function's URL (template.yaml), or
+/// your own domain in front of it
+pub const UNSUBSCRIBE_BASE_URL: &str = "UNSUBSCRIBE_BASE_URL";
+/// The list a token unsubscribes from (`a-z 0-9 -`); a token for another list is refused
+pub const UNSUBSCRIBE_LIST: &str = "UNSUBSCRIBE_LIST";
+/// The key itself, used only when `UNSUBSCRIBE_SECRET_ID` is unset (local tools; never set
+/// by template.yaml)
+pub const UNSUBSCRIBE_SECRET: &str = "UNSUBSCRIBE_SECRET";
+/// Secrets Manager secret with the HMAC key(s) of the unsubscribe tokens (template.yaml
+/// generates it); several keys separated by spaces: the first signs, all verify
+pub const UNSUBSCRIBE_SECRET_ID: &str = "UNSUBSCRIBE_SECRET_ID";
+/// Where the audience goes
+pub const USERS_QUEUE_URL: &str = "USERS_QUEUE_URL";
+/// The emails queue's VisibilityTimeout (caps the lease)
+pub const VISIBILITY_TIMEOUT_SECONDS: &str = "VISIBILITY_TIMEOUT_SECONDS";
