@@ -1,11 +1,12 @@
 //! SendEmail: exactly once per (user, campaign) through SES v2, guarded by the sends ledger
 //! (README, "Exactly once"): claim with one conditional write, send, mark SENT under the
 //! claim.
-//!
-//! Over 400 lines on purpose: the claim, send and mark steps and their error paths read
-//! best in one file (the decision table's tests are beside it, in `decision_table.rs`).
+//! The ledger writes after the claim are in `ledger_writes`, what a record came to in
+//! `outcome`, and the decision table's tests in `decision_table`.
 
-use super::summary::summary;
+mod ledger_writes;
+mod outcome;
+
 use super::CampaignStateCache;
 use crate::config::SendEmailConfig;
 use crate::domain::address;
@@ -19,6 +20,8 @@ use crate::ports::{
 use crate::runtime::batch::{batch_response, each_record};
 use crate::runtime::Invocation;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+pub use outcome::Summary;
+use outcome::{Again, Done, Retry};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
@@ -29,65 +32,6 @@ const MARK_ATTEMPTS: u32 = 3;
 /// SENT is retried until this long before the deadline: SES has the email, so every write
 /// that lands saves a resend after the lease (a DynamoDB outage of seconds, for instance).
 const MARK_SENT_MARGIN: Duration = Duration::from_secs(1);
-
-summary! {
-    /// Per-batch counts, logged and returned to callers such as the local runner.
-    pub struct Summary {
-        pub sent: usize,
-        /// Already SENT: acknowledged without sending (a duplicate delivery or a re-run).
-        pub duplicates: usize,
-        /// Rejected permanently now (recorded FAILED) or earlier (left FAILED).
-        pub failed: usize,
-        pub previously_failed: usize,
-        /// Held by another attempt's live lease: returned to come back later.
-        pub busy: usize,
-        pub throttled: usize,
-        /// Returned because sending is paused or the account suspended.
-        pub stopped: usize,
-        /// The campaign is paused: handed back unclaimed, sent after the resume.
-        pub paused: usize,
-        /// Returned because of an error (bad body, ledger or service error, deadline).
-        pub retried: usize,
-        /// SES accepted but the ledger could not be updated under the claim.
-        pub unrecorded: usize,
-        /// The campaign was cancelled: recorded CANCELLED (or left to a live attempt) and
-        /// acknowledged.
-        pub cancelled: usize,
-    }
-}
-
-enum Done {
-    Sent,
-    Duplicate,
-    Failed,
-    PreviouslyFailed,
-    Unrecorded,
-    Cancelled,
-}
-
-enum Again {
-    Busy,
-    /// The campaign is paused: the record goes back untouched, to be sent after the resume.
-    Paused,
-    Throttled,
-    Stopped,
-    Error,
-}
-
-/// A record to return, and when it should come back (None: after the queue's visibility).
-struct Retry {
-    why: Again,
-    delay: Option<Duration>,
-}
-
-impl Retry {
-    fn error(delay: Option<Duration>) -> Self {
-        Self {
-            why: Again::Error,
-            delay,
-        }
-    }
-}
 
 /// Generic over its ports: on Lambda the DynamoDB ledger, SES, SQS and the campaigns table;
 /// in unit tests their in-memory stand-ins (`ports::memory`).
@@ -250,13 +194,9 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         invocation: &Invocation,
         stop: &AtomicBool,
     ) -> Result<Done, Retry> {
-        let stopped = || Retry {
-            why: Again::Stopped,
-            delay: self.config.retry_delays.last().copied(),
-        };
         let message_id = record.message_id.as_deref().unwrap_or_default();
         if stop.load(Ordering::SeqCst) {
-            return Err(stopped());
+            return Err(self.stopped());
         }
         if invocation.remaining() < MIN_TIME_TO_SEND {
             return Err(Retry::error(Some(Duration::ZERO)));
@@ -274,6 +214,59 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
             None => {}
         }
 
+        let (claim, send_errors) = match self.claim(&job, message_id, invocation).await {
+            Ok(claimed) => claimed,
+            Err(outcome) => return outcome,
+        };
+        let last_receive = receive_count(record) >= self.config.max_receive_count as usize;
+
+        // Exactly one mailbox, encoded as SES takes it; anything else never reaches SES.
+        let recipient = match address::parse(&job.to) {
+            Ok(recipient) => recipient,
+            Err(err) => return self.fail(&claim, &err.to_string()).await,
+        };
+
+        self.pacer.acquire().await;
+        if stop.load(Ordering::SeqCst) {
+            self.give_back(&claim, "sending stopped", false, last_receive)
+                .await;
+            return Err(self.stopped());
+        }
+        if invocation.remaining() < MIN_TIME_TO_SEND {
+            self.give_back(&claim, "deadline too near to send", false, last_receive)
+                .await;
+            return Err(Retry::error(Some(Duration::ZERO)));
+        }
+
+        let email = OutgoingEmail {
+            to: recipient.as_str().to_owned(),
+            subject: job.subject,
+            html: job.html,
+            text: job.text,
+            campaign_id: claim.campaign_id.clone(),
+            user_id: claim.user_id.clone(),
+            unsubscribe_url: job.unsubscribe_url,
+        };
+        self.deliver(&claim, &email, record, invocation, stop, send_errors)
+            .await
+    }
+
+    /// Sending is stopped (SES refuses the account): back to the queue at the longest delay.
+    fn stopped(&self) -> Retry {
+        Retry {
+            why: Again::Stopped,
+            delay: self.config.retry_delays.last().copied(),
+        }
+    }
+
+    /// Claims the job's record under this invocation's lease: the claim and the send errors
+    /// noted on it so far, or what the refusal decides (a duplicate, busy, failed before...).
+    async fn claim(
+        &self,
+        job: &EmailJob,
+        message_id: &str,
+        invocation: &Invocation,
+    ) -> Result<(Claim, u64), Result<Done, Retry>> {
         let now = SystemTime::now();
         let claim = Claim {
             user_id: job.user_id.clone(),
@@ -303,57 +296,45 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                 {
                     tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, "could not count the suppressed duplicate");
                 }
-                return Ok(Done::Duplicate);
+                return Err(Ok(Done::Duplicate));
             }
-            Ok(ClaimOutcome::Refused(Refusal::Failed { .. })) => return Ok(Done::PreviouslyFailed),
-            Ok(ClaimOutcome::Refused(Refusal::Cancelled)) => return Ok(Done::Cancelled),
+            Ok(ClaimOutcome::Refused(Refusal::Failed { .. })) => {
+                return Err(Ok(Done::PreviouslyFailed))
+            }
+            Ok(ClaimOutcome::Refused(Refusal::Cancelled)) => return Err(Ok(Done::Cancelled)),
             Ok(ClaimOutcome::Refused(Refusal::Busy { lease_until_ms })) => {
                 // Never acknowledge: if the holder dies, this copy may be the only one left.
                 let wait = lease_until_ms.saturating_sub(epoch_ms(SystemTime::now())) + 1000;
-                return Err(Retry {
+                return Err(Err(Retry {
                     why: Again::Busy,
                     delay: Some(Duration::from_millis(wait)),
-                });
+                }));
             }
             Err(err) => {
                 tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, "claim failed; will retry");
-                return Err(Retry::error(None));
+                return Err(Err(Retry::error(None)));
             }
         };
+        Ok((claim, send_errors))
+    }
+
+    /// Hands the claimed email to SES and decides by its answer: SENT, FAILED, or back to
+    /// the queue (throttled, stopped, not accepted, outcome unknown).
+    async fn deliver(
+        &self,
+        claim: &Claim,
+        email: &OutgoingEmail,
+        record: &SqsMessage,
+        invocation: &Invocation,
+        stop: &AtomicBool,
+        send_errors: u64,
+    ) -> Result<Done, Retry> {
         let last_receive = receive_count(record) >= self.config.max_receive_count as usize;
-
-        // Exactly one mailbox, encoded as SES takes it; anything else never reaches SES.
-        let recipient = match address::parse(&job.to) {
-            Ok(recipient) => recipient,
-            Err(err) => return self.fail(&claim, &err.to_string()).await,
-        };
-
-        self.pacer.acquire().await;
-        if stop.load(Ordering::SeqCst) {
-            self.give_back(&claim, "sending stopped", false, last_receive)
-                .await;
-            return Err(stopped());
-        }
-        if invocation.remaining() < MIN_TIME_TO_SEND {
-            self.give_back(&claim, "deadline too near to send", false, last_receive)
-                .await;
-            return Err(Retry::error(Some(Duration::ZERO)));
-        }
-
-        let email = OutgoingEmail {
-            to: recipient.as_str().to_owned(),
-            subject: job.subject,
-            html: job.html,
-            text: job.text,
-            campaign_id: claim.campaign_id.clone(),
-            user_id: claim.user_id.clone(),
-            unsubscribe_url: job.unsubscribe_url,
-        };
-        match self.mailer.send(&email).await {
-            Ok(ses_message_id) => Ok(self.mark_sent(&claim, &ses_message_id, invocation).await),
-            Err(SendError::Permanent(reason)) => self.fail(&claim, &reason).await,
+        match self.mailer.send(email).await {
+            Ok(ses_message_id) => Ok(self.mark_sent(claim, &ses_message_id, invocation).await),
+            Err(SendError::Permanent(reason)) => self.fail(claim, &reason).await,
             Err(SendError::Throttled(reason)) => {
-                self.give_back(&claim, &reason, false, last_receive).await;
+                self.give_back(claim, &reason, false, last_receive).await;
                 Err(Retry {
                     why: Again::Throttled,
                     delay: Some(self.backoff(record)),
@@ -362,8 +343,8 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
             Err(SendError::Stopped(reason)) => {
                 stop.store(true, Ordering::SeqCst);
                 tracing::error!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, "SES refuses to send for this account: stopping the batch and returning every unsent record; resolve it in the SES console");
-                self.give_back(&claim, &reason, false, last_receive).await;
-                Err(stopped())
+                self.give_back(claim, &reason, false, last_receive).await;
+                Err(self.stopped())
             }
             Err(SendError::NotAccepted(reason)) => {
                 // An error that repeats on every attempt is as good as permanent: after a few,
@@ -371,10 +352,10 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                 let errors = send_errors + 1;
                 if errors >= u64::from(self.config.max_send_errors) {
                     let reason = format!("{reason} (refused on {errors} attempts)");
-                    return self.fail(&claim, &reason).await;
+                    return self.fail(claim, &reason).await;
                 }
                 tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, errors, "SES did not accept the email; will retry");
-                self.give_back(&claim, &reason, true, last_receive).await;
+                self.give_back(claim, &reason, true, last_receive).await;
                 Err(Retry::error(Some(self.backoff(record))))
             }
             Err(SendError::Unknown(reason)) => {
@@ -383,143 +364,13 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                 // last receive the message goes to the DLQ: the record says so.
                 tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, "SES outcome unknown; keeping the claim until its lease ends");
                 if last_receive {
-                    self.dead_letter(&claim, &reason).await;
+                    self.dead_letter(claim, &reason).await;
                 }
                 let wait = claim
                     .lease_until_ms
                     .saturating_sub(epoch_ms(SystemTime::now()))
                     + 1000;
                 Err(Retry::error(Some(Duration::from_millis(wait))))
-            }
-        }
-    }
-
-    async fn mark_sent(
-        &self,
-        claim: &Claim,
-        ses_message_id: &str,
-        invocation: &Invocation,
-    ) -> Done {
-        match self
-            .retry_write(
-                || self.ledger.mark_sent(claim, ses_message_id),
-                |_| invocation.remaining() > MARK_SENT_MARGIN,
-            )
-            .await
-        {
-            Ok(Ok(())) => Done::Sent,
-            Ok(Err(LostClaim {
-                status,
-                ses_message_id: recorded,
-                ..
-            })) => {
-                if recorded.as_deref() == Some(ses_message_id) {
-                    return Done::Sent;
-                }
-                // Another attempt took over after our lease ended (we were too slow).
-                tracing::error!(
-                    campaign = %claim.campaign_id, user = %claim.user_id,
-                    ?status,
-                    ses_message_id,
-                    "sent, but the claim had passed to another attempt: possible duplicate"
-                );
-                Done::Unrecorded
-            }
-            Err(err) => {
-                // Acknowledge anyway: a retry would send again. The SES event can reconcile.
-                tracing::error!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, ses_message_id, "sent, but SENT could not be recorded");
-                Done::Unrecorded
-            }
-        }
-    }
-
-    /// The campaign was cancelled: this email is not sent; its record ends CANCELLED (unless
-    /// it is SENT or a live attempt holds it) and the message is acknowledged.
-    async fn cancel(&self, job: &EmailJob, cancellation: &StateChange) -> Result<Done, Retry> {
-        let now = epoch_ms(SystemTime::now()).max(cancellation.at_ms);
-        match self
-            .ledger
-            .cancel_send(&job.user_id, job.campaign_id.as_str(), now)
-            .await
-        {
-            Ok(_) => Ok(Done::Cancelled),
-            Err(err) => {
-                tracing::warn!(campaign = %job.campaign_id, user = %job.user_id, reason = %err, "could not record the cancellation; will retry");
-                Err(Retry::error(None))
-            }
-        }
-    }
-
-    /// Records FAILED with the reason (a permanent error) and acknowledges the record.
-    async fn fail(&self, claim: &Claim, reason: &str) -> Result<Done, Retry> {
-        tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, "rejected permanently; recorded FAILED");
-        match self
-            .retry_mark(|| self.ledger.mark_failed(claim, reason))
-            .await
-        {
-            Ok(Ok(())) => Ok(Done::Failed),
-            Ok(Err(lost)) => {
-                tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, ?lost.status, "claim lost before FAILED could be recorded");
-                Ok(Done::Failed)
-            }
-            // The claim stays IN_PROGRESS; the record retries after the lease.
-            Err(_) => Err(Retry::error(None)),
-        }
-    }
-
-    /// Hands the claim back for a retry: released, or, on the message's last receive,
-    /// DEAD_LETTERED, since the message goes to the DLQ now.
-    async fn give_back(&self, claim: &Claim, reason: &str, send_error: bool, last_receive: bool) {
-        if last_receive {
-            return self.dead_letter(claim, reason).await;
-        }
-        match self
-            .retry_mark(|| self.ledger.release(claim, reason, send_error))
-            .await
-        {
-            Ok(_) => {}
-            // The lease still ends on its own; the retry only waits longer.
-            Err(err) => {
-                tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, "could not release the claim")
-            }
-        }
-    }
-
-    async fn dead_letter(&self, claim: &Claim, reason: &str) {
-        tracing::error!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, "last receive of this email's message: it goes to the emails DLQ; recorded DEAD_LETTERED");
-        if let Err(err) = self
-            .retry_mark(|| self.ledger.mark_dead_lettered(claim, reason))
-            .await
-        {
-            tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, "could not record DEAD_LETTERED");
-        }
-    }
-
-    async fn retry_mark<F, Fut>(&self, write: F) -> Marked
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Marked>,
-    {
-        self.retry_write(write, |attempt| attempt < MARK_ATTEMPTS)
-            .await
-    }
-
-    /// Retries a ledger write that failed (not one refused by its condition) with backoff
-    /// while `again(attempts so far)` allows.
-    async fn retry_write<F, Fut>(&self, write: F, again: impl Fn(u32) -> bool) -> Marked
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Marked>,
-    {
-        let mut attempt = 0;
-        loop {
-            match write().await {
-                Err(err) if again(attempt + 1) => {
-                    attempt += 1;
-                    tracing::warn!(reason = %err, attempt, "ledger write failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(100 << attempt.min(3))).await;
-                }
-                other => return other,
             }
         }
     }

@@ -1,0 +1,64 @@
+//! What one record's send came to: done (acknowledged) or again (returned, with when), and
+//! the batch's counts of both.
+
+use crate::stages::summary::summary;
+use std::time::Duration;
+
+summary! {
+    /// Per-batch counts, logged and returned to callers such as the local runner.
+    pub struct Summary {
+        pub sent: usize,
+        /// Already SENT: acknowledged without sending (a duplicate delivery or a re-run).
+        pub duplicates: usize,
+        /// Rejected permanently now (recorded FAILED) or earlier (left FAILED).
+        pub failed: usize,
+        pub previously_failed: usize,
+        /// Held by another attempt's live lease: returned to come back later.
+        pub busy: usize,
+        pub throttled: usize,
+        /// Returned because sending is paused or the account suspended.
+        pub stopped: usize,
+        /// The campaign is paused: handed back unclaimed, sent after the resume.
+        pub paused: usize,
+        /// Returned because of an error (bad body, ledger or service error, deadline).
+        pub retried: usize,
+        /// SES accepted but the ledger could not be updated under the claim.
+        pub unrecorded: usize,
+        /// The campaign was cancelled: recorded CANCELLED (or left to a live attempt) and
+        /// acknowledged.
+        pub cancelled: usize,
+    }
+}
+
+pub(super) enum Done {
+    Sent,
+    Duplicate,
+    Failed,
+    PreviouslyFailed,
+    Unrecorded,
+    Cancelled,
+}
+
+pub(super) enum Again {
+    Busy,
+    /// The campaign is paused: the record goes back untouched, to be sent after the resume.
+    Paused,
+    Throttled,
+    Stopped,
+    Error,
+}
+
+/// A record to return, and when it should come back (None: after the queue's visibility).
+pub(super) struct Retry {
+    pub why: Again,
+    pub delay: Option<Duration>,
+}
+
+impl Retry {
+    pub fn error(delay: Option<Duration>) -> Self {
+        Self {
+            why: Again::Error,
+            delay,
+        }
+    }
+}
