@@ -13,8 +13,8 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use mailflow_local::function_host::{CpuTime, FunctionProcess, Logs, Outcome};
 use mailflow_local::names;
 use mailflow_local::pipeline::{SeededStack, CREATE_EMAILS, GET_USERS, SEND_EMAIL};
-use mailflow_local::provision::Stack;
 use mailflow_local::runner::{self, Consumer};
+use mailflow_local::stack::Stack;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;

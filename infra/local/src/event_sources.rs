@@ -5,7 +5,7 @@
 //! reputation guard stop it exactly as they stop Lambda's pollers.
 
 use crate::http;
-use crate::provision::Stack;
+use crate::stack::Stack;
 use anyhow::{bail, Context, Result};
 use mailflow::adapters::event_sources::{EventSourceMappings, DISABLED, DISABLING};
 

@@ -24,6 +24,7 @@ pub mod sam_local;
 pub mod seed;
 pub mod ses_event_source;
 pub mod ses_record;
+pub mod stack;
 pub mod template;
 
 use anyhow::Context;

@@ -3,8 +3,8 @@
 //! by the runner (and the local Function URL).
 
 use crate::names;
-use crate::provision::Stack;
 use crate::runner::{self, Consumer, ConsumerStats};
+use crate::stack::Stack;
 use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use mailflow::assemble::{self, LambdaSendEmail};

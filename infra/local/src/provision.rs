@@ -4,8 +4,9 @@
 //! gets its own resources. Idempotent: a secret that exists keeps its value.
 
 use crate::names;
-use crate::template::{EnvValue, Template};
-use anyhow::{anyhow, bail, Context, Result};
+use crate::stack::Stack;
+use crate::template::Template;
+use anyhow::{anyhow, Context, Result};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
     ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
@@ -35,21 +36,6 @@ pub const LOCAL_FUNCTION_URL: &str = "http://127.0.0.1:8025/";
 /// The template parameter that names the MongoDB URI secret.
 pub const MONGODB_SECRET_PARAMETER: &str = names::MONGODB_URI_SECRET_NAME;
 
-#[derive(Clone, Debug)]
-pub struct Stack {
-    pub template: Template,
-    pub prefix: String,
-    pub sdk: aws_config::SdkConfig,
-    pub parameters: BTreeMap<String, String>,
-    pub queue_urls: BTreeMap<String, String>,
-    pub queue_arns: BTreeMap<String, String>,
-    pub table_names: BTreeMap<String, String>,
-    pub visibility_timeouts: BTreeMap<String, u32>,
-    /// What other resources are called here: secrets, configuration sets, Function URLs
-    /// (as `<FunctionId>Url`), by the logical id template.yaml refers to them with.
-    pub names: BTreeMap<String, String>,
-}
-
 pub async fn provision(
     sdk: &aws_config::SdkConfig,
     template: Template,
@@ -68,20 +54,7 @@ pub async fn provision(
         .iter()
         .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
         .collect();
-    // The indexes, as a deployment creates them (`mailctl create-indexes`): the functions
-    // only check for them.
-    if let (Some(uri), Some(database)) = (
-        &options.mongodb_uri,
-        parameters.get(names::MONGODB_DATABASE),
-    ) {
-        let db = mongodb::Client::with_uri_str(uri)
-            .await
-            .context("connecting to MongoDB to create the indexes")?
-            .database(database);
-        mailflow::adapters::directory::create_indexes(&db)
-            .await
-            .with_context(|| format!("creating the indexes in MongoDB database {database}"))?;
-    }
+    create_indexes(&options, &parameters).await?;
     let mut stack = Stack {
         template: template.clone(),
         prefix: options.prefix.clone(),
@@ -94,7 +67,45 @@ pub async fn provision(
         names: BTreeMap::new(),
     };
 
-    // Dead-letter queues first: the others name them in their redrive policy.
+    create_queues(&sqs, &template, &options, &mut stack).await?;
+    create_tables(sdk, &template, &options, &mut stack).await?;
+    name_other_resources(sdk, &template, &options, &mut stack).await?;
+    crate::event_sources::register(&mut stack).await?;
+    if let Some(sender) = stack.parameters.get("SenderAddress") {
+        verify_identity(sdk, sender).await?;
+    }
+    Ok(stack)
+}
+
+/// The indexes, as a deployment creates them (`mailctl create-indexes`): the functions only
+/// check for them.
+async fn create_indexes(
+    options: &StackOptions,
+    parameters: &BTreeMap<String, String>,
+) -> Result<()> {
+    if let (Some(uri), Some(database)) = (
+        &options.mongodb_uri,
+        parameters.get(names::MONGODB_DATABASE),
+    ) {
+        let db = mongodb::Client::with_uri_str(uri)
+            .await
+            .context("connecting to MongoDB to create the indexes")?
+            .database(database);
+        mailflow::adapters::directory::create_indexes(&db)
+            .await
+            .with_context(|| format!("creating the indexes in MongoDB database {database}"))?;
+    }
+    Ok(())
+}
+
+/// The template's queues, dead-letter queues first (the others name them in their redrive
+/// policy).
+async fn create_queues(
+    sqs: &aws_sdk_sqs::Client,
+    template: &Template,
+    options: &StackOptions,
+    stack: &mut Stack,
+) -> Result<()> {
     let mut queues = template.queues.clone();
     queues.sort_by_key(|q| q.redrive.is_some());
     for queue in &queues {
@@ -148,6 +159,16 @@ pub async fn provision(
             .insert(queue.logical_id.clone(), visibility);
     }
 
+    Ok(())
+}
+
+/// The template's DynamoDB tables: keys, indexes and TTL.
+async fn create_tables(
+    sdk: &aws_config::SdkConfig,
+    template: &Template,
+    options: &StackOptions,
+    stack: &mut Stack,
+) -> Result<()> {
     let dynamo = aws_sdk_dynamodb::Client::new(sdk);
     for table in &template.tables {
         let name = format!("{}-{}", options.prefix, table.logical_id);
@@ -223,6 +244,17 @@ pub async fn provision(
         stack.table_names.insert(table.logical_id.clone(), name);
     }
 
+    Ok(())
+}
+
+/// Generated secrets, configuration sets and Function URLs, by the logical ids the template
+/// refers to them with.
+async fn name_other_resources(
+    sdk: &aws_config::SdkConfig,
+    template: &Template,
+    options: &StackOptions,
+    stack: &mut Stack,
+) -> Result<()> {
     for id in &template.generated_secrets {
         let name = format!("{}-{id}", options.prefix);
         if !secret_exists(sdk, &name).await? {
@@ -245,11 +277,7 @@ pub async fn provision(
             .insert(format!("{}Url", function.logical_id), url.to_owned());
     }
 
-    crate::event_sources::register(&mut stack).await?;
-    if let Some(sender) = stack.parameters.get("SenderAddress") {
-        verify_identity(sdk, sender).await?;
-    }
-    Ok(stack)
+    Ok(())
 }
 
 /// 32 random bytes as hex, like the 64 characters the deployment generates.
@@ -346,80 +374,5 @@ pub async fn verify_identity(sdk: &aws_config::SdkConfig, identity: &str) -> Res
             Ok(())
         }
         Err(e) => Err(e).with_context(|| format!("verifying sender {identity}")),
-    }
-}
-
-impl Stack {
-    /// Points `function`'s Function URL at `url` (a local server started after provisioning,
-    /// on a port only known then): the environment that refers to it follows.
-    pub fn set_function_url(&mut self, function: &str, url: &str) {
-        self.names.insert(format!("{function}Url"), url.to_owned());
-    }
-
-    pub fn queue_url(&self, logical_id: &str) -> Result<&str> {
-        self.queue_urls
-            .get(logical_id)
-            .map(String::as_str)
-            .ok_or_else(|| anyhow!("no queue {logical_id} in this stack"))
-    }
-
-    /// The UUIDs of the campaign queues' event source mappings, comma-separated (the
-    /// template's `EventSourceMappingIds` output).
-    pub fn event_source_mappings(&self) -> Result<String> {
-        let mut ids = Vec::new();
-        for function in names::CAMPAIGN_CONSUMERS {
-            for event in &self.template.function(function)?.sqs_events {
-                ids.push(
-                    self.names
-                        .get(&event.mapping)
-                        .ok_or_else(|| anyhow!("no event source mapping {}", event.mapping))?
-                        .clone(),
-                );
-            }
-        }
-        Ok(ids.join(","))
-    }
-
-    pub fn table_name(&self, logical_id: &str) -> Result<&str> {
-        self.table_names
-            .get(logical_id)
-            .map(String::as_str)
-            .ok_or_else(|| anyhow!("no table {logical_id} in this stack"))
-    }
-
-    /// A function's environment exactly as template.yaml sets it, references resolved.
-    pub fn env(&self, function: &str) -> Result<BTreeMap<String, String>> {
-        let spec = self.template.function(function)?;
-        let mut env = BTreeMap::new();
-        for (name, value) in &spec.env {
-            let resolved = self
-                .resolve(value)
-                .with_context(|| format!("{function}: {name}"))?;
-            env.insert(name.clone(), resolved);
-        }
-        Ok(env)
-    }
-
-    fn resolve(&self, value: &EnvValue) -> Result<String> {
-        Ok(match value {
-            EnvValue::Literal(v) => v.clone(),
-            EnvValue::Ref(id) => match [
-                &self.parameters,
-                &self.queue_urls,
-                &self.table_names,
-                &self.names,
-            ]
-            .iter()
-            .find_map(|values| values.get(id))
-            {
-                Some(v) => v.clone(),
-                None => bail!("refers to {id}, which has no value (a parameter without default?)"),
-            },
-            EnvValue::Join(separator, parts) => parts
-                .iter()
-                .map(|p| self.resolve(p))
-                .collect::<Result<Vec<_>>>()?
-                .join(separator),
-        })
     }
 }

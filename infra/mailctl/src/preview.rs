@@ -7,7 +7,7 @@ use mailflow::assemble::LambdaCreateEmails;
 use mailflow::config::CreateEmailsConfig;
 use mailflow::domain::campaign::Campaign;
 use mailflow::domain::messages::{EmailJob, UserMessage};
-use mailflow_local::provision::Stack;
+use mailflow_local::stack::Stack;
 use std::collections::BTreeMap;
 
 /// CreateEmails as configured by `env` (its function's environment).

@@ -48,7 +48,7 @@ pub async fn provision_local(
     template: &std::path::Path,
     prefix: &str,
     database: &str,
-) -> Result<mailflow_local::provision::Stack> {
+) -> Result<mailflow_local::stack::Stack> {
     let parameters = BTreeMap::from([(names::MONGODB_DATABASE.to_string(), database.to_owned())]);
     provision(
         sdk,
