@@ -1,0 +1,163 @@
+//! `mailctl bench`: runs a seeded campaign through the real function binaries, the three
+//! stages at once as in production, each stage in its own processes so it can be measured
+//! alone, and reports per stage: those processes' CPU time, peak RSS, cold start, the billable
+//! requests they made (metered in the functions, see `mailflow::runtime::metering`) plus the event
+//! source mappings' polling (counted by the runner), MongoDB round trips, then binary sizes
+//! and the cost per million emails.
+//! `environments` runs and measures the binaries, `report` adds up what they did; the cost
+//! model is `cost.rs`.
+
+mod environments;
+mod report;
+
+pub use report::{markdown, BenchReport, BinaryReport, StageReport};
+
+use crate::cost::{self};
+use anyhow::{bail, Result};
+use environments::{concurrency, consumer, Environments};
+use mailflow_local::function_host::Outcome;
+use mailflow_local::names;
+use mailflow_local::pipeline::{SeededStack, CREATE_EMAILS, GET_USERS, SEND_EMAIL};
+use mailflow_local::runner::{self};
+use report::{binaries, machine, stage_report, PerEmailFigures};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, clap::Args)]
+pub struct BenchOptions {
+    #[arg(long, default_value_t = 10_000)]
+    pub users: usize,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Only GetUsers: the fan-out to the users queue (try --users 100000).
+    #[arg(long)]
+    pub get_users_only: bool,
+    /// Campaign-wide send rate (emails/s); high so that our code, not the pacer, is measured.
+    #[arg(long, default_value_t = 5000.0)]
+    pub send_rate: f64,
+    /// Where the function binaries are.
+    #[arg(long, default_value_os_t = mailflow_local::repo_root().join("target/release"))]
+    pub bin_dir: PathBuf,
+    /// Also write each function process's log lines (the first 20,000 of each) to
+    /// <dir>/<function>-<n>.log.
+    #[arg(long)]
+    pub logs_dir: Option<PathBuf>,
+}
+
+const DRAIN_LIMIT: Duration = Duration::from_secs(6 * 3600);
+
+pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchReport> {
+    let parameters = BTreeMap::from([(
+        names::SEND_RATE_PER_SECOND.to_string(),
+        options.send_rate.to_string(),
+    )]);
+    let local =
+        SeededStack::create(template, "bench", options.users, options.seed, parameters).await?;
+    let stack = &local.stack;
+    let sqs = mailflow::adapters::sqs_client(&stack.sdk);
+
+    let get_users = Environments::start(stack, &options.bin_dir, GET_USERS, 1).await?;
+    let mut consumers = vec![consumer(stack, GET_USERS, get_users.handlers())?];
+    let mut downstream = Vec::new();
+    // With GetUsers alone, the users queue is left to fill.
+    if !options.get_users_only {
+        for function in [CREATE_EMAILS, SEND_EMAIL] {
+            let environments = Environments::start(
+                stack,
+                &options.bin_dir,
+                function,
+                concurrency(stack, function)?,
+            )
+            .await?;
+            consumers.push(consumer(stack, function, environments.handlers())?);
+            downstream.push(environments);
+        }
+    }
+
+    // The schedule event, then GetUsers' continuations, while the consumers drain the queues.
+    let started = Instant::now();
+    let first = tokio::spawn({
+        let (get_users, event) = (get_users.clone(), local.schedule_event()?);
+        async move { get_users.invoke(0, event).await }
+    });
+    let stats =
+        runner::run_until_drained_while(&sqs, consumers, DRAIN_LIMIT, || !first.is_finished())
+            .await?;
+    let first = first.await?;
+    if !matches!(first, Outcome::Response(_)) {
+        bail!("GetUsers failed: {first:?}");
+    }
+    let wall = started.elapsed();
+    // GetUsers' own duration: until its last invocation (the last continuation) answered.
+    let get_users_wall = get_users
+        .last_answer
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .map_or(wall, |t| t - started);
+    let logs_dir = options.logs_dir.as_deref();
+    let mut stages =
+        vec![stage_report(&get_users, stats.get(GET_USERS), get_users_wall, logs_dir).await?];
+    for environments in &downstream {
+        let stats = stats.get(environments.function);
+        stages.push(stage_report(environments, stats, wall, logs_dir).await?);
+    }
+    let users_enqueued = stages[0].users_enqueued;
+    let users_enqueued_per_second = users_enqueued as f64 / get_users_wall.as_secs_f64();
+
+    let emails_sent = if options.get_users_only {
+        0
+    } else {
+        emails_sent(&local).await?
+    };
+
+    // Per email sent; with GetUsers alone, per user enqueued.
+    let basis = if options.get_users_only {
+        users_enqueued
+    } else {
+        emails_sent
+    };
+    let figures = PerEmailFigures::of(&stages, basis);
+    let send_memory = stack.template.function(SEND_EMAIL)?.memory_size;
+    Ok(BenchReport {
+        machine: machine(),
+        users: local.seeded.users,
+        eligible_users: local.seeded.audience.len(),
+        users_enqueued,
+        users_enqueued_per_second,
+        emails_sent,
+        cpu_micros_per_email: figures.cpu_micros,
+        billable_requests_per_email: figures.per_email.sqs_requests
+            + figures.per_email.dynamodb_write_units
+            + figures.per_email.dynamodb_read_units
+            + figures.per_email.ses_emails,
+        mongodb_round_trips_per_email: figures.mongodb_round_trips,
+        cost_per_million: figures.per_email.cost_per_million(),
+        seed_design_cost_per_million: cost::seed_design(f64::from(send_memory)).cost_per_million(),
+        per_email: figures.per_email,
+        stages,
+        binaries: binaries(&options.bin_dir),
+    })
+}
+
+/// SENT records of the bench's campaign, which must be every deliverable user.
+async fn emails_sent(local: &SeededStack) -> Result<u64> {
+    let stack = &local.stack;
+    let records = mailflow_local::ledger_scan::records(
+        &mailflow::adapters::dynamodb_client(&stack.sdk),
+        stack.table_name(names::SENDS_TABLE)?,
+        local.campaign.id.as_str(),
+    )
+    .await?;
+    let sent = mailflow_local::ledger_scan::count_by_status(&records)
+        .get("SENT")
+        .copied()
+        .unwrap_or(0) as u64;
+    let expected = local.seeded.deliverable().count() as u64;
+    if sent != expected {
+        bail!(
+            "the benchmark run is inconsistent: {sent} SENT records, {expected} deliverable users"
+        );
+    }
+    Ok(sent)
+}
