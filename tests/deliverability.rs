@@ -5,8 +5,8 @@
 
 use mailflow::adapters::dynamo::DynamoLedger;
 use mailflow::adapters::ses::SesMailer;
-use mailflow::domain::campaign::Campaign;
-use mailflow::domain::ledger::{epoch_ms, Claim, Engagement, SendStatus};
+use mailflow::domain::campaign::{Campaign, CampaignId};
+use mailflow::domain::ledger::{epoch_ms, Claim, Engagement, SendKey, SendStatus};
 use mailflow::ports::SendLedger;
 use mailflow_local::http;
 use mailflow_local::names;
@@ -199,8 +199,7 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
     let now = SystemTime::now();
     for crashed in ["u-crashed-1", "u-crashed-2"] {
         let claim = Claim {
-            user_id: crashed.into(),
-            campaign_id: W46.into(),
+            key: SendKey::new(crashed, CampaignId::parse(W46).unwrap()),
             token: "a-dead-attempt".into(),
             started_at_ms: epoch_ms(now),
             lease_until_ms: epoch_ms(now + Duration::from_secs(300)),

@@ -8,7 +8,8 @@
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailflow::adapters::dynamo::DynamoLedger;
 use mailflow::adapters::ses::SesMailer;
-use mailflow::domain::ledger::{epoch_ms, Claim, SendStatus};
+use mailflow::domain::campaign::CampaignId;
+use mailflow::domain::ledger::{epoch_ms, Claim, SendKey, SendStatus};
 use mailflow::ports::{Mailer, OutgoingEmail, OutgoingQueue, SendError, SendLedger};
 use mailflow::runtime::Invocation;
 use mailflow_local::names;
@@ -109,17 +110,25 @@ impl Mailer for Faulty {
             ));
         }
         if action == Action::HangBefore {
-            self.faults.hung.lock().unwrap().push(email.user_id.clone());
+            self.faults
+                .hung
+                .lock()
+                .unwrap()
+                .push(email.key.user_id.clone());
             return futures::future::pending().await;
         }
         self.faults
             .accepted
             .lock()
             .unwrap()
-            .push((email.user_id.clone(), Instant::now()));
+            .push((email.key.user_id.clone(), Instant::now()));
         let result = self.inner.send(email).await;
         if action == Action::HangAfter {
-            self.faults.hung.lock().unwrap().push(email.user_id.clone());
+            self.faults
+                .hung
+                .lock()
+                .unwrap()
+                .push(email.key.user_id.clone());
             return futures::future::pending().await;
         }
         result
@@ -395,8 +404,7 @@ async fn t5_a_live_lease_returns_the_message_which_is_sent_later() {
     let now = SystemTime::now();
     let lease_until = now + Duration::from_secs(4);
     let holder = Claim {
-        user_id: "u000".into(),
-        campaign_id: W46.into(),
+        key: SendKey::new("u000", CampaignId::parse(W46).unwrap()),
         token: "someone-else".into(),
         started_at_ms: epoch_ms(now),
         lease_until_ms: epoch_ms(lease_until),

@@ -246,8 +246,10 @@ mod tests {
             subject: "Vous avez 3 nouveaux abonnés".into(),
             html: "<p>Bonjour Ada = café</p>".into(),
             text: format!("Bonjour {}\nfin", "x".repeat(100)),
-            campaign_id: "c".into(),
-            user_id: "u".into(),
+            key: mailflow::domain::ledger::SendKey::new(
+                "u",
+                mailflow::domain::campaign::CampaignId::parse("c").unwrap(),
+            ),
             unsubscribe_url: Some("https://u.example/?token=abc.def".into()),
         };
         let raw = mailflow::adapters::ses::raw_message("news@example.com", &email).unwrap();

@@ -3,8 +3,7 @@
 //! Over 400 lines on purpose: every conditional write of the ledger is here, once.
 
 use crate::domain::ledger::{
-    campaign_shard, epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Reclaim, Refusal,
-    SendStatus,
+    epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Reclaim, Refusal, SendKey, SendStatus,
 };
 use crate::ports::{Marked, SendLedger, SendRecordNotes};
 use aws_sdk_dynamodb::error::SdkError;
@@ -93,7 +92,7 @@ impl SendRecords {
     async fn update(
         &self,
         operation: &'static str,
-        (user_id, campaign_id): (&str, &str),
+        key: &SendKey,
         update: &str,
         condition: &str,
         values: Item,
@@ -103,8 +102,8 @@ impl SendRecords {
             .client
             .update_item()
             .table_name(&self.table)
-            .key("userId", s(user_id))
-            .key("campaignId", s(campaign_id))
+            .key("userId", s(key.user_id()))
+            .key("campaignId", s(key.campaign_id()))
             .update_expression(update)
             .condition_expression(condition)
             .expression_attribute_names("#status", "status")
@@ -150,10 +149,7 @@ impl SendLedger for DynamoLedger {
                 ":dead_lettered".into(),
                 s(SendStatus::DeadLettered.as_str()),
             ),
-            (
-                ":shard".into(),
-                s(&campaign_shard(&claim.campaign_id, &claim.user_id)),
-            ),
+            (":shard".into(), s(&claim.key.campaign_shard())),
             (":now".into(), n(now)),
             (":lease".into(), n(claim.lease_until_ms)),
             (":token".into(), s(&claim.token)),
@@ -176,7 +172,7 @@ impl SendLedger for DynamoLedger {
             .records
             .update(
                 "claim",
-                (&claim.user_id, &claim.campaign_id),
+                &claim.key,
                 update,
                 &condition,
                 values,
@@ -260,12 +256,7 @@ impl SendLedger for DynamoLedger {
 
     /// CANCELLED, on no record, a DEAD_LETTERED one, or an IN_PROGRESS one whose lease has
     /// ended; a SENT or FAILED record is final already, and a live lease's attempt decides.
-    async fn cancel_send(
-        &self,
-        user_id: &str,
-        campaign_id: &str,
-        at_ms: u64,
-    ) -> Result<bool, LedgerError> {
+    async fn cancel_send(&self, key: &SendKey, at_ms: u64) -> Result<bool, LedgerError> {
         let expires = (SystemTime::now() + self.retention)
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -277,7 +268,7 @@ impl SendLedger for DynamoLedger {
                 s(SendStatus::DeadLettered.as_str()),
             ),
             (":now".into(), n(at_ms)),
-            (":shard".into(), s(&campaign_shard(campaign_id, user_id))),
+            (":shard".into(), s(&key.campaign_shard())),
             (":expires".into(), n(expires)),
         ]);
         let condition = "attribute_not_exists(#status) OR #status = :dead_lettered \
@@ -287,21 +278,14 @@ impl SendLedger for DynamoLedger {
                       REMOVE leaseUntil";
         let outcome = self
             .records
-            .update(
-                "cancel",
-                (user_id, campaign_id),
-                update,
-                condition,
-                values,
-                ReturnValue::None,
-            )
+            .update("cancel", key, update, condition, values, ReturnValue::None)
             .await?;
         Ok(matches!(outcome, Conditional::Done(_)))
     }
 
     /// Counts a suppressed duplicate on a SENT record, so operators see how often the
     /// ledger saved a user from a second email. Only on SENT: it never creates a record.
-    async fn note_duplicate(&self, user_id: &str, campaign_id: &str) -> Result<(), LedgerError> {
+    async fn note_duplicate(&self, key: &SendKey) -> Result<(), LedgerError> {
         let values = HashMap::from([
             (":sent".into(), s(SendStatus::Sent.as_str())),
             (":one".into(), n(1)),
@@ -309,7 +293,7 @@ impl SendLedger for DynamoLedger {
         self.records
             .update(
                 "note duplicate",
-                (user_id, campaign_id),
+                key,
                 "ADD duplicatesSuppressed :one",
                 "#status = :sent",
                 values,
@@ -336,7 +320,7 @@ impl DynamoLedger {
             .records
             .update(
                 operation,
-                (&claim.user_id, &claim.campaign_id),
+                &claim.key,
                 update,
                 condition,
                 values,
@@ -362,8 +346,7 @@ impl SendRecordNotes for SendRecords {
     /// record's status, or None when there is no record (not a send of this ledger).
     async fn note(
         &self,
-        user_id: &str,
-        campaign_id: &str,
+        key: &SendKey,
         what: Engagement,
         at_ms: u64,
     ) -> Result<Option<SendStatus>, LedgerError> {
@@ -372,7 +355,7 @@ impl SendRecordNotes for SendRecords {
         let outcome = self
             .update(
                 "note",
-                (user_id, campaign_id),
+                key,
                 &update,
                 "attribute_exists(#status)",
                 values,
@@ -392,17 +375,13 @@ impl SendRecordNotes for SendRecords {
 
     /// The status of one send's record (eventually consistent: a hint, the writes that act
     /// on it are conditional).
-    async fn status_of(
-        &self,
-        user_id: &str,
-        campaign_id: &str,
-    ) -> Result<Option<SendStatus>, LedgerError> {
+    async fn status_of(&self, key: &SendKey) -> Result<Option<SendStatus>, LedgerError> {
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
-            .key("userId", s(user_id))
-            .key("campaignId", s(campaign_id))
+            .key("userId", s(key.user_id()))
+            .key("campaignId", s(key.campaign_id()))
             .projection_expression("#status")
             .expression_attribute_names("#status", "status")
             .send()
@@ -426,8 +405,7 @@ impl SendRecordNotes for SendRecords {
     /// Returns whether it did.
     async fn reconcile_sent(
         &self,
-        user_id: &str,
-        campaign_id: &str,
+        key: &SendKey,
         ses_message_id: &str,
         at_ms: u64,
     ) -> Result<bool, LedgerError> {
@@ -447,7 +425,7 @@ impl SendRecordNotes for SendRecords {
         let outcome = self
             .update(
                 "reconcile",
-                (user_id, campaign_id),
+                key,
                 update,
                 "#status = :in_progress OR #status = :dead_lettered",
                 values,

@@ -203,7 +203,7 @@ impl SesMailer {
         };
         let raw = raw_message_with(&self.from, &test, &[(TEST_HEADER, "true")])?;
         let tags = [
-            tag(ses_tags::CAMPAIGN_TAG, &email.campaign_id)?,
+            tag(ses_tags::CAMPAIGN_TAG, email.key.campaign_id())?,
             tag(TEST_TAG, "true")?,
         ];
         self.send_raw(&test, raw, tags.into_iter().flatten().collect())
@@ -243,8 +243,8 @@ impl Mailer for SesMailer {
     async fn send(&self, email: &OutgoingEmail) -> Result<String, SendError> {
         let raw = raw_message(&self.from, email)?;
         let tags = [
-            tag(ses_tags::CAMPAIGN_TAG, &email.campaign_id)?,
-            tag(ses_tags::USER_TAG, &email.user_id)?,
+            tag(ses_tags::CAMPAIGN_TAG, email.key.campaign_id())?,
+            tag(ses_tags::USER_TAG, email.key.user_id())?,
         ];
         self.send_raw(email, raw, tags.into_iter().flatten().collect())
             .await

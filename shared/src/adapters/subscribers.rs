@@ -4,6 +4,7 @@
 //! or event finds it done and keeps the first time and reason.
 
 use super::directory::USERS;
+use crate::domain::ledger::SendKey;
 use crate::domain::user_id::UserId;
 use mongodb::bson::{doc, DateTime, Document};
 use mongodb::{Collection, Database};
@@ -55,21 +56,20 @@ impl Subscribers {
 }
 
 impl SubscriberStore for Subscribers {
-    /// The user asked to receive no more of `list` (from `campaign_id`'s email).
+    /// The user asked to receive no more of `list` (from the email of `key`).
     async fn unsubscribe(
         &self,
-        user_id: &str,
+        key: &SendKey,
         list: &str,
-        campaign_id: &str,
         at_ms: i64,
     ) -> Result<Change, StoreError> {
         self.change(
-            user_id,
+            key.user_id(),
             doc! { "subscribed": { "$ne": false } },
             doc! {
                 "subscribed": false,
                 "unsubscribedAt": DateTime::from_millis(at_ms),
-                "unsubscribedFrom": { "list": list, "campaignId": campaign_id },
+                "unsubscribedFrom": { "list": list, "campaignId": key.campaign_id() },
             },
         )
         .await
@@ -80,20 +80,19 @@ impl SubscriberStore for Subscribers {
     /// bounce type, the complaint's feedback type).
     async fn suppress(
         &self,
-        user_id: &str,
+        key: &SendKey,
         reason: SuppressionReason,
         detail: &str,
-        campaign_id: &str,
         at_ms: i64,
     ) -> Result<Change, StoreError> {
         self.change(
-            user_id,
+            key.user_id(),
             doc! { "suppression": { "$exists": false } },
             doc! {
                 "suppression": {
                     "reason": reason.as_str(),
                     "detail": detail,
-                    "campaignId": campaign_id,
+                    "campaignId": key.campaign_id(),
                     "at": DateTime::from_millis(at_ms),
                 },
             },

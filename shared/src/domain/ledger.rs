@@ -13,6 +13,7 @@
 //!   reopens the campaign: resend --reopen-cancelled)
 //! ```
 
+use crate::domain::campaign::CampaignId;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,11 +51,41 @@ impl SendStatus {
     }
 }
 
-/// One attempt's claim on (userId, campaignId).
+/// The ledger's key: one email per user and campaign (partition key `userId`, sort key
+/// `campaignId`). It travels from the claim to the SES tags that bring the email's events
+/// back to its record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SendKey {
+    pub user_id: String,
+    pub campaign_id: CampaignId,
+}
+
+impl SendKey {
+    pub fn new(user_id: impl Into<String>, campaign_id: CampaignId) -> Self {
+        Self {
+            user_id: user_id.into(),
+            campaign_id,
+        }
+    }
+
+    pub fn user_id(&self) -> &str {
+        &self.user_id
+    }
+
+    pub fn campaign_id(&self) -> &str {
+        self.campaign_id.as_str()
+    }
+
+    /// The campaign index key of its record (`campaign_shard`).
+    pub fn campaign_shard(&self) -> String {
+        campaign_shard(self.campaign_id(), &self.user_id)
+    }
+}
+
+/// One attempt's claim on a send (its key).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Claim {
-    pub user_id: String,
-    pub campaign_id: String,
+    pub key: SendKey,
     /// Unique per attempt (request id + SQS message id): the fencing token every later write
     /// is conditioned on, so a zombie attempt can never overwrite a newer one.
     pub token: String,
@@ -133,7 +164,7 @@ pub const CAMPAIGN_SHARDS: u64 = 16;
 
 /// The campaign index key of a record: `campaignId#NN`, NN from a hash of the user id, so a
 /// campaign's writes never land on one hot partition and status reads 16 small queries.
-pub fn campaign_shard(campaign_id: &str, user_id: &str) -> String {
+fn campaign_shard(campaign_id: &str, user_id: &str) -> String {
     // FNV-1a: stable across builds and platforms (std's hasher is neither).
     let hash = user_id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)

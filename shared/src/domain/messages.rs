@@ -168,6 +168,11 @@ impl From<EmailJob> for WireJob {
 }
 
 impl EmailJob {
+    /// The ledger record this job is sent under.
+    pub fn key(&self) -> crate::domain::ledger::SendKey {
+        crate::domain::ledger::SendKey::new(self.user_id.clone(), self.campaign_id.clone())
+    }
+
     /// The final records this job may claim again.
     pub fn reclaim(&self) -> crate::domain::ledger::Reclaim {
         crate::domain::ledger::Reclaim {

@@ -11,6 +11,7 @@
 //! The record SES publishes through SNS (no EventBridge envelope) is read the same way.
 
 use crate::domain::campaign::CampaignId;
+use crate::domain::ledger::SendKey;
 use crate::domain::ses_tags;
 use serde_json::Value;
 
@@ -37,19 +38,13 @@ pub enum EventKind {
     Other(String),
 }
 
-/// Whose email an event is about: the tags SendEmail put on it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Recipient {
-    pub campaign_id: CampaignId,
-    pub user_id: String,
-}
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SesEvent {
     pub kind: EventKind,
     pub ses_message_id: String,
-    /// None when the email carries no mailflow tags (sent by something else).
-    pub recipient: Option<Recipient>,
+    /// Whose email it is about: the send record the tags SendEmail put on it name; None when
+    /// the email carries no mailflow tags (sent by something else).
+    pub key: Option<SendKey>,
     /// When it happened (epoch ms): the event's own timestamp, else the email's.
     pub at_ms: u64,
 }
@@ -127,7 +122,7 @@ pub fn parse(body: &str, now_ms: u64) -> Result<SesEvent, String> {
         .or_else(|| text(&envelope, &["time"]))
         .and_then(epoch_ms)
         .unwrap_or(now_ms);
-    let recipient = match (
+    let key = match (
         tag(mail, ses_tags::CAMPAIGN_TAG)?,
         tag(mail, ses_tags::USER_TAG)?,
     ) {
@@ -136,17 +131,14 @@ pub fn parse(body: &str, now_ms: u64) -> Result<SesEvent, String> {
                 CampaignId::parse(&campaign).map_err(|e| format!("mail.tags.campaignId: {e}"))?;
             crate::domain::messages::check_user_id(&user)
                 .map_err(|e| format!("mail.tags.userId: {e}"))?;
-            Some(Recipient {
-                campaign_id,
-                user_id: user,
-            })
+            Some(SendKey::new(user, campaign_id))
         }
         _ => None,
     };
     Ok(SesEvent {
         kind,
         ses_message_id,
-        recipient,
+        key,
         at_ms,
     })
 }
@@ -188,7 +180,7 @@ mod tests {
                 detail: "Permanent/General".into()
             }
         );
-        let r = e.recipient.unwrap();
+        let r = e.key.unwrap();
         assert_eq!(
             (r.user_id.as_str(), r.campaign_id.as_str()),
             ("u.1", "weekly-2026-W47")
@@ -241,7 +233,7 @@ mod tests {
             0,
         )
         .unwrap();
-        assert_eq!(e.recipient, None);
+        assert_eq!(e.key, None);
         let e = parse(
             &event(
                 "Email Delivery Delayed",

@@ -8,6 +8,7 @@
 //! verifies, so a key can be rotated without breaking the links already sent.
 
 use crate::domain::campaign::CampaignId;
+use crate::domain::ledger::SendKey;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{KeyInit, Mac};
@@ -26,6 +27,13 @@ pub struct Subscription {
     pub list: String,
     pub campaign_id: CampaignId,
     pub user_id: String,
+}
+
+impl Subscription {
+    /// The send record of the email the link came in.
+    pub fn key(&self) -> SendKey {
+        SendKey::new(self.user_id.clone(), self.campaign_id.clone())
+    }
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]

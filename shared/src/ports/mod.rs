@@ -9,7 +9,7 @@
 use crate::domain::campaign::{Hold, StateChange, Window};
 use crate::domain::digest::{Enrichment, OddFollow};
 use crate::domain::ledger::{
-    Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, SendStatus,
+    Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, SendKey, SendStatus,
 };
 #[cfg(test)]
 pub(crate) mod memory;
@@ -20,7 +20,7 @@ use std::time::Duration;
 /// The sends ledger as SendEmail uses it (`crate::domain::ledger` describes the state machine).
 /// Every write is conditional; a refused one reports what the record holds instead.
 pub trait SendLedger: Send + Sync {
-    /// Claims (userId, campaignId) for one attempt: on no record, an IN_PROGRESS record whose
+    /// Claims the claim's key for one attempt: on no record, an IN_PROGRESS record whose
     /// lease has ended, a DEAD_LETTERED one, or a FAILED or CANCELLED one `reclaim` names.
     fn claim(
         &self,
@@ -28,11 +28,8 @@ pub trait SendLedger: Send + Sync {
         reclaim: Reclaim,
     ) -> impl Future<Output = Result<ClaimOutcome, LedgerError>> + Send;
     /// Counts a suppressed duplicate on a SENT record.
-    fn note_duplicate(
-        &self,
-        user_id: &str,
-        campaign_id: &str,
-    ) -> impl Future<Output = Result<(), LedgerError>> + Send;
+    fn note_duplicate(&self, key: &SendKey)
+        -> impl Future<Output = Result<(), LedgerError>> + Send;
     /// SENT with the SES message id, while this attempt holds the claim.
     fn mark_sent(&self, claim: &Claim, ses_message_id: &str)
         -> impl Future<Output = Marked> + Send;
@@ -55,8 +52,7 @@ pub trait SendLedger: Send + Sync {
     /// lease (that attempt's outcome stands). Whether it was written.
     fn cancel_send(
         &self,
-        user_id: &str,
-        campaign_id: &str,
+        key: &SendKey,
         at_ms: u64,
     ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
 }
@@ -99,22 +95,19 @@ pub trait SendRecordNotes: Send + Sync {
     /// there is no record.
     fn note(
         &self,
-        user_id: &str,
-        campaign_id: &str,
+        key: &SendKey,
         what: Engagement,
         at_ms: u64,
     ) -> impl Future<Output = Result<Option<SendStatus>, LedgerError>> + Send;
     /// The record's status (a hint: the writes that act on it are conditional).
     fn status_of(
         &self,
-        user_id: &str,
-        campaign_id: &str,
+        key: &SendKey,
     ) -> impl Future<Output = Result<Option<SendStatus>, LedgerError>> + Send;
     /// SES sent this email: an IN_PROGRESS or DEAD_LETTERED record becomes SENT. Whether it did.
     fn reconcile_sent(
         &self,
-        user_id: &str,
-        campaign_id: &str,
+        key: &SendKey,
         ses_message_id: &str,
         at_ms: u64,
     ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
@@ -122,19 +115,19 @@ pub trait SendRecordNotes: Send + Sync {
 
 /// Who may be emailed (MongoDB's users): unsubscribes and suppressions, each idempotent.
 pub trait SubscriberStore: Send + Sync {
+    /// The user of `key` leaves `list`, from the email of `key`.
     fn unsubscribe(
         &self,
-        user_id: &str,
+        key: &SendKey,
         list: &str,
-        campaign_id: &str,
         at_ms: i64,
     ) -> impl Future<Output = Result<Change, StoreError>> + Send;
+    /// The user of `key` is never emailed again, for what happened to the email of `key`.
     fn suppress(
         &self,
-        user_id: &str,
+        key: &SendKey,
         reason: SuppressionReason,
         detail: &str,
-        campaign_id: &str,
         at_ms: i64,
     ) -> impl Future<Output = Result<Change, StoreError>> + Send;
 }
@@ -307,9 +300,8 @@ pub struct OutgoingEmail {
     pub subject: String,
     pub html: String,
     pub text: String,
-    /// Tags that tie SES events back to the ledger record.
-    pub campaign_id: String,
-    pub user_id: String,
+    /// The ledger record's key, sent as the SES tags that tie its events back to it.
+    pub key: SendKey,
     /// The one-click unsubscribe URL (RFC 8058), sent as List-Unsubscribe headers.
     pub unsubscribe_url: Option<String>,
 }

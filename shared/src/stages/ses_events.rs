@@ -12,8 +12,8 @@
 
 use super::summary::summary;
 use crate::config::SesEventsConfig;
-use crate::domain::ledger::{epoch_ms, Engagement, SendStatus};
-use crate::domain::ses_event::{self, EventKind, Recipient, SesEvent};
+use crate::domain::ledger::{epoch_ms, Engagement, SendKey, SendStatus};
+use crate::domain::ses_event::{self, EventKind, SesEvent};
 use crate::ports::{Change, SendRecordNotes, SubscriberStore, SuppressionReason};
 use crate::runtime::batch::{batch_response, each_record};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
@@ -123,72 +123,69 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
     }
 
     async fn apply(&self, event: &SesEvent) -> Result<Effect, String> {
-        let Some(recipient) = &event.recipient else {
+        let Some(key) = &event.key else {
             tracing::debug!(ses_message_id = %event.ses_message_id, "event without mailflow tags");
             return Ok(Effect {
                 ignored: true,
                 ..Default::default()
             });
         };
-        let span = tracing::info_span!("ses_event", campaign = %recipient.campaign_id, user = %recipient.user_id);
-        self.act(recipient, event).instrument(span).await
+        let span =
+            tracing::info_span!("ses_event", campaign = %key.campaign_id(), user = %key.user_id);
+        self.act(key, event).instrument(span).await
     }
 
-    async fn act(&self, recipient: &Recipient, event: &SesEvent) -> Result<Effect, String> {
+    async fn act(&self, key: &SendKey, event: &SesEvent) -> Result<Effect, String> {
         let ledger = |e: crate::domain::ledger::LedgerError| e.to_string();
         let mut effect = Effect::default();
         match &event.kind {
             EventKind::Send => {
                 // A read first: SEND comes for every email, and a write would cost 5 times
                 // a read; the write that follows is conditional anyway.
-                let status = self
-                    .records
-                    .status_of(&recipient.user_id, recipient.campaign_id.as_str())
-                    .await
-                    .map_err(ledger)?;
+                let status = self.records.status_of(key).await.map_err(ledger)?;
                 if matches!(
                     status,
                     Some(SendStatus::InProgress | SendStatus::DeadLettered)
                 ) {
-                    effect.reconciled = self.reconcile(recipient, event).await?;
+                    effect.reconciled = self.reconcile(key, event).await?;
                 }
             }
             EventKind::Delivery => {
-                let status = self.note(recipient, Engagement::Delivered, event).await?;
+                let status = self.note(key, Engagement::Delivered, event).await?;
                 effect.counted = Some(Engagement::Delivered);
                 if matches!(
                     status,
                     Some(SendStatus::InProgress | SendStatus::DeadLettered)
                 ) {
-                    effect.reconciled = self.reconcile(recipient, event).await?;
+                    effect.reconciled = self.reconcile(key, event).await?;
                 }
             }
             EventKind::Bounce { permanent, detail } => {
                 // Transient bounces are counted, never suppressed: the address may work later.
                 let what = if *permanent {
                     effect.suppressed = self
-                        .suppress(recipient, SuppressionReason::Bounce, detail, event)
+                        .suppress(key, SuppressionReason::Bounce, detail, event)
                         .await?;
                     Engagement::Bounced
                 } else {
                     Engagement::SoftBounced
                 };
-                self.note(recipient, what, event).await?;
+                self.note(key, what, event).await?;
                 effect.counted = Some(what);
             }
             EventKind::Complaint { detail } => {
                 effect.suppressed = self
-                    .suppress(recipient, SuppressionReason::Complaint, detail, event)
+                    .suppress(key, SuppressionReason::Complaint, detail, event)
                     .await?;
                 effect.counted = Some(Engagement::Complained);
-                self.note(recipient, Engagement::Complained, event).await?;
+                self.note(key, Engagement::Complained, event).await?;
             }
             EventKind::Open => {
-                self.note(recipient, Engagement::Opened, event).await?;
+                self.note(key, Engagement::Opened, event).await?;
                 effect.counted = Some(Engagement::Opened);
             }
             EventKind::Click => {
-                self.note(recipient, Engagement::Clicked, event).await?;
+                self.note(key, Engagement::Clicked, event).await?;
                 effect.counted = Some(Engagement::Clicked);
             }
             EventKind::Other(kind) => {
@@ -201,18 +198,13 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
 
     async fn note(
         &self,
-        recipient: &Recipient,
+        key: &SendKey,
         what: Engagement,
         event: &SesEvent,
     ) -> Result<Option<SendStatus>, String> {
         let status = self
             .records
-            .note(
-                &recipient.user_id,
-                recipient.campaign_id.as_str(),
-                what,
-                event.at_ms,
-            )
+            .note(key, what, event.at_ms)
             .await
             .map_err(|e| e.to_string())?;
         if status.is_none() {
@@ -224,15 +216,10 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
         Ok(status)
     }
 
-    async fn reconcile(&self, recipient: &Recipient, event: &SesEvent) -> Result<bool, String> {
+    async fn reconcile(&self, key: &SendKey, event: &SesEvent) -> Result<bool, String> {
         let done = self
             .records
-            .reconcile_sent(
-                &recipient.user_id,
-                recipient.campaign_id.as_str(),
-                &event.ses_message_id,
-                event.at_ms,
-            )
+            .reconcile_sent(key, &event.ses_message_id, event.at_ms)
             .await
             .map_err(|e| e.to_string())?;
         if done {
@@ -246,7 +233,7 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
 
     async fn suppress(
         &self,
-        recipient: &Recipient,
+        key: &SendKey,
         reason: SuppressionReason,
         detail: &str,
         event: &SesEvent,
@@ -254,10 +241,9 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
         let change = self
             .subscribers
             .suppress(
-                &recipient.user_id,
+                key,
                 reason,
                 detail,
-                recipient.campaign_id.as_str(),
                 i64::try_from(event.at_ms).unwrap_or(i64::MAX),
             )
             .await

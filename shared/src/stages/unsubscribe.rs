@@ -219,9 +219,8 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
         let change = self
             .subscribers
             .unsubscribe(
-                &subscription.user_id,
+                &subscription.key(),
                 list,
-                subscription.campaign_id.as_str(),
                 i64::try_from(epoch_ms(now)).unwrap_or(i64::MAX),
             )
             .await;
@@ -254,12 +253,7 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
     async fn note(&self, subscription: &Subscription, at: SystemTime) {
         if let Err(err) = self
             .records
-            .note(
-                &subscription.user_id,
-                subscription.campaign_id.as_str(),
-                Engagement::Unsubscribed,
-                epoch_ms(at),
-            )
+            .note(&subscription.key(), Engagement::Unsubscribed, epoch_ms(at))
             .await
         {
             tracing::warn!(reason = %err, "unsubscribe saved, but not counted in the campaign analytics");

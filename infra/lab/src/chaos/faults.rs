@@ -170,18 +170,18 @@ impl Mailer for ChaosMailer {
             runner::crash().await
         }
         let request = runner::current_request_id().unwrap_or_default();
-        lock(&injector.calls).push((request, email.user_id.clone()));
+        lock(&injector.calls).push((request, email.key.user_id.clone()));
         let result = self.inner.send(email).await;
         if let Ok(ses_message_id) = &result {
             injector.send_events.fetch_add(1, Ordering::Relaxed);
             self.events
-                .sent(&email.campaign_id, &email.user_id, ses_message_id);
+                .sent(email.key.campaign_id(), &email.key.user_id, ses_message_id);
         }
         match &result {
             Err(SendError::Unknown(_)) => {
                 injector.unknown_outcomes.fetch_add(1, Ordering::Relaxed);
                 *lock(&injector.unanswered)
-                    .entry(email.user_id.clone())
+                    .entry(email.key.user_id.clone())
                     .or_default() += 1;
             }
             Ok(_) if roll < throttle + 2.0 * kill => {

@@ -62,12 +62,11 @@ pub async fn test_send(
     let job = mailctl::preview::compose(&stage, user, &campaign).await?;
     let config = SendEmailConfig::from_source(&|k: &str| send_env.get(k).cloned())?;
     let email = mailflow::ports::OutgoingEmail {
+        key: job.key(),
         to: to.clone(),
         subject: job.subject,
         html: job.html,
         text: job.text,
-        campaign_id: job.campaign_id.to_string(),
-        user_id: job.user_id,
         unsubscribe_url: job.unsubscribe_url,
     };
     let id = mailflow::assemble::ses_mailer(&config, sdk)

@@ -1,7 +1,7 @@
 //! A ledger with the same conditions as the DynamoDB one (`adapters::dynamo`).
 
 use crate::domain::ledger::{
-    Claim, ClaimOutcome, LedgerError, LostClaim, Reclaim, Refusal, SendStatus,
+    Claim, ClaimOutcome, LedgerError, LostClaim, Reclaim, Refusal, SendKey, SendStatus,
 };
 use crate::ports::{Marked, SendLedger};
 use std::collections::HashMap;
@@ -82,7 +82,10 @@ impl MemoryLedger {
     ) -> Marked {
         self.unavailable(operation)?;
         let mut records = self.lock();
-        let key = (claim.user_id.clone(), claim.campaign_id.clone());
+        let key = (
+            claim.key.user_id.clone(),
+            claim.key.campaign_id().to_owned(),
+        );
         let record = records.entry(key).or_default();
         if record.status != Some(SendStatus::InProgress)
             || record.token.as_deref() != Some(claim.token.as_str())
@@ -102,7 +105,10 @@ impl SendLedger for MemoryLedger {
     async fn claim(&self, claim: &Claim, reclaim: Reclaim) -> Result<ClaimOutcome, LedgerError> {
         self.unavailable("claim")?;
         let mut records = self.lock();
-        let key = (claim.user_id.clone(), claim.campaign_id.clone());
+        let key = (
+            claim.key.user_id.clone(),
+            claim.key.campaign_id().to_owned(),
+        );
         let record = records.entry(key).or_default();
         let claimable = match record.status {
             None | Some(SendStatus::DeadLettered) => true,
@@ -135,11 +141,11 @@ impl SendLedger for MemoryLedger {
         })
     }
 
-    async fn note_duplicate(&self, user_id: &str, campaign_id: &str) -> Result<(), LedgerError> {
+    async fn note_duplicate(&self, key: &SendKey) -> Result<(), LedgerError> {
         self.unavailable("note duplicate")?;
         if let Some(r) = self
             .lock()
-            .get_mut(&(user_id.to_owned(), campaign_id.to_owned()))
+            .get_mut(&(key.user_id.clone(), key.campaign_id().to_owned()))
         {
             if r.status == Some(SendStatus::Sent) {
                 r.duplicates_suppressed += 1;
@@ -180,16 +186,11 @@ impl SendLedger for MemoryLedger {
         })
     }
 
-    async fn cancel_send(
-        &self,
-        user_id: &str,
-        campaign_id: &str,
-        at_ms: u64,
-    ) -> Result<bool, LedgerError> {
+    async fn cancel_send(&self, key: &SendKey, at_ms: u64) -> Result<bool, LedgerError> {
         self.unavailable("cancel")?;
         let mut records = self.lock();
         let record = records
-            .entry((user_id.to_owned(), campaign_id.to_owned()))
+            .entry((key.user_id.clone(), key.campaign_id().to_owned()))
             .or_default();
         let cancellable = match record.status {
             None | Some(SendStatus::DeadLettered) => true,

@@ -1,6 +1,6 @@
 //! Send records for the SES events and unsubscribes.
 
-use crate::domain::ledger::{Engagement, LedgerError, SendStatus};
+use crate::domain::ledger::{Engagement, LedgerError, SendKey, SendStatus};
 use crate::ports::SendRecordNotes;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -37,14 +37,13 @@ impl MemoryRecords {
 impl SendRecordNotes for MemoryRecords {
     async fn note(
         &self,
-        user_id: &str,
-        campaign_id: &str,
+        key: &SendKey,
         what: Engagement,
         _at_ms: u64,
     ) -> Result<Option<SendStatus>, LedgerError> {
         let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
         Ok(records
-            .get_mut(&(user_id.into(), campaign_id.into()))
+            .get_mut(&(key.user_id.clone(), key.campaign_id().to_owned()))
             .map(|(status, noted)| {
                 if !noted.contains(&what) {
                     noted.push(what);
@@ -53,24 +52,21 @@ impl SendRecordNotes for MemoryRecords {
             }))
     }
 
-    async fn status_of(
-        &self,
-        user_id: &str,
-        campaign_id: &str,
-    ) -> Result<Option<SendStatus>, LedgerError> {
-        Ok(self.get(user_id, campaign_id).map(|(status, _)| status))
+    async fn status_of(&self, key: &SendKey) -> Result<Option<SendStatus>, LedgerError> {
+        Ok(self
+            .get(&key.user_id, key.campaign_id())
+            .map(|(status, _)| status))
     }
 
     async fn reconcile_sent(
         &self,
-        user_id: &str,
-        campaign_id: &str,
+        key: &SendKey,
         _ses_message_id: &str,
         _at_ms: u64,
     ) -> Result<bool, LedgerError> {
         let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
         Ok(
-            match records.get_mut(&(user_id.into(), campaign_id.into())) {
+            match records.get_mut(&(key.user_id.clone(), key.campaign_id().to_owned())) {
                 Some((status, _))
                     if matches!(status, SendStatus::InProgress | SendStatus::DeadLettered) =>
                 {

@@ -1,5 +1,6 @@
 //! Subscribers: suppressions and subscriptions.
 
+use crate::domain::ledger::SendKey;
 use crate::ports::{Change, StoreError, SubscriberStore, SuppressionReason};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -34,13 +35,12 @@ impl MemorySubscribers {
 impl SubscriberStore for MemorySubscribers {
     async fn unsubscribe(
         &self,
-        user_id: &str,
+        key: &SendKey,
         _list: &str,
-        _campaign_id: &str,
         _at_ms: i64,
     ) -> Result<Change, StoreError> {
         let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(match users.get_mut(user_id) {
+        Ok(match users.get_mut(key.user_id()) {
             None => Change::NoSuchUser,
             Some((subscribed, _)) if !*subscribed => Change::AlreadyDone,
             Some((subscribed, _)) => {
@@ -52,14 +52,13 @@ impl SubscriberStore for MemorySubscribers {
 
     async fn suppress(
         &self,
-        user_id: &str,
+        key: &SendKey,
         reason: SuppressionReason,
         _detail: &str,
-        _campaign_id: &str,
         _at_ms: i64,
     ) -> Result<Change, StoreError> {
         let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(match users.get_mut(user_id) {
+        Ok(match users.get_mut(key.user_id()) {
             None => Change::NoSuchUser,
             Some((_, Some(_))) => Change::AlreadyDone,
             Some((_, suppression)) => {

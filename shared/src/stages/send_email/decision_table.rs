@@ -5,7 +5,8 @@
 //! Over 450 lines because it is the table: its rows, and the one check every row goes through.
 
 use super::*;
-use crate::domain::ledger::SendStatus;
+use crate::domain::campaign::CampaignId;
+use crate::domain::ledger::{SendKey, SendStatus};
 use crate::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryQueue, Record, ScriptedMailer};
 
 const USER: &str = "oid:65a1f0c2e4b0a1b2c3d4e5f6";
@@ -506,7 +507,8 @@ async fn a_paused_campaign_hands_its_records_back_unclaimed() {
 async fn a_cancelled_record_is_sent_only_by_a_resend_of_the_reopened_campaign() {
     for (reopened, sent) in [(false, 0), (true, 1)] {
         let ledger = MemoryLedger::default();
-        ledger.cancel_send(USER, CAMPAIGN, 1).await.unwrap();
+        let key = SendKey::new(USER, CampaignId::parse(CAMPAIGN).unwrap());
+        ledger.cancel_send(&key, 1).await.unwrap();
         let stage = stage(
             ledger,
             ScriptedMailer::default(),

@@ -28,7 +28,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                 }
                 // Another attempt took over after our lease ended (we were too slow).
                 tracing::error!(
-                    campaign = %claim.campaign_id, user = %claim.user_id,
+                    campaign = %claim.key.campaign_id(), user = %claim.key.user_id,
                     ?status,
                     ses_message_id,
                     "sent, but the claim had passed to another attempt: possible duplicate"
@@ -37,7 +37,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
             }
             Err(err) => {
                 // Acknowledge anyway: a retry would send again. The SES event can reconcile.
-                tracing::error!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, ses_message_id, "sent, but SENT could not be recorded");
+                tracing::error!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, ses_message_id, "sent, but SENT could not be recorded");
                 Done::Unrecorded
             }
         }
@@ -51,11 +51,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         cancellation: &StateChange,
     ) -> Result<Done, Retry> {
         let now = epoch_ms(SystemTime::now()).max(cancellation.at_ms);
-        match self
-            .ledger
-            .cancel_send(&job.user_id, job.campaign_id.as_str(), now)
-            .await
-        {
+        match self.ledger.cancel_send(&job.key(), now).await {
             Ok(_) => Ok(Done::Cancelled),
             Err(err) => {
                 tracing::warn!(campaign = %job.campaign_id, user = %job.user_id, reason = %err, "could not record the cancellation; will retry");
@@ -66,14 +62,14 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
 
     /// Records FAILED with the reason (a permanent error) and acknowledges the record.
     pub(super) async fn fail(&self, claim: &Claim, reason: &str) -> Result<Done, Retry> {
-        tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, "rejected permanently; recorded FAILED");
+        tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, %reason, "rejected permanently; recorded FAILED");
         match self
             .retry_mark(|| self.ledger.mark_failed(claim, reason))
             .await
         {
             Ok(Ok(())) => Ok(Done::Failed),
             Ok(Err(lost)) => {
-                tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, ?lost.status, "claim lost before FAILED could be recorded");
+                tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, ?lost.status, "claim lost before FAILED could be recorded");
                 Ok(Done::Failed)
             }
             // The claim stays IN_PROGRESS; the record retries after the lease.
@@ -100,18 +96,18 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
             Ok(_) => {}
             // The lease still ends on its own; the retry only waits longer.
             Err(err) => {
-                tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, "could not release the claim")
+                tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "could not release the claim")
             }
         }
     }
 
     pub(super) async fn dead_letter(&self, claim: &Claim, reason: &str) {
-        tracing::error!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, "last receive of this email's message: it goes to the emails DLQ; recorded DEAD_LETTERED");
+        tracing::error!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, %reason, "last receive of this email's message: it goes to the emails DLQ; recorded DEAD_LETTERED");
         if let Err(err) = self
             .retry_mark(|| self.ledger.mark_dead_lettered(claim, reason))
             .await
         {
-            tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, "could not record DEAD_LETTERED");
+            tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "could not record DEAD_LETTERED");
         }
     }
 

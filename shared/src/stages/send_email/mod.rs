@@ -243,8 +243,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
             subject: job.subject,
             html: job.html,
             text: job.text,
-            campaign_id: claim.campaign_id.clone(),
-            user_id: claim.user_id.clone(),
+            key: claim.key.clone(),
             unsubscribe_url: job.unsubscribe_url,
         };
         self.deliver(&claim, &email, record, invocation, stop, send_errors)
@@ -269,8 +268,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
     ) -> Result<(Claim, u64), Result<Done, Retry>> {
         let now = SystemTime::now();
         let claim = Claim {
-            user_id: job.user_id.clone(),
-            campaign_id: job.campaign_id.to_string(),
+            key: job.key(),
             token: format!("{}:{message_id}", invocation.request_id),
             started_at_ms: epoch_ms(now),
             lease_until_ms: epoch_ms(ledger::lease_until(
@@ -285,16 +283,12 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                 attempt,
                 send_errors,
             }) => {
-                tracing::debug!(campaign = %claim.campaign_id, user = %claim.user_id, attempt, "claimed");
+                tracing::debug!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, attempt, "claimed");
                 send_errors
             }
             Ok(ClaimOutcome::Refused(Refusal::AlreadySent)) => {
-                if let Err(err) = self
-                    .ledger
-                    .note_duplicate(&claim.user_id, &claim.campaign_id)
-                    .await
-                {
-                    tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, "could not count the suppressed duplicate");
+                if let Err(err) = self.ledger.note_duplicate(&claim.key).await {
+                    tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "could not count the suppressed duplicate");
                 }
                 return Err(Ok(Done::Duplicate));
             }
@@ -311,7 +305,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                 }));
             }
             Err(err) => {
-                tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, reason = %err, "claim failed; will retry");
+                tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "claim failed; will retry");
                 return Err(Err(Retry::error(None)));
             }
         };
@@ -342,7 +336,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
             }
             Err(SendError::Stopped(reason)) => {
                 stop.store(true, Ordering::SeqCst);
-                tracing::error!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, "SES refuses to send for this account: stopping the batch and returning every unsent record; resolve it in the SES console");
+                tracing::error!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, %reason, "SES refuses to send for this account: stopping the batch and returning every unsent record; resolve it in the SES console");
                 self.give_back(claim, &reason, false, last_receive).await;
                 Err(self.stopped())
             }
@@ -354,7 +348,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                     let reason = format!("{reason} (refused on {errors} attempts)");
                     return self.fail(claim, &reason).await;
                 }
-                tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, errors, "SES did not accept the email; will retry");
+                tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, %reason, errors, "SES did not accept the email; will retry");
                 self.give_back(claim, &reason, true, last_receive).await;
                 Err(Retry::error(Some(self.backoff(record))))
             }
@@ -362,7 +356,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
                 // SES may have accepted it: keep the claim, so no retry sends before the lease
                 // ends (and the SES SEND event can reconcile the record meanwhile). On the
                 // last receive the message goes to the DLQ: the record says so.
-                tracing::warn!(campaign = %claim.campaign_id, user = %claim.user_id, %reason, "SES outcome unknown; keeping the claim until its lease ends");
+                tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, %reason, "SES outcome unknown; keeping the claim until its lease ends");
                 if last_receive {
                     self.dead_letter(claim, &reason).await;
                 }
