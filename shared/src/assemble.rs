@@ -18,7 +18,7 @@ use crate::config::{
     UnsubscribeFunctionConfig,
 };
 use crate::domain::digest::{RenderError, Renderer};
-use crate::domain::send_rate::SendRate;
+use crate::domain::send_rate::{QuotaUnknown, SendRate};
 use crate::ports::{Mailer, StoreError};
 use crate::stages::create_emails::CreateEmails;
 use crate::stages::get_users::GetUsers;
@@ -133,7 +133,7 @@ pub fn send_email<M: Mailer>(
     let send_rate = async move {
         let quota = quota
             .await
-            .unwrap_or_else(|e| Err(format!("the GetAccount task failed: {e}")));
+            .unwrap_or_else(|e| Err(QuotaUnknown(format!("the GetAccount task failed: {e}"))));
         SendRate::with_quota(configured, environments, &quota)
     };
     let ledger = DynamoLedger::new(

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use mailflow::assemble::LambdaCreateEmails;
 use mailflow::domain::campaign::Campaign;
 use mailflow::domain::messages::UserMessage;
-use mailflow::domain::send_rate::{SendQuota, SendRate};
+use mailflow::domain::send_rate::{QuotaUnknown, SendQuota, SendRate};
 use mailflow::ports::{AudienceScan, UserDirectory};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -52,7 +52,7 @@ pub async fn plan<D: UserDirectory>(
     campaign: &Campaign,
     samples: usize,
     rate: SendRate,
-    quota: Result<SendQuota, String>,
+    quota: Result<SendQuota, QuotaUnknown>,
 ) -> Result<Plan> {
     let mut plan = Plan {
         campaign_id: campaign.id.to_string(),
@@ -71,7 +71,6 @@ pub async fn plan<D: UserDirectory>(
         let composed = stage
             .compose_in_locale(message)
             .await
-            .map_err(anyhow::Error::msg)
             .with_context(|| format!("composing {user}'s email"))?;
         match composed {
             Ok((job, locale)) => {
@@ -96,7 +95,7 @@ pub async fn plan<D: UserDirectory>(
             plan.over_24_hour_quota = (plan.would_send as f64 - left).max(0.0).ceil() as u64;
             plan.ses_quota = Some(q);
         }
-        Err(reason) => plan.ses_quota_unknown = Some(reason),
+        Err(reason) => plan.ses_quota_unknown = Some(reason.to_string()),
     }
     plan.ses_cost_usd = plan.would_send as f64 * SES_DOLLARS_PER_EMAIL;
     Ok(plan)

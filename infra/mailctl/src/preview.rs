@@ -56,7 +56,7 @@ pub async fn compose(
         include_failed: false,
         include_cancelled: false,
     };
-    match stage.compose(message).await.map_err(anyhow::Error::msg)? {
+    match stage.compose(message).await? {
         Ok(job) => Ok(job),
         Err(reason) => bail!(
             "{user} gets no email in {}: {}",

@@ -4,7 +4,7 @@
 //! headers, tagged with its campaign and user (`crate::domain::ses_tags`) for the SES events.
 
 use crate::domain::mime;
-use crate::domain::send_rate::SendQuota;
+use crate::domain::send_rate::{QuotaUnknown, SendQuota};
 use crate::domain::ses_tags;
 use crate::ports::{Mailer, OutgoingEmail, SendError};
 use aws_sdk_sesv2::error::{ProvideErrorMetadata, SdkError};
@@ -58,31 +58,33 @@ const QUOTA_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The account's sending quota, or (Err) why it is not known: the local emulator, for one,
 /// does not answer GetAccount, and an endpoint that does not answer within `QUOTA_WAIT` is
 /// given up on.
-pub async fn send_quota(sdk: &aws_config::SdkConfig) -> Result<SendQuota, String> {
+pub async fn send_quota(sdk: &aws_config::SdkConfig) -> Result<SendQuota, QuotaUnknown> {
     send_quota_within(sdk, QUOTA_WAIT).await
 }
 
 async fn send_quota_within(
     sdk: &aws_config::SdkConfig,
     wait: std::time::Duration,
-) -> Result<SendQuota, String> {
+) -> Result<SendQuota, QuotaUnknown> {
     let config = aws_sdk_sesv2::config::Builder::from(sdk)
         .interceptor(crate::runtime::metering::RequestMeter)
         .build();
     let answer = tokio::time::timeout(wait, Client::from_conf(config).get_account().send())
         .await
-        .map_err(|_| format!("GetAccount did not answer within {wait:?}"))?;
-    let account = answer.map_err(|e| match &e {
-        SdkError::ServiceError(se) => format!(
-            "GetAccount answered HTTP {} {}",
-            se.raw().status().as_u16(),
-            se.err().code().unwrap_or("without an error code")
-        ),
-        other => aws_sdk_sesv2::error::DisplayErrorContext(other).to_string(),
+        .map_err(|_| QuotaUnknown(format!("GetAccount did not answer within {wait:?}")))?;
+    let account = answer.map_err(|e| {
+        QuotaUnknown(match &e {
+            SdkError::ServiceError(se) => format!(
+                "GetAccount answered HTTP {} {}",
+                se.raw().status().as_u16(),
+                se.err().code().unwrap_or("without an error code")
+            ),
+            other => aws_sdk_sesv2::error::DisplayErrorContext(other).to_string(),
+        })
     })?;
     let quota = account
         .send_quota
-        .ok_or("GetAccount answered without a SendQuota")?;
+        .ok_or_else(|| QuotaUnknown("GetAccount answered without a SendQuota".into()))?;
     Ok(SendQuota {
         max_send_rate: quota.max_send_rate,
         max_24_hour_send: quota.max24_hour_send,
@@ -317,7 +319,9 @@ mod tests {
         let quota = super::send_quota_within(&sdk, std::time::Duration::from_millis(200)).await;
         assert_eq!(
             quota,
-            Err("GetAccount did not answer within 200ms".to_owned())
+            Err(QuotaUnknown(
+                "GetAccount did not answer within 200ms".to_owned()
+            ))
         );
         held.abort();
     }

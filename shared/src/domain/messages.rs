@@ -183,9 +183,16 @@ impl EmailJob {
 }
 
 /// Why a record body was rejected; logged, and the record reported as failed.
-pub fn parse_body<T: serde::de::DeserializeOwned>(body: Option<&str>) -> Result<T, String> {
-    let body = body.ok_or("record has no body")?;
-    serde_json::from_str(body).map_err(|e| format!("body is not a valid message: {e}"))
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("record has no body")]
+    Missing,
+    #[error("body is not a valid message: {0}")]
+    Invalid(#[from] serde_json::Error),
+}
+
+pub fn parse_body<T: serde::de::DeserializeOwned>(body: Option<&str>) -> Result<T, BodyError> {
+    Ok(serde_json::from_str(body.ok_or(BodyError::Missing)?)?)
 }
 
 #[cfg(test)]
@@ -214,7 +221,7 @@ mod tests {
         for parts in ["not base64!", "AAAA", "eJwLSS0u"] {
             let body = serde_json::json!({"campaignId": "c", "userId": "u", "to": "a@b.c", "subject": "s", "parts": parts});
             let err = super::parse_body::<super::EmailJob>(Some(&body.to_string())).unwrap_err();
-            assert!(err.contains("parts"), "{err}");
+            assert!(err.to_string().contains("parts"), "{err}");
         }
     }
 
@@ -229,6 +236,7 @@ mod tests {
         assert_eq!(serde_json::to_string(&m).unwrap(), body);
         assert!(parse_body::<UserMessage>(Some("{"))
             .unwrap_err()
+            .to_string()
             .contains("not a valid"));
         assert!(parse_body::<UserMessage>(None).is_err());
         for bad_user in [
@@ -239,11 +247,13 @@ mod tests {
             let bad = body.replace(r#""u1""#, &serde_json::to_string(&bad_user).unwrap());
             assert!(parse_body::<UserMessage>(Some(&bad))
                 .unwrap_err()
+                .to_string()
                 .contains("userId must be"));
         }
         let bad_id = body.replace("weekly-2026-W47", "a b");
         assert!(parse_body::<UserMessage>(Some(&bad_id))
             .unwrap_err()
+            .to_string()
             .contains("campaign id"));
     }
 }

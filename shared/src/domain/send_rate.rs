@@ -9,6 +9,11 @@ use std::time::Duration;
 use tokio::sync::{Mutex, OnceCell};
 use tokio::time::Instant;
 
+/// Why SES's quota is not known (the configured rate is used then): one line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct QuotaUnknown(pub String);
+
 /// What SES lets the account send (read by `adapters::ses::send_quota`).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -51,7 +56,7 @@ impl SendRate {
     pub fn with_quota(
         configured: f64,
         environments: u32,
-        quota: &Result<SendQuota, String>,
+        quota: &Result<SendQuota, QuotaUnknown>,
     ) -> Self {
         let rate = Self {
             ses_max: quota.as_ref().ok().map(|q| q.max_send_rate),
@@ -163,7 +168,7 @@ mod tests {
         assert!(rate(quota(1.0)).capped_by_ses());
         assert_eq!(rate(quota(200.0)).campaign_wide(), 14.0);
         assert!(!rate(quota(200.0)).capped_by_ses());
-        let unknown = rate(Err("GetAccount answered HTTP 404".into()));
+        let unknown = rate(Err(QuotaUnknown("GetAccount answered HTTP 404".into())));
         assert_eq!((unknown.campaign_wide(), unknown.ses_max), (14.0, None));
     }
 

@@ -74,8 +74,17 @@ fn tag(mail: &Value, name: &str) -> Result<Option<String>, String> {
         .ok_or_else(|| format!("mail.tags.{name} is not a mailflow tag value"))
 }
 
+/// Why a queue message is not an SES event we can read: one line naming the field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadEvent(String);
+
 /// Parses one queue message body. `now_ms` is used when the event carries no usable time.
-pub fn parse(body: &str, now_ms: u64) -> Result<SesEvent, String> {
+pub fn parse(body: &str, now_ms: u64) -> Result<SesEvent, BadEvent> {
+    parse_fields(body, now_ms).map_err(BadEvent)
+}
+
+fn parse_fields(body: &str, now_ms: u64) -> Result<SesEvent, String> {
     let envelope: Value =
         serde_json::from_str(body).map_err(|e| format!("body is not JSON: {e}"))?;
     let detail = envelope.get("detail").unwrap_or(&envelope);
@@ -270,7 +279,7 @@ mod tests {
         ];
         for (body, expected) in cases {
             let err = parse(body, 0).unwrap_err();
-            assert!(err.contains(expected), "{body}: {err}");
+            assert!(err.to_string().contains(expected), "{body}: {err}");
         }
     }
 }

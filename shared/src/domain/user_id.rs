@@ -30,18 +30,23 @@ pub enum UserId {
     ObjectId([u8; 12]),
 }
 
+/// Why a text is not a user id: one line that says what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UserIdError(String);
+
 impl UserId {
     /// Parses the text form (see the module doc); the error says what is wrong.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, UserIdError> {
         if text.is_empty() || text.len() > MAX_USER_ID_BYTES || text.chars().any(char::is_control) {
-            return Err(format!(
+            return Err(UserIdError(format!(
                 "userId must be 1 to {MAX_USER_ID_BYTES} bytes without control characters (got {} bytes)",
                 text.len()
-            ));
+            )));
         }
         if let Some(hex) = text.strip_prefix(OID) {
             return parse_hex(hex).map(Self::ObjectId).ok_or_else(|| {
-                format!("userId {text:?} starts with \"oid:\" but is not oid: and 24 lowercase hex digits")
+                UserIdError(format!("userId {text:?} starts with \"oid:\" but is not oid: and 24 lowercase hex digits"))
             });
         }
         if let Some(inner) = text.strip_prefix(STR) {
@@ -49,9 +54,9 @@ impl UserId {
             if inner.starts_with(OID) || inner.starts_with(STR) {
                 return Ok(Self::Text(inner.to_owned()));
             }
-            return Err(format!(
+            return Err(UserIdError(format!(
                 "userId {text:?}: \"str:\" only escapes strings that start with \"oid:\" or \"str:\""
-            ));
+            )));
         }
         Ok(Self::Text(text.to_owned()))
     }
@@ -95,7 +100,7 @@ impl fmt::Display for UserId {
 }
 
 /// Checks a user id's text form from outside (a message, a token, an SES tag).
-pub fn check_user_id(id: &str) -> Result<(), String> {
+pub fn check_user_id(id: &str) -> Result<(), UserIdError> {
     UserId::parse(id).map(|_| ())
 }
 

@@ -183,7 +183,7 @@ impl From<LedgerError> for ControlError {
 }
 
 /// The subscriber store or the user directory did not answer, or answered with an error.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[error("MongoDB: {0}")]
 pub struct StoreError(pub String);
 

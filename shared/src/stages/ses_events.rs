@@ -75,7 +75,7 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
                 let body = record.body.as_deref().unwrap_or_default();
                 match ses_event::parse(body, epoch_ms(SystemTime::now())) {
                     Ok(event) => self.apply(&event).await,
-                    Err(reason) => Err(reason),
+                    Err(reason) => Err(reason.to_string()),
                 }
             },
         )

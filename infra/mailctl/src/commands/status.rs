@@ -22,7 +22,7 @@ pub async fn status(
         let mut s = ops::status(sdk, &target, campaign).await?;
         match &quota {
             Ok(q) => s.ses_quota = Some(*q),
-            Err(reason) => s.ses_quota_unknown = Some(reason.clone()),
+            Err(reason) => s.ses_quota_unknown = Some(reason.to_string()),
         }
         if json {
             println!("{}", serde_json::to_string(&s)?);

@@ -7,12 +7,12 @@ use super::CampaignStateCache;
 use crate::config::CreateEmailsConfig;
 use crate::domain::campaign::Hold;
 use crate::domain::campaign::Window;
-use crate::domain::digest::{Enrichment, Renderer, SkipReason};
-use crate::domain::messages::{parse_body, EmailJob, UserMessage};
+use crate::domain::digest::{Enrichment, RenderError, Renderer, SkipReason};
+use crate::domain::messages::{parse_body, BodyError, EmailJob, UserMessage};
 use crate::domain::unsubscribe_link::{self, Signer};
-use crate::domain::user_id::UserId;
+use crate::domain::user_id::{UserId, UserIdError};
 use crate::ports::batches;
-use crate::ports::{CampaignStates, OutgoingQueue, QueueError, UserDirectory};
+use crate::ports::{CampaignStates, OutgoingQueue, QueueError, StoreError, UserDirectory};
 use crate::runtime::batch::{batch_response, each_record};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::stream::{self, StreamExt};
@@ -28,6 +28,21 @@ summary! {
         /// Records of a paused campaign, handed back (reported as failures, not counted there).
         pub held: usize,
     }
+}
+
+/// Why a user's email could not be composed: the record fails, and comes back.
+#[derive(Debug, thiserror::Error)]
+pub enum ComposeError {
+    #[error(transparent)]
+    Body(#[from] BodyError),
+    #[error(transparent)]
+    UserId(#[from] UserIdError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    #[error("cannot serialise job: {0}")]
+    Serialise(serde_json::Error),
 }
 
 enum Outcome {
@@ -75,7 +90,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
     pub async fn compose(
         &self,
         message: UserMessage,
-    ) -> Result<Result<EmailJob, SkipReason>, String> {
+    ) -> Result<Result<EmailJob, SkipReason>, ComposeError> {
         Ok(self.compose_in_locale(message).await?.map(|(job, _)| job))
     }
 
@@ -84,7 +99,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
     pub async fn compose_in_locale(
         &self,
         message: UserMessage,
-    ) -> Result<Result<(EmailJob, &'static str), SkipReason>, String> {
+    ) -> Result<Result<(EmailJob, &'static str), SkipReason>, ComposeError> {
         let user_id = crate::domain::user_id::UserId::parse(&message.user_id)?;
         let enrichment = self
             .directory
@@ -93,8 +108,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
                 &message.window,
                 self.config.recent_followers_shown,
             )
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         self.render_job(message, enrichment)
     }
 
@@ -103,7 +117,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
         &self,
         message: UserMessage,
         enrichment: Enrichment,
-    ) -> Result<Result<(EmailJob, &'static str), SkipReason>, String> {
+    ) -> Result<Result<(EmailJob, &'static str), SkipReason>, ComposeError> {
         let digest = match enrichment {
             Enrichment::Ready(d) => d,
             Enrichment::Skip(reason) => return Ok(Err(reason)),
@@ -114,8 +128,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
         );
         let rendered = self
             .renderer
-            .render(&digest, &message.window, &unsubscribe_url)
-            .map_err(|e| e.to_string())?;
+            .render(&digest, &message.window, &unsubscribe_url)?;
         let locale = self.renderer.locale_for(digest.locale.as_deref());
         let job = EmailJob {
             campaign_id: message.campaign_id,
@@ -138,7 +151,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
     async fn prefetch(
         &self,
         records: &[SqsMessage],
-    ) -> HashMap<String, Result<Enrichment, String>> {
+    ) -> HashMap<String, Result<Enrichment, StoreError>> {
         let mut groups: Vec<(Window, Vec<(String, UserId)>)> = Vec::new();
         for record in records {
             let Ok(message) = parse_body::<UserMessage>(record.body.as_deref()) else {
@@ -176,7 +189,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
                     tracing::warn!(reason = %err, users = ids.len(), "batch read failed; reading its users one by one");
                     for (id, user_id) in users {
                         let one = self.directory.enrich(&user_id, &window, shown).await;
-                        read.insert(id, one.map_err(|e| e.to_string()));
+                        read.insert(id, one);
                     }
                 }
             }
@@ -187,8 +200,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
     async fn process(
         &self,
         record: &SqsMessage,
-        prefetched: Option<Result<Enrichment, String>>,
-    ) -> Result<Outcome, String> {
+        prefetched: Option<Result<Enrichment, StoreError>>,
+    ) -> Result<Outcome, ComposeError> {
         let message: UserMessage = parse_body(record.body.as_deref())?;
         match self.campaigns.hold(message.campaign_id.as_str()).await {
             Some(Hold::Cancelled(_)) => return Ok(Outcome::Skipped(SkipReason::CampaignCancelled)),
@@ -204,9 +217,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
             None => self.compose(message).await,
         };
         match composed? {
-            Ok(job) => serde_json::to_string(&job)
-                .map(Outcome::Job)
-                .map_err(|e| format!("cannot serialise job: {e}")),
+            Ok(job) => Ok(Outcome::Job(
+                serde_json::to_string(&job).map_err(ComposeError::Serialise)?,
+            )),
             Err(reason) => Ok(Outcome::Skipped(reason)),
         }
     }

@@ -220,7 +220,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
                             .run(cp.into(), invocation)
                             .await
                             .map_err(|e| e.to_string()),
-                        Err(reason) => Err(reason),
+                        Err(reason) => Err(reason.to_string()),
                     };
                     if let Err(reason) = result {
                         tracing::error!(message_id = %id, %reason, "checkpoint failed; it will be retried");
