@@ -83,48 +83,81 @@ fn unique(name: &str) -> String {
     format!("cli{t}-{name}")
 }
 
+/// A stack provisioned and seeded through mailctl, and the campaign the schedule would run.
+struct CliStack {
+    prefix: String,
+    database: String,
+    domain: String,
+    campaign: String,
+    audience: usize,
+}
+
+impl CliStack {
+    fn env(&self) -> [(&str, &str); 1] {
+        [("MONGODB_DATABASE", self.database.as_str())]
+    }
+
+    fn provision_and_seed(name: &str, users: usize) -> Self {
+        endpoints();
+        let prefix = unique(name);
+        let database = prefix.replace('-', "_");
+        let env = [("MONGODB_DATABASE", database.as_str())];
+        let exports = ok(mailctl(&["provision", "--prefix", &prefix], &env));
+        assert!(exports.contains(&format!("MAILFLOW_SENDS_TABLE={prefix}-SendsTable")));
+        let domain = format!("{prefix}.example.com");
+        let users = users.to_string();
+        let seeded = ok(mailctl(
+            &["seed", "--users", &users, "--domain", &domain],
+            &env,
+        ));
+        let audience: usize = seeded
+            .split("audience ")
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        // `seed` fills the window of the campaign the schedule would run now.
+        let campaign =
+            mailflow::domain::campaign::Campaign::for_schedule(time::OffsetDateTime::now_utc())
+                .id
+                .to_string();
+        Self {
+            prefix,
+            database,
+            domain,
+            campaign,
+            audience,
+        }
+    }
+}
+
 #[test]
 fn run_status_and_resend_on_a_local_stack() {
-    endpoints();
-    let prefix = unique("run");
-    let db = prefix.replace('-', "_");
-    let env = [("MONGODB_DATABASE", db.as_str())];
-    let exports = ok(mailctl(&["provision", "--prefix", &prefix], &env));
-    assert!(exports.contains(&format!("MAILFLOW_SENDS_TABLE={prefix}-SendsTable")));
-    let domain = format!("{prefix}.example.com");
-    let seeded = ok(mailctl(
-        &["seed", "--users", "40", "--domain", &domain],
-        &env,
-    ));
-    let audience: usize = seeded
-        .split("audience ")
-        .nth(1)
-        .unwrap()
-        .split(',')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let t = CliStack::provision_and_seed("run", 40);
+    let (would_send, would_fail) = plan_counts_and_changes_nothing(&t);
+    let run = run_does_what_the_plan_counted(&t, would_send, would_fail);
+    a_resend_sends_nothing_new(&t, &run);
+    preview_shows_exactly_what_a_user_got(&t);
+}
 
-    // `seed` fills the window of the campaign the schedule would run now.
-    let campaign =
-        mailflow::domain::campaign::Campaign::for_schedule(time::OffsetDateTime::now_utc())
-            .id
-            .to_string();
-
-    // The plan reads and counts; it enqueues, claims and sends nothing.
+/// `plan`: what the campaign would send and fail, read and counted, nothing enqueued,
+/// claimed or sent.
+fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
     let plan = last_json(&ok(mailctl(
         &[
             "plan",
             "--prefix",
-            &prefix,
+            &t.prefix,
             "--campaign",
-            &campaign,
+            &t.campaign,
             "--json",
         ],
-        &env,
+        &t.env(),
     )));
-    assert_eq!(plan["audience"], audience);
+    assert_eq!(plan["audience"], t.audience);
     let skipped: u64 = plan["skipped"]
         .as_object()
         .unwrap()
@@ -135,7 +168,11 @@ fn run_status_and_resend_on_a_local_stack() {
         plan["wouldSend"].as_u64().unwrap(),
         plan["wouldFail"].as_u64().unwrap(),
     );
-    assert_eq!(would_send + would_fail + skipped, audience as u64, "{plan}");
+    assert_eq!(
+        would_send + would_fail + skipped,
+        t.audience as u64,
+        "{plan}"
+    );
     let by_locale: u64 = plan["byLocale"]
         .as_object()
         .unwrap()
@@ -143,7 +180,7 @@ fn run_status_and_resend_on_a_local_stack() {
         .map(|n| n.as_u64().unwrap())
         .sum();
     assert_eq!(by_locale, would_send);
-    let untouched = status_json(&prefix, &campaign, &env);
+    let untouched = status_json(&t.prefix, &t.campaign, &t.env());
     assert_eq!(untouched["state"], "not started");
     for count in [
         "usersPending",
@@ -156,20 +193,28 @@ fn run_status_and_resend_on_a_local_stack() {
     }
     assert!(rt_block(mailflow_local::ses_record::sent_to_domain(
         &endpoints().0,
-        &domain
+        &t.domain
     ))
     .is_empty());
 
+    (would_send, would_fail)
+}
+
+/// `run` and `status`: what the plan counted is what the campaign did.
+fn run_does_what_the_plan_counted(t: &CliStack, would_send: u64, would_fail: u64) -> Value {
     let run = ended(
-        mailctl(&["run", "--prefix", &prefix, "--campaign", &campaign], &env),
+        mailctl(
+            &["run", "--prefix", &t.prefix, "--campaign", &t.campaign],
+            &t.env(),
+        ),
         "run",
     );
-    assert_eq!(run["getUsers"]["usersEnqueued"], audience);
+    assert_eq!(run["getUsers"]["usersEnqueued"], t.audience);
     // What the plan counted is what the campaign did.
     assert_eq!(run["sent"], would_send, "{run}");
     assert_eq!(run["failed"], would_fail, "{run}");
     let invalid = run["failed"].as_u64().unwrap() as usize;
-    assert_eq!(run["sent"].as_u64().unwrap() as usize + invalid, audience);
+    assert_eq!(run["sent"].as_u64().unwrap() as usize + invalid, t.audience);
     if invalid > 0 {
         assert_eq!(
             run["campaign"]["failedByReason"]["address is not one RFC 5322 mailbox"],
@@ -177,18 +222,24 @@ fn run_status_and_resend_on_a_local_stack() {
         );
     }
 
-    let status = status_json(&prefix, &campaign, &env);
+    let status = status_json(&t.prefix, &t.campaign, &t.env());
     assert_eq!(status["state"], "finished");
     assert_eq!(status["sent"], run["sent"]);
     assert_eq!(status["failed"], run["failed"]);
     assert_eq!(status["usersPending"], 0);
     assert_eq!(status["emailsDlq"], 0);
 
-    // A resend sends nothing new: everyone eligible already has a SENT record.
+    run
+}
+
+/// `resend` and `status --watch`: a resend sends nothing new, and every duplicate the
+/// ledger suppressed is counted.
+fn a_resend_sends_nothing_new(t: &CliStack, run: &Value) {
+    // Everyone eligible already has a SENT record.
     let resend = ended(
         mailctl(
-            &["resend", "--prefix", &prefix, "--campaign", &campaign],
-            &env,
+            &["resend", "--prefix", &t.prefix, "--campaign", &t.campaign],
+            &t.env(),
         ),
         "resend",
     );
@@ -203,13 +254,13 @@ fn run_status_and_resend_on_a_local_stack() {
             &[
                 "status",
                 "--prefix",
-                &prefix,
+                &t.prefix,
                 "--campaign",
-                &campaign,
+                &t.campaign,
                 "--json",
                 "--watch",
             ],
-            &env,
+            &t.env(),
         ),
         "status --watch",
     );
@@ -223,32 +274,34 @@ fn run_status_and_resend_on_a_local_stack() {
                 + resend["suppressedDuplicates"].as_u64().unwrap()
         )
     );
+}
 
-    // Preview shows exactly what a user got: the same HTML, subject and unsubscribe link as
-    // the email in the SES record.
+/// `preview`: the same HTML, subject and unsubscribe link as the email in the SES record;
+/// a user outside the audience gets the reason on one line.
+fn preview_shows_exactly_what_a_user_got(t: &CliStack) {
     let (endpoint, _) = endpoints();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sent = rt
         .block_on(mailflow_local::ses_record::sent_to_domain(
-            &endpoint, &domain,
+            &endpoint, &t.domain,
         ))
         .unwrap();
     let email = sent.first().expect("the run sent emails");
     let user = email.to[0].split('@').next().unwrap();
-    let html = std::env::temp_dir().join(format!("{prefix}.html"));
+    let html = std::env::temp_dir().join(format!("{}.html", t.prefix));
     let preview = ok(mailctl(
         &[
             "preview",
             "--prefix",
-            &prefix,
+            &t.prefix,
             "--user",
             user,
             "--campaign",
-            &campaign,
+            &t.campaign,
             "--out",
             html.to_str().unwrap(),
         ],
-        &env,
+        &t.env(),
     ));
     assert_eq!(
         std::fs::read_to_string(&html).unwrap(),
@@ -268,13 +321,13 @@ fn run_status_and_resend_on_a_local_stack() {
         &[
             "preview",
             "--prefix",
-            &prefix,
+            &t.prefix,
             "--user",
             "nobody",
             "--campaign",
-            &campaign,
+            &t.campaign,
         ],
-        &env,
+        &t.env(),
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());

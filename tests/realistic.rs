@@ -10,7 +10,7 @@
 //! names, who is FAILED with which reason, who is skipped and why. Then the campaign runs
 //! through the real stages on the local stack and every user is checked.
 //!
-//! Part of the `pipeline` test binary (one link for both).
+//! Part of the `integration` test binary (`tests/integration.rs`).
 //! Over 400 lines on purpose: the generator, the independent model of what must happen and
 //! the checks are one scenario, best read top to bottom.
 
@@ -152,49 +152,70 @@ fn millis(t: time::OffsetDateTime) -> i64 {
     (t.unix_timestamp_nanos() / 1_000_000) as i64
 }
 
-fn generate(seed: u64, users: usize, window: &Window, domain: &str) -> World {
-    let mut rng = Rng::new(seed);
-    let mut world = World {
-        users: Vec::new(),
-        follows: Vec::new(),
-        address: HashMap::new(),
-        twins: Vec::new(),
-    };
-    let object_id = |i: usize| {
-        Bson::ObjectId(ObjectId::from_bytes({
-            let mut b = [0x65, 0xa0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-            b[8..].copy_from_slice(&(i as u32).to_be_bytes());
-            b
-        }))
-    };
-    let mut ids: Vec<Bson> = Vec::new();
-    for i in 0..users {
-        let id = match i % 10 {
-            0..=4 => object_id(i),
-            5..=7 => Bson::String(format!("u{i:05}")),
-            // Strings that look like the other form, or need escaping in the text form.
-            _ => Bson::String(match i % 5 {
-                0 => format!("oid:not-an-object-id-{i}"),
-                1 => format!("str:{i}"),
-                2 => format!("65a00000000000000000{i:04x}"), // an ObjectId's hex, as a string
-                3 => format!("名前-{i}"),
-                _ => format!("user with spaces {i}"),
-            }),
-        };
-        ids.push(id);
-    }
-    let since = millis(window.since);
-    let until = millis(window.until);
-    let at = |ms: i64| Bson::DateTime(DateTime::from_millis(ms));
+/// A deterministic ObjectId for the `i`th generated document of its kind.
+fn object_id(i: usize) -> Bson {
+    let mut b = [0x65, 0xa0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    b[8..].copy_from_slice(&(i as u32).to_be_bytes());
+    Bson::ObjectId(ObjectId::from_bytes(b))
+}
 
-    for (i, id) in ids.iter().enumerate() {
+fn at(ms: i64) -> Bson {
+    Bson::DateTime(DateTime::from_millis(ms))
+}
+
+/// A follower that no longer exists.
+fn dangling(n: u64) -> Bson {
+    if n % 2 == 0 {
+        object_id(1_000_000 + n as usize)
+    } else {
+        Bson::String(format!("deleted-{n}"))
+    }
+}
+
+const HOUR: i64 = 3_600_000;
+
+/// Builds the `World` step by step, every random choice from one `Rng` in a fixed order, so a
+/// seed always gives the same database.
+struct Generator<'a> {
+    rng: Rng,
+    world: World,
+    ids: Vec<Bson>,
+    since: i64,
+    until: i64,
+    domain: &'a str,
+    follow_id: u32,
+}
+
+impl<'a> Generator<'a> {
+    /// ObjectIds, plain strings, and strings that look like the other form or need escaping
+    /// in the text form.
+    fn user_ids(users: usize) -> Vec<Bson> {
+        (0..users)
+            .map(|i| match i % 10 {
+                0..=4 => object_id(i),
+                5..=7 => Bson::String(format!("u{i:05}")),
+                _ => Bson::String(match i % 5 {
+                    0 => format!("oid:not-an-object-id-{i}"),
+                    1 => format!("str:{i}"),
+                    2 => format!("65a00000000000000000{i:04x}"), // an ObjectId's hex, as a string
+                    3 => format!("名前-{i}"),
+                    _ => format!("user with spaces {i}"),
+                }),
+            })
+            .collect()
+    }
+
+    /// One user: an address of some shape, subscribed or not (or not a boolean), perhaps
+    /// suppressed, a locale and a name of any kind.
+    fn user(&mut self, i: usize, id: &Bson) -> Document {
+        let rng = &mut self.rng;
         let mut user = doc! { "_id": id.clone() };
-        let shape = pick_shape(&mut rng);
-        let (email, fate) = address_shape(shape, i, domain);
+        let shape = pick_shape(rng);
+        let (email, fate) = address_shape(shape, i, self.domain);
         if let Some(email) = email {
             user.insert("email", email);
         }
-        world.address.insert(key(id), fate);
+        self.world.address.insert(key(id), fate);
         match rng.below(100) {
             0..=79 => user.insert("subscribed", true),
             80..=84 => user.insert("subscribed", false),
@@ -203,7 +224,10 @@ fn generate(seed: u64, users: usize, window: &Window, domain: &str) -> World {
             _ => user.insert("subscribed", Bson::Null),
         };
         if rng.below(100) < 4 {
-            user.insert("suppression", doc! { "reason": "bounce", "at": at(since) });
+            user.insert(
+                "suppression",
+                doc! { "reason": "bounce", "at": at(self.since) },
+            );
         }
         match rng.below(100) {
             0..=49 => user.insert("locale", "en"),
@@ -223,24 +247,15 @@ fn generate(seed: u64, users: usize, window: &Window, domain: &str) -> World {
             95..=96 => user.insert("name", Bson::Int64(1)),
             _ => user.insert("name", ""),
         };
-        world.users.push(user);
+        user
     }
 
-    // Follows: a few new followers each, some twice, some gone, some of odd types, some
-    // just outside the window and some exactly on its edges.
-    let dangling = |n: u64| -> Bson {
-        if n % 2 == 0 {
-            object_id(1_000_000 + n as usize)
-        } else {
-            Bson::String(format!("deleted-{n}"))
-        }
-    };
-    let mut follow_id = 0u32;
-    let mut follow = |follower: Bson, followee: Bson, ms: i64| {
-        follow_id += 1;
+    /// A follow document; `Bson::Undefined` leaves the field out.
+    fn follow(&mut self, follower: Bson, followee: Bson, ms: i64) {
+        self.follow_id += 1;
         let mut d = doc! { "_id": ObjectId::from_bytes({
             let mut b = [0x66; 12];
-            b[8..].copy_from_slice(&follow_id.to_be_bytes());
+            b[8..].copy_from_slice(&self.follow_id.to_be_bytes());
             b
         }) };
         if follower != Bson::Undefined {
@@ -250,45 +265,44 @@ fn generate(seed: u64, users: usize, window: &Window, domain: &str) -> World {
             d.insert("followeeId", followee);
         }
         d.insert("createdAt", at(ms));
-        d
-    };
-    let hour = 3_600_000;
-    for (i, followee) in ids.iter().enumerate() {
-        let n = rng.below(6);
+        self.world.follows.push(d);
+    }
+
+    fn any_user(&mut self) -> Bson {
+        self.ids[self.rng.below(self.ids.len() as u64) as usize].clone()
+    }
+
+    /// The follows of the `i`th user: a few new followers, some twice, some gone, some of
+    /// odd types, some just outside the window and some exactly on its edges.
+    fn follows_of(&mut self, i: usize, followee: &Bson) {
+        let (since, until) = (self.since, self.until);
+        let n = self.rng.below(6);
         // Distinct times per followee (newest first is then well defined), spread over the
         // window, the first exactly at `since`.
         for j in 0..n {
             let ms = if j == 0 {
                 since
             } else {
-                since + (j as i64) * 7 * hour + rng.below(hour as u64) as i64
+                since + (j as i64) * 7 * HOUR + self.rng.below(HOUR as u64) as i64
             };
-            let follower = match rng.below(100) {
-                0..=69 => ids[rng.below(ids.len() as u64) as usize].clone(),
-                70..=84 => dangling(rng.below(40)),
+            let follower = match self.rng.below(100) {
+                0..=69 => self.any_user(),
+                70..=84 => dangling(self.rng.below(40)),
                 85..=87 => Bson::Int32(12),
                 88..=89 => Bson::Null,
                 _ => Bson::Undefined, // no followerId at all
             };
-            world
-                .follows
-                .push(follow(follower.clone(), followee.clone(), ms));
+            self.follow(follower.clone(), followee.clone(), ms);
             // The same follower following again (unfollowed and followed back).
-            if rng.below(100) < 15 {
-                world
-                    .follows
-                    .push(follow(follower, followee.clone(), ms + hour / 2));
+            if self.rng.below(100) < 15 {
+                self.follow(follower, followee.clone(), ms + HOUR / 2);
             }
         }
         // Outside the window: before it, and exactly at its end (exclusive).
-        if rng.below(100) < 30 {
-            let follower = ids[rng.below(ids.len() as u64) as usize].clone();
-            world
-                .follows
-                .push(follow(follower.clone(), followee.clone(), since - 1));
-            world
-                .follows
-                .push(follow(follower, followee.clone(), until));
+        if self.rng.below(100) < 30 {
+            let follower = self.any_user();
+            self.follow(follower.clone(), followee.clone(), since - 1);
+            self.follow(follower, followee.clone(), until);
         }
         // A popular few: more followers than one page of names, so the count comes from the
         // server (distinct followers), with repeats and gone followers among them.
@@ -296,78 +310,106 @@ fn generate(seed: u64, users: usize, window: &Window, domain: &str) -> World {
             for k in 0..24u64 {
                 let follower = match k % 4 {
                     0 => dangling(k),
-                    _ => ids[((i as u64 * 7 + k * 13) % ids.len() as u64) as usize].clone(),
+                    _ => {
+                        self.ids[((i as u64 * 7 + k * 13) % self.ids.len() as u64) as usize].clone()
+                    }
                 };
                 let at = until - 1 - (k as i64) * 60_000;
-                world
-                    .follows
-                    .push(follow(follower.clone(), followee.clone(), at));
+                self.follow(follower.clone(), followee.clone(), at);
                 if k % 5 == 0 {
-                    world
-                        .follows
-                        .push(follow(follower, followee.clone(), at - 30_000));
+                    self.follow(follower, followee.clone(), at - 30_000);
                 }
             }
         }
         // A followeeId of the other type than the user's _id: another value, another user.
         if i % 17 == 3 {
             if let Bson::ObjectId(oid) = followee {
-                world.follows.push(follow(
-                    ids[0].clone(),
+                self.follow(
+                    self.ids[0].clone(),
                     Bson::String(oid.to_hex()),
-                    since + hour,
-                ));
+                    since + HOUR,
+                );
             }
         }
     }
-    // Follows no user can be found through: numbers, null, missing followeeIds.
-    for (k, followee) in [
-        Bson::Int32(7),
-        Bson::Int64(8),
-        Bson::Null,
-        Bson::Undefined,
-        Bson::Double(1.5),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        world
-            .follows
-            .push(follow(ids[k].clone(), followee, since + hour));
-    }
-    // A user whose _id is a number, followed this week: never in the audience.
-    world.users.push(
-        doc! { "_id": 7, "email": format!("number@{domain}"), "subscribed": true, "name": "Seven" },
-    );
 
-    // Twins: one keyed by a string, one by an ObjectId, same everything else.
-    for t in 0..3 {
-        let string_id = Bson::String(format!("twin-{t}"));
-        let oid = object_id(2_000_000 + t);
-        let follower_names = ["Grace", "Linus", "Barbara", "Ken"];
-        for (n, id) in [string_id.clone(), oid.clone()].into_iter().enumerate() {
-            let local = format!("twin{t}-{n}");
-            let locale = ["en", "fr", "de"][t];
-            world.users.push(doc! {
-                "_id": id.clone(), "email": format!("{local}@{domain}"), "name": format!("Twin {t}"),
-                "subscribed": true, "locale": locale,
-            });
-            world
-                .address
-                .insert(key(&id), Ok(format!("{local}@{domain}")));
-            for (k, name) in follower_names.iter().enumerate() {
-                let follower = Bson::String(format!("twin-{t}-{n}-follower-{k}"));
-                world
-                    .users
-                    .push(doc! { "_id": follower.clone(), "name": *name, "subscribed": false });
-                world
-                    .follows
-                    .push(follow(follower, id.clone(), since + (k as i64 + 1) * hour));
-            }
+    /// Follows no user can be found through (numbers, null, missing followeeIds), and a user
+    /// whose _id is a number, followed this week: never in the audience.
+    fn unreachable(&mut self) {
+        for (k, followee) in [
+            Bson::Int32(7),
+            Bson::Int64(8),
+            Bson::Null,
+            Bson::Undefined,
+            Bson::Double(1.5),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            self.follow(self.ids[k].clone(), followee, self.since + HOUR);
         }
-        world.twins.push((string_id, oid));
+        let domain = self.domain;
+        self.world.users.push(
+            doc! { "_id": 7, "email": format!("number@{domain}"), "subscribed": true, "name": "Seven" },
+        );
     }
-    world
+
+    /// Twins: one keyed by a string, one by an ObjectId, same everything else.
+    fn twins(&mut self) {
+        let domain = self.domain;
+        for t in 0..3 {
+            let string_id = Bson::String(format!("twin-{t}"));
+            let oid = object_id(2_000_000 + t);
+            let follower_names = ["Grace", "Linus", "Barbara", "Ken"];
+            for (n, id) in [string_id.clone(), oid.clone()].into_iter().enumerate() {
+                let local = format!("twin{t}-{n}");
+                let locale = ["en", "fr", "de"][t];
+                self.world.users.push(doc! {
+                    "_id": id.clone(), "email": format!("{local}@{domain}"), "name": format!("Twin {t}"),
+                    "subscribed": true, "locale": locale,
+                });
+                self.world
+                    .address
+                    .insert(key(&id), Ok(format!("{local}@{domain}")));
+                for (k, name) in follower_names.iter().enumerate() {
+                    let follower = Bson::String(format!("twin-{t}-{n}-follower-{k}"));
+                    self.world
+                        .users
+                        .push(doc! { "_id": follower.clone(), "name": *name, "subscribed": false });
+                    self.follow(follower, id.clone(), self.since + (k as i64 + 1) * HOUR);
+                }
+            }
+            self.world.twins.push((string_id, oid));
+        }
+    }
+}
+
+fn generate(seed: u64, users: usize, window: &Window, domain: &str) -> World {
+    let mut generator = Generator {
+        rng: Rng::new(seed),
+        world: World {
+            users: Vec::new(),
+            follows: Vec::new(),
+            address: HashMap::new(),
+            twins: Vec::new(),
+        },
+        ids: Generator::user_ids(users),
+        since: millis(window.since),
+        until: millis(window.until),
+        domain,
+        follow_id: 0,
+    };
+    let ids = generator.ids.clone();
+    for (i, id) in ids.iter().enumerate() {
+        let user = generator.user(i, id);
+        generator.world.users.push(user);
+    }
+    for (i, followee) in ids.iter().enumerate() {
+        generator.follows_of(i, followee);
+    }
+    generator.unreachable();
+    generator.twins();
+    generator.world
 }
 
 /// The users GetUsers must enqueue: subscribed (the boolean true), not suppressed, keyed by

@@ -12,6 +12,7 @@ use mailflow_local::function_host::{FunctionProcess, Outcome};
 use mailflow_local::names;
 use mailflow_local::pipeline::{CREATE_EMAILS, GET_USERS, SEND_EMAIL, SES_EVENTS, UNSUBSCRIBE};
 use mailflow_local::sam_local::SamLocal;
+use mailflow_local::seed::SeedReport;
 use mailflow_local::template::Template;
 use mailflow_tests::{test_env, TestEnv};
 use serde_json::Value;
@@ -189,6 +190,21 @@ async fn serves_the_sample_events(host: Host) {
     let campaign = Campaign::from_id("weekly-2026-W47", None).unwrap();
     let seeded = env.seed(30, &campaign).await.unwrap();
 
+    get_users_fans_out_and_fails_a_bad_checkpoint_alone(host, &env, &seeded).await;
+    create_and_send_fail_a_bad_record_alone(host, &env).await;
+    ses_events_suppress_the_bounce(host, &env).await;
+    unsubscribe_refuses_the_placeholder_and_takes_a_signed_link(host, &env, &campaign).await;
+    // Last: a paused campaign sends nothing.
+    reputation_guard_pauses_the_campaign(host, &env, &campaign).await;
+}
+
+/// GetUsers with each of its sample events: a manual run, the schedule, a resend, and a
+/// continuation batch with a malformed checkpoint.
+async fn get_users_fans_out_and_fails_a_bad_checkpoint_alone(
+    host: Host,
+    env: &TestEnv,
+    seeded: &SeedReport,
+) {
     // GetUsers, invoked by hand with infra/events/manual-run.json: its summary, and one
     // message per audience user on the users queue.
     let run = run_function(
@@ -208,7 +224,7 @@ async fn serves_the_sample_events(host: Host) {
         "{}",
         run.stderr
     );
-    let mut enqueued = queued_user_ids(&env).await;
+    let mut enqueued = queued_user_ids(env).await;
     enqueued.sort();
     let audience: Vec<String> = seeded.audience.keys().cloned().collect();
     assert_eq!(enqueued, audience);
@@ -236,18 +252,21 @@ async fn serves_the_sample_events(host: Host) {
     // GetUsers from the continuation queue: the malformed checkpoint fails alone.
     only_failure(
         host,
-        &env,
+        env,
         "get-users",
         GET_USERS,
         "continuation-batch.json",
         "c0ffee00-0000-4000-8000-000000000002",
     )
     .await;
+}
 
+/// CreateEmails and SendEmail with their sample batches, each with one malformed record.
+async fn create_and_send_fail_a_bad_record_alone(host: Host, env: &TestEnv) {
     // CreateEmails with a batch whose second record is malformed: only that one fails.
     only_failure(
         host,
-        &env,
+        env,
         "create-emails",
         CREATE_EMAILS,
         "users-batch.json",
@@ -258,7 +277,7 @@ async fn serves_the_sample_events(host: Host) {
     // SendEmail sends the sample job and records it SENT; the malformed job fails alone.
     let run = only_failure(
         host,
-        &env,
+        env,
         "send-email",
         SEND_EMAIL,
         "emails-batch.json",
@@ -293,30 +312,22 @@ async fn serves_the_sample_events(host: Host) {
         !run.stderr.contains("u0000001@example.com"),
         "logs must not carry addresses"
     );
+}
 
+/// SesEvents with its sample batch.
+async fn ses_events_suppress_the_bounce(host: Host, env: &TestEnv) {
     // SesEvents with infra/events/ses-events-batch.json: the permanent bounce suppresses
     // u0000001 and is noted on its record; the malformed event fails alone.
     only_failure(
         host,
-        &env,
+        env,
         "ses-events",
         SES_EVENTS,
         "ses-events-batch.json",
         "5e5e0000-0000-4000-8000-000000000002",
     )
     .await;
-    let users = env.db.collection::<mongodb::bson::Document>("users");
-    let user = |id: &'static str| {
-        let users = users.clone();
-        async move {
-            users
-                .find_one(mongodb::bson::doc! {"_id": id})
-                .await
-                .unwrap()
-                .unwrap()
-        }
-    };
-    let bounced = user("u0000001").await;
+    let bounced = user(env, "u0000001").await;
     assert_eq!(
         bounced
             .get_document("suppression")
@@ -329,7 +340,14 @@ async fn serves_the_sample_events(host: Host) {
     assert!(records["u0000001"]
         .engagement
         .contains_key(&mailflow::domain::ledger::Engagement::Bounced));
+}
 
+/// Unsubscribe with its sample Function URL events.
+async fn unsubscribe_refuses_the_placeholder_and_takes_a_signed_link(
+    host: Host,
+    env: &TestEnv,
+    campaign: &Campaign,
+) {
     // Unsubscribe through its Function URL event: the sample's placeholder token is refused;
     // a one-click POST with a token the stack's key signed unsubscribes.
     let unsubscribe_env = env.stack.env(UNSUBSCRIBE).unwrap();
@@ -371,11 +389,14 @@ async fn serves_the_sample_events(host: Host) {
         pages[1].1
     );
     assert_eq!(
-        user("u0000003").await.get_bool("subscribed").ok(),
+        user(env, "u0000003").await.get_bool("subscribed").ok(),
         Some(false)
     );
     assert!(!run.stderr.contains(&token), "logs must not carry tokens");
+}
 
+/// ReputationGuard with its sample alarm.
+async fn reputation_guard_pauses_the_campaign(host: Host, env: &TestEnv, campaign: &Campaign) {
     // ReputationGuard with infra/events/reputation-alarm.json, the SNS delivery of a
     // CloudWatch alarm on SES's Reputation.BounceRate: the campaign GetUsers registered above
     // is paused by the guard, with the alarm as its reason, and the campaign queues'
@@ -431,6 +452,16 @@ async fn serves_the_sample_events(host: Host) {
         "the guard's warning: {}",
         run.stderr
     );
+}
+
+/// One seeded user's document.
+async fn user(env: &TestEnv, id: &str) -> mongodb::bson::Document {
+    let users = env.db.collection::<mongodb::bson::Document>("users");
+    users
+        .find_one(mongodb::bson::doc! {"_id": id})
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 /// The user ids of the messages on the users queue (received, then left to come back).

@@ -81,7 +81,7 @@ pub async fn plan<D: UserDirectory>(
                 plan.would_send += 1;
                 *plan.by_locale.entry(locale).or_default() += 1;
                 if plan.samples.len() < samples {
-                    plan.samples.push(crate::preview::describe(&job));
+                    plan.samples.push(crate::compose::describe(&job));
                 }
             }
             Err(reason) => *plan.skipped.entry(reason.as_str()).or_default() += 1,

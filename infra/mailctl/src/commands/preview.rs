@@ -25,16 +25,16 @@ pub async fn preview(
     let env = match &t.prefix {
         Some(prefix) => {
             let stack = provision_local(sdk, template, prefix, &t.database).await?;
-            mailctl::preview::local_env(&stack)?
+            mailctl::compose::local_env(&stack)?
         }
         None => {
             let function = mailctl::stack_outputs::CREATE_EMAILS_FUNCTION.read()?;
-            mailctl::preview::deployed_env(sdk, &function).await?
+            mailctl::compose::deployed_env(sdk, &function).await?
         }
     };
-    let stage = mailctl::preview::create_emails(sdk, &env).await?;
-    let job = mailctl::preview::compose(&stage, user, &campaign).await?;
-    print!("{}", mailctl::preview::describe(&job));
+    let stage = mailctl::compose::create_emails(sdk, &env).await?;
+    let job = mailctl::compose::compose(&stage, user, &campaign).await?;
+    print!("{}", mailctl::compose::describe(&job));
     if let Some(path) = out {
         std::fs::write(&path, &job.html).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("HTML written to {}", path.display());
@@ -58,8 +58,8 @@ pub async fn test_send(
         .to_owned();
     let campaign = Campaign::from_id(campaign, None)?;
     let (create_env, send_env) = function_envs(sdk, template, t).await?;
-    let stage = mailctl::preview::create_emails(sdk, &create_env).await?;
-    let job = mailctl::preview::compose(&stage, user, &campaign).await?;
+    let stage = mailctl::compose::create_emails(sdk, &create_env).await?;
+    let job = mailctl::compose::compose(&stage, user, &campaign).await?;
     let config = SendEmailConfig::from_source(&|k: &str| send_env.get(k).cloned())?;
     let email = mailflow::ports::OutgoingEmail {
         key: job.key(),
@@ -92,13 +92,13 @@ pub async fn function_envs(
         Some(prefix) => {
             let stack = provision_local(sdk, template, prefix, &t.database).await?;
             (
-                mailctl::preview::local_env(&stack)?,
+                mailctl::compose::local_env(&stack)?,
                 stack.env(mailflow_local::pipeline::SEND_EMAIL)?,
             )
         }
         None => (
-            mailctl::preview::deployed_env(sdk, &CREATE_EMAILS_FUNCTION.read()?).await?,
-            mailctl::preview::deployed_env(sdk, &SEND_EMAIL_FUNCTION.read()?).await?,
+            mailctl::compose::deployed_env(sdk, &CREATE_EMAILS_FUNCTION.read()?).await?,
+            mailctl::compose::deployed_env(sdk, &SEND_EMAIL_FUNCTION.read()?).await?,
         ),
     })
 }
@@ -117,7 +117,7 @@ pub async fn plan(
         None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
     };
     let (create_env, send_env) = function_envs(sdk, template, t).await?;
-    let stage = mailctl::preview::create_emails(sdk, &create_env).await?;
+    let stage = mailctl::compose::create_emails(sdk, &create_env).await?;
     let config = CreateEmailsConfig::from_source(&|k: &str| create_env.get(k).cloned())?;
     let directory = mailflow::adapters::directory::MongoDirectory::new(
         mailflow::adapters::mongo::connect(&config.mongo, sdk, "mailctl").await?,

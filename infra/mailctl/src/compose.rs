@@ -1,6 +1,7 @@
-//! `mailctl preview`: the email one user gets in one campaign, composed by the same code as
-//! CreateEmails (`CreateEmails::compose`) with the configuration that function has: read
-//! from template.yaml for a local stack, from the deployed function otherwise.
+//! The email one user gets in one campaign, composed by the same code as CreateEmails
+//! (`CreateEmails::compose`) with the configuration that function has: read from
+//! template.yaml for a local stack, from the deployed function otherwise. `mailctl preview`,
+//! `test-send` and `plan` (`commands/preview.rs`) use it.
 
 use anyhow::{bail, Context, Result};
 use mailflow::assemble::LambdaCreateEmails;
