@@ -1,5 +1,5 @@
 //! The named bad inputs through the real handlers on the local stack, each with the outcome
-//! the README's "Bad input" table documents: failed alone with a logged reason (SQS retries
+//! the "Bad input" table of docs/reliability.md documents: failed alone with a logged reason (SQS retries
 //! it, then the DLQ keeps it), skipped and acknowledged, or FAILED in the ledger; the rest of
 //! the batch untouched.
 

@@ -468,7 +468,7 @@ async fn a_function_without_its_index_refuses_to_start_and_says_what_to_run() {
         err.contains("is missing") && err.contains("mailctl create-indexes"),
         "{err}"
     );
-    // Created as the README says, it starts.
+    // Created as docs/deploying.md says, it starts.
     mailflow::adapters::directory::create_indexes(&env.db)
         .await
         .unwrap();

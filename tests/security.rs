@@ -298,7 +298,7 @@ fn the_mongodb_uri_comes_from_secrets_manager_not_from_parameters() {
     }
 }
 
-/// The reputation guard is wired as the README says: each SES reputation alarm watches the
+/// The reputation guard is wired as docs/operating.md says: each SES reputation alarm watches the
 /// account's own metric at a threshold parameter and notifies both the guard's topic and the
 /// operator's, and the guard is subscribed to that topic.
 #[test]

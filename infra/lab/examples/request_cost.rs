@@ -1,6 +1,6 @@
 //! What one AWS SDK request costs in CPU with none of our code around it: conditional
 //! DynamoDB UpdateItems shaped like SendEmail's ledger claim, one after another, against the
-//! local stack, and this process's CPU time per request (BENCHMARKS.md: the floor under
+//! local stack, and this process's CPU time per request (docs/benchmarks.md: the floor under
 //! SendEmail's three requests per email).
 //!
 //! ```sh

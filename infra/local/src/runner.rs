@@ -3,7 +3,7 @@
 //! MaximumBatchingWindowInSeconds, at most MaximumConcurrency invocations at once, partial batch
 //! responses honoured (only successes are deleted; failures reappear after their visibility
 //! timeout and reach the DLQ after maxReceiveCount), and each invocation ended at its
-//! function Timeout with a real deadline passed in. Handlers run in-process (see README).
+//! function Timeout with a real deadline passed in. Handlers run in-process (see docs/local-stack.md).
 //! Each poller honours its event source mapping's State (a pause disables it).
 //! A consumer may carry `Faults` (the chaos run): second deliveries and invocations that
 //! die at chosen points, as Lambda and SQS do it in production.

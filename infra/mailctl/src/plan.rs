@@ -14,7 +14,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// What SES charges per email sent (us-east-1 list price; the rest of the pipeline adds about
-/// 6 % to it: README, "What 1M emails cost").
+/// 6 % to it: docs/deploying.md, "What 1M emails cost").
 pub const SES_DOLLARS_PER_EMAIL: f64 = 0.10 / 1000.0;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

@@ -1,6 +1,6 @@
 //! A deployed stack's outputs as `mailctl` reads them: each `MAILFLOW_*` variable named once,
 //! with the `template.yaml` output it holds, so the commands, `provision`'s exports, the
-//! README's table and the template cannot drift apart (the tests below check the last two).
+//! table in docs/operating.md and the template cannot drift apart (the tests below check the last two).
 
 use anyhow::{Context, Result};
 
@@ -82,7 +82,7 @@ impl StackOutput {
     pub fn read(self) -> Result<String> {
         std::env::var(self.var).with_context(|| {
             format!(
-                "{} is not set: export the stack's {} output (see README, Operating campaigns), or pass --prefix for a local stack",
+                "{} is not set: export the stack's {} output (see docs/operating.md), or pass --prefix for a local stack",
                 self.var, self.output
             )
         })
@@ -116,11 +116,14 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_table_lists_every_variable_with_its_output() {
-        let readme = read("README.md");
+    fn the_operating_guide_lists_every_variable_with_its_output() {
+        let guide = read("docs/operating.md");
         for o in ALL {
             let row = format!("| `{}` | `{}`", o.var, o.output);
-            assert!(readme.contains(&row), "README lacks the row {row}");
+            assert!(
+                guide.contains(&row),
+                "docs/operating.md lacks the row {row}"
+            );
         }
     }
 }

@@ -205,7 +205,7 @@ pub(super) fn machine() -> String {
     )
 }
 
-/// The report as Markdown tables (what BENCHMARKS.md shows).
+/// The report as Markdown tables (what docs/benchmarks.md shows).
 pub fn markdown(r: &BenchReport) -> String {
     let mut out = String::new();
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);

@@ -174,7 +174,7 @@ pub(super) async fn check(
     Ok(())
 }
 
-/// The report as Markdown, for the README's reliability section.
+/// The report as Markdown, for docs/reliability.md.
 pub fn markdown(r: &ChaosReport) -> String {
     let mut out = String::new();
     let line = |out: &mut String, k: &str, v: String| out.push_str(&format!("| {k} | {v} |\n"));
