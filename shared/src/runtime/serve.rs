@@ -24,6 +24,34 @@ pub trait Stage: Send + Sync {
     ) -> impl Future<Output = Result<(Self::Response, Self::Summary), Self::Error>> + Send;
 }
 
+/// Implements `Stage` for a stage type: the event it takes, what it answers (response,
+/// summary, error), and the call that handles one event, `|stage, event, invocation| ...`.
+macro_rules! stage {
+    (
+        impl<$($param:ident: $bound:path),*> for $stage:ty {
+            $event:ty => Result<($response:ty, $summary:ty), $error:ty>,
+            |$this:ident, $e:ident, $invocation:ident| $call:expr $(,)?
+        }
+    ) => {
+        impl<$($param: $bound),*> $crate::runtime::Stage for $stage {
+            type Event = $event;
+            type Response = $response;
+            type Summary = $summary;
+            type Error = $error;
+
+            async fn invoke(
+                &self,
+                $e: $event,
+                $invocation: &$crate::runtime::Invocation,
+            ) -> Result<($response, $summary), $error> {
+                let $this = self;
+                $call
+            }
+        }
+    };
+}
+pub(crate) use stage;
+
 /// A function's cold start up to its stage: logs, then its configuration (or exit with one
 /// line naming the variable), then the SDK's configuration.
 pub async fn start<C>(

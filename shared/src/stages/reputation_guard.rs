@@ -117,19 +117,11 @@ fn describe(alarm: &AlarmNotification) -> String {
     )
 }
 
-impl<S: SendingSwitch> crate::runtime::Stage for ReputationGuard<S> {
-    type Event = SnsEvent;
-    type Response = Summary;
-    /// The summary is the response.
-    type Summary = ();
-    type Error = ControlError;
-
-    async fn invoke(
-        &self,
-        event: SnsEvent,
-        _: &crate::runtime::Invocation,
-    ) -> Result<(Summary, ()), ControlError> {
-        Ok((self.handle(event).await?, ()))
+// The summary is the response.
+crate::runtime::serve::stage! {
+    impl<S: SendingSwitch> for ReputationGuard<S> {
+        SnsEvent => Result<(Summary, ()), ControlError>,
+        |stage, event, _invocation| Ok((stage.handle(event).await?, ()))
     }
 }
 

@@ -257,18 +257,10 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
     }
 }
 
-impl<R: SendRecordNotes, S: SubscriberStore> crate::runtime::Stage for SesEvents<R, S> {
-    type Event = SqsEvent;
-    type Response = SqsBatchResponse;
-    type Summary = Summary;
-    type Error = std::convert::Infallible;
-
-    async fn invoke(
-        &self,
-        event: SqsEvent,
-        _: &crate::runtime::Invocation,
-    ) -> Result<(SqsBatchResponse, Summary), Self::Error> {
-        Ok(self.handle(event).await)
+crate::runtime::serve::stage! {
+    impl<R: SendRecordNotes, S: SubscriberStore> for SesEvents<R, S> {
+        SqsEvent => Result<(SqsBatchResponse, Summary), std::convert::Infallible>,
+        |stage, event, _invocation| Ok(stage.handle(event).await)
     }
 }
 

@@ -261,19 +261,11 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
     }
 }
 
-impl<S: SubscriberStore, R: SendRecordNotes> crate::runtime::Stage for Unsubscribe<S, R> {
-    /// A Function URL request.
-    type Event = Value;
-    type Response = Value;
-    type Summary = ();
-    type Error = std::convert::Infallible;
-
-    async fn invoke(
-        &self,
-        event: Value,
-        _: &crate::runtime::Invocation,
-    ) -> Result<(Value, ()), Self::Error> {
-        Ok((self.handle_function_url(&event).await, ()))
+// A Function URL request in, the page out.
+crate::runtime::serve::stage! {
+    impl<S: SubscriberStore, R: SendRecordNotes> for Unsubscribe<S, R> {
+        Value => Result<(Value, ()), std::convert::Infallible>,
+        |stage, event, _invocation| Ok((stage.handle_function_url(&event).await, ()))
     }
 }
 

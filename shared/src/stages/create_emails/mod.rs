@@ -297,20 +297,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
     }
 }
 
-impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> crate::runtime::Stage
-    for CreateEmails<D, Q, S>
-{
-    type Event = SqsEvent;
-    type Response = SqsBatchResponse;
-    type Summary = Summary;
-    type Error = std::convert::Infallible;
-
-    async fn invoke(
-        &self,
-        event: SqsEvent,
-        _: &crate::runtime::Invocation,
-    ) -> Result<(SqsBatchResponse, Summary), Self::Error> {
-        Ok(self.handle(event).await)
+crate::runtime::serve::stage! {
+    impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> for CreateEmails<D, Q, S> {
+        SqsEvent => Result<(SqsBatchResponse, Summary), std::convert::Infallible>,
+        |stage, event, _invocation| Ok(stage.handle(event).await)
     }
 }
 

@@ -418,23 +418,12 @@ impl From<Checkpoint> for Run {
     }
 }
 
-impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> crate::runtime::Stage
-    for GetUsers<D, Q, S>
-{
-    /// The schedule's event, a manual run, or a batch of checkpoints from the continuation
-    /// queue.
-    type Event = Value;
-    type Response = Response;
-    /// A run's summary travels in its `Response`.
-    type Summary = ();
-    type Error = GetUsersError;
-
-    async fn invoke(
-        &self,
-        event: Value,
-        invocation: &Invocation,
-    ) -> Result<(Response, ()), GetUsersError> {
-        Ok((self.handle(event, invocation).await?, ()))
+// The event: the schedule's, a manual run, or a batch of checkpoints from the continuation
+// queue. A run's summary travels in its `Response`.
+crate::runtime::serve::stage! {
+    impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> for GetUsers<D, Q, S> {
+        Value => Result<(Response, ()), GetUsersError>,
+        |stage, event, invocation| Ok((stage.handle(event, invocation).await?, ()))
     }
 }
 

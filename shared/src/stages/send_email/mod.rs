@@ -370,20 +370,10 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
     }
 }
 
-impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> crate::runtime::Stage
-    for SendEmail<M, L, Q, S>
-{
-    type Event = SqsEvent;
-    type Response = SqsBatchResponse;
-    type Summary = Summary;
-    type Error = std::convert::Infallible;
-
-    async fn invoke(
-        &self,
-        event: SqsEvent,
-        invocation: &Invocation,
-    ) -> Result<(SqsBatchResponse, Summary), Self::Error> {
-        Ok(self.handle(event, invocation).await)
+crate::runtime::serve::stage! {
+    impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> for SendEmail<M, L, Q, S> {
+        SqsEvent => Result<(SqsBatchResponse, Summary), std::convert::Infallible>,
+        |stage, event, invocation| Ok(stage.handle(event, invocation).await)
     }
 }
 
