@@ -14,12 +14,13 @@ use crate::adapters::sqs::SqsQueue;
 use crate::adapters::subscribers::Subscribers;
 use crate::adapters::{dynamodb_client, mongo, secrets, sqs_client};
 use crate::config::{
-    CreateEmailsConfig, GetUsersConfig, ReputationGuardConfig, SendEmailConfig, SesEventsConfig,
-    UnsubscribeFunctionConfig,
+    ConfigError, CreateEmailsConfig, GetUsersConfig, ProcessEnv, ReputationGuardConfig,
+    SendEmailConfig, SesEventsConfig, Source, UnsubscribeFunctionConfig,
 };
 use crate::domain::digest::{RenderError, Renderer};
 use crate::domain::send_rate::{QuotaUnknown, SendRate};
 use crate::ports::{Mailer, StoreError};
+use crate::runtime::telemetry;
 use crate::stages::create_emails::CreateEmails;
 use crate::stages::get_users::GetUsers;
 use crate::stages::reputation_guard::ReputationGuard;
@@ -27,6 +28,16 @@ use crate::stages::send_email::SendEmail;
 use crate::stages::ses_events::SesEvents;
 use crate::stages::unsubscribe::Unsubscribe;
 use aws_config::SdkConfig;
+
+/// A function's cold start up to its stage: logs, then its configuration (or exit with one
+/// line naming the variable), then the SDK's configuration.
+pub async fn start<C>(
+    config: impl FnOnce(&dyn Source) -> Result<C, ConfigError>,
+) -> (C, SdkConfig) {
+    telemetry::init();
+    let config = telemetry::or_exit(config(&ProcessEnv));
+    (config, crate::adapters::aws_config().await)
+}
 
 /// Why a function could not start: one line naming what to fix.
 #[derive(Debug, thiserror::Error)]

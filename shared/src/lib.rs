@@ -11,13 +11,15 @@
 //!   send rate, SES tags and events, user ids, the unsubscribe link). Imports no SDK.
 //! - `ports`: the traits the stages need from the outside world, with in-memory stand-ins
 //!   for unit tests (`ports::memory`).
-//! - `stages`: one per function; see only `domain` and `ports`, never an adapter.
+//! - `stages`: one per function; they see `domain`, `ports`, `config` and `runtime`, never an
+//!   adapter.
 //! - `adapters`: the ports on DynamoDB, SQS, SES, Lambda, Secrets Manager and MongoDB; the
 //!   only users of the AWS SDKs and the MongoDB driver.
 //! - `config`: every environment variable, parsed and validated at cold start.
-//! - `assemble`: builds each stage from its configuration with its adapters.
+//! - `assemble`: a function's cold start (`start`), and each stage built from its
+//!   configuration with its adapters.
 //! - `runtime`: what hosts a stage (telemetry, metering, the invocation, the partial-batch
-//!   driver, `serve`); the binaries in `functions/` are one call to it.
+//!   driver, `serve`); every binary in `functions/` ends in `runtime::serve`.
 
 pub mod adapters;
 pub mod assemble;

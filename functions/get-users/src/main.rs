@@ -1,7 +1,8 @@
 //! GetUsers Lambda: wiring only; the logic is `mailflow::stages::get_users`.
 
+use mailflow::assemble::start;
 use mailflow::config::GetUsersConfig;
-use mailflow::runtime::{serve, start, telemetry::or_exit};
+use mailflow::runtime::{serve, telemetry::or_exit};
 
 // One thread: an execution environment serves one event at a time, and waking a second
 // worker thread for every response costs more CPU than the concurrency it would add.

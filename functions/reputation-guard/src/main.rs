@@ -1,7 +1,8 @@
 //! ReputationGuard Lambda: wiring only; the logic is `mailflow::stages::reputation_guard`.
 
+use mailflow::assemble::start;
 use mailflow::config::ReputationGuardConfig;
-use mailflow::runtime::{serve, start};
+use mailflow::runtime::serve;
 
 // One thread: an execution environment serves one event at a time.
 #[tokio::main(flavor = "current_thread")]

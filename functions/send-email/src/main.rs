@@ -1,8 +1,8 @@
 //! SendEmail Lambda: wiring only; the logic is `mailflow::stages::send_email`.
 
-use mailflow::assemble;
+use mailflow::assemble::{self, start};
 use mailflow::config::SendEmailConfig;
-use mailflow::runtime::{serve, start};
+use mailflow::runtime::serve;
 
 // One thread: an execution environment serves one event at a time, and waking a second
 // worker thread for every response costs more CPU than the concurrency it would add.

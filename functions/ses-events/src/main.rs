@@ -1,7 +1,8 @@
 //! SesEvents Lambda: wiring only; the logic is `mailflow::stages::ses_events`.
 
+use mailflow::assemble::start;
 use mailflow::config::SesEventsConfig;
-use mailflow::runtime::{serve, start, telemetry::or_exit};
+use mailflow::runtime::{serve, telemetry::or_exit};
 
 // One thread: an execution environment serves one event at a time.
 #[tokio::main(flavor = "current_thread")]

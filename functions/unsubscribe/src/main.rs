@@ -1,8 +1,9 @@
 //! Unsubscribe Lambda (behind a Function URL): wiring only; the logic is
 //! `mailflow::stages::unsubscribe`.
 
+use mailflow::assemble::start;
 use mailflow::config::UnsubscribeFunctionConfig;
-use mailflow::runtime::{serve, start, telemetry::or_exit};
+use mailflow::runtime::{serve, telemetry::or_exit};
 
 // One thread: an execution environment serves one event at a time.
 #[tokio::main(flavor = "current_thread")]

@@ -1,7 +1,8 @@
-//! The send rate (`SendRate`: how fast, and how it is shared) and the pacer that keeps one
-//! environment to its share: at most `rate` acquisitions per second, evenly spaced (a token bucket of
-//! capacity one), shared by all concurrent sends of one execution environment. No bursts, so
-//! the observed rate over any run never exceeds the configured one.
+//! The send rate, in one place: `SendRate` says how fast (the configured rate or SES's maximum)
+//! and how the SendEmail environments share it; `Pacer` keeps one environment to its share:
+//! at most `rate` acquisitions per second, evenly spaced (a token bucket of capacity one),
+//! shared by all concurrent sends of the environment. No bursts, so the observed rate over
+//! any run never exceeds the configured one.
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 use std::future::Future;

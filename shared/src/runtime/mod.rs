@@ -9,4 +9,4 @@ pub mod serve;
 pub mod telemetry;
 
 pub use invocation::Invocation;
-pub use serve::{serve, start, Stage};
+pub use serve::{serve, Stage};

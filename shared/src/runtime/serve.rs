@@ -1,9 +1,8 @@
-//! The one way a stage is hosted: `start` (logs, configuration, the SDK's configuration) and
-//! `serve` (the Lambda Runtime API loop) in each binary; the local simulator calls the same
-//! `Stage::invoke` (`mailflow_local::runner::stage_handler`).
+//! The one way a stage is hosted: `serve` (the Lambda Runtime API loop) in each binary, after
+//! `assemble::start` (logs, configuration, the SDK's configuration); the local simulator calls the same
+//! `Stage::invoke` (`mailflow_local::pipeline::stage_handler`).
 
-use super::{metering, telemetry, Invocation};
-use crate::config::{ConfigError, ProcessEnv, Source};
+use super::{metering, Invocation};
 use lambda_runtime::{service_fn, LambdaEvent};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -51,16 +50,6 @@ macro_rules! stage {
     };
 }
 pub(crate) use stage;
-
-/// A function's cold start up to its stage: logs, then its configuration (or exit with one
-/// line naming the variable), then the SDK's configuration.
-pub async fn start<C>(
-    config: impl FnOnce(&dyn Source) -> Result<C, ConfigError>,
-) -> (C, aws_config::SdkConfig) {
-    telemetry::init();
-    let config = telemetry::or_exit(config(&ProcessEnv));
-    (config, crate::adapters::aws_config().await)
-}
 
 /// Serves `stage` on the Lambda Runtime API until the environment ends. Every invocation logs
 /// its metering line, whether the stage succeeded or failed.
