@@ -48,9 +48,56 @@ pub enum AddressError {
 /// The longest forward path SMTP allows (RFC 5321: 256 with the angle brackets).
 const MAX_ADDRESS: usize = 254;
 
+/// `raw` without its RFC 5322 comments (`(home)a@example.com`, `a@example.com (work)`),
+/// which name no part of the mailbox, and without the angle brackets of an angle-addr with
+/// no display name (`<a@example.com>`), which address books export. A quoted string keeps
+/// its parentheses; text whose quotes or comments do not close comes back as it was, for the
+/// parser to refuse.
+fn without_comments(raw: &str) -> std::borrow::Cow<'_, str> {
+    if !raw.contains(['(', '<']) {
+        return raw.into();
+    }
+    let mut out = String::with_capacity(raw.len());
+    let (mut quoted, mut depth, mut escaped) = (false, 0usize, false);
+    for c in raw.chars() {
+        if escaped {
+            escaped = false;
+            if depth == 0 {
+                out.push(c);
+            }
+            continue;
+        }
+        match c {
+            '\\' if quoted || depth > 0 => {
+                escaped = true;
+                if depth == 0 {
+                    out.push(c);
+                }
+            }
+            '"' if depth == 0 => {
+                quoted = !quoted;
+                out.push(c);
+            }
+            '(' if !quoted => depth += 1,
+            ')' if !quoted && depth > 0 => depth -= 1,
+            _ if depth > 0 => {}
+            _ => out.push(c),
+        }
+    }
+    if quoted || depth > 0 || escaped {
+        return raw.into();
+    }
+    let bare = out.trim();
+    match bare.strip_prefix('<').and_then(|b| b.strip_suffix('>')) {
+        Some(inner) if !inner.contains(['<', '>']) => inner.trim().to_owned().into(),
+        _ => bare.to_owned().into(),
+    }
+}
+
 /// The one mailbox `raw` names, ready for SES, or why there is none.
 pub fn parse(raw: &str) -> Result<Recipient, AddressError> {
-    let raw = raw.trim();
+    let raw = without_comments(raw.trim());
+    let raw = raw.as_ref();
     let parsed = email_address::EmailAddress::from_str(raw).map_err(|e| {
         // A list or a group is the likeliest cause of a parse failure with several '@':
         // say so, rather than the parser's first complaint.
@@ -103,6 +150,27 @@ mod tests {
     }
 
     #[test]
+    fn comments_and_a_bare_angle_addr_name_the_one_mailbox_inside() {
+        assert_eq!(ok("<angle@example.com>"), "angle@example.com");
+        assert_eq!(ok(" < angle@example.com > "), "angle@example.com");
+        assert_eq!(ok("(home)a@example.com"), "a@example.com");
+        assert_eq!(ok("a@example.com (work)"), "a@example.com");
+        assert_eq!(ok("a(x)@example.com"), "a@example.com");
+        assert_eq!(
+            ok("Ada (work, \\(main\\)) <ada@example.com>"),
+            "ada@example.com"
+        );
+        assert_eq!(
+            ok("(nested (comment)) <ada@example.com>"),
+            "ada@example.com"
+        );
+        // Parentheses inside a quoted string are not a comment.
+        assert_eq!(ok("\"a(b)c\"@example.com"), "\"a(b)c\"@example.com");
+        // A comment that names another address is no display name: the mailbox is the one.
+        assert_eq!(ok("(ada@evil.com) <ada@example.com>"), "ada@example.com");
+    }
+
+    #[test]
     fn international_domains_are_encoded_as_ses_requires() {
         assert_eq!(ok("name@bücher.example"), "name@xn--bcher-kva.example");
         assert_eq!(ok("ada@例え.テスト"), "ada@xn--r8jz45g.xn--zckzah");
@@ -146,7 +214,9 @@ mod tests {
             "a\"b(c)d,e:f;g<h>i[j\\k]l@example.com",
             "1234567890123456789012345678901234567890123456789012345678901234+x@example.com",
             "ada@example.com.",
-            "<ada@example.com>",
+            "<ada@example.com",
+            "(unclosed a@example.com",
+            "<a@example.com> <b@example.com>",
             "",
         ] {
             assert!(parse(raw).is_err(), "{raw:?} accepted");
