@@ -695,5 +695,9 @@ async fn t12_a_message_that_reaches_the_dlq_leaves_its_record_dead_lettered_unti
     drain(&env, &pipeline).await;
     let record = &env.records(W46).await.unwrap()["u000"];
     assert_eq!(record.status, Some(SendStatus::Sent), "{record:?}");
+    assert_eq!(
+        record.last_error, None,
+        "the throttling is history once SENT"
+    );
     assert_eq!(emails(&env).await("u000"), 1);
 }

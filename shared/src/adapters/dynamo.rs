@@ -213,7 +213,7 @@ impl SendLedger for DynamoLedger {
         ]);
         let update =
             "SET #status = :sent, sesMessageId = :id, completedAt = :now, updatedAt = :now \
-                      REMOVE leaseUntil";
+                      REMOVE leaseUntil, lastError";
         self.finish("mark sent", claim, update, values).await
     }
 
@@ -421,7 +421,7 @@ impl SendRecordNotes for SendRecords {
             (":now".into(), n(epoch_ms(SystemTime::now()))),
         ]);
         let update = "SET #status = :sent, sesMessageId = :id, completedAt = :at, \
-                      updatedAt = :now, reconciled = :now REMOVE leaseUntil";
+                      updatedAt = :now, reconciled = :now REMOVE leaseUntil, lastError";
         let outcome = self
             .update(
                 "reconcile",

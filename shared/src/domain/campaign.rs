@@ -7,7 +7,7 @@ use time::{Date, Duration, OffsetDateTime, Time, Weekday};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum CampaignError {
-    #[error("campaign id {0:?} is invalid: use 1-64 characters from A-Z a-z 0-9 . _ -")]
+    #[error("campaign id {} is invalid: use 1-64 characters from A-Z a-z 0-9 . _ -", quoted(.0))]
     InvalidId(String),
     #[error(
         "campaign id {0:?} has no window: use weekly-YYYY-Www (e.g. weekly-2026-W47) or give since and until"
@@ -15,6 +15,23 @@ pub enum CampaignError {
     NoWindow(String),
     #[error("window is empty: since ({since}) must be before until ({until})")]
     EmptyWindow { since: String, until: String },
+    #[error(
+        "campaign {id} covers its ISO week {week}, but the window given is {given}: leave out since and until, or give the campaign another id"
+    )]
+    ForeignWindow {
+        id: String,
+        week: Window,
+        given: Window,
+    },
+}
+
+/// `raw` as a message may quote it: at most 40 characters, and its length when shortened.
+pub fn quoted(raw: &str) -> String {
+    const SHOWN: usize = 40;
+    match raw.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("{:?}... ({} characters)", &raw[..end], raw.chars().count()),
+        None => format!("{raw:?}"),
+    }
 }
 
 /// A campaign id: safe for keys, tags and logs.
@@ -98,6 +115,17 @@ impl Window {
     }
 }
 
+impl std::fmt::Display for Window {
+    /// `[since, until)` in RFC 3339.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let rfc3339 = |t: OffsetDateTime| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_else(|_| t.to_string())
+        };
+        write!(f, "[{}, {})", rfc3339(self.since), rfc3339(self.until))
+    }
+}
+
 /// A campaign: what every message of one run carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Campaign {
@@ -128,12 +156,10 @@ impl Campaign {
         weekly(this_monday - Duration::weeks(1))
     }
 
-    /// A campaign named by hand: `weekly-YYYY-Www` implies its window; any other id needs one.
+    /// A campaign named by hand: `weekly-YYYY-Www` implies its window (and a window given
+    /// with it must be that week); any other id needs one.
     pub fn from_id(id: &str, window: Option<Window>) -> Result<Self, CampaignError> {
         let id = CampaignId::parse(id)?;
-        if let Some(window) = window {
-            return Ok(Self { id, window });
-        }
         let week = id
             .as_str()
             .strip_prefix("weekly-")
@@ -141,9 +167,17 @@ impl Campaign {
             .and_then(|(y, w)| Some((y.parse::<i32>().ok()?, w.parse::<u8>().ok()?)))
             .filter(|(_, w)| id.as_str().ends_with(&format!("W{w:02}")))
             .and_then(|(y, w)| Date::from_iso_week_date(y, w, Weekday::Monday).ok());
-        match week {
-            Some(monday) => Ok(weekly(monday)),
-            None => Err(CampaignError::NoWindow(id.0)),
+        match (week.map(weekly), window) {
+            (Some(weekly), Some(given)) if given != weekly.window => {
+                Err(CampaignError::ForeignWindow {
+                    id: id.0,
+                    week: weekly.window,
+                    given,
+                })
+            }
+            (Some(weekly), _) => Ok(weekly),
+            (None, Some(window)) => Ok(Self { id, window }),
+            (None, None) => Err(CampaignError::NoWindow(id.0)),
         }
     }
 }
@@ -169,6 +203,36 @@ mod tests {
         let c = Campaign::for_schedule(datetime!(2027-01-04 09:00 UTC));
         assert_eq!(c.id.as_str(), "weekly-2026-W53");
         assert_eq!(c.window.since, datetime!(2026-12-28 00:00 UTC));
+    }
+
+    #[test]
+    fn a_weekly_id_keeps_its_week_and_long_ids_are_quoted_short() {
+        let week = Campaign::from_id("weekly-2027-W01", None).unwrap().window;
+        // The same window given explicitly is the same campaign.
+        assert_eq!(
+            Campaign::from_id("weekly-2027-W01", Some(week))
+                .unwrap()
+                .window,
+            week
+        );
+        let june = Window::new(
+            datetime!(2026-06-01 00:00 UTC),
+            datetime!(2026-06-08 00:00 UTC),
+        )
+        .unwrap();
+        let err = Campaign::from_id("weekly-2027-W01", Some(june)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "campaign weekly-2027-W01 covers its ISO week [2027-01-04T00:00:00Z, 2027-01-11T00:00:00Z), but the window given is [2026-06-01T00:00:00Z, 2026-06-08T00:00:00Z): leave out since and until, or give the campaign another id"
+        );
+        let long = "x".repeat(600);
+        let err = Campaign::from_id(&long, None).unwrap_err().to_string();
+        assert!(err.len() < 150, "{err}");
+        assert!(err.contains("(600 characters)"), "{err}");
+        assert!(Campaign::from_id("", None)
+            .unwrap_err()
+            .to_string()
+            .starts_with("campaign id \"\" is invalid"));
     }
 
     #[test]

@@ -141,7 +141,7 @@ pub struct LostClaim {
 /// A ledger write that failed (not one its condition refused): the store did not answer, or
 /// answered with an error.
 #[derive(Debug, thiserror::Error)]
-#[error("sends table {table}: {operation} failed: {detail}")]
+#[error("DynamoDB table {table}: {operation} failed: {detail}")]
 pub struct LedgerError {
     pub table: String,
     pub operation: &'static str,

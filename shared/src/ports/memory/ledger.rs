@@ -159,6 +159,8 @@ impl SendLedger for MemoryLedger {
             r.status = Some(SendStatus::Sent);
             r.ses_message_id = Some(ses_message_id.to_owned());
             r.lease_until_ms = None;
+            // An earlier attempt's error is no longer the record's story.
+            r.last_error = None;
         })
     }
 

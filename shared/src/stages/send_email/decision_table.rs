@@ -339,6 +339,10 @@ async fn check(case: &Case) {
         (After::Sent, Some(r)) => {
             assert_eq!(status, Some(SendStatus::Sent), "{row}");
             assert_eq!(r.ses_message_id.as_deref(), Some("ses-message-id"), "{row}");
+            assert_eq!(
+                r.last_error, None,
+                "{row}: no earlier attempt's error on SENT"
+            );
         }
         (After::Failed(reason), Some(r)) => {
             assert_eq!(status, Some(SendStatus::Failed), "{row}");
