@@ -96,13 +96,19 @@ fn address_shape(shape: usize, i: usize, domain: &str) -> (Option<Bson>, Result<
         17 => (None, Err(Expect::Skip("no_address"))),
         18 => (Some(Bson::Null), Err(Expect::Skip("no_address"))),
         19 => (Some(Bson::Int32(42)), Err(Expect::Skip("invalid_document"))),
+        // An angle-addr without a display name, and RFC 5322 comments: one mailbox each.
+        20 => (s(format!("<{plain}>")), Ok(plain)),
+        21 => (s(format!("(home){plain}")), Ok(plain)),
+        22 => (s(format!("{plain} (work, \\(main\\))")), Ok(plain)),
+        // A trailing dot stays refused: not a domain SMTP can route.
+        23 => (s(format!("{plain}.")), fail("not one RFC 5322 mailbox")),
         _ => (
             Some(Bson::Array(vec![Bson::String(plain)])),
             Err(Expect::Skip("invalid_document")),
         ),
     }
 }
-const SHAPES: usize = 21;
+const SHAPES: usize = 25;
 /// Most real addresses are plain: shape 0 for most users, every other shape for some.
 fn pick_shape(rng: &mut Rng) -> usize {
     if rng.below(100) < 55 {
@@ -112,7 +118,7 @@ fn pick_shape(rng: &mut Rng) -> usize {
     }
 }
 
-const NAMES: [&str; 12] = [
+const NAMES: [&str; 14] = [
     "Margaret",
     "Zoë Ødegaard",
     "李小龙",
@@ -125,6 +131,8 @@ const NAMES: [&str; 12] = [
     "Émilie du Châtelet",
     "👩‍💻 Ada",
     "Dmitri Ivanovich Mendeleev Jr.",
+    "Nul\0Byte",
+    "Line\nBreak\tand\u{1b}[31mcolour",
 ];
 
 /// The generated database, and the expectations that go with each user's address.
@@ -244,7 +252,9 @@ impl<'a> Generator<'a> {
                 user.insert("name", format!("{name} {i}"))
             }
             90..=94 => None,
-            95..=96 => user.insert("name", Bson::Int64(1)),
+            95 => user.insert("name", Bson::Int64(1)),
+            // Nothing printable: no name at all.
+            96 => user.insert("name", "\0\u{7}"),
             _ => user.insert("name", ""),
         };
         user
@@ -321,6 +331,24 @@ impl<'a> Generator<'a> {
                 }
             }
         }
+        // Ids in an array: a follow of nobody, by nobody (MongoDB matches an array by its
+        // elements; such a follow must still not count). And a user following themself,
+        // which is no new follower.
+        if i % 19 == 7 {
+            self.follow(
+                Bson::Array(vec![self.ids[0].clone()]),
+                followee.clone(),
+                since + HOUR,
+            );
+            self.follow(
+                self.ids[1].clone(),
+                Bson::Array(vec![followee.clone()]),
+                since + HOUR,
+            );
+        }
+        if i % 13 == 5 {
+            self.follow(followee.clone(), followee.clone(), since + 2 * HOUR);
+        }
         // A followeeId of the other type than the user's _id: another value, another user.
         if i % 17 == 3 {
             if let Bson::ObjectId(oid) = followee {
@@ -352,6 +380,46 @@ impl<'a> Generator<'a> {
         self.world.users.push(
             doc! { "_id": 7, "email": format!("number@{domain}"), "subscribed": true, "name": "Seven" },
         );
+    }
+
+    /// Users whose string `_id` cannot travel in a queue message (a tab, a newline, more than
+    /// 512 bytes): eligible in every other way, followed this week and following others.
+    fn ids_that_cannot_travel(&mut self) {
+        let domain = self.domain;
+        for (n, id) in [
+            "tab\there".to_owned(),
+            "new\nline".to_owned(),
+            format!("long-{}", "x".repeat(600)),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let id = Bson::String(id);
+            self.world.users.push(doc! {
+                "_id": id.clone(), "email": format!("untravelled{n}@{domain}"),
+                "name": format!("Untravelled {n}"), "subscribed": true,
+            });
+            self.world
+                .address
+                .insert(key(&id), Ok(format!("untravelled{n}@{domain}")));
+            self.follow(self.ids[n].clone(), id.clone(), self.since + HOUR);
+            self.follow(id, self.ids[n + 1].clone(), self.since + 2 * HOUR);
+        }
+    }
+
+    /// A user whose only follow this week is their own: in the audience (the follows index
+    /// names them), skipped for having no new follower.
+    fn only_themself(&mut self) {
+        let domain = self.domain;
+        let id = Bson::String("narcissus".into());
+        self.world.users.push(doc! {
+            "_id": id.clone(), "email": format!("narcissus@{domain}"), "name": "Narcissus",
+            "subscribed": true,
+        });
+        self.world
+            .address
+            .insert(key(&id), Ok(format!("narcissus@{domain}")));
+        self.follow(id.clone(), id, self.since + HOUR);
     }
 
     /// Twins: one keyed by a string, one by an ObjectId, same everything else.
@@ -409,6 +477,8 @@ fn generate(seed: u64, users: usize, window: &Window, domain: &str) -> World {
     }
     generator.unreachable();
     generator.twins();
+    generator.ids_that_cannot_travel();
+    generator.only_themself();
     generator.world
 }
 
@@ -416,6 +486,20 @@ fn generate(seed: u64, users: usize, window: &Window, domain: &str) -> World {
 /// a non-empty string or an ObjectId, followed at least once in the window by a follow whose
 /// followeeId is that same value (whatever the followerId).
 fn audience(world: &World, window: &Window) -> BTreeSet<String> {
+    eligible(world, window, true)
+}
+
+/// Whether an `_id` can travel in a queue message: an ObjectId, or a string of at most 512
+/// bytes without a control character. GetUsers refuses the others, counted (`usersRefused`).
+fn travels(id: &Bson) -> bool {
+    match id {
+        Bson::String(s) => s.len() <= 512 && !s.chars().any(char::is_control),
+        _ => true,
+    }
+}
+
+/// The users eligible for the campaign whose ids travel (`travelling`) or do not.
+fn eligible(world: &World, window: &Window, travelling: bool) -> BTreeSet<String> {
     let (since, until) = (millis(window.since), millis(window.until));
     let followed: BTreeSet<String> = world
         .follows
@@ -433,6 +517,7 @@ fn audience(world: &World, window: &Window) -> BTreeSet<String> {
                 || matches!(u.get("_id"), Some(Bson::String(s)) if !s.is_empty())
         })
         .filter(|u| followed.contains(&key(u.get("_id").unwrap())))
+        .filter(|u| travels(u.get("_id").unwrap()) == travelling)
         .map(|u| key(u.get("_id").unwrap()))
         .collect()
 }
@@ -440,6 +525,20 @@ fn audience(world: &World, window: &Window) -> BTreeSet<String> {
 fn in_window(follow: &Document, since: i64, until: i64) -> bool {
     let ms = follow.get_datetime("createdAt").unwrap().timestamp_millis();
     (since..until).contains(&ms)
+}
+
+/// A name as the email must show it: control characters never reach it (whitespace ones
+/// become spaces, the others are dropped), and a name with nothing printable is no name.
+fn shown_name(raw: String) -> Option<String> {
+    let name: String = raw
+        .chars()
+        .filter_map(|c| match c {
+            c if !c.is_control() => Some(c),
+            c if c.is_whitespace() => Some(' '),
+            _ => None,
+        })
+        .collect();
+    (!name.trim().is_empty()).then_some(name)
 }
 
 fn text_field(doc: &Document, field: &str) -> Result<Option<String>, ()> {
@@ -496,7 +595,8 @@ fn expect(world: &World, id: &str, window: &Window) -> Expect {
             _ => false,
         };
         let follower = key(f.get("followerId").unwrap_or(&Bson::Null));
-        if valid && !distinct.contains(&follower) {
+        // Following oneself is no new follower.
+        if valid && follower != id && !distinct.contains(&follower) {
             distinct.push(follower);
         }
     }
@@ -508,7 +608,7 @@ fn expect(world: &World, id: &str, window: &Window) -> Expect {
         .filter_map(|f| {
             by_id
                 .get(f)
-                .and_then(|u| text_field(u, "name").ok().flatten())
+                .and_then(|u| text_field(u, "name").ok().flatten().and_then(shown_name))
         })
         .take(3)
         .collect();
@@ -623,6 +723,9 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
     });
     let started = pipeline.start(schedule).await.unwrap();
     assert_eq!(started["usersEnqueued"], audience.len(), "{started}");
+    let refused = eligible(&world, &window, false);
+    assert_eq!(refused.len(), 3, "the generator's ids that cannot travel");
+    assert_eq!(started["usersRefused"], refused.len(), "{started}");
     assert_eq!(started["followsSkipped"], odd_follows, "{started}");
 
     // The text form of every id, before some users are deleted below.
@@ -648,13 +751,21 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
                 .unwrap();
         }
     }
-    runner::run_until_drained(
+    let consumers = runner::run_until_drained(
         &env.sqs(),
         pipeline.consumers().unwrap(),
         Duration::from_secs(600),
     )
     .await
     .unwrap();
+    // Every outcome was decided on the first attempt: no record came back for a retry.
+    for function in [names::CREATE_EMAILS, names::SEND_EMAIL] {
+        assert_eq!(
+            consumers[function].failures_reported, 0,
+            "{function}: {:?}",
+            consumers[function]
+        );
+    }
 
     // Every audience user, checked against what must happen to them.
     let records = env.records(campaign.id.as_str()).await.unwrap();

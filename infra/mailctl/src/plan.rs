@@ -61,6 +61,11 @@ pub async fn plan<D: UserDirectory>(
     let mut audience = directory.audience(&campaign.window, None);
     while let Some(user) = audience.next().await.context("reading the audience")? {
         plan.audience += 1;
+        // As GetUsers refuses it: its id cannot travel in a queue message.
+        if mailflow::domain::user_id::check_user_id(&user.to_string()).is_err() {
+            *plan.skipped.entry("unsendable_user_id").or_default() += 1;
+            continue;
+        }
         let message = UserMessage {
             campaign_id: campaign.id.clone(),
             user_id: user.to_string(),

@@ -164,7 +164,7 @@ impl Audience {
     }
 
     /// The window's follows whose followeeId is neither a string nor an ObjectId (a number,
-    /// null, missing...): no user can be found through them. Up to `limit` are described;
+    /// null, missing, an array even of ids...): no user can be found through them. Up to `limit` are described;
     /// the count covers all of them.
     pub(super) async fn odd_follows(
         db: &Database,
@@ -173,7 +173,11 @@ impl Audience {
     ) -> mongodb::error::Result<(u64, Vec<OddFollow>)> {
         let filter = doc! {
             "createdAt": window_filter(window),
-            "followeeId": { "$not": { "$type": ["string", "objectId"] } },
+            // `$type` matches an array by its elements: arrays are named on their own.
+            "$or": [
+                { "followeeId": { "$not": { "$type": ["string", "objectId"] } } },
+                { "followeeId": { "$type": "array" } },
+            ],
         };
         let follows = db.collection::<Document>(FOLLOWS);
         let count = follows.count_documents(filter.clone()).await?;

@@ -4,7 +4,7 @@
 use super::{window_filter, FOLLOWS, USERS};
 use crate::adapters::bson_ids as ids;
 use crate::domain::campaign::Window;
-use crate::domain::digest::{Digest, Enrichment, SkipReason};
+use crate::domain::digest::{printable_name, Digest, Enrichment, SkipReason};
 use crate::domain::user_id::UserId;
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -119,8 +119,8 @@ pub(super) async fn enrich_many(
     Ok(enrichments)
 }
 
-/// For each of `followees`: how many distinct followers (with a usable id) follow them in the
-/// window, and up to `NAMES_PAGE` of those followers, newest follow first, after the first
+/// For each of `followees`: how many distinct followers (with a usable id, themselves
+/// excepted) follow them in the window, and up to `NAMES_PAGE` of those followers, newest follow first, after the first
 /// `skip`. One aggregation for all of them.
 async fn newest_followers(
     db: &Database,
@@ -138,6 +138,14 @@ async fn newest_followers(
             "createdAt": window_filter(window),
             "followerId": { "$type": ["string", "objectId"], "$ne": "" },
         } },
+        // `$type` and `$in` above also match an array holding such a value: only a follow
+        // whose ids are themselves a string or an ObjectId counts, and following oneself
+        // is not a new follower.
+        doc! { "$match": { "$expr": { "$and": [
+            { "$in": [{ "$type": "$followerId" }, ["string", "objectId"]] },
+            { "$in": [{ "$type": "$followeeId" }, ["string", "objectId"]] },
+            { "$ne": ["$followerId", "$followeeId"] },
+        ] } } },
         // One entry per (followee, follower), at the follower's newest follow.
         doc! { "$group": {
             "_id": { "followee": "$followeeId", "follower": "$followerId" },
@@ -192,7 +200,7 @@ async fn names(
         .try_filter_map(|d| async move {
             let id = d.get("_id").and_then(ids::from_bson);
             let name = match d.get("name") {
-                Some(Bson::String(n)) if !n.trim().is_empty() => Some(n.clone()),
+                Some(Bson::String(n)) => printable_name(n),
                 _ => None,
             };
             Ok(id.zip(name))
@@ -229,7 +237,9 @@ impl Profile {
             Ok(None) => return Ok(Err(SkipReason::NoAddress)),
             Err(()) => return Err(bad("email", "a string")),
         };
-        let name = optional_text(user, "name").map_err(|()| bad("name", "a string"))?;
+        let name = optional_text(user, "name")
+            .map_err(|()| bad("name", "a string"))?
+            .and_then(|name| printable_name(&name));
         let locale = optional_text(user, "locale").map_err(|()| bad("locale", "a string"))?;
         Ok(Ok(Self {
             email,

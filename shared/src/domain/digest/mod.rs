@@ -8,6 +8,25 @@ mod render;
 
 pub use render::{RenderError, Rendered, Renderer, LOCALES};
 
+/// Text from the user's data as an email may show it: names are data, never template source,
+/// and control characters are neither (a NUL makes the MJML unparseable), so whitespace ones
+/// become spaces and every other one is dropped. Text without them comes back unchanged.
+pub fn printable(raw: &str) -> String {
+    raw.chars()
+        .filter_map(|c| match c {
+            c if !c.is_control() => Some(c),
+            c if c.is_whitespace() => Some(' '),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A name to show, or None when nothing printable is left of it (then it is no name).
+pub fn printable_name(raw: &str) -> Option<String> {
+    let name = printable(raw);
+    (!name.trim().is_empty()).then_some(name)
+}
+
 /// What one user's email is made of.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Digest {
@@ -34,6 +53,9 @@ pub enum SkipReason {
     InvalidDocument,
     /// The campaign was cancelled (`mailctl cancel`) before this user's email was made.
     CampaignCancelled,
+    /// The templates could not render this user's email (logged with the template and why):
+    /// the same data would fail the same way on every retry.
+    Unrenderable,
 }
 
 impl SkipReason {
@@ -46,6 +68,7 @@ impl SkipReason {
             Self::NoNewFollowers => "no_new_followers",
             Self::InvalidDocument => "invalid_document",
             Self::CampaignCancelled => "campaign_cancelled",
+            Self::Unrenderable => "unrenderable",
         }
     }
 }
@@ -62,4 +85,23 @@ pub enum Enrichment {
 pub struct OddFollow {
     /// One line naming the collection, the document and the field.
     pub reason: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_never_reach_a_template() {
+        assert_eq!(printable("Ada\0 Lovelace"), "Ada Lovelace");
+        assert_eq!(printable("Ada\tLove\r\nlace\u{7}"), "Ada Love  lace");
+        assert_eq!(
+            printable("Zoë 李 👩‍💻 <b>&"),
+            "Zoë 李 👩‍💻 <b>&",
+            "printable text unchanged"
+        );
+        assert_eq!(printable_name("\0\u{1b}"), None);
+        assert_eq!(printable_name(" \n "), None);
+        assert_eq!(printable_name("\0Ada").as_deref(), Some("Ada"));
+    }
 }

@@ -163,11 +163,13 @@ impl Renderer {
         // The URL is built from a checked base URL and a base64url token: `&` is the only
         // character HTML needs escaped in it (escaping `/` too would garble the link).
         let html_url = Value::from_safe_string(unsubscribe_url.replace('&', "&amp;"));
+        // Whatever the directory read, no control character reaches a template.
+        let recent: Vec<String> = digest.recent.iter().map(|n| super::printable(n)).collect();
         let ctx = context! {
             locale => locale,
-            name => &digest.name,
+            name => super::printable(&digest.name),
             new_followers => digest.new_followers,
-            recent => &digest.recent,
+            recent => &recent,
             others => digest.new_followers.saturating_sub(digest.recent.len() as u64),
             since => date(window.since),
             until => date(last_day),

@@ -3,7 +3,7 @@
 //! order; a digest counts distinct followers and names the newest nameable ones.
 
 use crate::domain::campaign::Window;
-use crate::domain::digest::{Digest, Enrichment, OddFollow, SkipReason};
+use crate::domain::digest::{printable_name, Digest, Enrichment, OddFollow, SkipReason};
 use crate::domain::user_id::UserId;
 use crate::ports::{AudienceScan, StoreError, UserDirectory};
 use std::collections::{BTreeMap, HashSet, VecDeque};
@@ -57,6 +57,21 @@ impl MemoryDirectory {
         self
     }
 
+    /// A user whose id is not given in its text form (one a store may hold, though it cannot
+    /// travel in a message), followed once at `at` by `follower`.
+    pub fn followed_user(
+        mut self,
+        id: UserId,
+        user: User,
+        follower: &str,
+        at: OffsetDateTime,
+    ) -> Self {
+        self.follows
+            .push((UserId::parse(follower).unwrap(), id.clone(), at));
+        self.users.insert(id, user);
+        self
+    }
+
     pub fn odd_follows(mut self, n: u64) -> Self {
         self.odd_follows = n;
         self
@@ -70,7 +85,8 @@ impl MemoryDirectory {
             .insert(UserId::parse(id).unwrap());
     }
 
-    /// Followers of `followee` in the window, newest follow first, each once.
+    /// Followers of `followee` in the window, newest follow first, each once; following
+    /// oneself is not a new follower.
     fn followers(&self, followee: &UserId, window: &Window) -> Vec<UserId> {
         let mut follows: Vec<_> = self
             .follows
@@ -81,7 +97,7 @@ impl MemoryDirectory {
         let mut seen = HashSet::new();
         follows
             .into_iter()
-            .filter(|(from, _, _)| seen.insert(from.clone()))
+            .filter(|(from, _, _)| from != followee && seen.insert(from.clone()))
             .map(|(from, _, _)| from.clone())
             .collect()
     }
@@ -159,13 +175,21 @@ impl UserDirectory for MemoryDirectory {
         }
         let recent = followers
             .iter()
-            .filter_map(|id| self.users.get(id).and_then(|u| u.name.clone()))
+            .filter_map(|id| {
+                self.users
+                    .get(id)
+                    .and_then(|u| u.name.as_deref().and_then(printable_name))
+            })
             .take(shown as usize)
             .collect();
         Ok(Enrichment::Ready(Digest {
             user_id: user_id.to_string(),
             email,
-            name: user.name.clone().unwrap_or_else(|| "there".into()),
+            name: user
+                .name
+                .as_deref()
+                .and_then(printable_name)
+                .unwrap_or_else(|| "there".into()),
             locale: user.locale.clone(),
             new_followers: followers.len() as u64,
             recent,

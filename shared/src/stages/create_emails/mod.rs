@@ -7,7 +7,7 @@ use super::CampaignStateCache;
 use crate::config::CreateEmailsConfig;
 use crate::domain::campaign::Hold;
 use crate::domain::campaign::Window;
-use crate::domain::digest::{Enrichment, RenderError, Renderer, SkipReason};
+use crate::domain::digest::{Enrichment, Renderer, SkipReason};
 use crate::domain::messages::{parse_body, BodyError, EmailJob, UserMessage};
 use crate::domain::unsubscribe_link::{self, Signer};
 use crate::domain::user_id::{UserId, UserIdError};
@@ -39,8 +39,6 @@ pub enum ComposeError {
     UserId(#[from] UserIdError),
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error(transparent)]
-    Render(#[from] RenderError),
     #[error("cannot serialise job: {0}")]
     Serialise(serde_json::Error),
 }
@@ -126,9 +124,17 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
             &self.config.unsubscribe_base_url,
             &self.signer.token(&message.campaign_id, &digest.user_id),
         );
-        let rendered = self
+        let rendered = match self
             .renderer
-            .render(&digest, &message.window, &unsubscribe_url)?;
+            .render(&digest, &message.window, &unsubscribe_url)
+        {
+            Ok(rendered) => rendered,
+            // The same data fails the same way on every retry: decided now, counted.
+            Err(reason) => {
+                tracing::error!(campaign = %message.campaign_id, user = %digest.user_id, %reason, "email not rendered; user skipped");
+                return Ok(Err(SkipReason::Unrenderable));
+            }
+        };
         let locale = self.renderer.locale_for(digest.locale.as_deref());
         let job = EmailJob {
             campaign_id: message.campaign_id,

@@ -238,3 +238,25 @@ async fn a_paused_campaign_hands_its_records_back_unrendered() {
     assert_eq!((summary.failed, summary.held), (0, 2));
     assert!(jobs(&stage).is_empty());
 }
+
+#[tokio::test]
+async fn control_characters_in_names_never_stop_an_email() {
+    let at = campaign().window.since + time::Duration::hours(1);
+    let directory = MemoryDirectory::default()
+        .user("nul", User::named("Ada\0 Nul\u{1b}[31m", "nul@example.com"))
+        .user("f1", User::named("Line\nBreak", "f1@example.com"))
+        .user("f2", User::named("\0\u{7}", "f2@example.com"))
+        .follow("f1", "nul", at)
+        .follow("f2", "nul", at + time::Duration::hours(1));
+    let stage = stage(directory);
+    let (response, summary) = stage.handle(event(&["nul"])).await;
+    assert!(response.batch_item_failures.is_empty(), "decided at once");
+    assert_eq!((summary.rendered, summary.enqueued), (1, 1), "{summary:?}");
+    let job = &jobs(&stage)[0];
+    assert!(!job.html.contains('\0') && !job.text.contains('\0'));
+    // The recipient's name without its control characters; a follower with nothing printable
+    // in their name is counted but not named.
+    assert!(job.text.contains("Hi Ada Nul[31m,"), "{}", job.text);
+    assert!(job.text.contains("  - Line Break"), "{}", job.text);
+    assert_eq!(job.subject, "You have 2 new followers this week");
+}

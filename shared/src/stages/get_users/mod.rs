@@ -10,7 +10,7 @@ use crate::config::GetUsersConfig;
 use crate::domain::campaign::{Campaign, CampaignError, CampaignId, Hold, Window};
 use crate::domain::ledger::epoch_ms;
 use crate::domain::messages::{parse_body, UserMessage};
-use crate::domain::user_id::UserId;
+use crate::domain::user_id::{check_user_id, UserId};
 use crate::ports::MAX_BATCH_ENTRIES;
 use crate::ports::{
     AudienceScan, CampaignStates, OutgoingQueue, QueueError, SendReport, StoreError, UserDirectory,
@@ -91,6 +91,10 @@ pub struct Summary {
     pub campaign_id: String,
     pub segment: u32,
     pub users_enqueued: usize,
+    /// Users of the audience whose id cannot travel in a queue message (a string `_id` with a
+    /// control character, or longer than `MAX_USER_ID_BYTES`): refused here, each logged with
+    /// the id's length, never enqueued (CreateEmails would refuse every retry of them).
+    pub users_refused: usize,
     /// Follows in the window whose followeeId is neither a string nor an ObjectId: no user
     /// is found through them (each logged, up to 20, with its document id). First segment only.
     pub follows_skipped: u64,
@@ -261,6 +265,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
         let mut complete = true;
         let mut hold = self.hold(campaign).await;
         let mut batches = 0usize;
+        let mut refused = 0usize;
         while hold.is_none() {
             // At least one user per invocation, so a slow start can never checkpoint the
             // same place forever.
@@ -273,6 +278,13 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
                 break;
             };
             let user_id = user_id.to_string();
+            if let Err(reason) = check_user_id(&user_id) {
+                tracing::warn!(bytes = user_id.len(), %reason, "user refused: their id cannot travel in a queue message");
+                refused += 1;
+                // Not a checkpoint either (one is parsed as a user id): a continuation
+                // starts after the last id that travelled.
+                continue;
+            }
             let message = UserMessage {
                 campaign_id: campaign.id.clone(),
                 user_id: user_id.clone(),
@@ -320,6 +332,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
             campaign_id: campaign.id.to_string(),
             segment: run.segment,
             users_enqueued: report.sent,
+            users_refused: refused,
             follows_skipped,
             entries_retried: report.retried,
             duration_ms: started.elapsed().as_millis(),

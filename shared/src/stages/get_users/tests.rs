@@ -51,6 +51,20 @@ fn bad_requests_say_what_is_expected() {
         parse_request(json!({"campaignId": "x"})),
         Err(GetUsersError::Campaign(_))
     ));
+    // A weekly id covers its week: another window under its name is refused, naming both,
+    // so one mistyped event cannot use up that week's campaign.
+    let foreign = parse_request(json!({
+        "campaignId": "weekly-2027-W01",
+        "since": "2026-06-01T00:00:00Z", "until": "2026-06-08T00:00:00Z",
+    }))
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        foreign.contains("[2027-01-04T00:00:00Z, 2027-01-11T00:00:00Z)")
+            && foreign.contains("[2026-06-01T00:00:00Z, 2026-06-08T00:00:00Z)"),
+        "{foreign}"
+    );
 }
 
 #[test]
@@ -103,6 +117,10 @@ fn directory() -> MemoryDirectory {
 type Stage = GetUsers<MemoryDirectory, MemoryOutbox, MemoryCampaigns>;
 
 fn stage(margin_seconds: &str) -> Stage {
+    stage_over(directory(), margin_seconds)
+}
+
+fn stage_over(directory: MemoryDirectory, margin_seconds: &str) -> Stage {
     let vars = |k: &str| {
         let v = match k {
             "MONGODB_URI" => "mongodb://127.0.0.1:1",
@@ -116,7 +134,7 @@ fn stage(margin_seconds: &str) -> Stage {
     };
     let config = GetUsersConfig::from_source(&vars).unwrap();
     GetUsers::new(
-        directory(),
+        directory,
         MemoryOutbox::default(),
         MemoryOutbox::default(),
         MemoryCampaigns::default(),
@@ -153,6 +171,27 @@ async fn a_run_enqueues_the_audience_once_each_in_id_order() {
     assert_eq!(summary.follows_skipped, 3);
     assert!(summary.complete && summary.continued_after.is_none());
     assert!(stage.continuation.bodies().is_empty());
+}
+
+#[tokio::test]
+async fn users_whose_ids_cannot_travel_are_refused_and_counted_not_enqueued() {
+    let at = campaign().window.since + time::Duration::hours(1);
+    let mut directory = directory();
+    for id in [
+        "tab\there".to_owned(),
+        "new\nline".to_owned(),
+        "x".repeat(600),
+    ] {
+        let user = User::named("Untravelled", "u@example.com");
+        directory = directory.followed_user(UserId::Text(id), user, "u1", at);
+    }
+    let stage = stage_over(directory, "20");
+    let Response::Run(summary) = stage.handle(manual(), &plenty()).await.unwrap() else {
+        panic!("expected a run summary");
+    };
+    assert_eq!(enqueued(&stage), ["str:oid:x", "u1", "u2", OID]);
+    assert_eq!((summary.users_enqueued, summary.users_refused), (4, 3));
+    assert!(summary.complete);
 }
 
 #[tokio::test]
