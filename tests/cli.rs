@@ -579,6 +579,24 @@ fn bad_input_gets_one_clear_line_and_a_failure_exit() {
 }
 
 #[test]
+fn logs_into_a_pipe_carry_no_colour_codes() {
+    endpoints();
+    let out = mailctl(
+        &[
+            "status",
+            "--campaign",
+            "weekly-2026-W46",
+            "--prefix",
+            "does-not-exist",
+        ],
+        &[("RUST_LOG", "debug")],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.lines().count() > 1, "debug logs expected: {err}");
+    assert!(!err.contains('\u{1b}'), "ANSI escapes in a pipe: {err:?}");
+}
+
+#[test]
 fn demo_prints_counts_that_match_the_ses_record() {
     endpoints();
     let summary = last_json(&ok(mailctl(&["demo", "--users", "40", "--json"], &[])));
