@@ -339,6 +339,68 @@ fn preview_shows_exactly_what_a_user_got(t: &CliStack) {
     );
 }
 
+/// A campaign that is not weekly, operated through mailctl alone: it needs a window the first
+/// time, keeps the one it started with (another is refused, nothing sent), and is planned and
+/// resent by its id alone afterwards.
+#[test]
+fn a_manual_campaign_is_planned_run_and_resent_with_the_window_it_started_with() {
+    let t = CliStack::provision_and_seed("manual", 30);
+    let week =
+        mailflow::domain::campaign::Campaign::for_schedule(time::OffsetDateTime::now_utc()).window;
+    let rfc3339 = |at: time::OffsetDateTime| {
+        at.format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    };
+    let (since, until) = (rfc3339(week.since), rfc3339(week.until));
+    let id = "spring-promo";
+    let base = ["--prefix", t.prefix.as_str(), "--campaign", id];
+    let with = |command: &str, extra: &[&str]| -> Vec<String> {
+        std::iter::once(command)
+            .chain(base)
+            .chain(extra.iter().copied())
+            .map(str::to_owned)
+            .collect()
+    };
+    let call = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        mailctl(&args, &t.env())
+    };
+    let window = ["--since", since.as_str(), "--until", until.as_str()];
+
+    // Before it ever started, it has no window to plan with.
+    let out = call(with("plan", &["--json"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("give --since and --until"),
+        "{err}"
+    );
+
+    let plan = last_json(&ok(call(with(
+        "plan",
+        &[&window[..], &["--json"]].concat(),
+    ))));
+    assert_eq!(plan["audience"], t.audience, "{plan}");
+    let run = ended(call(with("run", &window)), "run");
+    assert_eq!(run["sent"], plan["wouldSend"], "{run}");
+
+    // Another window under the same id: refused before anything is enqueued.
+    let later = rfc3339(week.until + time::Duration::days(1));
+    let out = call(with("run", &["--since", &since, "--until", &later]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("was started with the window"),
+        "{err}"
+    );
+
+    // By its id alone: the recorded window.
+    let resend = ended(call(with("resend", &["--include-failed"])), "resend");
+    assert_eq!(resend["sent"], 0, "{resend}");
+    let again = last_json(&ok(call(with("plan", &["--json"]))));
+    assert_eq!(again["audience"], plan["audience"]);
+    let status = status_json(&t.prefix, id, &t.env());
+    assert_eq!(status["sent"], run["sent"], "{status}");
+}
+
 #[test]
 fn test_send_sends_the_real_email_to_the_test_address_and_changes_no_record() {
     let (endpoint, _) = endpoints();

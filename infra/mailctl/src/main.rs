@@ -6,7 +6,7 @@ mod commands;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use commands::{QueueChoice, TargetArgs};
+use commands::{QueueChoice, TargetArgs, WindowArgs};
 
 #[derive(Parser)]
 #[command(
@@ -76,6 +76,8 @@ enum Command {
         #[arg(long)]
         campaign: Option<String>,
         #[command(flatten)]
+        window: WindowArgs,
+        #[command(flatten)]
         target: TargetArgs,
     },
     /// Re-run a campaign so that only users without a SENT record get an email.
@@ -92,6 +94,8 @@ enum Command {
         /// Who reopens it (with --reopen-cancelled).
         #[arg(long, env = "USER", default_value = "operator")]
         by: String,
+        #[command(flatten)]
+        window: WindowArgs,
         #[command(flatten)]
         target: TargetArgs,
     },
@@ -190,6 +194,8 @@ enum Command {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
+        window: WindowArgs,
+        #[command(flatten)]
         target: TargetArgs,
     },
     /// Send one user's real email of a campaign to a test address through SES, marked as a
@@ -203,6 +209,8 @@ enum Command {
         /// Where the test goes: one email address.
         #[arg(long)]
         to: String,
+        #[command(flatten)]
+        window: WindowArgs,
         #[command(flatten)]
         target: TargetArgs,
     },
@@ -263,19 +271,25 @@ async fn run() -> Result<()> {
             database,
             domain,
         } => commands::setup::seed(sdk, users, seed, database, domain).await,
-        Command::Run { campaign, target } => {
-            commands::campaign::run(sdk, template, campaign, &target).await
-        }
+        Command::Run {
+            campaign,
+            window,
+            target,
+        } => commands::campaign::run(sdk, template, campaign, &window, &target).await,
         Command::Resend {
             campaign,
             include_failed,
             reopen_cancelled,
             by,
+            window,
             target,
         } => {
             let reopen = reopen_cancelled.then_some(by.as_str());
-            commands::campaign::resend(sdk, template, &campaign, include_failed, reopen, &target)
-                .await
+            let options = commands::campaign::Resend {
+                include_failed,
+                reopen,
+            };
+            commands::campaign::resend(sdk, template, &campaign, &window, options, &target).await
         }
         Command::Status {
             campaign,
@@ -320,14 +334,21 @@ async fn run() -> Result<()> {
             campaign,
             samples,
             json,
+            window,
             target,
-        } => commands::preview::plan(sdk, template, campaign, samples, json, &target).await,
+        } => {
+            commands::preview::plan(sdk, template, campaign, &window, samples, json, &target).await
+        }
         Command::TestSend {
             campaign,
             user,
             to,
+            window,
             target,
-        } => commands::preview::test_send(sdk, template, &user, &campaign, &to, &target).await,
+        } => {
+            let campaign = commands::resolve_campaign(sdk, &target, &campaign, &window).await?;
+            commands::preview::test_send(sdk, template, &user, &campaign, &to, &target).await
+        }
         Command::SamInvoke {
             function,
             event,

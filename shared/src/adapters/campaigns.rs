@@ -5,12 +5,12 @@
 //! The pipeline's functions read it (`CampaignStates`).
 
 use super::describe;
-use crate::domain::campaign::{CampaignRecord, Hold, StateChange};
+use crate::domain::campaign::{Campaign, CampaignRecord, Hold, StateChange, Window};
 use crate::domain::ledger::LedgerError;
 use crate::ports::CampaignStates;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use aws_sdk_dynamodb::Client;
 use std::collections::HashMap;
 
@@ -44,6 +44,23 @@ fn text(item: &Item, key: &str) -> String {
     }
 }
 
+fn rfc3339(t: time::OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| t.to_string())
+}
+
+/// The window the campaign was first started with, as recorded.
+fn window(item: &Item) -> Option<Window> {
+    let at = |key| {
+        time::OffsetDateTime::parse(
+            &text(item, key),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .ok()
+    };
+    Window::new(at("windowSince")?, at("windowUntil")?).ok()
+}
+
 fn record(item: &Item) -> CampaignRecord {
     let last_change = number(item, "stateAt").map(|at_ms| StateChange {
         at_ms,
@@ -57,6 +74,7 @@ fn record(item: &Item) -> CampaignRecord {
     };
     CampaignRecord {
         started_at_ms: number(item, "startedAt"),
+        window: window(item),
         hold,
         last_change,
     }
@@ -173,20 +191,41 @@ impl CampaignStates for CampaignsTable {
         Ok(self.record(campaign_id).await?.and_then(|r| r.hold))
     }
 
-    async fn register(&self, campaign_id: &str, at_ms: u64) -> Result<(), LedgerError> {
-        self.client
+    /// One UpdateItem: the window is set only if there is none, and the item as it stands
+    /// after the write says which window the campaign has.
+    async fn register(
+        &self,
+        campaign: &Campaign,
+        at_ms: u64,
+    ) -> Result<Result<(), Window>, LedgerError> {
+        let out = self
+            .client
             .update_item()
             .table_name(&self.table)
-            .key("campaignId", AttributeValue::S(campaign_id.into()))
+            .key("campaignId", AttributeValue::S(campaign.id.to_string()))
             .update_expression(
-                "SET startedAt = if_not_exists(startedAt, :at), #s = if_not_exists(#s, :running)",
+                "SET startedAt = if_not_exists(startedAt, :at), #s = if_not_exists(#s, :running), \
+                 windowSince = if_not_exists(windowSince, :since), \
+                 windowUntil = if_not_exists(windowUntil, :until)",
             )
             .expression_attribute_names("#s", "state")
             .expression_attribute_values(":at", AttributeValue::N(at_ms.to_string()))
             .expression_attribute_values(":running", AttributeValue::S(RUNNING.into()))
+            .expression_attribute_values(
+                ":since",
+                AttributeValue::S(rfc3339(campaign.window.since)),
+            )
+            .expression_attribute_values(
+                ":until",
+                AttributeValue::S(rfc3339(campaign.window.until)),
+            )
+            .return_values(ReturnValue::AllNew)
             .send()
             .await
             .map_err(|e| self.error("register campaign", describe(&e)))?;
-        Ok(())
+        Ok(match out.attributes.as_ref().and_then(window) {
+            Some(recorded) if recorded != campaign.window => Err(recorded),
+            _ => Ok(()),
+        })
     }
 }

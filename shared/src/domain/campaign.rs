@@ -23,6 +23,14 @@ pub enum CampaignError {
         week: Window,
         given: Window,
     },
+    #[error(
+        "campaign {id} was started with the window {recorded}, and this start gives {given}: a campaign's window is fixed when it first starts (leave out since and until to run it again, or give the new window another campaign id)"
+    )]
+    WindowChanged {
+        id: String,
+        recorded: Window,
+        given: Window,
+    },
 }
 
 /// `raw` as a message may quote it: at most 40 characters, and its length when shortened.
@@ -286,6 +294,8 @@ pub enum Hold {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CampaignRecord {
     pub started_at_ms: Option<u64>,
+    /// The window it was first started with (None for campaigns recorded before windows were).
+    pub window: Option<Window>,
     pub hold: Option<Hold>,
     /// The last change of state (a resume leaves one with `hold` None).
     pub last_change: Option<StateChange>,

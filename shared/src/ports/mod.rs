@@ -6,7 +6,7 @@
 //! Subscribers` (SubscriberStore), `adapters::directory::MongoDirectory` (UserDirectory),
 //! `adapters::campaigns::CampaignsTable` (CampaignStates).
 
-use crate::domain::campaign::{Hold, StateChange, Window};
+use crate::domain::campaign::{Campaign, Hold, StateChange, Window};
 use crate::domain::digest::{Enrichment, OddFollow};
 use crate::domain::ledger::{
     Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, SendKey, SendStatus,
@@ -65,12 +65,14 @@ pub trait CampaignStates: Send + Sync {
         campaign_id: &str,
     ) -> impl Future<Output = Result<Option<Hold>, LedgerError>> + Send;
     /// Records that GetUsers started the campaign (RUNNING, unless it has a state already),
-    /// so that `mailctl` and the reputation guard know it.
+    /// so that `mailctl` and the reputation guard know it, and the window it first started
+    /// with: a later start with another window gets the recorded one back (Err) and must not
+    /// run.
     fn register(
         &self,
-        campaign_id: &str,
+        campaign: &Campaign,
         at_ms: u64,
-    ) -> impl Future<Output = Result<(), LedgerError>> + Send;
+    ) -> impl Future<Output = Result<Result<(), Window>, LedgerError>> + Send;
 }
 
 /// What the reputation guard pauses: every running campaign, and the consumers of the

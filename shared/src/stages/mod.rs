@@ -85,8 +85,12 @@ mod tests {
             Ok(None)
         }
 
-        async fn register(&self, _: &str, _: u64) -> Result<(), LedgerError> {
-            Ok(())
+        async fn register(
+            &self,
+            _: &crate::domain::campaign::Campaign,
+            _: u64,
+        ) -> Result<Result<(), crate::domain::campaign::Window>, LedgerError> {
+            Ok(Ok(()))
         }
     }
 

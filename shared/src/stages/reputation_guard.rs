@@ -156,11 +156,16 @@ mod tests {
         event
     }
 
+    fn campaign(id: &str) -> crate::domain::campaign::Campaign {
+        let week = crate::domain::campaign::Campaign::from_id("weekly-2026-W47", None).unwrap();
+        crate::domain::campaign::Campaign::from_id(id, Some(week.window)).unwrap()
+    }
+
     #[tokio::test]
     async fn an_alarm_stops_the_consumers_and_pauses_every_running_campaign() {
         let campaigns = MemoryCampaigns::default();
         for id in ["a", "b", "gone"] {
-            campaigns.register(id, 1).await.unwrap();
+            campaigns.register(&campaign(id), 1).await.unwrap().unwrap();
         }
         campaigns.cancel("gone");
         let guard = ReputationGuard::new(campaigns);
@@ -184,7 +189,12 @@ mod tests {
     #[tokio::test]
     async fn ok_and_unreadable_notifications_change_nothing() {
         let guard = ReputationGuard::new(MemoryCampaigns::default());
-        guard.switch.register("a", 1).await.unwrap();
+        guard
+            .switch
+            .register(&campaign("a"), 1)
+            .await
+            .unwrap()
+            .unwrap();
         let summary = guard
             .handle(event(&[notification("OK"), "not json".into()]))
             .await

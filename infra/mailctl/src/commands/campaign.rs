@@ -1,7 +1,7 @@
 //! `run` and `resend`: start a campaign, and on the local stack run it to its end and say
 //! how it ended (exit status 1 when users are FAILED, dead-lettered or left in a DLQ).
 
-use super::{provision_local, TargetArgs};
+use super::{provision_local, TargetArgs, WindowArgs};
 use anyhow::{bail, Context, Result};
 use mailctl::ops::{self, Target};
 use mailflow::adapters::ses::SesMailer;
@@ -14,20 +14,22 @@ pub async fn run(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     campaign: Option<String>,
+    window: &WindowArgs,
     t: &TargetArgs,
 ) -> Result<()> {
-    let campaign = campaign.unwrap_or_else(|| {
-        Campaign::for_schedule(time::OffsetDateTime::now_utc())
-            .id
-            .to_string()
-    });
-    start(
-        sdk,
-        template,
-        t,
-        serde_json::json!({"campaignId": campaign}),
-    )
-    .await
+    let campaign = match campaign {
+        Some(id) => super::resolve_campaign(sdk, t, &id, window).await?,
+        None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
+    };
+    start(sdk, template, t, super::start_event(&campaign)).await
+}
+
+/// What a resend does besides sending to users without a SENT record.
+pub struct Resend<'a> {
+    /// Also users whose send FAILED (after their data was fixed).
+    pub include_failed: bool,
+    /// Reopen a cancelled campaign first (who reopens it), and include its CANCELLED users.
+    pub reopen: Option<&'a str>,
 }
 
 /// `resend`: the campaign again; only users without a SENT record get an email. With
@@ -36,23 +38,21 @@ pub async fn resend(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     campaign: &str,
-    include_failed: bool,
-    reopen: Option<&str>,
+    window: &WindowArgs,
+    options: Resend<'_>,
     t: &TargetArgs,
 ) -> Result<()> {
-    mailflow::domain::campaign::CampaignId::parse(campaign)?;
-    if let Some(by) = reopen {
+    let resolved = super::resolve_campaign(sdk, t, campaign, window).await?;
+    if let Some(by) = options.reopen {
         let target = super::target(sdk, t).await?;
         eprintln!(
             "{}",
             mailctl::control::reopen(sdk, campaign, by, &target).await?
         );
     }
-    let event = serde_json::json!({
-        "campaignId": campaign,
-        "includeFailed": include_failed,
-        "includeCancelled": reopen.is_some(),
-    });
+    let mut event = super::start_event(&resolved);
+    event["includeFailed"] = options.include_failed.into();
+    event["includeCancelled"] = options.reopen.is_some().into();
     start(sdk, template, t, event).await
 }
 

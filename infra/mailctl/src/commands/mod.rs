@@ -9,12 +9,15 @@ pub mod sam;
 pub mod setup;
 pub mod status;
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use mailctl::ops::Target;
+use mailflow::domain::campaign::{Campaign, CampaignError, CampaignId, Window};
 use mailflow_local::names;
 use mailflow_local::provision::{provision, StackOptions};
 use mailflow_local::template::Template;
 use std::collections::BTreeMap;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
 
 #[derive(clap::Args)]
 pub struct TargetArgs {
@@ -25,6 +28,63 @@ pub struct TargetArgs {
     /// MongoDB database of a local stack (deployed stacks set theirs in template.yaml).
     #[arg(long, env = "MONGODB_DATABASE", default_value = "app")]
     pub database: String,
+}
+
+/// A campaign's window, for a campaign that is not `weekly-YYYY-Www` the first time it starts
+/// (afterwards the window it started with is used, and another is refused).
+#[derive(clap::Args, Clone, Default)]
+pub struct WindowArgs {
+    /// Start of the window (RFC 3339, e.g. 2026-06-01T00:00:00Z), with --until.
+    #[arg(long, requires = "until")]
+    pub since: Option<String>,
+    /// End of the window, exclusive (RFC 3339), with --since.
+    #[arg(long, requires = "since")]
+    pub until: Option<String>,
+}
+
+/// The campaign `id` names, with its window: `--since`/`--until`, a weekly id's own week, or
+/// the window the campaign was first started with (read from the campaigns table).
+pub async fn resolve_campaign(
+    sdk: &aws_config::SdkConfig,
+    t: &TargetArgs,
+    id: &str,
+    window: &WindowArgs,
+) -> Result<Campaign> {
+    CampaignId::parse(id)?;
+    if let (Some(since), Some(until)) = (&window.since, &window.until) {
+        let at = |flag: &str, value: &str| {
+            OffsetDateTime::parse(value, &Rfc3339).with_context(|| {
+                format!("--{flag} {value:?} is not an RFC 3339 time (e.g. 2026-06-01T00:00:00Z)")
+            })
+        };
+        let window = Window::new(at("since", since)?, at("until", until)?)?;
+        return Ok(Campaign::from_id(id, Some(window))?);
+    }
+    match Campaign::from_id(id, None) {
+        Err(CampaignError::NoWindow(_)) => {}
+        weekly => return Ok(weekly?),
+    }
+    let target = target(sdk, t).await?;
+    let record = mailctl::ops::campaigns_table(&aws_sdk_dynamodb::Client::new(sdk), &target)
+        .record(id)
+        .await?;
+    match record.and_then(|r| r.window) {
+        Some(window) => Ok(Campaign::from_id(id, Some(window))?),
+        None => bail!(
+            "campaign {id} has not started yet, so it has no window: give --since and --until (e.g. --since 2026-06-01T00:00:00Z --until 2026-06-08T00:00:00Z)"
+        ),
+    }
+}
+
+/// GetUsers' event for `campaign`, its window always given (the same as the recorded one for
+/// a campaign that ran before, which GetUsers checks).
+pub fn start_event(campaign: &Campaign) -> serde_json::Value {
+    let at = |t: OffsetDateTime| t.format(&Rfc3339).unwrap_or_default();
+    serde_json::json!({
+        "campaignId": campaign.id.as_str(),
+        "since": at(campaign.window.since),
+        "until": at(campaign.window.until),
+    })
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]

@@ -48,7 +48,7 @@ pub async fn test_send(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     user: &str,
-    campaign: &str,
+    campaign: &Campaign,
     to: &str,
     t: &TargetArgs,
 ) -> Result<()> {
@@ -56,10 +56,9 @@ pub async fn test_send(
         .map_err(|e| anyhow::anyhow!("--to {to:?}: {e}"))?
         .as_str()
         .to_owned();
-    let campaign = Campaign::from_id(campaign, None)?;
     let (create_env, send_env) = function_envs(sdk, template, t).await?;
     let stage = mailctl::compose::create_emails(sdk, &create_env).await?;
-    let job = mailctl::compose::compose(&stage, user, &campaign).await?;
+    let job = mailctl::compose::compose(&stage, user, campaign).await?;
     let config = SendEmailConfig::from_source(&|k: &str| send_env.get(k).cloned())?;
     let email = mailflow::ports::OutgoingEmail {
         key: job.key(),
@@ -108,12 +107,13 @@ pub async fn plan(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     campaign: Option<String>,
+    window: &super::WindowArgs,
     samples: usize,
     json: bool,
     t: &TargetArgs,
 ) -> Result<()> {
     let campaign = match campaign {
-        Some(id) => Campaign::from_id(&id, None)?,
+        Some(id) => super::resolve_campaign(sdk, t, &id, window).await?,
         None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
     };
     let (create_env, send_env) = function_envs(sdk, template, t).await?;

@@ -1,6 +1,6 @@
 //! Campaigns and the sending switch, in memory.
 
-use crate::domain::campaign::{Hold, StateChange};
+use crate::domain::campaign::{Campaign, Hold, StateChange, Window};
 use crate::domain::ledger::LedgerError;
 use crate::ports::{CampaignStates, ControlError, SendingSwitch};
 use std::collections::HashMap;
@@ -11,6 +11,8 @@ use std::sync::Mutex;
 #[derive(Default)]
 pub struct MemoryCampaigns {
     pub registered: Mutex<HashMap<String, u64>>,
+    /// The window each campaign was first started with.
+    pub windows: Mutex<HashMap<String, Window>>,
     pub holds: Mutex<HashMap<String, Hold>>,
     pub consumers_stopped: Mutex<bool>,
 }
@@ -48,13 +50,28 @@ impl CampaignStates for MemoryCampaigns {
         Ok(self.hold_of(campaign_id))
     }
 
-    async fn register(&self, campaign_id: &str, at_ms: u64) -> Result<(), LedgerError> {
+    async fn register(
+        &self,
+        campaign: &Campaign,
+        at_ms: u64,
+    ) -> Result<Result<(), Window>, LedgerError> {
+        let id = campaign.id.as_str();
         self.registered
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(campaign_id.to_owned())
+            .entry(id.to_owned())
             .or_insert(at_ms);
-        Ok(())
+        let recorded = *self
+            .windows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id.to_owned())
+            .or_insert(campaign.window);
+        Ok(if recorded == campaign.window {
+            Ok(())
+        } else {
+            Err(recorded)
+        })
     }
 }
 

@@ -247,11 +247,21 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
         // Follows no user can be found through are reported once per run, by its first segment.
         let follows_skipped = if run.segment == 0 {
             // Known to `mailctl` and the reputation guard from now on.
-            self.campaigns
+            let registered = self
+                .campaigns
                 .states()
-                .register(campaign.id.as_str(), epoch_ms(SystemTime::now()))
+                .register(campaign, epoch_ms(SystemTime::now()))
                 .await
                 .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+            // Its window is fixed when it first starts: nothing is enqueued under another.
+            if let Err(recorded) = registered {
+                return Err(CampaignError::WindowChanged {
+                    id: campaign.id.to_string(),
+                    recorded,
+                    given: campaign.window,
+                }
+                .into());
+            }
             self.report_odd_follows(&campaign.window).await?
         } else {
             0

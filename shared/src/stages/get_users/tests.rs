@@ -174,6 +174,35 @@ async fn a_run_enqueues_the_audience_once_each_in_id_order() {
 }
 
 #[tokio::test]
+async fn a_campaigns_window_is_fixed_when_it_first_starts() {
+    let stage = stage("20");
+    let window = campaign().window;
+    let rfc3339 = |t: OffsetDateTime| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    };
+    let start = |until: OffsetDateTime| json!({"campaignId": "promo", "since": rfc3339(window.since), "until": rfc3339(until)});
+    stage.handle(start(window.until), &plenty()).await.unwrap();
+    // The same window again: a re-run, which the ledger keeps from sending twice.
+    stage.handle(start(window.until), &plenty()).await.unwrap();
+    let enqueued_before = enqueued(&stage).len();
+    let later = window.until + time::Duration::days(1);
+    let err = stage.handle(start(later), &plenty()).await.err().unwrap();
+    assert!(
+        matches!(
+            err,
+            GetUsersError::Campaign(CampaignError::WindowChanged { .. })
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("was started with the window"),
+        "{err}"
+    );
+    assert_eq!(enqueued(&stage).len(), enqueued_before, "nothing enqueued");
+}
+
+#[tokio::test]
 async fn users_whose_ids_cannot_travel_are_refused_and_counted_not_enqueued() {
     let at = campaign().window.since + time::Duration::hours(1);
     let mut directory = directory();
