@@ -15,6 +15,8 @@ pub struct GetUsersConfig {
     /// Stop reading the audience this long before the invocation's deadline and continue
     /// from a checkpoint in a fresh invocation.
     pub deadline_margin: Duration,
+    /// The longest content window a campaign may start with.
+    pub max_window: Duration,
 }
 
 impl GetUsersConfig {
@@ -24,6 +26,7 @@ impl GetUsersConfig {
         var::CONTINUATION_QUEUE_URL,
         var::ENQUEUE_CONCURRENCY,
         var::DEADLINE_MARGIN_SECONDS,
+        var::MAX_WINDOW_DAYS,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
@@ -39,6 +42,9 @@ impl GetUsersConfig {
                 20u64,
                 "a number of seconds",
             )?),
+            max_window: Duration::from_secs(
+                u64::from(positive_u32(src, var::MAX_WINDOW_DAYS, 31)?) * 86_400,
+            ),
         })
     }
 }

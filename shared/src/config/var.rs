@@ -22,6 +22,8 @@ pub const EVENT_SOURCE_MAPPING_IDS: &str = "EVENT_SOURCE_MAPPING_IDS";
 pub const EMAILS_QUEUE_URL: &str = "EMAILS_QUEUE_URL";
 /// SendMessageBatch calls in flight
 pub const ENQUEUE_CONCURRENCY: &str = "ENQUEUE_CONCURRENCY";
+/// The longest content window a campaign may start with, in days
+pub const MAX_WINDOW_DAYS: &str = "MAX_WINDOW_DAYS";
 /// SendEmail's Timeout; must be below the visibility timeout
 pub const FUNCTION_TIMEOUT_SECONDS: &str = "FUNCTION_TIMEOUT_SECONDS";
 /// Margin added to the deadline for the lease

@@ -24,6 +24,19 @@ pub enum CampaignError {
         given: Window,
     },
     #[error(
+        "campaign {id}'s window {window} ends in the future: a campaign covers what has happened (start it once the window has ended)"
+    )]
+    WindowNotOver { id: String, window: Window },
+    #[error(
+        "campaign {id}'s window {window} is {days} days long, longer than the {max_days} days MAX_WINDOW_DAYS allows (raise the MaxWindowDays parameter for a longer campaign)"
+    )]
+    WindowTooLong {
+        id: String,
+        window: Window,
+        days: i64,
+        max_days: u64,
+    },
+    #[error(
         "campaign {id} was started with the window {recorded}, and this start gives {given}: a campaign's window is fixed when it first starts (leave out since and until to run it again, or give the new window another campaign id)"
     )]
     WindowChanged {
@@ -158,6 +171,31 @@ fn weekly(monday: Date) -> Campaign {
 }
 
 impl Campaign {
+    /// Whether the campaign may start at `now`: its window has ended (a campaign covers what
+    /// has happened, so that every run of it sees the same content) and is at most `max` long.
+    pub fn may_start(
+        &self,
+        now: OffsetDateTime,
+        max: std::time::Duration,
+    ) -> Result<(), CampaignError> {
+        let Window { since, until } = self.window;
+        if until > now {
+            return Err(CampaignError::WindowNotOver {
+                id: self.id.to_string(),
+                window: self.window,
+            });
+        }
+        if (until - since).unsigned_abs() > max {
+            return Err(CampaignError::WindowTooLong {
+                id: self.id.to_string(),
+                window: self.window,
+                days: (until - since).whole_days(),
+                max_days: max.as_secs() / 86_400,
+            });
+        }
+        Ok(())
+    }
+
     /// The campaign a schedule firing at `at` runs: the last full ISO week before it.
     pub fn for_schedule(at: OffsetDateTime) -> Self {
         let this_monday = monday_of(at.to_offset(time::UtcOffset::UTC).date());

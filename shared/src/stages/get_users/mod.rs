@@ -246,6 +246,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
         };
         // Follows no user can be found through are reported once per run, by its first segment.
         let follows_skipped = if run.segment == 0 {
+            campaign.may_start(OffsetDateTime::now_utc(), self.config.max_window)?;
             // Known to `mailctl` and the reputation guard from now on.
             let registered = self
                 .campaigns

@@ -203,6 +203,29 @@ async fn a_campaigns_window_is_fixed_when_it_first_starts() {
 }
 
 #[tokio::test]
+async fn a_window_not_over_or_too_long_is_refused_before_anything_is_enqueued() {
+    let stage = stage("20");
+    let rfc3339 = |t: OffsetDateTime| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    };
+    let now = OffsetDateTime::now_utc();
+    let start = |since: OffsetDateTime, until: OffsetDateTime| json!({"campaignId": "promo", "since": rfc3339(since), "until": rfc3339(until)});
+    let not_over = start(now - time::Duration::days(3), now + time::Duration::days(1));
+    let err = stage.handle(not_over, &plenty()).await.err().unwrap();
+    assert!(err.to_string().contains("ends in the future"), "{err}");
+    let window = campaign().window;
+    // MAX_WINDOW_DAYS defaults to 31.
+    let long = start(window.until - time::Duration::days(32), window.until);
+    let err = stage.handle(long, &plenty()).await.err().unwrap();
+    assert!(err.to_string().contains("32 days long"), "{err}");
+    let longest = start(window.until - time::Duration::days(31), window.until);
+    stage.handle(longest, &plenty()).await.unwrap();
+    // Only the accepted start enqueued anything, and only it is registered.
+    assert_eq!(stage.campaigns.states().registered.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
 async fn users_whose_ids_cannot_travel_are_refused_and_counted_not_enqueued() {
     let at = campaign().window.since + time::Duration::hours(1);
     let mut directory = directory();
