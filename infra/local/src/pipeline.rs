@@ -250,14 +250,19 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
     pub async fn run(&self, event: Value, max_wait: Duration) -> Result<RunReport> {
         let started = std::time::Instant::now();
         let get_users = self.start(event).await?;
-        let sqs = aws_sdk_sqs::Client::new(&self.stack.sdk);
-        let consumers = runner::run_until_drained(&sqs, self.consumers()?, max_wait).await?;
+        let consumers = self.drain(max_wait).await?;
         Ok(RunReport {
             get_users,
             consumers,
             totals: lock(&self.totals).clone(),
             wall_time: started.elapsed(),
         })
+    }
+
+    /// Runs every consumer until the queues drain (`run` after `start`).
+    pub async fn drain(&self, max_wait: Duration) -> Result<BTreeMap<String, ConsumerStats>> {
+        let sqs = aws_sdk_sqs::Client::new(&self.stack.sdk);
+        runner::run_until_drained(&sqs, self.consumers()?, max_wait).await
     }
 }
 

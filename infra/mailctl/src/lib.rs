@@ -9,6 +9,7 @@ pub mod compose;
 pub mod control;
 pub mod ops;
 pub mod plan;
+pub mod progress;
 pub mod stack_outputs;
 
 pub use mailflow_local::repo_root;

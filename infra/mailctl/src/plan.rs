@@ -59,8 +59,11 @@ pub async fn plan<D: UserDirectory>(
         ..Default::default()
     };
     let mut audience = directory.audience(&campaign.window, None);
+    let progress = crate::progress::Progress::new("plan");
     while let Some(user) = audience.next().await.context("reading the audience")? {
         plan.audience += 1;
+        let detail = format!("{} would be sent", plan.would_send);
+        progress.report(plan.audience as u64, None, "users read", &detail);
         // As GetUsers refuses it: its id cannot travel in a queue message.
         if mailflow::domain::user_id::check_user_id(&user.to_string()).is_err() {
             *plan.skipped.entry("unsendable_user_id").or_default() += 1;
@@ -92,6 +95,7 @@ pub async fn plan<D: UserDirectory>(
             Err(reason) => *plan.skipped.entry(reason.as_str()).or_default() += 1,
         }
     }
+    progress.finish();
     plan.send_rate = rate.campaign_wide();
     plan.hours = plan.would_send as f64 / plan.send_rate / 3600.0;
     match quota {

@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use mailctl::ops::{self, Target};
 use mailflow::adapters::ses::SesMailer;
 use mailflow::domain::campaign::Campaign;
-use mailflow_local::pipeline::{LocalPipeline, PipelineOptions};
+use mailflow_local::pipeline::{lock, LocalPipeline, PipelineOptions};
 use std::time::Duration;
 
 /// `run`: the campaign the schedule would run now, or `campaign`.
@@ -93,27 +93,30 @@ async fn start(
         println!("{payload}");
         return Ok(());
     };
+    let started = std::time::Instant::now();
     let stack = provision_local(sdk, template, prefix, &t.database).await?;
     let target = Target::from_prefix(sdk, prefix).await?;
     mailctl::control::refuse_if_held(sdk, &target, &campaign_id).await?;
     let pipeline =
         LocalPipeline::build(stack, PipelineOptions::default(), SesMailer::from_config).await?;
     let campaign = campaign_id;
-    let report = pipeline.run(event, Duration::from_secs(24 * 3600)).await?;
+    let get_users = pipeline.start(event).await?;
+    drain_with_progress(&pipeline, &get_users).await?;
+    let totals = lock(&pipeline.totals).clone();
     // The ledger and the queues, not this run's counters, say how the campaign ended.
     let status = ops::status(sdk, &target, &campaign).await?;
-    let send = &report.totals.send_email;
+    let send = &totals.send_email;
     println!(
         "{}",
         serde_json::json!({
-            "getUsers": report.get_users,
-            "rendered": report.totals.create_emails.rendered,
-            "skipped": report.totals.create_emails.skipped,
+            "getUsers": get_users,
+            "rendered": totals.create_emails.rendered,
+            "skipped": totals.create_emails.skipped,
             "sent": send.sent,
             "suppressedDuplicates": send.duplicates,
             "failed": send.failed,
             "previouslyFailed": send.previously_failed,
-            "wallTimeSeconds": report.wall_time.as_secs(),
+            "wallTimeSeconds": started.elapsed().as_secs(),
             "campaign": {
                 "sent": status.sent,
                 "failed": status.failed,
@@ -126,6 +129,43 @@ async fn start(
         })
     );
     fail_on_problems(&status)
+}
+
+/// Runs the campaign's consumers to the end, with its progress on stderr: users decided
+/// (rendered and sent, failed or skipped) of those GetUsers enqueued, known in full once its
+/// first run was complete.
+async fn drain_with_progress(
+    pipeline: &LocalPipeline<SesMailer>,
+    get_users: &serde_json::Value,
+) -> Result<()> {
+    let enqueued = get_users["usersEnqueued"].as_u64().unwrap_or(0);
+    let total = (get_users["complete"] == true).then_some(enqueued);
+    let progress = mailctl::progress::Progress::new("run");
+    let watch = async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let totals = lock(&pipeline.totals).clone();
+            let send = &totals.send_email;
+            let skipped: usize = totals.create_emails.skipped.values().sum();
+            let decided = send.sent
+                + send.failed
+                + send.previously_failed
+                + send.duplicates
+                + send.cancelled
+                + skipped;
+            let detail = format!(
+                "{} sent, {} failed, {skipped} skipped",
+                send.sent, send.failed
+            );
+            progress.report(decided as u64, total, "users", &detail);
+        }
+    };
+    let drained = tokio::select! {
+        drained = pipeline.drain(Duration::from_secs(24 * 3600)) => drained,
+        () = watch => unreachable!("the watch never ends"),
+    };
+    progress.finish();
+    drained.map(|_| ())
 }
 
 /// Exit status 1 (with the counts) when a campaign ended with users not sent to: FAILED,
