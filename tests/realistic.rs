@@ -407,6 +407,21 @@ impl<'a> Generator<'a> {
         }
     }
 
+    /// A user whose id travels but is longer than one SES tag value once encoded (200 dots:
+    /// 600 characters, three tags): the email goes out, tagged with all of it.
+    fn long_id_that_travels(&mut self) {
+        let domain = self.domain;
+        let id = Bson::String(".".repeat(200));
+        self.world.users.push(doc! {
+            "_id": id.clone(), "email": format!("dots@{domain}"), "name": "Dots",
+            "subscribed": true,
+        });
+        self.world
+            .address
+            .insert(key(&id), Ok(format!("dots@{domain}")));
+        self.follow(self.ids[2].clone(), id, self.since + HOUR);
+    }
+
     /// A user whose only follow this week is their own: in the audience (the follows index
     /// names them), skipped for having no new follower.
     fn only_themself(&mut self) {
@@ -479,6 +494,7 @@ fn generate(seed: u64, users: usize, window: &Window, domain: &str) -> World {
     generator.twins();
     generator.ids_that_cannot_travel();
     generator.only_themself();
+    generator.long_id_that_travels();
     generator.world
 }
 

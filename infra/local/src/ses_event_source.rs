@@ -34,7 +34,9 @@ pub fn event(
     if let Some((campaign, user)) = recipient {
         let encode = |v: &str| mailflow::domain::ses_tags::encode(v).unwrap_or_default();
         tags[mailflow::domain::ses_tags::CAMPAIGN_TAG] = json!([encode(campaign)]);
-        tags[mailflow::domain::ses_tags::USER_TAG] = json!([encode(user)]);
+        for (name, value) in mailflow::domain::ses_tags::user_tags(user) {
+            tags[name] = json!([value]);
+        }
     }
     let mut detail = json!({
         "eventType": kind,

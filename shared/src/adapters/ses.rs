@@ -101,11 +101,14 @@ fn tag(name: &str, value: &str) -> Result<Option<MessageTag>, SendError> {
         );
         return Ok(None);
     };
+    built_tag(name, value).map(Some)
+}
+
+fn built_tag(name: &str, value: String) -> Result<MessageTag, SendError> {
     MessageTag::builder()
         .name(name)
         .value(value)
         .build()
-        .map(Some)
         .map_err(|e| SendError::Permanent(format!("cannot build tag: {e}")))
 }
 
@@ -244,12 +247,14 @@ impl SesMailer {
 impl Mailer for SesMailer {
     async fn send(&self, email: &OutgoingEmail) -> Result<String, SendError> {
         let raw = raw_message(&self.from, email)?;
-        let tags = [
-            tag(ses_tags::CAMPAIGN_TAG, email.key.campaign_id())?,
-            tag(ses_tags::USER_TAG, email.key.user_id())?,
-        ];
-        self.send_raw(email, raw, tags.into_iter().flatten().collect())
-            .await
+        let mut tags: Vec<MessageTag> = tag(ses_tags::CAMPAIGN_TAG, email.key.campaign_id())?
+            .into_iter()
+            .collect();
+        // However long the id, every part of it: the events find the record.
+        for (name, value) in ses_tags::user_tags(email.key.user_id()) {
+            tags.push(built_tag(&name, value)?);
+        }
+        self.send_raw(email, raw, tags).await
     }
 }
 

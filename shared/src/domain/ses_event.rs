@@ -59,19 +59,41 @@ fn epoch_ms(rfc3339: &str) -> Option<u64> {
     u64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
-/// The first value of a tag, decoded (tags are lists of strings in SES events).
-fn tag(mail: &Value, name: &str) -> Result<Option<String>, String> {
+/// The first value of a tag as it stands (tags are lists of strings in SES events).
+fn raw_tag<'a>(mail: &'a Value, name: &str) -> Result<Option<&'a str>, String> {
     let Some(values) = mail.get("tags").and_then(|t| t.get(name)) else {
         return Ok(None);
     };
-    let raw = values
+    values
         .as_array()
         .and_then(|a| a.first())
         .and_then(Value::as_str)
-        .ok_or_else(|| format!("mail.tags.{name} is not a list of strings"))?;
-    ses_tags::decode(raw)
         .map(Some)
-        .ok_or_else(|| format!("mail.tags.{name} is not a mailflow tag value"))
+        .ok_or_else(|| format!("mail.tags.{name} is not a list of strings"))
+}
+
+fn decoded(name: &str, raw: &str) -> Result<String, String> {
+    ses_tags::decode(raw).ok_or_else(|| format!("mail.tags.{name} is not a mailflow tag value"))
+}
+
+/// The first value of a tag, decoded.
+fn tag(mail: &Value, name: &str) -> Result<Option<String>, String> {
+    raw_tag(mail, name)?
+        .map(|raw| decoded(name, raw))
+        .transpose()
+}
+
+/// The user id the `userId`, `userId2`... tags carry together (`ses_tags::user_tags`).
+fn user_tag(mail: &Value) -> Result<Option<String>, String> {
+    let mut joined = String::new();
+    for n in 0.. {
+        match raw_tag(mail, &ses_tags::user_tag_name(n))? {
+            Some(part) => joined.push_str(part),
+            None if n == 0 => return Ok(None),
+            None => break,
+        }
+    }
+    decoded(ses_tags::USER_TAG, &joined).map(Some)
 }
 
 /// Why a queue message is not an SES event we can read: one line naming the field.
@@ -131,10 +153,7 @@ fn parse_fields(body: &str, now_ms: u64) -> Result<SesEvent, String> {
         .or_else(|| text(&envelope, &["time"]))
         .and_then(epoch_ms)
         .unwrap_or(now_ms);
-    let key = match (
-        tag(mail, ses_tags::CAMPAIGN_TAG)?,
-        tag(mail, ses_tags::USER_TAG)?,
-    ) {
+    let key = match (tag(mail, ses_tags::CAMPAIGN_TAG)?, user_tag(mail)?) {
         (Some(campaign), Some(user)) => {
             let campaign_id =
                 CampaignId::parse(&campaign).map_err(|e| format!("mail.tags.campaignId: {e}"))?;
@@ -155,6 +174,7 @@ fn parse_fields(body: &str, now_ms: u64) -> Result<SesEvent, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn event(detail_type: &str, detail: Value) -> String {
         serde_json::json!({
@@ -171,6 +191,25 @@ mod tests {
             "tags": {"campaignId": ["weekly-2026-W47"], "userId": [ses_tags::encode(user).unwrap()],
                      "ses:configuration-set": ["mailflow"]},
         })
+    }
+
+    #[test]
+    fn a_long_user_id_comes_back_from_its_tags_in_order() {
+        let user = format!("long {}", "é".repeat(200));
+        let mut tags = serde_json::Map::new();
+        tags.insert("campaignId".into(), json!(["weekly-2026-W47"]));
+        for (name, value) in ses_tags::user_tags(&user) {
+            tags.insert(name, json!([value]));
+        }
+        assert!(tags.len() > 2, "several user tags");
+        let body = json!({
+            "detail-type": "Email Delivered", "source": "aws.ses", "time": "2026-11-24T10:00:00Z",
+            "detail": {"eventType": "Delivery", "delivery": {"timestamp": "2026-11-24T10:00:00Z"},
+                       "mail": {"messageId": "m-1", "timestamp": "2026-11-24T09:59:00Z",
+                                "tags": tags}},
+        });
+        let event = parse(&body.to_string(), 0).unwrap();
+        assert_eq!(event.key.unwrap().user_id, user);
     }
 
     #[test]

@@ -10,9 +10,38 @@ pub const USER_TAG: &str = "userId";
 /// SES's limit on a tag value.
 pub const MAX_TAG_VALUE: usize = 256;
 
-/// The tag value for `raw`, or None when its encoding exceeds SES's 256 characters (such an
-/// email is sent untagged, and its events cannot be reconciled).
+/// The tag value for `raw`, or None when its encoding exceeds SES's 256 characters (a
+/// campaign id never does; a user id is carried by `user_tags`, which has no such limit).
 pub fn encode(raw: &str) -> Option<String> {
+    let out = encode_unbounded(raw);
+    (out.len() <= MAX_TAG_VALUE).then_some(out)
+}
+
+/// The tags that carry `user_id`, whatever its length: its encoding cut into values of at
+/// most 256 characters, named `userId`, `userId2`, `userId3`... in order (a 512-byte id needs
+/// at most six), so that every email's events find its record.
+pub fn user_tags(user_id: &str) -> Vec<(String, String)> {
+    let encoded = encode_unbounded(user_id);
+    // The encoding is ASCII: any byte offset is a character boundary.
+    (0..encoded.len().max(1))
+        .step_by(MAX_TAG_VALUE)
+        .enumerate()
+        .map(|(n, start)| {
+            let end = (start + MAX_TAG_VALUE).min(encoded.len());
+            (user_tag_name(n), encoded[start..end].to_owned())
+        })
+        .collect()
+}
+
+/// The name of the `n`th (from 0) tag that carries a user id.
+pub fn user_tag_name(n: usize) -> String {
+    match n {
+        0 => USER_TAG.to_owned(),
+        n => format!("{USER_TAG}{}", n + 1),
+    }
+}
+
+fn encode_unbounded(raw: &str) -> String {
     let mut out = String::with_capacity(raw.len());
     for byte in raw.bytes() {
         match byte {
@@ -21,7 +50,7 @@ pub fn encode(raw: &str) -> Option<String> {
             other => out.push_str(&format!("_{other:02x}")),
         }
     }
-    (out.len() <= MAX_TAG_VALUE).then_some(out)
+    out
 }
 
 /// The value `encode` made this tag from, or None if it is not such an encoding.
@@ -77,6 +106,23 @@ mod tests {
         }
         assert_eq!(encode("a.b").as_deref(), Some("a_2eb"));
         assert_eq!(encode("u_1").as_deref(), Some("u__1"));
+    }
+
+    #[test]
+    fn a_user_id_of_any_length_travels_in_tags_of_at_most_256_characters() {
+        assert_eq!(user_tags("u1"), [("userId".to_owned(), "u1".to_owned())]);
+        // 512 bytes, each encoded as three characters: six tags.
+        let id = ".".repeat(512);
+        let tags = user_tags(&id);
+        assert_eq!(tags.len(), 6);
+        assert!(tags.iter().all(|(_, v)| v.len() <= MAX_TAG_VALUE));
+        let names: Vec<&str> = tags.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["userId", "userId2", "userId3", "userId4", "userId5", "userId6"]
+        );
+        let joined: String = tags.iter().map(|(_, v)| v.as_str()).collect();
+        assert_eq!(decode(&joined).as_deref(), Some(id.as_str()));
     }
 
     #[test]
