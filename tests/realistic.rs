@@ -720,17 +720,29 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
         "the generator makes a sizeable audience: {}",
         audience.len()
     );
+    // A usable id is an ObjectId or a non-empty string; any other follow counts for nobody.
+    let usable = |id: Option<&Bson>| match id {
+        Some(Bson::ObjectId(_)) => true,
+        Some(Bson::String(s)) => !s.is_empty(),
+        _ => false,
+    };
+    let in_this_window = |f: &&Document| in_window(f, millis(window.since), millis(window.until));
     let odd_follows = world
         .follows
         .iter()
-        .filter(|f| in_window(f, millis(window.since), millis(window.until)))
-        .filter(|f| {
-            !matches!(
-                f.get("followeeId"),
-                Some(Bson::String(_) | Bson::ObjectId(_))
-            )
-        })
+        .filter(in_this_window)
+        .filter(|f| !usable(f.get("followeeId")))
         .count();
+    let odd_followers = world
+        .follows
+        .iter()
+        .filter(in_this_window)
+        .filter(|f| !usable(f.get("followerId")))
+        .count();
+    assert!(
+        odd_followers > 10,
+        "the generator makes odd followers: {odd_followers}"
+    );
 
     let pipeline = env.pipeline(Default::default(), ses).await.unwrap();
     let schedule = serde_json::json!({
@@ -743,6 +755,7 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
     assert_eq!(refused.len(), 3, "the generator's ids that cannot travel");
     assert_eq!(started["usersRefused"], refused.len(), "{started}");
     assert_eq!(started["followsSkipped"], odd_follows, "{started}");
+    assert_eq!(started["followersSkipped"], odd_followers, "{started}");
 
     // The text form of every id, before some users are deleted below.
     let id_text: HashMap<String, String> = world

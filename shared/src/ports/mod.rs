@@ -7,7 +7,7 @@
 //! `adapters::campaigns::CampaignsTable` (CampaignStates).
 
 use crate::domain::campaign::{Campaign, Hold, StateChange, Window};
-use crate::domain::digest::{Enrichment, OddFollow};
+use crate::domain::digest::{Enrichment, OddFollows};
 use crate::domain::ledger::{
     Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, SendKey, SendStatus,
 };
@@ -141,13 +141,13 @@ pub trait UserDirectory: Send + Sync {
     /// The audience of `window` after `after` (a checkpoint): subscribed, unsuppressed users
     /// with at least one new follower, each once, in ascending id order (`UserId`'s order).
     fn audience(&self, window: &Window, after: Option<UserId>) -> Self::Audience;
-    /// The window's follows whose followeeId no user can have: how many, and up to `limit`
-    /// of them described.
+    /// The window's follows whose followeeId or followerId no user can have: how many of
+    /// each, and up to `limit` of the first kind described.
     fn odd_follows(
         &self,
         window: &Window,
         limit: i64,
-    ) -> impl Future<Output = Result<(u64, Vec<OddFollow>), StoreError>> + Send;
+    ) -> impl Future<Output = Result<OddFollows, StoreError>> + Send;
     /// One user's digest for `window`, read afresh, naming up to `shown` recent followers.
     fn enrich(
         &self,

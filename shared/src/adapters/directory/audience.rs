@@ -13,12 +13,12 @@
 use super::{follows_index_keys, window_filter, FOLLOWS, USERS};
 use crate::adapters::bson_ids::{self as ids, from_bson, type_name};
 use crate::domain::campaign::Window;
-use crate::domain::digest::OddFollow;
+use crate::domain::digest::{OddFollow, OddFollows};
 use crate::domain::user_id::UserId;
 use crate::ports::{AudienceScan, StoreError};
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
-use mongodb::bson::{doc, Document};
+use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::Hint;
 use mongodb::{Cursor, Database};
 
@@ -163,27 +163,52 @@ impl Audience {
         }
     }
 
-    /// The window's follows whose followeeId is neither a string nor an ObjectId (a number,
-    /// null, missing, an array even of ids...): no user can be found through them. Up to `limit` are described;
-    /// the count covers all of them.
+    /// The window's follows whose followeeId or followerId is not a usable id (a number,
+    /// null, missing, empty, an array even of ids...): nobody is found through them. Both
+    /// counts in one pass over the window; up to `limit` odd followees are described.
     pub(super) async fn odd_follows(
         db: &Database,
         window: &Window,
         limit: i64,
-    ) -> mongodb::error::Result<(u64, Vec<OddFollow>)> {
+    ) -> mongodb::error::Result<OddFollows> {
+        let usable = |field: &str| {
+            doc! { "$and": [
+                { "$in": [{ "$type": field }, ["string", "objectId"]] },
+                { "$ne": [field, ""] },
+            ] }
+        };
+        let pipeline = [
+            doc! { "$match": { "createdAt": window_filter(window) } },
+            doc! { "$group": {
+                "_id": Bson::Null,
+                "followees": { "$sum": { "$cond": [usable("$followeeId"), 0, 1] } },
+                "followers": { "$sum": { "$cond": [usable("$followerId"), 0, 1] } },
+            } },
+        ];
+        let follows = db.collection::<Document>(FOLLOWS);
+        let counts = follows.aggregate(pipeline).await?.try_next().await?;
+        let count = |name: &str| match counts.as_ref().and_then(|c| c.get(name)) {
+            Some(Bson::Int32(n)) => *n as u64,
+            Some(Bson::Int64(n)) => *n as u64,
+            _ => 0,
+        };
+        let mut odd = OddFollows {
+            followees: count("followees"),
+            followers: count("followers"),
+            described: Vec::new(),
+        };
+        if odd.followees == 0 {
+            return Ok(odd);
+        }
         let filter = doc! {
             "createdAt": window_filter(window),
             // `$type` matches an array by its elements: arrays are named on their own.
             "$or": [
                 { "followeeId": { "$not": { "$type": ["string", "objectId"] } } },
                 { "followeeId": { "$type": "array" } },
+                { "followeeId": "" },
             ],
         };
-        let follows = db.collection::<Document>(FOLLOWS);
-        let count = follows.count_documents(filter.clone()).await?;
-        if count == 0 {
-            return Ok((0, Vec::new()));
-        }
         let described = follows
             .find(filter)
             .projection(doc! { "_id": 1, "followeeId": 1 })
@@ -194,7 +219,8 @@ impl Audience {
             })
             .try_collect()
             .await?;
-        Ok((count, described))
+        odd.described = described;
+        Ok(odd)
     }
 }
 

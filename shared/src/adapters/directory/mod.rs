@@ -11,7 +11,7 @@ mod enrich;
 pub use audience::{Audience, IdType};
 
 use crate::domain::campaign::Window;
-use crate::domain::digest::{Enrichment, OddFollow};
+use crate::domain::digest::{Enrichment, OddFollows};
 use crate::domain::user_id::UserId;
 use crate::ports::{StoreError, UserDirectory};
 use mongodb::bson::doc;
@@ -46,11 +46,7 @@ impl UserDirectory for MongoDirectory {
         Audience::open(&self.db, window, after)
     }
 
-    async fn odd_follows(
-        &self,
-        window: &Window,
-        limit: i64,
-    ) -> Result<(u64, Vec<OddFollow>), StoreError> {
+    async fn odd_follows(&self, window: &Window, limit: i64) -> Result<OddFollows, StoreError> {
         Ok(Audience::odd_follows(&self.db, window, limit).await?)
     }
 

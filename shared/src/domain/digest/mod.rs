@@ -80,6 +80,18 @@ pub enum Enrichment {
     Skip(SkipReason),
 }
 
+/// The window's follows whose ids are not a usable user id (a string or an ObjectId, not
+/// empty, not an array): none of them makes anyone a new follower of anyone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OddFollows {
+    /// With a followeeId no user can have.
+    pub followees: u64,
+    /// With a followerId no user can have.
+    pub followers: u64,
+    /// Some of those with an odd followeeId, described.
+    pub described: Vec<OddFollow>,
+}
+
 /// A follow in the window whose followeeId names no user a campaign can reach.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OddFollow {

@@ -3,7 +3,9 @@
 //! order; a digest counts distinct followers and names the newest nameable ones.
 
 use crate::domain::campaign::Window;
-use crate::domain::digest::{printable_name, Digest, Enrichment, OddFollow, SkipReason};
+use crate::domain::digest::{
+    printable_name, Digest, Enrichment, OddFollow, OddFollows, SkipReason,
+};
 use crate::domain::user_id::UserId;
 use crate::ports::{AudienceScan, StoreError, UserDirectory};
 use std::collections::{BTreeMap, HashSet, VecDeque};
@@ -126,17 +128,17 @@ impl UserDirectory for MemoryDirectory {
         )
     }
 
-    async fn odd_follows(
-        &self,
-        _window: &Window,
-        limit: i64,
-    ) -> Result<(u64, Vec<OddFollow>), StoreError> {
+    async fn odd_follows(&self, _window: &Window, limit: i64) -> Result<OddFollows, StoreError> {
         let described = (0..self.odd_follows.min(limit as u64))
             .map(|i| OddFollow {
                 reason: format!("follows f{i}: followeeId is int"),
             })
             .collect();
-        Ok((self.odd_follows, described))
+        Ok(OddFollows {
+            followees: self.odd_follows,
+            followers: 0,
+            described,
+        })
     }
 
     async fn enrich(

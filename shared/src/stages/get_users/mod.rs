@@ -8,6 +8,7 @@
 use super::CampaignStateCache;
 use crate::config::GetUsersConfig;
 use crate::domain::campaign::{Campaign, CampaignError, CampaignId, Hold, Window};
+use crate::domain::digest::OddFollows;
 use crate::domain::ledger::epoch_ms;
 use crate::domain::messages::{parse_body, UserMessage};
 use crate::domain::user_id::{check_user_id, UserId};
@@ -95,9 +96,13 @@ pub struct Summary {
     /// control character, or longer than `MAX_USER_ID_BYTES`): refused here, each logged with
     /// the id's length, never enqueued (CreateEmails would refuse every retry of them).
     pub users_refused: usize,
-    /// Follows in the window whose followeeId is neither a string nor an ObjectId: no user
-    /// is found through them (each logged, up to 20, with its document id). First segment only.
+    /// Follows in the window whose followeeId is not a usable id (not a string or an
+    /// ObjectId, empty, an array): no user is found through them (each logged, up to 20, with
+    /// its document id). First segment only.
     pub follows_skipped: u64,
+    /// Follows in the window whose followerId is not a usable id (a number, null, missing,
+    /// empty, an array): counted for nobody. First segment only.
+    pub followers_skipped: u64,
     pub entries_retried: usize,
     pub duration_ms: u128,
     /// False when this invocation stopped early and left a checkpoint to continue from.
@@ -245,7 +250,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
             Err(reason) => return Err(GetUsersError::BadRequest(format!("checkpoint: {reason}"))),
         };
         // Follows no user can be found through are reported once per run, by its first segment.
-        let follows_skipped = if run.segment == 0 {
+        let odd_follows = if run.segment == 0 {
             campaign.may_start(OffsetDateTime::now_utc(), self.config.max_window)?;
             // Known to `mailctl` and the reputation guard from now on.
             let registered = self
@@ -265,7 +270,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
             }
             self.report_odd_follows(&campaign.window).await?
         } else {
-            0
+            OddFollows::default()
         };
         let mut audience = self.directory.audience(&campaign.window, after);
         let send = |bodies: Vec<String>| async move { self.users.send_batch(&bodies).await };
@@ -344,7 +349,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
             segment: run.segment,
             users_enqueued: report.sent,
             users_refused: refused,
-            follows_skipped,
+            follows_skipped: odd_follows.followees,
+            followers_skipped: odd_follows.followers,
             entries_retried: report.retried,
             duration_ms: started.elapsed().as_millis(),
             complete,
@@ -356,7 +362,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
             campaign = %summary.campaign_id,
             segment = summary.segment,
             users_enqueued = summary.users_enqueued,
+            users_refused = summary.users_refused,
             follows_skipped = summary.follows_skipped,
+            followers_skipped = summary.followers_skipped,
             entries_retried = summary.entries_retried,
             duration_ms = summary.duration_ms as u64,
             complete = summary.complete,
@@ -400,18 +408,24 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
     }
 
     /// Logs the window's follows whose followeeId no user can have, and counts them.
-    async fn report_odd_follows(&self, window: &Window) -> Result<u64, GetUsersError> {
-        let (count, described) = self.directory.odd_follows(window, 20).await?;
-        for odd in &described {
-            tracing::warn!(detail = %odd.reason, "follow skipped: no user can be found through it");
+    async fn report_odd_follows(&self, window: &Window) -> Result<OddFollows, GetUsersError> {
+        let odd = self.directory.odd_follows(window, 20).await?;
+        for follow in &odd.described {
+            tracing::warn!(detail = %follow.reason, "follow skipped: no user can be found through it");
         }
-        if count > described.len() as u64 {
+        if odd.followees > odd.described.len() as u64 {
             tracing::warn!(
-                count,
-                "follows skipped in all: their followeeId is neither a string nor an ObjectId"
+                count = odd.followees,
+                "follows skipped in all: their followeeId is not a usable user id"
             );
         }
-        Ok(count)
+        if odd.followers > 0 {
+            tracing::warn!(
+                count = odd.followers,
+                "follows skipped: their followerId is not a usable user id, so they make nobody a new follower"
+            );
+        }
+        Ok(odd)
     }
 }
 
