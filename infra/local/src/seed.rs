@@ -83,6 +83,15 @@ fn millis(t: time::OffsetDateTime) -> i64 {
 }
 
 pub async fn seed(db: &Database, options: &SeedOptions) -> Result<SeedReport> {
+    seed_reporting(db, options, |_, _| {}).await
+}
+
+/// `seed`, telling `inserted` how many documents of how many are in after each batch.
+pub async fn seed_reporting(
+    db: &Database,
+    options: &SeedOptions,
+    inserted: impl Fn(usize, usize),
+) -> Result<SeedReport> {
     let mut rng = Rng::new(options.seed);
     let mut report = SeedReport {
         users: options.users,
@@ -161,8 +170,16 @@ pub async fn seed(db: &Database, options: &SeedOptions) -> Result<SeedReport> {
         .invalid_addresses
         .retain(|id| report.audience.contains_key(id));
     report.follows = follows.len();
-    insert(db, mailflow::adapters::directory::USERS, users).await?;
-    insert(db, mailflow::adapters::directory::FOLLOWS, follows).await?;
+    let total = users.len() + follows.len();
+    let users_done = users.len();
+    insert(db, mailflow::adapters::directory::USERS, users, |n| {
+        inserted(n, total)
+    })
+    .await?;
+    insert(db, mailflow::adapters::directory::FOLLOWS, follows, |n| {
+        inserted(users_done + n, total)
+    })
+    .await?;
     Ok(report)
 }
 
@@ -170,12 +187,20 @@ fn follow(follower: &str, followee: &str, at_ms: i64) -> Document {
     doc! { "followerId": follower, "followeeId": followee, "createdAt": DateTime::from_millis(at_ms) }
 }
 
-async fn insert(db: &Database, collection: &str, docs: Vec<Document>) -> Result<()> {
+async fn insert(
+    db: &Database,
+    collection: &str,
+    docs: Vec<Document>,
+    inserted: impl Fn(usize),
+) -> Result<()> {
     let coll = db.collection::<Document>(collection);
+    let mut done = 0;
     for chunk in docs.chunks(1000) {
         coll.insert_many(chunk.to_vec())
             .await
             .with_context(|| format!("inserting into {collection}"))?;
+        done += chunk.len();
+        inserted(done);
     }
     Ok(())
 }

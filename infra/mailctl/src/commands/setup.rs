@@ -6,7 +6,7 @@ use mailctl::stack_outputs as out;
 use mailflow::config::SecretRef;
 use mailflow::domain::campaign::Campaign;
 use mailflow_local::names;
-use mailflow_local::seed::{seed as seed_users, SeedOptions};
+use mailflow_local::seed::{seed_reporting, SeedOptions};
 
 /// Creates the template's resources under `prefix` and prints the variables that name them.
 pub async fn provision(
@@ -71,16 +71,18 @@ pub async fn seed(
     };
     let db = mailflow::adapters::mongo::connect(&mongo, sdk, "mailctl").await?;
     let campaign = Campaign::for_schedule(time::OffsetDateTime::now_utc());
-    let report = seed_users(
-        &db,
-        &SeedOptions {
-            users,
-            seed: s,
-            domain,
-            window: campaign.window,
-        },
-    )
+    let options = SeedOptions {
+        users,
+        seed: s,
+        domain,
+        window: campaign.window,
+    };
+    let progress = mailctl::progress::Progress::new("seed");
+    let report = seed_reporting(&db, &options, |done, total| {
+        progress.report(done as u64, Some(total as u64), "documents", "")
+    })
     .await?;
+    progress.finish();
     println!(
         "seeded {} users and {} follows for {}: audience {}, unsubscribed {}",
         report.users,
