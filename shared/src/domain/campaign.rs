@@ -7,7 +7,7 @@ use time::{Date, Duration, OffsetDateTime, Time, Weekday};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum CampaignError {
-    #[error("campaign id {} is invalid: use 1-64 characters from A-Z a-z 0-9 . _ -", quoted(.0))]
+    #[error("campaign id {} is invalid: use 1-64 characters from A-Z a-z 0-9 . _ -", super::quoted(.0))]
     InvalidId(String),
     #[error(
         "campaign id {0:?} has no window: use weekly-YYYY-Www (e.g. weekly-2026-W47) or give since and until"
@@ -44,15 +44,6 @@ pub enum CampaignError {
         recorded: Window,
         given: Window,
     },
-}
-
-/// `raw` as a message may quote it: at most 40 characters, and its length when shortened.
-pub fn quoted(raw: &str) -> String {
-    const SHOWN: usize = 40;
-    match raw.char_indices().nth(SHOWN) {
-        Some((end, _)) => format!("{:?}... ({} characters)", &raw[..end], raw.chars().count()),
-        None => format!("{raw:?}"),
-    }
 }
 
 /// A campaign id: safe for keys, tags and logs.

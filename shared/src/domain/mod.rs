@@ -11,3 +11,12 @@ pub mod ses_event;
 pub mod ses_tags;
 pub mod unsubscribe_link;
 pub mod user_id;
+
+/// `raw` as a message may quote it: at most 40 characters, and its length when shortened.
+pub fn quoted(raw: &str) -> String {
+    const SHOWN: usize = 40;
+    match raw.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("{:?}... ({} characters)", &raw[..end], raw.chars().count()),
+        None => format!("{raw:?}"),
+    }
+}

@@ -46,7 +46,10 @@ impl UserId {
         }
         if let Some(hex) = text.strip_prefix(OID) {
             return parse_hex(hex).map(Self::ObjectId).ok_or_else(|| {
-                UserIdError(format!("userId {text:?} starts with \"oid:\" but is not oid: and 24 lowercase hex digits"))
+                UserIdError(format!(
+                    "userId {} starts with \"oid:\" but is not oid: and 24 lowercase hex digits",
+                    super::quoted(text)
+                ))
             });
         }
         if let Some(inner) = text.strip_prefix(STR) {
@@ -55,7 +58,8 @@ impl UserId {
                 return Ok(Self::Text(inner.to_owned()));
             }
             return Err(UserIdError(format!(
-                "userId {text:?}: \"str:\" only escapes strings that start with \"oid:\" or \"str:\""
+                "userId {}: \"str:\" only escapes strings that start with \"oid:\" or \"str:\"",
+                super::quoted(text)
             )));
         }
         Ok(Self::Text(text.to_owned()))
