@@ -407,7 +407,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
         hold
     }
 
-    /// Logs the window's follows whose followeeId no user can have, and counts them.
+    /// Logs the window's follows whose followeeId or followerId no user can have, and counts
+    /// them.
     async fn report_odd_follows(&self, window: &Window) -> Result<OddFollows, GetUsersError> {
         let odd = self.directory.odd_follows(window, 20).await?;
         for follow in &odd.described {
