@@ -71,7 +71,7 @@ pub async fn resolve_campaign(
     match record.and_then(|r| r.window) {
         Some(window) => Ok(Campaign::from_id(id, Some(window))?),
         None => bail!(
-            "campaign {id} has not started yet, so it has no window: give --since and --until (e.g. --since 2026-06-01T00:00:00Z --until 2026-06-08T00:00:00Z)"
+            "campaign {id} has no recorded window (it has not started here yet): give --since and --until (e.g. --since 2026-06-01T00:00:00Z --until 2026-06-08T00:00:00Z)"
         ),
     }
 }
