@@ -65,7 +65,7 @@ pub async fn plan<D: UserDirectory>(
         let detail = format!("{} would be sent", plan.would_send);
         progress.report(plan.audience as u64, None, "users read", &detail);
         // As GetUsers refuses it: its id cannot travel in a queue message.
-        if mailflow::domain::user_id::check_user_id(&user.to_string()).is_err() {
+        if mailflow::domain::user_id::check_travels(&user.to_string()).is_err() {
             *plan.skipped.entry("unsendable_user_id").or_default() += 1;
             continue;
         }

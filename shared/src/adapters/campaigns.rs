@@ -5,7 +5,7 @@
 //! The pipeline's functions read it (`CampaignStates`).
 
 use super::describe;
-use crate::domain::campaign::{Campaign, CampaignRecord, Hold, StateChange, Window};
+use crate::domain::campaign::{rfc3339, Campaign, CampaignRecord, Hold, StateChange, Window};
 use crate::domain::ledger::LedgerError;
 use crate::ports::CampaignStates;
 use aws_sdk_dynamodb::error::SdkError;
@@ -42,11 +42,6 @@ fn text(item: &Item, key: &str) -> String {
         Some(AttributeValue::S(v)) => v.clone(),
         _ => String::new(),
     }
-}
-
-fn rfc3339(t: time::OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| t.to_string())
 }
 
 /// The window the campaign was first started with, as recorded.

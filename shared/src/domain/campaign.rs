@@ -127,13 +127,15 @@ impl Window {
     }
 }
 
+/// A time as windows are written in events, messages and the campaigns table (RFC 3339).
+pub fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| t.to_string())
+}
+
 impl std::fmt::Display for Window {
     /// `[since, until)` in RFC 3339.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let rfc3339 = |t: OffsetDateTime| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_else(|_| t.to_string())
-        };
         write!(f, "[{}, {})", rfc3339(self.since), rfc3339(self.until))
     }
 }

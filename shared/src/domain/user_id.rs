@@ -35,15 +35,22 @@ pub enum UserId {
 #[error("{0}")]
 pub struct UserIdError(String);
 
+/// Whether an id's text form can travel in a message (a queue body, a token, a tag): 1 to
+/// `MAX_USER_ID_BYTES` bytes without control characters. `UserId::parse` checks it first.
+pub fn check_travels(text: &str) -> Result<(), UserIdError> {
+    if text.is_empty() || text.len() > MAX_USER_ID_BYTES || text.chars().any(char::is_control) {
+        return Err(UserIdError(format!(
+            "userId must be 1 to {MAX_USER_ID_BYTES} bytes without control characters (got {} bytes)",
+            text.len()
+        )));
+    }
+    Ok(())
+}
+
 impl UserId {
     /// Parses the text form (see the module doc); the error says what is wrong.
     pub fn parse(text: &str) -> Result<Self, UserIdError> {
-        if text.is_empty() || text.len() > MAX_USER_ID_BYTES || text.chars().any(char::is_control) {
-            return Err(UserIdError(format!(
-                "userId must be 1 to {MAX_USER_ID_BYTES} bytes without control characters (got {} bytes)",
-                text.len()
-            )));
-        }
+        check_travels(text)?;
         if let Some(hex) = text.strip_prefix(OID) {
             return parse_hex(hex).map(Self::ObjectId).ok_or_else(|| {
                 UserIdError(format!(

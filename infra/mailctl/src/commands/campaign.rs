@@ -65,8 +65,6 @@ async fn start(
     event: serde_json::Value,
 ) -> Result<()> {
     let campaign_id = event["campaignId"].as_str().unwrap_or_default().to_owned();
-    // The id first: nothing is read or started for one that is not a campaign id.
-    mailflow::domain::campaign::CampaignId::parse(&campaign_id)?;
     let Some(prefix) = &t.prefix else {
         let target = Target::from_env()?;
         mailctl::control::refuse_if_held(sdk, &target, &campaign_id).await?;

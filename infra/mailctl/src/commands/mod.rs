@@ -11,7 +11,7 @@ pub mod status;
 
 use anyhow::{bail, Context, Result};
 use mailctl::ops::Target;
-use mailflow::domain::campaign::{Campaign, CampaignError, CampaignId, Window};
+use mailflow::domain::campaign::{rfc3339, Campaign, CampaignError, CampaignId, Window};
 use mailflow_local::names;
 use mailflow_local::provision::{provision, StackOptions};
 use mailflow_local::template::Template;
@@ -79,11 +79,10 @@ pub async fn resolve_campaign(
 /// GetUsers' event for `campaign`, its window always given (the same as the recorded one for
 /// a campaign that ran before, which GetUsers checks).
 pub fn start_event(campaign: &Campaign) -> serde_json::Value {
-    let at = |t: OffsetDateTime| t.format(&Rfc3339).unwrap_or_default();
     serde_json::json!({
         "campaignId": campaign.id.as_str(),
-        "since": at(campaign.window.since),
-        "until": at(campaign.window.until),
+        "since": rfc3339(campaign.window.since),
+        "until": rfc3339(campaign.window.until),
     })
 }
 

@@ -11,7 +11,7 @@ use crate::domain::campaign::{Campaign, CampaignError, CampaignId, Hold, Window}
 use crate::domain::digest::OddFollows;
 use crate::domain::ledger::epoch_ms;
 use crate::domain::messages::{parse_body, UserMessage};
-use crate::domain::user_id::{check_user_id, UserId};
+use crate::domain::user_id::{check_travels, UserId};
 use crate::ports::MAX_BATCH_ENTRIES;
 use crate::ports::{
     AudienceScan, CampaignStates, OutgoingQueue, QueueError, SendReport, StoreError, UserDirectory,
@@ -294,7 +294,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
                 break;
             };
             let user_id = user_id.to_string();
-            if let Err(reason) = check_user_id(&user_id) {
+            if let Err(reason) = check_travels(&user_id) {
                 tracing::warn!(bytes = user_id.len(), %reason, "user refused: their id cannot travel in a queue message");
                 refused += 1;
                 // Not a checkpoint either (one is parsed as a user id): a continuation

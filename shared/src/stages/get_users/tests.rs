@@ -1,6 +1,7 @@
 //! GetUsers: its requests, and its runs over the in-memory directory and queues.
 
 use super::*;
+use crate::domain::campaign::rfc3339;
 use crate::ports::memory::directory::{MemoryDirectory, User};
 use crate::ports::memory::{MemoryCampaigns, MemoryOutbox};
 use serde_json::json;
@@ -177,10 +178,6 @@ async fn a_run_enqueues_the_audience_once_each_in_id_order() {
 async fn a_campaigns_window_is_fixed_when_it_first_starts() {
     let stage = stage("20");
     let window = campaign().window;
-    let rfc3339 = |t: OffsetDateTime| {
-        t.format(&time::format_description::well_known::Rfc3339)
-            .unwrap()
-    };
     let start = |until: OffsetDateTime| json!({"campaignId": "promo", "since": rfc3339(window.since), "until": rfc3339(until)});
     stage.handle(start(window.until), &plenty()).await.unwrap();
     // The same window again: a re-run, which the ledger keeps from sending twice.
@@ -205,10 +202,6 @@ async fn a_campaigns_window_is_fixed_when_it_first_starts() {
 #[tokio::test]
 async fn a_window_not_over_or_too_long_is_refused_before_anything_is_enqueued() {
     let stage = stage("20");
-    let rfc3339 = |t: OffsetDateTime| {
-        t.format(&time::format_description::well_known::Rfc3339)
-            .unwrap()
-    };
     let now = OffsetDateTime::now_utc();
     let start = |since: OffsetDateTime, until: OffsetDateTime| json!({"campaignId": "promo", "since": rfc3339(since), "until": rfc3339(until)});
     let not_over = start(now - time::Duration::days(3), now + time::Duration::days(1));
