@@ -11,7 +11,13 @@ use std::time::{Duration, SystemTime};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_campaign_cancelled_part_way_sends_nothing_more_and_every_user_ends_counted() {
-    let env = test_env("cancel", |_| {}).await.unwrap();
+    // Slow enough that the cancellation lands while most emails still wait for their slot.
+    let env = test_env("cancel", |o| {
+        o.parameters
+            .insert(names::SEND_RATE_PER_SECOND.into(), "20".into());
+    })
+    .await
+    .unwrap();
     let campaign = Campaign::from_id("weekly-2026-W47", None).unwrap();
     let id = campaign.id.as_str();
     let seeded = env.seed(300, &campaign).await.unwrap();

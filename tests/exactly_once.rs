@@ -435,7 +435,7 @@ async fn t5_a_live_lease_returns_the_message_which_is_sent_later() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn t6_throttling_is_retried_with_backoff_until_everything_is_sent_once() {
+async fn t6_throttling_lowers_the_rate_and_everything_is_sent_once() {
     // A Timeout no loaded machine reaches: this test is about throttling, and an invocation
     // cut short mid-send would add the crash window's duplicate (t4's subject).
     let env = test_env("throttle", |o| {
@@ -465,7 +465,8 @@ async fn t6_throttling_is_retried_with_backoff_until_everything_is_sent_once() {
     .await;
     drain(&env, &pipeline).await;
     let totals = pipeline.totals.lock().unwrap().send_email.clone();
-    assert!(totals.throttled >= 5, "{totals:?}");
+    // Throttling is a signal: the emails waited for a slot at the lowered rate and went again.
+    assert!(totals.throttles >= 5, "{totals:?}");
     // The outcome, from the ledger and the SES record rather than the handlers' counters: an
     // invocation that a loaded machine lets run past its timeout sends, but never reports;
     // its records come back and count as duplicates.
@@ -592,11 +593,11 @@ async fn t9_the_observed_send_rate_never_exceeds_the_configured_rate() {
     times.sort();
     assert_eq!(times.len(), 200);
     let span = (*times.last().unwrap() - times[0]).as_secs_f64();
-    // Each of the MaximumConcurrency environments may send its first email at once; after
-    // that, sends are spaced. Slower is fine (a busy machine); faster never.
-    let environments = pipeline.send_config.max_concurrency as f64;
+    // The environments share one schedule of slots; one used late (at most MAX_LATENESS)
+    // may meet the next on time. Slower is fine (a busy machine); faster never.
+    let late = mailflow::domain::send_rate::MAX_LATENESS.as_secs_f64();
     assert!(
-        times.len() as f64 - environments <= RATE * span,
+        times.len() as f64 - 1.0 <= RATE * (span + late),
         "{} sends in {span:.2}s exceed {RATE}/s",
         times.len()
     );

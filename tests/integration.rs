@@ -14,3 +14,4 @@ mod pipeline;
 mod realistic;
 mod runtime_api;
 mod security;
+mod send_rate;

@@ -63,8 +63,9 @@ const SES_IDENTITY: &str = "arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::Acco
 const SES_CONFIGURATION_SET: &str =
     "arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:configuration-set/*";
 
-/// Actions IAM grants only on "*": they name no resource (the account's own SES quota).
-const ACTIONS_WITHOUT_RESOURCES: &[&str] = &["ses:GetAccount"];
+/// Actions IAM grants only on "*": they name no resource (the account's own SES quota, the
+/// list of event source mappings SendEmail finds its own in).
+const ACTIONS_WITHOUT_RESOURCES: &[&str] = &["ses:GetAccount", "lambda:ListEventSourceMappings"];
 
 /// What each function calls (the adapters in shared/src/adapters) plus what its event source
 /// mapping and its logs need, on the one resource each is for.
@@ -118,6 +119,14 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             pairs.push(("ses:SendEmail", SES_IDENTITY.into()));
             pairs.push(("ses:SendEmail", SES_CONFIGURATION_SET.into()));
             pairs.push(("ses:GetAccount", "*".into()));
+            // The shared send rate (one item: `send_email_touches_only_the_rate_item_and_its_own_mapping`)
+            // and its own mapping's concurrency.
+            pairs.push(("dynamodb:UpdateItem", "CampaignsTable.Arn".into()));
+            pairs.push(("lambda:ListEventSourceMappings", "*".into()));
+            pairs.push((
+                "lambda:UpdateEventSourceMapping",
+                "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:event-source-mapping:*".into(),
+            ));
         }
         "ReputationGuard" => {
             // Lists the running campaigns and pauses them; disables exactly the three
@@ -186,6 +195,35 @@ fn each_function_role_allows_exactly_what_it_uses() {
             "{id}: grants differ from what it uses"
         );
     }
+}
+
+/// SendEmail may write one item of the campaigns table, the rate item, and change only the
+/// mappings of its own function.
+#[test]
+fn send_email_touches_only_the_rate_item_and_its_own_mapping() {
+    let t = template();
+    let role = &t["Resources"]["SendEmailRole"];
+    let statements = &role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"];
+    let statement = |sid: &str| {
+        statements
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|s| s["Sid"].as_str() == Some(sid))
+            .unwrap_or_else(|| panic!("no statement {sid}"))
+            .clone()
+    };
+    let rate = statement("SharedSendRate");
+    assert_eq!(
+        rate["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"][0].as_str(),
+        Some(mailflow::adapters::rate_item::RATE_ITEM_KEY)
+    );
+    let scaling = statement("ConcurrencyFollowsRate");
+    let function = &scaling["Condition"]["StringLike"]["lambda:FunctionArn"];
+    assert!(
+        format!("{function:?}").contains("${AWS::StackName}-SendEmailFunction*"),
+        "{function:?}"
+    );
 }
 
 #[test]

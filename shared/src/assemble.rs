@@ -6,8 +6,9 @@
 use crate::adapters::campaigns::CampaignsTable;
 use crate::adapters::directory::MongoDirectory;
 use crate::adapters::dynamo::{DynamoLedger, SendRecords};
-use crate::adapters::event_sources::{EventSourceMappings, StackSending};
+use crate::adapters::event_sources::{EmailsConsumer, EventSourceMappings, StackSending};
 use crate::adapters::mongo::MongoConnectError;
+use crate::adapters::rate_item::RateItem;
 use crate::adapters::secrets::SecretError;
 use crate::adapters::ses::SesMailer;
 use crate::adapters::sqs::SqsQueue;
@@ -18,7 +19,6 @@ use crate::config::{
     SendEmailConfig, SesEventsConfig, Source, UnsubscribeFunctionConfig,
 };
 use crate::domain::digest::{RenderError, Renderer};
-use crate::domain::send_rate::{QuotaUnknown, SendRate};
 use crate::ports::{Mailer, StoreError};
 use crate::runtime::telemetry;
 use crate::stages::create_emails::CreateEmails;
@@ -68,9 +68,11 @@ pub type LambdaUnsubscribe = Unsubscribe<Subscribers, SendRecords>;
 /// The ReputationGuard function's stage.
 pub type LambdaReputationGuard = ReputationGuard<StackSending>;
 
-/// SendEmail as it runs on Lambda: the DynamoDB ledger and the emails queue, with `mailer`
-/// (SES, or a wrapper around it that injects faults).
-pub type LambdaSendEmail<M = SesMailer> = SendEmail<M, DynamoLedger, SqsQueue, CampaignsTable>;
+/// SendEmail as it runs on Lambda: the DynamoDB ledger, the emails queue, the campaigns table
+/// and the stack's rate item in it, with `mailer` (SES, or a wrapper around it that injects
+/// faults).
+pub type LambdaSendEmail<M = SesMailer> =
+    SendEmail<M, DynamoLedger, SqsQueue, CampaignsTable, RateItem>;
 
 pub async fn get_users(
     config: GetUsersConfig,
@@ -127,26 +129,14 @@ pub fn ses_mailer(config: &SendEmailConfig, sdk: &SdkConfig) -> SesMailer {
     SesMailer::from_config(sdk, config)
 }
 
-/// SendEmail, sending at its share of the `SendRate` (SES GetAccount's maximum send rate read
-/// once per execution environment). The read runs on its own while
-/// the function fetches its first event and claims its records; the first send waits for it.
-/// Call it within a Tokio runtime (it spawns the read).
+/// SendEmail, sending at the stack's shared rate (the rate item in the campaigns table; SES's
+/// quota read through `mailer` at the first send and every few minutes), and sizing its own
+/// event source mapping's MaximumConcurrency to that rate.
 pub fn send_email<M: Mailer>(
     config: SendEmailConfig,
     sdk: &SdkConfig,
     mailer: M,
 ) -> LambdaSendEmail<M> {
-    let (configured, environments) = (config.send_rate_per_second, config.max_concurrency);
-    let quota = tokio::spawn({
-        let sdk = sdk.clone();
-        async move { crate::adapters::ses::send_quota(&sdk).await }
-    });
-    let send_rate = async move {
-        let quota = quota
-            .await
-            .unwrap_or_else(|e| Err(QuotaUnknown(format!("the GetAccount task failed: {e}"))));
-        SendRate::with_quota(configured, environments, &quota)
-    };
     let ledger = DynamoLedger::new(
         dynamodb_client(sdk),
         &config.sends_table_name,
@@ -154,7 +144,10 @@ pub fn send_email<M: Mailer>(
     );
     let queue = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
     let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
-    SendEmail::with_send_rate(ledger, mailer, queue, campaigns, config, send_rate)
+    let rate = RateItem::new(dynamodb_client(sdk), &config.campaigns_table_name);
+    let consumer = EmailsConsumer::new(aws_sdk_lambda::Client::new(sdk), &config.emails_queue_url);
+    SendEmail::new(ledger, mailer, queue, campaigns, rate, config)
+        .scaling(std::sync::Arc::new(consumer))
 }
 
 pub async fn ses_events(

@@ -33,4 +33,3 @@ pub const REPUTATION_GUARD: &str = "ReputationGuardFunction";
 pub const MONGODB_DATABASE: &str = "MongoDbDatabase";
 pub const MONGODB_URI_SECRET_NAME: &str = "MongoDbUriSecretName";
 pub const SEND_RATE_PER_SECOND: &str = "SendRatePerSecond";
-pub const SEND_MAX_CONCURRENCY: &str = "SendMaxConcurrency";

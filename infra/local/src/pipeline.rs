@@ -11,6 +11,7 @@ use mailflow::assemble::{self, LambdaSendEmail};
 use mailflow::config::{
     CreateEmailsConfig, GetUsersConfig, SendEmailConfig, SesEventsConfig, UnsubscribeFunctionConfig,
 };
+use mailflow::domain::send_rate::SendRate;
 use mailflow::ports::Mailer;
 use mailflow::runtime::{Invocation, Stage};
 use mailflow::stages::create_emails;
@@ -32,6 +33,20 @@ pub struct PipelineOptions {
 
 /// The event source mapping template.yaml gives `function` (its first SQS event), served by
 /// `handlers` and ending each invocation after `timeout`.
+/// How many environments of `function` its event source runs at once: SendEmail's as many as
+/// its send rate needs (`SendRate::environments`, which SendEmail sets on its mapping on
+/// Lambda), the others' the template's MaximumConcurrency (without one Lambda scales freely;
+/// locally one poller is enough).
+pub fn concurrency(stack: &Stack, function: &str) -> Result<u32> {
+    if function == SEND_EMAIL {
+        let env = stack.env(SEND_EMAIL)?;
+        let config = SendEmailConfig::from_source(&|k: &str| env.get(k).cloned())?;
+        return Ok(SendRate::configured(config.send_rate_per_second).environments());
+    }
+    let event = stack.template.function(function)?.sqs_events.first();
+    Ok(event.and_then(|e| e.maximum_concurrency).unwrap_or(1))
+}
+
 pub fn consumer(
     stack: &Stack,
     function: &str,
@@ -55,8 +70,7 @@ pub fn consumer(
         batch_size: event.batch_size,
         batching_window: Duration::from_secs(event.batching_window_seconds.into()),
         long_poll: runner::QUICK_LONG_POLL,
-        // Without ScalingConfig Lambda scales freely; locally one poller is enough.
-        concurrency: event.maximum_concurrency.unwrap_or(1),
+        concurrency: concurrency(stack, function)?,
         timeout,
         handlers,
         faults: None,
@@ -163,7 +177,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         let send_config = SendEmailConfig::from_source(&|k: &str| env.get(k).cloned())?;
         let mailer = mailer(sdk, &send_config);
         let mut send_email = Vec::new();
-        for _ in 0..send_config.max_concurrency {
+        for _ in 0..concurrency(&stack, SEND_EMAIL)? {
             let stage = assemble::send_email(send_config.clone(), sdk, mailer.clone());
             send_email.push(Arc::new(stage));
         }

@@ -6,8 +6,11 @@
 use anyhow::{Context, Result};
 use aws_sdk_sqs::Client as Sqs;
 use mailflow::adapters::event_sources::EventSourceMappings;
+use mailflow::adapters::rate_item::RateItem;
 use mailflow::domain::campaign::Hold;
 use mailflow::domain::ledger::{Engagement, SendStatus};
+use mailflow::ports::RateBucket;
+use mailflow::stages::send_email::pacing::QUIET_AFTER;
 use mailflow_local::ledger_scan;
 use mailflow_local::names;
 use mailflow_local::queues::depth;
@@ -160,7 +163,13 @@ pub struct CampaignStatus {
     pub cancel_reason: Option<String>,
     /// Emails per second over the last minute (None: nothing sent in it).
     pub send_rate: Option<f64>,
-    /// Seconds until the queues drain at that rate (None: no current rate to go by).
+    /// The stack's shared rate now (the rate item): emails per second, the ceiling it returns
+    /// to, what sets it (configured, SES quota, lowered after throttling).
+    pub shared_rate: Option<mailflow::domain::send_rate::SharedRate>,
+    /// SendEmail environments that took send slots in the last minute.
+    pub environments_sending: usize,
+    /// Seconds until the queues drain at the shared rate (at the observed one when the stack
+    /// has none yet; None: no rate to go by).
     pub eta_seconds: Option<u64>,
     /// What SES lets the account send (GetAccount), or why it is not known.
     pub ses_quota: Option<mailflow::domain::send_rate::SendQuota>,
@@ -316,9 +325,23 @@ pub async fn status(
     if recent > 0 {
         let rate = recent as f64 / (span_ms as f64 / 1000.0);
         status.send_rate = Some((rate * 10.0).round() / 10.0);
-        let pending = status.users_pending + status.emails_pending;
-        status.eta_seconds = Some((pending as f64 / rate).ceil() as u64);
     }
+    let shared = RateItem::new(dynamo.clone(), &target.campaigns_table)
+        .read()
+        .await?;
+    status.shared_rate = shared.rate;
+    status.environments_sending = shared.sending(now, QUIET_AFTER);
+    // The shared rate is what the queue drains at while it is sending; the observed one is
+    // the fallback before anything set it.
+    let pending = status.users_pending + status.emails_pending;
+    let rate = match (status.shared_rate, status.send_rate) {
+        (Some(shared), Some(_)) => Some(shared.rate),
+        (None, observed) => observed,
+        (Some(_), None) => None,
+    };
+    status.eta_seconds = rate
+        .filter(|r| *r > 0.0)
+        .map(|r| (pending as f64 / r).ceil() as u64);
     Ok(status)
 }
 

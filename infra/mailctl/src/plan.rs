@@ -32,8 +32,11 @@ pub struct Plan {
     pub would_fail: usize,
     /// A few of the emails, as `preview` shows them.
     pub samples: Vec<String>,
-    /// Emails per second, campaign-wide (`SendRate::campaign_wide`).
+    /// Emails per second for the whole stack (`SendRate::campaign_wide`), where that comes
+    /// from (configured, SES quota), and the SendEmail environments that share it.
     pub send_rate: f64,
+    pub rate_source: &'static str,
+    pub environments: u32,
     /// Hours the sends take at that rate (the fan-out and rendering run ahead of them).
     pub hours: f64,
     pub ses_quota: Option<SendQuota>,
@@ -97,6 +100,8 @@ pub async fn plan<D: UserDirectory>(
     }
     progress.finish();
     plan.send_rate = rate.campaign_wide();
+    plan.rate_source = rate.source().as_str();
+    plan.environments = rate.environments();
     plan.hours = plan.would_send as f64 / plan.send_rate / 3600.0;
     match quota {
         Ok(q) => {
@@ -135,8 +140,8 @@ pub fn describe(plan: &Plan) -> String {
         _ => format!("{:.1} h", plan.hours),
     };
     out.push_str(&format!(
-        "at {}/s the sends take {takes}; SES charges ${:.4} for them (the pipeline adds about 6 %)\n",
-        plan.send_rate, plan.ses_cost_usd
+        "at {}/s ({}; shared by {} SendEmail environments) the sends take {takes}; SES charges ${:.4} for them (the pipeline adds about 6 %)\n",
+        plan.send_rate, plan.rate_source, plan.environments, plan.ses_cost_usd
     ));
     match (&plan.ses_quota, &plan.ses_quota_unknown) {
         (Some(q), _) if plan.over_24_hour_quota > 0 => out.push_str(&format!(

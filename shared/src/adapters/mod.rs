@@ -8,6 +8,7 @@ pub mod directory;
 pub mod dynamo;
 pub mod event_sources;
 pub mod mongo;
+pub mod rate_item;
 pub mod secrets;
 pub mod ses;
 pub mod sqs;

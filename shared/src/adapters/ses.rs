@@ -51,7 +51,7 @@ impl SesMailer {
     }
 }
 
-/// How long SendEmail's first send (or `mailctl status`) waits for GetAccount before going on
+/// How long SendEmail (at its first send and every `QUOTA_REFRESH`, or `mailctl status`) waits for GetAccount before going on
 /// without the quota.
 const QUOTA_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -69,7 +69,11 @@ async fn send_quota_within(
     let config = aws_sdk_sesv2::config::Builder::from(sdk)
         .interceptor(crate::runtime::metering::RequestMeter)
         .build();
-    let answer = tokio::time::timeout(wait, Client::from_conf(config).get_account().send())
+    quota_of(&Client::from_conf(config), wait).await
+}
+
+async fn quota_of(client: &Client, wait: std::time::Duration) -> Result<SendQuota, QuotaUnknown> {
+    let answer = tokio::time::timeout(wait, client.get_account().send())
         .await
         .map_err(|_| QuotaUnknown(format!("GetAccount did not answer within {wait:?}")))?;
     let account = answer.map_err(|e| {
@@ -255,6 +259,10 @@ impl Mailer for SesMailer {
             tags.push(built_tag(&name, value)?);
         }
         self.send_raw(email, raw, tags).await
+    }
+
+    async fn send_quota(&self) -> Result<SendQuota, QuotaUnknown> {
+        quota_of(&self.client, QUOTA_WAIT).await
     }
 }
 

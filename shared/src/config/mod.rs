@@ -213,7 +213,7 @@ mod tests {
         let c = SendEmailConfig::from_source(&src(SEND)).unwrap();
         assert_eq!(c.retry_delays.len(), 4);
         assert_eq!(c.retention_days, 90);
-        assert_eq!((c.send_rate_per_second, c.max_concurrency), (14.0, 2));
+        assert_eq!(c.send_rate_per_second, 14.0);
         assert!(c.configuration_set.is_none());
     }
 

@@ -12,10 +12,8 @@ pub struct SendEmailConfig {
     pub emails_queue_url: String,
     pub sender_address: String,
     pub configuration_set: Option<String>,
-    /// Campaign-wide emails per second, split over `max_concurrency` invocations.
+    /// Emails per second for the whole stack, shared by every environment (`pacing`).
     pub send_rate_per_second: f64,
-    /// Must equal the event source mapping's ScalingConfig.MaximumConcurrency.
-    pub max_concurrency: u32,
     pub visibility_timeout: Duration,
     pub function_timeout: Duration,
     pub lease_clock_skew: Duration,
@@ -39,7 +37,6 @@ impl SendEmailConfig {
         var::SENDER_ADDRESS,
         var::SES_CONFIGURATION_SET,
         var::SEND_RATE_PER_SECOND,
-        var::SEND_MAX_CONCURRENCY,
         var::VISIBILITY_TIMEOUT_SECONDS,
         var::FUNCTION_TIMEOUT_SECONDS,
         var::LEASE_CLOCK_SKEW_SECONDS,
@@ -123,7 +120,6 @@ impl SendEmailConfig {
             sender_address: required(src, var::SENDER_ADDRESS)?,
             configuration_set: value(src, var::SES_CONFIGURATION_SET),
             send_rate_per_second: rate,
-            max_concurrency: positive_u32(src, var::SEND_MAX_CONCURRENCY, 2)?,
             visibility_timeout: Duration::from_secs(visibility),
             function_timeout: Duration::from_secs(timeout),
             lease_clock_skew: Duration::from_secs(parsed(

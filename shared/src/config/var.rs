@@ -54,10 +54,8 @@ pub const RETRY_DELAYS_SECONDS: &str = "RETRY_DELAYS_SECONDS";
 pub const SENDER_ADDRESS: &str = "SENDER_ADDRESS";
 /// The exactly-once ledger (and the campaign analytics on its records)
 pub const SENDS_TABLE_NAME: &str = "SENDS_TABLE_NAME";
-/// Must equal the event source's `ScalingConfig.MaximumConcurrency`; each environment sends
-/// at rate / this
-pub const SEND_MAX_CONCURRENCY: &str = "SEND_MAX_CONCURRENCY";
-/// Campaign-wide emails per second
+/// Emails per second for the whole stack, shared by every SendEmail environment (the
+/// account's SES maximum when that is lower)
 pub const SEND_RATE_PER_SECOND: &str = "SEND_RATE_PER_SECOND";
 /// Configuration set every email goes through (template.yaml creates it; it publishes the
 /// events SesEvents reads)

@@ -1,21 +1,19 @@
-//! The send rate, in one place: `SendRate` says how fast (the configured rate or SES's maximum)
-//! and how the SendEmail environments share it; `Pacer` keeps one environment to its share:
-//! at most `rate` acquisitions per second, evenly spaced (a token bucket of capacity one),
-//! shared by all concurrent sends of the environment. No bursts, so the observed rate over
-//! any run never exceeds the configured one.
+//! The send rate, in one place. `SendRate` is the ceiling: the configured rate, or SES's
+//! maximum when that is lower. `SharedRate` is what the whole stack sends at now, kept in one
+//! item every SendEmail environment shares (`ports::RateBucket`): the ceiling, lowered after
+//! SES throttles (multiplicative decrease) and raised back step by step while it does not
+//! (additive increase). `Slots` are the send times an environment takes from that item, a
+//! chunk at a time, so that together the environments never send faster than the shared rate.
+//! `environments_for` derives SendEmail's concurrency from the rate.
 
-use futures::future::{BoxFuture, FutureExt, Shared};
-use std::future::Future;
 use std::time::Duration;
-use tokio::sync::{Mutex, OnceCell};
-use tokio::time::Instant;
 
 /// Why SES's quota is not known (the configured rate is used then): one line.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct QuotaUnknown(pub String);
 
-/// What SES lets the account send (read by `adapters::ses::send_quota`).
+/// What SES lets the account send (read by `Mailer::send_quota`).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SendQuota {
@@ -26,11 +24,21 @@ pub struct SendQuota {
     pub sent_last_24_hours: f64,
 }
 
-/// The send rate, the whole rule in one place: the campaign-wide rate is the configured
-/// `SEND_RATE_PER_SECOND`, or SES's maximum send rate when that is lower (sending faster only
-/// earns throttling), and each of the `environments` SendEmail execution environments
-/// (`SEND_MAX_CONCURRENCY`) paces itself at an even share of it. SendEmail, `mailctl plan` and
-/// `mailctl status` all read the rate from here.
+/// How often an environment reads SES's quota again: a raised quota is used within this.
+pub const QUOTA_REFRESH: Duration = Duration::from_secs(300);
+
+/// Emails per second one SendEmail environment sustains (10 records at once, SES answering in
+/// 30-80 ms, the ledger in 5-15 ms): measured by `mailctl lab rate --environment-throughput`
+/// (docs/benchmarks.md), with a margin. SendEmail's concurrency is the rate divided by it.
+pub const PER_ENVIRONMENT_RATE: f64 = 50.0;
+
+/// SQS event source mappings take a MaximumConcurrency from 2 to 1000.
+const MIN_ENVIRONMENTS: u32 = 2;
+const MAX_ENVIRONMENTS: u32 = 1000;
+
+/// The ceiling, the whole rule in one place: the configured `SEND_RATE_PER_SECOND`, or SES's
+/// maximum send rate when that is lower (sending faster only earns throttling). SendEmail,
+/// `mailctl plan` and `mailctl status` all read it from here.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SendRate {
@@ -38,30 +46,23 @@ pub struct SendRate {
     pub configured: f64,
     /// SES's `MaxSendRate`, when SES said it.
     pub ses_max: Option<f64>,
-    /// How many SendEmail environments share the rate.
-    pub environments: u32,
 }
 
 impl SendRate {
     /// The configured rate alone (SES's quota not asked).
-    pub fn configured(configured: f64, environments: u32) -> Self {
+    pub fn configured(configured: f64) -> Self {
         Self {
             configured,
             ses_max: None,
-            environments,
         }
     }
 
     /// The rate once SES's quota is read. Where SES did not say (`quota` is the reason), the
-    /// configured rate; either way the outcome is logged, once per execution environment.
-    pub fn with_quota(
-        configured: f64,
-        environments: u32,
-        quota: &Result<SendQuota, QuotaUnknown>,
-    ) -> Self {
+    /// configured rate; either way the outcome is logged.
+    pub fn with_quota(configured: f64, quota: &Result<SendQuota, QuotaUnknown>) -> Self {
         let rate = Self {
             ses_max: quota.as_ref().ok().map(|q| q.max_send_rate),
-            ..Self::configured(configured, environments)
+            ..Self::configured(configured)
         };
         match quota {
             Ok(quota) => {
@@ -95,7 +96,7 @@ impl SendRate {
         self.ses_max.is_some_and(|max| max < self.configured)
     }
 
-    /// Emails per second, all environments together.
+    /// Emails per second, all environments together, before any throttling.
     pub fn campaign_wide(&self) -> f64 {
         match self.ses_max {
             Some(max) => self.configured.min(max),
@@ -103,109 +104,282 @@ impl SendRate {
         }
     }
 
-    /// Emails per second one environment sends at: an even share of the campaign-wide rate.
-    pub fn per_environment(&self) -> f64 {
-        self.campaign_wide() / f64::from(self.environments.max(1))
-    }
-}
-
-pub struct Pacer {
-    /// Known at the first acquisition: the rate may still be on its way then (see `when_known`).
-    interval: OnceCell<Duration>,
-    rate: Shared<BoxFuture<'static, f64>>,
-    next: Mutex<Option<Instant>>,
-}
-
-impl Pacer {
-    pub fn per_second(rate: f64) -> Self {
-        Self::when_known(async move { rate })
-    }
-
-    /// A pacer whose rate (per second) `rate` yields; the first acquisition waits for it.
-    /// SendEmail's rate depends on SES's quota: read while the function fetches its first
-    /// event and claims its records, rather than before (at cold start).
-    pub fn when_known(rate: impl Future<Output = f64> + Send + 'static) -> Self {
-        Self {
-            interval: OnceCell::new(),
-            rate: rate.boxed().shared(),
-            next: Mutex::new(None),
+    /// Where the ceiling comes from.
+    pub fn source(&self) -> RateSource {
+        if self.capped_by_ses() {
+            RateSource::SesQuota
+        } else {
+            RateSource::Configured
         }
     }
 
-    /// Waits for the next free slot and takes it.
-    pub async fn acquire(&self) {
-        let slot = self.reserve(Instant::now()).await;
-        tokio::time::sleep_until(slot).await;
+    /// SendEmail's MaximumConcurrency for this rate: enough environments to carry it at
+    /// `PER_ENVIRONMENT_RATE` each, within what an SQS event source mapping allows.
+    pub fn environments(&self) -> u32 {
+        let needed = (self.campaign_wide() / PER_ENVIRONMENT_RATE).ceil();
+        (needed as u32).clamp(MIN_ENVIRONMENTS, MAX_ENVIRONMENTS)
+    }
+}
+
+/// What sets the shared rate now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RateSource {
+    /// `SEND_RATE_PER_SECOND`.
+    Configured,
+    /// SES's maximum send rate, below the configured rate.
+    SesQuota,
+    /// Lowered after SES throttled, on its way back to the ceiling.
+    Throttled,
+}
+
+impl RateSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Configured => "configured",
+            Self::SesQuota => "SES quota",
+            Self::Throttled => "lowered after throttling",
+        }
     }
 
-    /// Takes the next free slot at or after `now`.
-    async fn reserve(&self, now: Instant) -> Instant {
-        let interval = *self
-            .interval
-            .get_or_init(|| async { Duration::from_secs_f64(1.0 / self.rate.clone().await) })
-            .await;
-        let mut next = self.next.lock().await;
-        let slot = next.map_or(now, |n| n.max(now));
-        *next = Some(slot + interval);
-        slot
+    pub fn parse(raw: &str) -> Option<Self> {
+        [Self::Configured, Self::SesQuota, Self::Throttled]
+            .into_iter()
+            .find(|s| s.as_str() == raw)
     }
+}
+
+/// A throttle lowers the shared rate to this share of what it was...
+const DECREASE: f64 = 0.7;
+/// ...at most once per this long: the throttles of one burst count once.
+const DECREASE_SPACING_MS: u64 = 1_000;
+/// While SES does not throttle, the rate climbs back by this share of itself plus this share
+/// of the ceiling (quickly from far below, carefully near the top: from the floor to the
+/// ceiling in 8 steps, from a single decrease in 2)...
+const GROWTH: f64 = 0.25;
+const INCREASE: f64 = 0.05;
+/// ...once per this long.
+const INCREASE_STEP_MS: u64 = 1_000;
+/// Never below this share of the ceiling (nor 0.1 email/s): a long refusal must not stop
+/// the stack for minutes after SES is back.
+const FLOOR: f64 = 0.02;
+
+/// The rate every environment shares, as the stack's rate item holds it.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SharedRate {
+    /// Emails per second, now.
+    pub rate: f64,
+    /// The `SendRate` it returns to.
+    pub ceiling: f64,
+    pub source: RateSource,
+    /// When it last changed (ms since the epoch): the version its conditional writes check.
+    pub changed_at_ms: u64,
+    /// When a throttle last lowered it (0: never).
+    pub lowered_at_ms: u64,
+}
+
+impl SharedRate {
+    /// The rate at the ceiling, as a stack starts.
+    pub fn at(ceiling: &SendRate, now_ms: u64) -> Self {
+        Self {
+            rate: ceiling.campaign_wide(),
+            ceiling: ceiling.campaign_wide(),
+            source: ceiling.source(),
+            changed_at_ms: now_ms,
+            lowered_at_ms: 0,
+        }
+    }
+
+    /// What the rate becomes at `now_ms` under `ceiling` (this environment's view of it),
+    /// after SES throttled (`throttled`) or not; None when it stays as it is.
+    pub fn next(&self, ceiling: &SendRate, now_ms: u64, throttled: bool) -> Option<Self> {
+        let top = ceiling.campaign_wide();
+        let since = now_ms.saturating_sub(self.changed_at_ms);
+        let floor = (top * FLOOR).max(0.1);
+        let rate = if throttled {
+            if now_ms.saturating_sub(self.lowered_at_ms) < DECREASE_SPACING_MS {
+                return None;
+            }
+            (self.rate.min(top) * DECREASE).max(floor)
+        } else if (self.ceiling - top).abs() > 1e-9 {
+            match self.source {
+                RateSource::Throttled => self.rate.min(top),
+                _ => top,
+            }
+        } else if self.rate < top && since >= INCREASE_STEP_MS {
+            (self.rate * (1.0 + GROWTH) + top * INCREASE).min(top)
+        } else {
+            return None;
+        };
+        Some(Self {
+            rate,
+            ceiling: top,
+            source: if rate < top {
+                RateSource::Throttled
+            } else {
+                ceiling.source()
+            },
+            changed_at_ms: now_ms.max(self.changed_at_ms + 1),
+            lowered_at_ms: if throttled {
+                now_ms
+            } else {
+                self.lowered_at_ms
+            },
+        })
+    }
+}
+
+/// A slot later than this is not used (an environment that fell behind must not send its
+/// missed slots in a burst): SES tolerates short bursts, well above this.
+pub const MAX_LATENESS: Duration = Duration::from_millis(250);
+
+/// Send times taken from the shared bucket: `count` slots `interval_us` apart from `first_us`
+/// (µs since the epoch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slots {
+    pub first_us: u64,
+    pub interval_us: u64,
+    pub count: u32,
+}
+
+impl Slots {
+    /// The interval between two slots at `rate` emails per second.
+    pub fn interval_at(rate: f64) -> u64 {
+        (1e6 / rate).round().max(1.0) as u64
+    }
+
+    /// The slot times, in order.
+    pub fn times(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..u64::from(self.count)).map(|i| self.first_us + i * self.interval_us)
+    }
+}
+
+/// How many slots an environment takes at once for `demand` records that may send: half a
+/// chunk more (the rest serves its next batch, which comes within milliseconds while the
+/// queue is full), at most `MAX_CHUNK`. One DynamoDB write per chunk: with batches of 10,
+/// one take serves two batches.
+pub fn chunk_for(demand: usize) -> u32 {
+    (demand.max(1) + MAX_CHUNK as usize / 2).min(MAX_CHUNK as usize) as u32
+}
+
+/// At most this many slots per take: at 14 emails/s, 1.4 s of sending.
+pub const MAX_CHUNK: u32 = 20;
+
+/// Microseconds since the epoch.
+pub fn epoch_us(at: std::time::SystemTime) -> u64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn quota(max_send_rate: f64) -> Result<SendQuota, QuotaUnknown> {
+        Ok(SendQuota {
+            max_send_rate,
+            max_24_hour_send: 50_000.0,
+            sent_last_24_hours: 0.0,
+        })
+    }
+
     #[test]
     fn the_lower_of_the_configured_rate_and_the_account_maximum() {
-        let quota = |max_send_rate| {
-            Ok(SendQuota {
-                max_send_rate,
-                max_24_hour_send: 50_000.0,
-                sent_last_24_hours: 0.0,
-            })
-        };
-        let rate = |quota| SendRate::with_quota(14.0, 2, &quota);
+        let rate = |quota| SendRate::with_quota(14.0, &quota);
         assert_eq!(rate(quota(1.0)).campaign_wide(), 1.0);
-        assert!(rate(quota(1.0)).capped_by_ses());
+        assert_eq!(rate(quota(1.0)).source(), RateSource::SesQuota);
         assert_eq!(rate(quota(200.0)).campaign_wide(), 14.0);
-        assert!(!rate(quota(200.0)).capped_by_ses());
+        assert_eq!(rate(quota(200.0)).source(), RateSource::Configured);
         let unknown = rate(Err(QuotaUnknown("GetAccount answered HTTP 404".into())));
         assert_eq!((unknown.campaign_wide(), unknown.ses_max), (14.0, None));
     }
 
     #[test]
-    fn each_environment_sends_at_an_even_share() {
-        assert_eq!(SendRate::configured(14.0, 2).per_environment(), 7.0);
-        assert_eq!(SendRate::configured(14.0, 1).per_environment(), 14.0);
+    fn concurrency_follows_the_rate() {
+        let environments = |rate| SendRate::configured(rate).environments();
+        assert_eq!(environments(14.0), 2);
+        assert_eq!(environments(PER_ENVIRONMENT_RATE * 3.0), 3);
+        assert_eq!(environments(PER_ENVIRONMENT_RATE * 3.0 + 1.0), 4);
+        assert_eq!(environments(1_000_000.0), 1000);
+        let capped = SendRate::with_quota(10_000.0, &quota(100.0));
+        assert_eq!(capped.environments(), 2);
     }
 
-    #[tokio::test]
-    async fn slots_are_spaced_by_the_interval_and_never_bunch_up() {
-        let pacer = Pacer::per_second(10.0);
-        let t0 = Instant::now();
-        let mut slots = Vec::new();
-        for _ in 0..5 {
-            slots.push(pacer.reserve(t0).await - t0);
-        }
-        let ms: Vec<u128> = slots.iter().map(|d| d.as_millis()).collect();
-        assert_eq!(ms, vec![0, 100, 200, 300, 400]);
-        // After an idle gap the next slot is "now": no burst of saved-up tokens.
-        let later = t0 + Duration::from_secs(10);
-        assert_eq!(pacer.reserve(later).await, later);
+    #[test]
+    fn a_throttle_lowers_the_rate_once_per_burst_and_it_climbs_back() {
+        let ceiling = SendRate::configured(100.0);
+        let start = SharedRate::at(&ceiling, 10_000);
+        assert_eq!(start.next(&ceiling, 20_000, false), None, "at the ceiling");
+
+        let lowered = start.next(&ceiling, 20_000, true).unwrap();
         assert_eq!(
-            pacer.reserve(later).await - later,
-            Duration::from_millis(100)
+            (lowered.rate, lowered.source),
+            (70.0, RateSource::Throttled)
         );
+        // The same burst's other throttles: no second decrease within the spacing.
+        assert_eq!(lowered.next(&ceiling, 20_500, true), None);
+        let again = lowered.next(&ceiling, 21_000, true).unwrap();
+        assert!((again.rate - 49.0).abs() < 1e-9);
+
+        // Back up a quarter of itself and 5 % of the ceiling per second, to the ceiling and
+        // its source.
+        let mut rate = again;
+        let mut at = rate.changed_at_ms;
+        assert_eq!(rate.next(&ceiling, at + 999, false), None);
+        while rate.rate < 100.0 {
+            at += 1_000;
+            rate = rate.next(&ceiling, at, false).unwrap();
+        }
+        assert_eq!((rate.rate, rate.source), (100.0, RateSource::Configured));
+        assert_eq!(at - again.changed_at_ms, 3_000);
     }
 
-    #[tokio::test]
-    async fn a_rate_on_its_way_holds_the_first_slot_until_it_arrives() {
-        let (rate, arrives) = tokio::sync::oneshot::channel::<f64>();
-        let pacer = Pacer::when_known(async move { arrives.await.unwrap_or(1.0) });
-        let t0 = Instant::now();
-        assert!(pacer.reserve(t0).now_or_never().is_none());
-        rate.send(4.0).unwrap();
-        assert_eq!(pacer.reserve(t0).await, t0);
-        assert_eq!(pacer.reserve(t0).await - t0, Duration::from_millis(250));
+    #[test]
+    fn a_long_refusal_stops_at_the_floor() {
+        let ceiling = SendRate::configured(1000.0);
+        let mut rate = SharedRate::at(&ceiling, 0);
+        for second in 1..100 {
+            if let Some(next) = rate.next(&ceiling, second * 1_000, true) {
+                rate = next;
+            }
+        }
+        assert_eq!(rate.rate, 20.0);
+    }
+
+    #[test]
+    fn a_new_ceiling_is_taken_at_once_unless_throttling_holds_the_rate_lower() {
+        let old = SendRate::configured(100.0);
+        let raised = SendRate::with_quota(500.0, &quota(400.0));
+        let start = SharedRate::at(&old, 0);
+        let next = start.next(&raised, 1, false).unwrap();
+        assert_eq!((next.rate, next.source), (400.0, RateSource::SesQuota));
+        assert_eq!(next.changed_at_ms, 1);
+
+        let throttled = start.next(&old, 5_000, true).unwrap();
+        let next = throttled.next(&raised, 5_001, false).unwrap();
+        assert_eq!((next.rate, next.ceiling), (70.0, 400.0));
+        assert_eq!(next.source, RateSource::Throttled);
+        let lowered = SendRate::with_quota(500.0, &quota(10.0));
+        let next = throttled.next(&lowered, 5_002, false).unwrap();
+        assert_eq!((next.rate, next.source), (10.0, RateSource::SesQuota));
+    }
+
+    #[test]
+    fn slots_and_chunks() {
+        let slots = Slots {
+            first_us: 1_000,
+            interval_us: Slots::interval_at(4.0),
+            count: 3,
+        };
+        assert_eq!(
+            slots.times().collect::<Vec<_>>(),
+            vec![1_000, 251_000, 501_000]
+        );
+        assert_eq!(
+            [0, 1, 2, 10, 13, 100].map(chunk_for),
+            [11, 11, 12, 20, 20, 20]
+        );
+        assert_eq!(RateSource::parse("SES quota"), Some(RateSource::SesQuota));
     }
 }

@@ -4,16 +4,19 @@
 //! DynamoLedger` (SendLedger), `adapters::dynamo::SendRecords` (SendRecordNotes),
 //! `adapters::sqs::SqsQueue` (OutgoingQueue, RetryQueue), `adapters::subscribers::
 //! Subscribers` (SubscriberStore), `adapters::directory::MongoDirectory` (UserDirectory),
-//! `adapters::campaigns::CampaignsTable` (CampaignStates).
+//! `adapters::campaigns::CampaignsTable` (CampaignStates), `adapters::rate_item::RateItem`
+//! (RateBucket), `adapters::event_sources::EmailsConsumer` (ConsumerScaling).
 
 use crate::domain::campaign::{Campaign, Hold, StateChange, Window};
 use crate::domain::digest::{Enrichment, OddFollows};
 use crate::domain::ledger::{
     Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, SendKey, SendStatus,
 };
-#[cfg(test)]
-pub(crate) mod memory;
+#[cfg(any(test, feature = "memory"))]
+pub mod memory;
+use crate::domain::send_rate::{QuotaUnknown, SendQuota, SharedRate, Slots};
 use crate::domain::user_id::UserId;
+use futures::future::BoxFuture;
 use std::future::Future;
 use std::time::Duration;
 
@@ -332,6 +335,108 @@ pub trait Mailer: Send + Sync {
     /// Sends one email; returns the service's message id.
     fn send(&self, email: &OutgoingEmail)
         -> impl Future<Output = Result<String, SendError>> + Send;
+
+    /// What the service lets the account send (SES GetAccount), or why that is not known.
+    fn send_quota(&self) -> impl Future<Output = Result<SendQuota, QuotaUnknown>> + Send {
+        async {
+            Err(QuotaUnknown(
+                "this mail service has no quota to read".into(),
+            ))
+        }
+    }
+}
+
+/// The rate item did not answer, or answered with an error.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("send rate item: {0}")]
+pub struct RateError(pub String);
+
+/// The rate item as it stands: the shared rate (None: never set) and the environments that
+/// took slots, with when they last did (ms since the epoch).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RateView {
+    pub rate: Option<SharedRate>,
+    pub environments: Vec<(String, u64)>,
+}
+
+impl RateView {
+    /// The environments that took slots within `within` of `now_ms`.
+    pub fn sending(&self, now_ms: u64, within: Duration) -> usize {
+        let since = now_ms.saturating_sub(within.as_millis() as u64);
+        self.environments
+            .iter()
+            .filter(|(_, at)| *at >= since)
+            .count()
+    }
+}
+
+/// What a take gave: the slots, and the item after it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Taken {
+    pub slots: Slots,
+    pub view: RateView,
+}
+
+/// The stack's one send-rate item, shared by every SendEmail environment: the next free send
+/// time and the shared rate (`domain::send_rate`).
+pub trait RateBucket: Send + Sync {
+    /// Takes `count` consecutive send slots `interval_us` apart: the first at `now_us` or where
+    /// the slots taken before end, whichever is later. Notes `environment` as sending now and
+    /// forgets the environments in `forget` (gone quiet).
+    fn take(
+        &self,
+        count: u32,
+        interval_us: u64,
+        now_us: u64,
+        environment: &str,
+        forget: &[String],
+    ) -> impl Future<Output = Result<Taken, RateError>> + Send;
+
+    /// Sets the shared rate to `next` if it still is `seen` (None: never set); false when
+    /// another environment changed it first.
+    fn change_rate(
+        &self,
+        seen: Option<&SharedRate>,
+        next: &SharedRate,
+    ) -> impl Future<Output = Result<bool, RateError>> + Send;
+
+    /// The rate and the environments, as they are (for `mailctl status`).
+    fn read(&self) -> impl Future<Output = Result<RateView, RateError>> + Send;
+}
+
+/// One rate item shared by several stages (environments of one process: tests, the lab).
+impl<T: RateBucket> RateBucket for std::sync::Arc<T> {
+    fn take(
+        &self,
+        count: u32,
+        interval_us: u64,
+        now_us: u64,
+        environment: &str,
+        forget: &[String],
+    ) -> impl Future<Output = Result<Taken, RateError>> + Send {
+        (**self).take(count, interval_us, now_us, environment, forget)
+    }
+
+    fn change_rate(
+        &self,
+        seen: Option<&SharedRate>,
+        next: &SharedRate,
+    ) -> impl Future<Output = Result<bool, RateError>> + Send {
+        (**self).change_rate(seen, next)
+    }
+
+    fn read(&self) -> impl Future<Output = Result<RateView, RateError>> + Send {
+        (**self).read()
+    }
+}
+
+/// The emails queue's event source mapping, whose MaximumConcurrency follows the send rate.
+pub trait ConsumerScaling: Send + Sync {
+    /// Sets MaximumConcurrency to `environments`; the value it had when it was different.
+    fn set_max_concurrency(
+        &self,
+        environments: u32,
+    ) -> BoxFuture<'_, Result<Option<u32>, ControlError>>;
 }
 
 #[cfg(test)]

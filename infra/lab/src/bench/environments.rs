@@ -186,10 +186,5 @@ pub(super) fn consumer(
 }
 
 pub(super) fn concurrency(stack: &Stack, function: &str) -> Result<usize> {
-    let spec = stack.template.function(function)?;
-    Ok(spec
-        .sqs_events
-        .first()
-        .and_then(|e| e.maximum_concurrency)
-        .unwrap_or(1) as usize)
+    Ok(mailflow_local::pipeline::concurrency(stack, function)? as usize)
 }

@@ -36,6 +36,10 @@ pub struct BenchOptions {
     /// Campaign-wide send rate (emails/s); high so that our code, not the pacer, is measured.
     #[arg(long, default_value_t = 5000.0)]
     pub send_rate: f64,
+    /// SendEmail environments (processes): two, as the default rate runs, rather than the
+    /// hundred `--send-rate` would size the stack to (the figures are per email).
+    #[arg(long, default_value_t = 2)]
+    pub send_environments: usize,
     /// Where the function binaries are.
     #[arg(long, default_value_os_t = mailflow_local::repo_root().join("target/release"))]
     pub bin_dir: PathBuf,
@@ -63,13 +67,12 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
     // With GetUsers alone, the users queue is left to fill.
     if !options.get_users_only {
         for function in [CREATE_EMAILS, SEND_EMAIL] {
-            let environments = Environments::start(
-                stack,
-                &options.bin_dir,
-                function,
-                concurrency(stack, function)?,
-            )
-            .await?;
+            let count = match function {
+                SEND_EMAIL => options.send_environments,
+                _ => concurrency(stack, function)?,
+            };
+            let environments =
+                Environments::start(stack, &options.bin_dir, function, count).await?;
             consumers.push(consumer(stack, function, environments.handlers())?);
             downstream.push(environments);
         }

@@ -131,7 +131,7 @@ pub async fn plan(
         &directory,
         &campaign,
         samples,
-        SendRate::with_quota(send.send_rate_per_second, send.max_concurrency, &quota),
+        SendRate::with_quota(send.send_rate_per_second, &quota),
         quota,
     )
     .await?;

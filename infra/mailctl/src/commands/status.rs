@@ -69,8 +69,20 @@ fn print_status(s: &ops::CampaignStatus) {
         .iter()
         .map(|(what, n)| format!("{what} {n}"))
         .collect();
+    let shared = match &s.shared_rate {
+        Some(r) => format!(
+            "shared rate {}/s ({}; ceiling {}/s) over {} SendEmail environments | ",
+            (r.rate * 10.0).round() / 10.0,
+            r.source.as_str(),
+            r.ceiling,
+            s.environments_sending
+        ),
+        None => String::new(),
+    };
     let eta = match (s.eta_seconds, s.send_rate) {
-        (Some(eta), Some(rate)) => format!("{rate}/s over the last minute | ETA {eta}s"),
+        (Some(eta), Some(rate)) => {
+            format!("{shared}{rate}/s sent over the last minute | ETA {eta}s")
+        }
         _ if s.users_pending + s.emails_pending == 0 => "queues empty".into(),
         _ => format!(
             "nothing sent in the last minute | ETA unknown ({} waiting to retry)",

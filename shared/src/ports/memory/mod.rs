@@ -2,7 +2,8 @@
 //! with the same conditions as the DynamoDB one (`adapters::dynamo`), a mailer that answers
 //! from a script, a queue that records the retry delays it is asked for, an outbox that
 //! keeps what is put on it, send records and subscribers for the SES events, and a user
-//! directory (`directory`). The same decisions are proven against the real services by the
+//! directory (`directory`), and the stack's rate item (`rate`). The lab's rate runs use them
+//! too (feature `memory`). The same decisions are proven against the real services by the
 //! tests on the local stack.
 
 pub mod campaigns;
@@ -10,6 +11,7 @@ pub mod directory;
 pub mod ledger;
 pub mod mailer;
 pub mod queues;
+pub mod rate;
 pub mod records;
 pub mod subscribers;
 
@@ -17,5 +19,6 @@ pub use campaigns::MemoryCampaigns;
 pub use ledger::{MemoryLedger, Record};
 pub use mailer::ScriptedMailer;
 pub use queues::{MemoryOutbox, MemoryQueue};
+pub use rate::MemoryRateBucket;
 pub use records::MemoryRecords;
 pub use subscribers::MemorySubscribers;

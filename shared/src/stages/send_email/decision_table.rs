@@ -7,7 +7,9 @@
 use super::*;
 use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::{SendKey, SendStatus};
-use crate::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryQueue, Record, ScriptedMailer};
+use crate::ports::memory::{
+    MemoryCampaigns, MemoryLedger, MemoryQueue, MemoryRateBucket, Record, ScriptedMailer,
+};
 
 const USER: &str = "oid:65a1f0c2e4b0a1b2c3d4e5f6";
 const CAMPAIGN: &str = "weekly-2026-W47";
@@ -170,12 +172,8 @@ const ADA: &str = "ada@example.com";
 /// A first delivery of a record that can be claimed, by SES's answer.
 const FIRST_SEND: [(Ses, Back, After, &str); 6] = [
     (Ses::Accepts, Back::Never, After::Sent, "sent"),
-    (
-        Ses::Throttled,
-        Back::In(2, 2),
-        After::Released(0),
-        "throttled",
-    ),
+    // A throttle lowers the shared rate; the email waits for a slot and goes again.
+    (Ses::Throttled, Back::Never, After::Sent, "sent"),
     // The longest retry delay.
     (
         Ses::Stopped,
@@ -234,7 +232,7 @@ const REPEATED_ERRORS: &[Case] = &[
 #[rustfmt::skip]
 const LAST_RECEIVE: &[Case] = &[
     // On the last receive (maxReceiveCount 10) a record that cannot be sent says so.
-    Case { before: Before::Nothing, send_errors: 0, ses: Ses::Throttled, to: ADA, receives: 10, time_left: 30,
+    Case { before: Before::Nothing, send_errors: 0, ses: Ses::Throttled, to: ADA, receives: 10, time_left: 5,
            back: Back::Returned, after: After::DeadLettered, ses_calls: 1, counted: "throttled" },
     Case { before: Before::Nothing, send_errors: 0, ses: Ses::NotAccepted, to: ADA, receives: 10, time_left: 30,
            back: Back::Returned, after: After::DeadLettered, ses_calls: 1, counted: "retried" },
@@ -242,9 +240,12 @@ const LAST_RECEIVE: &[Case] = &[
            back: Back::Returned, after: After::DeadLettered, ses_calls: 1, counted: "retried" },
     Case { before: Before::Nothing, send_errors: 0, ses: Ses::Stopped, to: ADA, receives: 10, time_left: 30,
            back: Back::Returned, after: After::DeadLettered, ses_calls: 1, counted: "stopped" },
-    // One receive earlier, the same throttling is an ordinary retry.
-    Case { before: Before::Nothing, send_errors: 0, ses: Ses::Throttled, to: ADA, receives: 9, time_left: 30,
-           back: Back::Returned, after: After::Released(0), ses_calls: 1, counted: "throttled" },
+    // One receive earlier, the same throttling is an ordinary retry, after the backoff.
+    Case { before: Before::Nothing, send_errors: 0, ses: Ses::Throttled, to: ADA, receives: 9, time_left: 5,
+           back: Back::In(300, 300), after: After::Released(0), ses_calls: 1, counted: "throttled" },
+    // Too little time to wait for another slot: back to the queue, unsent and unclaimed.
+    Case { before: Before::Nothing, send_errors: 0, ses: Ses::Throttled, to: ADA, receives: 1, time_left: 5,
+           back: Back::In(2, 2), after: After::Released(0), ses_calls: 1, counted: "throttled" },
 ];
 
 /// Addresses: exactly one mailbox reaches SES.
@@ -278,7 +279,8 @@ fn first_sends() -> Vec<Case> {
                 time_left: 30,
                 back,
                 after,
-                ses_calls: 1,
+                // A throttled send goes again once a slot at the lowered rate comes.
+                ses_calls: if matches!(ses, Ses::Throttled) { 2 } else { 1 },
                 counted,
             })
         })
@@ -290,8 +292,15 @@ fn stage(
     ledger: MemoryLedger,
     mailer: ScriptedMailer,
     campaigns: MemoryCampaigns,
-) -> SendEmail<ScriptedMailer, MemoryLedger, MemoryQueue, MemoryCampaigns> {
-    SendEmail::new(ledger, mailer, MemoryQueue::default(), campaigns, config())
+) -> SendEmail<ScriptedMailer, MemoryLedger, MemoryQueue, MemoryCampaigns, MemoryRateBucket> {
+    SendEmail::new(
+        ledger,
+        mailer,
+        MemoryQueue::default(),
+        campaigns,
+        MemoryRateBucket::default(),
+        config(),
+    )
 }
 
 fn invocation(time_left: Duration) -> Invocation {
@@ -378,7 +387,10 @@ async fn check(case: &Case) {
         case.ses_calls,
         "{row}: SES calls"
     );
-    let counts = serde_json::to_value(&summary).unwrap();
+    let mut counts = serde_json::to_value(&summary).unwrap();
+    let throttles = counts["throttles"].take();
+    let expected = u64::from(matches!(case.ses, Ses::Throttled) && case.ses_calls > 0);
+    assert_eq!(throttles, expected, "{row}: throttles");
     assert_eq!(counts[case.counted], 1, "{row}: {counts}");
     let total: u64 = counts
         .as_object()

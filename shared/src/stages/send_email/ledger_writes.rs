@@ -3,7 +3,9 @@
 
 use super::*;
 
-impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L, Q, S> {
+impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
+    SendEmail<M, L, Q, S, B>
+{
     pub(super) async fn mark_sent(
         &self,
         claim: &Claim,

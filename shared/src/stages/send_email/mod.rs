@@ -2,10 +2,12 @@
 //! (README, "Exactly once"): claim with one conditional write, send, mark SENT under the
 //! claim.
 //! The ledger writes after the claim are in `ledger_writes`, what a record came to in
-//! `outcome`, and the decision table's tests in `decision_table`.
+//! `outcome`, the shared send rate in `pacing`, and the decision table's tests in
+//! `decision_table`.
 
 mod ledger_writes;
 mod outcome;
+pub mod pacing;
 
 use super::CampaignStateCache;
 use crate::config::SendEmailConfig;
@@ -13,17 +15,19 @@ use crate::domain::address;
 use crate::domain::campaign::{Hold, StateChange};
 use crate::domain::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
 use crate::domain::messages::{parse_body, EmailJob};
-use crate::domain::send_rate::{Pacer, SendRate};
+use crate::domain::send_rate::SendRate;
 use crate::ports::{
-    CampaignStates, Mailer, Marked, OutgoingEmail, RetryQueue, SendError, SendLedger,
+    CampaignStates, ConsumerScaling, Mailer, Marked, OutgoingEmail, RateBucket, RetryQueue,
+    SendError, SendLedger,
 };
 use crate::runtime::batch::{batch_response, each_record};
 use crate::runtime::Invocation;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 pub use outcome::Summary;
 use outcome::{Again, Done, Retry};
-use std::future::Future;
+use pacing::{Pacer, Ticket};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// Do not start a send with less time left than this: claim, send and mark must fit.
@@ -33,14 +37,17 @@ const MARK_ATTEMPTS: u32 = 3;
 /// that lands saves a resend after the lease (a DynamoDB outage of seconds, for instance).
 const MARK_SENT_MARGIN: Duration = Duration::from_secs(1);
 
-/// Generic over its ports: on Lambda the DynamoDB ledger, SES, SQS and the campaigns table;
-/// in unit tests their in-memory stand-ins (`ports::memory`).
-pub struct SendEmail<M, L, Q, S> {
+/// Generic over its ports: on Lambda the DynamoDB ledger, SES, SQS, the campaigns table and
+/// the stack's rate item in it; in unit tests and the lab their in-memory stand-ins
+/// (`ports::memory`).
+pub struct SendEmail<M, L, Q, S, B> {
     ledger: L,
     mailer: M,
     queue: Q,
     campaigns: CampaignStateCache<S>,
-    pacer: Pacer,
+    pacer: Pacer<B>,
+    /// The emails queue's event source mapping, sized to the rate (None: left as it is).
+    scaling: Option<Arc<dyn ConsumerScaling>>,
     config: SendEmailConfig,
 }
 
@@ -53,40 +60,40 @@ fn receive_count(record: &SqsMessage) -> usize {
         .unwrap_or(1)
 }
 
-impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L, Q, S> {
+impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
+    SendEmail<M, L, Q, S, B>
+{
     /// `queue` is the emails queue (`config.emails_queue_url`), `campaigns` the campaigns
-    /// table (`config.campaigns_table_name`).
-    pub fn new(ledger: L, mailer: M, queue: Q, campaigns: S, config: SendEmailConfig) -> Self {
-        let rate = SendRate::configured(config.send_rate_per_second, config.max_concurrency);
-        Self::with_send_rate(
-            ledger,
-            mailer,
-            queue,
-            campaigns,
-            config,
-            async move { rate },
-        )
-    }
-
-    /// `new`, with the send rate still to come (`assemble::send_email`: SES's quota): records
-    /// are parsed and claimed meanwhile; the first send waits for it. This environment sends
-    /// at its share of the rate (`SendRate::per_environment`).
-    pub fn with_send_rate(
+    /// table (`config.campaigns_table_name`), `rate` the stack's rate item in it. Every
+    /// environment sends at the shared rate (`pacing`); SES's quota is read through `mailer`.
+    pub fn new(
         ledger: L,
         mailer: M,
         queue: Q,
         campaigns: S,
+        rate: B,
         config: SendEmailConfig,
-        send_rate: impl Future<Output = SendRate> + Send + 'static,
     ) -> Self {
         Self {
             ledger,
             mailer,
             queue,
             campaigns: CampaignStateCache::new(campaigns),
-            pacer: Pacer::when_known(async move { send_rate.await.per_environment() }),
+            pacer: Pacer::new(rate, config.send_rate_per_second),
+            scaling: None,
             config,
         }
+    }
+
+    /// Sizes the emails queue's event source mapping to the rate whenever the ceiling is read.
+    pub fn scaling(mut self, scaling: Arc<dyn ConsumerScaling>) -> Self {
+        self.scaling = Some(scaling);
+        self
+    }
+
+    /// The shared rate's side of this environment (for the lab's figures).
+    pub fn pacer(&self) -> &Pacer<B> {
+        &self.pacer
     }
 
     pub async fn handle(
@@ -95,13 +102,19 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         invocation: &Invocation,
     ) -> (SqsBatchResponse, Summary) {
         let started = std::time::Instant::now();
+        let throttles_before = self.pacer.throttles();
         let stop = AtomicBool::new(false);
         let stop = &stop;
+        // One ticket per record from the start: the demand the first chunk of slots is for.
+        let tickets: std::sync::Mutex<Vec<Ticket<'_>>> =
+            std::sync::Mutex::new(event.records.iter().map(|_| self.pacer.ticket()).collect());
+        let tickets = &tickets;
         let results = each_record(
             event.records,
             self.config.record_concurrency,
             |record| async move {
-                let result = self.process(&record, invocation, stop).await;
+                let ticket = tickets.lock().unwrap_or_else(|p| p.into_inner()).pop();
+                let result = self.process(&record, invocation, stop, ticket).await;
                 if let Err(Retry {
                     delay: Some(delay), ..
                 }) = &result
@@ -113,7 +126,10 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         )
         .await;
 
-        let mut summary = Summary::default();
+        let mut summary = Summary {
+            throttles: (self.pacer.throttles() - throttles_before) as usize,
+            ..Summary::default()
+        };
         let mut failed = Vec::new();
         for (id, result) in results {
             match result {
@@ -141,6 +157,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
             failed = summary.failed,
             busy = summary.busy,
             throttled = summary.throttled,
+            throttles = summary.throttles,
             stopped = summary.stopped,
             paused = summary.paused,
             retried = summary.retried,
@@ -176,6 +193,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         record: &SqsMessage,
         invocation: &Invocation,
         stop: &AtomicBool,
+        ticket: Option<Ticket<'_>>,
     ) -> Result<Done, Retry> {
         let message_id = record.message_id.as_deref().unwrap_or_default();
         let job: EmailJob = parse_body(record.body.as_deref()).map_err(|reason| {
@@ -184,7 +202,8 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         })?;
         // No span per record (the fmt layer formats its fields for every one, a tenth of our
         // own CPU per email): the lines that need the user name them.
-        self.send_job(job, record, invocation, stop).await
+        let ticket = ticket.unwrap_or_else(|| self.pacer.ticket());
+        self.send_job(job, record, invocation, stop, ticket).await
     }
 
     async fn send_job(
@@ -193,6 +212,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         record: &SqsMessage,
         invocation: &Invocation,
         stop: &AtomicBool,
+        ticket: Ticket<'_>,
     ) -> Result<Done, Retry> {
         let message_id = record.message_id.as_deref().unwrap_or_default();
         if stop.load(Ordering::SeqCst) {
@@ -226,7 +246,12 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
             Err(err) => return self.fail(&claim, &err.to_string()).await,
         };
 
-        self.pacer.acquire().await;
+        if let Err(err) = self.take_slot(ticket).await {
+            tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "no send slot; will retry");
+            self.give_back(&claim, &err.to_string(), false, last_receive)
+                .await;
+            return Err(Retry::error(None));
+        }
         if stop.load(Ordering::SeqCst) {
             self.give_back(&claim, "sending stopped", false, last_receive)
                 .await;
@@ -248,6 +273,17 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         };
         self.deliver(&claim, &email, record, invocation, stop, send_errors)
             .await
+    }
+
+    /// Waits for this environment's next slot of the shared rate, reading SES's quota first
+    /// when it is due (and sizing the consumers to it, on the side).
+    async fn take_slot(&self, ticket: Ticket<'_>) -> Result<(), crate::ports::RateError> {
+        let (ceiling, read) = self.pacer.ceiling(|| self.mailer.send_quota()).await;
+        if let (Some(rate), Some(scaling)) = (read, &self.scaling) {
+            let scaling = scaling.clone();
+            tokio::spawn(async move { scale_to(&rate, scaling.as_ref()).await });
+        }
+        self.pacer.acquire(ticket, &ceiling).await
     }
 
     /// Sending is stopped (SES refuses the account): back to the queue at the longest delay.
@@ -312,6 +348,33 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         Ok((claim, send_errors))
     }
 
+    /// Sends under the claim. A throttle is a signal, not an error: it lowers the shared
+    /// rate, and the email waits for its next slot at the lower rate and goes again, for as
+    /// long as the invocation has time (then back to the queue, still unsent).
+    async fn send_paced(
+        &self,
+        email: &OutgoingEmail,
+        invocation: &Invocation,
+        stop: &AtomicBool,
+    ) -> Result<String, SendError> {
+        loop {
+            let answer = self.mailer.send(email).await;
+            if !matches!(answer, Err(SendError::Throttled(_))) {
+                return answer;
+            }
+            let (ceiling, _) = self.pacer.ceiling(|| self.mailer.send_quota()).await;
+            self.pacer.throttled(&ceiling).await;
+            if stop.load(Ordering::SeqCst) || invocation.remaining() < 2 * MIN_TIME_TO_SEND {
+                return answer;
+            }
+            if self.take_slot(self.pacer.ticket()).await.is_err()
+                || invocation.remaining() < MIN_TIME_TO_SEND
+            {
+                return answer;
+            }
+        }
+    }
+
     /// Hands the claimed email to SES and decides by its answer: SENT, FAILED, or back to
     /// the queue (throttled, stopped, not accepted, outcome unknown).
     async fn deliver(
@@ -324,7 +387,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
         send_errors: u64,
     ) -> Result<Done, Retry> {
         let last_receive = receive_count(record) >= self.config.max_receive_count as usize;
-        match self.mailer.send(email).await {
+        match self.send_paced(email, invocation, stop).await {
             Ok(ses_message_id) => Ok(self.mark_sent(claim, &ses_message_id, invocation).await),
             Err(SendError::Permanent(reason)) => self.fail(claim, &reason).await,
             Err(SendError::Throttled(reason)) => {
@@ -370,8 +433,25 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> SendEmail<M, L,
     }
 }
 
+/// Sets the consumers' MaximumConcurrency to what `rate` needs (`SendRate::environments`).
+async fn scale_to(rate: &SendRate, scaling: &dyn ConsumerScaling) {
+    let environments = rate.environments();
+    match scaling.set_max_concurrency(environments).await {
+        Ok(Some(was)) => tracing::info!(
+            was,
+            environments,
+            rate = rate.campaign_wide(),
+            "SendEmail's MaximumConcurrency follows the send rate"
+        ),
+        Ok(None) => {}
+        Err(err) => {
+            tracing::warn!(reason = %err, environments, "could not size SendEmail's concurrency to the send rate")
+        }
+    }
+}
+
 crate::runtime::serve::stage! {
-    impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates> for SendEmail<M, L, Q, S> {
+    impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket> for SendEmail<M, L, Q, S, B> {
         SqsEvent => Result<(SqsBatchResponse, Summary), std::convert::Infallible>,
         |stage, event, invocation| Ok(stage.handle(event, invocation).await)
     }

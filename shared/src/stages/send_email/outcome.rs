@@ -15,7 +15,10 @@ summary! {
         pub previously_failed: usize,
         /// Held by another attempt's live lease: returned to come back later.
         pub busy: usize,
+        /// Returned because SES kept throttling until the invocation's time ran short.
         pub throttled: usize,
+        /// SES's throttles, each answered by a lower shared rate and a later slot.
+        pub throttles: usize,
         /// Returned because sending is paused or the account suspended.
         pub stopped: usize,
         /// The campaign is paused: handed back unclaimed, sent after the resume.

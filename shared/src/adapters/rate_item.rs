@@ -1,0 +1,234 @@
+//! The stack's send-rate item (`RateBucket`), in the campaigns table under a key no campaign
+//! can have (`#send-rate`: campaign ids are letters, digits and `._-`). It holds the next free
+//! send time and the shared rate (`domain::send_rate`):
+//!
+//! - a take is one UpdateItem: `ADD nextFreeUs` while the schedule runs ahead of now (atomic,
+//!   so environments taking at once get consecutive slots without a read or a retry), or, when
+//!   the stack was idle, `SET nextFreeUs` to now plus the chunk, on the condition that it still
+//!   is idle (the rare race retries the ADD);
+//! - a rate change is a conditional SET on `rateChangedAt`, so that the throttles of one burst,
+//!   reported by many environments at once, lower the rate once.
+//!
+//! At one take per chunk of up to `MAX_CHUNK` slots it costs about 0.07-0.1 writes per email
+//! (docs/benchmarks.md), on a small item: one write request unit each.
+
+use super::describe;
+use crate::domain::send_rate::{RateSource, SharedRate, Slots};
+use crate::ports::{RateBucket, RateError, RateView, Taken};
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_dynamodb::Client;
+use std::collections::HashMap;
+
+/// The item's key in the campaigns table.
+pub const RATE_ITEM_KEY: &str = "#send-rate";
+
+type Item = HashMap<String, AttributeValue>;
+
+#[derive(Clone)]
+pub struct RateItem {
+    client: Client,
+    table: String,
+}
+
+fn n(value: impl ToString) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+fn number<T: std::str::FromStr>(item: &Item, key: &str) -> Option<T> {
+    match item.get(key) {
+        Some(AttributeValue::N(v)) => v.parse().ok(),
+        _ => None,
+    }
+}
+
+fn view(item: &Item) -> RateView {
+    let source = match item.get("rateSource") {
+        Some(AttributeValue::S(s)) => RateSource::parse(s),
+        _ => None,
+    };
+    let rate = match (
+        number(item, "rate"),
+        number(item, "ceiling"),
+        source,
+        number(item, "rateChangedAt"),
+    ) {
+        (Some(rate), Some(ceiling), Some(source), Some(changed_at_ms)) => Some(SharedRate {
+            rate,
+            ceiling,
+            source,
+            changed_at_ms,
+            lowered_at_ms: number(item, "rateLoweredAt").unwrap_or(0),
+        }),
+        _ => None,
+    };
+    let mut environments: Vec<(String, u64)> = match item.get("envs") {
+        Some(AttributeValue::M(envs)) => envs
+            .iter()
+            .filter_map(|(id, at)| match at {
+                AttributeValue::N(at) => Some((id.clone(), at.parse().ok()?)),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    environments.sort();
+    RateView { rate, environments }
+}
+
+fn refused(err: &SdkError<UpdateItemError, impl std::fmt::Debug>) -> bool {
+    matches!(err, SdkError::ServiceError(e)
+        if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)))
+}
+
+/// How often a take races an idle-to-busy switch before it gives up (each loss means
+/// another environment's write landed: progress).
+const TAKE_ATTEMPTS: u32 = 4;
+
+impl RateItem {
+    /// `table`: the campaigns table (`CAMPAIGNS_TABLE_NAME`).
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    fn error(&self, operation: &str, detail: String) -> RateError {
+        RateError(format!("{operation} in {}: {detail}", self.table))
+    }
+
+    fn update(
+        &self,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("campaignId", AttributeValue::S(RATE_ITEM_KEY.into()))
+            .return_values(ReturnValue::AllNew)
+    }
+}
+
+impl RateBucket for RateItem {
+    async fn take(
+        &self,
+        count: u32,
+        interval_us: u64,
+        now_us: u64,
+        environment: &str,
+        forget: &[String],
+    ) -> Result<Taken, RateError> {
+        let span = u64::from(count) * interval_us;
+        let now_ms = now_us / 1000;
+        for _ in 0..TAKE_ATTEMPTS {
+            // The schedule runs ahead of now: the next `count` slots after it.
+            let mut expression = "ADD nextFreeUs :span SET envs.#me = :nowMs".to_owned();
+            let mut request = self
+                .update()
+                .condition_expression("nextFreeUs >= :now AND attribute_exists(envs)")
+                .expression_attribute_names("#me", environment)
+                .expression_attribute_values(":span", n(span))
+                .expression_attribute_values(":now", n(now_us))
+                .expression_attribute_values(":nowMs", n(now_ms));
+            let forget: Vec<&String> = forget.iter().filter(|id| *id != environment).collect();
+            if !forget.is_empty() {
+                let paths: Vec<String> = (0..forget.len()).map(|i| format!("envs.#f{i}")).collect();
+                expression.push_str(&format!(" REMOVE {}", paths.join(", ")));
+                for (i, id) in forget.iter().enumerate() {
+                    request = request.expression_attribute_names(format!("#f{i}"), id.as_str());
+                }
+            }
+            match request.update_expression(expression).send().await {
+                Ok(out) => {
+                    let item = out.attributes.unwrap_or_default();
+                    let next_free: u64 = number(&item, "nextFreeUs")
+                        .ok_or_else(|| self.error("take send slots", "no nextFreeUs".into()))?;
+                    return Ok(Taken {
+                        slots: Slots {
+                            first_us: next_free - span,
+                            interval_us,
+                            count,
+                        },
+                        view: view(&item),
+                    });
+                }
+                Err(err) if refused(&err) => {}
+                Err(err) => return Err(self.error("take send slots", describe(&err))),
+            }
+            // Idle (or never used): the slots start now.
+            let idle = self
+                .update()
+                .update_expression("SET nextFreeUs = :end, envs = if_not_exists(envs, :mine)")
+                .condition_expression("attribute_not_exists(nextFreeUs) OR nextFreeUs < :now")
+                .expression_attribute_values(":end", n(now_us + span))
+                .expression_attribute_values(":now", n(now_us))
+                .expression_attribute_values(
+                    ":mine",
+                    AttributeValue::M(HashMap::from([(environment.to_owned(), n(now_ms))])),
+                )
+                .send()
+                .await;
+            match idle {
+                Ok(out) => {
+                    return Ok(Taken {
+                        slots: Slots {
+                            first_us: now_us,
+                            interval_us,
+                            count,
+                        },
+                        view: view(&out.attributes.unwrap_or_default()),
+                    })
+                }
+                Err(err) if refused(&err) => {}
+                Err(err) => return Err(self.error("take send slots", describe(&err))),
+            }
+        }
+        Err(self.error(
+            "take send slots",
+            format!("lost {TAKE_ATTEMPTS} races in a row"),
+        ))
+    }
+
+    async fn change_rate(
+        &self,
+        seen: Option<&SharedRate>,
+        next: &SharedRate,
+    ) -> Result<bool, RateError> {
+        let request = self
+            .update()
+            .update_expression(
+                "SET rate = :rate, ceiling = :ceiling, rateSource = :source, \
+                 rateChangedAt = :at, rateLoweredAt = :lowered",
+            )
+            .expression_attribute_values(":lowered", n(next.lowered_at_ms))
+            .expression_attribute_values(":rate", n(next.rate))
+            .expression_attribute_values(":ceiling", n(next.ceiling))
+            .expression_attribute_values(":source", AttributeValue::S(next.source.as_str().into()))
+            .expression_attribute_values(":at", n(next.changed_at_ms));
+        let request = match seen {
+            None => request.condition_expression("attribute_not_exists(rateChangedAt)"),
+            Some(seen) => request
+                .condition_expression("rateChangedAt = :seen")
+                .expression_attribute_values(":seen", n(seen.changed_at_ms)),
+        };
+        match request.send().await {
+            Ok(_) => Ok(true),
+            Err(err) if refused(&err) => Ok(false),
+            Err(err) => Err(self.error("change the send rate", describe(&err))),
+        }
+    }
+
+    async fn read(&self) -> Result<RateView, RateError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("campaignId", AttributeValue::S(RATE_ITEM_KEY.into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.error("read the send rate", describe(&e)))?;
+        Ok(out.item.as_ref().map(view).unwrap_or_default())
+    }
+}

@@ -1,0 +1,101 @@
+//! The stack's rate item, in memory: the same take and change rules as the DynamoDB item
+//! (`adapters::rate_item`), shared by the environments of a test or a lab run.
+
+use crate::domain::send_rate::{SharedRate, Slots};
+use crate::ports::{RateBucket, RateError, RateView, Taken};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+#[derive(Default)]
+struct Item {
+    next_free_us: Option<u64>,
+    rate: Option<SharedRate>,
+    environments: BTreeMap<String, u64>,
+}
+
+#[derive(Default)]
+pub struct MemoryRateBucket {
+    item: Mutex<Item>,
+    /// Requests made to it (takes and rate changes), as DynamoDB would bill them.
+    pub requests: AtomicU64,
+    /// When set, rate changes are refused: each environment keeps the rate it was built
+    /// with (the lab's "static split", where nothing is shared).
+    pub fixed_rate: bool,
+}
+
+impl MemoryRateBucket {
+    pub fn fixed() -> Self {
+        Self {
+            fixed_rate: true,
+            ..Self::default()
+        }
+    }
+
+    fn item(&self) -> std::sync::MutexGuard<'_, Item> {
+        self.item.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn view(item: &Item) -> RateView {
+        RateView {
+            rate: item.rate,
+            environments: item
+                .environments
+                .iter()
+                .map(|(id, at)| (id.clone(), *at))
+                .collect(),
+        }
+    }
+}
+
+impl RateBucket for MemoryRateBucket {
+    async fn take(
+        &self,
+        count: u32,
+        interval_us: u64,
+        now_us: u64,
+        environment: &str,
+        forget: &[String],
+    ) -> Result<Taken, RateError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let mut item = self.item();
+        let first_us = item.next_free_us.map_or(now_us, |next| next.max(now_us));
+        item.next_free_us = Some(first_us + u64::from(count) * interval_us);
+        for gone in forget {
+            item.environments.remove(gone);
+        }
+        item.environments
+            .insert(environment.to_owned(), now_us / 1000);
+        Ok(Taken {
+            slots: Slots {
+                first_us,
+                interval_us,
+                count,
+            },
+            view: Self::view(&item),
+        })
+    }
+
+    async fn change_rate(
+        &self,
+        seen: Option<&SharedRate>,
+        next: &SharedRate,
+    ) -> Result<bool, RateError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let mut item = self.item();
+        if self.fixed_rate && item.rate.is_some() {
+            return Ok(false);
+        }
+        let current = item.rate.map(|r| r.changed_at_ms);
+        if current != seen.map(|r| r.changed_at_ms) {
+            return Ok(false);
+        }
+        item.rate = Some(*next);
+        Ok(true)
+    }
+
+    async fn read(&self) -> Result<RateView, RateError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        Ok(Self::view(&self.item()))
+    }
+}

@@ -1,0 +1,262 @@
+//! SendEmail's side of the shared send rate: this environment's slots, taken from the stack's
+//! rate item a chunk at a time (`RateBucket::take`, one write per chunk) and handed to its
+//! records in order; throttling reported back to the item, so that every environment slows
+//! down; SES's quota read again every `QUOTA_REFRESH`.
+//!
+//! Each record of a batch holds a `Ticket` until it takes its slot or needs none (a
+//! duplicate, a paused campaign...): the live tickets are the demand a chunk is sized by.
+
+use crate::domain::send_rate::{
+    chunk_for, epoch_us, QuotaUnknown, SendQuota, SendRate, SharedRate, Slots, MAX_LATENESS,
+    QUOTA_REFRESH,
+};
+use crate::ports::{RateBucket, RateError};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+/// An environment that took no slots for this long no longer counts as sending.
+pub const QUIET_AFTER: Duration = Duration::from_secs(60);
+
+pub struct Pacer<B> {
+    bucket: B,
+    /// This execution environment, as the rate item knows it.
+    environment: String,
+    configured: f64,
+    /// The ceiling as last read, and when (None: not yet).
+    ceiling: Mutex<Option<(SendRate, Instant)>>,
+    local: Mutex<Local>,
+    demand: AtomicUsize,
+    /// SES's throttles seen by this environment.
+    throttles: AtomicU64,
+}
+
+#[derive(Default)]
+struct Local {
+    /// Slot times (µs since the epoch) taken and not used yet.
+    slots: VecDeque<u64>,
+    /// The shared rate as the item last showed it.
+    rate: Option<SharedRate>,
+    /// Environments gone quiet, to forget at the next take.
+    forget: Vec<String>,
+}
+
+/// A record's claim on a slot; dropped unused, it no longer counts in the demand.
+pub struct Ticket<'a> {
+    demand: &'a AtomicUsize,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        self.demand.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn environment_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(epoch_us(SystemTime::now()).into());
+    format!("{:012x}", hasher.finish() & 0xffff_ffff_ffff)
+}
+
+impl<B: RateBucket> Pacer<B> {
+    /// `configured`: `SEND_RATE_PER_SECOND`, the ceiling until SES's quota is read.
+    pub fn new(bucket: B, configured: f64) -> Self {
+        Self {
+            bucket,
+            environment: environment_id(),
+            configured,
+            ceiling: Mutex::new(None),
+            local: Mutex::default(),
+            demand: AtomicUsize::new(0),
+            throttles: AtomicU64::new(0),
+        }
+    }
+
+    pub fn ticket(&self) -> Ticket<'_> {
+        self.demand.fetch_add(1, Ordering::Relaxed);
+        Ticket {
+            demand: &self.demand,
+        }
+    }
+
+    pub fn throttles(&self) -> u64 {
+        self.throttles.load(Ordering::Relaxed)
+    }
+
+    /// The ceiling; SES's quota is read (`read_quota`) first when it is due: the new ceiling
+    /// is returned as well then, for the concurrency to follow it.
+    pub async fn ceiling<F>(&self, read_quota: impl FnOnce() -> F) -> (SendRate, Option<SendRate>)
+    where
+        F: Future<Output = Result<SendQuota, QuotaUnknown>>,
+    {
+        let mut ceiling = self.ceiling.lock().await;
+        match *ceiling {
+            Some((rate, read)) if read.elapsed() < QUOTA_REFRESH => (rate, None),
+            _ => {
+                let rate = SendRate::with_quota(self.configured, &read_quota().await);
+                *ceiling = Some((rate, Instant::now()));
+                (rate, Some(rate))
+            }
+        }
+    }
+
+    /// Waits for this environment's next slot and takes it, `ticket` with it.
+    pub async fn acquire(&self, ticket: Ticket<'_>, ceiling: &SendRate) -> Result<(), RateError> {
+        let slot = {
+            let mut local = self.local.lock().await;
+            loop {
+                let now_us = epoch_us(SystemTime::now());
+                let late = MAX_LATENESS.as_micros() as u64;
+                while local.slots.front().is_some_and(|s| s + late < now_us) {
+                    local.slots.pop_front();
+                }
+                if let Some(slot) = local.slots.pop_front() {
+                    break slot;
+                }
+                let rate = self.rate(&mut local, ceiling, now_us / 1000).await?;
+                let count = chunk_for(self.demand.load(Ordering::Relaxed));
+                let forget = std::mem::take(&mut local.forget);
+                let taken = self
+                    .bucket
+                    .take(
+                        count,
+                        Slots::interval_at(rate),
+                        now_us,
+                        &self.environment,
+                        &forget,
+                    )
+                    .await?;
+                let quiet = (now_us / 1000).saturating_sub(QUIET_AFTER.as_millis() as u64);
+                local.forget = (taken.view.environments.iter())
+                    .filter(|(_, at)| *at < quiet)
+                    .map(|(id, _)| id.clone())
+                    .take(5)
+                    .collect();
+                if taken.view.rate.is_some() {
+                    local.rate = taken.view.rate;
+                }
+                local.slots.extend(taken.slots.times());
+            }
+        };
+        drop(ticket);
+        let wait = slot.saturating_sub(epoch_us(SystemTime::now()));
+        tokio::time::sleep(Duration::from_micros(wait)).await;
+        Ok(())
+    }
+
+    /// The shared rate to take slots at: as the item last showed it, moved on first where
+    /// it is due (back up after throttling, to a new ceiling) or set where it never was.
+    async fn rate(
+        &self,
+        local: &mut Local,
+        ceiling: &SendRate,
+        now_ms: u64,
+    ) -> Result<f64, RateError> {
+        let next = match &local.rate {
+            None => Some(SharedRate::at(ceiling, now_ms)),
+            Some(seen) => seen.next(ceiling, now_ms, false),
+        };
+        if let Some(next) = next {
+            if self.bucket.change_rate(local.rate.as_ref(), &next).await? {
+                local.rate = Some(next);
+            } else if local.rate.is_none() {
+                local.rate = self.bucket.read().await?.rate;
+            }
+        }
+        Ok(local.rate.map_or(ceiling.campaign_wide(), |r| r.rate))
+    }
+
+    /// SES throttled a send: the shared rate goes down (once per burst, whoever reports it
+    /// first) and this environment's slots, taken at the old rate, are given up.
+    pub async fn throttled(&self, ceiling: &SendRate) {
+        self.throttles.fetch_add(1, Ordering::Relaxed);
+        let mut local = self.local.lock().await;
+        local.slots.clear();
+        let now_ms = epoch_us(SystemTime::now()) / 1000;
+        let Some(seen) = local.rate else { return };
+        let Some(next) = seen.next(ceiling, now_ms, true) else {
+            return;
+        };
+        match self.bucket.change_rate(Some(&seen), &next).await {
+            Ok(true) => {
+                tracing::warn!(
+                    rate = next.rate,
+                    ceiling = next.ceiling,
+                    "SES throttled: the shared send rate is lowered"
+                );
+                local.rate = Some(next);
+            }
+            Ok(false) => {}
+            Err(err) => tracing::warn!(reason = %err, "could not lower the shared send rate"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::memory::MemoryRateBucket;
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn environments_share_one_schedule_taken_in_chunks() {
+        let bucket = Arc::new(MemoryRateBucket::default());
+        let ceiling = SendRate::configured(1000.0);
+        let pacers: Vec<_> = (0..4).map(|_| Pacer::new(bucket.clone(), 1000.0)).collect();
+        let started = SystemTime::now();
+        for pacer in &pacers {
+            for _ in 0..10 {
+                let tickets: Vec<_> = (0..10).map(|_| pacer.ticket()).collect();
+                for ticket in tickets {
+                    pacer.acquire(ticket, &ceiling).await.unwrap();
+                }
+            }
+        }
+        // 400 sends at 1,000/s from one shared schedule: not before 0.39 s. Each take of 20
+        // served two batches (5 per environment), beside setting the rate (one write per
+        // environment, the three that lost the race read it).
+        assert!(started.elapsed().unwrap() >= Duration::from_millis(390));
+        let requests = bucket.requests.load(Ordering::Relaxed);
+        assert_eq!(requests, 4 * 5 + 4 + 3, "requests for 400 slots");
+        let view = bucket.read().await.unwrap();
+        assert_eq!(
+            view.sending(epoch_us(SystemTime::now()) / 1000, QUIET_AFTER),
+            4
+        );
+    }
+
+    #[tokio::test]
+    async fn a_throttle_lowers_the_rate_every_environment_takes_slots_at() {
+        let bucket = Arc::new(MemoryRateBucket::default());
+        let ceiling = SendRate::configured(100.0);
+        let (a, b) = (
+            Pacer::new(bucket.clone(), 100.0),
+            Pacer::new(bucket.clone(), 100.0),
+        );
+        a.acquire(a.ticket(), &ceiling).await.unwrap();
+        b.acquire(b.ticket(), &ceiling).await.unwrap();
+        a.throttled(&ceiling).await;
+        a.throttled(&ceiling).await;
+        assert_eq!(a.throttles(), 2);
+        let rate = bucket.read().await.unwrap().rate.unwrap();
+        assert_eq!(rate.rate, 70.0, "lowered once for the burst");
+        // B's chunk of 11 was taken at 100/s; its next chunk is at the lowered rate.
+        for _ in 0..11 {
+            b.acquire(b.ticket(), &ceiling).await.unwrap();
+        }
+        assert_eq!(b.local.lock().await.rate.unwrap().rate, 70.0);
+    }
+
+    #[tokio::test]
+    async fn a_ticket_given_up_no_longer_counts() {
+        let pacer = Pacer::new(MemoryRateBucket::default(), 14.0);
+        let tickets: Vec<_> = (0..6).map(|_| pacer.ticket()).collect();
+        assert_eq!(pacer.demand.load(Ordering::Relaxed), 6);
+        drop(tickets);
+        assert_eq!(pacer.demand.load(Ordering::Relaxed), 0);
+    }
+}

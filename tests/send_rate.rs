@@ -1,0 +1,104 @@
+//! The shared send rate on the local stack: the rate item in the campaigns table (takes that
+//! never overlap however many environments take at once, the conditional rate change) and
+//! SendEmail sizing its own event source mapping to the rate.
+
+use mailflow::adapters::event_sources::EmailsConsumer;
+use mailflow::adapters::rate_item::{RateItem, RATE_ITEM_KEY};
+use mailflow::domain::send_rate::{epoch_us, SendRate, SharedRate};
+use mailflow::ports::{ConsumerScaling, RateBucket};
+use mailflow_local::names;
+use mailflow_tests::test_env;
+use std::time::SystemTime;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn environments_taking_at_once_get_consecutive_slots_that_never_overlap() {
+    let env = test_env("rate-item", |_| {}).await.unwrap();
+    let table = env.stack.table_name(names::CAMPAIGNS_TABLE).unwrap();
+    let item = RateItem::new(env.dynamo(), table);
+
+    // Idle: the first take starts now.
+    let now = epoch_us(SystemTime::now());
+    let first = item.take(10, 1_000, now, "env-a", &[]).await.unwrap();
+    assert_eq!(first.slots.first_us, now);
+
+    // Sixteen takes at once, from four environments: each gets its own run of slots.
+    let takes = (0..16).map(|i| {
+        let item = item.clone();
+        async move {
+            let environment = format!("env-{}", i % 4);
+            item.take(10, 1_000, now, &environment, &[]).await.unwrap()
+        }
+    });
+    let mut slots: Vec<u64> = futures::future::join_all(takes)
+        .await
+        .into_iter()
+        .flat_map(|t| t.slots.times().collect::<Vec<_>>())
+        .collect();
+    slots.sort();
+    let expected: Vec<u64> = (10..170).map(|i| now + i * 1_000).collect();
+    assert_eq!(slots, expected, "one schedule, no slot twice, none skipped");
+
+    // The rate changes only from the version an environment saw.
+    let ceiling = SendRate::configured(14.0);
+    let start = SharedRate::at(&ceiling, 1_000);
+    assert!(item.change_rate(None, &start).await.unwrap());
+    assert!(
+        !item.change_rate(None, &start).await.unwrap(),
+        "set already"
+    );
+    let lowered = start.next(&ceiling, 5_000, true).unwrap();
+    assert!(item.change_rate(Some(&start), &lowered).await.unwrap());
+    assert!(
+        !item.change_rate(Some(&start), &lowered).await.unwrap(),
+        "seen is stale"
+    );
+    let view = item.read().await.unwrap();
+    assert_eq!(view.rate, Some(lowered));
+    let environments: Vec<&str> = view
+        .environments
+        .iter()
+        .map(|(id, _)| id.as_str())
+        .collect();
+    assert_eq!(environments, ["env-0", "env-1", "env-2", "env-3", "env-a"]);
+
+    // An environment gone quiet is forgotten at someone's next take.
+    let later = epoch_us(SystemTime::now());
+    let taken = item
+        .take(1, 1_000, later, "env-0", &["env-a".to_string()])
+        .await
+        .unwrap();
+    assert!(!taken.view.environments.iter().any(|(id, _)| id == "env-a"));
+
+    // No campaign listing ever shows the rate item.
+    let campaigns = mailflow::adapters::campaigns::CampaignsTable::new(env.dynamo(), table);
+    let running = campaigns.campaigns_in("RUNNING").await.unwrap();
+    assert!(!running.iter().any(|id| id == RATE_ITEM_KEY));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn send_email_sizes_its_event_source_mapping_to_the_rate() {
+    let env = test_env("rate-scaling", |_| {}).await.unwrap();
+    let lambda = aws_sdk_lambda::Client::new(&env.stack.sdk);
+    let consumer = EmailsConsumer::new(
+        lambda.clone(),
+        env.stack.queue_url(names::EMAILS_QUEUE).unwrap(),
+    );
+    let wanted = SendRate::configured(340.0).environments();
+    assert_eq!(wanted, 7);
+    let was = consumer.set_max_concurrency(wanted).await.unwrap();
+    assert_ne!(was, Some(wanted));
+    // Set once: the same rate changes nothing.
+    assert_eq!(consumer.set_max_concurrency(wanted).await.unwrap(), None);
+    let arn = env.stack.queue_arns.get(names::EMAILS_QUEUE).unwrap();
+    let mappings = lambda
+        .list_event_source_mappings()
+        .event_source_arn(arn)
+        .send()
+        .await
+        .unwrap();
+    let concurrency: Vec<Option<i32>> = (mappings.event_source_mappings())
+        .iter()
+        .map(|m| m.scaling_config().and_then(|s| s.maximum_concurrency()))
+        .collect();
+    assert_eq!(concurrency, [Some(7)], "the emails queue's one mapping");
+}
