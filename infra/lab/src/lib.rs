@@ -1,8 +1,10 @@
 //! The lab: measurements and fault runs over the local simulator. `bench` runs the real
 //! function binaries under the simulator's Runtime API and reports CPU, memory, cold starts
 //! and billable requests per email; `cost` turns those into a bill; `chaos` runs a campaign
-//! through every fault at once and checks that nothing is lost or sent twice beyond the bound.
+//! through every fault at once and checks that nothing is lost or sent twice beyond the bound;
+//! `rate` runs the shared send rate against an SES stand-in that throttles as SES does.
 
 pub mod bench;
 pub mod chaos;
 pub mod cost;
+pub mod rate;

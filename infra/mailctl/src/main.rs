@@ -61,6 +61,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the shared send rate against an SES stand-in that allows its quota and throttles
+    /// beyond it (as SES does), with the real SendEmail stage in N environments over in-memory
+    /// ports; compare with the static split (docs/benchmarks.md). Needs no local stack.
+    Rate {
+        #[command(flatten)]
+        options: mailflow_lab::rate::RateOptions,
+        /// Print one JSON object instead of a Markdown table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Create the resources template.yaml declares on the local stack under a prefix, and
     /// print the MAILFLOW_* variables that name them.
     Provision {
@@ -258,6 +268,10 @@ async fn main() -> std::process::ExitCode {
 async fn run() -> Result<()> {
     mailflow::runtime::telemetry::init_cli();
     let cli = Cli::parse();
+    // The rate lab talks to no AWS endpoint: no SDK configuration (nor its region lookup).
+    if let Command::Rate { options, json } = &cli.command {
+        return commands::lab::rate(options, *json).await;
+    }
     let sdk = mailflow::adapters::aws_config().await;
     let (sdk, template) = (&sdk, cli.template.as_path());
     match cli.command {
@@ -365,6 +379,7 @@ async fn run() -> Result<()> {
         } => commands::demo::demo(template, users, seed, send_rate, json).await,
         Command::Bench { options, json } => commands::lab::bench(template, &options, json).await,
         Command::Chaos { options, json } => commands::lab::chaos(template, &options, json).await,
+        Command::Rate { .. } => unreachable!("run before the SDK is configured"),
     }
 }
 

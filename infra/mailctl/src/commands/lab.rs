@@ -1,4 +1,4 @@
-//! `bench` and `chaos`: the lab's runs (`mailflow-lab`), printed as Markdown or JSON.
+//! `bench`, `chaos` and `rate`: the lab's runs (`mailflow-lab`), printed as Markdown or JSON.
 
 use anyhow::{bail, Result};
 
@@ -23,6 +23,16 @@ pub async fn bench(
 ) -> Result<()> {
     let report = mailflow_lab::bench::bench(template, options).await?;
     print(&report, json, mailflow_lab::bench::markdown)
+}
+
+/// Exit status 1 when a run lost an email or sent one twice.
+pub async fn rate(options: &mailflow_lab::rate::RateOptions, json: bool) -> Result<()> {
+    let reports = mailflow_lab::rate::run(options).await?;
+    print(&reports, json, |r| mailflow_lab::rate::markdown(r))?;
+    if reports.iter().any(|r| r.lost + r.sent_twice > 0) {
+        bail!("a rate run lost an email or sent one twice");
+    }
+    Ok(())
 }
 
 /// Exit status 1 when the run lost an email or sent one twice beyond the bound.

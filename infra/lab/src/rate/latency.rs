@@ -1,0 +1,122 @@
+//! The in-memory ports behind the round trips DynamoDB and SQS would take: each call waits a
+//! latency drawn from a range before it is answered, so that an environment's throughput is
+//! bounded as it is on Lambda.
+
+use super::queue::LabQueue;
+use mailflow::domain::ledger::{Claim, ClaimOutcome, LedgerError, Reclaim, SendKey};
+use mailflow::domain::send_rate::SharedRate;
+use mailflow::ports::memory::MemoryLedger;
+use mailflow::ports::{
+    Marked, QueueError, RateBucket, RateError, RateView, RetryQueue, SendLedger, Taken,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `inner`, `latency` later (a low and a high; drawn evenly between them per call).
+pub struct Slow<T> {
+    pub inner: Arc<T>,
+    pub latency: (Duration, Duration),
+}
+
+impl<T> Clone for Slow<T> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            latency: self.latency,
+        }
+    }
+}
+
+impl<T> Slow<T> {
+    pub fn new(inner: Arc<T>, latency: (Duration, Duration)) -> Self {
+        Self { inner, latency }
+    }
+
+    async fn wait(&self) {
+        let (low, high) = self.latency;
+        // Spread without a shared generator: the clock's nanoseconds are random enough here.
+        let spread = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos()) as f64
+            / 1e9;
+        tokio::time::sleep(low + (high - low).mul_f64(spread)).await;
+    }
+}
+
+impl SendLedger for Slow<MemoryLedger> {
+    async fn claim(&self, claim: &Claim, reclaim: Reclaim) -> Result<ClaimOutcome, LedgerError> {
+        self.wait().await;
+        self.inner.claim(claim, reclaim).await
+    }
+
+    async fn note_duplicate(&self, key: &SendKey) -> Result<(), LedgerError> {
+        self.wait().await;
+        self.inner.note_duplicate(key).await
+    }
+
+    async fn mark_sent(&self, claim: &Claim, ses_message_id: &str) -> Marked {
+        self.wait().await;
+        self.inner.mark_sent(claim, ses_message_id).await
+    }
+
+    async fn mark_failed(&self, claim: &Claim, reason: &str) -> Marked {
+        self.wait().await;
+        self.inner.mark_failed(claim, reason).await
+    }
+
+    async fn release(&self, claim: &Claim, reason: &str, send_error: bool) -> Marked {
+        self.wait().await;
+        self.inner.release(claim, reason, send_error).await
+    }
+
+    async fn mark_dead_lettered(&self, claim: &Claim, reason: &str) -> Marked {
+        self.wait().await;
+        self.inner.mark_dead_lettered(claim, reason).await
+    }
+
+    async fn cancel_send(&self, key: &SendKey, at_ms: u64) -> Result<bool, LedgerError> {
+        self.wait().await;
+        self.inner.cancel_send(key, at_ms).await
+    }
+}
+
+impl<B: RateBucket> RateBucket for Slow<B> {
+    async fn take(
+        &self,
+        count: u32,
+        interval_us: u64,
+        now_us: u64,
+        environment: &str,
+        forget: &[String],
+    ) -> Result<Taken, RateError> {
+        self.wait().await;
+        (self.inner)
+            .take(count, interval_us, now_us, environment, forget)
+            .await
+    }
+
+    async fn change_rate(
+        &self,
+        seen: Option<&SharedRate>,
+        next: &SharedRate,
+    ) -> Result<bool, RateError> {
+        self.wait().await;
+        self.inner.change_rate(seen, next).await
+    }
+
+    async fn read(&self) -> Result<RateView, RateError> {
+        self.wait().await;
+        self.inner.read().await
+    }
+}
+
+impl RetryQueue for Slow<LabQueue> {
+    async fn change_visibility(
+        &self,
+        receipt_handle: &str,
+        delay: Duration,
+    ) -> Result<(), QueueError> {
+        self.wait().await;
+        self.inner.change_visibility(receipt_handle, delay).await
+    }
+}

@@ -1,0 +1,415 @@
+//! `mailctl lab rate`: the send rate under SES's own enforcement, at rates the local stack
+//! cannot reach. The real SendEmail stage runs in N execution environments over in-memory
+//! ports with round-trip latencies (`latency`): an emails queue with SQS's semantics
+//! (`queue`), the ledger, the stack's rate item, and an SES stand-in that allows its maximum
+//! send rate and answers 429 beyond it (`standin`). Each run sends `seconds` worth of emails at
+//! the quota and reports the achieved rate over the steady state, the throttles, what was lost
+//! or sent twice, the time to the first email and for the last 1 %, and the rate item's
+//! requests per email; `static` runs the same with the old split (each environment at quota /
+//! N, nothing shared) for comparison.
+
+mod latency;
+mod queue;
+mod standin;
+
+use anyhow::{bail, Result};
+use latency::Slow;
+use mailflow::config::SendEmailConfig;
+use mailflow::domain::campaign::CampaignId;
+use mailflow::domain::messages::EmailJob;
+use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket};
+use mailflow::ports::RateBucket;
+use mailflow::runtime::Invocation;
+use mailflow::stages::send_email::SendEmail;
+use queue::LabQueue;
+use serde::Serialize;
+use standin::{Ses, StandInSes};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct RateOptions {
+    /// SES maximum send rates to run at (emails/s); the configured rate is the same.
+    #[arg(long, value_delimiter = ',', default_value = "14,100,1000")]
+    pub quotas: Vec<f64>,
+    /// SendEmail environments sharing the rate.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,8,32")]
+    pub environments: Vec<u32>,
+    /// `shared` (the rate item), `static` (each environment at quota / N), or both.
+    #[arg(long, value_delimiter = ',', default_value = "shared,static")]
+    pub modes: Vec<Mode>,
+    #[arg(long, default_value_t = 3)]
+    pub runs: u32,
+    /// Each run sends this many seconds of emails at the quota (at least 200 emails).
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// SES's answer time, low and high, in ms (drawn evenly per call).
+    #[arg(long, value_delimiter = ',', default_value = "30,80")]
+    pub ses_latency_ms: Vec<u64>,
+    /// DynamoDB's and SQS's answer time, low and high, in ms.
+    #[arg(long, value_delimiter = ',', default_value = "5,15")]
+    pub store_latency_ms: Vec<u64>,
+    /// SES refuses every send (429) from this second of the run to the next value.
+    #[arg(long, value_delimiter = ',')]
+    pub outage_seconds: Vec<f64>,
+    /// Instead of the matrix: one environment with no quota to speak of, for the throughput
+    /// one environment sustains (`PER_ENVIRONMENT_RATE`).
+    #[arg(long)]
+    pub environment_throughput: bool,
+}
+
+impl Default for RateOptions {
+    fn default() -> Self {
+        Self {
+            quotas: vec![100.0],
+            environments: vec![4],
+            modes: vec![Mode::Shared],
+            runs: 1,
+            seconds: 5.0,
+            ses_latency_ms: vec![30, 80],
+            store_latency_ms: vec![5, 15],
+            outage_seconds: Vec::new(),
+            environment_throughput: false,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "camelCase")]
+pub enum Mode {
+    /// One rate item for every environment (SendEmail as it is).
+    Shared,
+    /// Each environment paced alone at quota / environments, as before the shared rate.
+    Static,
+}
+
+/// One run's figures.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunReport {
+    pub quota: f64,
+    pub environments: u32,
+    pub mode: Mode,
+    pub emails: usize,
+    /// Emails per second between the 10th and the 90th percentile of the acceptances, as a
+    /// share of the quota.
+    pub steady_share: f64,
+    pub throttles: usize,
+    pub steady_throttles_per_1000: f64,
+    pub lost: usize,
+    pub sent_twice: usize,
+    pub dead_lettered: usize,
+    pub first_email_ms: f64,
+    /// Seconds from the 99th percentile acceptance to the last.
+    pub last_1pct_s: f64,
+    pub total_s: f64,
+    /// Rate item requests (takes, rate changes, reads) per email.
+    pub rate_requests_per_email: f64,
+    /// The shared rate at the end, as a share of the quota (1: recovered).
+    pub final_rate_share: Option<f64>,
+}
+
+fn config(rate: f64) -> Result<SendEmailConfig> {
+    let vars = BTreeMap::from([
+        ("SENDS_TABLE_NAME", "lab-sends".to_string()),
+        ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
+        ("EMAILS_QUEUE_URL", "lab-emails".into()),
+        ("SENDER_ADDRESS", "lab@example.com".into()),
+        ("SEND_RATE_PER_SECOND", rate.to_string()),
+        ("VISIBILITY_TIMEOUT_SECONDS", "180".into()),
+        ("FUNCTION_TIMEOUT_SECONDS", "30".into()),
+    ]);
+    Ok(SendEmailConfig::from_source(&|k: &str| {
+        vars.get(k).cloned()
+    })?)
+}
+
+fn millis(range: &[u64]) -> Result<(Duration, Duration)> {
+    match range {
+        [low, high] if low <= high => {
+            Ok((Duration::from_millis(*low), Duration::from_millis(*high)))
+        }
+        other => bail!("a latency range is two numbers of ms, low then high: not {other:?}"),
+    }
+}
+
+fn jobs(count: usize) -> Vec<String> {
+    let campaign = CampaignId::parse("lab-rate").expect("a valid id");
+    (0..count)
+        .map(|i| {
+            let job = EmailJob {
+                campaign_id: campaign.clone(),
+                user_id: format!("u{i:07}"),
+                to: format!("user{i}@example.com"),
+                subject: "Your week".into(),
+                html: "<p>Hello</p>".into(),
+                text: "Hello".into(),
+                unsubscribe_url: None,
+                include_failed: false,
+                include_cancelled: false,
+            };
+            serde_json::to_string(&job).expect("a job serialises")
+        })
+        .collect()
+}
+
+/// One run: `quota` emails/s, `environments` SendEmail environments, `mode`.
+pub async fn run_one(
+    options: &RateOptions,
+    quota: f64,
+    environments: u32,
+    mode: Mode,
+    seed: u64,
+) -> Result<RunReport> {
+    let (ses_latency, store_latency) = (
+        millis(&options.ses_latency_ms)?,
+        millis(&options.store_latency_ms)?,
+    );
+    let emails = ((quota * options.seconds).round() as usize).max(200);
+    let mut ses = StandInSes::new(quota, ses_latency, seed);
+    if let [from, to] = options.outage_seconds[..] {
+        ses.refuse_between = Some((Duration::from_secs_f64(from), Duration::from_secs_f64(to)));
+    }
+    let ses = Arc::new(ses);
+    let queue = Arc::new(LabQueue::new(Duration::from_secs(20), 10));
+    queue.send(jobs(emails));
+    let ledger = Arc::new(MemoryLedger::default());
+    let shared = Arc::new(MemoryRateBucket::default());
+    let mut buckets = Vec::new();
+    let done = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for environment in 0..environments {
+        let (bucket, rate) = match mode {
+            Mode::Shared => (shared.clone(), quota),
+            Mode::Static => (
+                Arc::new(MemoryRateBucket::fixed()),
+                quota / f64::from(environments),
+            ),
+        };
+        buckets.push(bucket.clone());
+        let stage = SendEmail::new(
+            Slow::new(ledger.clone(), store_latency),
+            Ses(ses.clone()),
+            Slow::new(queue.clone(), store_latency),
+            MemoryCampaigns::default(),
+            Slow::new(bucket, store_latency),
+            config(rate)?,
+        );
+        let (queue, done) = (queue.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut invocations = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                // The poller's ReceiveMessage round trip.
+                tokio::time::sleep(store_latency.0).await;
+                let event = queue.receive(10);
+                if event.records.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                invocations += 1;
+                let invocation = Invocation::with_timeout(
+                    format!("env{environment}-{invocations}"),
+                    Duration::from_secs(30),
+                );
+                let (response, _) = stage.handle(event.clone(), &invocation).await;
+                let failed: Vec<String> = (response.batch_item_failures.iter())
+                    .map(|f| f.item_identifier.clone())
+                    .collect();
+                queue.settle(&event, &failed);
+            }
+        }));
+    }
+    let limit = Duration::from_secs_f64(options.seconds * 20.0 + 120.0);
+    while queue.left().0 > 0 && started.elapsed() < limit {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    done.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await?;
+    }
+    let (left, dead_lettered) = queue.left();
+    if left > 0 {
+        tracing::warn!(
+            left,
+            "the run's time limit passed with messages still queued"
+        );
+    }
+
+    let seen = ses.seen();
+    let mut times: Vec<Instant> = seen.accepted.values().flatten().copied().collect();
+    times.sort();
+    let sent_twice = seen.accepted.values().filter(|t| t.len() > 1).count();
+    let lost = emails - seen.accepted.len();
+    let at = |share: f64| times[((times.len() - 1) as f64 * share).round() as usize];
+    let (from, to) = (at(0.1), at(0.9));
+    let steady = (to - from).as_secs_f64();
+    let steady_emails = times.iter().filter(|t| **t >= from && **t <= to).count();
+    let steady_throttles = seen
+        .throttled
+        .iter()
+        .filter(|t| **t >= from && **t <= to)
+        .count();
+    let requests: u64 = if mode == Mode::Shared {
+        shared.requests.load(Ordering::Relaxed)
+    } else {
+        buckets
+            .iter()
+            .map(|b| b.requests.load(Ordering::Relaxed))
+            .sum()
+    };
+    let final_rate = match mode {
+        Mode::Shared => shared.read().await?.rate.map(|r| r.rate / quota),
+        Mode::Static => None,
+    };
+    Ok(RunReport {
+        quota,
+        environments,
+        mode,
+        emails,
+        steady_share: steady_emails.saturating_sub(1) as f64 / steady.max(1e-9) / quota,
+        throttles: seen.throttled.len(),
+        steady_throttles_per_1000: steady_throttles as f64 * 1000.0 / steady_emails.max(1) as f64,
+        lost,
+        sent_twice,
+        dead_lettered,
+        first_email_ms: (times[0] - started).as_secs_f64() * 1000.0,
+        last_1pct_s: (*times.last().expect("sent") - at(0.99)).as_secs_f64(),
+        total_s: (*times.last().expect("sent") - started).as_secs_f64(),
+        rate_requests_per_email: requests as f64 / emails as f64,
+        final_rate_share: final_rate,
+    })
+}
+
+/// The matrix: every quota x environments x mode, `runs` times each.
+pub async fn run(options: &RateOptions) -> Result<Vec<RunReport>> {
+    if options.environment_throughput {
+        let mut reports = Vec::new();
+        for run in 0..options.runs {
+            let mut report = run_one(options, 1e6, 1, Mode::Shared, u64::from(run)).await?;
+            // No quota to speak of: the share is meaningless, the rate is the figure.
+            report.steady_share *= report.quota;
+            report.quota = 0.0;
+            reports.push(report);
+        }
+        return Ok(reports);
+    }
+    let mut reports = Vec::new();
+    for &quota in &options.quotas {
+        for &environments in &options.environments {
+            for &mode in &options.modes {
+                for run in 0..options.runs {
+                    let report =
+                        run_one(options, quota, environments, mode, u64::from(run)).await?;
+                    tracing::info!(?report, "rate run done");
+                    reports.push(report);
+                }
+            }
+        }
+    }
+    Ok(reports)
+}
+
+fn range(values: impl Iterator<Item = f64>, digits: usize) -> String {
+    let values: Vec<f64> = values.collect();
+    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if (high - low).abs() < 0.5 * 10f64.powi(-(digits as i32)) {
+        format!("{low:.digits$}")
+    } else {
+        format!("{low:.digits$}-{high:.digits$}")
+    }
+}
+
+/// The runs as a Markdown table, one row per quota x environments x mode, ranges over runs.
+pub fn markdown(reports: &[RunReport]) -> String {
+    let mut out = String::from(
+        "| quota/s | environments | pacing | emails | steady rate / quota | throttles / 1,000 (steady) | throttles (all) | lost | sent twice | DLQ | first email (ms) | last 1 % (s) | rate-item requests / email |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut groups: Vec<(f64, u32, Mode)> = Vec::new();
+    for r in reports {
+        if !groups.contains(&(r.quota, r.environments, r.mode)) {
+            groups.push((r.quota, r.environments, r.mode));
+        }
+    }
+    for (quota, environments, mode) in groups {
+        let runs: Vec<&RunReport> = (reports.iter())
+            .filter(|r| (r.quota, r.environments, r.mode) == (quota, environments, mode))
+            .collect();
+        let f = |get: fn(&RunReport) -> f64, digits| range(runs.iter().map(|r| get(r)), digits);
+        out.push_str(&format!(
+            "| {quota} | {environments} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            match mode {
+                Mode::Shared => "shared",
+                Mode::Static => "static split",
+            },
+            runs[0].emails,
+            f(|r| r.steady_share, 2),
+            f(|r| r.steady_throttles_per_1000, 1),
+            f(|r| r.throttles as f64, 0),
+            f(|r| r.lost as f64, 0),
+            f(|r| r.sent_twice as f64, 0),
+            f(|r| r.dead_lettered as f64, 0),
+            f(|r| r.first_email_ms, 0),
+            f(|r| r.last_1pct_s, 2),
+            f(|r| r.rate_requests_per_email, 3),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bound the docs give for a shared CI runner (docs/benchmarks.md): on a quiet machine
+    /// the steady state sees none; a starved runner can fire a few late slots together.
+    const THROTTLES_PER_1000: usize = 20;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_shared_rate_holds_across_environments() {
+        let options = RateOptions {
+            seconds: 4.0,
+            ..RateOptions::default()
+        };
+        let run = run_one(&options, 100.0, 8, Mode::Shared, 7).await.unwrap();
+        assert_eq!(
+            (run.lost, run.sent_twice, run.dead_lettered),
+            (0, 0, 0),
+            "{run:?}"
+        );
+        assert!(
+            run.throttles * 1000 <= THROTTLES_PER_1000 * run.emails,
+            "{} throttles for {} emails",
+            run.throttles,
+            run.emails
+        );
+        assert!(run.rate_requests_per_email <= 0.1, "{run:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_refusing_ses_slows_the_stack_and_the_rate_recovers() {
+        // SES refuses everything from the first second to the third.
+        let options = RateOptions {
+            seconds: 6.0,
+            outage_seconds: vec![1.0, 3.0],
+            ..RateOptions::default()
+        };
+        let run = run_one(&options, 100.0, 4, Mode::Shared, 11).await.unwrap();
+        assert!(run.throttles > 0, "the outage was felt: {run:?}");
+        // Every throttled email waited and went again: none lost, none twice, none in the DLQ.
+        assert_eq!(
+            (run.lost, run.sent_twice, run.dead_lettered),
+            (0, 0, 0),
+            "{run:?}"
+        );
+        assert_eq!(
+            run.final_rate_share,
+            Some(1.0),
+            "back at the quota: {run:?}"
+        );
+    }
+}
