@@ -5,10 +5,29 @@
 use mailflow::adapters::event_sources::EmailsConsumer;
 use mailflow::adapters::rate_item::{RateItem, RATE_ITEM_KEY};
 use mailflow::domain::send_rate::{epoch_us, SendRate, SharedRate};
-use mailflow::ports::{ConsumerScaling, RateBucket};
+use mailflow::ports::{ConsumerScaling, RateBucket, SlotRequest, Taken};
 use mailflow_local::names;
 use mailflow_tests::test_env;
 use std::time::SystemTime;
+
+/// Takes `count` slots 1 ms apart for `environment`, with no deadline to speak of.
+async fn take(
+    item: &RateItem,
+    count: u32,
+    now_us: u64,
+    environment: &str,
+    forget: &[String],
+) -> Taken {
+    let request = SlotRequest {
+        count,
+        interval_us: 1_000,
+        now_us,
+        latest_us: now_us + 60_000_000,
+        environment,
+        forget,
+    };
+    item.take(&request).await.unwrap()
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn environments_taking_at_once_get_consecutive_slots_that_never_overlap() {
@@ -18,7 +37,7 @@ async fn environments_taking_at_once_get_consecutive_slots_that_never_overlap() 
 
     // Idle: the first take starts now.
     let now = epoch_us(SystemTime::now());
-    let first = item.take(10, 1_000, now, "env-a", &[]).await.unwrap();
+    let first = take(&item, 10, now, "env-a", &[]).await;
     assert_eq!(first.slots.first_us, now);
 
     // Sixteen takes at once, from four environments: each gets its own run of slots.
@@ -26,7 +45,7 @@ async fn environments_taking_at_once_get_consecutive_slots_that_never_overlap() 
         let item = item.clone();
         async move {
             let environment = format!("env-{}", i % 4);
-            item.take(10, 1_000, now, &environment, &[]).await.unwrap()
+            take(&item, 10, now, &environment, &[]).await
         }
     });
     let mut slots: Vec<u64> = futures::future::join_all(takes)
@@ -63,11 +82,26 @@ async fn environments_taking_at_once_get_consecutive_slots_that_never_overlap() 
 
     // An environment gone quiet is forgotten at someone's next take.
     let later = epoch_us(SystemTime::now());
-    let taken = item
-        .take(1, 1_000, later, "env-0", &["env-a".to_string()])
-        .await
-        .unwrap();
+    let taken = take(&item, 1, later, "env-0", &["env-a".to_string()]).await;
     assert!(!taken.view.environments.iter().any(|(id, _)| id == "env-a"));
+
+    // A schedule already past a taker's deadline is left alone, and says when it frees up.
+    let next_free = taken.slots.first_us + 1_000;
+    let request = SlotRequest {
+        count: 10,
+        interval_us: 1_000,
+        now_us: later,
+        latest_us: next_free - 1,
+        environment: "env-late",
+        forget: &[],
+    };
+    let refused = item.take(&request).await.unwrap();
+    assert_eq!(
+        (refused.slots.count, refused.slots.first_us),
+        (0, next_free)
+    );
+    let after = take(&item, 1, later, "env-0", &[]).await;
+    assert_eq!(after.slots.first_us, next_free, "nothing was taken");
 
     // No campaign listing ever shows the rate item.
     let campaigns = mailflow::adapters::campaigns::CampaignsTable::new(env.dynamo(), table);

@@ -13,7 +13,7 @@ use crate::adapters::secrets::SecretError;
 use crate::adapters::ses::SesMailer;
 use crate::adapters::sqs::SqsQueue;
 use crate::adapters::subscribers::Subscribers;
-use crate::adapters::{dynamodb_client, mongo, secrets, sqs_client};
+use crate::adapters::{dynamodb_client, lambda_client, mongo, secrets, sqs_client};
 use crate::config::{
     ConfigError, CreateEmailsConfig, GetUsersConfig, ProcessEnv, ReputationGuardConfig,
     SendEmailConfig, SesEventsConfig, Source, UnsubscribeFunctionConfig,
@@ -145,7 +145,7 @@ pub fn send_email<M: Mailer>(
     let queue = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
     let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
     let rate = RateItem::new(dynamodb_client(sdk), &config.campaigns_table_name);
-    let consumer = EmailsConsumer::new(aws_sdk_lambda::Client::new(sdk), &config.emails_queue_url);
+    let consumer = EmailsConsumer::new(lambda_client(sdk), &config.emails_queue_url);
     SendEmail::new(ledger, mailer, queue, campaigns, rate, config)
         .scaling(std::sync::Arc::new(consumer))
 }

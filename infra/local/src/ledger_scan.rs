@@ -42,6 +42,24 @@ pub async fn records(
     Ok(pages.into_iter().flatten().collect())
 }
 
+/// Emails per second over the steady state: the SENT records' completion times between the
+/// 10th and the 90th percentile (the fan-out before and the tail after left out). None with
+/// fewer than 20 sent.
+pub fn steady_send_rate(records: &[SendRecord]) -> Option<f64> {
+    let mut times: Vec<u64> = (records.iter())
+        .filter(|r| r.status == Some(SendStatus::Sent))
+        .filter_map(|r| r.completed_at_ms)
+        .collect();
+    if times.len() < 20 {
+        return None;
+    }
+    times.sort_unstable();
+    let at = |share: f64| ((times.len() - 1) as f64 * share).round() as usize;
+    let (from, to) = (at(0.1), at(0.9));
+    let seconds = times[to].saturating_sub(times[from]) as f64 / 1000.0;
+    (seconds > 0.0).then(|| (to - from) as f64 / seconds)
+}
+
 pub fn count_by_status(records: &[SendRecord]) -> BTreeMap<&'static str, usize> {
     let mut counts = BTreeMap::new();
     for r in records {

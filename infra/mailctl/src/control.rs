@@ -86,7 +86,7 @@ pub async fn pause(
         return Err(refusal(campaign, "paused", refused));
     }
     Ok(format!(
-        "paused {campaign}: the consumers of the campaign queues are stopped (every campaign on this stack waits; the queues are shared); the batches already in a function's hands finish (at most SendMaxConcurrency x EmailsBatchSize emails, sent within {} s); nothing is lost: `mailctl resume --campaign {campaign}` continues within the queues' 14-day retention",
+        "paused {campaign}: the consumers of the campaign queues are stopped (every campaign on this stack waits; the queues are shared); the batches already in a function's hands finish (at most SendEmail's environments x EmailsBatchSize emails, sent within {} s); nothing is lost: `mailctl resume --campaign {campaign}` continues within the queues' 14-day retention",
         mailflow::stages::CAMPAIGN_STATE_TTL.as_secs()
     ))
 }

@@ -33,6 +33,11 @@ pub fn dynamodb_client(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Client 
     aws_sdk_dynamodb::Client::from_conf(config.build())
 }
 
+pub fn lambda_client(sdk: &aws_config::SdkConfig) -> aws_sdk_lambda::Client {
+    let config = aws_sdk_lambda::config::Builder::from(sdk).interceptor(RequestMeter);
+    aws_sdk_lambda::Client::from_conf(config.build())
+}
+
 pub fn secrets_client(sdk: &aws_config::SdkConfig) -> aws_sdk_secretsmanager::Client {
     let config = aws_sdk_secretsmanager::config::Builder::from(sdk).interceptor(RequestMeter);
     aws_sdk_secretsmanager::Client::from_conf(config.build())

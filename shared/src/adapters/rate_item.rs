@@ -5,7 +5,8 @@
 //! - a take is one UpdateItem: `ADD nextFreeUs` while the schedule runs ahead of now (atomic,
 //!   so environments taking at once get consecutive slots without a read or a retry), or, when
 //!   the stack was idle, `SET nextFreeUs` to now plus the chunk, on the condition that it still
-//!   is idle (the rare race retries the ADD);
+//!   is idle (the rare race retries the ADD). A schedule already past the taker's deadline is
+//!   left as it is (the refused write returns it, so the taker knows when to come back);
 //! - a rate change is a conditional SET on `rateChangedAt`, so that the throttles of one burst,
 //!   reported by many environments at once, lower the rate once.
 //!
@@ -14,10 +15,10 @@
 
 use super::describe;
 use crate::domain::send_rate::{RateSource, SharedRate, Slots};
-use crate::ports::{RateBucket, RateError, RateView, Taken};
+use crate::ports::{RateBucket, RateError, RateView, SlotRequest, Taken};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 use std::collections::HashMap;
 
@@ -82,6 +83,17 @@ fn refused(err: &SdkError<UpdateItemError, impl std::fmt::Debug>) -> bool {
         if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)))
 }
 
+/// The item as it was when a condition refused the write (ALL_OLD on failure).
+fn refused_item(err: &SdkError<UpdateItemError, impl std::fmt::Debug>) -> Option<Item> {
+    match err {
+        SdkError::ServiceError(e) => match e.err() {
+            UpdateItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// How often a take races an idle-to-busy switch before it gives up (each loss means
 /// another environment's write landed: progress).
 const TAKE_ATTEMPTS: u32 = 4;
@@ -111,72 +123,92 @@ impl RateItem {
 }
 
 impl RateBucket for RateItem {
-    async fn take(
-        &self,
-        count: u32,
-        interval_us: u64,
-        now_us: u64,
-        environment: &str,
-        forget: &[String],
-    ) -> Result<Taken, RateError> {
+    async fn take(&self, request: &SlotRequest<'_>) -> Result<Taken, RateError> {
+        let SlotRequest {
+            count,
+            interval_us,
+            now_us,
+            latest_us,
+            environment,
+            forget,
+        } = *request;
         let span = u64::from(count) * interval_us;
         let now_ms = now_us / 1000;
+        let slots = |first_us, count| Slots {
+            first_us,
+            interval_us,
+            count,
+        };
         for _ in 0..TAKE_ATTEMPTS {
-            // The schedule runs ahead of now: the next `count` slots after it.
+            // The schedule runs ahead of now (but not past `latest`): the next slots after it.
             let mut expression = "ADD nextFreeUs :span SET envs.#me = :nowMs".to_owned();
-            let mut request = self
+            let mut update = self
                 .update()
-                .condition_expression("nextFreeUs >= :now AND attribute_exists(envs)")
+                .condition_expression(
+                    "nextFreeUs BETWEEN :now AND :latest AND attribute_exists(envs)",
+                )
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
                 .expression_attribute_names("#me", environment)
                 .expression_attribute_values(":span", n(span))
                 .expression_attribute_values(":now", n(now_us))
+                .expression_attribute_values(":latest", n(latest_us))
                 .expression_attribute_values(":nowMs", n(now_ms));
             let forget: Vec<&String> = forget.iter().filter(|id| *id != environment).collect();
             if !forget.is_empty() {
                 let paths: Vec<String> = (0..forget.len()).map(|i| format!("envs.#f{i}")).collect();
                 expression.push_str(&format!(" REMOVE {}", paths.join(", ")));
                 for (i, id) in forget.iter().enumerate() {
-                    request = request.expression_attribute_names(format!("#f{i}"), id.as_str());
+                    update = update.expression_attribute_names(format!("#f{i}"), id.as_str());
                 }
             }
-            match request.update_expression(expression).send().await {
+            let old = match update.update_expression(expression).send().await {
                 Ok(out) => {
                     let item = out.attributes.unwrap_or_default();
                     let next_free: u64 = number(&item, "nextFreeUs")
                         .ok_or_else(|| self.error("take send slots", "no nextFreeUs".into()))?;
                     return Ok(Taken {
-                        slots: Slots {
-                            first_us: next_free - span,
-                            interval_us,
-                            count,
-                        },
+                        slots: slots(next_free - span, count),
                         view: view(&item),
                     });
                 }
-                Err(err) if refused(&err) => {}
+                Err(err) if refused(&err) => refused_item(&err).unwrap_or_default(),
                 Err(err) => return Err(self.error("take send slots", describe(&err))),
+            };
+            if let Some(next_free) = number::<u64>(&old, "nextFreeUs") {
+                if next_free > latest_us {
+                    // Too far ahead for this invocation: nothing taken, say when it frees up.
+                    return Ok(Taken {
+                        slots: slots(next_free, 0),
+                        view: view(&old),
+                    });
+                }
             }
-            // Idle (or never used): the slots start now.
+            // Idle (or never used): the slots start now. The environments as the refusal
+            // showed them, this one in, the quiet ones out (one written meanwhile is back at
+            // its next take).
+            let mut environments = match old.get("envs") {
+                Some(AttributeValue::M(envs)) => envs.clone(),
+                _ => HashMap::new(),
+            };
+            for id in &forget {
+                environments.remove(id.as_str());
+            }
+            environments.insert(environment.to_owned(), n(now_ms));
             let idle = self
                 .update()
-                .update_expression("SET nextFreeUs = :end, envs = if_not_exists(envs, :mine)")
+                .update_expression("SET nextFreeUs = :end, envs = :envs")
                 .condition_expression("attribute_not_exists(nextFreeUs) OR nextFreeUs < :now")
                 .expression_attribute_values(":end", n(now_us + span))
                 .expression_attribute_values(":now", n(now_us))
-                .expression_attribute_values(
-                    ":mine",
-                    AttributeValue::M(HashMap::from([(environment.to_owned(), n(now_ms))])),
-                )
+                .expression_attribute_values(":envs", AttributeValue::M(environments))
                 .send()
                 .await;
             match idle {
                 Ok(out) => {
                     return Ok(Taken {
-                        slots: Slots {
-                            first_us: now_us,
-                            interval_us,
-                            count,
-                        },
+                        slots: slots(now_us, count),
                         view: view(&out.attributes.unwrap_or_default()),
                     })
                 }

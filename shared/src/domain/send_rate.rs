@@ -27,9 +27,10 @@ pub struct SendQuota {
 /// How often an environment reads SES's quota again: a raised quota is used within this.
 pub const QUOTA_REFRESH: Duration = Duration::from_secs(300);
 
-/// Emails per second one SendEmail environment sustains (10 records at once, SES answering in
-/// 30-80 ms, the ledger in 5-15 ms): measured by `mailctl lab rate --environment-throughput`
-/// (docs/benchmarks.md), with a margin. SendEmail's concurrency is the rate divided by it.
+/// Emails per second SendEmail's concurrency is sized by (the rate divided by it). One
+/// environment (10 records at once, SES answering in 30-80 ms, the ledger in 5-15 ms)
+/// sustains about 90/s (`mailctl rate --environment-throughput`, docs/benchmarks.md); 50
+/// leaves room for an SES or a DynamoDB slower than that.
 pub const PER_ENVIRONMENT_RATE: f64 = 50.0;
 
 /// SQS event source mappings take a MaximumConcurrency from 2 to 1000.
@@ -255,15 +256,22 @@ impl Slots {
     }
 }
 
-/// How many slots an environment takes at once for `demand` records that may send: half a
-/// chunk more (the rest serves its next batch, which comes within milliseconds while the
-/// queue is full), at most `MAX_CHUNK`. One DynamoDB write per chunk: with batches of 10,
-/// one take serves two batches.
-pub fn chunk_for(demand: usize) -> u32 {
-    (demand.max(1) + MAX_CHUNK as usize / 2).min(MAX_CHUNK as usize) as u32
+/// How many slots an environment takes at once for `demand` records that may send. In a
+/// deep queue (`deep`: this batch and the one before were full) its slots and the next
+/// batch's, which comes within milliseconds: one DynamoDB write serves two batches.
+/// Otherwise exactly its slots, since slots taken and not used are lost to every environment
+/// (a stack with more environments than batches, the end of a campaign).
+pub fn chunk_for(demand: usize, deep: bool) -> u32 {
+    if deep && demand >= FULL_BATCH {
+        MAX_CHUNK
+    } else {
+        (demand.clamp(1, MAX_CHUNK as usize)) as u32
+    }
 }
 
-/// At most this many slots per take: at 14 emails/s, 1.4 s of sending.
+/// An SQS batch as the event source mapping hands it over (`EmailsBatchSize`, at most 10).
+pub const FULL_BATCH: usize = 10;
+/// At most this many slots per take: two full batches; at 14 emails/s, 1.4 s of sending.
 pub const MAX_CHUNK: u32 = 20;
 
 /// Microseconds since the epoch.
@@ -377,8 +385,12 @@ mod tests {
             vec![1_000, 251_000, 501_000]
         );
         assert_eq!(
-            [0, 1, 2, 10, 13, 100].map(chunk_for),
-            [11, 11, 12, 20, 20, 20]
+            [0, 1, 2, 9, 10, 13].map(|d| chunk_for(d, true)),
+            [1, 1, 2, 9, 20, 20]
+        );
+        assert_eq!(
+            [0, 1, 9, 10, 13, 30].map(|d| chunk_for(d, false)),
+            [1, 1, 9, 10, 13, 20]
         );
         assert_eq!(RateSource::parse("SES quota"), Some(RateSource::SesQuota));
     }

@@ -370,7 +370,22 @@ impl RateView {
     }
 }
 
-/// What a take gave: the slots, and the item after it.
+/// What an environment asks the rate item for: `count` consecutive send slots `interval_us`
+/// apart, the first at `now_us` or where the slots taken before end, whichever is later, but
+/// not after `latest_us` (the last moment a send still fits in the invocation). It notes
+/// `environment` as sending and forgets the environments in `forget` (gone quiet).
+#[derive(Clone, Debug)]
+pub struct SlotRequest<'a> {
+    pub count: u32,
+    pub interval_us: u64,
+    pub now_us: u64,
+    pub latest_us: u64,
+    pub environment: &'a str,
+    pub forget: &'a [String],
+}
+
+/// What a take gave: the slots (none, starting at the schedule's next free time, when that
+/// is after `latest_us`: nothing is taken then), and the item after it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Taken {
     pub slots: Slots,
@@ -380,16 +395,10 @@ pub struct Taken {
 /// The stack's one send-rate item, shared by every SendEmail environment: the next free send
 /// time and the shared rate (`domain::send_rate`).
 pub trait RateBucket: Send + Sync {
-    /// Takes `count` consecutive send slots `interval_us` apart: the first at `now_us` or where
-    /// the slots taken before end, whichever is later. Notes `environment` as sending now and
-    /// forgets the environments in `forget` (gone quiet).
+    /// Takes the slots `request` asks for (`SlotRequest`).
     fn take(
         &self,
-        count: u32,
-        interval_us: u64,
-        now_us: u64,
-        environment: &str,
-        forget: &[String],
+        request: &SlotRequest<'_>,
     ) -> impl Future<Output = Result<Taken, RateError>> + Send;
 
     /// Sets the shared rate to `next` if it still is `seen` (None: never set); false when
@@ -408,13 +417,9 @@ pub trait RateBucket: Send + Sync {
 impl<T: RateBucket> RateBucket for std::sync::Arc<T> {
     fn take(
         &self,
-        count: u32,
-        interval_us: u64,
-        now_us: u64,
-        environment: &str,
-        forget: &[String],
+        request: &SlotRequest<'_>,
     ) -> impl Future<Output = Result<Taken, RateError>> + Send {
-        (**self).take(count, interval_us, now_us, environment, forget)
+        (**self).take(request)
     }
 
     fn change_rate(

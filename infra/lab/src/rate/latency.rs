@@ -7,7 +7,7 @@ use mailflow::domain::ledger::{Claim, ClaimOutcome, LedgerError, Reclaim, SendKe
 use mailflow::domain::send_rate::SharedRate;
 use mailflow::ports::memory::MemoryLedger;
 use mailflow::ports::{
-    Marked, QueueError, RateBucket, RateError, RateView, RetryQueue, SendLedger, Taken,
+    Marked, QueueError, RateBucket, RateError, RateView, RetryQueue, SendLedger, SlotRequest, Taken,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,18 +81,9 @@ impl SendLedger for Slow<MemoryLedger> {
 }
 
 impl<B: RateBucket> RateBucket for Slow<B> {
-    async fn take(
-        &self,
-        count: u32,
-        interval_us: u64,
-        now_us: u64,
-        environment: &str,
-        forget: &[String],
-    ) -> Result<Taken, RateError> {
+    async fn take(&self, request: &SlotRequest<'_>) -> Result<Taken, RateError> {
         self.wait().await;
-        (self.inner)
-            .take(count, interval_us, now_us, environment, forget)
-            .await
+        self.inner.take(request).await
     }
 
     async fn change_rate(

@@ -1,4 +1,4 @@
-//! `mailctl lab rate`: the send rate under SES's own enforcement, at rates the local stack
+//! `mailctl rate`: the send rate under SES's own enforcement, at rates the local stack
 //! cannot reach. The real SendEmail stage runs in N execution environments over in-memory
 //! ports with round-trip latencies (`latency`): an emails queue with SQS's semantics
 //! (`queue`), the ledger, the stack's rate item, and an SES stand-in that allows its maximum
@@ -387,7 +387,10 @@ mod tests {
             run.throttles,
             run.emails
         );
-        assert!(run.rate_requests_per_email <= 0.1, "{run:?}");
+        // At most 0.1 per email, beside each environment's start (it sets or reads the rate
+        // once): 2 requests each, 0.04 per email on a run this short.
+        let start = 2.0 * 8.0 / run.emails as f64;
+        assert!(run.rate_requests_per_email <= 0.1 + start, "{run:?}");
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -64,6 +64,9 @@ pub async fn demo(
         "sesRecorded": recorded,
         "wallTimeSeconds": (secs * 10.0).round() / 10.0,
         "sendRatePerSecond": ((send.sent as f64 / secs) * 10.0).round() / 10.0,
+        // The rate the sends kept once under way (10th to 90th percentile of completions).
+        "steadySendRatePerSecond": ledger_scan::steady_send_rate(&records)
+            .map(|r| (r * 100.0).round() / 100.0),
     });
     if json {
         println!("{summary}");
@@ -80,6 +83,7 @@ pub async fn demo(
             "sesRecorded",
             "wallTimeSeconds",
             "sendRatePerSecond",
+            "steadySendRatePerSecond",
         ] {
             println!("  {key:<22} {}", summary[key]);
         }

@@ -2,7 +2,7 @@
 //! (`adapters::rate_item`), shared by the environments of a test or a lab run.
 
 use crate::domain::send_rate::{SharedRate, Slots};
-use crate::ports::{RateBucket, RateError, RateView, Taken};
+use crate::ports::{RateBucket, RateError, RateView, SlotRequest, Taken};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -49,27 +49,24 @@ impl MemoryRateBucket {
 }
 
 impl RateBucket for MemoryRateBucket {
-    async fn take(
-        &self,
-        count: u32,
-        interval_us: u64,
-        now_us: u64,
-        environment: &str,
-        forget: &[String],
-    ) -> Result<Taken, RateError> {
+    async fn take(&self, request: &SlotRequest<'_>) -> Result<Taken, RateError> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let mut item = self.item();
-        let first_us = item.next_free_us.map_or(now_us, |next| next.max(now_us));
-        item.next_free_us = Some(first_us + u64::from(count) * interval_us);
-        for gone in forget {
-            item.environments.remove(gone);
-        }
-        item.environments
-            .insert(environment.to_owned(), now_us / 1000);
+        let first_us = (item.next_free_us).map_or(request.now_us, |next| next.max(request.now_us));
+        let count = if first_us > request.latest_us {
+            0
+        } else {
+            item.next_free_us = Some(first_us + u64::from(request.count) * request.interval_us);
+            for gone in request.forget {
+                item.environments.remove(gone);
+            }
+            (item.environments).insert(request.environment.to_owned(), request.now_us / 1000);
+            request.count
+        };
         Ok(Taken {
             slots: Slots {
                 first_us,
-                interval_us,
+                interval_us: request.interval_us,
                 count,
             },
             view: Self::view(&item),

@@ -25,7 +25,7 @@ use crate::runtime::Invocation;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 pub use outcome::Summary;
 use outcome::{Again, Done, Retry};
-use pacing::{Pacer, Ticket};
+use pacing::{NoSlot, Pacer, Ticket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -91,11 +91,6 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         self
     }
 
-    /// The shared rate's side of this environment (for the lab's figures).
-    pub fn pacer(&self) -> &Pacer<B> {
-        &self.pacer
-    }
-
     pub async fn handle(
         &self,
         event: SqsEvent,
@@ -106,6 +101,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         let stop = AtomicBool::new(false);
         let stop = &stop;
         // One ticket per record from the start: the demand the first chunk of slots is for.
+        self.pacer.batch(event.records.len());
         let tickets: std::sync::Mutex<Vec<Ticket<'_>>> =
             std::sync::Mutex::new(event.records.iter().map(|_| self.pacer.ticket()).collect());
         let tickets = &tickets;
@@ -144,6 +140,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                         Again::Busy => summary.busy += 1,
                         Again::Paused => summary.paused += 1,
                         Again::Throttled => summary.throttled += 1,
+                        Again::Paced => summary.paced += 1,
                         Again::Stopped => summary.stopped += 1,
                         Again::Error => summary.retried += 1,
                     }
@@ -158,6 +155,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             busy = summary.busy,
             throttled = summary.throttled,
             throttles = summary.throttles,
+            paced = summary.paced,
             stopped = summary.stopped,
             paused = summary.paused,
             retried = summary.retried,
@@ -246,11 +244,23 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             Err(err) => return self.fail(&claim, &err.to_string()).await,
         };
 
-        if let Err(err) = self.take_slot(ticket).await {
-            tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "no send slot; will retry");
-            self.give_back(&claim, &err.to_string(), false, last_receive)
-                .await;
-            return Err(Retry::error(None));
+        match self.take_slot(ticket, invocation).await {
+            Ok(()) => {}
+            Err(NoSlot::Full(wait)) => {
+                // Not an error: the stack is sending as fast as it may; back when it has room.
+                let reason = "no send slot before the deadline";
+                self.give_back(&claim, reason, false, last_receive).await;
+                return Err(Retry {
+                    why: Again::Paced,
+                    delay: Some(wait),
+                });
+            }
+            Err(NoSlot::Failed(err)) => {
+                tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "no send slot; will retry");
+                self.give_back(&claim, &err.to_string(), false, last_receive)
+                    .await;
+                return Err(Retry::error(None));
+            }
         }
         if stop.load(Ordering::SeqCst) {
             self.give_back(&claim, "sending stopped", false, last_receive)
@@ -277,13 +287,14 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
 
     /// Waits for this environment's next slot of the shared rate, reading SES's quota first
     /// when it is due (and sizing the consumers to it, on the side).
-    async fn take_slot(&self, ticket: Ticket<'_>) -> Result<(), crate::ports::RateError> {
+    async fn take_slot(&self, ticket: Ticket<'_>, invocation: &Invocation) -> Result<(), NoSlot> {
         let (ceiling, read) = self.pacer.ceiling(|| self.mailer.send_quota()).await;
         if let (Some(rate), Some(scaling)) = (read, &self.scaling) {
             let scaling = scaling.clone();
             tokio::spawn(async move { scale_to(&rate, scaling.as_ref()).await });
         }
-        self.pacer.acquire(ticket, &ceiling).await
+        let latest = invocation.deadline - MIN_TIME_TO_SEND;
+        self.pacer.acquire(ticket, &ceiling, latest).await
     }
 
     /// Sending is stopped (SES refuses the account): back to the queue at the longest delay.
@@ -367,7 +378,10 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             if stop.load(Ordering::SeqCst) || invocation.remaining() < 2 * MIN_TIME_TO_SEND {
                 return answer;
             }
-            if self.take_slot(self.pacer.ticket()).await.is_err()
+            if self
+                .take_slot(self.pacer.ticket(), invocation)
+                .await
+                .is_err()
                 || invocation.remaining() < MIN_TIME_TO_SEND
             {
                 return answer;

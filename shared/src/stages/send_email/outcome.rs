@@ -19,6 +19,9 @@ summary! {
         pub throttled: usize,
         /// SES's throttles, each answered by a lower shared rate and a later slot.
         pub throttles: usize,
+        /// Returned unsent because the shared schedule had no slot before the invocation's
+        /// deadline: back when it has (not an error, no SES call).
+        pub paced: usize,
         /// Returned because sending is paused or the account suspended.
         pub stopped: usize,
         /// The campaign is paused: handed back unclaimed, sent after the resume.
@@ -47,6 +50,8 @@ pub(super) enum Again {
     /// The campaign is paused: the record goes back untouched, to be sent after the resume.
     Paused,
     Throttled,
+    /// No send slot before the deadline.
+    Paced,
     Stopped,
     Error,
 }

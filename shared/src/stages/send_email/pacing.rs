@@ -7,13 +7,13 @@
 //! duplicate, a paused campaign...): the live tickets are the demand a chunk is sized by.
 
 use crate::domain::send_rate::{
-    chunk_for, epoch_us, QuotaUnknown, SendQuota, SendRate, SharedRate, Slots, MAX_LATENESS,
-    QUOTA_REFRESH,
+    chunk_for, epoch_us, QuotaUnknown, SendQuota, SendRate, SharedRate, Slots, FULL_BATCH,
+    MAX_LATENESS, QUOTA_REFRESH,
 };
-use crate::ports::{RateBucket, RateError};
+use crate::ports::{RateBucket, RateError, SlotRequest};
 use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -30,6 +30,9 @@ pub struct Pacer<B> {
     ceiling: Mutex<Option<(SendRate, Instant)>>,
     local: Mutex<Local>,
     demand: AtomicUsize,
+    /// Whether the last batch was full, and whether this one and the last were (a deep queue).
+    last_full: AtomicBool,
+    deep: AtomicBool,
     /// SES's throttles seen by this environment.
     throttles: AtomicU64,
 }
@@ -42,6 +45,17 @@ struct Local {
     rate: Option<SharedRate>,
     /// Environments gone quiet, to forget at the next take.
     forget: Vec<String>,
+}
+
+/// Why a record gets no slot now.
+#[derive(Debug, thiserror::Error)]
+pub enum NoSlot {
+    /// The shared schedule is taken until after this invocation's deadline: the record should
+    /// come back in this long (many environments for the rate, a rate lowered by throttling).
+    #[error("the shared send schedule is full for {0:?}, past this invocation's deadline")]
+    Full(Duration),
+    #[error(transparent)]
+    Failed(#[from] RateError),
 }
 
 /// A record's claim on a slot; dropped unused, it no longer counts in the demand.
@@ -72,8 +86,17 @@ impl<B: RateBucket> Pacer<B> {
             ceiling: Mutex::new(None),
             local: Mutex::default(),
             demand: AtomicUsize::new(0),
+            last_full: AtomicBool::new(false),
+            deep: AtomicBool::new(false),
             throttles: AtomicU64::new(0),
         }
+    }
+
+    /// A batch of `records` begins: its size tells how deep the queue is.
+    pub fn batch(&self, records: usize) {
+        let full = records >= FULL_BATCH;
+        let last = self.last_full.swap(full, Ordering::Relaxed);
+        self.deep.store(last && full, Ordering::Relaxed);
     }
 
     pub fn ticket(&self) -> Ticket<'_> {
@@ -104,8 +127,17 @@ impl<B: RateBucket> Pacer<B> {
         }
     }
 
-    /// Waits for this environment's next slot and takes it, `ticket` with it.
-    pub async fn acquire(&self, ticket: Ticket<'_>, ceiling: &SendRate) -> Result<(), RateError> {
+    /// Waits for this environment's next slot and takes it, `ticket` with it; a slot after
+    /// `latest` (the last moment a send still fits in the invocation) is neither taken nor
+    /// waited for (`NoSlot::Full`): the record goes back to the queue rather than outlive its
+    /// invocation.
+    pub async fn acquire(
+        &self,
+        ticket: Ticket<'_>,
+        ceiling: &SendRate,
+        latest: SystemTime,
+    ) -> Result<(), NoSlot> {
+        let latest_us = epoch_us(latest);
         let slot = {
             let mut local = self.local.lock().await;
             loop {
@@ -118,18 +150,25 @@ impl<B: RateBucket> Pacer<B> {
                     break slot;
                 }
                 let rate = self.rate(&mut local, ceiling, now_us / 1000).await?;
-                let count = chunk_for(self.demand.load(Ordering::Relaxed));
+                let count = chunk_for(
+                    self.demand.load(Ordering::Relaxed),
+                    self.deep.load(Ordering::Relaxed),
+                );
                 let forget = std::mem::take(&mut local.forget);
-                let taken = self
-                    .bucket
-                    .take(
-                        count,
-                        Slots::interval_at(rate),
-                        now_us,
-                        &self.environment,
-                        &forget,
-                    )
-                    .await?;
+                let request = SlotRequest {
+                    count,
+                    interval_us: Slots::interval_at(rate),
+                    now_us,
+                    latest_us,
+                    environment: &self.environment,
+                    forget: &forget,
+                };
+                let taken = self.bucket.take(&request).await?;
+                if taken.slots.count == 0 {
+                    local.forget = forget;
+                    let wait = taken.slots.first_us.saturating_sub(now_us);
+                    return Err(NoSlot::Full(Duration::from_micros(wait)));
+                }
                 let quiet = (now_us / 1000).saturating_sub(QUIET_AFTER.as_millis() as u64);
                 local.forget = (taken.view.environments.iter())
                     .filter(|(_, at)| *at < quiet)
@@ -143,6 +182,11 @@ impl<B: RateBucket> Pacer<B> {
             }
         };
         drop(ticket);
+        if slot > latest_us {
+            // Taken earlier (a chunk's rest) and too late for this invocation: lost.
+            let wait = slot.saturating_sub(epoch_us(SystemTime::now()));
+            return Err(NoSlot::Full(Duration::from_micros(wait)));
+        }
         let wait = slot.saturating_sub(epoch_us(SystemTime::now()));
         tokio::time::sleep(Duration::from_micros(wait)).await;
         Ok(())
@@ -202,6 +246,10 @@ mod tests {
     use crate::ports::memory::MemoryRateBucket;
     use std::sync::Arc;
 
+    fn far() -> SystemTime {
+        SystemTime::now() + Duration::from_secs(60)
+    }
+
     #[tokio::test]
     async fn environments_share_one_schedule_taken_in_chunks() {
         let bucket = Arc::new(MemoryRateBucket::default());
@@ -210,18 +258,20 @@ mod tests {
         let started = SystemTime::now();
         for pacer in &pacers {
             for _ in 0..10 {
+                pacer.batch(10);
                 let tickets: Vec<_> = (0..10).map(|_| pacer.ticket()).collect();
                 for ticket in tickets {
-                    pacer.acquire(ticket, &ceiling).await.unwrap();
+                    pacer.acquire(ticket, &ceiling, far()).await.unwrap();
                 }
             }
         }
-        // 400 sends at 1,000/s from one shared schedule: not before 0.39 s. Each take of 20
-        // served two batches (5 per environment), beside setting the rate (one write per
-        // environment, the three that lost the race read it).
+        // 400 sends at 1,000/s from one shared schedule: not before 0.39 s. The first batch
+        // took its 10; once the queue shows deep, each take of 20 served two batches (1 + 5
+        // per environment), beside setting the rate (one write per environment, the three
+        // that lost the race read it).
         assert!(started.elapsed().unwrap() >= Duration::from_millis(390));
         let requests = bucket.requests.load(Ordering::Relaxed);
-        assert_eq!(requests, 4 * 5 + 4 + 3, "requests for 400 slots");
+        assert_eq!(requests, 4 * 6 + 4 + 3, "requests for 400 slots");
         let view = bucket.read().await.unwrap();
         assert_eq!(
             view.sending(epoch_us(SystemTime::now()) / 1000, QUIET_AFTER),
@@ -237,8 +287,8 @@ mod tests {
             Pacer::new(bucket.clone(), 100.0),
             Pacer::new(bucket.clone(), 100.0),
         );
-        a.acquire(a.ticket(), &ceiling).await.unwrap();
-        b.acquire(b.ticket(), &ceiling).await.unwrap();
+        a.acquire(a.ticket(), &ceiling, far()).await.unwrap();
+        b.acquire(b.ticket(), &ceiling, far()).await.unwrap();
         a.throttled(&ceiling).await;
         a.throttled(&ceiling).await;
         assert_eq!(a.throttles(), 2);
@@ -246,9 +296,28 @@ mod tests {
         assert_eq!(rate.rate, 70.0, "lowered once for the burst");
         // B's chunk of 11 was taken at 100/s; its next chunk is at the lowered rate.
         for _ in 0..11 {
-            b.acquire(b.ticket(), &ceiling).await.unwrap();
+            b.acquire(b.ticket(), &ceiling, far()).await.unwrap();
         }
         assert_eq!(b.local.lock().await.rate.unwrap().rate, 70.0);
+    }
+
+    #[tokio::test]
+    async fn a_slot_after_the_deadline_is_not_waited_for() {
+        let pacer = Pacer::new(MemoryRateBucket::default(), 1.0);
+        let ceiling = SendRate::configured(1.0);
+        let soon = || SystemTime::now() + Duration::from_millis(500);
+        pacer
+            .acquire(pacer.ticket(), &ceiling, soon())
+            .await
+            .unwrap();
+        // The next slot is a second after the first: past a deadline half a second away, so
+        // nothing is taken and the record is told when the schedule frees up.
+        let requests = pacer.bucket.requests.load(Ordering::Relaxed);
+        match pacer.acquire(pacer.ticket(), &ceiling, soon()).await {
+            Err(NoSlot::Full(wait)) => assert!(wait <= Duration::from_secs(1), "{wait:?}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(pacer.bucket.requests.load(Ordering::Relaxed), requests + 1);
     }
 
     #[tokio::test]
