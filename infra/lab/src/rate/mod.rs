@@ -55,8 +55,8 @@ pub struct RateOptions {
     /// SES refuses every send (429) from this second of the run to the next value.
     #[arg(long, value_delimiter = ',')]
     pub outage_seconds: Vec<f64>,
-    /// Instead of the matrix: one environment with no quota to speak of, for the throughput
-    /// one environment sustains (`PER_ENVIRONMENT_RATE`).
+    /// Instead of the matrix: one environment with no quota to speak of (2,000 emails), for
+    /// the throughput one environment sustains (`PER_ENVIRONMENT_RATE`).
     #[arg(long)]
     pub environment_throughput: bool,
 }
@@ -156,7 +156,8 @@ fn jobs(count: usize) -> Vec<String> {
         .collect()
 }
 
-/// One run: `quota` emails/s, `environments` SendEmail environments, `mode`.
+/// One run: `quota` emails/s, `environments` SendEmail environments, `mode`; `seconds` of
+/// sending at the quota (at least 200 emails).
 pub async fn run_one(
     options: &RateOptions,
     quota: f64,
@@ -164,11 +165,22 @@ pub async fn run_one(
     mode: Mode,
     seed: u64,
 ) -> Result<RunReport> {
+    let emails = ((quota * options.seconds).round() as usize).max(200);
+    run_emails(options, quota, environments, mode, seed, emails).await
+}
+
+async fn run_emails(
+    options: &RateOptions,
+    quota: f64,
+    environments: u32,
+    mode: Mode,
+    seed: u64,
+    emails: usize,
+) -> Result<RunReport> {
     let (ses_latency, store_latency) = (
         millis(&options.ses_latency_ms)?,
         millis(&options.store_latency_ms)?,
     );
-    let emails = ((quota * options.seconds).round() as usize).max(200);
     let mut ses = StandInSes::new(quota, ses_latency, seed);
     if let [from, to] = options.outage_seconds[..] {
         ses.refuse_between = Some((Duration::from_secs_f64(from), Duration::from_secs_f64(to)));
@@ -289,8 +301,10 @@ pub async fn run(options: &RateOptions) -> Result<Vec<RunReport>> {
     if options.environment_throughput {
         let mut reports = Vec::new();
         for run in 0..options.runs {
-            let mut report = run_one(options, 1e6, 1, Mode::Shared, u64::from(run)).await?;
-            // No quota to speak of: the share is meaningless, the rate is the figure.
+            let mut report =
+                run_emails(options, 1e6, 1, Mode::Shared, u64::from(run), 2_000).await?;
+            // No quota to speak of: the share is meaningless, the rate is the figure (quota 0
+            // marks it, for `markdown`).
             report.steady_share *= report.quota;
             report.quota = 0.0;
             reports.push(report);
@@ -326,6 +340,14 @@ fn range(values: impl Iterator<Item = f64>, digits: usize) -> String {
 
 /// The runs as a Markdown table, one row per quota x environments x mode, ranges over runs.
 pub fn markdown(reports: &[RunReport]) -> String {
+    if !reports.is_empty() && reports.iter().all(|r| r.quota == 0.0) {
+        return format!(
+            "| one environment, no quota | emails per run | emails/s over the steady state |\n|---|---|---|\n| {} runs | {} | {} |\n",
+            reports.len(),
+            reports[0].emails,
+            range(reports.iter().map(|r| r.steady_share), 1)
+        );
+    }
     let mut out = String::from(
         "| quota/s | environments | pacing | emails | steady rate / quota | throttles / 1,000 (steady) | throttles (all) | lost | sent twice | DLQ | first email (ms) | last 1 % (s) | rate-item requests / email |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
