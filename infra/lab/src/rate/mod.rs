@@ -331,10 +331,11 @@ fn range(values: impl Iterator<Item = f64>, digits: usize) -> String {
     let values: Vec<f64> = values.collect();
     let low = values.iter().copied().fold(f64::INFINITY, f64::min);
     let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if (high - low).abs() < 0.5 * 10f64.powi(-(digits as i32)) {
-        format!("{low:.digits$}")
+    let (low, high) = (format!("{low:.digits$}"), format!("{high:.digits$}"));
+    if low == high {
+        low
     } else {
-        format!("{low:.digits$}-{high:.digits$}")
+        format!("{low}-{high}")
     }
 }
 
