@@ -10,8 +10,9 @@
 //! - a rate change is a conditional SET on `rateChangedAt`, so that the throttles of one burst,
 //!   reported by many environments at once, lower the rate once.
 //!
-//! At one take per chunk of up to `MAX_CHUNK` slots it costs about 0.07-0.1 writes per email
-//! (docs/benchmarks.md), on a small item: one write request unit each.
+//! One write per take, on a small item (one write request unit): 0.050-0.075 per email where
+//! the rate is the bottleneck (a take serves two full batches), 0.21 in the benchmark, where
+//! SendEmail outruns its queue and most batches are partial (docs/benchmarks.md).
 
 use super::describe;
 use crate::domain::send_rate::{RateSource, SharedRate, Slots};
