@@ -157,13 +157,31 @@ fn sample_events_are_what_the_handlers_accept() {
         let path = mailctl::repo_root().join("infra/events").join(name);
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     };
-    for name in ["schedule.json", "manual-run.json", "manual-resend.json"] {
+    let local = mailflow::config::LocalTimeConfig::from_source(&|_: &str| None).unwrap();
+    let parse_request = |event| parse_request(event, &local, 1_795_824_000_000);
+    for name in [
+        "schedule.json",
+        "manual-run.json",
+        "manual-resend.json",
+        "manual-local-time.json",
+    ] {
         match parse_request(read(name)) {
             Ok(Request::Run(run)) => {
-                assert_eq!(run.campaign.id.as_str(), "weekly-2026-W47", "{name}")
+                assert_eq!(run.campaign.id.as_str(), "weekly-2026-W47", "{name}");
+                assert_eq!(
+                    run.delivery.is_some(),
+                    name == "manual-local-time.json",
+                    "{name}"
+                );
             }
             _ => panic!("{name} is not a GetUsers run"),
         }
+    }
+    match parse_request(read("release-slot.json")) {
+        Ok(Request::Release(release)) => {
+            assert_eq!(release.campaign_id.as_str(), "weekly-2026-W47")
+        }
+        _ => panic!("release-slot.json is not a release"),
     }
     let users: SqsEvent = serde_json::from_value(read("users-batch.json")).unwrap();
     assert!(parse_body::<UserMessage>(users.records[0].body.as_deref()).is_ok());

@@ -227,6 +227,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
         include_cancelled: false,
         after: None,
         segment: 0,
+        delivery: None,
     };
     let mut segments = 0;
     loop {
@@ -441,6 +442,7 @@ async fn get_users_resumes_after_a_string_or_an_object_id_checkpoint() {
             include_cancelled: false,
             after: after.map(str::to_owned),
             segment: 1,
+            delivery: None,
         };
         let invocation = Invocation::with_timeout("mixed", Duration::from_secs(60));
         let summary = pipeline.get_users.run(run, &invocation).await.unwrap();

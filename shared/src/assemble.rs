@@ -13,7 +13,10 @@ use crate::adapters::secrets::SecretError;
 use crate::adapters::ses::SesMailer;
 use crate::adapters::sqs::SqsQueue;
 use crate::adapters::subscribers::Subscribers;
-use crate::adapters::{dynamodb_client, lambda_client, mongo, secrets, sqs_client};
+use crate::adapters::waiting::WaitingTable;
+use crate::adapters::{
+    dynamodb_client, lambda_client, mongo, scheduler_client, secrets, sqs_client,
+};
 use crate::config::{
     ConfigError, CreateEmailsConfig, GetUsersConfig, ProcessEnv, ReputationGuardConfig,
     SendEmailConfig, SesEventsConfig, Source, UnsubscribeFunctionConfig,
@@ -54,7 +57,7 @@ pub enum AssembleError {
 
 /// GetUsers as it runs on Lambda: MongoDB's users, the users and continuation queues, the
 /// campaigns table.
-pub type LambdaGetUsers = GetUsers<MongoDirectory, SqsQueue, CampaignsTable>;
+pub type LambdaGetUsers = GetUsers<MongoDirectory, SqsQueue, CampaignsTable, WaitingTable>;
 
 /// CreateEmails as it runs on Lambda: MongoDB's users, the emails queue, the campaigns table.
 pub type LambdaCreateEmails = CreateEmails<MongoDirectory, SqsQueue, CampaignsTable>;
@@ -82,12 +85,21 @@ pub async fn get_users(
     let sqs = sqs_client(sdk);
     let users = SqsQueue::new(sqs.clone(), &config.users_queue_url);
     let continuation = SqsQueue::new(sqs, &config.continuation_queue_url);
-    let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
+    let dynamodb = dynamodb_client(sdk);
+    let campaigns = CampaignsTable::new(dynamodb.clone(), &config.campaigns_table_name);
+    let waiting = WaitingTable {
+        dynamodb,
+        scheduler: scheduler_client(sdk),
+        table: config.waiting_table_name.clone(),
+        schedule_group: config.release_schedule_group.clone(),
+        scheduler_role_arn: config.release_scheduler_role_arn.clone(),
+    };
     let stage = GetUsers::new(
         MongoDirectory::new(db),
         users,
         continuation,
         campaigns,
+        waiting,
         config,
     );
     stage.prepare().await?;

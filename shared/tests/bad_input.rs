@@ -119,7 +119,8 @@ proptest! {
     #[test]
     fn get_users_events_never_panic(event in json()) {
         // Scheduled, manual and continuation events, and anything else: a request or an error.
-        let _ = parse_request(event);
+        let local = mailflow::config::LocalTimeConfig::from_source(&|_: &str| None).unwrap();
+        let _ = parse_request(event, &local, 1_795_824_000_000);
     }
 
     #[test]

@@ -63,7 +63,8 @@ pub async fn plan<D: UserDirectory>(
     };
     let mut audience = directory.audience(&campaign.window, None);
     let progress = crate::progress::Progress::new("plan");
-    while let Some(user) = audience.next().await.context("reading the audience")? {
+    while let Some(member) = audience.next().await.context("reading the audience")? {
+        let user = &member.id;
         plan.audience += 1;
         let detail = format!("{} would be sent", plan.would_send);
         progress.report(plan.audience as u64, None, "users read", &detail);

@@ -13,6 +13,7 @@ pub mod secrets;
 pub mod ses;
 pub mod sqs;
 pub mod subscribers;
+pub mod waiting;
 
 use crate::runtime::metering::RequestMeter;
 
@@ -36,6 +37,11 @@ pub fn dynamodb_client(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Client 
 pub fn lambda_client(sdk: &aws_config::SdkConfig) -> aws_sdk_lambda::Client {
     let config = aws_sdk_lambda::config::Builder::from(sdk).interceptor(RequestMeter);
     aws_sdk_lambda::Client::from_conf(config.build())
+}
+
+pub fn scheduler_client(sdk: &aws_config::SdkConfig) -> aws_sdk_scheduler::Client {
+    let config = aws_sdk_scheduler::config::Builder::from(sdk).interceptor(RequestMeter);
+    aws_sdk_scheduler::Client::from_conf(config.build())
 }
 
 pub fn secrets_client(sdk: &aws_config::SdkConfig) -> aws_sdk_secretsmanager::Client {

@@ -53,6 +53,36 @@ impl OutgoingQueue for SqsQueue {
     /// Sends up to 10 bodies in one SendMessageBatch, re-sending the entries that come back
     /// in `Failed` (with a short backoff) until all are in or the attempts run out.
     async fn send_batch(&self, bodies: &[String]) -> Result<SendReport, QueueError> {
+        self.send_entries(bodies, 0).await
+    }
+
+    async fn send_batch_delayed(
+        &self,
+        bodies: &[String],
+        delay_seconds: u32,
+    ) -> Result<SendReport, QueueError> {
+        self.send_entries(bodies, delay_seconds.min(crate::ports::MAX_DELAY_SECONDS))
+            .await
+    }
+
+    async fn send(&self, body: String) -> Result<(), QueueError> {
+        self.client
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body)
+            .send()
+            .await
+            .map_err(|e| self.call_error("SendMessage", &e))?;
+        Ok(())
+    }
+}
+
+impl SqsQueue {
+    async fn send_entries(
+        &self,
+        bodies: &[String],
+        delay_seconds: u32,
+    ) -> Result<SendReport, QueueError> {
         let mut pending: Vec<usize> = (0..bodies.len()).collect();
         let mut report = SendReport::default();
         let mut last_failure = String::new();
@@ -70,6 +100,7 @@ impl OutgoingQueue for SqsQueue {
                     SendMessageBatchRequestEntry::builder()
                         .id(i.to_string())
                         .message_body(&bodies[i])
+                        .set_delay_seconds((delay_seconds > 0).then_some(delay_seconds as i32))
                         .build()
                         .map_err(|e| QueueError::Call {
                             queue: self.url.clone(),
@@ -126,17 +157,6 @@ impl OutgoingQueue for SqsQueue {
                 unsent: pending,
             })
         }
-    }
-
-    async fn send(&self, body: String) -> Result<(), QueueError> {
-        self.client
-            .send_message()
-            .queue_url(&self.url)
-            .message_body(body)
-            .send()
-            .await
-            .map_err(|e| self.call_error("SendMessage", &e))?;
-        Ok(())
     }
 }
 

@@ -1,6 +1,7 @@
 //! The configuration of GetUsers, CreateEmails, Unsubscribe, SesEvents and ReputationGuard.
 
 use super::*;
+use crate::domain::local_time::{LocalTime, LocalTimeError, PassedTime, ZoneName};
 use std::time::Duration;
 
 /// GetUsers: audience out of MongoDB into the users queue.
@@ -17,6 +18,42 @@ pub struct GetUsersConfig {
     pub deadline_margin: Duration,
     /// The longest content window a campaign may start with.
     pub max_window: Duration,
+    pub local_time: LocalTimeConfig,
+    pub waiting_table_name: String,
+    pub release_schedule_group: String,
+    pub release_scheduler_role_arn: String,
+}
+
+/// Local-time delivery: the schedule's campaigns use `send_at` when it is set; a manual run
+/// asks for it in its event and takes the fallback zone and the policy from here unless it
+/// names its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalTimeConfig {
+    pub send_at: Option<LocalTime>,
+    pub fallback_zone: ZoneName,
+    pub passed_time: PassedTime,
+}
+
+impl LocalTimeConfig {
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        let problem = |var, e: LocalTimeError| ConfigError {
+            var,
+            problem: e.to_string(),
+        };
+        Ok(Self {
+            send_at: value(src, var::LOCAL_SEND_TIME)
+                .map(|raw| raw.parse().map_err(|e| problem(var::LOCAL_SEND_TIME, e)))
+                .transpose()?,
+            fallback_zone: ZoneName::parse(
+                &value(src, var::FALLBACK_TIME_ZONE).unwrap_or_else(|| "UTC".into()),
+            )
+            .map_err(|e| problem(var::FALLBACK_TIME_ZONE, e))?,
+            passed_time: value(src, var::PASSED_TIME_POLICY)
+                .map(|raw| raw.parse().map_err(|e| problem(var::PASSED_TIME_POLICY, e)))
+                .transpose()?
+                .unwrap_or_default(),
+        })
+    }
 }
 
 impl GetUsersConfig {
@@ -27,10 +64,20 @@ impl GetUsersConfig {
         var::ENQUEUE_CONCURRENCY,
         var::DEADLINE_MARGIN_SECONDS,
         var::MAX_WINDOW_DAYS,
+        var::LOCAL_SEND_TIME,
+        var::FALLBACK_TIME_ZONE,
+        var::PASSED_TIME_POLICY,
+        var::WAITING_TABLE_NAME,
+        var::RELEASE_SCHEDULE_GROUP,
+        var::RELEASE_SCHEDULER_ROLE_ARN,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         Ok(Self {
+            local_time: LocalTimeConfig::from_source(src)?,
+            waiting_table_name: required(src, var::WAITING_TABLE_NAME)?,
+            release_schedule_group: required(src, var::RELEASE_SCHEDULE_GROUP)?,
+            release_scheduler_role_arn: required(src, var::RELEASE_SCHEDULER_ROLE_ARN)?,
             mongo: MongoConfig::from_source(src)?,
             campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
             users_queue_url: required(src, var::USERS_QUEUE_URL)?,

@@ -11,7 +11,7 @@ mod send_email;
 pub mod var;
 
 pub use functions::{
-    CreateEmailsConfig, GetUsersConfig, ReputationGuardConfig, SesEventsConfig,
+    CreateEmailsConfig, GetUsersConfig, LocalTimeConfig, ReputationGuardConfig, SesEventsConfig,
     UnsubscribeFunctionConfig,
 };
 pub use send_email::SendEmailConfig;

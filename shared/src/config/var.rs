@@ -18,6 +18,19 @@ pub const CAMPAIGNS_TABLE_NAME: &str = "CAMPAIGNS_TABLE_NAME";
 /// The event source mappings of the continuation, users and emails queues (comma-separated
 /// UUIDs): the reputation guard disables them to stop sending
 pub const EVENT_SOURCE_MAPPING_IDS: &str = "EVENT_SOURCE_MAPPING_IDS";
+/// The local time a scheduled campaign is delivered at in each user's zone (`HH:MM`);
+/// empty: everyone at once
+pub const LOCAL_SEND_TIME: &str = "LOCAL_SEND_TIME";
+/// The IANA zone of users whose `timezone` is missing or unknown (local-time delivery)
+pub const FALLBACK_TIME_ZONE: &str = "FALLBACK_TIME_ZONE";
+/// A local time already passed when the campaign starts: `send-now`, `next-day` or `skip`
+pub const PASSED_TIME_POLICY: &str = "PASSED_TIME_POLICY";
+/// Users of local-time campaigns waiting for their send slot
+pub const WAITING_TABLE_NAME: &str = "WAITING_TABLE_NAME";
+/// The EventBridge Scheduler group of the one-time schedules that release each send slot
+pub const RELEASE_SCHEDULE_GROUP: &str = "RELEASE_SCHEDULE_GROUP";
+/// The role EventBridge Scheduler assumes to invoke GetUsers at a send slot
+pub const RELEASE_SCHEDULER_ROLE_ARN: &str = "RELEASE_SCHEDULER_ROLE_ARN";
 /// Email jobs (SendEmail uses it to set retry delays)
 pub const EMAILS_QUEUE_URL: &str = "EMAILS_QUEUE_URL";
 /// SendMessageBatch calls in flight

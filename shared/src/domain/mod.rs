@@ -4,6 +4,7 @@ pub mod address;
 pub mod campaign;
 pub mod digest;
 pub mod ledger;
+pub mod local_time;
 pub mod messages;
 pub mod mime;
 pub mod send_rate;

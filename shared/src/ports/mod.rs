@@ -5,13 +5,15 @@
 //! `adapters::sqs::SqsQueue` (OutgoingQueue, RetryQueue), `adapters::subscribers::
 //! Subscribers` (SubscriberStore), `adapters::directory::MongoDirectory` (UserDirectory),
 //! `adapters::campaigns::CampaignsTable` (CampaignStates), `adapters::rate_item::RateItem`
-//! (RateBucket), `adapters::event_sources::EmailsConsumer` (ConsumerScaling).
+//! (RateBucket), `adapters::event_sources::EmailsConsumer` (ConsumerScaling),
+//! `adapters::waiting::WaitingTable` (WaitingRoom).
 
-use crate::domain::campaign::{Campaign, Hold, StateChange, Window};
+use crate::domain::campaign::{Campaign, CampaignId, Hold, StateChange, Window};
 use crate::domain::digest::{Enrichment, OddFollows};
 use crate::domain::ledger::{
     Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, SendKey, SendStatus,
 };
+use crate::domain::local_time::{LocalTimeCounts, SlotRelease, WaitingReport, ZoneField};
 #[cfg(any(test, feature = "memory"))]
 pub mod memory;
 use crate::domain::send_rate::{QuotaUnknown, SendQuota, SharedRate, Slots};
@@ -172,7 +174,89 @@ pub trait UserDirectory: Send + Sync {
 
 /// The audience, one user at a time, never held in memory.
 pub trait AudienceScan: Send {
-    fn next(&mut self) -> impl Future<Output = Result<Option<UserId>, StoreError>> + Send;
+    fn next(&mut self) -> impl Future<Output = Result<Option<AudienceMember>, StoreError>> + Send;
+}
+
+/// One user of the audience: their id, and their time zone field as the document holds it
+/// (read by the same scan, so local-time delivery costs no extra read).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AudienceMember {
+    pub id: UserId,
+    pub zone: ZoneField,
+}
+
+/// What time it is, for decisions that depend on the time of day: the system clock on
+/// Lambda, a clock the simulator controls locally (so that a day of local times runs in
+/// minutes), never a mode.
+pub trait Clock: Send + Sync {
+    fn now_ms(&self) -> i64;
+}
+
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        crate::domain::ledger::epoch_ms(std::time::SystemTime::now()) as i64
+    }
+}
+
+/// Where a release of one send slot has got to: the shard, and the last user id released
+/// in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleasePosition {
+    pub shard: u8,
+    pub after: Option<String>,
+}
+
+/// Users of local-time campaigns waiting for their send slot, and the one-time schedules
+/// that release each slot (DynamoDB and EventBridge Scheduler on AWS).
+pub trait WaitingRoom: Send + Sync {
+    /// Keeps `users` (id, users-queue body) of `campaign` until `at_ms`. Idempotent: a user
+    /// kept twice is kept once.
+    fn hold(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        users: &[(String, String)],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Makes sure a one-time schedule invokes `target_arn` with `event` at `at_ms`: creating
+    /// one that exists already is success.
+    fn schedule_release(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        target_arn: &str,
+        event: &serde_json::Value,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Up to `limit` waiting users' bodies of the slot from `from`, and where the next page
+    /// starts (`None`: the slot is done).
+    fn waiting(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        from: &ReleasePosition,
+        limit: usize,
+    ) -> impl Future<Output = Result<(Vec<String>, Option<ReleasePosition>), StoreError>> + Send;
+    /// A run segment's counts (written again by a retried segment, never added twice).
+    fn record_segment(
+        &self,
+        campaign: &CampaignId,
+        segment: u32,
+        counts: &LocalTimeCounts,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// A slot released: how many users, and when (the clock's time).
+    fn record_release(
+        &self,
+        campaign: &CampaignId,
+        release: &SlotRelease,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// What is recorded of the campaign's local-time delivery (`None`: not a local-time
+    /// campaign).
+    fn report(
+        &self,
+        campaign: &CampaignId,
+    ) -> impl Future<Output = Result<Option<WaitingReport>, StoreError>> + Send;
 }
 
 /// Switching a campaign's sending failed: the campaigns table or Lambda's event source
@@ -258,7 +342,17 @@ pub trait OutgoingQueue: Send + Sync {
         bodies: &[String],
     ) -> impl Future<Output = Result<SendReport, QueueError>> + Send;
     fn send(&self, body: String) -> impl Future<Output = Result<(), QueueError>> + Send;
+    /// `send_batch`, each message invisible for `delay_seconds` first (at most
+    /// `MAX_DELAY_SECONDS`, SQS's limit).
+    fn send_batch_delayed(
+        &self,
+        bodies: &[String],
+        delay_seconds: u32,
+    ) -> impl Future<Output = Result<SendReport, QueueError>> + Send;
 }
+
+/// SQS's longest message delay: 15 minutes.
+pub const MAX_DELAY_SECONDS: u32 = 900;
 
 /// The queue a record came from, as SendEmail uses it: to set when a returned record comes
 /// back.

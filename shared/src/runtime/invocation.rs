@@ -7,6 +7,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub struct Invocation {
     pub request_id: String,
     pub deadline: SystemTime,
+    /// The ARN this invocation was made through (`None` outside Lambda): GetUsers points a
+    /// send slot's one-time schedule at it.
+    pub function_arn: Option<String>,
 }
 
 impl Invocation {
@@ -14,6 +17,7 @@ impl Invocation {
         Self {
             request_id: ctx.request_id.clone(),
             deadline: UNIX_EPOCH + Duration::from_millis(ctx.deadline),
+            function_arn: Some(ctx.invoked_function_arn.clone()).filter(|a| !a.is_empty()),
         }
     }
 
@@ -22,6 +26,7 @@ impl Invocation {
         Self {
             request_id: request_id.into(),
             deadline: SystemTime::now() + timeout,
+            function_arn: None,
         }
     }
 

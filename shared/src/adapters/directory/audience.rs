@@ -10,12 +10,13 @@
 //! after a checkpoint (the last user id enqueued), which is how GetUsers continues a large
 //! audience in a fresh invocation.
 
-use super::{follows_index_keys, window_filter, FOLLOWS, USERS};
+use super::{follows_index_keys, window_filter, FOLLOWS, TIMEZONE, USERS};
 use crate::adapters::bson_ids::{self as ids, from_bson, type_name};
 use crate::domain::campaign::Window;
 use crate::domain::digest::{OddFollow, OddFollows};
+use crate::domain::local_time::ZoneField;
 use crate::domain::user_id::UserId;
-use crate::ports::{AudienceScan, StoreError};
+use crate::ports::{AudienceMember, AudienceScan, StoreError};
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document};
@@ -69,7 +70,7 @@ struct Pass {
     followees: Cursor<Document>,
     users: Cursor<Document>,
     last_followee: Option<UserId>,
-    user_head: Option<UserId>,
+    user_head: Option<AudienceMember>,
 }
 
 const CURSOR_BATCH: u32 = 1000;
@@ -129,7 +130,8 @@ impl Audience {
             .collection::<Document>(USERS)
             .find(users_filter)
             .sort(doc! { "_id": 1 })
-            .projection(doc! { "_id": 1 })
+            // The documents are read for the filter anyway: the zone costs nothing more.
+            .projection(doc! { "_id": 1, TIMEZONE: 1 })
             .hint(Hint::Keys(doc! { "_id": 1 }))
             .batch_size(CURSOR_BATCH)
             .await?;
@@ -143,7 +145,7 @@ impl Audience {
     }
 
     /// The next user of the audience, in ascending id order (strings, then ObjectIds).
-    async fn next_user(&mut self) -> mongodb::error::Result<Option<UserId>> {
+    async fn next_user(&mut self) -> mongodb::error::Result<Option<AudienceMember>> {
         loop {
             let pass = match &mut self.current {
                 Some(pass) => pass,
@@ -225,13 +227,13 @@ impl Audience {
 }
 
 impl AudienceScan for Audience {
-    async fn next(&mut self) -> Result<Option<UserId>, StoreError> {
+    async fn next(&mut self) -> Result<Option<AudienceMember>, StoreError> {
         Ok(self.next_user().await?)
     }
 }
 
 impl Pass {
-    async fn next(&mut self) -> mongodb::error::Result<Option<UserId>> {
+    async fn next(&mut self) -> mongodb::error::Result<Option<AudienceMember>> {
         loop {
             let Some(followee) = self.next_followee().await? else {
                 return Ok(None);
@@ -239,18 +241,23 @@ impl Pass {
             // Advance the users cursor to the first subscribed user >= followee.
             loop {
                 match &self.user_head {
-                    Some(user) if *user >= followee => break,
+                    Some(user) if user.id >= followee => break,
                     _ => match self.users.try_next().await? {
                         Some(user) => match self.id_of(&user, "_id", USERS) {
-                            Some(id) => self.user_head = Some(id),
+                            Some(id) => {
+                                self.user_head = Some(AudienceMember {
+                                    id,
+                                    zone: zone_field(user.get(TIMEZONE)),
+                                })
+                            }
                             None => continue,
                         },
                         None => return Ok(None),
                     },
                 }
             }
-            if self.user_head.as_ref() == Some(&followee) {
-                return Ok(Some(followee));
+            if let Some(user) = self.user_head.as_ref().filter(|u| u.id == followee) {
+                return Ok(Some(user.clone()));
             }
         }
     }
@@ -286,5 +293,15 @@ impl Pass {
                 None
             }
         }
+    }
+}
+
+/// The time zone field as local-time delivery reads it.
+fn zone_field(value: Option<&Bson>) -> ZoneField {
+    match value {
+        None | Some(Bson::Null) => ZoneField::Missing,
+        Some(Bson::String(s)) if s.trim().is_empty() => ZoneField::Missing,
+        Some(Bson::String(s)) => ZoneField::Text(s.clone()),
+        other => ZoneField::Other(type_name(other)),
     }
 }

@@ -19,6 +19,8 @@ use mongodb::{Database, IndexModel};
 
 pub const USERS: &str = "users";
 pub const FOLLOWS: &str = "follows";
+/// The user document's IANA time zone (local-time delivery); read by the audience scan.
+pub const TIMEZONE: &str = "timezone";
 /// Serves both the audience scan (followees in id order, window on createdAt) and the
 /// per-user enrichment (one followee's newest follows in the window).
 pub const FOLLOWS_INDEX: &str = "followeeId_1_createdAt_1";

@@ -40,6 +40,10 @@ impl MemoryCampaigns {
             .insert(campaign_id.to_owned(), Hold::Paused(test_change()));
     }
 
+    pub fn resume(&self, campaign_id: &str) {
+        self.holds().remove(campaign_id);
+    }
+
     pub fn hold_of(&self, campaign_id: &str) -> Option<Hold> {
         self.holds().get(campaign_id).cloned()
     }

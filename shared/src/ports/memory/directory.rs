@@ -6,8 +6,9 @@ use crate::domain::campaign::Window;
 use crate::domain::digest::{
     printable_name, Digest, Enrichment, OddFollow, OddFollows, SkipReason,
 };
+use crate::domain::local_time::ZoneField;
 use crate::domain::user_id::UserId;
-use crate::ports::{AudienceScan, StoreError, UserDirectory};
+use crate::ports::{AudienceMember, AudienceScan, StoreError, UserDirectory};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use time::OffsetDateTime;
@@ -22,6 +23,8 @@ pub struct User {
     pub suppressed: bool,
     /// A field holds the wrong type.
     pub invalid: bool,
+    /// The IANA time zone field.
+    pub timezone: Option<String>,
 }
 
 impl User {
@@ -33,6 +36,7 @@ impl User {
             subscribed: true,
             suppressed: false,
             invalid: false,
+            timezone: None,
         }
     }
 }
@@ -105,10 +109,10 @@ impl MemoryDirectory {
     }
 }
 
-pub struct MemoryAudience(VecDeque<UserId>);
+pub struct MemoryAudience(VecDeque<AudienceMember>);
 
 impl AudienceScan for MemoryAudience {
-    async fn next(&mut self) -> Result<Option<UserId>, StoreError> {
+    async fn next(&mut self) -> Result<Option<AudienceMember>, StoreError> {
         Ok(self.0.pop_front())
     }
 }
@@ -123,7 +127,13 @@ impl UserDirectory for MemoryDirectory {
                 .filter(|(id, _)| after.as_ref().is_none_or(|after| *id > after))
                 .filter(|(_, user)| user.subscribed && !user.suppressed)
                 .filter(|(id, _)| !self.followers(id, window).is_empty())
-                .map(|(id, _)| id.clone())
+                .map(|(id, user)| AudienceMember {
+                    id: id.clone(),
+                    zone: match &user.timezone {
+                        Some(zone) => ZoneField::Text(zone.clone()),
+                        None => ZoneField::Missing,
+                    },
+                })
                 .collect(),
         )
     }

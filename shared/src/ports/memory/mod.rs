@@ -14,6 +14,7 @@ pub mod queues;
 pub mod rate;
 pub mod records;
 pub mod subscribers;
+pub mod waiting;
 
 pub use campaigns::MemoryCampaigns;
 pub use ledger::{MemoryLedger, Record};
@@ -22,3 +23,24 @@ pub use queues::{MemoryOutbox, MemoryQueue};
 pub use rate::MemoryRateBucket;
 pub use records::MemoryRecords;
 pub use subscribers::MemorySubscribers;
+pub use waiting::MemoryWaitingRoom;
+
+/// A clock a test sets.
+#[derive(Default)]
+pub struct MemoryClock(pub std::sync::atomic::AtomicI64);
+
+impl MemoryClock {
+    pub fn at(ms: i64) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Self(std::sync::atomic::AtomicI64::new(ms)))
+    }
+
+    pub fn set(&self, ms: i64) {
+        self.0.store(ms, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl crate::ports::Clock for MemoryClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}

@@ -39,6 +39,8 @@ impl RetryQueue for MemoryQueue {
 #[derive(Default)]
 pub struct MemoryOutbox {
     pub bodies: Mutex<Vec<String>>,
+    /// (delay in seconds, body) of every delayed message (also in `bodies`).
+    pub delayed: Mutex<Vec<(u32, String)>>,
     pub refused: Mutex<Vec<String>>,
     pub closed: std::sync::atomic::AtomicBool,
 }
@@ -101,6 +103,19 @@ impl OutgoingQueue for MemoryOutbox {
             first: "InternalError".into(),
             unsent,
         })
+    }
+
+    async fn send_batch_delayed(
+        &self,
+        bodies: &[String],
+        delay_seconds: u32,
+    ) -> Result<SendReport, QueueError> {
+        let report = self.send_batch(bodies).await?;
+        self.delayed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(bodies.iter().map(|b| (delay_seconds, b.clone())));
+        Ok(report)
     }
 
     async fn send(&self, body: String) -> Result<(), QueueError> {

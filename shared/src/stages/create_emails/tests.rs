@@ -25,6 +25,7 @@ fn directory() -> MemoryDirectory {
         subscribed,
         suppressed,
         invalid,
+        timezone: None,
     };
     MemoryDirectory::default()
         .user("alice", User::named("Alice", "alice@example.com"))

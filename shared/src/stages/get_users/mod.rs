@@ -6,28 +6,37 @@
 //! checkpoint (the last user id enqueued) that starts the next invocation where it left off.
 
 use super::CampaignStateCache;
-use crate::config::GetUsersConfig;
+use crate::config::{GetUsersConfig, LocalTimeConfig};
 use crate::domain::campaign::{Campaign, CampaignError, CampaignId, Hold, Window};
 use crate::domain::digest::OddFollows;
 use crate::domain::ledger::epoch_ms;
+use crate::domain::local_time::{self, Delivery, LocalDelivery, LocalTimeError};
 use crate::domain::messages::{parse_body, UserMessage};
 use crate::domain::user_id::{check_travels, UserId};
 use crate::ports::MAX_BATCH_ENTRIES;
 use crate::ports::{
-    AudienceScan, CampaignStates, OutgoingQueue, QueueError, SendReport, StoreError, UserDirectory,
+    AudienceScan, CampaignStates, Clock, OutgoingQueue, QueueError, ReleasePosition, SendReport,
+    StoreError, SystemClock, UserDirectory, WaitingRoom, MAX_DELAY_SECONDS,
 };
 use crate::runtime::batch::batch_response;
 use crate::runtime::Invocation;
+use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 use time::OffsetDateTime;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GetUsersError {
-    #[error("unrecognised event: {0}. Expected an EventBridge \"Scheduled Event\", {{\"campaignId\": \"weekly-2026-W47\"}} (optionally with since, until, includeFailed, includeCancelled), or an SQS batch of checkpoints")]
+    #[error("unrecognised event: {0}. Expected an EventBridge \"Scheduled Event\", {{\"campaignId\": \"weekly-2026-W47\"}} (optionally with since, until, includeFailed, includeCancelled, and localTime with sendDate, fallbackZone, passedTime), a send slot's release, or an SQS batch of checkpoints")]
     BadRequest(String),
+    #[error("local-time delivery: {0}")]
+    LocalTime(#[from] LocalTimeError),
+    #[error("{0}")]
+    Waiting(String),
     #[error(transparent)]
     Campaign(#[from] CampaignError),
     /// The driver's error, as text: no driver type in the stage's signature.
@@ -52,6 +61,12 @@ struct ManualRequest {
     include_failed: bool,
     #[serde(default)]
     include_cancelled: bool,
+    /// Deliver at this local time (`HH:MM`) in each user's zone.
+    local_time: Option<String>,
+    /// The date of that local time (`YYYY-MM-DD`); default: the UTC date the window ends on.
+    send_date: Option<String>,
+    fallback_zone: Option<String>,
+    passed_time: Option<String>,
 }
 
 /// Where a run continues: the body of a continuation queue message.
@@ -69,6 +84,38 @@ pub struct Checkpoint {
     pub after: Option<String>,
     /// How many invocations came before this one.
     pub segment: u32,
+    /// A local-time campaign's delivery, as it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<LocalDelivery>,
+}
+
+/// The release of one send slot of a local-time campaign: the event its one-time schedule
+/// invokes GetUsers with (`{"releaseWaiting": {...}}`), and how a release that needs
+/// another invocation (or waits for a resume) continues on the continuation queue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Release {
+    pub campaign_id: CampaignId,
+    pub slot_ms: i64,
+    #[serde(default)]
+    pub from: ReleasePosition,
+    /// Users released by the invocations before this one.
+    #[serde(default)]
+    pub released: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReleaseEvent {
+    pub release_waiting: Release,
+}
+
+/// A continuation queue message: a checkpoint of a run, or a release that continues.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Continuation {
+    Release(ReleaseEvent),
+    Checkpoint(Checkpoint),
 }
 
 /// One run (or one segment of a run) of a campaign.
@@ -80,6 +127,7 @@ pub struct Run {
     pub include_cancelled: bool,
     pub after: Option<String>,
     pub segment: u32,
+    pub delivery: Option<LocalDelivery>,
 }
 
 /// The log line each GetUsers invocation ends with (its `users_enqueued` is what the
@@ -114,16 +162,44 @@ pub struct Summary {
     /// continuation queue, whose consumer the pause disabled; the resume picks it up.
     pub paused: bool,
     pub continued_after: Option<String>,
+    /// A local-time campaign: what this segment decided (zones, passed times, slots).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_time: Option<local_time::LocalTimeCounts>,
+}
+
+/// What a release invocation did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseSummary {
+    pub campaign_id: String,
+    pub slot: String,
+    pub users_released: u64,
+    pub complete: bool,
+    /// Still to come: the slot is early (never released before its instant).
+    pub early: bool,
+    pub paused: bool,
+    pub cancelled: bool,
 }
 
 pub enum Request {
     Run(Run),
+    Release(Release),
     /// SQS records of the continuation queue: (message id, body).
     Continuations(Vec<(String, Option<String>)>),
 }
 
-/// Recognises the three ways GetUsers is started.
-pub fn parse_request(event: Value) -> Result<Request, GetUsersError> {
+/// Recognises the four ways GetUsers is started. `local` is the configured local-time
+/// delivery; `now_ms` the clock's time (a local-time campaign starts then).
+pub fn parse_request(
+    event: Value,
+    local: &LocalTimeConfig,
+    now_ms: i64,
+) -> Result<Request, GetUsersError> {
+    if event.get("releaseWaiting").is_some() {
+        let release: ReleaseEvent = serde_json::from_value(event)
+            .map_err(|e| GetUsersError::BadRequest(format!("release: {e}")))?;
+        return Ok(Request::Release(release.release_waiting));
+    }
     if let Some(records) = event.get("Records").and_then(Value::as_array) {
         let records = records
             .iter()
@@ -148,12 +224,21 @@ pub fn parse_request(event: Value) -> Result<Request, GetUsersError> {
             .ok_or_else(|| {
                 GetUsersError::BadRequest("scheduled event without a valid \"time\"".into())
             })?;
+        let campaign = Campaign::for_schedule(at);
+        let delivery = local.send_at.map(|local_time| LocalDelivery {
+            local_time,
+            send_date: local_time::default_send_date(campaign.window.until.unix_timestamp()),
+            fallback_zone: local.fallback_zone.clone(),
+            passed_time: local.passed_time,
+            started_at_ms: now_ms,
+        });
         return Ok(Request::Run(Run {
-            campaign: Campaign::for_schedule(at),
+            campaign,
             include_failed: false,
             include_cancelled: false,
             after: None,
             segment: 0,
+            delivery,
         }));
     }
     let manual: ManualRequest =
@@ -167,36 +252,87 @@ pub fn parse_request(event: Value) -> Result<Request, GetUsersError> {
             ))
         }
     };
+    let campaign = Campaign::from_id(&manual.campaign_id, window)?;
+    let delivery = manual_delivery(&manual, &campaign, local, now_ms)?;
     Ok(Request::Run(Run {
-        campaign: Campaign::from_id(&manual.campaign_id, window)?,
+        campaign,
         include_failed: manual.include_failed,
         include_cancelled: manual.include_cancelled,
         after: None,
         segment: 0,
+        delivery,
+    }))
+}
+
+/// A manual run's local-time delivery: asked for with `localTime`; the other three settings
+/// make sense only with it.
+fn manual_delivery(
+    manual: &ManualRequest,
+    campaign: &Campaign,
+    local: &LocalTimeConfig,
+    now_ms: i64,
+) -> Result<Option<LocalDelivery>, GetUsersError> {
+    let Some(at) = &manual.local_time else {
+        if manual.send_date.is_some()
+            || manual.fallback_zone.is_some()
+            || manual.passed_time.is_some()
+        {
+            return Err(GetUsersError::BadRequest(
+                "sendDate, fallbackZone and passedTime go with localTime (\"localTime\": \"09:00\")".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    Ok(Some(LocalDelivery {
+        local_time: at.parse()?,
+        send_date: match &manual.send_date {
+            Some(date) => local_time::parse_date(date)?,
+            None => local_time::default_send_date(campaign.window.until.unix_timestamp()),
+        },
+        fallback_zone: match &manual.fallback_zone {
+            Some(zone) => local_time::ZoneName::parse(zone)?,
+            None => local.fallback_zone.clone(),
+        },
+        passed_time: match &manual.passed_time {
+            Some(policy) => policy.parse()?,
+            None => local.passed_time,
+        },
+        started_at_ms: now_ms,
     }))
 }
 
 /// Generic over the user directory (MongoDB on Lambda), its queues (SQS) and the campaigns
 /// table (DynamoDB).
-pub struct GetUsers<D, Q, S> {
+pub struct GetUsers<D, Q, S, W> {
     directory: D,
     users: Q,
     continuation: Q,
     campaigns: CampaignStateCache<S>,
+    waiting: W,
+    clock: Arc<dyn Clock>,
     config: GetUsersConfig,
 }
+
+/// Waiting users read (and enqueued) per page of a release.
+const RELEASE_PAGE: usize = 250;
+
+/// The schedule target when the invocation has no ARN (the local simulator, which fires
+/// the group's schedules itself).
+pub const LOCAL_FUNCTION_ARN: &str = "arn:aws:lambda:local:000000000000:function:GetUsersFunction";
 
 /// Batches enqueued between two looks at the campaign's state (a pause or a cancellation
 /// stops the fan-out within about this many batches).
 const STATE_CHECK_EVERY: usize = 50;
 
-impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
-    /// `users`, `continuation` and `campaigns` are the queues and the table `config` names.
+impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
+    /// `users`, `continuation`, `campaigns` and `waiting` are the queues, the table and the
+    /// waiting room `config` names.
     pub fn new(
         directory: D,
         users: Q,
         continuation: Q,
         campaigns: S,
+        waiting: W,
         config: GetUsersConfig,
     ) -> Self {
         Self {
@@ -204,8 +340,16 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
             users,
             continuation,
             campaigns: CampaignStateCache::new(campaigns),
+            waiting,
+            clock: Arc::new(SystemClock),
             config,
         }
+    }
+
+    /// The clock local-time decisions read (the simulator gives one it controls).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Cold-start check: the index the audience query relies on exists.
@@ -219,15 +363,24 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
         event: Value,
         invocation: &Invocation,
     ) -> Result<Response, GetUsersError> {
-        match parse_request(event)? {
+        match parse_request(event, &self.config.local_time, self.clock.now_ms())? {
             Request::Run(run) => Ok(Response::Run(self.run(run, invocation).await?)),
+            Request::Release(release) => {
+                Ok(Response::Release(self.release(release, invocation).await?))
+            }
             Request::Continuations(records) => {
                 let mut failed = Vec::new();
                 for (id, body) in records {
-                    let result = match parse_body::<Checkpoint>(body.as_deref()) {
-                        Ok(cp) => self
+                    let result = match parse_body::<Continuation>(body.as_deref()) {
+                        Ok(Continuation::Checkpoint(cp)) => self
                             .run(cp.into(), invocation)
                             .await
+                            .map(|_| ())
+                            .map_err(|e| e.to_string()),
+                        Ok(Continuation::Release(r)) => self
+                            .release(r.release_waiting, invocation)
+                            .await
+                            .map(|_| ())
                             .map_err(|e| e.to_string()),
                         Err(reason) => Err(reason.to_string()),
                     };
@@ -273,8 +426,14 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
             OddFollows::default()
         };
         let mut audience = self.directory.audience(&campaign.window, after);
-        let send = |bodies: Vec<String>| async move { self.users.send_batch(&bodies).await };
-        let mut in_flight = FuturesUnordered::new();
+        let send = |bodies: Vec<String>| -> Pending<'_> {
+            Box::pin(async move { Ok(self.users.send_batch(&bodies).await?) })
+        };
+        let mut in_flight: FuturesUnordered<Pending<'_>> = FuturesUnordered::new();
+        // Local-time delivery: who waits for which slot, and who goes with a short delay.
+        let mut counts = local_time::LocalTimeCounts::default();
+        let mut holding: BTreeMap<i64, Vec<(String, String)>> = BTreeMap::new();
+        let mut delayed: BTreeMap<u32, Vec<String>> = BTreeMap::new();
         let mut chunk: Vec<String> = Vec::with_capacity(MAX_BATCH_ENTRIES);
         let mut last = run.after.clone();
         let mut report = SendReport::default();
@@ -290,10 +449,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
                 complete = false;
                 break;
             }
-            let Some(user_id) = audience.next().await? else {
+            let Some(member) = audience.next().await? else {
                 break;
             };
-            let user_id = user_id.to_string();
+            let user_id = member.id.to_string();
             if let Err(reason) = check_travels(&user_id) {
                 tracing::warn!(bytes = user_id.len(), %reason, "user refused: their id cannot travel in a queue message");
                 refused += 1;
@@ -308,8 +467,32 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
                 include_failed: run.include_failed,
                 include_cancelled: run.include_cancelled,
             };
-            chunk.push(serde_json::to_string(&message).unwrap_or_default());
-            last = Some(user_id);
+            let body = serde_json::to_string(&message).unwrap_or_default();
+            last = Some(user_id.clone());
+            match self.when(run.delivery.as_ref(), &member.zone, &mut counts) {
+                When::Now => chunk.push(body),
+                When::Never => {}
+                When::Delayed(seconds) => {
+                    let bodies = delayed.entry(seconds).or_default();
+                    bodies.push(body);
+                    if bodies.len() == MAX_BATCH_ENTRIES {
+                        let bodies = std::mem::take(bodies);
+                        in_flight.push(Box::pin(async move {
+                            Ok(self.users.send_batch_delayed(&bodies, seconds).await?)
+                        }));
+                    }
+                }
+                When::Slot(at_ms) => {
+                    let users = holding.entry(at_ms).or_default();
+                    users.push((user_id, body));
+                    if users.len() == HOLD_BATCH {
+                        in_flight.push(self.hold_users(campaign, at_ms, std::mem::take(users)));
+                    }
+                }
+            }
+            while in_flight.len() >= self.config.enqueue_concurrency {
+                add(&mut report, in_flight.next().await)?;
+            }
             if chunk.len() == MAX_BATCH_ENTRIES {
                 in_flight.push(send(std::mem::take(&mut chunk)));
                 batches += 1;
@@ -324,8 +507,29 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
         if !chunk.is_empty() {
             in_flight.push(send(std::mem::take(&mut chunk)));
         }
+        for (seconds, bodies) in delayed {
+            if !bodies.is_empty() {
+                in_flight.push(Box::pin(async move {
+                    Ok(self.users.send_batch_delayed(&bodies, seconds).await?)
+                }));
+            }
+        }
+        for (at_ms, users) in holding {
+            if !users.is_empty() {
+                in_flight.push(self.hold_users(campaign, at_ms, users));
+            }
+        }
         while !in_flight.is_empty() {
             add(&mut report, in_flight.next().await)?;
+        }
+        // Every held user is stored: now their slots get their schedules, and the segment
+        // its counts (both idempotent, so a retried segment repeats them harmlessly).
+        if run.delivery.is_some() {
+            self.schedule_slots(campaign, &counts, invocation).await?;
+            self.waiting
+                .record_segment(&campaign.id, run.segment, &counts)
+                .await
+                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
         }
         let cancelled = matches!(hold, Some(Hold::Cancelled(_)));
         let paused = matches!(hold, Some(Hold::Paused(_)));
@@ -339,6 +543,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
                 include_cancelled: run.include_cancelled,
                 after: last.clone(),
                 segment: run.segment + 1,
+                delivery: run.delivery.clone(),
             };
             self.continuation
                 .send(serde_json::to_string(&checkpoint).unwrap_or_default())
@@ -357,6 +562,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
             cancelled,
             paused,
             continued_after: if complete || cancelled { None } else { last },
+            local_time: run.delivery.is_some().then_some(counts),
         };
         tracing::info!(
             campaign = %summary.campaign_id,
@@ -388,10 +594,208 @@ impl From<StoreError> for GetUsersError {
 #[serde(untagged)]
 pub enum Response {
     Run(Summary),
+    Release(ReleaseSummary),
     Checkpoints(aws_lambda_events::event::sqs::SqsBatchResponse),
 }
 
-impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
+impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
+    /// When a user of the run gets their email, counted.
+    fn when(
+        &self,
+        delivery: Option<&LocalDelivery>,
+        zone: &local_time::ZoneField,
+        counts: &mut local_time::LocalTimeCounts,
+    ) -> When {
+        let Some(delivery) = delivery else {
+            return When::Now;
+        };
+        let (decided, source) = delivery.delivery(zone);
+        counts.count_zone(source);
+        match decided {
+            Delivery::Now => {
+                counts.passed_sent_now += 1;
+                When::Now
+            }
+            Delivery::Skip => {
+                counts.passed_skipped += 1;
+                When::Never
+            }
+            Delivery::At(at_ms) => {
+                let wait_ms = at_ms - self.clock.now_ms();
+                if wait_ms <= 0 {
+                    When::Now
+                } else if wait_ms <= i64::from(MAX_DELAY_SECONDS) * 1000 {
+                    counts.delayed += 1;
+                    // Rounded up: never before the instant.
+                    When::Delayed(((wait_ms + 999) / 1000) as u32)
+                } else {
+                    *counts.waiting.entry(at_ms).or_default() += 1;
+                    When::Slot(at_ms)
+                }
+            }
+        }
+    }
+
+    fn hold_users<'a>(
+        &'a self,
+        campaign: &'a Campaign,
+        at_ms: i64,
+        users: Vec<(String, String)>,
+    ) -> Pending<'a> {
+        Box::pin(async move {
+            self.waiting
+                .hold(&campaign.id, at_ms, &users)
+                .await
+                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
+            Ok(SendReport::default())
+        })
+    }
+
+    /// One one-time schedule per slot this segment held users for, invoking this function.
+    async fn schedule_slots(
+        &self,
+        campaign: &Campaign,
+        counts: &local_time::LocalTimeCounts,
+        invocation: &Invocation,
+    ) -> Result<(), GetUsersError> {
+        let target = invocation
+            .function_arn
+            .as_deref()
+            .unwrap_or(LOCAL_FUNCTION_ARN);
+        for &slot_ms in counts.waiting.keys() {
+            let event = serde_json::to_value(ReleaseEvent {
+                release_waiting: Release {
+                    campaign_id: campaign.id.clone(),
+                    slot_ms,
+                    from: ReleasePosition::default(),
+                    released: 0,
+                },
+            })
+            .unwrap_or_default();
+            self.waiting
+                .schedule_release(&campaign.id, slot_ms, target, &event)
+                .await
+                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Releases one send slot: its waiting users onto the users queue, from where they go
+    /// through CreateEmails and SendEmail like any other (the ledger keeps them exactly
+    /// once). Never before the slot's instant; a paused campaign's release waits on the
+    /// continuation queue for the resume; a cancelled one's is dropped.
+    pub async fn release(
+        &self,
+        release: Release,
+        invocation: &Invocation,
+    ) -> Result<ReleaseSummary, GetUsersError> {
+        let mut summary = ReleaseSummary {
+            campaign_id: release.campaign_id.to_string(),
+            slot: local_time::rfc3339_ms(release.slot_ms),
+            ..Default::default()
+        };
+        let early_ms = release.slot_ms - self.clock.now_ms();
+        if early_ms > 0 {
+            summary.early = true;
+            let seconds = ((early_ms + 999) / 1000).min(i64::from(MAX_DELAY_SECONDS)) as u32;
+            self.continue_release(&release, seconds).await?;
+            return Ok(summary);
+        }
+        // Read afresh, not from the cache: a slot is released once, and a pause just made
+        // must hold it.
+        let hold = self
+            .campaigns
+            .states()
+            .hold(release.campaign_id.as_str())
+            .await
+            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+        match hold {
+            Some(Hold::Cancelled(_)) => {
+                summary.cancelled = true;
+                tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, "campaign cancelled: its waiting users are not released");
+                return Ok(summary);
+            }
+            Some(Hold::Paused(_)) => {
+                summary.paused = true;
+                self.continue_release(&release, 0).await?;
+                tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, "campaign paused: the slot's release waits for the resume");
+                return Ok(summary);
+            }
+            None => {}
+        }
+        let mut from = Some(release.from.clone());
+        let mut released = release.released;
+        let mut pages = 0usize;
+        while let Some(position) = from.take() {
+            if pages > 0 && invocation.remaining() <= self.config.deadline_margin {
+                let rest = Release {
+                    from: position,
+                    released,
+                    ..release.clone()
+                };
+                self.continue_release(&rest, 0).await?;
+                summary.users_released = released - release.released;
+                return Ok(summary);
+            }
+            let (bodies, next) = self
+                .waiting
+                .waiting(
+                    &release.campaign_id,
+                    release.slot_ms,
+                    &position,
+                    RELEASE_PAGE,
+                )
+                .await
+                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
+            let mut in_flight: FuturesUnordered<_> = bodies
+                .chunks(MAX_BATCH_ENTRIES)
+                .map(|chunk| self.users.send_batch(chunk))
+                .collect();
+            while let Some(sent) = in_flight.next().await {
+                released += sent?.sent as u64;
+            }
+            pages += 1;
+            from = next;
+        }
+        self.waiting
+            .record_release(
+                &release.campaign_id,
+                &local_time::SlotRelease {
+                    slot_ms: release.slot_ms,
+                    users: released,
+                    released_at_ms: self.clock.now_ms(),
+                },
+            )
+            .await
+            .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
+        summary.users_released = released - release.released;
+        summary.complete = true;
+        tracing::info!(
+            campaign = %summary.campaign_id,
+            slot = %summary.slot,
+            users_released = summary.users_released,
+            "send slot released"
+        );
+        Ok(summary)
+    }
+
+    /// Puts a release on the continuation queue: to go on where it stopped, to wait for
+    /// the resume (the pause disabled that queue's consumer), or for its instant.
+    async fn continue_release(
+        &self,
+        release: &Release,
+        delay_seconds: u32,
+    ) -> Result<(), GetUsersError> {
+        let body = serde_json::to_string(&ReleaseEvent {
+            release_waiting: release.clone(),
+        })
+        .unwrap_or_default();
+        self.continuation
+            .send_batch_delayed(&[body], delay_seconds)
+            .await?;
+        Ok(())
+    }
+
     /// Whether the campaign is paused or cancelled (then nothing more is enqueued).
     async fn hold(&self, campaign: &Campaign) -> Option<Hold> {
         let hold = self.campaigns.hold(campaign.id.as_str()).await;
@@ -430,10 +834,27 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> GetUsers<D, Q, S> {
     }
 }
 
+/// A batch on its way: enqueued (a `SendReport`) or held in the waiting room (nothing sent).
+type Pending<'a> = BoxFuture<'a, Result<SendReport, GetUsersError>>;
+
+/// Users held per BatchWriteItem round (four calls of 25).
+const HOLD_BATCH: usize = 100;
+
+/// What happens to one user of a run.
+enum When {
+    Now,
+    /// Local time within SQS's delay: enqueued invisible for this many seconds.
+    Delayed(u32),
+    /// Held until this instant's release.
+    Slot(i64),
+    /// Passed, and the policy says skip.
+    Never,
+}
+
 fn add(
     report: &mut SendReport,
-    next: Option<Result<SendReport, QueueError>>,
-) -> Result<(), QueueError> {
+    next: Option<Result<SendReport, GetUsersError>>,
+) -> Result<(), GetUsersError> {
     if let Some(result) = next {
         let r = result?;
         report.sent += r.sent;
@@ -453,6 +874,7 @@ impl From<Checkpoint> for Run {
             include_cancelled: cp.include_cancelled,
             after: cp.after,
             segment: cp.segment,
+            delivery: cp.delivery,
         }
     }
 }
@@ -460,7 +882,7 @@ impl From<Checkpoint> for Run {
 // The event: the schedule's, a manual run, or a batch of checkpoints from the continuation
 // queue. A run's summary travels in its `Response`.
 crate::runtime::serve::stage! {
-    impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> for GetUsers<D, Q, S> {
+    impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> for GetUsers<D, Q, S, W> {
         Value => Result<(Response, ()), GetUsersError>,
         |stage, event, invocation| Ok((stage.handle(event, invocation).await?, ()))
     }

@@ -3,12 +3,20 @@
 use super::*;
 use crate::domain::campaign::rfc3339;
 use crate::ports::memory::directory::{MemoryDirectory, User};
-use crate::ports::memory::{MemoryCampaigns, MemoryOutbox};
+use crate::ports::memory::{MemoryCampaigns, MemoryOutbox, MemoryWaitingRoom};
 use serde_json::json;
 use std::time::Duration;
 
+/// The clock reading parse uses: 2026-11-28T00:00:00Z.
+const NOW_MS: i64 = 1_795_824_000_000;
+
+fn parse(event: Value) -> Result<Request, GetUsersError> {
+    let defaults = LocalTimeConfig::from_source(&|_: &str| None).unwrap();
+    parse_request(event, &defaults, NOW_MS)
+}
+
 fn run(event: Value) -> Run {
-    match parse_request(event) {
+    match parse(event) {
         Ok(Request::Run(run)) => run,
         Ok(_) => panic!("expected a run"),
         Err(e) => panic!("{e}"),
@@ -29,14 +37,14 @@ fn recognises_schedule_manual_and_checkpoints() {
     );
     assert_eq!(custom.campaign.id.as_str(), "promo");
     assert!(matches!(
-        parse_request(json!({"Records": [{"messageId": "m1", "body": "{}"}]})),
+        parse(json!({"Records": [{"messageId": "m1", "body": "{}"}]})),
         Ok(Request::Continuations(r)) if r.len() == 1
     ));
 }
 
 #[test]
 fn bad_requests_say_what_is_expected() {
-    let typo = parse_request(json!({"campaign": "weekly-2026-W47"}))
+    let typo = parse(json!({"campaign": "weekly-2026-W47"}))
         .err()
         .unwrap()
         .to_string();
@@ -44,17 +52,17 @@ fn bad_requests_say_what_is_expected() {
         typo.contains("unknown field") && typo.contains("Expected"),
         "{typo}"
     );
-    let half = parse_request(json!({"campaignId": "x", "since": "2026-01-01T00:00:00Z"}))
+    let half = parse(json!({"campaignId": "x", "since": "2026-01-01T00:00:00Z"}))
         .err()
         .unwrap();
     assert!(half.to_string().contains("both since and until"));
     assert!(matches!(
-        parse_request(json!({"campaignId": "x"})),
+        parse(json!({"campaignId": "x"})),
         Err(GetUsersError::Campaign(_))
     ));
     // A weekly id covers its week: another window under its name is refused, naming both,
     // so one mistyped event cannot use up that week's campaign.
-    let foreign = parse_request(json!({
+    let foreign = parse(json!({
         "campaignId": "weekly-2027-W01",
         "since": "2026-06-01T00:00:00Z", "until": "2026-06-08T00:00:00Z",
     }))
@@ -77,6 +85,7 @@ fn checkpoint_round_trips() {
         include_cancelled: false,
         after: Some("u00042".into()),
         segment: 3,
+        delivery: None,
     };
     let body = serde_json::to_string(&cp).unwrap();
     assert_eq!(parse_body::<Checkpoint>(Some(&body)).unwrap(), cp);
@@ -115,7 +124,7 @@ fn directory() -> MemoryDirectory {
         .odd_follows(3)
 }
 
-type Stage = GetUsers<MemoryDirectory, MemoryOutbox, MemoryCampaigns>;
+type Stage = GetUsers<MemoryDirectory, MemoryOutbox, MemoryCampaigns, MemoryWaitingRoom>;
 
 fn stage(margin_seconds: &str) -> Stage {
     stage_over(directory(), margin_seconds)
@@ -128,6 +137,9 @@ fn stage_over(directory: MemoryDirectory, margin_seconds: &str) -> Stage {
             "USERS_QUEUE_URL" => "http://users",
             "CONTINUATION_QUEUE_URL" => "http://continuation",
             "CAMPAIGNS_TABLE_NAME" => "campaigns",
+            "WAITING_TABLE_NAME" => "waiting",
+            "RELEASE_SCHEDULE_GROUP" => "releases",
+            "RELEASE_SCHEDULER_ROLE_ARN" => "arn:aws:iam::000000000000:role/scheduler",
             "DEADLINE_MARGIN_SECONDS" => margin_seconds,
             _ => return None,
         };
@@ -139,6 +151,7 @@ fn stage_over(directory: MemoryDirectory, margin_seconds: &str) -> Stage {
         MemoryOutbox::default(),
         MemoryOutbox::default(),
         MemoryCampaigns::default(),
+        MemoryWaitingRoom::default(),
         config,
     )
 }
@@ -291,6 +304,7 @@ async fn a_bad_checkpoint_fails_alone() {
         include_cancelled: false,
         after: Some("u2".into()),
         segment: 1,
+        delivery: None,
     };
     let records = json!({"Records": [
         {"messageId": "bad", "body": "{\"campaignId\": 7}"},
@@ -356,4 +370,212 @@ async fn a_paused_campaign_parks_its_checkpoint_and_continues_from_it_when_resum
     unpaused.handle(manual(), &plenty()).await.unwrap();
     assert_eq!(enqueued(&resumed), enqueued(&unpaused));
     assert!(!enqueued(&resumed).is_empty());
+}
+
+mod local_time_delivery {
+    use super::*;
+    use crate::domain::local_time::rfc3339_ms;
+    use crate::ports::memory::MemoryClock;
+
+    fn ms(rfc3339: &str) -> i64 {
+        rfc3339.parse::<jiff::Timestamp>().unwrap().as_millisecond()
+    }
+
+    /// u1 in Tokyo, u2 in New York, the ObjectId user without a zone, the escaped one with a
+    /// misspelt zone; the campaign (send date Monday 2026-11-23) starts at `start`.
+    fn zoned_stage(start: &str) -> (Stage, Arc<MemoryClock>) {
+        let mut dir = directory();
+        for (id, zone) in [
+            ("u1", Some("Asia/Tokyo")),
+            ("u2", Some("America/New_York")),
+            (OID, None),
+            ("str:oid:x", Some("Amrica/Chicago")),
+        ] {
+            let mut user = User::named(id, "x@example.com");
+            user.timezone = zone.map(str::to_owned);
+            dir = dir.user(id, user);
+        }
+        let clock = MemoryClock::at(ms(start));
+        (stage_over(dir, "20").with_clock(clock.clone()), clock)
+    }
+
+    fn local_nine() -> Value {
+        json!({"campaignId": "weekly-2026-W47", "localTime": "09:00", "sendDate": "2026-11-23"})
+    }
+
+    #[tokio::test]
+    async fn users_wait_for_their_local_time_and_are_counted() {
+        // 08:50 UTC: Tokyo's 09:00 has passed (send now), UTC's is 10 minutes away (a queue
+        // delay), New York's five hours (held for its slot).
+        let (stage, _clock) = zoned_stage("2026-11-23T08:50:00Z");
+        let Response::Run(summary) = stage.handle(local_nine(), &plenty()).await.unwrap() else {
+            panic!("expected a run");
+        };
+        let counts = summary.local_time.unwrap();
+        assert_eq!((counts.timezone_missing, counts.timezone_invalid), (1, 1));
+        assert_eq!((counts.passed_sent_now, counts.delayed), (1, 2));
+        let new_york = ms("2026-11-23T14:00:00Z");
+        assert_eq!(counts.waiting, BTreeMap::from([(new_york, 1)]));
+        let mut sent = enqueued(&stage);
+        sent.sort();
+        assert_eq!(sent, [OID, "str:oid:x", "u1"]);
+        let delayed = stage.users.delayed.lock().unwrap().clone();
+        assert_eq!(
+            delayed.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+            [600, 600]
+        );
+        // New York waits in the room, with one schedule for its slot.
+        let held = stage.waiting.held.lock().unwrap().clone();
+        assert_eq!(held[&(campaign().id.to_string(), new_york)].len(), 1);
+        let schedules = stage.waiting.schedules.lock().unwrap().clone();
+        assert_eq!(schedules.len(), 1);
+        let report = stage.waiting.report(&campaign().id).await.unwrap().unwrap();
+        assert_eq!(report.still_waiting(), 1);
+        assert_eq!(report.waiting_by_hour()[0].utc_hour, "2026-11-23T14:00Z");
+    }
+
+    #[tokio::test]
+    async fn a_slot_is_released_at_its_instant_never_before_and_not_while_paused() {
+        let (stage, clock) = zoned_stage("2026-11-23T08:50:00Z");
+        stage.handle(local_nine(), &plenty()).await.unwrap();
+        let before = enqueued(&stage).len();
+        let (_, event) = stage
+            .waiting
+            .schedules
+            .lock()
+            .unwrap()
+            .values()
+            .next()
+            .cloned()
+            .unwrap();
+        // A minute early (a clock that disagrees with the scheduler's): back on the
+        // continuation queue for that minute, nothing released.
+        clock.set(ms("2026-11-23T13:59:00Z"));
+        let Response::Release(early) = stage.handle(event.clone(), &plenty()).await.unwrap() else {
+            panic!("expected a release");
+        };
+        assert!(early.early && !early.complete);
+        assert_eq!(stage.continuation.delayed.lock().unwrap()[0].0, 60);
+        assert_eq!(enqueued(&stage).len(), before);
+        // Paused: parked for the resume.
+        clock.set(ms("2026-11-23T14:00:00Z"));
+        stage.campaigns.states.pause(campaign().id.as_str());
+        let Response::Release(paused) = stage.handle(event.clone(), &plenty()).await.unwrap()
+        else {
+            panic!("expected a release");
+        };
+        assert!(paused.paused && !paused.complete);
+        assert_eq!(enqueued(&stage).len(), before);
+        // The parked release, after the resume, from the continuation queue.
+        let parked = stage.continuation.bodies().last().cloned().unwrap();
+        stage.campaigns.states.resume(campaign().id.as_str());
+        let records = json!({"Records": [{"messageId": "r", "body": parked}]});
+        let Response::Checkpoints(response) = stage.handle(records, &plenty()).await.unwrap()
+        else {
+            panic!("expected a batch response");
+        };
+        assert!(response.batch_item_failures.is_empty());
+        assert_eq!(enqueued(&stage).len(), before + 1);
+        assert_eq!(enqueued(&stage).last().unwrap(), "u2");
+        let report = stage.waiting.report(&campaign().id).await.unwrap().unwrap();
+        assert_eq!(report.still_waiting(), 0);
+        assert_eq!(report.releases[0].users, 1);
+        assert_eq!(
+            rfc3339_ms(report.releases[0].slot_ms),
+            "2026-11-23T14:00:00Z"
+        );
+        assert_eq!(report.lateness().unwrap().max_ms, 0);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_campaigns_slots_release_nobody() {
+        let (stage, clock) = zoned_stage("2026-11-23T08:50:00Z");
+        stage.handle(local_nine(), &plenty()).await.unwrap();
+        let before = enqueued(&stage).len();
+        let (_, event) = stage
+            .waiting
+            .schedules
+            .lock()
+            .unwrap()
+            .values()
+            .next()
+            .cloned()
+            .unwrap();
+        clock.set(ms("2026-11-23T14:00:00Z"));
+        stage.campaigns.states.cancel(campaign().id.as_str());
+        let Response::Release(summary) = stage.handle(event, &plenty()).await.unwrap() else {
+            panic!("expected a release");
+        };
+        assert!(summary.cancelled);
+        assert_eq!(enqueued(&stage).len(), before);
+        assert!(stage.continuation.bodies().is_empty());
+    }
+
+    #[tokio::test]
+    async fn skip_and_next_day_policies() {
+        let (stage, _clock) = zoned_stage("2026-11-23T10:00:00Z");
+        let mut event = local_nine();
+        event["passedTime"] = json!("skip");
+        let Response::Run(summary) = stage.handle(event, &plenty()).await.unwrap() else {
+            panic!("expected a run");
+        };
+        // Tokyo and the two UTC fallbacks have passed: skipped; New York waits.
+        let counts = summary.local_time.unwrap();
+        assert_eq!(counts.passed_skipped, 3);
+        assert!(enqueued(&stage).is_empty());
+
+        let (stage, _clock) = zoned_stage("2026-11-23T10:00:00Z");
+        let mut event = local_nine();
+        event["passedTime"] = json!("next-day");
+        stage.handle(event, &plenty()).await.unwrap();
+        let slots: Vec<String> = stage
+            .waiting
+            .held
+            .lock()
+            .unwrap()
+            .keys()
+            .map(|(_, at)| rfc3339_ms(*at))
+            .collect();
+        assert_eq!(
+            slots,
+            [
+                "2026-11-23T14:00:00Z",
+                "2026-11-24T00:00:00Z",
+                "2026-11-24T09:00:00Z"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_local_time_settings_are_refused_before_anything_is_enqueued() {
+        let (stage, _clock) = zoned_stage("2026-11-23T08:50:00Z");
+        for (field, value, says) in [
+            ("localTime", "9am", "HH:MM"),
+            ("fallbackZone", "Europe/Berln", "IANA"),
+            ("passedTime", "later", "send-now, next-day or skip"),
+            ("sendDate", "2026-11-31", "YYYY-MM-DD"),
+        ] {
+            let mut event = local_nine();
+            event[field] = json!(value);
+            let err = stage
+                .handle(event, &plenty())
+                .await
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(err.contains(says), "{field}: {err}");
+        }
+        let err = stage
+            .handle(
+                json!({"campaignId": "weekly-2026-W47", "passedTime": "skip"}),
+                &plenty(),
+            )
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("go with localTime"), "{err}");
+        assert!(enqueued(&stage).is_empty());
+        assert!(stage.waiting.held.lock().unwrap().is_empty());
+    }
 }

@@ -1,0 +1,322 @@
+//! The waiting room on AWS: the waiting table (`WAITING_TABLE_NAME`) keeps the users of a
+//! local-time campaign until their slot, and one EventBridge Scheduler one-time schedule per
+//! slot (group `RELEASE_SCHEDULE_GROUP`) invokes GetUsers to release it.
+//!
+//! Items: `slot` = `<campaign>#<slot ms>#<shard>` (eight shards, so that a busy slot is not
+//! one hot partition), `userId`, the users-queue `body`, and `expiresAt` (TTL, a week after
+//! the slot: nothing to delete by hand). A campaign's report item (`<campaign>#report`,
+//! `userId` "-") holds each run segment's counts (`segment<N>`, written whole, so a retried
+//! segment is never added twice) and each slot's release (`release<slot ms>`).
+
+use super::describe;
+use crate::domain::campaign::CampaignId;
+use crate::domain::local_time::{LocalTimeCounts, SlotRelease, WaitingReport};
+use crate::ports::{ReleasePosition, StoreError, WaitingRoom};
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Shards per slot: BatchWriteItem spreads a slot's users over this many partitions.
+pub const SHARDS: u8 = 8;
+/// A week: how long a released (or cancelled) slot's items stay before TTL removes them.
+const KEEP_AFTER_SLOT_S: i64 = 7 * 24 * 3600;
+const BATCH_WRITE_MAX: usize = 25;
+
+#[derive(Clone)]
+pub struct WaitingTable {
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub scheduler: aws_sdk_scheduler::Client,
+    pub table: String,
+    pub schedule_group: String,
+    /// The role EventBridge Scheduler assumes to invoke GetUsers.
+    pub scheduler_role_arn: String,
+}
+
+fn slot_key(campaign: &CampaignId, at_ms: i64, shard: u8) -> String {
+    format!("{campaign}#{at_ms}#{shard}", campaign = campaign.as_str())
+}
+
+fn report_key(campaign: &CampaignId) -> String {
+    format!("{}#report", campaign.as_str())
+}
+
+/// FNV-1a: spreads user ids over the shards, the same on every run.
+fn shard_of(user_id: &str) -> u8 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for b in user_id.bytes() {
+        hash = (hash ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    (hash % u32::from(SHARDS)) as u8
+}
+
+/// A schedule's name: at most 64 characters, unique per campaign and slot.
+pub fn schedule_name(campaign: &CampaignId, at_ms: i64) -> String {
+    let digest = Sha256::digest(campaign.as_str().as_bytes());
+    let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+    format!("release-{hex}-{at_ms}")
+}
+
+/// `at(...)`, the one-time schedule expression: whole seconds, UTC, never before `at_ms`.
+pub fn at_expression(at_ms: i64) -> String {
+    let seconds = at_ms.div_euclid(1000) + i64::from(at_ms.rem_euclid(1000) > 0);
+    let at = jiff::Timestamp::from_second(seconds).unwrap_or(jiff::Timestamp::MAX);
+    format!("at({})", at.strftime("%Y-%m-%dT%H:%M:%S"))
+}
+
+fn store_error(what: &str, detail: String) -> StoreError {
+    StoreError(format!("waiting table: {what} failed: {detail}"))
+}
+
+impl WaitingRoom for WaitingTable {
+    async fn hold(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        users: &[(String, String)],
+    ) -> Result<(), StoreError> {
+        let expires = (at_ms / 1000 + KEEP_AFTER_SLOT_S).to_string();
+        for chunk in users.chunks(BATCH_WRITE_MAX) {
+            let mut requests: Vec<WriteRequest> = Vec::with_capacity(chunk.len());
+            for (user_id, body) in chunk {
+                let put = PutRequest::builder()
+                    .item(
+                        "slot",
+                        AttributeValue::S(slot_key(campaign, at_ms, shard_of(user_id))),
+                    )
+                    .item("userId", AttributeValue::S(user_id.clone()))
+                    .item("body", AttributeValue::S(body.clone()))
+                    .item("expiresAt", AttributeValue::N(expires.clone()))
+                    .build()
+                    .map_err(|e| store_error("BatchWriteItem", e.to_string()))?;
+                requests.push(WriteRequest::builder().put_request(put).build());
+            }
+            // Unprocessed items (throttling) are written again, with a growing pause.
+            for attempt in 0u32.. {
+                let out = self
+                    .dynamodb
+                    .batch_write_item()
+                    .request_items(&self.table, requests)
+                    .send()
+                    .await
+                    .map_err(|e| store_error("BatchWriteItem", describe(&e)))?;
+                requests = out
+                    .unprocessed_items
+                    .and_then(|mut u| u.remove(&self.table))
+                    .unwrap_or_default();
+                if requests.is_empty() {
+                    break;
+                }
+                if attempt == 5 {
+                    return Err(store_error(
+                        "BatchWriteItem",
+                        format!(
+                            "{} items still unprocessed after 6 attempts",
+                            requests.len()
+                        ),
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn schedule_release(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        target_arn: &str,
+        event: &Value,
+    ) -> Result<(), StoreError> {
+        use aws_sdk_scheduler::types::{
+            ActionAfterCompletion, FlexibleTimeWindow, FlexibleTimeWindowMode, Target,
+        };
+        let target = Target::builder()
+            .arn(target_arn)
+            .role_arn(&self.scheduler_role_arn)
+            .input(event.to_string())
+            .build()
+            .map_err(|e| store_error("CreateSchedule", e.to_string()))?;
+        let window = FlexibleTimeWindow::builder()
+            .mode(FlexibleTimeWindowMode::Off)
+            .build()
+            .map_err(|e| store_error("CreateSchedule", e.to_string()))?;
+        let created = self
+            .scheduler
+            .create_schedule()
+            .name(schedule_name(campaign, at_ms))
+            .group_name(&self.schedule_group)
+            .schedule_expression(at_expression(at_ms))
+            .schedule_expression_timezone("UTC")
+            .flexible_time_window(window)
+            .target(target)
+            .action_after_completion(ActionAfterCompletion::Delete)
+            .send()
+            .await;
+        match created {
+            Ok(_) => Ok(()),
+            // Another segment (or a retry) created it: the slot is scheduled.
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conflict_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(StoreError(format!(
+                "scheduling the release of a send slot in schedule group {} failed: {}",
+                self.schedule_group,
+                describe(&e)
+            ))),
+        }
+    }
+
+    async fn waiting(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        from: &ReleasePosition,
+        limit: usize,
+    ) -> Result<(Vec<String>, Option<ReleasePosition>), StoreError> {
+        let mut query = self
+            .dynamodb
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .limit(limit.clamp(1, 1000) as i32)
+            .projection_expression("userId, body")
+            .expression_attribute_values(
+                ":slot",
+                AttributeValue::S(slot_key(campaign, at_ms, from.shard)),
+            );
+        query = match &from.after {
+            Some(after) => query
+                .key_condition_expression("slot = :slot AND userId > :after")
+                .expression_attribute_values(":after", AttributeValue::S(after.clone())),
+            None => query.key_condition_expression("slot = :slot"),
+        };
+        let out = query
+            .send()
+            .await
+            .map_err(|e| store_error("Query", describe(&e)))?;
+        let items = out.items.unwrap_or_default();
+        let text = |item: &HashMap<String, AttributeValue>, key: &str| match item.get(key) {
+            Some(AttributeValue::S(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let bodies: Vec<String> = items.iter().filter_map(|i| text(i, "body")).collect();
+        let next = if out.last_evaluated_key.is_some() {
+            Some(ReleasePosition {
+                shard: from.shard,
+                after: items.last().and_then(|i| text(i, "userId")),
+            })
+        } else if from.shard + 1 < SHARDS {
+            Some(ReleasePosition {
+                shard: from.shard + 1,
+                after: None,
+            })
+        } else {
+            None
+        };
+        Ok((bodies, next))
+    }
+
+    async fn record_segment(
+        &self,
+        campaign: &CampaignId,
+        segment: u32,
+        counts: &LocalTimeCounts,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(counts).unwrap_or_default();
+        self.set_report(campaign, &format!("segment{segment}"), json)
+            .await
+    }
+
+    async fn record_release(
+        &self,
+        campaign: &CampaignId,
+        release: &SlotRelease,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(release).unwrap_or_default();
+        self.set_report(campaign, &format!("release{}", release.slot_ms), json)
+            .await
+    }
+
+    async fn report(&self, campaign: &CampaignId) -> Result<Option<WaitingReport>, StoreError> {
+        let out = self
+            .dynamodb
+            .get_item()
+            .table_name(&self.table)
+            .key("slot", AttributeValue::S(report_key(campaign)))
+            .key("userId", AttributeValue::S("-".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem", describe(&e)))?;
+        let Some(item) = out.item else {
+            return Ok(None);
+        };
+        let mut report = WaitingReport::default();
+        for (name, value) in &item {
+            let AttributeValue::S(json) = value else {
+                continue;
+            };
+            if name.starts_with("segment") {
+                if let Ok(counts) = serde_json::from_str::<LocalTimeCounts>(json) {
+                    report.counts.add(&counts);
+                }
+            } else if name.starts_with("release") {
+                if let Ok(release) = serde_json::from_str::<SlotRelease>(json) {
+                    report.releases.push(release);
+                }
+            }
+        }
+        report.releases.sort_by_key(|r| r.slot_ms);
+        Ok(Some(report))
+    }
+}
+
+impl WaitingTable {
+    async fn set_report(
+        &self,
+        campaign: &CampaignId,
+        attribute: &str,
+        json: String,
+    ) -> Result<(), StoreError> {
+        self.dynamodb
+            .update_item()
+            .table_name(&self.table)
+            .key("slot", AttributeValue::S(report_key(campaign)))
+            .key("userId", AttributeValue::S("-".into()))
+            .update_expression("SET #a = :v")
+            .expression_attribute_names("#a", attribute)
+            .expression_attribute_values(":v", AttributeValue::S(json))
+            .send()
+            .await
+            .map_err(|e| store_error("UpdateItem", describe(&e)))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_are_named_within_the_limit_and_never_fire_early() {
+        let id = CampaignId::parse(&"c".repeat(64)).unwrap();
+        let name = schedule_name(&id, 1_796_029_200_000);
+        assert!(name.len() <= 64, "{name}");
+        assert_ne!(name, schedule_name(&id, 1_796_029_260_000));
+        assert_eq!(at_expression(1_796_029_200_000), "at(2026-11-30T09:00:00)");
+        assert_eq!(at_expression(1_796_029_200_001), "at(2026-11-30T09:00:01)");
+    }
+
+    #[test]
+    fn users_spread_over_every_shard() {
+        let shards: std::collections::BTreeSet<u8> =
+            (0..200).map(|i| shard_of(&format!("user-{i}"))).collect();
+        assert_eq!(shards.len(), SHARDS as usize);
+    }
+}

