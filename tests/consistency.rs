@@ -21,7 +21,9 @@ fn number(t: &Template, function: &str, var: &str) -> u32 {
         EnvValue::Ref(p) => t.parameters[p]
             .clone()
             .unwrap_or_else(|| panic!("{p} has no default")),
-        EnvValue::Join(..) => panic!("{function}: {var} is a join, not a number"),
+        EnvValue::Join(..) | EnvValue::Arn(_) => {
+            panic!("{function}: {var} is not a number")
+        }
     };
     raw.parse().unwrap()
 }

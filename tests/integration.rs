@@ -10,6 +10,7 @@ mod cli;
 mod consistency;
 mod deliverability;
 mod exactly_once;
+mod local_time;
 mod pipeline;
 mod realistic;
 mod runtime_api;

@@ -249,6 +249,51 @@ async fn get_users_fans_out_and_fails_a_bad_checkpoint_alone(
         assert_eq!(summary["usersEnqueued"], seeded.audience.len(), "{event}");
     }
 
+    // GetUsers with a local-time run (infra/events/manual-local-time.json) and a send
+    // slot's release (release-slot.json), as their one-time schedule invokes it. Whether
+    // 2026-11-30 09:00 is still ahead depends on the day this runs: every user is counted
+    // either way, the seeded ones (no `timezone`) in the fallback zone.
+    let run = run_function(
+        host,
+        "get-users",
+        GET_USERS,
+        env.stack.env(GET_USERS).unwrap(),
+        vec![sample("manual-local-time.json")],
+    )
+    .await;
+    let local = &response(&run)["localTime"];
+    let count = |field: &str| {
+        local[field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{field}: {}", run.stderr))
+    };
+    let waiting: u64 = local["waiting"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(Value::as_u64)
+        .sum();
+    assert_eq!(
+        waiting + count("delayed") + count("passedSentNow") + count("passedSkipped"),
+        seeded.audience.len() as u64,
+        "{local}"
+    );
+    assert_eq!(count("timezoneMissing"), seeded.audience.len() as u64);
+    let run = run_function(
+        host,
+        "get-users",
+        GET_USERS,
+        env.stack.env(GET_USERS).unwrap(),
+        vec![sample("release-slot.json")],
+    )
+    .await;
+    let release = response(&run);
+    assert_eq!(release["campaignId"], "weekly-2026-W47", "{}", run.stderr);
+    assert!(
+        release["early"] == true || release["complete"] == true,
+        "{release}"
+    );
+
     // GetUsers from the continuation queue: the malformed checkpoint fails alone.
     only_failure(
         host,

@@ -92,6 +92,21 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             pairs.push(("dynamodb:GetItem", "CampaignsTable.Arn".into()));
             // Registers the campaign RUNNING when it starts it.
             pairs.push(("dynamodb:UpdateItem", "CampaignsTable.Arn".into()));
+            // Local-time delivery: holds users, reads a slot back, records counts; one
+            // schedule per slot, in its own group, run as the scheduler role.
+            for action in [
+                "dynamodb:BatchWriteItem",
+                "dynamodb:Query",
+                "dynamodb:GetItem",
+                "dynamodb:UpdateItem",
+            ] {
+                pairs.push((action, "WaitingTable.Arn".into()));
+            }
+            pairs.push((
+                "scheduler:CreateSchedule",
+                "arn:${AWS::Partition}:scheduler:${AWS::Region}:${AWS::AccountId}:schedule/${ReleaseScheduleGroup}/*".into(),
+            ));
+            pairs.push(("iam:PassRole", "ReleaseSchedulerRole.Arn".into()));
         }
         "CreateEmails" => {
             pairs.push(("sqs:SendMessage", "EmailsQueue.Arn".into()));
@@ -195,6 +210,47 @@ fn each_function_role_allows_exactly_what_it_uses() {
             "{id}: grants differ from what it uses"
         );
     }
+}
+
+/// The release schedules' role may invoke only GetUsers (by name: GetUsers names the role
+/// in its environment, so `!GetAtt` would be circular) and write only to the schedule DLQ;
+/// GetUsers may pass it to EventBridge Scheduler and nothing else.
+#[test]
+fn the_release_schedules_can_only_invoke_get_users() {
+    let t = template();
+    let role = &t["Resources"]["ReleaseSchedulerRole"];
+    let trust = &role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0];
+    assert_eq!(
+        trust["Principal"]["Service"].as_str(),
+        Some("scheduler.amazonaws.com")
+    );
+    assert_eq!(
+        spelled(&trust["Condition"]["StringEquals"]["aws:SourceAccount"]),
+        "AWS::AccountId"
+    );
+    let expected: BTreeSet<(String, String)> = [
+        (
+            "lambda:InvokeFunction",
+            "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AWS::StackName}-GetUsersFunction*",
+        ),
+        ("sqs:SendMessage", "ScheduleDLQ.Arn"),
+    ]
+    .into_iter()
+    .map(|(a, r)| (a.to_owned(), r.to_owned()))
+    .collect();
+    assert_eq!(grants(role), expected);
+    let statements =
+        &t["Resources"]["GetUsersRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"];
+    let pass = statements
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|s| s["Sid"].as_str() == Some("PassSchedulerRole"))
+        .unwrap();
+    assert_eq!(
+        pass["Condition"]["StringEquals"]["iam:PassedToService"].as_str(),
+        Some("scheduler.amazonaws.com")
+    );
 }
 
 /// SendEmail may write one item of the campaigns table, the rate item, and change only the

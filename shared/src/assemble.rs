@@ -93,6 +93,7 @@ pub async fn get_users(
         table: config.waiting_table_name.clone(),
         schedule_group: config.release_schedule_group.clone(),
         scheduler_role_arn: config.release_scheduler_role_arn.clone(),
+        dead_letter_arn: config.release_dead_letter_arn.clone(),
     };
     let stage = GetUsers::new(
         MongoDirectory::new(db),

@@ -21,6 +21,7 @@ pub mod provision;
 pub mod queues;
 pub mod runner;
 pub mod sam_local;
+pub mod scheduler;
 pub mod seed;
 pub mod ses_event_source;
 pub mod ses_record;

@@ -20,6 +20,8 @@ pub const CAMPAIGN_DLQS: [&str; 3] = [USERS_DLQ, EMAILS_DLQ, CONTINUATION_DLQ];
 
 pub const SENDS_TABLE: &str = "SendsTable";
 pub const CAMPAIGNS_TABLE: &str = "CampaignsTable";
+pub const WAITING_TABLE: &str = "WaitingTable";
+pub const RELEASE_SCHEDULE_GROUP: &str = "ReleaseScheduleGroup";
 
 // Functions.
 pub const GET_USERS: &str = "GetUsersFunction";

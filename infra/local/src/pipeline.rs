@@ -4,6 +4,7 @@
 
 use crate::names;
 use crate::runner::{self, Consumer, ConsumerStats};
+use crate::scheduler::{Due, LocalScheduler, SimClock};
 use crate::stack::Stack;
 use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::SqsBatchResponse;
@@ -12,7 +13,7 @@ use mailflow::config::{
     CreateEmailsConfig, GetUsersConfig, SendEmailConfig, SesEventsConfig, UnsubscribeFunctionConfig,
 };
 use mailflow::domain::send_rate::SendRate;
-use mailflow::ports::Mailer;
+use mailflow::ports::{Clock, Mailer};
 use mailflow::runtime::{Invocation, Stage};
 use mailflow::stages::create_emails;
 use mailflow::stages::send_email;
@@ -141,6 +142,9 @@ pub struct LocalPipeline<M> {
     pub send_config: SendEmailConfig,
     pub ses_events: Arc<assemble::LambdaSesEvents>,
     pub totals: Arc<Mutex<Totals>>,
+    /// The clock GetUsers decides local times by; `drain` moves it to the next release
+    /// schedule when nothing else is happening.
+    pub clock: Arc<SimClock>,
     options: PipelineOptions,
 }
 
@@ -167,7 +171,10 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         let sdk = &stack.sdk;
         let env = env_for(&stack, &options, GET_USERS)?;
         let config = GetUsersConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let get_users = assemble::get_users(config, sdk).await?;
+        let clock = Arc::new(SimClock::default());
+        let get_users = assemble::get_users(config, sdk)
+            .await?
+            .with_clock(clock.clone());
 
         let env = env_for(&stack, &options, CREATE_EMAILS)?;
         let config = CreateEmailsConfig::from_source(&|k: &str| env.get(k).cloned())?;
@@ -194,6 +201,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
             send_config,
             ses_events: Arc::new(ses_events),
             totals: Arc::default(),
+            clock,
             options,
         })
     }
@@ -273,10 +281,72 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         })
     }
 
-    /// Runs every consumer until the queues drain (`run` after `start`).
+    /// Runs every consumer until the queues drain and no send slot is left to release
+    /// (`run` after `start`): when the queues are quiet, a due release schedule fires, and
+    /// when none is due the clock jumps to the next one.
     pub async fn drain(&self, max_wait: Duration) -> Result<BTreeMap<String, ConsumerStats>> {
+        let mut stats: BTreeMap<String, ConsumerStats> = BTreeMap::new();
+        loop {
+            for (function, round) in self.drain_queues(max_wait).await? {
+                stats.entry(function).or_default().add(&round);
+            }
+            if self.release_next().await?.is_none() {
+                return Ok(stats);
+            }
+        }
+    }
+
+    /// Runs every consumer until the queues drain, firing no schedule.
+    pub async fn drain_queues(
+        &self,
+        max_wait: Duration,
+    ) -> Result<BTreeMap<String, ConsumerStats>> {
         let sqs = aws_sdk_sqs::Client::new(&self.stack.sdk);
         runner::run_until_drained(&sqs, self.consumers()?, max_wait).await
+    }
+
+    /// Moves the clock to the next release schedule (if it is ahead) and fires every
+    /// schedule due then; the instant it moved to, or `None` when no schedule is left.
+    pub async fn release_next(&self) -> Result<Option<i64>> {
+        let scheduler = self.scheduler()?;
+        let schedules = scheduler.schedules().await?;
+        let Some(next) = schedules.first() else {
+            return Ok(None);
+        };
+        self.clock.advance_to(next.at_ms);
+        let now = self.clock.now_ms();
+        for due in schedules.iter().filter(|d| d.at_ms <= now) {
+            self.fire(&scheduler, due).await?;
+        }
+        Ok(Some(next.at_ms))
+    }
+
+    /// The stack's release schedules.
+    pub fn scheduler(&self) -> Result<LocalScheduler> {
+        let group = self
+            .stack
+            .names
+            .get(names::RELEASE_SCHEDULE_GROUP)
+            .context("the stack has no release schedule group")?;
+        Ok(LocalScheduler::new(&self.stack.sdk, group))
+    }
+
+    /// What EventBridge Scheduler does at a schedule's time: invokes GetUsers with its input
+    /// (a failure is retried, as the schedule's retry policy does), then deletes it.
+    async fn fire(&self, scheduler: &LocalScheduler, due: &Due) -> Result<()> {
+        let mut attempt = 0;
+        loop {
+            match self.start(due.input.clone()).await {
+                Ok(_) => break,
+                Err(err) if attempt < 3 => {
+                    attempt += 1;
+                    tracing::warn!(reason = %err, schedule = %due.name, "release failed; the schedule tries again");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(err) => return Err(err.context(format!("schedule {}", due.name))),
+            }
+        }
+        scheduler.delete(&due.name).await
     }
 }
 

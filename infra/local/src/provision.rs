@@ -267,6 +267,22 @@ async fn name_other_resources(
         create_configuration_set(sdk, &name).await?;
         stack.names.insert(id.clone(), name);
     }
+    let scheduler = aws_sdk_scheduler::Client::new(sdk);
+    for id in &template.schedule_groups {
+        let name = format!("{}-{id}", options.prefix);
+        match scheduler.create_schedule_group().name(&name).send().await {
+            Ok(_) => {}
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conflict_exception()) => {}
+            Err(e) => return Err(e).with_context(|| format!("creating schedule group {name}")),
+        }
+        stack.names.insert(id.clone(), name);
+    }
+    for id in &template.roles {
+        let arn = format!("arn:aws:iam::000000000000:role/{}-{id}", options.prefix);
+        stack.names.insert(id.clone(), arn);
+    }
     for function in template.functions.iter().filter(|f| f.function_url) {
         let url = options
             .function_urls

@@ -7,13 +7,15 @@ use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use aws_sdk_sqs::Client;
 use std::time::Duration;
 
-/// Messages in a queue, visible or in flight.
+/// Messages in a queue: visible, and in flight or delayed (a local-time user due within 15
+/// minutes waits on the users queue with a delay).
 pub async fn depth(sqs: &Client, url: &str) -> Result<(u64, u64)> {
     let attrs = sqs
         .get_queue_attributes()
         .queue_url(url)
         .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
         .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
         .send()
         .await?
         .attributes
@@ -21,7 +23,8 @@ pub async fn depth(sqs: &Client, url: &str) -> Result<(u64, u64)> {
     let get = |k: &QueueAttributeName| attrs.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
     Ok((
         get(&QueueAttributeName::ApproximateNumberOfMessages),
-        get(&QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        get(&QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            + get(&QueueAttributeName::ApproximateNumberOfMessagesDelayed),
     ))
 }
 

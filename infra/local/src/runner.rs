@@ -116,6 +116,22 @@ pub struct ConsumerStats {
     pub delete_requests: usize,
 }
 
+impl ConsumerStats {
+    /// Adds another round's counts (a drain that ran several rounds).
+    pub fn add(&mut self, other: &ConsumerStats) {
+        self.invocations += other.invocations;
+        self.records += other.records;
+        self.failures_reported += other.failures_reported;
+        self.timeouts += other.timeouts;
+        self.crashes += other.crashes;
+        self.second_deliveries += other.second_deliveries;
+        self.receive_requests += other.receive_requests;
+        self.disabled_polls += other.disabled_polls;
+        self.receive_chunks += other.receive_chunks;
+        self.delete_requests += other.delete_requests;
+    }
+}
+
 /// Wraps an async handler into the runner's handler type.
 pub fn handler<F, Fut>(f: F) -> Handler
 where

@@ -87,6 +87,10 @@ impl Stack {
                 Some(v) => v.clone(),
                 None => bail!("refers to {id}, which has no value (a parameter without default?)"),
             },
+            EnvValue::Arn(id) => match self.queue_arns.get(id).or_else(|| self.names.get(id)) {
+                Some(arn) => arn.clone(),
+                None => bail!("refers to {id}'s ARN, which this stack does not have"),
+            },
             EnvValue::Join(separator, parts) => parts
                 .iter()
                 .map(|p| self.resolve(p))

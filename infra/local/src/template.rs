@@ -39,6 +39,8 @@ pub struct IndexSpec {
 pub enum EnvValue {
     Literal(String),
     Ref(String),
+    /// `!GetAtt X.Arn`: a queue's or a role's ARN.
+    Arn(String),
     /// `!Join [separator, [values...]]`.
     Join(String, Vec<EnvValue>),
 }
@@ -82,6 +84,10 @@ pub struct Template {
     pub generated_secrets: Vec<String>,
     /// SES configuration sets (logical ids).
     pub configuration_sets: Vec<String>,
+    /// EventBridge Scheduler schedule groups (logical ids).
+    pub schedule_groups: Vec<String>,
+    /// IAM roles (logical ids): locally they have an ARN and nothing more.
+    pub roles: Vec<String>,
 }
 
 fn scalar(v: &Value) -> Option<String> {
@@ -133,6 +139,16 @@ fn key(spec: &Value, kind: &str) -> Option<String> {
 fn env_value(v: &Value) -> Option<EnvValue> {
     if let Some(literal) = scalar(v) {
         return Some(EnvValue::Literal(literal));
+    }
+    let get_att = match v {
+        Value::Tagged(t) if t.tag == "!GetAtt" => scalar(&t.value),
+        Value::Mapping(m) => m
+            .get("Fn::GetAtt")
+            .and_then(|g| Some(format!("{}.{}", scalar(g.get(0)?)?, scalar(g.get(1)?)?))),
+        _ => None,
+    };
+    if let Some(id) = get_att.as_deref().and_then(|a| a.strip_suffix(".Arn")) {
+        return Some(EnvValue::Arn(id.to_owned()));
     }
     if let Some(id) = reference(v) {
         return Some(EnvValue::Ref(id));
@@ -267,6 +283,8 @@ impl Template {
                     template.generated_secrets.push(id)
                 }
                 Some("AWS::SES::ConfigurationSet") => template.configuration_sets.push(id),
+                Some("AWS::Scheduler::ScheduleGroup") => template.schedule_groups.push(id),
+                Some("AWS::IAM::Role") => template.roles.push(id),
                 Some("AWS::Serverless::Function") => template
                     .functions
                     .push(function(&id, resource, &props, &doc, params)?),

@@ -22,6 +22,8 @@ use std::collections::BTreeMap;
 pub struct Target {
     pub sends_table: String,
     pub campaigns_table: String,
+    /// Local-time campaigns' waiting users (`WaitingRoom`).
+    pub waiting_table: String,
     pub users_queue: String,
     pub users_dlq: String,
     pub emails_queue: String,
@@ -49,6 +51,7 @@ impl Target {
         Ok(Self {
             sends_table: out::SENDS_TABLE.read()?,
             campaigns_table: out::CAMPAIGNS_TABLE.read()?,
+            waiting_table: out::WAITING_TABLE.read()?,
             users_queue: out::USERS_QUEUE.read()?,
             users_dlq: out::USERS_DLQ.read()?,
             emails_queue: out::EMAILS_QUEUE.read()?,
@@ -96,6 +99,7 @@ impl Target {
         Ok(Self {
             sends_table: format!("{prefix}-{}", names::SENDS_TABLE),
             campaigns_table: format!("{prefix}-{}", names::CAMPAIGNS_TABLE),
+            waiting_table: format!("{prefix}-{}", names::WAITING_TABLE),
             users_queue: url(names::USERS_QUEUE).await?,
             users_dlq: url(names::USERS_DLQ).await?,
             emails_queue: url(names::EMAILS_QUEUE).await?,
@@ -115,7 +119,8 @@ pub struct CampaignStatus {
     /// `cancelled` (an operator cancelled it); `paused` (an operator or the reputation guard
     /// paused it); `not started` (never started here: no record, queues empty); `finished`
     /// when the queues are empty (they are shared: empty means no campaign has a message
-    /// left) and no send is in progress; `running` otherwise (then some queued messages may be
+    /// left) and no send is in progress; `waiting` when, that aside, users of a local-time
+    /// campaign still wait for their slot; `running` otherwise (then some queued messages may be
     /// another campaign's).
     pub state: &'static str,
     /// When GetUsers started it (ms), from the campaigns table.
@@ -174,6 +179,57 @@ pub struct CampaignStatus {
     /// What SES lets the account send (GetAccount), or why it is not known.
     pub ses_quota: Option<mailflow::domain::send_rate::SendQuota>,
     pub ses_quota_unknown: Option<String>,
+    /// A local-time campaign's delivery (None: everyone at once).
+    pub local_time: Option<LocalTimeStatus>,
+}
+
+/// What `status` shows of a local-time campaign.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalTimeStatus {
+    /// Users given the fallback zone: no usable `timezone`, or one the IANA database does
+    /// not know.
+    pub timezone_missing: u64,
+    pub timezone_invalid: u64,
+    /// Local time passed at the start: sent at once, or skipped (by the campaign's policy).
+    pub passed_sent_now: u64,
+    pub passed_skipped: u64,
+    /// Due within 15 minutes of the start: enqueued with an SQS delay.
+    pub delayed: u64,
+    /// Users kept for a later slot, in all; those still waiting, by UTC hour of their slot.
+    pub held: u64,
+    pub still_waiting: u64,
+    pub waiting_by_hour: Vec<mailflow::domain::local_time::HourWaiting>,
+    pub slots_released: usize,
+    /// Release time minus the slot's instant, over released users (p50, p99, max).
+    pub lateness: Option<mailflow::domain::local_time::Lateness>,
+}
+
+impl LocalTimeStatus {
+    /// Its lines of `mailctl status`.
+    pub fn describe(&self) -> String {
+        let l = self;
+        let mut out = format!(
+        "  local time: {} held for their slot, {} still waiting; {} sent at once and {} skipped (local time passed at the start), {} delayed under 15 min | fallback zone for {} without a zone and {} with an unknown one\n",
+        l.held, l.still_waiting, l.passed_sent_now, l.passed_skipped, l.delayed, l.timezone_missing, l.timezone_invalid
+    );
+        for hour in &l.waiting_by_hour {
+            out.push_str(&format!(
+                "    waiting for {}: {}\n",
+                hour.utc_hour, hour.users
+            ));
+        }
+        if let Some(late) = &l.lateness {
+            out.push_str(&format!(
+            "  {} slots released; lateness (release minus slot) p50 {:.1}s p99 {:.1}s max {:.1}s\n",
+            l.slots_released,
+            late.p50_ms as f64 / 1000.0,
+            late.p99_ms as f64 / 1000.0,
+            late.max_ms as f64 / 1000.0
+        ));
+        }
+        out
+    }
 }
 
 impl CampaignStatus {
@@ -296,11 +352,15 @@ pub async fn status(
     if status.paused_at_ms.is_some() {
         status.resume_before_ms = status.started_at_ms.map(|s| s + QUEUE_RETENTION_MS);
     }
+    status.local_time = local_time_status(dynamo, target, campaign).await?;
+    let waiting = status.local_time.as_ref().map_or(0, |l| l.still_waiting);
     let queues_empty = status.users_pending + status.emails_pending == 0;
     status.state = if status.cancelled_at_ms.is_some() {
         "cancelled"
     } else if status.paused_at_ms.is_some() {
         "paused"
+    } else if queues_empty && status.in_progress == 0 && waiting > 0 {
+        "waiting"
     } else if queues_empty && records.is_empty() {
         "not started"
     } else if queues_empty && status.in_progress == 0 {
@@ -343,6 +403,32 @@ pub async fn status(
         .filter(|r| *r > 0.0)
         .map(|r| (pending as f64 / r).ceil() as u64);
     Ok(status)
+}
+
+/// The waiting table's record of a local-time campaign.
+async fn local_time_status(
+    dynamo: &aws_sdk_dynamodb::Client,
+    target: &Target,
+    campaign: &str,
+) -> Result<Option<LocalTimeStatus>> {
+    let Ok(id) = mailflow::domain::campaign::CampaignId::parse(campaign) else {
+        return Ok(None);
+    };
+    let report = mailflow::adapters::waiting::read_report(dynamo, &target.waiting_table, &id)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(report.map(|r| LocalTimeStatus {
+        timezone_missing: r.counts.timezone_missing,
+        timezone_invalid: r.counts.timezone_invalid,
+        passed_sent_now: r.counts.passed_sent_now,
+        passed_skipped: r.counts.passed_skipped,
+        delayed: r.counts.delayed,
+        held: r.counts.waiting.values().sum(),
+        still_waiting: r.still_waiting(),
+        waiting_by_hour: r.waiting_by_hour(),
+        slots_released: r.releases.len(),
+        lateness: r.lateness(),
+    }))
 }
 
 /// A time in milliseconds since the epoch, as RFC 3339.

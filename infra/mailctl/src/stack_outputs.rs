@@ -19,6 +19,10 @@ pub const CAMPAIGNS_TABLE: StackOutput = StackOutput {
     var: "MAILFLOW_CAMPAIGNS_TABLE",
     output: "CampaignsTableName",
 };
+pub const WAITING_TABLE: StackOutput = StackOutput {
+    var: "MAILFLOW_WAITING_TABLE",
+    output: "WaitingTableName",
+};
 pub const USERS_QUEUE: StackOutput = StackOutput {
     var: "MAILFLOW_USERS_QUEUE_URL",
     output: "UsersQueueUrl",
@@ -62,9 +66,10 @@ pub const EVENT_SOURCE_MAPPINGS: StackOutput = StackOutput {
     output: "EventSourceMappingIds",
 };
 
-pub const ALL: [StackOutput; 12] = [
+pub const ALL: [StackOutput; 13] = [
     SENDS_TABLE,
     CAMPAIGNS_TABLE,
+    WAITING_TABLE,
     USERS_QUEUE,
     USERS_DLQ,
     EMAILS_QUEUE,

@@ -32,6 +32,8 @@ pub struct WaitingTable {
     pub schedule_group: String,
     /// The role EventBridge Scheduler assumes to invoke GetUsers.
     pub scheduler_role_arn: String,
+    /// Where a release EventBridge Scheduler could not deliver goes (the schedule DLQ).
+    pub dead_letter_arn: String,
 }
 
 fn slot_key(campaign: &CampaignId, at_ms: i64, shard: u8) -> String {
@@ -131,12 +133,25 @@ impl WaitingRoom for WaitingTable {
         event: &Value,
     ) -> Result<(), StoreError> {
         use aws_sdk_scheduler::types::{
-            ActionAfterCompletion, FlexibleTimeWindow, FlexibleTimeWindowMode, Target,
+            ActionAfterCompletion, DeadLetterConfig, FlexibleTimeWindow, FlexibleTimeWindowMode,
+            RetryPolicy, Target,
         };
+        // Retried for a day (Scheduler's longest), then on the DLQ and its alarm: a slot is
+        // never dropped silently.
+        let retry = RetryPolicy::builder()
+            .maximum_event_age_in_seconds(86_400)
+            .maximum_retry_attempts(185)
+            .build();
         let target = Target::builder()
             .arn(target_arn)
             .role_arn(&self.scheduler_role_arn)
             .input(event.to_string())
+            .retry_policy(retry)
+            .dead_letter_config(
+                DeadLetterConfig::builder()
+                    .arn(&self.dead_letter_arn)
+                    .build(),
+            )
             .build()
             .map_err(|e| store_error("CreateSchedule", e.to_string()))?;
         let window = FlexibleTimeWindow::builder()
@@ -244,10 +259,20 @@ impl WaitingRoom for WaitingTable {
     }
 
     async fn report(&self, campaign: &CampaignId) -> Result<Option<WaitingReport>, StoreError> {
-        let out = self
-            .dynamodb
+        read_report(&self.dynamodb, &self.table, campaign).await
+    }
+}
+
+/// What the waiting table records of a campaign's local-time delivery (`mailctl status`).
+pub async fn read_report(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    campaign: &CampaignId,
+) -> Result<Option<WaitingReport>, StoreError> {
+    {
+        let out = dynamodb
             .get_item()
-            .table_name(&self.table)
+            .table_name(table)
             .key("slot", AttributeValue::S(report_key(campaign)))
             .key("userId", AttributeValue::S("-".into()))
             .consistent_read(true)

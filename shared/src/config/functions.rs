@@ -22,6 +22,7 @@ pub struct GetUsersConfig {
     pub waiting_table_name: String,
     pub release_schedule_group: String,
     pub release_scheduler_role_arn: String,
+    pub release_dead_letter_arn: String,
 }
 
 /// Local-time delivery: the schedule's campaigns use `send_at` when it is set; a manual run
@@ -70,6 +71,7 @@ impl GetUsersConfig {
         var::WAITING_TABLE_NAME,
         var::RELEASE_SCHEDULE_GROUP,
         var::RELEASE_SCHEDULER_ROLE_ARN,
+        var::RELEASE_DEAD_LETTER_ARN,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
@@ -78,6 +80,7 @@ impl GetUsersConfig {
             waiting_table_name: required(src, var::WAITING_TABLE_NAME)?,
             release_schedule_group: required(src, var::RELEASE_SCHEDULE_GROUP)?,
             release_scheduler_role_arn: required(src, var::RELEASE_SCHEDULER_ROLE_ARN)?,
+            release_dead_letter_arn: required(src, var::RELEASE_DEAD_LETTER_ARN)?,
             mongo: MongoConfig::from_source(src)?,
             campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
             users_queue_url: required(src, var::USERS_QUEUE_URL)?,

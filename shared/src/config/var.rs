@@ -29,6 +29,8 @@ pub const PASSED_TIME_POLICY: &str = "PASSED_TIME_POLICY";
 pub const WAITING_TABLE_NAME: &str = "WAITING_TABLE_NAME";
 /// The EventBridge Scheduler group of the one-time schedules that release each send slot
 pub const RELEASE_SCHEDULE_GROUP: &str = "RELEASE_SCHEDULE_GROUP";
+/// Where EventBridge Scheduler puts a slot's release it could not deliver (the schedule DLQ)
+pub const RELEASE_DEAD_LETTER_ARN: &str = "RELEASE_DEAD_LETTER_ARN";
 /// The role EventBridge Scheduler assumes to invoke GetUsers at a send slot
 pub const RELEASE_SCHEDULER_ROLE_ARN: &str = "RELEASE_SCHEDULER_ROLE_ARN";
 /// Email jobs (SendEmail uses it to set retry delays)

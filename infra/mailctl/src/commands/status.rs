@@ -131,6 +131,9 @@ fn print_status(s: &ops::CampaignStatus) {
             s.consumers
         );
     }
+    if let Some(local) = &s.local_time {
+        print!("{}", local.describe());
+    }
     match (&s.ses_quota, &s.ses_quota_unknown) {
         (Some(q), _) => println!(
             "  SES: at most {}/s (SendEmail sends at the lower of this and SEND_RATE_PER_SECOND); 24-hour quota {} of {} used",

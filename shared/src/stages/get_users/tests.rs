@@ -140,6 +140,7 @@ fn stage_over(directory: MemoryDirectory, margin_seconds: &str) -> Stage {
             "WAITING_TABLE_NAME" => "waiting",
             "RELEASE_SCHEDULE_GROUP" => "releases",
             "RELEASE_SCHEDULER_ROLE_ARN" => "arn:aws:iam::000000000000:role/scheduler",
+            "RELEASE_DEAD_LETTER_ARN" => "arn:aws:sqs:us-east-1:000000000000:schedule-dlq",
             "DEADLINE_MARGIN_SECONDS" => margin_seconds,
             _ => return None,
         };

@@ -1,0 +1,142 @@
+//! EventBridge Scheduler, locally: moto keeps the one-time schedules GetUsers creates but
+//! never fires them, so the simulator does, on a clock it controls (`SimClock`). A schedule
+//! fires when the clock reaches its `at(...)`; the simulator invokes its target (GetUsers)
+//! with the schedule's input and deletes it, as `ActionAfterCompletion: DELETE` does on AWS.
+//! When nothing else is happening, the clock jumps to the next schedule: a day of local
+//! times runs in minutes, and the functions never know (they read the clock they are given).
+
+use anyhow::{Context, Result};
+use mailflow::ports::Clock;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// Real time plus an offset that only grows: time runs at its normal pace (leases, timeouts
+/// and delays behave), and jumps forward when the simulator skips an idle stretch.
+#[derive(Default)]
+pub struct SimClock {
+    offset_ms: AtomicI64,
+}
+
+fn real_ms() -> i64 {
+    mailflow::ports::SystemClock.now_ms()
+}
+
+impl SimClock {
+    /// Moves the clock forward to `ms` (never back).
+    pub fn advance_to(&self, ms: i64) {
+        let wanted = ms - real_ms();
+        self.offset_ms.fetch_max(wanted, Ordering::SeqCst);
+    }
+
+    /// Starts the clock at `ms` (a campaign's start, in tests), forward or back.
+    pub fn set(&self, ms: i64) {
+        self.offset_ms.store(ms - real_ms(), Ordering::SeqCst);
+    }
+}
+
+impl Clock for SimClock {
+    fn now_ms(&self) -> i64 {
+        real_ms() + self.offset_ms.load(Ordering::SeqCst)
+    }
+}
+
+/// One schedule of the group, as the simulator fires it.
+#[derive(Clone, Debug)]
+pub struct Due {
+    pub name: String,
+    pub at_ms: i64,
+    pub input: serde_json::Value,
+}
+
+pub struct LocalScheduler {
+    client: aws_sdk_scheduler::Client,
+    group: String,
+}
+
+/// The instant of `at(YYYY-MM-DDTHH:MM:SS)` (UTC).
+pub fn at_ms(expression: &str) -> Option<i64> {
+    let inner = expression.strip_prefix("at(")?.strip_suffix(')')?;
+    let civil: jiff::civil::DateTime = inner.parse().ok()?;
+    Some(
+        jiff::tz::Offset::UTC
+            .to_timestamp(civil)
+            .ok()?
+            .as_millisecond(),
+    )
+}
+
+impl LocalScheduler {
+    pub fn new(sdk: &aws_config::SdkConfig, group: &str) -> Self {
+        Self {
+            client: aws_sdk_scheduler::Client::new(sdk),
+            group: group.to_owned(),
+        }
+    }
+
+    /// Every schedule of the group, earliest first.
+    pub async fn schedules(&self) -> Result<Vec<Due>> {
+        let mut out = Vec::new();
+        let mut token = None;
+        loop {
+            let page = self
+                .client
+                .list_schedules()
+                .group_name(&self.group)
+                .set_next_token(token)
+                .send()
+                .await
+                .with_context(|| format!("listing the schedules of {}", self.group))?;
+            for summary in page.schedules() {
+                let Some(name) = summary.name() else { continue };
+                let schedule = self
+                    .client
+                    .get_schedule()
+                    .group_name(&self.group)
+                    .name(name)
+                    .send()
+                    .await
+                    .with_context(|| format!("reading schedule {name}"))?;
+                let at = schedule.schedule_expression().and_then(at_ms);
+                let input = schedule
+                    .target()
+                    .and_then(|t| t.input())
+                    .and_then(|i| serde_json::from_str(i).ok());
+                if let (Some(at_ms), Some(input)) = (at, input) {
+                    out.push(Due {
+                        name: name.to_owned(),
+                        at_ms,
+                        input,
+                    });
+                }
+            }
+            token = page.next_token().map(str::to_owned);
+            if token.is_none() {
+                break;
+            }
+        }
+        out.sort_by_key(|d| d.at_ms);
+        Ok(out)
+    }
+
+    pub async fn delete(&self, name: &str) -> Result<()> {
+        self.client
+            .delete_schedule()
+            .group_name(&self.group)
+            .name(name)
+            .send()
+            .await
+            .with_context(|| format!("deleting schedule {name}"))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_one_time_expressions() {
+        assert_eq!(
+            super::at_ms("at(2026-11-30T09:00:00)"),
+            Some(1_796_029_200_000)
+        );
+        assert_eq!(super::at_ms("rate(1 minute)"), None);
+    }
+}

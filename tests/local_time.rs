@@ -1,0 +1,421 @@
+//! Local-time delivery on the local stack: a campaign at 09:00 in every user's own zone,
+//! over every UTC offset from +14 to -12, through the waiting table and the release
+//! schedules, on the simulator's clock (it jumps to the next schedule when the queues are
+//! quiet, so a day of slots runs in minutes).
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use mailflow::domain::campaign::{Campaign, Window};
+use mailflow::domain::ledger::SendStatus;
+use mailflow::domain::local_time::{
+    parse_date, Delivery, LocalDelivery, PassedTime, ZoneField, ZoneName,
+};
+use mailflow_local::names;
+use mailflow_local::pipeline::PipelineOptions;
+use mailflow_tests::{ses, test_env, TestEnv};
+use mongodb::bson::{doc, Bson};
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Every UTC offset in use, from +14 to -12, the odd quarters among them, two legacy names.
+const ZONES: [&str; 40] = [
+    "Pacific/Kiritimati",
+    "Pacific/Chatham",
+    "Pacific/Auckland",
+    "Pacific/Fiji",
+    "Asia/Kamchatka",
+    "Pacific/Noumea",
+    "Australia/Sydney",
+    "Australia/Adelaide",
+    "Asia/Tokyo",
+    "Australia/Eucla",
+    "Asia/Shanghai",
+    "Asia/Bangkok",
+    "Asia/Yangon",
+    "Asia/Dhaka",
+    "Asia/Kathmandu",
+    "Asia/Kolkata",
+    "Asia/Karachi",
+    "Asia/Kabul",
+    "Asia/Dubai",
+    "Asia/Tehran",
+    "Europe/Moscow",
+    "Africa/Cairo",
+    "Europe/Berlin",
+    "Europe/London",
+    "Atlantic/Azores",
+    "America/Noronha",
+    "America/Sao_Paulo",
+    "America/St_Johns",
+    "America/Halifax",
+    "America/New_York",
+    "America/Chicago",
+    "America/Denver",
+    "America/Los_Angeles",
+    "America/Anchorage",
+    "Pacific/Marquesas",
+    "Pacific/Honolulu",
+    "Pacific/Pago_Pago",
+    "Etc/GMT+12",
+    "US/Eastern",
+    "Asia/Calcutta",
+];
+
+/// How late a slot may be released (the README's tolerance).
+const TOLERANCE_MS: i64 = 30 * 60 * 1000;
+
+fn ms(rfc3339: &str) -> i64 {
+    rfc3339.parse::<jiff::Timestamp>().unwrap().as_millisecond()
+}
+
+/// Gives every seeded user a `timezone`: one of `ZONES` for most, and for every 13th and
+/// 17th none (absent, null, empty) or an unusable one (misspelt, invented, a number, a
+/// fixed offset). Returns each user's field as the audience scan reads it.
+async fn assign_zones(env: &TestEnv, ids: &[String]) -> BTreeMap<String, ZoneField> {
+    let users = env.db.collection::<mongodb::bson::Document>("users");
+    let odd: [(Option<Bson>, ZoneField); 7] = [
+        (None, ZoneField::Missing),
+        (Some(Bson::Null), ZoneField::Missing),
+        (Some(Bson::String(String::new())), ZoneField::Missing),
+        (
+            Some(Bson::String("Europe/Berln".into())),
+            ZoneField::Text("Europe/Berln".into()),
+        ),
+        (
+            Some(Bson::String("Mars/Olympus_Mons".into())),
+            ZoneField::Text("Mars/Olympus_Mons".into()),
+        ),
+        (Some(Bson::Int32(42)), ZoneField::Other("int")),
+        (
+            Some(Bson::String("GMT+5".into())),
+            ZoneField::Text("GMT+5".into()),
+        ),
+    ];
+    let mut groups: BTreeMap<String, (Option<Bson>, Vec<String>)> = BTreeMap::new();
+    let mut fields = BTreeMap::new();
+    for (i, id) in ids.iter().enumerate() {
+        let (value, field) = if i % 13 == 0 || i % 17 == 0 {
+            odd[i % odd.len()].clone()
+        } else {
+            let zone = ZONES[i % ZONES.len()];
+            (
+                Some(Bson::String(zone.into())),
+                ZoneField::Text(zone.into()),
+            )
+        };
+        let group = groups
+            .entry(format!("{value:?}"))
+            .or_insert((value, Vec::new()));
+        group.1.push(id.clone());
+        fields.insert(id.clone(), field);
+    }
+    for (_, (value, ids)) in groups {
+        let update = match value {
+            Some(v) => doc! { "$set": { "timezone": v } },
+            None => doc! { "$unset": { "timezone": "" } },
+        };
+        users
+            .update_many(doc! { "_id": { "$in": ids } }, update)
+            .await
+            .unwrap();
+    }
+    fields
+}
+
+fn delivery(started: &str) -> LocalDelivery {
+    LocalDelivery {
+        local_time: "09:00".parse().unwrap(),
+        send_date: parse_date("2026-11-23").unwrap(),
+        fallback_zone: ZoneName::parse("America/Sao_Paulo").unwrap(),
+        passed_time: PassedTime::SendNow,
+        started_at_ms: ms(started),
+    }
+}
+
+/// The waiting table's items of `campaign`: user id -> slot instant.
+async fn held(env: &TestEnv, campaign: &str) -> BTreeMap<String, i64> {
+    let table = env.stack.table_name(names::WAITING_TABLE).unwrap();
+    let mut out = BTreeMap::new();
+    let mut start = None;
+    loop {
+        let page = env
+            .dynamo()
+            .scan()
+            .table_name(table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .unwrap();
+        for item in page.items() {
+            let (Some(AttributeValue::S(slot)), Some(AttributeValue::S(user))) =
+                (item.get("slot"), item.get("userId"))
+            else {
+                continue;
+            };
+            let mut parts = slot.split('#');
+            if parts.next() != Some(campaign) {
+                continue;
+            }
+            if let Some(Ok(at)) = parts.next().map(str::parse::<i64>) {
+                out.insert(user.clone(), at);
+            }
+        }
+        start = page.last_evaluated_key;
+        if start.is_none() {
+            return out;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_campaign_at_nine_in_every_zone_goes_out_slot_by_slot_exactly_once() {
+    let env = test_env("local-time", |_| {}).await.unwrap();
+    let campaign = Campaign::from_id("weekly-2026-W47", None).unwrap();
+    let id = campaign.id.as_str();
+    let seeded = env.seed(2500, &campaign).await.unwrap();
+    let ids: Vec<String> = seeded.addresses.keys().cloned().collect();
+    let zones = assign_zones(&env, &ids).await;
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let target = mailctl::ops::Target::from_prefix(&env.stack.sdk, &env.stack.prefix)
+        .await
+        .unwrap();
+
+    // Thirty seconds before Kiritimati's 09:00 (UTC+14, the first): its users go with an
+    // SQS delay, everyone else waits for their slot, the last (UTC-12) 26 hours later.
+    let start = "2026-11-22T18:59:30Z";
+    pipeline.clock.set(ms(start));
+    let event =
+        json!({"campaignId": id, "localTime": "09:00", "fallbackZone": "America/Sao_Paulo"});
+    let summary = pipeline.start(event.clone()).await.unwrap();
+    let counts = &summary["localTime"];
+    assert_eq!(summary["complete"], true, "{summary}");
+
+    // What each audience user should wait for, by the rules (the domain's, unit-tested
+    // table by table), and why their zone was replaced.
+    let rules = delivery(start);
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    let (mut missing, mut invalid, mut delayed) = (0, 0, 0);
+    for user in seeded.audience.keys() {
+        let (Delivery::At(at), source) = rules.delivery(&zones[user]) else {
+            panic!("{user}: nothing has passed at the start");
+        };
+        match source {
+            mailflow::domain::local_time::ZoneSource::FallbackMissing => missing += 1,
+            mailflow::domain::local_time::ZoneSource::FallbackInvalid => invalid += 1,
+            mailflow::domain::local_time::ZoneSource::Own => {}
+        }
+        if at - ms(start) <= 900_000 {
+            delayed += 1;
+        } else {
+            expected.insert(user.clone(), at);
+        }
+    }
+    assert!(missing > 0 && invalid > 0 && delayed > 0);
+    assert_eq!(counts["timezoneMissing"], missing, "{summary}");
+    assert_eq!(counts["timezoneInvalid"], invalid, "{summary}");
+    assert_eq!(counts["delayed"], delayed, "{summary}");
+    // Everyone else waits in their own slot.
+    assert_eq!(held(&env, id).await, expected);
+    let slots: BTreeSet<i64> = expected.values().copied().collect();
+    assert!(slots.len() >= 30, "{} slots", slots.len());
+    let status = mailctl::ops::status(&env.stack.sdk, &target, id)
+        .await
+        .unwrap();
+    let local = status.local_time.clone().unwrap();
+    assert_eq!(local.still_waiting as usize, expected.len());
+    assert_eq!(
+        local.waiting_by_hour.first().unwrap().utc_hour,
+        "2026-11-22T19:00Z"
+    );
+    assert_eq!(
+        local.waiting_by_hour.last().unwrap().utc_hour,
+        "2026-11-23T21:00Z"
+    );
+
+    // The whole day, slot after slot.
+    pipeline.drain(Duration::from_secs(900)).await.unwrap();
+
+    let sent = env.sent().await.unwrap();
+    for (user, _) in seeded.deliverable() {
+        assert_eq!(
+            sent.get(&seeded.addresses[user]).map_or(0, Vec::len),
+            1,
+            "{user}"
+        );
+    }
+    let records = env.records(id).await.unwrap();
+    assert!(records
+        .values()
+        .all(|r| matches!(r.status, Some(SendStatus::Sent) | Some(SendStatus::Failed))));
+    let status = mailctl::ops::status(&env.stack.sdk, &target, id)
+        .await
+        .unwrap();
+    assert_eq!(status.state, "finished", "{status:?}");
+    let local = status.local_time.clone().unwrap();
+    assert_eq!(local.still_waiting, 0);
+    assert_eq!(local.slots_released, slots.len());
+    assert_eq!(local.held as usize, expected.len());
+    assert_eq!(
+        (local.timezone_missing, local.timezone_invalid),
+        (missing, invalid)
+    );
+    // Never before the slot's instant, never later than the tolerance.
+    let report = mailflow::adapters::waiting::read_report(
+        &env.dynamo(),
+        &target.waiting_table,
+        &campaign.id,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    for release in &report.releases {
+        let late = release.released_at_ms - release.slot_ms;
+        assert!((0..TOLERANCE_MS).contains(&late), "{release:?}");
+    }
+    let released: u64 = report.releases.iter().map(|r| r.users).sum();
+    assert_eq!(released as usize, expected.len());
+    eprintln!("{}", local.describe());
+    for dlq in names::CAMPAIGN_DLQS {
+        assert_eq!(env.depth(dlq).await.unwrap(), 0, "{dlq}");
+    }
+
+    // A re-run and a resend of the same campaign: every local time has passed now (send
+    // now, the default), and the ledger sends nobody twice.
+    let emails = |sent: &std::collections::HashMap<String, Vec<_>>| -> usize {
+        sent.values().map(Vec::len).sum()
+    };
+    let before = emails(&sent);
+    for again in [event.clone(), {
+        let mut resend = event.clone();
+        resend["includeFailed"] = json!(true);
+        resend
+    }] {
+        let summary = pipeline.start(again).await.unwrap();
+        assert_eq!(
+            summary["localTime"]["passedSentNow"],
+            seeded.audience.len(),
+            "{summary}"
+        );
+        pipeline.drain(Duration::from_secs(900)).await.unwrap();
+        assert_eq!(emails(&env.sent().await.unwrap()), before);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pause_holds_every_slot_until_the_resume_and_a_cancel_releases_nobody_more() {
+    let env = test_env("local-time-control", |_| {}).await.unwrap();
+    let week = Campaign::from_id("weekly-2026-W47", None).unwrap();
+    let seeded = env.seed(400, &week).await.unwrap();
+    let ids: Vec<String> = seeded.addresses.keys().cloned().collect();
+    let zones = assign_zones(&env, &ids).await;
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let target = mailctl::ops::Target::from_prefix(&env.stack.sdk, &env.stack.prefix)
+        .await
+        .unwrap();
+    let sdk = &env.stack.sdk;
+    let window: Window = week.window;
+    let event = |id: &str| {
+        json!({
+            "campaignId": id,
+            "since": mailflow::domain::campaign::rfc3339(window.since),
+            "until": mailflow::domain::campaign::rfc3339(window.until),
+            "localTime": "09:00",
+            "fallbackZone": "America/Sao_Paulo",
+        })
+    };
+    let start = "2026-11-22T12:00:00Z";
+    let rules = delivery(start);
+    let slot_of = |user: &String| match rules.delivery(&zones[user]).0 {
+        Delivery::At(at) => at,
+        other => panic!("{user}: {other:?}"),
+    };
+    let sent_to =
+        |sent: &std::collections::HashMap<String, Vec<mailflow_local::ses_record::SentMessage>>,
+         user: &String| { sent.get(&seeded.addresses[user]).map_or(0, Vec::len) };
+
+    // Paused after the first slot; three more slots come and go while it is paused.
+    pipeline.clock.set(ms(start));
+    pipeline.start(event("local-pause")).await.unwrap();
+    let first = pipeline.release_next().await.unwrap().unwrap();
+    pipeline
+        .drain_queues(Duration::from_secs(300))
+        .await
+        .unwrap();
+    mailctl::control::pause(
+        sdk,
+        "local-pause",
+        "test",
+        "checking the first slot",
+        &target,
+    )
+    .await
+    .unwrap();
+    let mut paused_slots = Vec::new();
+    for _ in 0..3 {
+        paused_slots.push(pipeline.release_next().await.unwrap().unwrap());
+    }
+    let status = mailctl::ops::status(sdk, &target, "local-pause")
+        .await
+        .unwrap();
+    assert_eq!(status.state, "paused");
+    let local = status.local_time.unwrap();
+    let waiting_in_paused: u64 = seeded
+        .audience
+        .keys()
+        .filter(|u| paused_slots.contains(&slot_of(u)))
+        .count() as u64;
+    assert!(waiting_in_paused > 0);
+    assert!(local.still_waiting >= waiting_in_paused, "{local:?}");
+    let sent = env.sent().await.unwrap();
+    for user in seeded.audience.keys().filter(|u| slot_of(u) != first) {
+        assert_eq!(
+            sent_to(&sent, user),
+            0,
+            "{user} sent while paused or before their slot"
+        );
+    }
+    mailctl::control::resume(sdk, "local-pause", "test", &target)
+        .await
+        .unwrap();
+    pipeline.drain(Duration::from_secs(900)).await.unwrap();
+    let sent = env.sent().await.unwrap();
+    for (user, _) in seeded.deliverable() {
+        assert_eq!(sent_to(&sent, user), 1, "{user}");
+    }
+    let status = mailctl::ops::status(sdk, &target, "local-pause")
+        .await
+        .unwrap();
+    assert_eq!(status.local_time.unwrap().still_waiting, 0);
+
+    // Cancelled after its first slot: nobody of a later slot is released or sent to.
+    let records_before = env.records("local-cancel").await.unwrap().len();
+    assert_eq!(records_before, 0);
+    // A campaign of its own, two days on, with a send date two days later too.
+    pipeline.clock.set(ms(start) + 2 * 86_400_000);
+    let mut cancel_event = event("local-cancel");
+    cancel_event["sendDate"] = json!("2026-11-25");
+    pipeline.start(cancel_event).await.unwrap();
+    pipeline.release_next().await.unwrap().unwrap();
+    pipeline
+        .drain_queues(Duration::from_secs(300))
+        .await
+        .unwrap();
+    let after_first = env.records("local-cancel").await.unwrap().len();
+    assert!(after_first > 0);
+    mailctl::control::cancel(sdk, "local-cancel", "test", "wrong content", &target)
+        .await
+        .unwrap();
+    pipeline.drain(Duration::from_secs(600)).await.unwrap();
+    assert_eq!(
+        env.records("local-cancel").await.unwrap().len(),
+        after_first
+    );
+    let status = mailctl::ops::status(sdk, &target, "local-cancel")
+        .await
+        .unwrap();
+    assert_eq!(status.state, "cancelled");
+    assert!(status.local_time.unwrap().still_waiting > 0);
+    for dlq in names::CAMPAIGN_DLQS {
+        assert_eq!(env.depth(dlq).await.unwrap(), 0, "{dlq}");
+    }
+}
