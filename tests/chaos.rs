@@ -1,5 +1,6 @@
-//! The chaos run end to end: `mailctl chaos` with 5,000 users on the local stack, every
-//! fault at once (see mailflow_lab::chaos), then its report and every line it logged checked.
+//! The chaos run end to end: `mailctl chaos --local-time` with 5,000 users on the local
+//! stack, a local-time campaign released slot by slot while every fault plays at once (see
+//! mailflow_lab::chaos), then its report and every line it logged checked.
 //! It takes minutes, so `cargo test` leaves it out; infra/test.sh runs it (`--ignored`) on a
 //! local stack of its own, beside the other tests.
 
@@ -21,6 +22,9 @@ fn five_thousand_users_through_every_fault_lose_nothing_and_duplicate_only_withi
             "5000",
             "--max-seconds",
             "2400",
+            // 09:00 in each user's own zone: everyone waits in the waiting room, and ~40
+            // slots are released one by one while every fault plays.
+            "--local-time",
             "--json",
         ])
         .env("RUST_LOG", "info")
@@ -58,6 +62,7 @@ fn five_thousand_users_through_every_fault_lose_nothing_and_duplicate_only_withi
         );
     }
     assert!(n(&report["throttles"]) > 0);
+    assert!(n(&report["slotsReleased"]) >= 30, "{report:#}");
     assert_eq!(n(&report["mongoRestarts"]), 1);
     assert_eq!(n(&report["awsOutages"]), 1);
     let runs = report["runs"].as_array().unwrap();

@@ -197,6 +197,47 @@ fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
     ))
     .is_empty());
 
+    // At 09:00 local time on a date still ahead: the seeded users have no `timezone`, so
+    // all of them are counted as such and wait for the fallback zone's slot.
+    let local = last_json(&ok(mailctl(
+        &[
+            "plan",
+            "--prefix",
+            &t.prefix,
+            "--campaign",
+            &t.campaign,
+            "--local-time",
+            "09:00",
+            "--send-date",
+            "2099-01-05",
+            "--fallback-zone",
+            "Asia/Kathmandu",
+            "--json",
+        ],
+        &t.env(),
+    )))["localTime"]
+        .clone();
+    assert_eq!(local["timezoneMissing"], would_send, "{local}");
+    assert_eq!(local["slots"].as_array().unwrap().len(), 1, "{local}");
+    assert_eq!(local["slots"][0]["slot"], "2099-01-05T03:15:00Z", "{local}");
+    assert_eq!(local["slots"][0]["emails"], would_send, "{local}");
+    assert_eq!(local["busiest"]["zones"][0], "Asia/Kathmandu", "{local}");
+    // Bad settings: one line each, naming what to write.
+    for (flag, value, says) in [
+        ("--local-time", "9am", "HH:MM"),
+        ("--fallback-zone", "Asia/Katmandoo", "IANA"),
+        ("--passed-time", "whenever", "send-now, next-day or skip"),
+    ] {
+        let mut args = vec!["plan", "--prefix", &t.prefix, "--campaign", &t.campaign];
+        if flag != "--local-time" {
+            args.extend(["--local-time", "09:00"]);
+        }
+        args.extend([flag, value]);
+        let out = mailctl(&args, &t.env());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{flag}: {err}");
+    }
+
     (would_send, would_fail)
 }
 

@@ -35,3 +35,4 @@ pub const REPUTATION_GUARD: &str = "ReputationGuardFunction";
 pub const MONGODB_DATABASE: &str = "MongoDbDatabase";
 pub const MONGODB_URI_SECRET_NAME: &str = "MongoDbUriSecretName";
 pub const SEND_RATE_PER_SECOND: &str = "SendRatePerSecond";
+pub const LOCAL_SEND_TIME: &str = "LocalSendTime";

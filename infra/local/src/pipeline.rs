@@ -397,6 +397,8 @@ pub struct SeededStack {
     pub domain: String,
     /// The moment the campaign was started for: the schedule event's time.
     pub now: time::OffsetDateTime,
+    /// The seeded database.
+    pub db: mongodb::Database,
 }
 
 impl SeededStack {
@@ -470,6 +472,7 @@ impl SeededStack {
             campaign,
             domain,
             now,
+            db,
         })
     }
 

@@ -5,7 +5,8 @@
 
 use anyhow::{Context, Result};
 use mailflow::domain::campaign::Window;
-use mongodb::bson::{doc, DateTime, Document};
+use mailflow::domain::local_time::ZoneField;
+use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::Database;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -216,4 +217,105 @@ pub async fn seed_if_empty(db: &Database, options: &SeedOptions) -> Result<Optio
         return Ok(None);
     }
     Ok(Some(seed(db, options).await?))
+}
+
+/// The zones `assign_timezones` gives: every UTC offset in use, from +14 to -12, the odd
+/// quarters among them, two legacy names.
+pub const ZONES: [&str; 40] = [
+    "Pacific/Kiritimati",
+    "Pacific/Chatham",
+    "Pacific/Auckland",
+    "Pacific/Fiji",
+    "Asia/Kamchatka",
+    "Pacific/Noumea",
+    "Australia/Sydney",
+    "Australia/Adelaide",
+    "Asia/Tokyo",
+    "Australia/Eucla",
+    "Asia/Shanghai",
+    "Asia/Bangkok",
+    "Asia/Yangon",
+    "Asia/Dhaka",
+    "Asia/Kathmandu",
+    "Asia/Kolkata",
+    "Asia/Karachi",
+    "Asia/Kabul",
+    "Asia/Dubai",
+    "Asia/Tehran",
+    "Europe/Moscow",
+    "Africa/Cairo",
+    "Europe/Berlin",
+    "Europe/London",
+    "Atlantic/Azores",
+    "America/Noronha",
+    "America/Sao_Paulo",
+    "America/St_Johns",
+    "America/Halifax",
+    "America/New_York",
+    "America/Chicago",
+    "America/Denver",
+    "America/Los_Angeles",
+    "America/Anchorage",
+    "Pacific/Marquesas",
+    "Pacific/Honolulu",
+    "Pacific/Pago_Pago",
+    "Etc/GMT+12",
+    "US/Eastern",
+    "Asia/Calcutta",
+];
+
+/// Gives every user of `ids` a `timezone` (local-time delivery): one of `ZONES` for most, and for every 13th and
+/// 17th none (absent, null, empty) or an unusable one (misspelt, invented, a number, a
+/// fixed offset). Returns each user's field as the audience scan reads it.
+pub async fn assign_timezones(
+    db: &Database,
+    ids: &[String],
+) -> Result<BTreeMap<String, ZoneField>> {
+    let users = db.collection::<Document>("users");
+    let odd: [(Option<Bson>, ZoneField); 7] = [
+        (None, ZoneField::Missing),
+        (Some(Bson::Null), ZoneField::Missing),
+        (Some(Bson::String(String::new())), ZoneField::Missing),
+        (
+            Some(Bson::String("Europe/Berln".into())),
+            ZoneField::Text("Europe/Berln".into()),
+        ),
+        (
+            Some(Bson::String("Mars/Olympus_Mons".into())),
+            ZoneField::Text("Mars/Olympus_Mons".into()),
+        ),
+        (Some(Bson::Int32(42)), ZoneField::Other("int")),
+        (
+            Some(Bson::String("GMT+5".into())),
+            ZoneField::Text("GMT+5".into()),
+        ),
+    ];
+    let mut groups: BTreeMap<String, (Option<Bson>, Vec<String>)> = BTreeMap::new();
+    let mut fields = BTreeMap::new();
+    for (i, id) in ids.iter().enumerate() {
+        let (value, field) = if i % 13 == 0 || i % 17 == 0 {
+            odd[i % odd.len()].clone()
+        } else {
+            let zone = ZONES[i % ZONES.len()];
+            (
+                Some(Bson::String(zone.into())),
+                ZoneField::Text(zone.into()),
+            )
+        };
+        let group = groups
+            .entry(format!("{value:?}"))
+            .or_insert((value, Vec::new()));
+        group.1.push(id.clone());
+        fields.insert(id.clone(), field);
+    }
+    for (_, (value, ids)) in groups {
+        let update = match value {
+            Some(v) => doc! { "$set": { "timezone": v } },
+            None => doc! { "$unset": { "timezone": "" } },
+        };
+        users
+            .update_many(doc! { "_id": { "$in": ids } }, update)
+            .await?;
+    }
+    Ok(fields)
 }

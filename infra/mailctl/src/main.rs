@@ -6,7 +6,7 @@ mod commands;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use commands::{QueueChoice, TargetArgs, WindowArgs};
+use commands::{LocalTimeArgs, QueueChoice, TargetArgs, WindowArgs};
 
 #[derive(Parser)]
 #[command(
@@ -87,6 +87,8 @@ enum Command {
         campaign: Option<String>,
         #[command(flatten)]
         window: WindowArgs,
+        #[command(flatten)]
+        local: LocalTimeArgs,
         #[command(flatten)]
         target: TargetArgs,
     },
@@ -206,6 +208,8 @@ enum Command {
         #[command(flatten)]
         window: WindowArgs,
         #[command(flatten)]
+        local: LocalTimeArgs,
+        #[command(flatten)]
         target: TargetArgs,
     },
     /// Send one user's real email of a campaign to a test address through SES, marked as a
@@ -288,8 +292,9 @@ async fn run() -> Result<()> {
         Command::Run {
             campaign,
             window,
+            local,
             target,
-        } => commands::campaign::run(sdk, template, campaign, &window, &target).await,
+        } => commands::campaign::run(sdk, template, campaign, &window, &local, &target).await,
         Command::Resend {
             campaign,
             include_failed,
@@ -349,9 +354,15 @@ async fn run() -> Result<()> {
             samples,
             json,
             window,
+            local,
             target,
         } => {
-            commands::preview::plan(sdk, template, campaign, &window, samples, json, &target).await
+            let options = commands::preview::PlanOptions {
+                samples,
+                json,
+                local,
+            };
+            commands::preview::plan(sdk, template, campaign, &window, &options, &target).await
         }
         Command::TestSend {
             campaign,

@@ -194,7 +194,7 @@ pub struct LocalTimeStatus {
     /// Local time passed at the start: sent at once, or skipped (by the campaign's policy).
     pub passed_sent_now: u64,
     pub passed_skipped: u64,
-    /// Due within 15 minutes of the start: enqueued with an SQS delay.
+    /// Due within a minute of the start: enqueued with an SQS delay.
     pub delayed: u64,
     /// Users kept for a later slot, in all; those still waiting, by UTC hour of their slot.
     pub held: u64,
@@ -210,7 +210,7 @@ impl LocalTimeStatus {
     pub fn describe(&self) -> String {
         let l = self;
         let mut out = format!(
-        "  local time: {} held for their slot, {} still waiting; {} sent at once and {} skipped (local time passed at the start), {} delayed under 15 min | fallback zone for {} without a zone and {} with an unknown one\n",
+        "  local time: {} held for their slot, {} still waiting; {} sent at once and {} skipped (local time passed at the start), {} delayed under a minute | fallback zone for {} without a zone and {} with an unknown one\n",
         l.held, l.still_waiting, l.passed_sent_now, l.passed_skipped, l.delayed, l.timezone_missing, l.timezone_invalid
     );
         for hour in &l.waiting_by_hour {

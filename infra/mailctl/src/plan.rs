@@ -7,6 +7,9 @@
 use anyhow::{Context, Result};
 use mailflow::assemble::LambdaCreateEmails;
 use mailflow::domain::campaign::Campaign;
+use mailflow::domain::local_time::{
+    slot_loads, Delivery, LocalDelivery, SlotLoad, ZoneSource, LATE_TOLERANCE_MS,
+};
 use mailflow::domain::messages::UserMessage;
 use mailflow::domain::send_rate::{QuotaUnknown, SendQuota, SendRate};
 use mailflow::ports::{AudienceScan, UserDirectory};
@@ -45,6 +48,31 @@ pub struct Plan {
     pub over_24_hour_quota: u64,
     /// SES's charge for the emails that would be sent, in dollars.
     pub ses_cost_usd: f64,
+    /// A local-time campaign: zones, passed times, and each send slot's load.
+    pub local_time: Option<LocalTimePlan>,
+}
+
+/// What local-time delivery would do with the emails that would be sent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalTimePlan {
+    pub local_time: String,
+    pub send_date: String,
+    pub fallback_zone: String,
+    pub passed_time: &'static str,
+    pub timezone_missing: u64,
+    pub timezone_invalid: u64,
+    /// Local time passed at the start: sent at once, or skipped (then not counted in
+    /// `wouldSend`).
+    pub passed_sent_now: u64,
+    pub passed_skipped: u64,
+    /// Emails per send slot (its instant, the zones in it), in time order, with how long
+    /// each takes at the effective rate and when its last email goes.
+    pub slots: Vec<SlotLoad>,
+    /// The slot with the most emails.
+    pub busiest: Option<SlotLoad>,
+    /// Slots whose last email goes more than 30 minutes after their local time.
+    pub late: Vec<SlotLoad>,
 }
 
 /// Reads the audience of `campaign` from `directory` and composes every user's email with
@@ -56,7 +84,17 @@ pub async fn plan<D: UserDirectory>(
     samples: usize,
     rate: SendRate,
     quota: Result<SendQuota, QuotaUnknown>,
+    delivery: Option<&LocalDelivery>,
 ) -> Result<Plan> {
+    let mut local = delivery.map(|d| LocalTimePlan {
+        local_time: d.local_time.to_string(),
+        send_date: d.send_date.to_string(),
+        fallback_zone: d.fallback_zone.as_str().to_owned(),
+        passed_time: d.passed_time.as_str(),
+        ..Default::default()
+    });
+    // Each slot's emails and the zones in it.
+    let mut slots: BTreeMap<i64, (u64, std::collections::BTreeSet<String>)> = BTreeMap::new();
     let mut plan = Plan {
         campaign_id: campaign.id.to_string(),
         ..Default::default()
@@ -90,6 +128,27 @@ pub async fn plan<D: UserDirectory>(
                     plan.would_fail += 1;
                     continue;
                 }
+                if let (Some(d), Some(l)) = (delivery, local.as_mut()) {
+                    let (tz, source) = d.zone_for(&member.zone);
+                    let zone = tz.iana_name().unwrap_or("?").to_owned();
+                    match source {
+                        ZoneSource::Own => {}
+                        ZoneSource::FallbackMissing => l.timezone_missing += 1,
+                        ZoneSource::FallbackInvalid => l.timezone_invalid += 1,
+                    }
+                    match d.delivery(&member.zone).0 {
+                        Delivery::Skip => {
+                            l.passed_skipped += 1;
+                            continue;
+                        }
+                        Delivery::Now => l.passed_sent_now += 1,
+                        Delivery::At(at) => {
+                            let slot = slots.entry(at).or_default();
+                            slot.0 += 1;
+                            slot.1.insert(zone);
+                        }
+                    }
+                }
                 plan.would_send += 1;
                 *plan.by_locale.entry(locale).or_default() += 1;
                 if plan.samples.len() < samples {
@@ -113,6 +172,21 @@ pub async fn plan<D: UserDirectory>(
         Err(reason) => plan.ses_quota_unknown = Some(reason.to_string()),
     }
     plan.ses_cost_usd = plan.would_send as f64 * SES_DOLLARS_PER_EMAIL;
+    if let Some(mut l) = local {
+        let slots = slots
+            .into_iter()
+            .map(|(at, (n, zones))| (at, (n, zones.into_iter().collect())))
+            .collect();
+        l.slots = slot_loads(&slots, plan.send_rate);
+        l.busiest = l.slots.iter().max_by_key(|s| s.emails).cloned();
+        l.late = l
+            .slots
+            .iter()
+            .filter(|s| s.finishes_after * 1000.0 > LATE_TOLERANCE_MS as f64)
+            .cloned()
+            .collect();
+        plan.local_time = Some(l);
+    }
     Ok(plan)
 }
 
@@ -156,10 +230,50 @@ pub fn describe(plan: &Plan) -> String {
         (None, Some(reason)) => out.push_str(&format!("SES quota not known ({reason})\n")),
         (None, None) => {}
     }
+    if let Some(l) = &plan.local_time {
+        out.push_str(&describe_local_time(l));
+    }
     for sample in &plan.samples {
         out.push_str("\n--- sample ---\n");
         out.push_str(sample);
         out.push('\n');
+    }
+    out
+}
+
+/// The local-time lines of the plan: the settings, the zones replaced, each slot (its UTC
+/// instant, emails, zones), the busiest, and the late ones.
+fn describe_local_time(l: &LocalTimePlan) -> String {
+    let mut out = format!(
+        "local time {} on {} in each user's zone (fallback {} for {} without a zone and {} with an unknown one); local time already passed: {} sent at once, {} skipped ({})\n",
+        l.local_time, l.send_date, l.fallback_zone, l.timezone_missing, l.timezone_invalid, l.passed_sent_now, l.passed_skipped, l.passed_time
+    );
+    for s in &l.slots {
+        out.push_str(&format!(
+            "  {} {:>7} emails, {:.0} s of sending, last at +{:.0} s  {}\n",
+            s.slot,
+            s.emails,
+            s.seconds,
+            s.finishes_after,
+            s.zones.join(" ")
+        ));
+    }
+    if let Some(b) = &l.busiest {
+        out.push_str(&format!(
+            "busiest slot {}: {} emails take {:.1} min at the effective rate\n",
+            b.slot,
+            b.emails,
+            b.seconds / 60.0
+        ));
+    }
+    if l.late.is_empty() {
+        out.push_str("every slot finishes within 30 minutes of its local time\n");
+    } else {
+        out.push_str(&format!(
+            "{} slots finish more than 30 minutes after their local time ({}): raise the send rate (and the SES quota) or accept the lateness\n",
+            l.late.len(),
+            l.late.iter().map(|s| s.slot.as_str()).collect::<Vec<_>>().join(", ")
+        ));
     }
     out
 }

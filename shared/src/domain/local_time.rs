@@ -302,7 +302,7 @@ pub struct LocalTimeCounts {
     pub passed_sent_now: u64,
     /// Local time passed; not sent (policy skip).
     pub passed_skipped: u64,
-    /// Due within the users queue's delay (15 minutes): enqueued with that delay.
+    /// Due within a minute of the start: enqueued on the users queue with that delay.
     pub delayed: u64,
     /// Users kept until their slot, by slot (the target instant, ms).
     pub waiting: BTreeMap<i64, u64>,
@@ -413,6 +413,44 @@ impl WaitingReport {
             max_ms: late.last().map(|(ms, _)| *ms).unwrap_or_default(),
         })
     }
+}
+
+/// How late a slot may finish sending after its instant before `plan` calls it late.
+pub const LATE_TOLERANCE_MS: i64 = 30 * 60 * 1000;
+
+/// One send slot under load: its emails go out at `rate` per second from its instant, or
+/// after the slot before it has finished, whichever is later.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotLoad {
+    pub slot: String,
+    pub emails: u64,
+    pub zones: Vec<String>,
+    /// Seconds its emails take at the rate.
+    pub seconds: f64,
+    /// When its last email goes, after the slot's instant (seconds).
+    pub finishes_after: f64,
+}
+
+/// The slots' load at `rate` emails per second (the stack's effective rate), in time order.
+pub fn slot_loads(slots: &BTreeMap<i64, (u64, Vec<String>)>, rate: f64) -> Vec<SlotLoad> {
+    let mut free_at = f64::MIN;
+    slots
+        .iter()
+        .map(|(at, (emails, zones))| {
+            let at_s = *at as f64 / 1000.0;
+            let seconds = *emails as f64 / rate.max(0.001);
+            let finish = free_at.max(at_s) + seconds;
+            free_at = finish;
+            SlotLoad {
+                slot: rfc3339_ms(*at),
+                emails: *emails,
+                zones: zones.clone(),
+                seconds: (seconds * 10.0).round() / 10.0,
+                finishes_after: ((finish - at_s) * 10.0).round() / 10.0,
+            }
+        })
+        .collect()
 }
 
 /// The send date a campaign gets when none is given: the UTC date its window ends on (for

@@ -38,6 +38,8 @@ pub(super) struct Script {
     pub audience: usize,
     pub deliverable: usize,
     pub outage: Duration,
+    /// A local-time campaign's local time: the resend asks for it too.
+    pub local_time: Option<&'static str>,
 }
 
 /// Waits until `reached()` holds.
@@ -91,7 +93,10 @@ impl Script {
             .await?
             .map_err(|r| anyhow::anyhow!("resume refused: {r:?}"))?;
         until(|| sent() * 100 >= wanted * 35).await;
-        let resend = json!({ "campaignId": self.campaign });
+        let mut resend = json!({ "campaignId": self.campaign });
+        if let Some(at) = self.local_time {
+            resend["localTime"] = at.into();
+        }
         Ok(invoke_async(self.pipeline, "manual resend", resend, None).await)
     }
 }

@@ -72,7 +72,18 @@ pub struct ChaosOptions {
     /// Give up when the queues have not drained after this many seconds.
     #[arg(long, default_value_t = 3600)]
     pub max_seconds: u64,
+    /// A local-time campaign: 09:00 in each user's own zone (40 zones from +14 to -12,
+    /// some users without one or with an unknown one). The runs start before the first
+    /// slot; the simulator's clock moves to the next slot every `--slot-seconds` while the
+    /// faults play, so the releases meet every fault.
+    #[arg(long)]
+    pub local_time: bool,
+    #[arg(long, default_value_t = 2)]
+    pub slot_seconds: u64,
 }
+
+/// The local time of `--local-time`.
+const LOCAL_TIME: &str = "09:00";
 
 static PANICS: AtomicUsize = AtomicUsize::new(0);
 
@@ -92,9 +103,14 @@ fn count_panics() {
 /// runs eight SendEmail environments (`SendRate::environments`) rather than the default two:
 /// every fault multiplies the email jobs (three runs, each message twice), which would
 /// otherwise take the local stack half an hour.
-fn stack_options(mongodb_uri: String) -> StackOptions {
+fn stack_options(mongodb_uri: String, local_time: bool) -> StackOptions {
+    let mut parameters = BTreeMap::from([(names::SEND_RATE_PER_SECOND.into(), "400".into())]);
+    if local_time {
+        // The scheduled run delivers at local time too.
+        parameters.insert(names::LOCAL_SEND_TIME.into(), LOCAL_TIME.into());
+    }
     StackOptions {
-        parameters: BTreeMap::from([(names::SEND_RATE_PER_SECOND.into(), "400".into())]),
+        parameters,
         visibility_timeouts: BTreeMap::from([
             (names::USERS_QUEUE.into(), 12),
             (names::EMAILS_QUEUE.into(), 8),
@@ -146,7 +162,7 @@ impl Rig {
             "chaos",
             options.users,
             options.seed,
-            stack_options(mongo.uri()),
+            stack_options(mongo.uri(), options.local_time),
         )
         .await?;
         let upstream = tokio::net::lookup_host(mailflow_local::ses_record::authority(&endpoint)?)
@@ -222,6 +238,16 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         .map(|(id, _)| id.clone())
         .collect();
     let campaign = local.campaign.id.to_string();
+    let mut manual = json!({ "campaignId": campaign });
+    if options.local_time {
+        let ids: Vec<String> = local.seeded.addresses.keys().cloned().collect();
+        mailflow_local::seed::assign_timezones(&local.db, &ids).await?;
+        // Six hours before the send date (the Monday the window ends on) begins: UTC+14's
+        // 09:00 is five hours later, so every user waits for a slot.
+        let send_date_ms = local.campaign.window.until.unix_timestamp() * 1000;
+        rig.pipeline.clock.set(send_date_ms - 6 * 3_600_000);
+        manual["localTime"] = LOCAL_TIME.into();
+    }
     let first_kill = Duration::from_millis(50 + Rng::new(options.seed).below(250));
     let mut runs = vec![
         tokio::spawn(invoke_async(
@@ -233,10 +259,24 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         tokio::spawn(invoke_async(
             rig.pipeline.clone(),
             "overlapping manual run",
-            json!({ "campaignId": campaign }),
+            manual,
             None,
         )),
     ];
+    // Local time: both runs hold everyone first; then a slot is released every
+    // `--slot-seconds` while the faults and the script play.
+    let releases = if options.local_time {
+        while runs.iter().any(|r| !r.is_finished()) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let pipeline = rig.pipeline.clone();
+        let every = Duration::from_secs(options.slot_seconds);
+        Some(tokio::spawn(async move {
+            release_slots(&pipeline, every).await
+        }))
+    } else {
+        None
+    };
     let played = Arc::new(Played::default());
     let script = Script {
         pipeline: rig.pipeline.clone(),
@@ -247,15 +287,22 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         audience: local.seeded.audience.len(),
         deliverable: deliverable.len(),
         outage: Duration::from_secs(options.outage_seconds),
+        local_time: options.local_time.then_some(LOCAL_TIME),
     };
     let disruptions = tokio::spawn(script.play(played.clone()));
+    let mut report_slots = 0;
     // The event source mappings reach SQS through the proxy too.
     let sqs = aws_sdk_sqs::Client::new(&rig.pipeline.stack.sdk);
     let max_wait = Duration::from_secs(options.max_seconds);
     let drained = runner::run_until_drained_while(&sqs, rig.consumers()?, max_wait, || {
-        !disruptions.is_finished() || runs.iter().any(|r| !r.is_finished())
+        !disruptions.is_finished()
+            || runs.iter().any(|r| !r.is_finished())
+            || releases.as_ref().is_some_and(|r| !r.is_finished())
     })
     .await;
+    if let Some(releases) = releases {
+        report_slots = releases.await??;
+    }
     if !disruptions.is_finished() {
         disruptions.abort();
     }
@@ -271,6 +318,7 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         sent_while_paused: played.sent_while_paused.load(Ordering::SeqCst),
         aws_outages: played.aws_outages.load(Ordering::SeqCst),
         outage_seconds: options.outage_seconds,
+        slots_released: report_slots,
         ..Default::default()
     };
     runs.push(tokio::spawn(async move {
@@ -335,4 +383,22 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
     }
     report.wall_seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Releases every send slot, one every `every` (the simulator's clock moves to each in
+/// turn), until none is left; a call that fails (the AWS outage) is tried again.
+async fn release_slots(pipeline: &LocalPipeline<ChaosMailer>, every: Duration) -> Result<usize> {
+    let (mut released, mut failures) = (0, 0);
+    loop {
+        match pipeline.release_next().await {
+            Ok(Some(_)) => released += 1,
+            Ok(None) => return Ok(released),
+            Err(err) if failures < 60 => {
+                failures += 1;
+                tracing::warn!(reason = %format!("{err:#}"), "chaos: releasing a slot failed; trying again");
+            }
+            Err(err) => return Err(err.context("releasing the send slots")),
+        }
+        tokio::time::sleep(every).await;
+    }
 }

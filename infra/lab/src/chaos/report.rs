@@ -52,6 +52,8 @@ pub struct ChaosReport {
     pub paused_seconds: u64,
     pub sent_while_paused: usize,
     pub outage_seconds: u64,
+    /// Send slots released (`--local-time`).
+    pub slots_released: usize,
     pub runs: Vec<RunOutcome>,
     pub dlq: DlqAccount,
     pub records: BTreeMap<String, usize>,
@@ -189,6 +191,13 @@ pub fn markdown(r: &ChaosReport) -> String {
         "invalid addresses in the audience",
         r.invalid_addresses.to_string(),
     );
+    if r.slots_released > 0 {
+        line(
+            &mut out,
+            "local time: send slots released one by one during the faults",
+            r.slots_released.to_string(),
+        );
+    }
     line(
         &mut out,
         "paused part-way (pause, then resume), emails sent while paused",

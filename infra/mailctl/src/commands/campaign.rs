@@ -1,7 +1,7 @@
 //! `run` and `resend`: start a campaign, and on the local stack run it to its end and say
 //! how it ended (exit status 1 when users are FAILED, dead-lettered or left in a DLQ).
 
-use super::{provision_local, TargetArgs, WindowArgs};
+use super::{provision_local, LocalTimeArgs, TargetArgs, WindowArgs};
 use anyhow::{bail, Context, Result};
 use mailctl::ops::{self, Target};
 use mailflow::adapters::ses::SesMailer;
@@ -15,13 +15,16 @@ pub async fn run(
     template: &std::path::Path,
     campaign: Option<String>,
     window: &WindowArgs,
+    local: &LocalTimeArgs,
     t: &TargetArgs,
 ) -> Result<()> {
     let campaign = match campaign {
         Some(id) => super::resolve_campaign(sdk, t, &id, window).await?,
         None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
     };
-    start(sdk, template, t, super::start_event(&campaign)).await
+    let mut event = super::start_event(&campaign);
+    local.apply(&mut event);
+    start(sdk, template, t, event).await
 }
 
 /// What a resend does besides sending to users without a SENT record.

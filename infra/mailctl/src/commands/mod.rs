@@ -42,6 +42,40 @@ pub struct WindowArgs {
     pub until: Option<String>,
 }
 
+/// Delivery at each user's local time (GetUsers checks the values, one line each).
+#[derive(clap::Args, Clone, Default)]
+pub struct LocalTimeArgs {
+    /// Deliver at this local time (HH:MM) in each user's own `timezone`.
+    #[arg(long)]
+    pub local_time: Option<String>,
+    /// The date of that local time (YYYY-MM-DD); default: the UTC date the window ends on.
+    #[arg(long, requires = "local_time")]
+    pub send_date: Option<String>,
+    /// The IANA zone of users without a usable one; default: the stack's FALLBACK_TIME_ZONE.
+    #[arg(long, requires = "local_time")]
+    pub fallback_zone: Option<String>,
+    /// A local time passed when the campaign starts: send-now, next-day or skip; default: the
+    /// stack's PASSED_TIME_POLICY.
+    #[arg(long, requires = "local_time")]
+    pub passed_time: Option<String>,
+}
+
+impl LocalTimeArgs {
+    /// Adds the settings given to GetUsers' event.
+    pub fn apply(&self, event: &mut serde_json::Value) {
+        for (field, value) in [
+            ("localTime", &self.local_time),
+            ("sendDate", &self.send_date),
+            ("fallbackZone", &self.fallback_zone),
+            ("passedTime", &self.passed_time),
+        ] {
+            if let Some(value) = value {
+                event[field] = value.clone().into();
+            }
+        }
+    }
+}
+
 /// The campaign `id` names, with its window: `--since`/`--until`, a weekly id's own week, or
 /// the window the campaign was first started with (read from the campaigns table).
 pub async fn resolve_campaign(

@@ -102,20 +102,29 @@ pub async fn function_envs(
     })
 }
 
+/// What `plan` shows besides the counts.
+pub struct PlanOptions {
+    /// Emails shown in full.
+    pub samples: usize,
+    pub json: bool,
+    pub local: super::LocalTimeArgs,
+}
+
 /// What `campaign` would send, counted and sampled; nothing is enqueued, claimed or sent.
 pub async fn plan(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     campaign: Option<String>,
     window: &super::WindowArgs,
-    samples: usize,
-    json: bool,
+    options: &PlanOptions,
     t: &TargetArgs,
 ) -> Result<()> {
+    let scheduled = campaign.is_none();
     let campaign = match campaign {
         Some(id) => super::resolve_campaign(sdk, t, &id, window).await?,
         None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
     };
+    let delivery = local_delivery(sdk, template, t, &campaign, &options.local, scheduled).await?;
     let (create_env, send_env) = function_envs(sdk, template, t).await?;
     let stage = mailctl::compose::create_emails(sdk, &create_env).await?;
     let config = CreateEmailsConfig::from_source(&|k: &str| create_env.get(k).cloned())?;
@@ -130,17 +139,55 @@ pub async fn plan(
         &stage,
         &directory,
         &campaign,
-        samples,
+        options.samples,
         SendRate::with_quota(send.send_rate_per_second, &quota),
         quota,
+        delivery.as_ref(),
     )
     .await?;
-    if json {
+    if options.json {
         println!("{}", serde_json::to_string(&plan)?);
     } else {
         print!("{}", mailctl::plan::describe(&plan));
     }
     Ok(())
+}
+
+/// The local-time delivery `plan` counts with, decided as GetUsers decides it (the same
+/// parser, its configuration, a campaign starting now): `--local-time`, or for the
+/// schedule's campaign the stack's LOCAL_SEND_TIME.
+async fn local_delivery(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    t: &TargetArgs,
+    campaign: &Campaign,
+    local: &super::LocalTimeArgs,
+    scheduled: bool,
+) -> Result<Option<mailflow::domain::local_time::LocalDelivery>> {
+    use mailflow::stages::get_users::{parse_request, Request};
+    let env = match &t.prefix {
+        Some(prefix) => provision_local(sdk, template, prefix, &t.database)
+            .await?
+            .env(mailflow_local::pipeline::GET_USERS)?,
+        None => {
+            let function = mailctl::stack_outputs::GET_USERS_FUNCTION.read()?;
+            mailctl::compose::deployed_env(sdk, &function).await?
+        }
+    };
+    let config = mailflow::config::LocalTimeConfig::from_source(&|k: &str| env.get(k).cloned())?;
+    let mut event = super::start_event(campaign);
+    local.apply(&mut event);
+    if local.local_time.is_none() {
+        match (scheduled, config.send_at) {
+            (true, Some(at)) => event["localTime"] = at.to_string().into(),
+            _ => return Ok(None),
+        }
+    }
+    let now = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
+    match parse_request(event, &config, now)? {
+        Request::Run(run) => Ok(run.delivery),
+        _ => Ok(None),
+    }
 }
 
 pub async fn serve_unsubscribe(

@@ -280,3 +280,23 @@ fn slots_are_grouped_by_utc_hour() {
         "2026-11-30T03:15:00Z"
     );
 }
+
+#[test]
+fn a_busy_slot_delays_the_next_and_the_plan_says_by_how_much() {
+    let nine = ms("2026-11-30T09:00:00Z");
+    let slots = BTreeMap::from([
+        (nine, (36_000, vec!["Europe/London".to_owned()])),
+        (
+            nine + 3_600_000,
+            (3_600, vec!["Atlantic/Azores".to_owned()]),
+        ),
+        (nine + 7_200_000, (14, vec!["America/Noronha".to_owned()])),
+    ]);
+    let loads = slot_loads(&slots, 14.0);
+    // 36,000 at 14/s: 42.9 minutes, late; the next waits for it; the third is free.
+    assert_eq!(loads[0].seconds, 2571.4);
+    assert_eq!(loads[0].finishes_after, 2571.4);
+    assert!(loads[0].finishes_after * 1000.0 > LATE_TOLERANCE_MS as f64);
+    assert_eq!(loads[1].finishes_after, 257.1);
+    assert_eq!(loads[2].finishes_after, 1.0);
+}

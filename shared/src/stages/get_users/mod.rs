@@ -483,6 +483,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                     }
                 }
                 When::Slot(at_ms) => {
+                    // The slot's schedule exists before its first user is held: a segment
+                    // that dies part-way leaves no user without a release.
+                    if !holding.contains_key(&at_ms) {
+                        self.schedule_slot(&campaign.id, at_ms, invocation).await?;
+                    }
                     let users = holding.entry(at_ms).or_default();
                     users.push((user_id, body));
                     if users.len() == HOLD_BATCH {
@@ -522,10 +527,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         while !in_flight.is_empty() {
             add(&mut report, in_flight.next().await)?;
         }
-        // Every held user is stored: now their slots get their schedules, and the segment
-        // its counts (both idempotent, so a retried segment repeats them harmlessly).
+        // Every held user is stored: now the segment's counts (written whole, so a retried
+        // segment repeats them harmlessly).
         if run.delivery.is_some() {
-            self.schedule_slots(campaign, &counts, invocation).await?;
             self.waiting
                 .record_segment(&campaign.id, run.segment, &counts)
                 .await
@@ -624,7 +628,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 let wait_ms = at_ms - self.clock.now_ms();
                 if wait_ms <= 0 {
                     When::Now
-                } else if wait_ms <= i64::from(MAX_DELAY_SECONDS) * 1000 {
+                } else if wait_ms <= DELAY_WITHIN_MS {
                     counts.delayed += 1;
                     // Rounded up: never before the instant.
                     When::Delayed(((wait_ms + 999) / 1000) as u32)
@@ -651,33 +655,31 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         })
     }
 
-    /// One one-time schedule per slot this segment held users for, invoking this function.
-    async fn schedule_slots(
+    /// The one-time schedule that releases the slot, invoking this function at its instant
+    /// (idempotent: each segment that holds users in the slot makes sure of it once).
+    async fn schedule_slot(
         &self,
-        campaign: &Campaign,
-        counts: &local_time::LocalTimeCounts,
+        campaign: &CampaignId,
+        slot_ms: i64,
         invocation: &Invocation,
     ) -> Result<(), GetUsersError> {
         let target = invocation
             .function_arn
             .as_deref()
             .unwrap_or(LOCAL_FUNCTION_ARN);
-        for &slot_ms in counts.waiting.keys() {
-            let event = serde_json::to_value(ReleaseEvent {
-                release_waiting: Release {
-                    campaign_id: campaign.id.clone(),
-                    slot_ms,
-                    from: ReleasePosition::default(),
-                    released: 0,
-                },
-            })
-            .unwrap_or_default();
-            self.waiting
-                .schedule_release(&campaign.id, slot_ms, target, &event)
-                .await
-                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
-        }
-        Ok(())
+        let event = serde_json::to_value(ReleaseEvent {
+            release_waiting: Release {
+                campaign_id: campaign.clone(),
+                slot_ms,
+                from: ReleasePosition::default(),
+                released: 0,
+            },
+        })
+        .unwrap_or_default();
+        self.waiting
+            .schedule_release(campaign, slot_ms, target, &event)
+            .await
+            .map_err(|e| GetUsersError::Waiting(e.to_string()))
     }
 
     /// Releases one send slot: its waiting users onto the users queue, from where they go
@@ -837,13 +839,18 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
 /// A batch on its way: enqueued (a `SendReport`) or held in the waiting room (nothing sent).
 type Pending<'a> = BoxFuture<'a, Result<SendReport, GetUsersError>>;
 
+/// A user due within this goes onto the users queue with an SQS delay instead of into the
+/// waiting room: a slot is released at its instant, and a hold decided a minute before it
+/// has long been written by then (a later one could race the release).
+const DELAY_WITHIN_MS: i64 = 60_000;
+
 /// Users held per BatchWriteItem round (four calls of 25).
 const HOLD_BATCH: usize = 100;
 
 /// What happens to one user of a run.
 enum When {
     Now,
-    /// Local time within SQS's delay: enqueued invisible for this many seconds.
+    /// Local time within a minute: enqueued invisible for this many seconds.
     Delayed(u32),
     /// Held until this instant's release.
     Slot(i64),

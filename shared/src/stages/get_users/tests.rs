@@ -400,15 +400,21 @@ mod local_time_delivery {
         (stage_over(dir, "20").with_clock(clock.clone()), clock)
     }
 
+    /// The schedule of New York's slot (14:00 UTC).
+    fn new_york_schedule(stage: &Stage) -> (String, Value) {
+        let key = (campaign().id.to_string(), ms("2026-11-23T14:00:00Z"));
+        stage.waiting.schedules.lock().unwrap()[&key].clone()
+    }
+
     fn local_nine() -> Value {
         json!({"campaignId": "weekly-2026-W47", "localTime": "09:00", "sendDate": "2026-11-23"})
     }
 
     #[tokio::test]
     async fn users_wait_for_their_local_time_and_are_counted() {
-        // 08:50 UTC: Tokyo's 09:00 has passed (send now), UTC's is 10 minutes away (a queue
+        // 08:59:30 UTC: Tokyo's 09:00 has passed (send now), UTC's is 30 s away (a queue
         // delay), New York's five hours (held for its slot).
-        let (stage, _clock) = zoned_stage("2026-11-23T08:50:00Z");
+        let (stage, _clock) = zoned_stage("2026-11-23T08:59:30Z");
         let Response::Run(summary) = stage.handle(local_nine(), &plenty()).await.unwrap() else {
             panic!("expected a run");
         };
@@ -423,7 +429,7 @@ mod local_time_delivery {
         let delayed = stage.users.delayed.lock().unwrap().clone();
         assert_eq!(
             delayed.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
-            [600, 600]
+            [30, 30]
         );
         // New York waits in the room, with one schedule for its slot.
         let held = stage.waiting.held.lock().unwrap().clone();
@@ -437,18 +443,10 @@ mod local_time_delivery {
 
     #[tokio::test]
     async fn a_slot_is_released_at_its_instant_never_before_and_not_while_paused() {
-        let (stage, clock) = zoned_stage("2026-11-23T08:50:00Z");
+        let (stage, clock) = zoned_stage("2026-11-23T08:59:30Z");
         stage.handle(local_nine(), &plenty()).await.unwrap();
         let before = enqueued(&stage).len();
-        let (_, event) = stage
-            .waiting
-            .schedules
-            .lock()
-            .unwrap()
-            .values()
-            .next()
-            .cloned()
-            .unwrap();
+        let (_, event) = new_york_schedule(&stage);
         // A minute early (a clock that disagrees with the scheduler's): back on the
         // continuation queue for that minute, nothing released.
         clock.set(ms("2026-11-23T13:59:00Z"));
@@ -490,18 +488,10 @@ mod local_time_delivery {
 
     #[tokio::test]
     async fn a_cancelled_campaigns_slots_release_nobody() {
-        let (stage, clock) = zoned_stage("2026-11-23T08:50:00Z");
+        let (stage, clock) = zoned_stage("2026-11-23T08:59:30Z");
         stage.handle(local_nine(), &plenty()).await.unwrap();
         let before = enqueued(&stage).len();
-        let (_, event) = stage
-            .waiting
-            .schedules
-            .lock()
-            .unwrap()
-            .values()
-            .next()
-            .cloned()
-            .unwrap();
+        let (_, event) = new_york_schedule(&stage);
         clock.set(ms("2026-11-23T14:00:00Z"));
         stage.campaigns.states.cancel(campaign().id.as_str());
         let Response::Release(summary) = stage.handle(event, &plenty()).await.unwrap() else {
