@@ -203,6 +203,7 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
             token: "a-dead-attempt".into(),
             started_at_ms: epoch_ms(now),
             lease_until_ms: epoch_ms(now + Duration::from_secs(300)),
+            due: None,
         };
         ledger.claim(&claim, Default::default()).await.unwrap();
     }

@@ -147,6 +147,19 @@ async fn a_campaign_at_nine_in_every_zone_goes_out_slot_by_slot_exactly_once() {
     assert!(records
         .values()
         .all(|r| matches!(r.status, Some(SendStatus::Sent) | Some(SendStatus::Failed))));
+    // Each email went no earlier than its user's 09:00, and within the tolerance.
+    for (user, record) in records
+        .iter()
+        .filter(|(_, r)| r.status == Some(SendStatus::Sent))
+    {
+        let late = record
+            .late_ms
+            .unwrap_or_else(|| panic!("{user}: no lateness recorded"));
+        assert!(
+            (0..TOLERANCE_MS).contains(&late),
+            "{user}: sent {late} ms after"
+        );
+    }
     let status = mailctl::ops::status(&env.stack.sdk, &target, id)
         .await
         .unwrap();
@@ -159,6 +172,8 @@ async fn a_campaign_at_nine_in_every_zone_goes_out_slot_by_slot_exactly_once() {
         (local.timezone_missing, local.timezone_invalid),
         (missing, invalid)
     );
+    let late = local.lateness.clone().unwrap();
+    assert!(late.p50_ms <= late.p99_ms && late.p99_ms <= late.max_ms && late.max_ms < TOLERANCE_MS);
     // Never before the slot's instant, never later than the tolerance.
     let report = mailflow::adapters::waiting::read_report(
         &env.dynamo(),

@@ -56,6 +56,7 @@ pub async fn compose(
         window: campaign.window,
         include_failed: false,
         include_cancelled: false,
+        due: None,
     };
     match stage.compose(message).await? {
         Ok(job) => Ok(job),

@@ -117,6 +117,7 @@ pub async fn plan<D: UserDirectory>(
             window: campaign.window,
             include_failed: false,
             include_cancelled: false,
+            due: None,
         };
         let composed = stage
             .compose_in_locale(message)

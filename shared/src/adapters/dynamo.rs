@@ -207,14 +207,24 @@ impl SendLedger for DynamoLedger {
 
     /// SENT with the SES message id, only while this attempt still holds the claim.
     async fn mark_sent(&self, claim: &Claim, ses_message_id: &str) -> Marked {
-        let values = HashMap::from([
+        let mut values = HashMap::from([
             (":sent".into(), s(SendStatus::Sent.as_str())),
             (":id".into(), s(ses_message_id)),
         ]);
-        let update =
-            "SET #status = :sent, sesMessageId = :id, completedAt = :now, updatedAt = :now \
-                      REMOVE leaseUntil, lastError";
-        self.finish("mark sent", claim, update, values).await
+        let mut set = String::from(
+            "SET #status = :sent, sesMessageId = :id, completedAt = :now, updatedAt = :now",
+        );
+        // A local-time email: how long after its user's local send time it went.
+        if let Some(due) = claim.due {
+            let now = epoch_ms(SystemTime::now()) as i64;
+            values.insert(
+                ":late".into(),
+                AttributeValue::N(due.late_ms(now).to_string()),
+            );
+            set.push_str(", lateMs = :late");
+        }
+        let update = format!("{set} REMOVE leaseUntil, lastError");
+        self.finish("mark sent", claim, &update, values).await
     }
 
     /// FAILED with the reason (a permanent error), only while this attempt holds the claim.
@@ -448,6 +458,8 @@ pub struct SendRecord {
     pub lease_until_ms: Option<u64>,
     pub started_at_ms: Option<u64>,
     pub completed_at_ms: Option<u64>,
+    /// A local-time email: how long after its user's local send time it was sent (ms).
+    pub late_ms: Option<i64>,
     pub duplicates_suppressed: u64,
     /// Attempts that ended in an error the service answered with (see `sendErrors`).
     pub send_errors: u64,
@@ -469,6 +481,10 @@ impl SendRecord {
             lease_until_ms: get_n(item, "leaseUntil"),
             started_at_ms: get_n(item, "startedAt"),
             completed_at_ms: get_n(item, "completedAt"),
+            late_ms: item
+                .get("lateMs")
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse().ok()),
             duplicates_suppressed: get_n(item, "duplicatesSuppressed").unwrap_or(0),
             send_errors: get_n(item, "sendErrors").unwrap_or(0),
             engagement: Engagement::ALL

@@ -91,6 +91,8 @@ pub struct Claim {
     pub token: String,
     pub started_at_ms: u64,
     pub lease_until_ms: u64,
+    /// A local-time email's release: SENT records its lateness (`lateMs`).
+    pub due: Option<crate::domain::local_time::Due>,
 }
 
 /// Final records an operator's resend may claim again (a claim always may take no record,

@@ -292,6 +292,24 @@ impl LocalDelivery {
     }
 }
 
+/// When a user of a local-time campaign was let go, carried from GetUsers to SendEmail so
+/// that the send record says how late the email went: `slot_late_ms` after the user's
+/// instant by the campaign's clock, at `released_at_ms` by the system clock (the same clock
+/// on AWS; locally the simulator's jumps between slots are not counted as lateness).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Due {
+    pub slot_late_ms: i64,
+    pub released_at_ms: i64,
+}
+
+impl Due {
+    /// How late an email sent at `now_ms` (system clock) is.
+    pub fn late_ms(&self, now_ms: i64) -> i64 {
+        self.slot_late_ms + (now_ms - self.released_at_ms)
+    }
+}
+
 /// What one run segment of a local-time campaign decided, by reason and by slot.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -354,13 +372,41 @@ pub struct HourWaiting {
     pub users: u64,
 }
 
-/// Lateness of released slots (release time minus target instant), weighted by users.
+/// How late emails went after their users' local send time: p50, p99, max.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Lateness {
     pub p50_ms: i64,
     pub p99_ms: i64,
     pub max_ms: i64,
+}
+
+impl Lateness {
+    /// Of (lateness, how many) pairs, in any order; `None` when there are none.
+    pub fn of(mut late: Vec<(i64, u64)>) -> Option<Self> {
+        late.retain(|(_, n)| *n > 0);
+        if late.is_empty() {
+            return None;
+        }
+        late.sort();
+        let total: u64 = late.iter().map(|(_, n)| n).sum();
+        let at = |q: f64| {
+            let rank = ((total as f64) * q).ceil().max(1.0) as u64;
+            let mut seen = 0;
+            for (ms, n) in &late {
+                seen += n;
+                if seen >= rank {
+                    return *ms;
+                }
+            }
+            late.last().map(|(ms, _)| *ms).unwrap_or_default()
+        };
+        Some(Self {
+            p50_ms: at(0.50),
+            p99_ms: at(0.99),
+            max_ms: late.last().map(|(ms, _)| *ms).unwrap_or_default(),
+        })
+    }
 }
 
 impl WaitingReport {
@@ -384,34 +430,14 @@ impl WaitingReport {
         self.waiting_by_hour().iter().map(|h| h.users).sum()
     }
 
-    pub fn lateness(&self) -> Option<Lateness> {
-        let mut late: Vec<(i64, u64)> = self
-            .releases
-            .iter()
-            .filter(|r| r.users > 0)
-            .map(|r| ((r.released_at_ms - r.slot_ms).max(0), r.users))
-            .collect();
-        if late.is_empty() {
-            return None;
-        }
-        late.sort();
-        let total: u64 = late.iter().map(|(_, n)| n).sum();
-        let at = |q: f64| {
-            let rank = ((total as f64) * q).ceil().max(1.0) as u64;
-            let mut seen = 0;
-            for (ms, n) in &late {
-                seen += n;
-                if seen >= rank {
-                    return *ms;
-                }
-            }
-            late.last().map(|(ms, _)| *ms).unwrap_or_default()
-        };
-        Some(Lateness {
-            p50_ms: at(0.50),
-            p99_ms: at(0.99),
-            max_ms: late.last().map(|(ms, _)| *ms).unwrap_or_default(),
-        })
+    /// How late the slots were released (release minus slot), weighted by their users.
+    pub fn release_lateness(&self) -> Option<Lateness> {
+        Lateness::of(
+            self.releases
+                .iter()
+                .map(|r| (r.released_at_ms - r.slot_ms, r.users))
+                .collect(),
+        )
     }
 }
 

@@ -2,6 +2,7 @@
 //! that one bad body fails alone.
 
 use crate::domain::campaign::{CampaignId, Window};
+use crate::domain::local_time::Due;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use crate::domain::user_id::{check_user_id, MAX_USER_ID_BYTES};
@@ -28,6 +29,9 @@ pub struct UserMessage {
     /// Operator resend of a reopened campaign: also send to users recorded CANCELLED.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub include_cancelled: bool,
+    /// A local-time user: when they were let go (their send record gets its lateness).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due: Option<Due>,
 }
 
 /// Emails queue: one rendered email, ready to send. On the queue its HTML and text parts
@@ -49,6 +53,8 @@ pub struct EmailJob {
     /// may be claimed again.
     pub include_failed: bool,
     pub include_cancelled: bool,
+    /// A local-time user's release (see `UserMessage::due`).
+    pub due: Option<Due>,
 }
 
 /// An email job as the emails queue carries it.
@@ -74,6 +80,8 @@ struct WireJob {
     include_failed: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     include_cancelled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    due: Option<Due>,
 }
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -146,6 +154,7 @@ impl TryFrom<WireJob> for EmailJob {
             unsubscribe_url: w.unsubscribe_url,
             include_failed: w.include_failed,
             include_cancelled: w.include_cancelled,
+            due: w.due,
         })
     }
 }
@@ -163,6 +172,7 @@ impl From<EmailJob> for WireJob {
             unsubscribe_url: job.unsubscribe_url,
             include_failed: job.include_failed,
             include_cancelled: job.include_cancelled,
+            due: job.due,
         }
     }
 }
@@ -209,6 +219,10 @@ mod tests {
             unsubscribe_url: None,
             include_failed: false,
             include_cancelled: true,
+            due: Some(crate::domain::local_time::Due {
+                slot_late_ms: 1200,
+                released_at_ms: 1_796_029_201_200,
+            }),
         };
         let wire = serde_json::to_string(&job).unwrap();
         assert!(wire.len() < job.html.len() / 4, "{}", wire.len());

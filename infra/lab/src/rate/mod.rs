@@ -150,6 +150,7 @@ fn jobs(count: usize) -> Vec<String> {
                 unsubscribe_url: None,
                 include_failed: false,
                 include_cancelled: false,
+                due: None,
             };
             serde_json::to_string(&job).expect("a job serialises")
         })

@@ -146,6 +146,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
             unsubscribe_url: Some(unsubscribe_url),
             include_failed: message.include_failed,
             include_cancelled: message.include_cancelled,
+            due: message.due,
         };
         Ok(Ok((job, locale)))
     }

@@ -94,6 +94,7 @@ fn message(user: &str) -> SqsMessage {
         window: campaign().window,
         include_failed: false,
         include_cancelled: false,
+        due: None,
     };
     record(user, &serde_json::to_string(&message).unwrap())
 }

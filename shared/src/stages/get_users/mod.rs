@@ -10,7 +10,7 @@ use crate::config::{GetUsersConfig, LocalTimeConfig};
 use crate::domain::campaign::{Campaign, CampaignError, CampaignId, Hold, Window};
 use crate::domain::digest::OddFollows;
 use crate::domain::ledger::epoch_ms;
-use crate::domain::local_time::{self, Delivery, LocalDelivery, LocalTimeError};
+use crate::domain::local_time::{self, Delivery, Due, LocalDelivery, LocalTimeError};
 use crate::domain::messages::{parse_body, UserMessage};
 use crate::domain::user_id::{check_travels, UserId};
 use crate::ports::MAX_BATCH_ENTRIES;
@@ -460,19 +460,24 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 // starts after the last id that travelled.
                 continue;
             }
+            last = Some(user_id.clone());
+            let when = self.when(run.delivery.as_ref(), &member.zone, &mut counts);
             let message = UserMessage {
                 campaign_id: campaign.id.clone(),
                 user_id: user_id.clone(),
                 window: campaign.window,
                 include_failed: run.include_failed,
                 include_cancelled: run.include_cancelled,
+                due: match when {
+                    When::Now(due) | When::Delayed(_, due) => due,
+                    When::Slot(_) | When::Never => None,
+                },
             };
             let body = serde_json::to_string(&message).unwrap_or_default();
-            last = Some(user_id.clone());
-            match self.when(run.delivery.as_ref(), &member.zone, &mut counts) {
-                When::Now => chunk.push(body),
+            match when {
+                When::Now(_) => chunk.push(body),
                 When::Never => {}
-                When::Delayed(seconds) => {
+                When::Delayed(seconds, _) => {
                     let bodies = delayed.entry(seconds).or_default();
                     bodies.push(body);
                     if bodies.len() == MAX_BATCH_ENTRIES {
@@ -611,14 +616,14 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         counts: &mut local_time::LocalTimeCounts,
     ) -> When {
         let Some(delivery) = delivery else {
-            return When::Now;
+            return When::Now(None);
         };
         let (decided, source) = delivery.delivery(zone);
         counts.count_zone(source);
         match decided {
             Delivery::Now => {
                 counts.passed_sent_now += 1;
-                When::Now
+                When::Now(None)
             }
             Delivery::Skip => {
                 counts.passed_skipped += 1;
@@ -626,12 +631,22 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             }
             Delivery::At(at_ms) => {
                 let wait_ms = at_ms - self.clock.now_ms();
+                let released_at_ms = SystemClock.now_ms();
                 if wait_ms <= 0 {
-                    When::Now
+                    let due = Due {
+                        slot_late_ms: -wait_ms,
+                        released_at_ms,
+                    };
+                    When::Now(Some(due))
                 } else if wait_ms <= DELAY_WITHIN_MS {
                     counts.delayed += 1;
                     // Rounded up: never before the instant.
-                    When::Delayed(((wait_ms + 999) / 1000) as u32)
+                    let seconds = (wait_ms + 999) / 1000;
+                    let due = Due {
+                        slot_late_ms: seconds * 1000 - wait_ms,
+                        released_at_ms: released_at_ms + seconds * 1000,
+                    };
+                    When::Delayed(seconds as u32, Some(due))
                 } else {
                     *counts.waiting.entry(at_ms).or_default() += 1;
                     When::Slot(at_ms)
@@ -749,6 +764,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 )
                 .await
                 .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
+            let due = Due {
+                slot_late_ms: self.clock.now_ms() - release.slot_ms,
+                released_at_ms: SystemClock.now_ms(),
+            };
+            let bodies: Vec<String> = bodies.into_iter().map(|b| with_due(b, due)).collect();
             let mut in_flight: FuturesUnordered<_> = bodies
                 .chunks(MAX_BATCH_ENTRIES)
                 .map(|chunk| self.users.send_batch(chunk))
@@ -836,6 +856,18 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
     }
 }
 
+/// A held user's body with when they were let go (a body that does not parse, which GetUsers
+/// never writes, goes as it is: CreateEmails refuses it alone).
+fn with_due(body: String, due: Due) -> String {
+    match serde_json::from_str::<UserMessage>(&body) {
+        Ok(mut message) => {
+            message.due = Some(due);
+            serde_json::to_string(&message).unwrap_or(body)
+        }
+        Err(_) => body,
+    }
+}
+
 /// A batch on its way: enqueued (a `SendReport`) or held in the waiting room (nothing sent).
 type Pending<'a> = BoxFuture<'a, Result<SendReport, GetUsersError>>;
 
@@ -847,11 +879,11 @@ const DELAY_WITHIN_MS: i64 = 60_000;
 /// Users held per BatchWriteItem round (four calls of 25).
 const HOLD_BATCH: usize = 100;
 
-/// What happens to one user of a run.
+/// What happens to one user of a run (with when a local-time one is let go).
 enum When {
-    Now,
+    Now(Option<Due>),
     /// Local time within a minute: enqueued invisible for this many seconds.
-    Delayed(u32),
+    Delayed(u32, Option<Due>),
     /// Held until this instant's release.
     Slot(i64),
     /// Passed, and the policy says skip.

@@ -483,7 +483,7 @@ mod local_time_delivery {
             rfc3339_ms(report.releases[0].slot_ms),
             "2026-11-23T14:00:00Z"
         );
-        assert_eq!(report.lateness().unwrap().max_ms, 0);
+        assert_eq!(report.release_lateness().unwrap().max_ms, 0);
     }
 
     #[tokio::test]

@@ -324,6 +324,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                 self.config.lease_clock_skew,
                 self.config.visibility_timeout,
             )),
+            due: job.due,
         };
         let send_errors = match self.ledger.claim(&claim, job.reclaim()).await {
             Ok(ClaimOutcome::Claimed {
