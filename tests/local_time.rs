@@ -6,7 +6,9 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use mailflow::domain::campaign::{Campaign, Window};
 use mailflow::domain::ledger::SendStatus;
-use mailflow::domain::local_time::{parse_date, Delivery, LocalDelivery, PassedTime, ZoneName};
+use mailflow::domain::local_time::{
+    parse_date, Delivery, LocalDelivery, PassedTime, ZoneField, ZoneName,
+};
 use mailflow_local::names;
 use mailflow_local::pipeline::PipelineOptions;
 use mailflow_local::seed::assign_timezones;
@@ -67,18 +69,47 @@ async fn held(env: &TestEnv, campaign: &str) -> BTreeMap<String, i64> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_campaign_at_nine_in_every_zone_goes_out_slot_by_slot_exactly_once() {
-    let env = test_env("local-time", |_| {}).await.unwrap();
+/// A stack with `users` seeded for W47, each given a zone (or none, or an unusable one).
+struct Zoned {
+    env: TestEnv,
+    campaign: Campaign,
+    seeded: mailflow_local::seed::SeedReport,
+    zones: BTreeMap<String, ZoneField>,
+    pipeline: mailflow_local::pipeline::LocalPipeline<mailflow::adapters::ses::SesMailer>,
+    target: mailctl::ops::Target,
+}
+
+async fn zoned(test: &str, users: usize) -> Zoned {
+    let env = test_env(test, |_| {}).await.unwrap();
     let campaign = Campaign::from_id("weekly-2026-W47", None).unwrap();
-    let id = campaign.id.as_str();
-    let seeded = env.seed(2500, &campaign).await.unwrap();
+    let seeded = env.seed(users, &campaign).await.unwrap();
     let ids: Vec<String> = seeded.addresses.keys().cloned().collect();
     let zones = assign_timezones(&env.db, &ids).await.unwrap();
     let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
     let target = mailctl::ops::Target::from_prefix(&env.stack.sdk, &env.stack.prefix)
         .await
         .unwrap();
+    Zoned {
+        env,
+        campaign,
+        seeded,
+        zones,
+        pipeline,
+        target,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_campaign_at_nine_in_every_zone_goes_out_slot_by_slot_exactly_once() {
+    let Zoned {
+        env,
+        campaign,
+        seeded,
+        zones,
+        pipeline,
+        target,
+    } = zoned("local-time", 2500).await;
+    let id = campaign.id.as_str();
 
     // Thirty seconds before Kiritimati's 09:00 (UTC+14, the first): its users go with an
     // SQS delay, everyone else waits for their slot, the last (UTC-12) 26 hours later.
@@ -218,15 +249,14 @@ async fn a_campaign_at_nine_in_every_zone_goes_out_slot_by_slot_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pause_holds_every_slot_until_the_resume_and_a_cancel_releases_nobody_more() {
-    let env = test_env("local-time-control", |_| {}).await.unwrap();
-    let week = Campaign::from_id("weekly-2026-W47", None).unwrap();
-    let seeded = env.seed(400, &week).await.unwrap();
-    let ids: Vec<String> = seeded.addresses.keys().cloned().collect();
-    let zones = assign_timezones(&env.db, &ids).await.unwrap();
-    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
-    let target = mailctl::ops::Target::from_prefix(&env.stack.sdk, &env.stack.prefix)
-        .await
-        .unwrap();
+    let Zoned {
+        env,
+        campaign: week,
+        seeded,
+        zones,
+        pipeline,
+        target,
+    } = zoned("local-time-control", 400).await;
     let sdk = &env.stack.sdk;
     let window: Window = week.window;
     let event = |id: &str| {

@@ -254,6 +254,10 @@ enum Command {
         database: String,
         #[arg(long, default_value = "example.com")]
         domain: String,
+        /// Give the users a `timezone`: 40 zones from UTC+14 to UTC-12, and some none or an
+        /// unknown one (for local-time campaigns).
+        #[arg(long)]
+        timezones: bool,
     },
 }
 
@@ -288,7 +292,8 @@ async fn run() -> Result<()> {
             seed,
             database,
             domain,
-        } => commands::setup::seed(sdk, users, seed, database, domain).await,
+            timezones,
+        } => commands::setup::seed(sdk, users, seed, database, domain, timezones).await,
         Command::Run {
             campaign,
             window,

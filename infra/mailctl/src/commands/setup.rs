@@ -63,6 +63,7 @@ pub async fn seed(
     s: u64,
     database: String,
     domain: String,
+    timezones: bool,
 ) -> Result<()> {
     let mongo = mailflow::config::MongoConfig {
         uri: SecretRef::Plain(env("MONGODB_URI")?),
@@ -83,9 +84,14 @@ pub async fn seed(
     })
     .await?;
     progress.finish();
+    if timezones {
+        let ids: Vec<String> = report.addresses.keys().cloned().collect();
+        mailflow_local::seed::assign_timezones(&db, &ids).await?;
+    }
     println!(
-        "seeded {} users and {} follows for {}: audience {}, unsubscribed {}",
+        "seeded {} users{} and {} follows for {}: audience {}, unsubscribed {}",
         report.users,
+        if timezones { " with time zones" } else { "" },
         report.follows,
         campaign.id,
         report.audience.len(),
