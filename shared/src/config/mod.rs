@@ -209,6 +209,23 @@ mod tests {
     ];
 
     #[test]
+    fn local_time_settings_default_to_at_once_and_refuse_a_bad_value_by_name() {
+        let c = LocalTimeConfig::from_source(&src(&[])).unwrap();
+        assert_eq!(c.send_at, None);
+        assert_eq!(c.fallback_zone.as_str(), "UTC");
+        assert_eq!(c.passed_time.as_str(), "send-now");
+        for (var, value, says) in [
+            ("LOCAL_SEND_TIME", "9am", "HH:MM"),
+            ("FALLBACK_TIME_ZONE", "Europe/Berln", "IANA"),
+            ("PASSED_TIME_POLICY", "later", "send-now, next-day or skip"),
+        ] {
+            let err = LocalTimeConfig::from_source(&src(&[(var, value)])).unwrap_err();
+            let line = err.to_string();
+            assert!(line.contains(var) && line.contains(says), "{line}");
+        }
+    }
+
+    #[test]
     fn send_email_defaults() {
         let c = SendEmailConfig::from_source(&src(SEND)).unwrap();
         assert_eq!(c.retry_delays.len(), 4);

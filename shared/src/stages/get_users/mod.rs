@@ -440,6 +440,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         let mut complete = true;
         let mut hold = self.hold(campaign).await;
         let mut batches = 0usize;
+        let mut checked = 0usize;
         let mut refused = 0usize;
         while hold.is_none() {
             // At least one user per invocation, so a slow start can never checkpoint the
@@ -485,6 +486,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                         in_flight.push(Box::pin(async move {
                             Ok(self.users.send_batch_delayed(&bodies, seconds).await?)
                         }));
+                        batches += 1;
                     }
                 }
                 When::Slot(at_ms) => {
@@ -497,21 +499,21 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                     users.push((user_id, body));
                     if users.len() == HOLD_BATCH {
                         in_flight.push(self.hold_users(campaign, at_ms, std::mem::take(users)));
+                        batches += 1;
                     }
                 }
-            }
-            while in_flight.len() >= self.config.enqueue_concurrency {
-                add(&mut report, in_flight.next().await)?;
             }
             if chunk.len() == MAX_BATCH_ENTRIES {
                 in_flight.push(send(std::mem::take(&mut chunk)));
                 batches += 1;
-                if batches % STATE_CHECK_EVERY == 0 {
-                    hold = self.hold(campaign).await;
-                }
-                while in_flight.len() >= self.config.enqueue_concurrency {
-                    add(&mut report, in_flight.next().await)?;
-                }
+            }
+            // Every batch on its way (enqueued or held) counts towards the next look.
+            if batches >= checked + STATE_CHECK_EVERY {
+                checked = batches;
+                hold = self.hold(campaign).await;
+            }
+            while in_flight.len() >= self.config.enqueue_concurrency {
+                add(&mut report, in_flight.next().await)?;
             }
         }
         if !chunk.is_empty() {
