@@ -143,6 +143,56 @@ fn run_status_and_resend_on_a_local_stack() {
     preview_shows_exactly_what_a_user_got(&t);
 }
 
+/// A local-time run through `mailctl run --local-time`, then resends: without flags at the
+/// local time the run started with (said on stderr), with `--at-once` now; nobody twice.
+#[test]
+fn a_local_time_run_is_resent_at_its_local_time_unless_told_otherwise() {
+    let t = CliStack::provision_and_seed("local", 30);
+    // The seeded users have no zone: all wait for the fallback zone's 09:00, one slot, and
+    // the simulator's clock jumps to it.
+    let local = [
+        "--local-time",
+        "09:00",
+        "--send-date",
+        "2099-01-05",
+        "--fallback-zone",
+        "Asia/Kathmandu",
+    ];
+    let mut args = vec!["run", "--prefix", &t.prefix, "--campaign", &t.campaign];
+    args.extend(local);
+    let run = ended(mailctl(&args, &t.env()), "run --local-time");
+    let held = run["getUsers"]["localTime"]["waiting"]["4071266100000"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{run}"));
+    assert_eq!(held as usize, t.audience, "{run}");
+    assert!(run["sent"].as_u64().unwrap() > 0, "{run}");
+    let status = status_json(&t.prefix, &t.campaign, &t.env());
+    assert_eq!(status["localTime"]["stillWaiting"], 0, "{status}");
+    assert!(
+        status["localTime"]["lateness"]["maxMs"].as_i64().unwrap() >= 0,
+        "{status}"
+    );
+
+    for (flags, at_local_time) in [(vec![], true), (vec!["--at-once"], false)] {
+        let mut args = vec!["resend", "--prefix", &t.prefix, "--campaign", &t.campaign];
+        args.extend(flags);
+        let out = mailctl(&args, &t.env());
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        let resend = ended(out, "resend");
+        assert_eq!(resend["sent"], 0, "{resend}");
+        assert_eq!(
+            said.contains("resending at the local time its run started with: 09:00 on 2099-01-05"),
+            at_local_time,
+            "{said}"
+        );
+        assert_eq!(
+            resend["getUsers"].get("localTime").is_some(),
+            at_local_time,
+            "{resend}"
+        );
+    }
+}
+
 /// `plan`: what the campaign would send and fail, read and counted, nothing enqueued,
 /// claimed or sent.
 fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {

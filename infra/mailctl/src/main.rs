@@ -108,6 +108,13 @@ enum Command {
         by: String,
         #[command(flatten)]
         window: WindowArgs,
+        /// Without --local-time (or --at-once), a local-time campaign is resent at the local
+        /// time its run started with.
+        #[command(flatten)]
+        local: LocalTimeArgs,
+        /// Send everyone it still owes now, even a local-time campaign.
+        #[arg(long, conflicts_with = "local_time")]
+        at_once: bool,
         #[command(flatten)]
         target: TargetArgs,
     },
@@ -306,12 +313,16 @@ async fn run() -> Result<()> {
             reopen_cancelled,
             by,
             window,
+            local,
+            at_once,
             target,
         } => {
             let reopen = reopen_cancelled.then_some(by.as_str());
             let options = commands::campaign::Resend {
                 include_failed,
                 reopen,
+                local,
+                at_once,
             };
             commands::campaign::resend(sdk, template, &campaign, &window, options, &target).await
         }

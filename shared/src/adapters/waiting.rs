@@ -6,11 +6,12 @@
 //! one hot partition), `userId`, the users-queue `body`, and `expiresAt` (TTL, a week after
 //! the slot: nothing to delete by hand). A campaign's report item (`<campaign>#report`,
 //! `userId` "-") holds each run segment's counts (`segment<N>`, written whole, so a retried
-//! segment is never added twice) and each slot's release (`release<slot ms>`).
+//! segment is never added twice), each slot's release (`release<slot ms>`) and the delivery
+//! the latest run started with (`delivery`, which `mailctl resend` reuses).
 
 use super::describe;
 use crate::domain::campaign::CampaignId;
-use crate::domain::local_time::{LocalTimeCounts, SlotRelease, WaitingReport};
+use crate::domain::local_time::{LocalDelivery, LocalTimeCounts, SlotRelease, WaitingReport};
 use crate::ports::{ReleasePosition, StoreError, WaitingRoom};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use serde_json::Value;
@@ -237,6 +238,15 @@ impl WaitingRoom for WaitingTable {
         Ok((bodies, next))
     }
 
+    async fn record_delivery(
+        &self,
+        campaign: &CampaignId,
+        delivery: &LocalDelivery,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(delivery).unwrap_or_default();
+        self.set_report(campaign, "delivery", json).await
+    }
+
     async fn record_segment(
         &self,
         campaign: &CampaignId,
@@ -287,7 +297,9 @@ pub async fn read_report(
             let AttributeValue::S(json) = value else {
                 continue;
             };
-            if name.starts_with("segment") {
+            if name == "delivery" {
+                report.delivery = serde_json::from_str(json).ok();
+            } else if name.starts_with("segment") {
                 if let Ok(counts) = serde_json::from_str::<LocalTimeCounts>(json) {
                     report.counts.add(&counts);
                 }

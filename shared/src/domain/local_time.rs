@@ -362,6 +362,8 @@ pub struct SlotRelease {
 pub struct WaitingReport {
     pub counts: LocalTimeCounts,
     pub releases: Vec<SlotRelease>,
+    /// The delivery the latest run started with.
+    pub delivery: Option<LocalDelivery>,
 }
 
 /// A slot as `status` shows it.

@@ -13,7 +13,9 @@ use crate::domain::digest::{Enrichment, OddFollows};
 use crate::domain::ledger::{
     Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, SendKey, SendStatus,
 };
-use crate::domain::local_time::{LocalTimeCounts, SlotRelease, WaitingReport, ZoneField};
+use crate::domain::local_time::{
+    LocalDelivery, LocalTimeCounts, SlotRelease, WaitingReport, ZoneField,
+};
 #[cfg(any(test, feature = "memory"))]
 pub mod memory;
 use crate::domain::send_rate::{QuotaUnknown, SendQuota, SharedRate, Slots};
@@ -238,6 +240,12 @@ pub trait WaitingRoom: Send + Sync {
         from: &ReleasePosition,
         limit: usize,
     ) -> impl Future<Output = Result<(Vec<String>, Option<ReleasePosition>), StoreError>> + Send;
+    /// The campaign's local-time delivery as its run started (a later resend reuses it).
+    fn record_delivery(
+        &self,
+        campaign: &CampaignId,
+        delivery: &LocalDelivery,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// A run segment's counts (written again by a retried segment, never added twice).
     fn record_segment(
         &self,

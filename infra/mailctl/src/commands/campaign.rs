@@ -33,6 +33,10 @@ pub struct Resend<'a> {
     pub include_failed: bool,
     /// Reopen a cancelled campaign first (who reopens it), and include its CANCELLED users.
     pub reopen: Option<&'a str>,
+    /// Local-time delivery given for this resend.
+    pub local: LocalTimeArgs,
+    /// Everyone now, even a campaign whose run started with a local time.
+    pub at_once: bool,
 }
 
 /// `resend`: the campaign again; only users without a SENT record get an email. With
@@ -56,7 +60,48 @@ pub async fn resend(
     let mut event = super::start_event(&resolved);
     event["includeFailed"] = options.include_failed.into();
     event["includeCancelled"] = options.reopen.is_some().into();
+    if options.local.local_time.is_some() {
+        options.local.apply(&mut event);
+    } else if !options.at_once {
+        if let Some(recorded) = recorded_delivery(sdk, template, t, &resolved).await? {
+            eprintln!(
+                "resending at the local time its run started with: {} on {} (fallback {}, passed time: {}); --at-once sends now",
+                recorded.local_time,
+                recorded.send_date,
+                recorded.fallback_zone.as_str(),
+                recorded.passed_time.as_str()
+            );
+            LocalTimeArgs {
+                local_time: Some(recorded.local_time.to_string()),
+                send_date: Some(recorded.send_date.to_string()),
+                fallback_zone: Some(recorded.fallback_zone.as_str().to_owned()),
+                passed_time: Some(recorded.passed_time.as_str().to_owned()),
+            }
+            .apply(&mut event);
+        }
+    }
     start(sdk, template, t, event).await
+}
+
+/// The local-time delivery the campaign's latest run started with (the waiting table), if
+/// it was one.
+async fn recorded_delivery(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    t: &TargetArgs,
+    campaign: &Campaign,
+) -> Result<Option<mailflow::domain::local_time::LocalDelivery>> {
+    if let Some(prefix) = &t.prefix {
+        // A prefix not provisioned yet has no waiting table (provisioning is idempotent).
+        provision_local(sdk, template, prefix, &t.database).await?;
+    }
+    let target = super::target(sdk, t).await?;
+    let dynamo = aws_sdk_dynamodb::Client::new(sdk);
+    let report =
+        mailflow::adapters::waiting::read_report(&dynamo, &target.waiting_table, &campaign.id)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(report.and_then(|r| r.delivery))
 }
 
 /// Starts GetUsers with `event`: on AWS by invoking the function, locally by running the

@@ -2,7 +2,7 @@
 //! scheduler (`adapters::waiting`), one shard.
 
 use crate::domain::campaign::CampaignId;
-use crate::domain::local_time::{LocalTimeCounts, SlotRelease, WaitingReport};
+use crate::domain::local_time::{LocalDelivery, LocalTimeCounts, SlotRelease, WaitingReport};
 use crate::ports::{ReleasePosition, StoreError, WaitingRoom};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -16,6 +16,7 @@ pub struct MemoryWaitingRoom {
     pub schedules: Mutex<BTreeMap<(String, i64), (String, Value)>>,
     segments: Mutex<BTreeMap<(String, u32), LocalTimeCounts>>,
     releases: Mutex<BTreeMap<(String, i64), SlotRelease>>,
+    deliveries: Mutex<BTreeMap<String, LocalDelivery>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -73,6 +74,15 @@ impl WaitingRoom for MemoryWaitingRoom {
         Ok((page.into_iter().map(|(_, b)| b.clone()).collect(), next))
     }
 
+    async fn record_delivery(
+        &self,
+        campaign: &CampaignId,
+        delivery: &LocalDelivery,
+    ) -> Result<(), StoreError> {
+        lock(&self.deliveries).insert(campaign.to_string(), delivery.clone());
+        Ok(())
+    }
+
     async fn record_segment(
         &self,
         campaign: &CampaignId,
@@ -93,7 +103,10 @@ impl WaitingRoom for MemoryWaitingRoom {
     }
 
     async fn report(&self, campaign: &CampaignId) -> Result<Option<WaitingReport>, StoreError> {
-        let mut report = WaitingReport::default();
+        let mut report = WaitingReport {
+            delivery: lock(&self.deliveries).get(campaign.as_str()).cloned(),
+            ..Default::default()
+        };
         let mut any = false;
         for ((c, _), counts) in lock(&self.segments).iter() {
             if c == campaign.as_str() {

@@ -421,6 +421,12 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 }
                 .into());
             }
+            if let Some(delivery) = &run.delivery {
+                self.waiting
+                    .record_delivery(&campaign.id, delivery)
+                    .await
+                    .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
+            }
             self.report_odd_follows(&campaign.window).await?
         } else {
             OddFollows::default()
