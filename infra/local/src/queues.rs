@@ -7,8 +7,8 @@ use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use aws_sdk_sqs::Client;
 use std::time::Duration;
 
-/// Messages in a queue: visible, and in flight or delayed (a local-time user due within 15
-/// minutes waits on the users queue with a delay).
+/// Messages in a queue: visible, and in flight or delayed (a local-time user due within a
+/// minute waits on the users queue with a delay).
 pub async fn depth(sqs: &Client, url: &str) -> Result<(u64, u64)> {
     let attrs = sqs
         .get_queue_attributes()

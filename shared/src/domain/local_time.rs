@@ -489,7 +489,7 @@ pub fn default_send_date(window_until_unix_seconds: i64) -> Date {
         .unwrap_or(Date::MAX)
 }
 
-/// The start of the UTC hour `ms` falls in, as `status` and `plan` group slots.
+/// The start of the UTC hour `ms` falls in, as `status` groups the users still waiting.
 pub fn utc_hour(ms: i64) -> String {
     let hour = ms.div_euclid(3_600_000) * 3_600_000;
     Timestamp::from_millisecond(hour)
