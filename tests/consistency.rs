@@ -206,7 +206,7 @@ fn sample_events_are_what_the_handlers_accept() {
     assert_eq!(message["Trigger"]["MetricName"], "Reputation.BounceRate");
     let one_click = read("unsubscribe-one-click.json");
     let request =
-        mailflow::stages::unsubscribe::HttpRequest::from_function_url_event(&one_click).unwrap();
+        mailflow::runtime::function_url::HttpRequest::from_function_url_event(&one_click).unwrap();
     assert_eq!(request.method, "POST");
     assert_eq!(request.body, b"List-Unsubscribe=One-Click");
     match parse_request(read("continuation-batch.json")) {

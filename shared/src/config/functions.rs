@@ -114,6 +114,8 @@ pub struct CreateEmailsConfig {
     pub unsubscribe_base_url: String,
     /// The locale of users whose own is missing or has no templates.
     pub default_locale: String,
+    /// The open-time pick slots each email carries (None: no picks).
+    pub picks: Option<super::PickLinks>,
 }
 
 impl CreateEmailsConfig {
@@ -153,6 +155,7 @@ impl CreateEmailsConfig {
             unsubscribe: UnsubscribeConfig::from_source(src)?,
             unsubscribe_base_url,
             default_locale,
+            picks: super::PickLinks::from_source(src)?,
         })
     }
 }

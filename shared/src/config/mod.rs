@@ -7,6 +7,7 @@
 //! and this file what they share (sources, secrets, MongoDB, the unsubscribe links).
 
 mod functions;
+mod open_content;
 mod send_email;
 pub mod var;
 
@@ -14,6 +15,7 @@ pub use functions::{
     CreateEmailsConfig, GetUsersConfig, LocalTimeConfig, ReputationGuardConfig, SesEventsConfig,
     UnsubscribeFunctionConfig,
 };
+pub use open_content::{OpenContentFunctionConfig, PickLinks};
 pub use send_email::SendEmailConfig;
 
 /// A configuration problem, named after the variable that caused it.

@@ -86,6 +86,27 @@ pub const UNSUBSCRIBE_SECRET: &str = "UNSUBSCRIBE_SECRET";
 /// Secrets Manager secret with the HMAC key(s) of the unsubscribe tokens (template.yaml
 /// generates it); several keys separated by spaces: the first signs, all verify
 pub const UNSUBSCRIBE_SECRET_ID: &str = "UNSUBSCRIBE_SECRET_ID";
+/// How many of a user's follows the pick choice reads at most (OpenContent)
+pub const PICK_FOLLOWS_READ: &str = "PICK_FOLLOWS_READ";
+/// How long the first open may take to choose an email's picks before the fallback is frozen
+/// (milliseconds)
+pub const PICK_COMPUTE_TIMEOUT_MS: &str = "PICK_COMPUTE_TIMEOUT_MS";
+/// Pick slots per email (CreateEmails puts this many in each email; 0: none)
+pub const PICK_SLOTS: &str = "PICK_SLOTS";
+/// Where a slot without a pick links to (an http(s) URL)
+pub const PICKS_FALLBACK_URL: &str = "PICKS_FALLBACK_URL";
+/// A pick's page: an http(s) URL with `{id}` where the picked user's id goes
+pub const PROFILE_URL_TEMPLATE: &str = "PROFILE_URL_TEMPLATE";
+/// Where the pick slots point: the OpenContent function's URL (CreateEmails; empty: no picks)
+pub const OPEN_CONTENT_BASE_URL: &str = "OPEN_CONTENT_BASE_URL";
+/// The table of frozen picks and click activity
+pub const OPEN_CONTENT_TABLE_NAME: &str = "OPEN_CONTENT_TABLE_NAME";
+/// K of the "hot" badge: clicked in at least this many distinct minutes of the window
+pub const HOT_MIN_MINUTES: &str = "HOT_MIN_MINUTES";
+/// M of the "hot" badge: the window, in minutes
+pub const HOT_WINDOW_MINUTES: &str = "HOT_WINDOW_MINUTES";
+/// A click this soon after an email's picks were frozen is a scanner's, not counted (seconds)
+pub const CLICK_GRACE_SECONDS: &str = "CLICK_GRACE_SECONDS";
 /// Where the audience goes
 pub const USERS_QUEUE_URL: &str = "USERS_QUEUE_URL";
 /// The emails queue's VisibilityTimeout (caps the lease)

@@ -7,6 +7,7 @@ pub mod ledger;
 pub mod local_time;
 pub mod messages;
 pub mod mime;
+pub mod open_content;
 pub mod send_rate;
 pub mod ses_event;
 pub mod ses_tags;

@@ -77,6 +77,22 @@ impl std::fmt::Debug for Signer {
     }
 }
 
+/// The keys of a signing secret: whitespace-separated, the first signs, every one verifies.
+/// The open-time content's slot tokens are sealed under keys derived from the same secret.
+pub fn signing_keys(secret: &str) -> Result<Vec<Vec<u8>>, KeyError> {
+    let keys: Vec<Vec<u8>> = secret
+        .split_whitespace()
+        .map(|k| k.as_bytes().to_vec())
+        .collect();
+    if keys.is_empty() {
+        return Err(KeyError::Empty);
+    }
+    if let Some(short) = keys.iter().find(|k| k.len() < MIN_KEY_BYTES) {
+        return Err(KeyError::TooShort(short.len()));
+    }
+    Ok(keys)
+}
+
 /// Checks the base URL links are made from (the Unsubscribe function's URL).
 pub fn check_base_url(base_url: &str) -> Result<(), KeyError> {
     let ok = (base_url.starts_with("https://") || base_url.starts_with("http://"))
@@ -119,21 +135,17 @@ fn mac(key: &[u8], payload: &[u8]) -> HmacSha256 {
 
 impl Signer {
     pub fn new(secret: &str, list: &str) -> Result<Self, KeyError> {
-        let keys: Vec<Vec<u8>> = secret
-            .split_whitespace()
-            .map(|k| k.as_bytes().to_vec())
-            .collect();
-        if keys.is_empty() {
-            return Err(KeyError::Empty);
-        }
-        if let Some(short) = keys.iter().find(|k| k.len() < MIN_KEY_BYTES) {
-            return Err(KeyError::TooShort(short.len()));
-        }
+        let keys = signing_keys(secret)?;
         check_list(list)?;
         Ok(Self {
             keys,
             list: list.to_owned(),
         })
+    }
+
+    /// The sealer of open-time content's slot tokens, under keys derived from these.
+    pub fn slot_sealer(&self) -> crate::domain::open_content::SlotSealer {
+        crate::domain::open_content::SlotSealer::from_keys(&self.keys)
     }
 
     pub fn list(&self) -> &str {

@@ -6,7 +6,8 @@
 //! Subscribers` (SubscriberStore), `adapters::directory::MongoDirectory` (UserDirectory),
 //! `adapters::campaigns::CampaignsTable` (CampaignStates), `adapters::rate_item::RateItem`
 //! (RateBucket), `adapters::event_sources::EmailsConsumer` (ConsumerScaling),
-//! `adapters::waiting::WaitingTable` (WaitingRoom).
+//! `adapters::waiting::WaitingTable` (WaitingRoom), `adapters::open_content::OpenContentTable`
+//! (OpenContentStore), `adapters::picks::MongoPicks` (PickDirectory).
 
 use crate::domain::campaign::{Campaign, CampaignId, Hold, StateChange, Window};
 use crate::domain::digest::{Enrichment, OddFollows};
@@ -18,9 +19,11 @@ use crate::domain::local_time::{
 };
 #[cfg(any(test, feature = "memory"))]
 pub mod memory;
+mod open_content;
 use crate::domain::send_rate::{QuotaUnknown, SendQuota, SharedRate, Slots};
 use crate::domain::user_id::UserId;
 use futures::future::BoxFuture;
+pub use open_content::{Activity, ContentStoreError, OpenContentStore, PickDirectory};
 use std::future::Future;
 use std::time::Duration;
 

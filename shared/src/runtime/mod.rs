@@ -3,6 +3,7 @@
 //! way a stage is hosted on Lambda.
 
 pub mod batch;
+pub mod function_url;
 pub mod invocation;
 pub mod metering;
 pub mod serve;

@@ -8,74 +8,17 @@
 use crate::domain::ledger::{epoch_ms, Engagement};
 use crate::domain::unsubscribe_link::{Signer, Subscription, TokenError};
 use crate::ports::{Change, SendRecordNotes, SubscriberStore};
-use base64::Engine;
+use crate::runtime::function_url::{HttpRequest, HttpResponse};
 use serde_json::Value;
 use std::time::SystemTime;
 use tracing::Instrument;
 
-/// The parts of an HTTP request the endpoint reads.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HttpRequest {
-    pub method: String,
-    /// The raw query string, without `?`.
-    pub query: String,
-    pub body: Vec<u8>,
+/// The unsubscribe pages.
+trait Page {
+    fn page(status: u16, title: &str, message: &str, form: Option<&str>) -> Self;
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HttpResponse {
-    pub status: u16,
-    pub headers: Vec<(&'static str, String)>,
-    pub body: String,
-}
-
-impl HttpRequest {
-    /// From a Lambda Function URL event (payload format 2.0), read leniently: whatever is
-    /// missing is reported, and answered with a 400.
-    pub fn from_function_url_event(event: &Value) -> Result<Self, String> {
-        let method = event
-            .pointer("/requestContext/http/method")
-            .and_then(Value::as_str)
-            .ok_or("requestContext.http.method is missing")?
-            .to_ascii_uppercase();
-        let query = event
-            .get("rawQueryString")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let body = match event.get("body").and_then(Value::as_str) {
-            None => Vec::new(),
-            Some(b) if event.get("isBase64Encoded") == Some(&Value::Bool(true)) => {
-                base64::engine::general_purpose::STANDARD
-                    .decode(b)
-                    .map_err(|_| "body is not valid base64".to_owned())?
-            }
-            Some(b) => b.as_bytes().to_vec(),
-        };
-        Ok(Self {
-            method,
-            query,
-            body,
-        })
-    }
-}
-
-impl HttpResponse {
-    /// The Function URL response format.
-    pub fn to_function_url_response(&self) -> Value {
-        let headers: serde_json::Map<String, Value> = self
-            .headers
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), Value::String(v.clone())))
-            .collect();
-        serde_json::json!({
-            "statusCode": self.status,
-            "headers": headers,
-            "body": self.body,
-            "isBase64Encoded": false,
-        })
-    }
-
+impl Page for HttpResponse {
     fn page(status: u16, title: &str, message: &str, form: Option<&str>) -> Self {
         let form = form.map_or(String::new(), |token| {
             format!(
@@ -109,7 +52,7 @@ impl HttpResponse {
         Self {
             status,
             headers,
-            body,
+            body: body.into_bytes(),
         }
     }
 }
@@ -122,14 +65,6 @@ fn html_escape(s: &str) -> String {
         .replace('>', "&gt;")
         .replace('"', "&quot;")
         .replace('\'', "&#39;")
-}
-
-/// The `token` parameter of a query string (percent-decoded).
-fn token(query: &str) -> Option<String> {
-    form_urlencoded::parse(query.as_bytes())
-        .find(|(name, _)| name == "token")
-        .map(|(_, value)| value.into_owned())
-        .filter(|t| !t.is_empty())
 }
 
 /// Generic over its ports: MongoDB's users and the DynamoDB send records on Lambda.
@@ -166,7 +101,7 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
     }
 
     pub async fn handle(&self, request: &HttpRequest) -> HttpResponse {
-        let Some(token) = token(&request.query) else {
+        let Some(token) = request.param("token") else {
             return HttpResponse::page(
                 400,
                 "Incomplete link",
@@ -274,27 +209,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_function_url_events() {
-        let event = serde_json::json!({
-            "version": "2.0", "rawPath": "/", "rawQueryString": "token=abc.def",
-            "requestContext": {"http": {"method": "post"}, "timeEpoch": 0},
-            "body": base64::engine::general_purpose::STANDARD.encode("List-Unsubscribe=One-Click"),
-            "isBase64Encoded": true,
-        });
-        let request = HttpRequest::from_function_url_event(&event).unwrap();
-        assert_eq!(request.method, "POST");
-        assert_eq!(token(&request.query).as_deref(), Some("abc.def"));
-        assert_eq!(request.body, b"List-Unsubscribe=One-Click");
-        assert!(HttpRequest::from_function_url_event(&serde_json::json!({})).is_err());
-        assert_eq!(token("a=1&token=x%2Ey"), Some("x.y".into()));
-        assert_eq!(token("token="), None);
-    }
-
-    #[test]
     fn pages_escape_and_protect_the_token() {
         let page = HttpResponse::page(200, "T<", "M&", Some("a\"b"));
-        assert!(page.body.contains("T&lt;") && page.body.contains("M&amp;"));
-        assert!(page.body.contains("action=\"?token=a&quot;b\""));
+        assert!(page.text().contains("T&lt;") && page.text().contains("M&amp;"));
+        assert!(page.text().contains("action=\"?token=a&quot;b\""));
         let response = page.to_function_url_response();
         assert_eq!(response["statusCode"], 200);
         assert_eq!(response["headers"]["cache-control"], "no-store");

@@ -7,6 +7,7 @@
 
 use super::Digest;
 use crate::domain::campaign::Window;
+use crate::domain::open_content::SlotUrls;
 use minijinja::{context, Environment, Value};
 
 /// The locales with templates: a user's `locale` (`fr`, `fr-CA`, `de_DE`...) picks by its
@@ -24,6 +25,7 @@ macro_rules! template {
 
 const TEMPLATES: &[(&str, &str)] = &[
     template!("layout.mjml"),
+    template!("picks.mjml"),
     template!("en/subject.txt"),
     template!("en/body.mjml"),
     template!("en/body.txt"),
@@ -125,7 +127,17 @@ impl Renderer {
                 locale: Some(locale.to_string()),
                 ..sample.clone()
             };
-            renderer.render(&digest, &window, "https://unsubscribe.example/?token=t")?;
+            let picks = [SlotUrls {
+                image: "https://o.example/pick?t=a&b".into(),
+                badge: "https://o.example/badge?t=a".into(),
+                link: "https://o.example/go?t=a".into(),
+            }];
+            renderer.render(
+                &digest,
+                &window,
+                "https://unsubscribe.example/?token=t",
+                &picks,
+            )?;
         }
         Ok(renderer)
     }
@@ -157,12 +169,22 @@ impl Renderer {
         digest: &Digest,
         window: &Window,
         unsubscribe_url: &str,
+        picks: &[SlotUrls],
     ) -> Result<Rendered, RenderError> {
         let locale = self.locale_for(digest.locale.as_deref());
         let last_day = window.until - time::Duration::seconds(1);
         // The URL is built from a checked base URL and a base64url token: `&` is the only
         // character HTML needs escaped in it (escaping `/` too would garble the link).
-        let html_url = Value::from_safe_string(unsubscribe_url.replace('&', "&amp;"));
+        let html_url = |url: &str| Value::from_safe_string(url.replace('&', "&amp;"));
+        // The pick slots' URLs are built the same way (a checked base URL, a base64url token).
+        let html_picks: Vec<Value> = picks
+            .iter()
+            .map(|p| context! { image => html_url(&p.image), badge => html_url(&p.badge), link => html_url(&p.link) })
+            .collect();
+        let text_picks: Vec<Value> = picks
+            .iter()
+            .map(|p| context! { image => &p.image, badge => &p.badge, link => &p.link })
+            .collect();
         // Whatever the directory read, no control character reaches a template.
         let recent: Vec<String> = digest.recent.iter().map(|n| super::printable(n)).collect();
         let ctx = context! {
@@ -174,6 +196,7 @@ impl Renderer {
             since => date(window.since),
             until => date(last_day),
             unsubscribe_url => unsubscribe_url,
+            picks => &text_picks,
         };
         let subject = self
             .fill(format!("{locale}/subject.txt"), ctx.clone())?
@@ -182,7 +205,7 @@ impl Renderer {
         let template = format!("{locale}/body.mjml");
         let mjml = self.fill(
             template.clone(),
-            context! { subject => &subject, unsubscribe_url => html_url, ..ctx.clone() },
+            context! { subject => &subject, unsubscribe_url => html_url(unsubscribe_url), picks => &html_picks, ..ctx.clone() },
         )?;
         let mjml_error = |detail: String| RenderError::Mjml {
             template: template.clone(),
@@ -230,7 +253,7 @@ mod tests {
     fn renders_counts_names_dates_and_the_unsubscribe_link() {
         let r = Renderer::new("en").unwrap();
         let out = r
-            .render(&digest(&["Grace", "Linus"], 5), &window(), URL)
+            .render(&digest(&["Grace", "Linus"], 5), &window(), URL, &[])
             .unwrap();
         assert_eq!(out.subject, "You have 5 new followers this week");
         assert!(out.html.contains("<li>Grace</li>") && out.html.contains("…and 3 more."));
@@ -243,9 +266,58 @@ mod tests {
         assert!(out.text.contains("  - Linus") && out.text.contains("...and 3 more."));
         assert!(out.text.contains("between 16 Nov 2026 and 22 Nov 2026"));
         assert!(out.text.contains(&format!("Unsubscribe: {URL}")));
-        let one = r.render(&digest(&["Grace"], 1), &window(), URL).unwrap();
+        let one = r
+            .render(&digest(&["Grace"], 1), &window(), URL, &[])
+            .unwrap();
         assert_eq!(one.subject, "You have a new follower this week");
         assert!(!one.html.contains("more."));
+    }
+
+    #[test]
+    fn pick_slots_are_images_linked_through_the_counter_with_alt_text() {
+        let r = Renderer::new("en").unwrap();
+        let picks: Vec<SlotUrls> = (1..=3)
+            .map(|i| SlotUrls {
+                image: format!("https://o.example/pick?t=T{i}"),
+                badge: format!("https://o.example/badge?t=T{i}"),
+                link: format!("https://o.example/go?t=T{i}"),
+            })
+            .collect();
+        let out = r
+            .render(&digest(&["Grace"], 1), &window(), URL, &picks)
+            .unwrap();
+        for i in 1..=3 {
+            assert!(
+                out.html
+                    .contains(&format!("src=\"https://o.example/pick?t=T{i}\"")),
+                "{}",
+                out.html
+            );
+            assert!(out
+                .html
+                .contains(&format!("href=\"https://o.example/go?t=T{i}\"")));
+            assert!(out
+                .html
+                .contains(&format!("alt=\"Follow-back suggestion {i}\"")));
+            assert!(out
+                .text
+                .contains(&format!("Suggestion {i}: https://o.example/go?t=T{i}")));
+        }
+        assert!(out.html.contains("People you may want to follow back"));
+        assert_eq!(
+            out.html.matches("<img").count(),
+            6,
+            "a card and a badge per slot"
+        );
+        assert!(out.html.matches("<img").count() == out.html.matches("alt=\"").count());
+        let none = r
+            .render(&digest(&["Grace"], 1), &window(), URL, &[])
+            .unwrap();
+        assert!(!none.html.contains("follow back") && !none.text.contains("Suggestion"));
+        let mut fr = digest(&["Grace"], 1);
+        fr.locale = Some("fr".into());
+        let out = r.render(&fr, &window(), URL, &picks).unwrap();
+        assert!(out.html.contains("Des personnes à suivre en retour"));
     }
 
     #[test]
@@ -253,7 +325,7 @@ mod tests {
         let r = Renderer::new("en").unwrap();
         let mut d = digest(&["<script>alert(1)</script>", "{{ name }}"], 2);
         d.name = "</mj-text><mj-raw>x</mj-raw>".into();
-        let out = r.render(&d, &window(), URL).unwrap();
+        let out = r.render(&d, &window(), URL, &[]).unwrap();
         assert!(out
             .html
             .contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"));
@@ -277,14 +349,14 @@ mod tests {
         ));
         let mut d = digest(&["Grace"], 4);
         d.locale = Some("fr".into());
-        let out = r.render(&d, &window(), URL).unwrap();
+        let out = r.render(&d, &window(), URL, &[]).unwrap();
         assert_eq!(out.subject, "4 nouveaux abonnés cette semaine");
         assert!(out
             .text
             .contains("entre le 16 nov. 2026 et le 22 nov. 2026"));
         assert!(out.html.contains("Se désabonner") && out.html.contains("lang=\"fr\""));
         d.locale = Some("de".into());
-        let out = r.render(&d, &window(), URL).unwrap();
+        let out = r.render(&d, &window(), URL, &[]).unwrap();
         assert_eq!(out.subject, "Diese Woche folgen dir 4 neue Personen");
         assert!(out
             .text

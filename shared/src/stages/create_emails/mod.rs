@@ -9,6 +9,7 @@ use crate::domain::campaign::Hold;
 use crate::domain::campaign::Window;
 use crate::domain::digest::{Enrichment, Renderer, SkipReason};
 use crate::domain::messages::{parse_body, BodyError, EmailJob, UserMessage};
+use crate::domain::open_content::{SlotSealer, SlotUrls};
 use crate::domain::unsubscribe_link::{self, Signer};
 use crate::domain::user_id::{UserId, UserIdError};
 use crate::ports::batches;
@@ -59,6 +60,8 @@ pub struct CreateEmails<D, Q, S> {
     campaigns: CampaignStateCache<S>,
     renderer: Renderer,
     signer: Signer,
+    /// Seals the pick slots' URLs, when emails carry picks.
+    sealer: Option<SlotSealer>,
     config: CreateEmailsConfig,
 }
 
@@ -77,6 +80,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
             emails,
             campaigns: CampaignStateCache::new(campaigns),
             renderer,
+            sealer: config.picks.as_ref().map(|_| signer.slot_sealer()),
             signer,
             config,
         }
@@ -124,10 +128,22 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
             &self.config.unsubscribe_base_url,
             &self.signer.token(&message.campaign_id, &digest.user_id),
         );
-        let rendered = match self
-            .renderer
-            .render(&digest, &message.window, &unsubscribe_url)
-        {
+        let picks = match (&self.config.picks, &self.sealer) {
+            (Some(links), Some(sealer)) => SlotUrls::for_email(
+                sealer,
+                &links.base_url,
+                &message.campaign_id,
+                &digest.user_id,
+                links.slots,
+            ),
+            _ => Vec::new(),
+        };
+        let rendered = match self.renderer.render(
+            &digest,
+            &message.window,
+            &unsubscribe_url,
+            &picks,
+        ) {
             Ok(rendered) => rendered,
             // The same data fails the same way on every retry: decided now, counted.
             Err(reason) => {
