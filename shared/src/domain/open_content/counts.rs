@@ -5,7 +5,10 @@
 pub enum OpenCount {
     /// An email's first slot fetched by a person's client (at most one per request).
     Open,
-    /// The first slot fetched by an image proxy (Gmail's, Yahoo's).
+    /// The first slot fetched by an image proxy on the person's behalf (Gmail's, Yahoo's: a
+    /// real open, seen once per email since the proxy caches).
+    ProxyOpen,
+    /// The first slot fetched by a scanner or script (no person).
     MachineOpen,
     /// A counted click (see `visitor::ClickVerdict`).
     Click,
@@ -20,8 +23,9 @@ pub enum OpenCount {
 }
 
 impl OpenCount {
-    pub const ALL: [OpenCount; 7] = [
+    pub const ALL: [OpenCount; 8] = [
         Self::Open,
+        Self::ProxyOpen,
         Self::MachineOpen,
         Self::Click,
         Self::UniqueClick,
@@ -34,6 +38,7 @@ impl OpenCount {
     pub fn attribute(self) -> &'static str {
         match self {
             Self::Open => "opens",
+            Self::ProxyOpen => "proxyOpens",
             Self::MachineOpen => "machineOpens",
             Self::Click => "clicks",
             Self::UniqueClick => "uniqueClicks",
@@ -49,6 +54,7 @@ impl OpenCount {
 #[serde(rename_all = "camelCase")]
 pub struct OpenCounters {
     pub opens: u64,
+    pub proxy_opens: u64,
     pub machine_opens: u64,
     pub clicks: u64,
     pub unique_clicks: u64,
@@ -61,6 +67,7 @@ impl OpenCounters {
     pub fn add(&mut self, what: OpenCount, n: u64) {
         let field = match what {
             OpenCount::Open => &mut self.opens,
+            OpenCount::ProxyOpen => &mut self.proxy_opens,
             OpenCount::MachineOpen => &mut self.machine_opens,
             OpenCount::Click => &mut self.clicks,
             OpenCount::UniqueClick => &mut self.unique_clicks,

@@ -54,8 +54,9 @@ pub enum FreezeClaim {
     Won,
     /// Already frozen.
     Frozen(Picks),
-    /// Another request holds a live lease: wait for its answer.
-    Busy,
+    /// Another request holds a lease until then (epoch ms): wait for its answer, or take
+    /// over after it.
+    Busy { lease_until_ms: u64 },
 }
 
 /// A follower as the directory reads them, newest follow first.

@@ -12,15 +12,16 @@
 //! - Security scanners (Microsoft Defender Safe Links, Proofpoint, Mimecast, Barracuda) follow
 //!   links at delivery, often with HEAD or a browser-like GET within seconds.
 //!
-//! So: a HEAD counts nothing; a known proxy's image fetch is a machine open; a known scanner,
-//! or any click within `click_grace` of the picks being frozen, is an ignored click. Every
+//! So: a HEAD counts nothing; a known proxy's image fetch is an open (the person opened the
+//! email; counted apart, as `proxyOpens`); a scanner's is a machine open; a known scanner's
+//! click, or any click within `click_grace` of the picks being frozen, is an ignored click. Every
 //! such request is still answered in full (an image, a redirect): only the counting differs.
 
 /// Who fetched or followed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Visitor {
     Person,
-    /// An image proxy that fetches on the person's behalf (counted as a machine open).
+    /// An image proxy that fetches when the person opens the email (counted apart).
     ImageProxy,
     /// A link scanner, crawler or script.
     Scanner,

@@ -64,7 +64,9 @@ impl OpenContentStore for MemoryOpenContent {
                 return FreezeClaim::Frozen(picks.clone());
             }
             match &e.lease {
-                Some((_, until)) if *until > now_ms => FreezeClaim::Busy,
+                Some((_, until)) if *until > now_ms => FreezeClaim::Busy {
+                    lease_until_ms: *until,
+                },
                 _ => {
                     e.lease = Some((owner.to_owned(), lease_until_ms));
                     FreezeClaim::Won
