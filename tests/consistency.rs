@@ -3,8 +3,9 @@
 //! (timeouts, visibility, concurrency) do.
 
 use mailflow::config::{
-    CreateEmailsConfig, GetUsersConfig, MongoConfig, ReputationGuardConfig, SendEmailConfig,
-    SesEventsConfig, UnsubscribeConfig, UnsubscribeFunctionConfig,
+    CreateEmailsConfig, GetUsersConfig, MongoConfig, OpenContentFunctionConfig, PickLinks,
+    ReputationGuardConfig, SendEmailConfig, SesEventsConfig, UnsubscribeConfig,
+    UnsubscribeFunctionConfig,
 };
 use mailflow_local::names;
 use mailflow_local::template::{EnvValue, Template};
@@ -32,7 +33,7 @@ fn number(t: &Template, function: &str, var: &str) -> u32 {
 fn every_variable_is_set_in_the_template_and_documented() {
     let t = template();
     let readme = std::fs::read_to_string(mailctl::repo_root().join("README.md")).unwrap();
-    let functions: [(&str, Vec<&str>); 6] = [
+    let functions: [(&str, Vec<&str>); 7] = [
         (
             "GetUsersFunction",
             [MongoConfig::VARS, GetUsersConfig::VARS].concat(),
@@ -43,6 +44,7 @@ fn every_variable_is_set_in_the_template_and_documented() {
                 MongoConfig::VARS,
                 CreateEmailsConfig::VARS,
                 UnsubscribeConfig::VARS,
+                PickLinks::VARS,
             ]
             .concat(),
         ),
@@ -53,6 +55,15 @@ fn every_variable_is_set_in_the_template_and_documented() {
                 MongoConfig::VARS,
                 UnsubscribeConfig::VARS,
                 UnsubscribeFunctionConfig::VARS,
+            ]
+            .concat(),
+        ),
+        (
+            "OpenContentFunction",
+            [
+                MongoConfig::VARS,
+                UnsubscribeConfig::VARS,
+                OpenContentFunctionConfig::VARS,
             ]
             .concat(),
         ),
@@ -209,6 +220,11 @@ fn sample_events_are_what_the_handlers_accept() {
         mailflow::runtime::function_url::HttpRequest::from_function_url_event(&one_click).unwrap();
     assert_eq!(request.method, "POST");
     assert_eq!(request.body, b"List-Unsubscribe=One-Click");
+    let pick = mailflow::runtime::function_url::HttpRequest::from_function_url_event(&read(
+        "open-content-pick.json",
+    ))
+    .unwrap();
+    assert_eq!((pick.method.as_str(), pick.path.as_str()), ("GET", "/pick"));
     match parse_request(read("continuation-batch.json")) {
         Ok(Request::Continuations(records)) => {
             use mailflow::stages::get_users::Checkpoint;

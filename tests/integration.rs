@@ -11,6 +11,7 @@ mod consistency;
 mod deliverability;
 mod exactly_once;
 mod local_time;
+mod open_content;
 mod pipeline;
 mod realistic;
 mod runtime_api;

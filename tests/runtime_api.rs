@@ -10,7 +10,9 @@ use mailflow::domain::campaign::Hold;
 use mailflow_local::aws_emulator::EmulatedFunction;
 use mailflow_local::function_host::{FunctionProcess, Outcome};
 use mailflow_local::names;
-use mailflow_local::pipeline::{CREATE_EMAILS, GET_USERS, SEND_EMAIL, SES_EVENTS, UNSUBSCRIBE};
+use mailflow_local::pipeline::{
+    CREATE_EMAILS, GET_USERS, OPEN_CONTENT, SEND_EMAIL, SES_EVENTS, UNSUBSCRIBE,
+};
 use mailflow_local::sam_local::SamLocal;
 use mailflow_local::seed::SeedReport;
 use mailflow_local::template::Template;
@@ -194,6 +196,7 @@ async fn serves_the_sample_events(host: Host) {
     create_and_send_fail_a_bad_record_alone(host, &env).await;
     ses_events_suppress_the_bounce(host, &env).await;
     unsubscribe_refuses_the_placeholder_and_takes_a_signed_link(host, &env, &campaign).await;
+    open_content_refuses_the_placeholder_and_freezes_a_sealed_slot(host, &env, &campaign).await;
     // Last: a paused campaign sends nothing.
     reputation_guard_pauses_the_campaign(host, &env, &campaign).await;
 }
@@ -438,6 +441,98 @@ async fn unsubscribe_refuses_the_placeholder_and_takes_a_signed_link(
         Some(false)
     );
     assert!(!run.stderr.contains(&token), "logs must not carry tokens");
+}
+
+/// OpenContent with its sample Function URL event: the placeholder token gets a transparent
+/// image (404); a slot sealed with the stack's key gets its pick's card, frozen in the table,
+/// and its link a redirect to the configured profile page.
+async fn open_content_refuses_the_placeholder_and_freezes_a_sealed_slot(
+    host: Host,
+    env: &TestEnv,
+    campaign: &Campaign,
+) {
+    // A follower u0000004 does not follow back, newer than any seeded follow: the first pick.
+    let picked = mongodb::bson::doc! { "_id": "picked-1", "name": "Runtime Pick", "email": "p@x.example", "subscribed": true };
+    env.db.collection("users").insert_one(picked).await.unwrap();
+    let follow = mongodb::bson::doc! { "followerId": "picked-1", "followeeId": "u0000004", "createdAt": mongodb::bson::DateTime::now() };
+    env.db
+        .collection("follows")
+        .insert_one(follow)
+        .await
+        .unwrap();
+    let function_env = env.stack.env(OPEN_CONTENT).unwrap();
+    let signer = mailflow::adapters::secrets::unsubscribe_signer(
+        &mailflow::config::UnsubscribeConfig::from_source(&|k: &str| function_env.get(k).cloned())
+            .unwrap(),
+        &env.stack.sdk,
+    )
+    .await
+    .unwrap();
+    let urls = mailflow::domain::open_content::SlotUrls::for_email(
+        &signer.slot_sealer(),
+        "https://o.example/",
+        &campaign.id,
+        "u0000004",
+        3,
+    );
+    let placeholder = sample("open-content-pick.json");
+    let mut pick = placeholder.clone();
+    pick["rawQueryString"] = urls[0].image.split_once('?').unwrap().1.into();
+    let mut link = placeholder.clone();
+    link["rawPath"] = "/go".into();
+    link["requestContext"]["http"]["path"] = "/go".into();
+    link["rawQueryString"] = urls[0].link.split_once('?').unwrap().1.into();
+    let run = run_function(
+        host,
+        "open-content",
+        OPEN_CONTENT,
+        function_env.clone(),
+        vec![placeholder, pick, link],
+    )
+    .await;
+    let answers: Vec<&Value> = run
+        .outcomes
+        .iter()
+        .map(|o| match o {
+            Outcome::Response(v) => v,
+            other => panic!("{other:?}: {}", run.stderr),
+        })
+        .collect();
+    assert_eq!(answers.len(), 3, "{}", run.stderr);
+    assert_eq!(answers[0]["statusCode"], 404);
+    assert_eq!(answers[0]["headers"]["content-type"], "image/png");
+    assert_eq!(answers[1]["statusCode"], 200, "{}", run.stderr);
+    assert_eq!(answers[1]["isBase64Encoded"], true);
+    assert_eq!(answers[2]["statusCode"], 307);
+    let location = answers[2]["headers"]["location"].as_str().unwrap();
+    let template = &function_env["PROFILE_URL_TEMPLATE"];
+    let prefix = template.split("{id}").next().unwrap();
+    assert!(location.starts_with(prefix), "{location}");
+    let table = env.stack.table_name(names::OPEN_CONTENT_TABLE).unwrap();
+    let frozen = env
+        .dynamo()
+        .get_item()
+        .table_name(table)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(format!("E#{}#u0000004", campaign.id)),
+        )
+        .key(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::S("picks".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let picks: mailflow::domain::open_content::Picks =
+        serde_json::from_str(frozen.item().unwrap()["picks"].as_s().unwrap()).unwrap();
+    assert!(!picks.fallback, "{picks:?}");
+    assert_eq!(picks.items[0].id, "picked-1");
+    assert_eq!(location, template.replace("{id}", "picked-1"));
+    assert!(
+        !run.stderr.contains(&urls[0].image),
+        "logs must not carry tokens"
+    );
 }
 
 /// ReputationGuard with its sample alarm.

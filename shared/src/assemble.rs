@@ -8,6 +8,8 @@ use crate::adapters::directory::MongoDirectory;
 use crate::adapters::dynamo::{DynamoLedger, SendRecords};
 use crate::adapters::event_sources::{EmailsConsumer, EventSourceMappings, StackSending};
 use crate::adapters::mongo::MongoConnectError;
+use crate::adapters::open_content::OpenContentTable;
+use crate::adapters::picks::MongoPicks;
 use crate::adapters::rate_item::RateItem;
 use crate::adapters::secrets::SecretError;
 use crate::adapters::ses::SesMailer;
@@ -18,14 +20,15 @@ use crate::adapters::{
     dynamodb_client, lambda_client, mongo, scheduler_client, secrets, sqs_client,
 };
 use crate::config::{
-    ConfigError, CreateEmailsConfig, GetUsersConfig, ProcessEnv, ReputationGuardConfig,
-    SendEmailConfig, SesEventsConfig, Source, UnsubscribeFunctionConfig,
+    ConfigError, CreateEmailsConfig, GetUsersConfig, OpenContentFunctionConfig, ProcessEnv,
+    ReputationGuardConfig, SendEmailConfig, SesEventsConfig, Source, UnsubscribeFunctionConfig,
 };
 use crate::domain::digest::{RenderError, Renderer};
 use crate::ports::{Mailer, StoreError};
 use crate::runtime::telemetry;
 use crate::stages::create_emails::CreateEmails;
 use crate::stages::get_users::GetUsers;
+use crate::stages::open_content::OpenContent;
 use crate::stages::reputation_guard::ReputationGuard;
 use crate::stages::send_email::SendEmail;
 use crate::stages::ses_events::SesEvents;
@@ -67,6 +70,10 @@ pub type LambdaSesEvents = SesEvents<SendRecords, Subscribers>;
 
 /// Unsubscribe as it runs on Lambda.
 pub type LambdaUnsubscribe = Unsubscribe<Subscribers, SendRecords>;
+
+/// OpenContent as it runs on Lambda: the open-content table, MongoDB's users and follows,
+/// the send records.
+pub type LambdaOpenContent = OpenContent<OpenContentTable, MongoPicks, SendRecords>;
 
 /// The ReputationGuard function's stage.
 pub type LambdaReputationGuard = ReputationGuard<StackSending>;
@@ -180,6 +187,35 @@ pub async fn unsubscribe(
     let db = mongo::connect(&config.mongo, sdk, "unsubscribe").await?;
     let records = SendRecords::new(dynamodb_client(sdk), &config.sends_table_name);
     Ok(Unsubscribe::new(signer, Subscribers::new(&db), records))
+}
+
+/// OpenContent: the slot sealer from the unsubscribe signing secret and MongoDB (with its
+/// index check) read at once; `clock` is the system's on Lambda.
+pub async fn open_content(
+    config: OpenContentFunctionConfig,
+    sdk: &SdkConfig,
+    clock: std::sync::Arc<dyn crate::ports::Clock>,
+) -> Result<LambdaOpenContent, AssembleError> {
+    let sealer = async {
+        let signer = secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?;
+        Ok::<_, AssembleError>(signer.slot_sealer())
+    };
+    let picks = async {
+        let db = mongo::connect(&config.mongo, sdk, "open-content").await?;
+        Ok::<_, AssembleError>(MongoPicks::new(db))
+    };
+    let (sealer, picks) = tokio::try_join!(sealer, picks)?;
+    let dynamodb = dynamodb_client(sdk);
+    let stage = OpenContent::new(
+        sealer,
+        OpenContentTable::new(dynamodb.clone(), &config.open_content_table_name),
+        picks,
+        SendRecords::new(dynamodb, &config.sends_table_name),
+        clock,
+        config,
+    );
+    stage.prepare().await?;
+    Ok(stage)
 }
 
 /// Nothing is read at cold start: the guard runs seldom, and only its first call pays.

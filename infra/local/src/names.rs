@@ -21,6 +21,7 @@ pub const CAMPAIGN_DLQS: [&str; 3] = [USERS_DLQ, EMAILS_DLQ, CONTINUATION_DLQ];
 pub const SENDS_TABLE: &str = "SendsTable";
 pub const CAMPAIGNS_TABLE: &str = "CampaignsTable";
 pub const WAITING_TABLE: &str = "WaitingTable";
+pub const OPEN_CONTENT_TABLE: &str = "OpenContentTable";
 pub const RELEASE_SCHEDULE_GROUP: &str = "ReleaseScheduleGroup";
 
 // Functions.
@@ -29,6 +30,7 @@ pub const CREATE_EMAILS: &str = "CreateEmailsFunction";
 pub const SEND_EMAIL: &str = "SendEmailFunction";
 pub const SES_EVENTS: &str = "SesEventsFunction";
 pub const UNSUBSCRIBE: &str = "UnsubscribeFunction";
+pub const OPEN_CONTENT: &str = "OpenContentFunction";
 pub const REPUTATION_GUARD: &str = "ReputationGuardFunction";
 
 // Parameters.

@@ -10,7 +10,8 @@ use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use mailflow::assemble::{self, LambdaSendEmail};
 use mailflow::config::{
-    CreateEmailsConfig, GetUsersConfig, SendEmailConfig, SesEventsConfig, UnsubscribeFunctionConfig,
+    CreateEmailsConfig, GetUsersConfig, OpenContentFunctionConfig, SendEmailConfig,
+    SesEventsConfig, UnsubscribeFunctionConfig,
 };
 use mailflow::domain::send_rate::SendRate;
 use mailflow::ports::{Clock, Mailer};
@@ -23,7 +24,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use crate::names::{CREATE_EMAILS, GET_USERS, SEND_EMAIL, SES_EVENTS, UNSUBSCRIBE};
+pub use crate::names::{
+    CREATE_EMAILS, GET_USERS, OPEN_CONTENT, SEND_EMAIL, SES_EVENTS, UNSUBSCRIBE,
+};
 
 /// Per-function adjustments over template.yaml (tests that need short timeouts).
 #[derive(Clone, Debug, Default)]
@@ -362,16 +365,53 @@ pub async fn serve_unsubscribe(
     stack: &Stack,
     port: u16,
 ) -> Result<crate::function_url::FunctionUrl> {
-    let stage = Arc::new(unsubscribe(stack).await?);
-    let timeout = Duration::from_secs(stack.template.function(UNSUBSCRIBE)?.timeout.into());
+    serve_function_url(stack, UNSUBSCRIBE, unsubscribe(stack).await?, port).await
+}
+
+/// The OpenContent function as template.yaml configures it on this stack, on `clock`.
+pub async fn open_content(
+    stack: &Stack,
+    clock: Arc<dyn mailflow::ports::Clock>,
+) -> Result<assemble::LambdaOpenContent> {
+    let env = stack.env(OPEN_CONTENT)?;
+    let config = OpenContentFunctionConfig::from_source(&|k: &str| env.get(k).cloned())?;
+    Ok(assemble::open_content(config, &stack.sdk, clock).await?)
+}
+
+/// Serves the OpenContent function (the pick images, badges and links) on a local Function
+/// URL (`port` 0: any free port), on `clock`.
+pub async fn serve_open_content(
+    stack: &Stack,
+    port: u16,
+    clock: Arc<dyn mailflow::ports::Clock>,
+) -> Result<crate::function_url::FunctionUrl> {
+    serve_function_url(stack, OPEN_CONTENT, open_content(stack, clock).await?, port).await
+}
+
+/// A Function URL's function on 127.0.0.1: each request is one invocation, with the
+/// function's timeout and a request id of its own.
+async fn serve_function_url<S>(
+    stack: &Stack,
+    function: &str,
+    stage: S,
+    port: u16,
+) -> Result<crate::function_url::FunctionUrl>
+where
+    S: Stage<Event = Value, Response = Value, Error = std::convert::Infallible> + 'static,
+{
+    let stage = Arc::new(stage);
+    let timeout = Duration::from_secs(stack.template.function(function)?.timeout.into());
+    let name = function.to_owned();
+    let requests = Arc::new(std::sync::atomic::AtomicU64::new(0));
     crate::function_url::FunctionUrl::serve(
         port,
         Arc::new(move |event| {
             let stage = stage.clone();
+            let n = requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let invocation = Invocation::with_timeout(format!("{name}-{n}"), timeout);
             Box::pin(async move {
-                let invocation = Invocation::with_timeout("function-url", timeout);
                 match stage.invoke(event, &invocation).await {
-                    Ok((response, ())) => response,
+                    Ok((response, _)) => response,
                     Err(never) => match never {},
                 }
             })

@@ -25,13 +25,19 @@ pub struct StackOptions {
     /// The MongoDB URI to store in a Secrets Manager secret named by `MongoDbUriSecretName`,
     /// exactly as a deployment does it.
     pub mongodb_uri: Option<String>,
-    /// The URL of a function with a Function URL, by logical id (default: `LOCAL_FUNCTION_URL`).
+    /// The URL of a function with a Function URL, by logical id (default: `local_function_url`).
     pub function_urls: BTreeMap<String, String>,
 }
 
 /// Where a function's Function URL points on the local stack unless told otherwise: the
-/// address `mailctl serve-unsubscribe` listens on by default.
-pub const LOCAL_FUNCTION_URL: &str = "http://127.0.0.1:8025/";
+/// address `mailctl serve-unsubscribe` (Unsubscribe) or `mailctl serve-open-content`
+/// (OpenContent) listens on by default.
+pub fn local_function_url(function: &str) -> &'static str {
+    match function {
+        names::OPEN_CONTENT => "http://127.0.0.1:8026/",
+        _ => "http://127.0.0.1:8025/",
+    }
+}
 
 /// The template parameter that names the MongoDB URI secret.
 pub const MONGODB_SECRET_PARAMETER: &str = names::MONGODB_URI_SECRET_NAME;
@@ -287,7 +293,7 @@ async fn name_other_resources(
         let url = options
             .function_urls
             .get(&function.logical_id)
-            .map_or(LOCAL_FUNCTION_URL, String::as_str);
+            .map_or(local_function_url(&function.logical_id), String::as_str);
         stack
             .names
             .insert(format!("{}Url", function.logical_id), url.to_owned());

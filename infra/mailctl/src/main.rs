@@ -161,6 +161,16 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Serve a local stack's open-time content (the OpenContent function behind a local
+    /// Function URL on 127.0.0.1): the pick cards, live badges and counted links in its
+    /// emails.
+    ServeOpenContent {
+        /// The port the stack's pick slots point to (template.yaml's Function URL, locally).
+        #[arg(long, default_value_t = 8026)]
+        port: u16,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
     /// Pause a campaign: the consumers of the campaign queues stop (every campaign on the
     /// stack waits: the queues are shared); nothing is lost or sent twice. Resume within the
     /// queues' 14-day retention.
@@ -397,6 +407,9 @@ async fn run() -> Result<()> {
         } => commands::sam::sam_invoke(sdk, template, &function, &event, &target).await,
         Command::ServeUnsubscribe { port, target } => {
             commands::preview::serve_unsubscribe(sdk, template, port, &target).await
+        }
+        Command::ServeOpenContent { port, target } => {
+            commands::preview::serve_open_content(sdk, template, port, &target).await
         }
         Command::Demo {
             users,

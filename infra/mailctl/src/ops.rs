@@ -24,6 +24,8 @@ pub struct Target {
     pub campaigns_table: String,
     /// Local-time campaigns' waiting users (`WaitingRoom`).
     pub waiting_table: String,
+    /// Open-time content: frozen picks, clicks, the campaign's open and click counts.
+    pub open_content_table: String,
     pub users_queue: String,
     pub users_dlq: String,
     pub emails_queue: String,
@@ -52,6 +54,7 @@ impl Target {
             sends_table: out::SENDS_TABLE.read()?,
             campaigns_table: out::CAMPAIGNS_TABLE.read()?,
             waiting_table: out::WAITING_TABLE.read()?,
+            open_content_table: out::OPEN_CONTENT_TABLE.read()?,
             users_queue: out::USERS_QUEUE.read()?,
             users_dlq: out::USERS_DLQ.read()?,
             emails_queue: out::EMAILS_QUEUE.read()?,
@@ -100,6 +103,7 @@ impl Target {
             sends_table: format!("{prefix}-{}", names::SENDS_TABLE),
             campaigns_table: format!("{prefix}-{}", names::CAMPAIGNS_TABLE),
             waiting_table: format!("{prefix}-{}", names::WAITING_TABLE),
+            open_content_table: format!("{prefix}-{}", names::OPEN_CONTENT_TABLE),
             users_queue: url(names::USERS_QUEUE).await?,
             users_dlq: url(names::USERS_DLQ).await?,
             emails_queue: url(names::EMAILS_QUEUE).await?,
@@ -181,6 +185,9 @@ pub struct CampaignStatus {
     pub ses_quota_unknown: Option<String>,
     /// A local-time campaign's delivery (None: everyone at once).
     pub local_time: Option<LocalTimeStatus>,
+    /// The pick slots' counts (OpenContent): opens (a person's client, an image proxy, a
+    /// machine), clicks counted, unique and ignored, picks frozen and fallbacks.
+    pub open_content: mailflow::domain::open_content::OpenCounters,
 }
 
 /// What `status` shows of a local-time campaign.
@@ -365,6 +372,16 @@ pub async fn status(
         status.resume_before_ms = status.started_at_ms.map(|s| s + QUEUE_RETENTION_MS);
     }
     status.local_time = local_time_status(dynamo, target, campaign).await?;
+    if let Ok(id) = mailflow::domain::campaign::CampaignId::parse(campaign) {
+        use mailflow::ports::OpenContentStore;
+        status.open_content = mailflow::adapters::open_content::OpenContentTable::new(
+            dynamo.clone(),
+            &target.open_content_table,
+        )
+        .counters(&id)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     if let Some(local) = status.local_time.as_mut() {
         local.lateness = mailflow::domain::local_time::Lateness::of(
             records

@@ -23,6 +23,10 @@ pub const WAITING_TABLE: StackOutput = StackOutput {
     var: "MAILFLOW_WAITING_TABLE",
     output: "WaitingTableName",
 };
+pub const OPEN_CONTENT_TABLE: StackOutput = StackOutput {
+    var: "MAILFLOW_OPEN_CONTENT_TABLE",
+    output: "OpenContentTableName",
+};
 pub const USERS_QUEUE: StackOutput = StackOutput {
     var: "MAILFLOW_USERS_QUEUE_URL",
     output: "UsersQueueUrl",
@@ -66,10 +70,11 @@ pub const EVENT_SOURCE_MAPPINGS: StackOutput = StackOutput {
     output: "EventSourceMappingIds",
 };
 
-pub const ALL: [StackOutput; 13] = [
+pub const ALL: [StackOutput; 14] = [
     SENDS_TABLE,
     CAMPAIGNS_TABLE,
     WAITING_TABLE,
+    OPEN_CONTENT_TABLE,
     USERS_QUEUE,
     USERS_DLQ,
     EMAILS_QUEUE,

@@ -8,6 +8,8 @@ pub mod directory;
 pub mod dynamo;
 pub mod event_sources;
 pub mod mongo;
+pub mod open_content;
+pub mod picks;
 pub mod rate_item;
 pub mod secrets;
 pub mod ses;

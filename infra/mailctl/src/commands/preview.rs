@@ -1,4 +1,4 @@
-//! `preview`, `test-send`, `plan` and `serve-unsubscribe`: a user's email exactly as
+//! `preview`, `test-send`, `plan`, `serve-unsubscribe` and `serve-open-content`: a user's email exactly as
 //! CreateEmails composes it, shown or sent to a test address; every user's, counted before a
 //! campaign; and the local stack's unsubscribe links served.
 
@@ -203,6 +203,26 @@ pub async fn serve_unsubscribe(
     let server = mailflow_local::pipeline::serve_unsubscribe(&stack, port).await?;
     eprintln!(
         "serving one-click unsubscribe for {prefix} at {} (Ctrl-C stops it)",
+        server.url()
+    );
+    server.wait().await;
+    Ok(())
+}
+
+pub async fn serve_open_content(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    port: u16,
+    t: &TargetArgs,
+) -> Result<()> {
+    let Some(prefix) = &t.prefix else {
+        bail!("serve-open-content serves a local stack: pass --prefix (on AWS, the OpenContent function's URL serves it)");
+    };
+    let stack = provision_local(sdk, template, prefix, &t.database).await?;
+    let clock = std::sync::Arc::new(mailflow::ports::SystemClock);
+    let server = mailflow_local::pipeline::serve_open_content(&stack, port, clock).await?;
+    eprintln!(
+        "serving open-time content for {prefix} at {} (Ctrl-C stops it)",
         server.url()
     );
     server.wait().await;

@@ -23,6 +23,11 @@ pub async fn provision(
             out::CAMPAIGNS_TABLE,
             stack.table_name(names::CAMPAIGNS_TABLE)?,
         ),
+        (out::WAITING_TABLE, stack.table_name(names::WAITING_TABLE)?),
+        (
+            out::OPEN_CONTENT_TABLE,
+            stack.table_name(names::OPEN_CONTENT_TABLE)?,
+        ),
         (out::USERS_QUEUE, url(names::USERS_QUEUE)?),
         (out::USERS_DLQ, url(names::USERS_DLQ)?),
         (out::EMAILS_QUEUE, url(names::EMAILS_QUEUE)?),

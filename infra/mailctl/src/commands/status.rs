@@ -108,6 +108,21 @@ fn print_status(s: &ops::CampaignStatus) {
         engagement.join(" "),
         s.reconciled,
     );
+    let o = &s.open_content;
+    if o.picks_frozen + o.opens + o.proxy_opens + o.machine_opens + o.clicks + o.ignored_clicks > 0
+    {
+        println!(
+            "  pick slots: opened {} (+{} through image proxies, {} by machines) | clicks {} ({} unique, {} not counted: HEAD, scanners, at delivery) | picks frozen {} ({} fallback)",
+            o.opens,
+            o.proxy_opens,
+            o.machine_opens,
+            o.clicks,
+            o.unique_clicks,
+            o.ignored_clicks,
+            o.picks_frozen,
+            o.fallbacks,
+        );
+    }
     if let Some(at) = s.cancelled_at_ms {
         println!(
             "  CANCELLED at {at} ms by {}: {} ({} users recorded CANCELLED; skips are in run summaries and CreateEmails' logs)",

@@ -110,7 +110,8 @@ pub async fn check_indexes(db: &Database) -> Result<(), StoreError> {
     )))
 }
 
-/// Creates the indexes the queries rely on (idempotent; cheap when they exist): at
+/// Creates the indexes the queries rely on (idempotent; cheap when they exist): the follows
+/// index, and the follow-back index of the open-time picks (`adapters::picks`); at
 /// provisioning and deploy time (`mailctl provision`, `mailctl create-indexes`), never at a
 /// function's cold start.
 pub async fn create_indexes(db: &Database) -> mongodb::error::Result<()> {
@@ -126,9 +127,10 @@ pub async fn create_indexes(db: &Database) -> mongodb::error::Result<()> {
     db.collection::<mongodb::bson::Document>(FOLLOWS)
         .create_index(index)
         .await?;
+    crate::adapters::picks::create_index(db).await?;
     tracing::info!(
         duration_ms = started.elapsed().as_millis() as u64,
-        "follows index created (or there already)"
+        "follows indexes created (or there already)"
     );
     Ok(())
 }

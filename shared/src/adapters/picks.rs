@@ -1,0 +1,162 @@
+//! The pick directory on MongoDB (`ports::PickDirectory`): a recipient's newest followers
+//! (the follows index, read backwards, at most `limit` follows), then in parallel whom of them
+//! the recipient follows (the follow-back index `{followerId: 1, followeeId: 1}`) and their
+//! user documents (names, and whether they exist). Three round trips, two of them at once,
+//! whatever the recipient's audience.
+
+use super::bson_ids as ids;
+use super::directory::{FOLLOWS, USERS};
+use crate::domain::open_content::picks::Follower;
+use crate::domain::user_id::UserId;
+use crate::ports::{PickDirectory, StoreError};
+use futures::TryStreamExt;
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::{Database, IndexModel};
+use std::collections::{HashMap, HashSet};
+
+/// Whom a user follows among some users: the follow-back check of the picks.
+pub const FOLLOW_BACK_INDEX: &str = "followerId_1_followeeId_1";
+
+fn follow_back_keys() -> Document {
+    doc! { "followerId": 1, "followeeId": 1 }
+}
+
+#[derive(Clone)]
+pub struct MongoPicks {
+    db: Database,
+}
+
+impl MongoPicks {
+    pub fn new(db: Database) -> Self {
+        Self { db }
+    }
+}
+
+/// Creates the follow-back index (idempotent): with the follows index, at provisioning and
+/// deploy time (`mailctl provision`, `mailctl create-indexes`).
+pub async fn create_index(db: &Database) -> mongodb::error::Result<()> {
+    let index = IndexModel::builder()
+        .keys(follow_back_keys())
+        .options(
+            mongodb::options::IndexOptions::builder()
+                .name(FOLLOW_BACK_INDEX.to_string())
+                .build(),
+        )
+        .build();
+    db.collection::<Document>(FOLLOWS)
+        .create_index(index)
+        .await
+        .map(|_| ())
+}
+
+impl PickDirectory for MongoPicks {
+    async fn followers(
+        &self,
+        recipient: &UserId,
+        limit: usize,
+    ) -> Result<(Vec<Follower>, HashSet<String>), StoreError> {
+        let me = ids::to_bson(recipient);
+        let follows = self.db.collection::<Document>(FOLLOWS);
+        let newest: Vec<UserId> = follows
+            .find(doc! { "followeeId": me.clone() })
+            .sort(doc! { "followeeId": -1, "createdAt": -1 })
+            .hint(mongodb::options::Hint::Name(
+                super::directory::FOLLOWS_INDEX.to_owned(),
+            ))
+            .limit(i64::try_from(limit).unwrap_or(i64::MAX))
+            .projection(doc! { "_id": 0, "followerId": 1 })
+            .await?
+            // A follower id no user can have (a number, null, an array) is nobody to pick.
+            .try_filter_map(|d| async move { Ok(d.get("followerId").and_then(ids::from_bson)) })
+            .try_collect()
+            .await?;
+        let wanted: Vec<Bson> = {
+            let mut seen = HashSet::new();
+            newest
+                .iter()
+                .filter(|id| seen.insert((*id).clone()))
+                .map(ids::to_bson)
+                .collect()
+        };
+        if wanted.is_empty() {
+            return Ok((Vec::new(), HashSet::new()));
+        }
+        let back = async {
+            follows
+                .find(doc! { "followerId": me.clone(), "followeeId": { "$in": wanted.clone() } })
+                .projection(doc! { "_id": 0, "followeeId": 1 })
+                .await?
+                .try_filter_map(|d| async move {
+                    Ok(d.get("followeeId")
+                        .and_then(ids::from_bson)
+                        .map(|id| id.to_string()))
+                })
+                .try_collect::<HashSet<String>>()
+                .await
+        };
+        let users = async {
+            self.db
+                .collection::<Document>(USERS)
+                .find(doc! { "_id": { "$in": wanted.clone() } })
+                .projection(doc! { "name": 1 })
+                .await?
+                .try_filter_map(|d| async move {
+                    Ok(d.get("_id").and_then(ids::from_bson).map(|id| {
+                        // A name of another type is no name.
+                        (id, d.get_str("name").ok().map(str::to_owned))
+                    }))
+                })
+                .try_collect::<HashMap<UserId, Option<String>>>()
+                .await
+        };
+        let (back, users) = tokio::try_join!(back, users)?;
+        let followers = newest
+            .into_iter()
+            .map(|id| {
+                let found = users.get(&id);
+                Follower {
+                    id: id.to_string(),
+                    name: found.cloned().flatten(),
+                    exists: found.is_some(),
+                }
+            })
+            .collect();
+        Ok((followers, back))
+    }
+
+    async fn may_count(&self, recipient: &UserId) -> Result<bool, StoreError> {
+        let user = self
+            .db
+            .collection::<Document>(USERS)
+            .find_one(doc! { "_id": ids::to_bson(recipient) })
+            .projection(doc! { "subscribed": 1, "suppression": 1 })
+            .await?;
+        Ok(user.is_some_and(|u| {
+            u.get_bool("subscribed").unwrap_or(false) && !u.contains_key("suppression")
+        }))
+    }
+
+    /// Both indexes the choice reads through; a missing one fails the cold start with what
+    /// to run.
+    async fn check_indexes(&self) -> Result<(), StoreError> {
+        super::directory::check_indexes(&self.db).await?;
+        let found = self
+            .db
+            .collection::<Document>(FOLLOWS)
+            .list_indexes()
+            .await?
+            .try_collect::<Vec<_>>()
+            .await?
+            .iter()
+            .any(|index| index.keys == follow_back_keys());
+        if found {
+            return Ok(());
+        }
+        Err(StoreError(format!(
+            "the index {} on {}.{FOLLOWS} is missing: the follow-back picks need it; create it with `mailctl create-indexes` (see docs/deploying.md) or as `db.{FOLLOWS}.createIndex({})`",
+            follow_back_keys(),
+            self.db.name(),
+            follow_back_keys()
+        )))
+    }
+}

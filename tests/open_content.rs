@@ -1,0 +1,380 @@
+//! Open-time content against the local stack: a real campaign's emails, their pick slots
+//! fetched over HTTP from the OpenContent function (first open decides, once, for every
+//! slot at once; reopens and other clients see the same), clicks that move a pick to "hot"
+//! and "popular" and back as the controlled clock moves, refusals, and the counts in
+//! `status`; then a real browser (headless Chromium) opening a sent email.
+//!
+//! The recipient's data is not the seed's happy path: an ObjectId id, a follower who
+//! followed twice, a follower whose user document is gone, one whose name is a number, one
+//! followed back, a follow with a numeric followerId, a self-follow, a CJK name.
+
+use mailflow::domain::campaign::Campaign;
+use mailflow::domain::open_content::{OpenCounters, Picks};
+use mailflow::ports::Clock;
+use mailflow_local::function_url::FunctionUrl;
+use mailflow_local::http;
+use mailflow_local::names;
+use mailflow_local::pipeline::PipelineOptions;
+use mailflow_tests::{ses, test_env, TestEnv};
+use mongodb::bson::{doc, oid::ObjectId, DateTime, Document};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const W47: &str = "weekly-2026-W47";
+const CHROME: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0 Safari/537.36";
+const MINUTE: i64 = 60_000;
+
+/// A clock the test moves (the OpenContent stage reads it for leases, minutes and the grace).
+struct TestClock(AtomicI64);
+
+impl Clock for TestClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A page for every profile the picks link to: where a click lands.
+async fn profiles() -> FunctionUrl {
+    FunctionUrl::serve(
+        0,
+        Arc::new(|event: Value| {
+            Box::pin(async move {
+                let path = event["rawPath"].as_str().unwrap_or_default().to_owned();
+                json!({
+                    "statusCode": 200,
+                    "headers": {"content-type": "text/html; charset=utf-8"},
+                    "body": format!("<!doctype html><title>profile</title><h1>Profile {path}</h1>"),
+                    "isBase64Encoded": false,
+                })
+            })
+        }),
+    )
+    .await
+    .unwrap()
+}
+
+struct World {
+    env: TestEnv,
+    _profiles: FunctionUrl,
+    profiles_url: String,
+    _open_content: FunctionUrl,
+    reader: ObjectId,
+    /// The reader's email, as SES recorded it.
+    html: String,
+    text: String,
+}
+
+/// A stack whose picks link to a local profile server and whose OpenContent function runs
+/// on `clock`, a recipient with awkward followers, and W47 sent through the pipeline.
+async fn world(test: &str, clock: Arc<dyn Clock>) -> World {
+    let profiles = profiles().await;
+    let profiles_url = profiles.url().to_owned();
+    let mut env = test_env(test, |o| {
+        o.parameters.insert(
+            "ProfileUrlTemplate".into(),
+            format!("{profiles_url}u/{{id}}"),
+        );
+        o.parameters.insert(
+            "PicksFallbackUrl".into(),
+            format!("{profiles_url}followers"),
+        );
+        o.parameters.insert("ClickGraceSeconds".into(), "1".into());
+    })
+    .await
+    .unwrap();
+    let campaign = Campaign::from_id(W47, None).unwrap();
+    env.seed(20, &campaign).await.unwrap();
+    let reader = ObjectId::new();
+    let ada = ObjectId::new();
+    let at = |hours: i64| {
+        DateTime::from_millis((campaign.window.since.unix_timestamp() + hours * 3600) * 1000)
+    };
+    let users = env.db.collection::<Document>("users");
+    users
+        .insert_many([
+            doc! {"_id": reader, "email": format!("reader@{}", env.domain), "name": "Zoë", "subscribed": true, "locale": "fr-CA"},
+            doc! {"_id": ada, "email": "ada@elsewhere.example", "name": "Ada Lovelace", "subscribed": true},
+            doc! {"_id": "numbered", "email": "n@elsewhere.example", "name": 42, "subscribed": true},
+            doc! {"_id": "bruce", "email": "b@elsewhere.example", "name": "李小龍", "subscribed": false},
+            doc! {"_id": "back", "email": "k@elsewhere.example", "name": "Followed Back", "subscribed": true},
+        ])
+        .await
+        .unwrap();
+    let follow = |from: mongodb::bson::Bson, to: mongodb::bson::Bson, t| {
+        doc! {"followerId": from, "followeeId": to, "createdAt": t}
+    };
+    env.db
+        .collection::<Document>("follows")
+        .insert_many([
+            follow(ada.into(), reader.into(), at(100)),
+            follow(ada.into(), reader.into(), at(10)), // followed twice
+            follow("ghost".into(), reader.into(), at(90)), // no such user
+            follow("numbered".into(), reader.into(), at(80)),
+            follow("back".into(), reader.into(), at(70)),
+            follow(reader.into(), "back".into(), at(5)), // followed back
+            follow(7.into(), reader.into(), at(60)),     // no user can have that id
+            follow(reader.into(), reader.into(), at(50)), // oneself
+            follow("bruce".into(), reader.into(), at(40)),
+        ])
+        .await
+        .unwrap();
+    let open_content = mailflow_local::pipeline::serve_open_content(&env.stack, 0, clock)
+        .await
+        .unwrap();
+    env.stack
+        .set_function_url(names::OPEN_CONTENT, open_content.url());
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    pipeline
+        .run(json!({"campaignId": W47}), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let sent = env.sent().await.unwrap();
+    let email = &sent[&format!("reader@{}", env.domain)][0];
+    World {
+        html: email.html.clone().unwrap(),
+        text: email.text.clone().unwrap(),
+        env,
+        profiles_url,
+        _profiles: profiles,
+        _open_content: open_content,
+        reader,
+    }
+}
+
+/// The URLs in the email's HTML that start with `prefix`, in order.
+fn urls(html: &str, prefix: &str) -> Vec<String> {
+    html.match_indices(prefix)
+        .map(|(i, _)| {
+            let rest = &html[i..];
+            rest[..rest.find('"').unwrap()].replace("&amp;", "&")
+        })
+        .collect()
+}
+
+async fn get(url: &str, ua: &str) -> http::Response {
+    http::request(url, "GET", &[("User-Agent", ua)], b"")
+        .await
+        .unwrap()
+}
+
+async fn counters(env: &TestEnv) -> OpenCounters {
+    use mailflow::ports::OpenContentStore;
+    let table = env.stack.table_name(names::OPEN_CONTENT_TABLE).unwrap();
+    mailflow::adapters::open_content::OpenContentTable::new(env.dynamo(), table)
+        .counters(&mailflow::domain::campaign::CampaignId::parse(W47).unwrap())
+        .await
+        .unwrap()
+}
+
+async fn frozen(env: &TestEnv, user: &str) -> Picks {
+    let table = env.stack.table_name(names::OPEN_CONTENT_TABLE).unwrap();
+    let item = env
+        .dynamo()
+        .get_item()
+        .table_name(table)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(format!("E#{W47}#{user}")),
+        )
+        .key(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::S("picks".into()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    serde_json::from_str(item.item().unwrap()["picks"].as_s().unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn first_open_decides_once_and_badges_follow_the_clicks() {
+    let now = mailflow::ports::SystemClock.now_ms();
+    let clock = Arc::new(TestClock(AtomicI64::new(now)));
+    let w = world("open-content", clock.clone()).await;
+    let base = w._open_content.url();
+    let images = urls(&w.html, &format!("{base}pick?t="));
+    let badges = urls(&w.html, &format!("{base}badge?t="));
+    let links = urls(&w.html, &format!("{base}go?t="));
+    assert_eq!(
+        (images.len(), badges.len(), links.len()),
+        (3, 3, 3),
+        "{}",
+        w.html
+    );
+    // The text part carries the links too (a reader without HTML can still follow them).
+    assert!(links.iter().all(|l| w.text.contains(l.as_str())));
+    // No user id or address in any URL.
+    let reader = format!("oid:{}", w.reader.to_hex());
+    for u in images.iter().chain(&badges).chain(&links) {
+        assert!(
+            !u.contains(&w.reader.to_hex()) && !u.contains("reader"),
+            "{u}"
+        );
+    }
+
+    // Every slot's image and badge at once, many times over, as clients fetch them.
+    let requests: Vec<String> = (0..4)
+        .flat_map(|_| images.iter().chain(&badges).cloned())
+        .collect();
+    let answers = futures::future::join_all(requests.iter().map(|u| get(u, CHROME))).await;
+    let mut cards: Vec<BTreeSet<Vec<u8>>> = vec![BTreeSet::new(); 3];
+    for (u, a) in requests.iter().zip(&answers) {
+        if let Some(slot) = images.iter().position(|i| i == u) {
+            assert_eq!(
+                (a.status, a.header("content-type")),
+                (200, Some("image/png"))
+            );
+            cards[slot].insert(a.body.clone());
+        } else {
+            assert_eq!(a.status, 307);
+            assert_eq!(a.header("cache-control"), Some("no-store"));
+        }
+    }
+    assert!(
+        cards.iter().all(|c| c.len() == 1),
+        "every request of a slot saw one card"
+    );
+    assert_eq!(
+        cards
+            .iter()
+            .map(|c| c.first().unwrap().clone())
+            .collect::<BTreeSet<_>>()
+            .len(),
+        3,
+        "no pick twice"
+    );
+    let picks = frozen(&w.env, &reader).await;
+    let ids: Vec<&str> = picks.items.iter().map(|p| p.id.as_str()).collect();
+    // Newest first; once each; not the one followed back, the ghost, the odd id or oneself.
+    assert_eq!(
+        ids,
+        [
+            format!("oid:{}", w_ada(&w).await).as_str(),
+            "numbered",
+            "bruce"
+        ]
+    );
+    assert_eq!(
+        picks.items[1].name, None,
+        "a name that is a number is no name"
+    );
+    let after_first = counters(&w.env).await;
+    assert_eq!(
+        after_first.picks_frozen, 1,
+        "one computation froze: {after_first:?}"
+    );
+
+    // A reopen from another client (Gmail's proxy) on a new day: the same cards.
+    clock.0.fetch_add(24 * 60 * MINUTE, Ordering::SeqCst);
+    for (slot, u) in images.iter().enumerate() {
+        let again = get(u, "Mozilla/5.0 (via ggpht.com GoogleImageProxy)").await;
+        assert!(cards[slot].contains(&again.body));
+        assert_eq!(
+            again.header("cache-control"),
+            Some("private, max-age=31536000, immutable")
+        );
+    }
+
+    // Clicks: past the grace, each lands on the pick's page and counts.
+    let click = |slot: usize| get(&links[slot], CHROME);
+    let badge = |slot: usize| {
+        let url = badges[slot].clone();
+        async move {
+            get(&url, CHROME)
+                .await
+                .header("location")
+                .map(str::to_owned)
+        }
+    };
+    assert_eq!(badge(0).await.as_deref(), Some("static/none.png"));
+    let went = click(2).await;
+    assert_eq!(went.status, 307);
+    assert_eq!(
+        went.header("location"),
+        Some(format!("{}u/bruce", w.profiles_url).as_str())
+    );
+    assert_eq!(
+        badge(2).await.as_deref(),
+        Some("static/popular.png"),
+        "the campaign's most clicked"
+    );
+    for _ in 0..3 {
+        click(0).await;
+        clock.0.fetch_add(MINUTE, Ordering::SeqCst);
+    }
+    assert_eq!(
+        badge(0).await.as_deref(),
+        Some("static/hot.png"),
+        "three distinct minutes of the last ten"
+    );
+    assert_eq!(badge(2).await.as_deref(), Some("static/none.png"));
+    // Activity stops: ten minutes on, slot 0 is not hot any more, but the most clicked.
+    clock.0.fetch_add(10 * MINUTE, Ordering::SeqCst);
+    assert_eq!(badge(0).await.as_deref(), Some("static/popular.png"));
+    let badge_image = get(&format!("{base}static/hot.png"), CHROME).await;
+    assert_eq!(
+        (badge_image.status, badge_image.header("content-type")),
+        (200, Some("image/png"))
+    );
+
+    // Refusals: a tampered token, a destination smuggled in, HEAD.
+    let mut tampered = links[0].clone();
+    let last = tampered.pop().unwrap();
+    tampered.push(if last == 'A' { 'B' } else { 'A' });
+    assert_eq!(get(&tampered, CHROME).await.status, 404);
+    let mut tampered_image = images[0].clone();
+    tampered_image.insert(tampered_image.len() - 3, 'x');
+    let refused = get(&tampered_image, CHROME).await;
+    assert_eq!(
+        (refused.status, refused.header("content-type")),
+        (404, Some("image/png"))
+    );
+    let smuggled = get(
+        &format!(
+            "{}&url=https://elsewhere.example/&location=https://elsewhere.example/",
+            links[1]
+        ),
+        CHROME,
+    )
+    .await;
+    assert_eq!(
+        smuggled.header("location"),
+        Some(format!("{}u/numbered", w.profiles_url).as_str())
+    );
+    let head = http::request(&links[1], "HEAD", &[("User-Agent", CHROME)], b"")
+        .await
+        .unwrap();
+    assert_eq!(head.status, 307);
+
+    let counts = counters(&w.env).await;
+    assert_eq!(counts.picks_frozen, 1);
+    assert_eq!((counts.clicks, counts.unique_clicks), (5, 3), "{counts:?}");
+    assert_eq!(counts.ignored_clicks, 1, "the HEAD");
+    assert!(counts.opens >= 1 && counts.proxy_opens >= 1, "{counts:?}");
+    // In `status`, with the campaign analytics.
+    let target = mailctl::ops::Target::from_prefix(&w.env.stack.sdk, &w.env.stack.prefix)
+        .await
+        .unwrap();
+    let status = mailctl::ops::status(&w.env.stack.sdk, &target, W47)
+        .await
+        .unwrap();
+    assert_eq!(status.open_content, counts);
+    assert_eq!(status.engagement["clicked"], 1);
+    assert_eq!(status.engagement["opened"], 1);
+}
+
+async fn w_ada(w: &World) -> String {
+    let ada = w
+        .env
+        .db
+        .collection::<Document>("users")
+        .find_one(doc! {"name": "Ada Lovelace"})
+        .await
+        .unwrap()
+        .unwrap();
+    ada.get_object_id("_id").unwrap().to_hex()
+}
