@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every check and test: formatting, template validation, clippy, unit tests, the tests
-# against the local stack (moto + SecantusDB on 127.0.0.1, started and stopped here), and every
+# against the local stack (moto + SecantusDB on 127.0.0.1, started and stopped here; sent
+# emails opened in headless Chromium, installed by infra/browser.sh), and every
 # function with every sample event through `sam local invoke` (infra/sam-local.sh, which
 # starts and removes its own Docker engine when the machine has none). CI runs exactly this.
 #
@@ -17,6 +18,9 @@ cargo fmt --all -- --check
 cargo build --workspace --all-targets --locked
 
 mkdir -p .local
+# Headless Chromium and playwright-core for the browser tests (tests/open_content.rs).
+eval "$(infra/browser.sh)"
+
 chaos_log=.local/chaos-test.log
 MAILFLOW_STACK_DIR="$ROOT/.local/chaos" MAILFLOW_MOTO_PORT="${MAILFLOW_CHAOS_MOTO_PORT:-4567}" \
   MAILFLOW_MONGO_PORT="${MAILFLOW_CHAOS_MONGO_PORT:-27028}" \

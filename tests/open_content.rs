@@ -378,3 +378,75 @@ async fn w_ada(w: &World) -> String {
         .unwrap();
     ada.get_object_id("_id").unwrap().to_hex()
 }
+
+/// A sent email in headless Chromium (tests/browser/open-email.mjs, playwright-core; installed
+/// by infra/browser.sh, which infra/test.sh runs): with images on, every card and badge
+/// loads and a click on the first pick lands on its page and is counted; with images off,
+/// the email still reads. Screenshots go to MAILFLOW_SCREENSHOT_DIR (default
+/// .local/browser/shots; `docs` refreshes the README's).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_real_browser_opens_a_sent_email_with_images_on_and_off() {
+    let dir = std::path::PathBuf::from(std::env::var("MAILFLOW_BROWSER_DIR").expect(
+        "MAILFLOW_BROWSER_DIR is not set: run the tests with infra/test.sh (infra/browser.sh installs Chromium and playwright-core)",
+    ));
+    let w = world("open-content-browser", Arc::new(mailflow::ports::SystemClock)).await;
+    let root = mailctl::repo_root();
+    let shots = std::env::var("MAILFLOW_SCREENSHOT_DIR")
+        .map(|d| root.join(d))
+        .unwrap_or_else(|_| dir.join("shots"));
+    std::fs::create_dir_all(&shots).unwrap();
+    let html = dir.join(format!("{}.html", w.env.name));
+    std::fs::write(&html, &w.html).unwrap();
+    // The script beside its node_modules, so that `import "playwright-core"` resolves.
+    let script = dir.join("open-email.mjs");
+    std::fs::copy(root.join("tests/browser/open-email.mjs"), &script).unwrap();
+    let out = tokio::process::Command::new("node")
+        .arg(&script)
+        .args(["--html", html.to_str().unwrap(), "--shots", shots.to_str().unwrap()])
+        .args(["--grace-ms", "1000"])
+        .output()
+        .await
+        .expect("node runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the browser run failed: {stderr}");
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}{stderr}", String::from_utf8_lossy(&out.stdout))
+    });
+
+    // Images on: three cards (180x120) and three badges (96x24), every one with alt text.
+    let images = seen["images"].as_array().unwrap();
+    let size = |i: &Value| (i["width"].as_u64().unwrap(), i["height"].as_u64().unwrap());
+    let cards: Vec<&Value> = images.iter().filter(|i| i["src"].as_str().unwrap().contains("/pick?t=")).collect();
+    let badges: Vec<&Value> = images.iter().filter(|i| i["src"].as_str().unwrap().contains("/badge?t=")).collect();
+    assert_eq!((cards.len(), badges.len()), (3, 3), "{seen}");
+    assert!(cards.iter().all(|c| size(c) == (180, 120)), "{seen}");
+    assert!(badges.iter().all(|b| size(b) == (96, 24)), "{seen}");
+    assert!(images.iter().all(|i| !i["alt"].as_str().unwrap_or_default().trim().is_empty()), "{seen}");
+    // The click went through the counter to the first pick's page.
+    let picks = frozen(&w.env, &format!("oid:{}", w.reader.to_hex())).await;
+    let first = mailflow::stages::open_content::profile_url("{id}", &picks.items[0].id);
+    assert_eq!(seen["landed"].as_str().unwrap(), format!("{}u/{first}", w.profiles_url));
+    assert!(seen["landedText"].as_str().unwrap().starts_with("Profile"));
+    assert!(seen["redirects"].as_array().unwrap().iter().any(|r| r.as_str().unwrap().contains("/go?t=")));
+    // Reopened, the clicked pick's badge says it is the campaign's most clicked.
+    assert_eq!(
+        seen["badgesAfterClick"],
+        json!(["static/popular.png", "static/none.png", "static/none.png"])
+    );
+    let counts = counters(&w.env).await;
+    assert_eq!((counts.clicks, counts.ignored_clicks), (1, 0), "{counts:?}");
+    // The reopen's cards came from the browser's cache (a frozen card is cached for a year):
+    // one open, as a mail client that keeps its images reports one.
+    assert_eq!((counts.opens, counts.picks_frozen), (1, 1), "{counts:?}");
+
+    // Images off: nothing loads, and the email reads (the French reader's greeting, the
+    // picks' heading, every image's alt text).
+    let off = &seen["imagesOff"];
+    assert_eq!(off["loaded"], 0);
+    let text = off["text"].as_str().unwrap();
+    assert!(text.contains("Bonjour Zoë") && text.contains("Des personnes à suivre en retour"), "{text}");
+    assert!(off["alts"].as_array().unwrap().iter().all(|a| !a.as_str().unwrap_or_default().is_empty()));
+    for shot in ["open-time-email", "open-time-email-after-click", "open-time-email-images-off"] {
+        assert!(shots.join(format!("{shot}.png")).exists(), "{shot}");
+    }
+}

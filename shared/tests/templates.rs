@@ -3,6 +3,7 @@
 //! deliberate template change, run with `UPDATE_SNAPSHOTS=1` and review the diff.
 
 use mailflow::domain::campaign::Campaign;
+use mailflow::domain::open_content::SlotUrls;
 use mailflow::domain::digest::{Digest, Renderer};
 
 const URL: &str = "https://abc123.lambda-url.us-east-1.on.aws/?token=djEK.c2ln";
@@ -19,10 +20,14 @@ fn digest(name: &str, locale: Option<&str>, count: u64, recent: &[&str]) -> Dige
 }
 
 fn check(case: &str, digest: &Digest) {
+    check_with(case, digest, &[]);
+}
+
+fn check_with(case: &str, digest: &Digest, picks: &[SlotUrls]) {
     let window = Campaign::from_id("weekly-2026-W47", None).unwrap().window;
     let out = Renderer::new("en")
         .unwrap()
-        .render(digest, &window, URL)
+        .render(digest, &window, URL, picks)
         .unwrap();
     let actual = format!(
         "Subject: {}\nLocale: {}\n\n--- text ---\n{}\n--- html ---\n{}\n",
@@ -71,6 +76,22 @@ fn english_with_more_followers_than_named() {
             5,
             &["Grace Hopper", "Linus", "Margaret Hamilton"],
         ),
+    );
+}
+
+#[test]
+fn english_with_three_pick_slots() {
+    let picks: Vec<SlotUrls> = (1..=3)
+        .map(|i| SlotUrls {
+            image: format!("https://o.example/pick?t=T{i}"),
+            badge: format!("https://o.example/badge?t=T{i}"),
+            link: format!("https://o.example/go?t=T{i}"),
+        })
+        .collect();
+    check_with(
+        "en-pick-slots",
+        &digest("Ada Lovelace", Some("en"), 2, &["Grace Hopper", "Linus"]),
+        &picks,
     );
 }
 

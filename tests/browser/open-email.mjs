@@ -37,9 +37,12 @@ const userAgent =
 const report = {};
 try {
   // Images on: a desktop window.
-  const page = await browser.newPage({ userAgent, viewport: { width: 800, height: 900 } });
+  const on = await browser.newContext({ userAgent, viewport: { width: 800, height: 900 } });
   const responses = [];
-  page.on("response", (r) => responses.push({ url: r.url(), status: r.status() }));
+  on.on("response", (r) =>
+    responses.push({ url: r.url(), status: r.status(), location: r.headers()["location"] }),
+  );
+  const page = await on.newPage();
   await page.goto(html, { waitUntil: "load" });
   await page.waitForFunction(() => [...document.images].every((i) => i.complete), null, { timeout: 20000 });
   report.images = await page.$$eval("img", (imgs) =>
@@ -50,11 +53,21 @@ try {
   await page.waitForTimeout(graceMs + 500);
   const first = page.locator('a[href*="/go?t="]').first();
   report.clicked = await first.getAttribute("href");
-  await Promise.all([page.waitForURL((u) => !u.href.startsWith("file:"), { timeout: 20000 }), first.click()]);
-  report.landed = page.url();
-  report.landedText = await page.textContent("h1");
+  // Email links open in a new tab (MJML's target="_blank").
+  const [tab] = await Promise.all([on.waitForEvent("page", { timeout: 20000 }), first.click()]);
+  await tab.waitForLoadState("load");
+  report.landed = tab.url();
+  report.landedText = await tab.textContent("h1");
   report.redirects = responses.filter((r) => r.status === 307).map((r) => r.url);
-  await page.close();
+  // Reopened after the click: the badges are decided again (the clicked pick is now the
+  // campaign's most clicked).
+  responses.length = 0;
+  await page.reload({ waitUntil: "load" });
+  await page.waitForFunction(() => [...document.images].every((i) => i.complete), null, { timeout: 20000 });
+  const badgeUrls = await page.$$eval('img[src*="/badge?t="]', (imgs) => imgs.map((i) => i.src));
+  report.badgesAfterClick = badgeUrls.map((u) => responses.find((r) => r.url === u)?.location ?? null);
+  await page.screenshot({ path: `${shots}/open-time-email-after-click.png`, fullPage: true });
+  await on.close();
 
   // Images off, as Outlook shows an email by default.
   const context = await browser.newContext({ userAgent, viewport: { width: 800, height: 900 } });

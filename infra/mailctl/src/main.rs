@@ -50,6 +50,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Measure the OpenContent endpoints on the local stack through the release binary: first
+    /// opens, reopens, badges and clicks (latency, CPU, backend requests), warm opens per
+    /// second, every slot at once, the cost per million (infra/bench-opens.sh runs this).
+    Opens {
+        #[command(flatten)]
+        options: mailflow_lab::opens::OpensOptions,
+        /// Print one JSON object instead of a Markdown table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a campaign of thousands of users on the local stack while messages are delivered
     /// twice, runs overlap, invocations are killed at every step, SES throttles, MongoDB
     /// restarts and the AWS endpoint drops; print what was injected and what came out (exit
@@ -419,6 +429,7 @@ async fn run() -> Result<()> {
         } => commands::demo::demo(template, users, seed, send_rate, json).await,
         Command::Bench { options, json } => commands::lab::bench(template, &options, json).await,
         Command::Chaos { options, json } => commands::lab::chaos(template, &options, json).await,
+        Command::Opens { options, json } => commands::lab::opens(template, &options, json).await,
         Command::Rate { .. } => unreachable!("run before the SDK is configured"),
     }
 }

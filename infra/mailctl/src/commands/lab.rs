@@ -25,6 +25,15 @@ pub async fn bench(
     print(&report, json, mailflow_lab::bench::markdown)
 }
 
+pub async fn opens(
+    template: &std::path::Path,
+    options: &mailflow_lab::opens::OpensOptions,
+    json: bool,
+) -> Result<()> {
+    let report = mailflow_lab::opens::opens(template, options).await?;
+    print(&report, json, |r| r.markdown())
+}
+
 /// Exit status 1 when a run lost an email or sent one twice.
 pub async fn rate(options: &mailflow_lab::rate::RateOptions, json: bool) -> Result<()> {
     let reports = mailflow_lab::rate::run(options).await?;

@@ -6,8 +6,9 @@
 
 use font8x8::UnicodeFonts;
 
-pub const CARD_WIDTH: u32 = 240;
-pub const CARD_HEIGHT: u32 = 96;
+/// About the width a column of three gets in the email (it is shown near 1:1).
+pub const CARD_WIDTH: u32 = 180;
+pub const CARD_HEIGHT: u32 = 120;
 pub const BADGE_WIDTH: u32 = 96;
 pub const BADGE_HEIGHT: u32 = 24;
 
@@ -160,18 +161,18 @@ fn crc32(bytes: &[u8]) -> u32 {
     !crc
 }
 
-/// At most `max` characters, with "…" when cut.
+/// At most `max` characters, with "..." when cut (the font has no ellipsis).
 fn fit(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         text.to_owned()
     } else {
-        let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
-        cut.push('…');
+        let mut cut: String = text.chars().take(max.saturating_sub(3)).collect();
+        cut.push_str("...");
         cut
     }
 }
 
-/// A card: a circle with `initial`, `title` and `caption`.
+/// A card: a circle with `initial` at the top, `title` and `caption` centred below.
 fn card(title: &str, caption: &str, initial: char, colour: [u8; 3]) -> Image {
     // Palette: 0 white, 1 border, 2 ink, 3 muted, 4 avatar.
     let mut c = Canvas::new(CARD_WIDTH, CARD_HEIGHT, 0);
@@ -180,18 +181,21 @@ fn card(title: &str, caption: &str, initial: char, colour: [u8; 3]) -> Image {
     c.rect(0, h - 1, w, 1, 1);
     c.rect(0, 0, 1, h, 1);
     c.rect(w - 1, 0, 1, h, 1);
-    c.disc(40, 48, 26, 4);
+    c.disc(w / 2, 34, 24, 4);
     let initial = initial.to_uppercase().next().unwrap_or(initial).to_string();
-    c.text(40 - 12, 48 - 12, 3, 0, &initial);
+    c.text(w / 2 - 12, 34 - 12, 3, 0, &initial);
+    let centred = |c: &mut Canvas, y: i64, scale: i64, colour: u8, text: &str| {
+        let width = text.chars().count() as i64 * 8 * scale;
+        c.text((w - width) / 2, y, scale, colour, text);
+    };
     // The name at twice the font's size when it fits, else at its size.
-    let room = (w - 80 - 8) / 8;
-    let title_chars = title.chars().count() as i64;
-    if title_chars * 2 <= room {
-        c.text(80, 26, 2, 2, title);
+    let room = (w - 12) / 8;
+    if title.chars().count() as i64 * 2 <= room {
+        centred(&mut c, 68, 2, 2, title);
     } else {
-        c.text(80, 30, 1, 2, &fit(title, room as usize));
+        centred(&mut c, 72, 1, 2, &fit(title, room as usize));
     }
-    c.text(80, 60, 1, 3, &fit(caption, room as usize));
+    centred(&mut c, 96, 1, 3, &fit(caption, room as usize));
     c.png(&[WHITE, BORDER, INK, MUTED, colour], None)
 }
 
@@ -206,12 +210,12 @@ fn colour_for(id: &str) -> [u8; 3] {
 pub fn pick_card(id: &str, name: Option<&str>) -> Image {
     let title = name.unwrap_or("A new follower");
     let initial = name.and_then(|n| n.trim().chars().next()).unwrap_or('?');
-    card(title, "follows you - follow back", initial, colour_for(id))
+    card(title, "follows you", initial, colour_for(id))
 }
 
 /// The card of a slot without a pick (fewer followers to offer, or the fallback).
 pub fn fallback_card() -> Image {
-    card("See who's new", "your followers page", '+', AVATARS[7])
+    card("See who's new", "your followers", '+', AVATARS[7])
 }
 
 fn badge(label: &str, colour: [u8; 3]) -> Image {
@@ -276,7 +280,7 @@ mod tests {
 
     #[test]
     fn long_text_is_cut() {
-        assert_eq!(fit("abcdef", 4), "abc…");
+        assert_eq!(fit("abcdefg", 6), "abc...");
         assert_eq!(fit("abc", 4), "abc");
     }
 }
