@@ -389,7 +389,11 @@ async fn a_real_browser_opens_a_sent_email_with_images_on_and_off() {
     let dir = std::path::PathBuf::from(std::env::var("MAILFLOW_BROWSER_DIR").expect(
         "MAILFLOW_BROWSER_DIR is not set: run the tests with infra/test.sh (infra/browser.sh installs Chromium and playwright-core)",
     ));
-    let w = world("open-content-browser", Arc::new(mailflow::ports::SystemClock)).await;
+    let w = world(
+        "open-content-browser",
+        Arc::new(mailflow::ports::SystemClock),
+    )
+    .await;
     let root = mailctl::repo_root();
     let shots = std::env::var("MAILFLOW_SCREENSHOT_DIR")
         .map(|d| root.join(d))
@@ -402,32 +406,54 @@ async fn a_real_browser_opens_a_sent_email_with_images_on_and_off() {
     std::fs::copy(root.join("tests/browser/open-email.mjs"), &script).unwrap();
     let out = tokio::process::Command::new("node")
         .arg(&script)
-        .args(["--html", html.to_str().unwrap(), "--shots", shots.to_str().unwrap()])
+        .args([
+            "--html",
+            html.to_str().unwrap(),
+            "--shots",
+            shots.to_str().unwrap(),
+        ])
         .args(["--grace-ms", "1000"])
         .output()
         .await
         .expect("node runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the browser run failed: {stderr}");
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("{e}: {}{stderr}", String::from_utf8_lossy(&out.stdout))
-    });
+    let seen: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{stderr}", String::from_utf8_lossy(&out.stdout)));
 
     // Images on: three cards (180x120) and three badges (96x24), every one with alt text.
     let images = seen["images"].as_array().unwrap();
     let size = |i: &Value| (i["width"].as_u64().unwrap(), i["height"].as_u64().unwrap());
-    let cards: Vec<&Value> = images.iter().filter(|i| i["src"].as_str().unwrap().contains("/pick?t=")).collect();
-    let badges: Vec<&Value> = images.iter().filter(|i| i["src"].as_str().unwrap().contains("/badge?t=")).collect();
+    let cards: Vec<&Value> = images
+        .iter()
+        .filter(|i| i["src"].as_str().unwrap().contains("/pick?t="))
+        .collect();
+    let badges: Vec<&Value> = images
+        .iter()
+        .filter(|i| i["src"].as_str().unwrap().contains("/badge?t="))
+        .collect();
     assert_eq!((cards.len(), badges.len()), (3, 3), "{seen}");
     assert!(cards.iter().all(|c| size(c) == (180, 120)), "{seen}");
     assert!(badges.iter().all(|b| size(b) == (96, 24)), "{seen}");
-    assert!(images.iter().all(|i| !i["alt"].as_str().unwrap_or_default().trim().is_empty()), "{seen}");
+    assert!(
+        images
+            .iter()
+            .all(|i| !i["alt"].as_str().unwrap_or_default().trim().is_empty()),
+        "{seen}"
+    );
     // The click went through the counter to the first pick's page.
     let picks = frozen(&w.env, &format!("oid:{}", w.reader.to_hex())).await;
     let first = mailflow::stages::open_content::profile_url("{id}", &picks.items[0].id);
-    assert_eq!(seen["landed"].as_str().unwrap(), format!("{}u/{first}", w.profiles_url));
+    assert_eq!(
+        seen["landed"].as_str().unwrap(),
+        format!("{}u/{first}", w.profiles_url)
+    );
     assert!(seen["landedText"].as_str().unwrap().starts_with("Profile"));
-    assert!(seen["redirects"].as_array().unwrap().iter().any(|r| r.as_str().unwrap().contains("/go?t=")));
+    assert!(seen["redirects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r.as_str().unwrap().contains("/go?t=")));
     // Reopened, the clicked pick's badge says it is the campaign's most clicked.
     assert_eq!(
         seen["badgesAfterClick"],
@@ -444,9 +470,61 @@ async fn a_real_browser_opens_a_sent_email_with_images_on_and_off() {
     let off = &seen["imagesOff"];
     assert_eq!(off["loaded"], 0);
     let text = off["text"].as_str().unwrap();
-    assert!(text.contains("Bonjour Zoë") && text.contains("Des personnes à suivre en retour"), "{text}");
-    assert!(off["alts"].as_array().unwrap().iter().all(|a| !a.as_str().unwrap_or_default().is_empty()));
-    for shot in ["open-time-email", "open-time-email-after-click", "open-time-email-images-off"] {
+    assert!(
+        text.contains("Bonjour Zoë") && text.contains("Des personnes à suivre en retour"),
+        "{text}"
+    );
+    assert!(off["alts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|a| !a.as_str().unwrap_or_default().is_empty()));
+    for shot in [
+        "open-time-email",
+        "open-time-email-after-click",
+        "open-time-email-images-off",
+    ] {
         assert!(shots.join(format!("{shot}.png")).exists(), "{shot}");
+    }
+}
+
+/// The picks' two follows queries are index scans, each on its own index (as run, hinted).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_picks_read_through_indexes() {
+    use mailflow::adapters::picks::{followed_back, newest_follows, FOLLOW_BACK_INDEX};
+    let env = test_env("picks-explain", |_| {}).await.unwrap();
+    env.seed(50, &Campaign::from_id(W47, None).unwrap())
+        .await
+        .unwrap();
+    let me = mongodb::bson::Bson::String("u0000010".into());
+    let (filter, sort) = newest_follows(&me);
+    let candidates = ["u0000001", "u0000002"].map(|u| mongodb::bson::Bson::String(u.into()));
+    for (find, index) in [
+        (
+            doc! {"find": "follows", "filter": filter, "sort": sort, "limit": 50,
+            "hint": mailflow::adapters::directory::FOLLOWS_INDEX},
+            mailflow::adapters::directory::FOLLOWS_INDEX,
+        ),
+        (
+            doc! {"find": "follows", "filter": followed_back(&me, &candidates), "hint": FOLLOW_BACK_INDEX},
+            FOLLOW_BACK_INDEX,
+        ),
+    ] {
+        let explain = env
+            .db
+            .run_command(doc! {"explain": find, "verbosity": "queryPlanner"})
+            .await
+            .unwrap();
+        let plan = explain
+            .get_document("queryPlanner")
+            .unwrap()
+            .get_document("winningPlan")
+            .unwrap()
+            .to_string();
+        assert!(
+            plan.contains("IXSCAN") && !plan.contains("COLLSCAN"),
+            "plan: {plan}"
+        );
+        assert!(plan.contains(index), "plan: {plan}");
     }
 }

@@ -11,8 +11,8 @@ use mailflow::config::{
 use mailflow::domain::campaign::{CampaignId, Window};
 use mailflow::domain::messages::{parse_body, EmailJob, UserMessage};
 use mailflow::domain::unsubscribe_link::{Signer, TokenError};
+use mailflow::runtime::function_url::HttpRequest;
 use mailflow::stages::get_users::parse_request;
-use mailflow::stages::unsubscribe::HttpRequest;
 use proptest::prelude::*;
 use serde_json::Value;
 use std::collections::BTreeMap;

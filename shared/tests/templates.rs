@@ -3,8 +3,8 @@
 //! deliberate template change, run with `UPDATE_SNAPSHOTS=1` and review the diff.
 
 use mailflow::domain::campaign::Campaign;
-use mailflow::domain::open_content::SlotUrls;
 use mailflow::domain::digest::{Digest, Renderer};
+use mailflow::domain::open_content::SlotUrls;
 
 const URL: &str = "https://abc123.lambda-url.us-east-1.on.aws/?token=djEK.c2ln";
 

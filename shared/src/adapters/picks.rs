@@ -49,6 +49,20 @@ pub async fn create_index(db: &Database) -> mongodb::error::Result<()> {
         .map(|_| ())
 }
 
+/// The recipient's follows, newest first: a backwards range of the follows index.
+pub fn newest_follows(recipient: &Bson) -> (Document, Document) {
+    (
+        doc! { "followeeId": recipient.clone() },
+        doc! { "followeeId": -1, "createdAt": -1 },
+    )
+}
+
+/// Which of `candidates` the recipient follows: a range of the follow-back index per
+/// candidate.
+pub fn followed_back(recipient: &Bson, candidates: &[Bson]) -> Document {
+    doc! { "followerId": recipient.clone(), "followeeId": { "$in": candidates.to_vec() } }
+}
+
 impl PickDirectory for MongoPicks {
     async fn followers(
         &self,
@@ -57,9 +71,10 @@ impl PickDirectory for MongoPicks {
     ) -> Result<(Vec<Follower>, HashSet<String>), StoreError> {
         let me = ids::to_bson(recipient);
         let follows = self.db.collection::<Document>(FOLLOWS);
+        let (filter, sort) = newest_follows(&me);
         let newest: Vec<UserId> = follows
-            .find(doc! { "followeeId": me.clone() })
-            .sort(doc! { "followeeId": -1, "createdAt": -1 })
+            .find(filter)
+            .sort(sort)
             .hint(mongodb::options::Hint::Name(
                 super::directory::FOLLOWS_INDEX.to_owned(),
             ))
@@ -83,7 +98,8 @@ impl PickDirectory for MongoPicks {
         }
         let back = async {
             follows
-                .find(doc! { "followerId": me.clone(), "followeeId": { "$in": wanted.clone() } })
+                .find(followed_back(&me, &wanted))
+                .hint(mongodb::options::Hint::Name(FOLLOW_BACK_INDEX.to_owned()))
                 .projection(doc! { "_id": 0, "followeeId": 1 })
                 .await?
                 .try_filter_map(|d| async move {
