@@ -170,24 +170,7 @@ async fn counters(env: &TestEnv) -> OpenCounters {
 }
 
 async fn frozen(env: &TestEnv, user: &str) -> Picks {
-    let table = env.stack.table_name(names::OPEN_CONTENT_TABLE).unwrap();
-    let item = env
-        .dynamo()
-        .get_item()
-        .table_name(table)
-        .key(
-            "pk",
-            aws_sdk_dynamodb::types::AttributeValue::S(format!("E#{W47}#{user}")),
-        )
-        .key(
-            "sk",
-            aws_sdk_dynamodb::types::AttributeValue::S("picks".into()),
-        )
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap();
-    serde_json::from_str(item.item().unwrap()["picks"].as_s().unwrap()).unwrap()
+    env.frozen_picks(W47, user).await.unwrap().expect("frozen")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -510,17 +493,7 @@ async fn the_picks_read_through_indexes() {
             FOLLOW_BACK_INDEX,
         ),
     ] {
-        let explain = env
-            .db
-            .run_command(doc! {"explain": find, "verbosity": "queryPlanner"})
-            .await
-            .unwrap();
-        let plan = explain
-            .get_document("queryPlanner")
-            .unwrap()
-            .get_document("winningPlan")
-            .unwrap()
-            .to_string();
+        let plan = env.winning_plan(find).await.unwrap();
         assert!(
             plan.contains("IXSCAN") && !plan.contains("COLLSCAN"),
             "plan: {plan}"

@@ -164,26 +164,16 @@ async fn audience_query_is_an_index_scan() {
         (IdType::ObjectId, None),
         (IdType::ObjectId, Some(&object_id)),
     ] {
-        let explain = env
-            .db
-            .run_command(doc! {
-                "explain": {
-                    "find": "follows",
-                    "filter": Audience::follows_filter(&campaign().window, kind, after),
-                    "sort": {"followeeId": 1},
-                    "projection": {"_id": 0, "followeeId": 1},
-                    "hint": hint.clone(),
-                },
-                "verbosity": "queryPlanner",
+        let plan = env
+            .winning_plan(doc! {
+                "find": "follows",
+                "filter": Audience::follows_filter(&campaign().window, kind, after),
+                "sort": {"followeeId": 1},
+                "projection": {"_id": 0, "followeeId": 1},
+                "hint": hint.clone(),
             })
             .await
             .unwrap();
-        let plan = explain
-            .get_document("queryPlanner")
-            .unwrap()
-            .get_document("winningPlan")
-            .unwrap()
-            .to_string();
         assert!(
             plan.contains("IXSCAN") && !plan.contains("COLLSCAN"),
             "plan: {plan}"

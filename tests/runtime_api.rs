@@ -508,24 +508,11 @@ async fn open_content_refuses_the_placeholder_and_freezes_a_sealed_slot(
     let template = &function_env["PROFILE_URL_TEMPLATE"];
     let prefix = template.split("{id}").next().unwrap();
     assert!(location.starts_with(prefix), "{location}");
-    let table = env.stack.table_name(names::OPEN_CONTENT_TABLE).unwrap();
-    let frozen = env
-        .dynamo()
-        .get_item()
-        .table_name(table)
-        .key(
-            "pk",
-            aws_sdk_dynamodb::types::AttributeValue::S(format!("E#{}#u0000004", campaign.id)),
-        )
-        .key(
-            "sk",
-            aws_sdk_dynamodb::types::AttributeValue::S("picks".into()),
-        )
-        .send()
+    let picks = env
+        .frozen_picks(campaign.id.as_str(), "u0000004")
         .await
-        .unwrap();
-    let picks: mailflow::domain::open_content::Picks =
-        serde_json::from_str(frozen.item().unwrap()["picks"].as_s().unwrap()).unwrap();
+        .unwrap()
+        .expect("frozen by the card's request");
     assert!(!picks.fallback, "{picks:?}");
     assert_eq!(picks.items[0].id, "picked-1");
     assert_eq!(location, template.replace("{id}", "picked-1"));

@@ -170,6 +170,36 @@ impl TestEnv {
             .collect())
     }
 
+    /// The picks frozen for `user`'s email of `campaign` (None: not opened yet).
+    pub async fn frozen_picks(
+        &self,
+        campaign: &str,
+        user: &str,
+    ) -> Result<Option<mailflow::domain::open_content::Picks>> {
+        use mailflow::ports::OpenContentStore;
+        let table = self.stack.table_name(names::OPEN_CONTENT_TABLE)?;
+        let key = mailflow::domain::ledger::SendKey::new(
+            user,
+            mailflow::domain::campaign::CampaignId::parse(campaign)?,
+        );
+        mailflow::adapters::open_content::OpenContentTable::new(self.dynamo(), table)
+            .frozen(&key)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// The winning plan of `explain`ing the find command `find`, as text.
+    pub async fn winning_plan(&self, find: mongodb::bson::Document) -> Result<String> {
+        let explain = self
+            .db
+            .run_command(mongodb::bson::doc! {"explain": find, "verbosity": "queryPlanner"})
+            .await?;
+        Ok(explain
+            .get_document("queryPlanner")?
+            .get_document("winningPlan")?
+            .to_string())
+    }
+
     /// Messages left in a queue (visible and in flight).
     pub async fn depth(&self, queue: &str) -> Result<u64> {
         let (v, i) =

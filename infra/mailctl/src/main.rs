@@ -416,10 +416,12 @@ async fn run() -> Result<()> {
             target,
         } => commands::sam::sam_invoke(sdk, template, &function, &event, &target).await,
         Command::ServeUnsubscribe { port, target } => {
-            commands::preview::serve_unsubscribe(sdk, template, port, &target).await
+            use commands::preview::{serve, Served};
+            serve(sdk, template, Served::Unsubscribe, port, &target).await
         }
         Command::ServeOpenContent { port, target } => {
-            commands::preview::serve_open_content(sdk, template, port, &target).await
+            use commands::preview::{serve, Served};
+            serve(sdk, template, Served::OpenContent, port, &target).await
         }
         Command::Demo {
             users,

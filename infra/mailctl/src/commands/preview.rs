@@ -190,39 +190,37 @@ async fn local_delivery(
     }
 }
 
-pub async fn serve_unsubscribe(
-    sdk: &aws_config::SdkConfig,
-    template: &std::path::Path,
-    port: u16,
-    t: &TargetArgs,
-) -> Result<()> {
-    let Some(prefix) = &t.prefix else {
-        bail!("serve-unsubscribe serves a local stack: pass --prefix (on AWS, the Unsubscribe function's URL serves it)");
-    };
-    let stack = provision_local(sdk, template, prefix, &t.database).await?;
-    let server = mailflow_local::pipeline::serve_unsubscribe(&stack, port).await?;
-    eprintln!(
-        "serving one-click unsubscribe for {prefix} at {} (Ctrl-C stops it)",
-        server.url()
-    );
-    server.wait().await;
-    Ok(())
+/// The local stack's Function URL functions, each served on 127.0.0.1 until Ctrl-C.
+#[derive(Clone, Copy, Debug)]
+pub enum Served {
+    Unsubscribe,
+    OpenContent,
 }
 
-pub async fn serve_open_content(
+pub async fn serve(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
+    served: Served,
     port: u16,
     t: &TargetArgs,
 ) -> Result<()> {
+    let (command, function, what) = match served {
+        Served::Unsubscribe => ("serve-unsubscribe", "Unsubscribe", "one-click unsubscribe"),
+        Served::OpenContent => ("serve-open-content", "OpenContent", "open-time content"),
+    };
     let Some(prefix) = &t.prefix else {
-        bail!("serve-open-content serves a local stack: pass --prefix (on AWS, the OpenContent function's URL serves it)");
+        bail!("{command} serves a local stack: pass --prefix (on AWS, the {function} function's URL serves it)");
     };
     let stack = provision_local(sdk, template, prefix, &t.database).await?;
-    let clock = std::sync::Arc::new(mailflow::ports::SystemClock);
-    let server = mailflow_local::pipeline::serve_open_content(&stack, port, clock).await?;
+    let server = match served {
+        Served::Unsubscribe => mailflow_local::pipeline::serve_unsubscribe(&stack, port).await?,
+        Served::OpenContent => {
+            let clock = std::sync::Arc::new(mailflow::ports::SystemClock);
+            mailflow_local::pipeline::serve_open_content(&stack, port, clock).await?
+        }
+    };
     eprintln!(
-        "serving open-time content for {prefix} at {} (Ctrl-C stops it)",
+        "serving {what} for {prefix} at {} (Ctrl-C stops it)",
         server.url()
     );
     server.wait().await;
