@@ -4,8 +4,10 @@
 //! that each one's CPU and backend requests are its own:
 //!
 //! - first opens: the first request of an email (choose from MongoDB, claim, freeze, count);
-//! - reopens on another environment: the frozen picks read from DynamoDB;
-//! - warm opens: an environment that has the email's picks in memory (the sustained rate);
+//! - another slot of an opened email on another environment: the frozen picks read from
+//!   DynamoDB, nothing counted (what the second and third cards of a first open cost);
+//! - warm opens: the first slot (the open, counted) on an environment that has the email's
+//!   picks in memory (the sustained rate);
 //! - badges and clicks;
 //! - every slot of an email at once over six environments: how many computations froze.
 //!
@@ -87,7 +89,8 @@ pub struct OpensReport {
     pub emails: usize,
     pub followers: usize,
     pub first_open: Kind,
-    pub reopen_other_environment: Kind,
+    /// Another slot's card on an environment without the email in memory.
+    pub other_slot: Kind,
     pub warm_open: Kind,
     pub badge: Kind,
     pub click: Kind,
@@ -269,19 +272,19 @@ pub async fn opens(template: &Path, options: &OpensOptions) -> Result<OpensRepor
             Ok::<_, anyhow::Error>(e.finish().await)
         }
     };
-    let slot0 = |f: fn(&SlotUrls) -> &String| {
+    let slot = |n: usize, f: fn(&SlotUrls) -> &String| {
         measured
             .iter()
-            .map(|s| f(&s[0]).clone())
+            .map(|s| f(&s[n]).clone())
             .collect::<Vec<_>>()
     };
-    let (first_open, rss, cold, _) = run(slot0(|s| &s.image)).await?;
+    let (first_open, rss, cold, _) = run(slot(0, |s| &s.image)).await?;
     report.first_open = first_open;
     report.peak_rss_mb = (rss * 10.0).round() / 10.0;
     report.cold_start_ms = cold.round();
-    report.reopen_other_environment = run(slot0(|s| &s.image)).await?.0;
-    report.badge = run(slot0(|s| &s.badge)).await?.0;
-    report.click = run(slot0(|s| &s.link)).await?.0;
+    report.other_slot = run(slot(1, |s| &s.image)).await?.0;
+    report.badge = run(slot(0, |s| &s.badge)).await?.0;
+    report.click = run(slot(0, |s| &s.link)).await?.0;
 
     // Warm: one environment opens the same emails over and over for `seconds`.
     let mut warm = Env::spawn(stack, &binary, &env).await?;
@@ -344,7 +347,7 @@ pub async fn opens(template: &Path, options: &OpensOptions) -> Result<OpensRepor
     }
     report.cost_per_million_opens = cost_per_million(&[
         (&report.first_open, 1.0),
-        (&report.reopen_other_environment, 2.0),
+        (&report.other_slot, 2.0),
         (&report.badge, 3.0),
     ]);
     report.cost_per_million_clicks = cost_per_million(&[(&report.click, 1.0)]);
@@ -404,11 +407,8 @@ impl OpensReport {
             "| request | n | p50 ms | p99 ms | CPU ms/request | backend requests per request |\n|---|---|---|---|---|---|\n",
         );
         out += &row("first open (choose, freeze)", &self.first_open);
-        out += &row(
-            "reopen, another environment",
-            &self.reopen_other_environment,
-        );
-        out += &row("reopen, warm environment", &self.warm_open);
+        out += &row("another slot, another environment", &self.other_slot);
+        out += &row("open, warm environment (counted)", &self.warm_open);
         out += &row("badge", &self.badge);
         out += &row("click", &self.click);
         out += &format!(

@@ -439,10 +439,14 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
             return;
         }
         let email = slot.email();
-        self.count(&email, &[what]).await;
-        if what != OpenCount::MachineOpen {
-            self.note(&email, Engagement::Opened).await;
-        }
+        // Two items, two writes at once.
+        let note = async {
+            if what != OpenCount::MachineOpen {
+                self.note(&email, Engagement::Opened).await;
+            }
+        };
+        let counted = [what];
+        tokio::join!(self.count(&email, &counted), note);
     }
 
     async fn count_click(&self, slot: &SlotRef, pick: Option<&Pick>, verdict: ClickVerdict) {
@@ -467,8 +471,10 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
                 Err(err) => tracing::warn!(reason = %err, "click activity not recorded"),
             }
         }
-        self.count(&email, &what).await;
-        self.note(&email, Engagement::Clicked).await;
+        tokio::join!(
+            self.count(&email, &what),
+            self.note(&email, Engagement::Clicked)
+        );
     }
 
     async fn count(&self, email: &SendKey, what: &[OpenCount]) {
