@@ -13,25 +13,20 @@ use serde_json::Value;
 use std::time::SystemTime;
 use tracing::Instrument;
 
-/// The unsubscribe pages.
-trait Page {
-    fn page(status: u16, title: &str, message: &str, form: Option<&str>) -> Self;
-}
-
-impl Page for HttpResponse {
-    fn page(status: u16, title: &str, message: &str, form: Option<&str>) -> Self {
-        let form = form.map_or(String::new(), |token| {
+/// An unsubscribe page: the title, the message and, to confirm, the form that POSTs.
+fn page(status: u16, title: &str, message: &str, form: Option<&str>) -> HttpResponse {
+    let form = form.map_or(String::new(), |token| {
             format!(
                 "<form method=\"post\" action=\"?token={}\"><input type=\"hidden\" name=\"List-Unsubscribe\" value=\"One-Click\"><button type=\"submit\">Unsubscribe</button></form>",
                 html_escape(token)
             )
         });
-        let body = format!(
+    let body = format!(
             "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{title}</title><style>{STYLE}</style></head><body><main><h1>{title}</h1><p>{message}</p>{form}</main></body></html>",
             title = html_escape(title),
             message = html_escape(message),
         );
-        let mut headers = vec![
+    let mut headers = vec![
             ("content-type", "text/html; charset=utf-8".to_owned()),
             // The token is in the URL: keep it out of caches and referrers.
             ("cache-control", "no-store".to_owned()),
@@ -43,17 +38,16 @@ impl Page for HttpResponse {
                     .to_owned(),
             ),
         ];
-        if status == 405 {
-            headers.push(("allow", "GET, POST".to_owned()));
-        }
-        if status == 503 {
-            headers.push(("retry-after", "60".to_owned()));
-        }
-        Self {
-            status,
-            headers,
-            body: body.into_bytes(),
-        }
+    if status == 405 {
+        headers.push(("allow", "GET, POST".to_owned()));
+    }
+    if status == 503 {
+        headers.push(("retry-after", "60".to_owned()));
+    }
+    HttpResponse {
+        status,
+        headers,
+        body: body.into_bytes(),
     }
 }
 
@@ -89,7 +83,7 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
             Ok(request) => self.handle(&request).await,
             Err(reason) => {
                 tracing::warn!(%reason, "not a Function URL request");
-                HttpResponse::page(
+                page(
                     400,
                     "Bad request",
                     "This page answers unsubscribe links only.",
@@ -102,7 +96,7 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
 
     pub async fn handle(&self, request: &HttpRequest) -> HttpResponse {
         let Some(token) = request.param("token") else {
-            return HttpResponse::page(
+            return page(
                 400,
                 "Incomplete link",
                 "This unsubscribe link is incomplete. Use the link in the email exactly as it is.",
@@ -119,7 +113,7 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
                 } else {
                     403
                 };
-                return HttpResponse::page(
+                return page(
                     status,
                     "Invalid link",
                     "This unsubscribe link is not valid. Use the link in the email exactly as it is.",
@@ -129,7 +123,7 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
         };
         let list = subscription.list.as_str();
         match request.method.as_str() {
-            "GET" | "HEAD" => HttpResponse::page(
+            "GET" | "HEAD" => page(
                 200,
                 &format!("Unsubscribe from {list}?"),
                 &format!("You will no longer receive the {list} emails."),
@@ -139,7 +133,7 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
                 let span = tracing::info_span!("unsubscribe", campaign = %subscription.campaign_id, user = %subscription.user_id);
                 self.unsubscribe(&subscription).instrument(span).await
             }
-            _ => HttpResponse::page(
+            _ => page(
                 405,
                 "Not allowed",
                 "Open the unsubscribe link in a browser.",
@@ -165,7 +159,7 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
                 if change != Change::NoSuchUser {
                     self.note(subscription, now).await;
                 }
-                HttpResponse::page(
+                page(
                     200,
                     "You are unsubscribed",
                     &format!("You will no longer receive the {list} emails."),
@@ -174,7 +168,7 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
             }
             Err(err) => {
                 tracing::error!(reason = %err, "unsubscribe could not be saved; the client will retry");
-                HttpResponse::page(
+                page(
                     503,
                     "Please try again",
                     "We could not unsubscribe you just now. Please try again in a minute.",
@@ -210,7 +204,7 @@ mod tests {
 
     #[test]
     fn pages_escape_and_protect_the_token() {
-        let page = HttpResponse::page(200, "T<", "M&", Some("a\"b"));
+        let page = page(200, "T<", "M&", Some("a\"b"));
         assert!(page.text().contains("T&lt;") && page.text().contains("M&amp;"));
         assert!(page.text().contains("action=\"?token=a&quot;b\""));
         let response = page.to_function_url_response();
