@@ -2,7 +2,7 @@
 //! font files): a pick's card (an initial in a coloured circle, the name, a caption), the
 //! fallback card, the "hot" and "popular" badges and the transparent "none". Text is drawn
 //! with the 8x8 bitmap font of `font8x8` (Latin, Greek, Hiragana); a character it lacks is
-//! drawn as a box. A card is about 1 KB.
+//! drawn as a box. A card is about 550 bytes, a badge 170.
 
 use font8x8::UnicodeFonts;
 
@@ -284,3 +284,4 @@ mod tests {
         assert_eq!(fit("abc", 4), "abc");
     }
 }
+
