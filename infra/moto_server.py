@@ -1,4 +1,4 @@
-"""moto's server with five fixes, started by infra/local-stack.sh. Nothing else changes.
+"""moto's server with six fixes, started by infra/local-stack.sh. Nothing else changes.
 
 1. DynamoDB conditional writes are atomic, as on AWS. moto's server handles requests on
 threads and evaluates a ConditionExpression and applies the write without a lock, so two
@@ -40,6 +40,13 @@ moto keeps every mapping (create, get, list, update) as before; it no longer inv
 the registered functions' Docker client, which moto-api/data.json (the SES record the tests
 read) reads while listing every model, answers "absent" instead of failing the listing when no
 Docker engine runs.
+
+6. The SES record alone. moto-api/data.json serialises every model instance of every service
+(each DynamoDB item, each SQS message, each email), attribute by attribute, twice, holding the
+interpreter while it does: with every test's state in one server, one read of the SES record
+took seconds and stalled every other request meanwhile (a campaign's leases ran out, the chaos
+run slowed fourfold once the emails carried pick slots). `data.json?service=ses` lists only
+that service's models, the same way; without the parameter it lists everything as before.
 """
 
 import sys
@@ -205,6 +212,46 @@ def _docker_client_or_absent(model):
 
 
 DockerModel.docker_client = property(_docker_client_or_absent)
+
+
+# 6. data.json?service=NAME: only that service's models, listed as moto lists them.
+from moto.moto_api._internal.responses import MotoAPIResponse  # noqa: E402
+
+_model_data = MotoAPIResponse.model_data
+
+
+def _model_data_of_one_service(self, request, full_url, headers):
+    from urllib.parse import parse_qs, urlparse
+
+    wanted = parse_qs(urlparse(full_url).query).get("service")
+    if not wanted:
+        return _model_data(self, request, full_url, headers)
+    import json
+
+    from moto.core.model_instances import model_data
+
+    results = {}
+    for service in wanted:
+        models_of = model_data.get(service, {})
+        results[service] = {}
+        for name in sorted(models_of):
+            results[service][name] = []
+            for instance in models_of[name].instances_tracked:
+                listed = {}
+                for attr in dir(instance):
+                    if attr.startswith("_"):
+                        continue
+                    try:
+                        value = getattr(instance, attr)
+                        json.dumps(value)
+                    except (TypeError, AttributeError, ValueError):
+                        continue
+                    listed[attr] = value
+                results[service][name].append(listed)
+    return 200, {"Content-Type": "application/javascript"}, json.dumps(results)
+
+
+MotoAPIResponse.model_data = _model_data_of_one_service
 
 
 def serve(argv):

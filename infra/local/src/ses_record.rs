@@ -212,7 +212,11 @@ pub async fn sent_messages(endpoint: &str) -> Result<Vec<SentMessage>> {
 }
 
 async fn read_record(endpoint: &str) -> Result<Vec<SentMessage>> {
-    let url = format!("http://{}/moto-api/data.json", authority(endpoint)?);
+    // Only SES's models (infra/moto_server.py, fix 6): the whole state takes seconds to list.
+    let url = format!(
+        "http://{}/moto-api/data.json?service=ses",
+        authority(endpoint)?
+    );
     let response = crate::http::request(&url, "GET", &[], b"").await?;
     if response.status != 200 {
         bail!("emulator answered {}", response.status);

@@ -284,4 +284,3 @@ mod tests {
         assert_eq!(fit("abc", 4), "abc");
     }
 }
-
