@@ -60,7 +60,7 @@ struct World {
     env: TestEnv,
     _profiles: FunctionUrl,
     profiles_url: String,
-    _open_content: FunctionUrl,
+    open_content: FunctionUrl,
     reader: ObjectId,
     /// The reader's email, as SES recorded it.
     html: String,
@@ -139,7 +139,7 @@ async fn world(test: &str, clock: Arc<dyn Clock>) -> World {
         env,
         profiles_url,
         _profiles: profiles,
-        _open_content: open_content,
+        open_content,
         reader,
     }
 }
@@ -178,7 +178,7 @@ async fn first_open_decides_once_and_badges_follow_the_clicks() {
     let now = mailflow::ports::SystemClock.now_ms();
     let clock = Arc::new(TestClock(AtomicI64::new(now)));
     let w = world("open-content", clock.clone()).await;
-    let base = w._open_content.url();
+    let base = w.open_content.url();
     let images = urls(&w.html, &format!("{base}pick?t="));
     let badges = urls(&w.html, &format!("{base}badge?t="));
     let links = urls(&w.html, &format!("{base}go?t="));
