@@ -968,9 +968,10 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
         let to = world.address[&key(id)].clone().unwrap();
         by_to[&to][0]
     };
+    // Unsubscribe and pick-slot links are sealed per user, so they differ between twins.
     let without_link = |text: &str| {
         text.lines()
-            .filter(|l| !l.contains("token="))
+            .filter(|l| !l.contains("token=") && !l.contains("/go?t="))
             .collect::<Vec<_>>()
             .join("\n")
     };
