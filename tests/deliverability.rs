@@ -136,7 +136,7 @@ async fn one_click_unsubscribe_over_http_and_the_next_campaign_leaves_them_out()
     altered.replace_range(0..1, if altered.starts_with('A') { "B" } else { "A" });
     let forged = mailflow::domain::unsubscribe_link::Signer::new(&"f".repeat(40), "weekly-digest")
         .unwrap()
-        .token(&campaign().id, b);
+        .token(&campaign().id, &campaign().topic, b);
     let base = server.url();
     for (case, token, status) in [
         (

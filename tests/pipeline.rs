@@ -213,6 +213,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
     let short = || Invocation::with_timeout("short", Duration::from_millis(80));
     let mut run = Run {
         campaign: campaign(),
+        topic_named: false,
         include_failed: false,
         include_cancelled: false,
         after: None,
@@ -428,6 +429,7 @@ async fn get_users_resumes_after_a_string_or_an_object_id_checkpoint() {
     ] {
         let run = Run {
             campaign: campaign(),
+            topic_named: false,
             include_failed: false,
             include_cancelled: false,
             after: after.map(str::to_owned),

@@ -409,7 +409,7 @@ async fn unsubscribe_refuses_the_placeholder_and_takes_a_signed_link(
     )
     .await
     .unwrap();
-    let token = signer.token(&campaign.id, "u0000003");
+    let token = signer.token(&campaign.id, &campaign.topic, "u0000003");
     let placeholder = one_click.clone();
     one_click["rawQueryString"] = format!("token={token}").into();
     let run = run_function(

@@ -173,7 +173,7 @@ proptest! {
         match signer().verify(&token) {
             // Only an unaltered token passes (a change that decodes to the same bytes is
             // the same token).
-            Ok(s) => prop_assert_eq!(signer().token(&s.campaign_id, &s.user_id), canonical(&token)),
+            Ok(s) => prop_assert_eq!(signer().token(&s.campaign_id, &s.topic, &s.user_id), canonical(&token)),
             Err(e) => prop_assert!(matches!(e, TokenError::Malformed(_) | TokenError::BadSignature | TokenError::OtherList)),
         }
     }
@@ -224,10 +224,20 @@ fn signer() -> Signer {
     Signer::new("0123456789abcdef0123456789abcdef", "weekly-digest").unwrap()
 }
 
-/// A token this signer made, for an arbitrary user of an arbitrary campaign.
+/// A token this signer made, for an arbitrary user of an arbitrary campaign and topic.
 fn valid_token() -> impl Strategy<Value = String> {
-    ("[A-Za-z0-9._-]{1,20}", "[^\\p{Cc}]{1,40}")
-        .prop_map(|(campaign, user)| signer().token(&CampaignId::parse(&campaign).unwrap(), &user))
+    (
+        "[A-Za-z0-9._-]{1,20}",
+        "[a-z0-9-]{1,20}",
+        "[^\\p{Cc}]{1,40}",
+    )
+        .prop_map(|(campaign, topic, user)| {
+            signer().token(
+                &CampaignId::parse(&campaign).unwrap(),
+                &mailflow::domain::topics::TopicId::parse(&topic).unwrap(),
+                &user,
+            )
+        })
 }
 
 /// The token as the signer writes it, if `token` decodes to the same bytes.

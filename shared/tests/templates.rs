@@ -5,6 +5,7 @@
 use mailflow::domain::campaign::Campaign;
 use mailflow::domain::digest::{Digest, Renderer};
 use mailflow::domain::open_content::SlotUrls;
+use mailflow::domain::topics::Topics;
 
 const URL: &str = "https://abc123.lambda-url.us-east-1.on.aws/?token=djEK.c2ln";
 
@@ -27,7 +28,7 @@ fn check_with(case: &str, digest: &Digest, picks: &[SlotUrls]) {
     let window = Campaign::from_id("weekly-2026-W47", None).unwrap().window;
     let out = Renderer::new("en")
         .unwrap()
-        .render(digest, &window, URL, picks)
+        .render(digest, &window, Topics::builtin().weekly(), URL, picks)
         .unwrap();
     let actual = format!(
         "Subject: {}\nLocale: {}\n\n--- text ---\n{}\n--- html ---\n{}\n",

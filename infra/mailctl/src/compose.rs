@@ -54,6 +54,7 @@ pub async fn compose(
         campaign_id: campaign.id.clone(),
         user_id: user.to_owned(),
         window: campaign.window,
+        topic: campaign.topic.clone(),
         include_failed: false,
         include_cancelled: false,
         due: None,

@@ -6,7 +6,7 @@ mod commands;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use commands::{LocalTimeArgs, QueueChoice, TargetArgs, WindowArgs};
+use commands::{CampaignArgs, LocalTimeArgs, QueueChoice, TargetArgs};
 
 #[derive(Parser)]
 #[command(
@@ -96,7 +96,7 @@ enum Command {
         #[arg(long)]
         campaign: Option<String>,
         #[command(flatten)]
-        window: WindowArgs,
+        window: CampaignArgs,
         #[command(flatten)]
         local: LocalTimeArgs,
         #[command(flatten)]
@@ -117,7 +117,7 @@ enum Command {
         #[arg(long, env = "USER", default_value = "operator")]
         by: String,
         #[command(flatten)]
-        window: WindowArgs,
+        window: CampaignArgs,
         /// Without --local-time (or --at-once), a local-time campaign is resent at the local
         /// time its run started with.
         #[command(flatten)]
@@ -233,7 +233,7 @@ enum Command {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        window: WindowArgs,
+        window: CampaignArgs,
         #[command(flatten)]
         local: LocalTimeArgs,
         #[command(flatten)]
@@ -251,7 +251,7 @@ enum Command {
         #[arg(long)]
         to: String,
         #[command(flatten)]
-        window: WindowArgs,
+        window: CampaignArgs,
         #[command(flatten)]
         target: TargetArgs,
     },

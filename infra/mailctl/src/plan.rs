@@ -12,6 +12,7 @@ use mailflow::domain::local_time::{
 };
 use mailflow::domain::messages::UserMessage;
 use mailflow::domain::send_rate::{QuotaUnknown, SendQuota, SendRate};
+use mailflow::domain::topics::{ExclusionCounts, Topics};
 use mailflow::ports::{AudienceScan, UserDirectory};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -24,8 +25,12 @@ pub const SES_DOLLARS_PER_EMAIL: f64 = 0.10 / 1000.0;
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
     pub campaign_id: String,
+    /// The campaign's topic.
+    pub topic: String,
     /// Users GetUsers would enqueue.
     pub audience: usize,
+    /// Users with new followers the topic's audience rule leaves out, by reason.
+    pub excluded: ExclusionCounts,
     /// Emails SendEmail would send, by the locale of their templates.
     pub would_send: usize,
     pub by_locale: BTreeMap<&'static str, usize>,
@@ -97,9 +102,11 @@ pub async fn plan<D: UserDirectory>(
     let mut slots: BTreeMap<i64, (u64, std::collections::BTreeSet<String>)> = BTreeMap::new();
     let mut plan = Plan {
         campaign_id: campaign.id.to_string(),
+        topic: campaign.topic.to_string(),
         ..Default::default()
     };
-    let mut audience = directory.audience(&campaign.window, None);
+    let topic = Topics::builtin().get(campaign.topic.as_str())?;
+    let mut audience = directory.audience(&campaign.window, topic, None);
     let progress = crate::progress::Progress::new("plan");
     while let Some(member) = audience.next().await.context("reading the audience")? {
         let user = &member.id;
@@ -115,6 +122,7 @@ pub async fn plan<D: UserDirectory>(
             campaign_id: campaign.id.clone(),
             user_id: user.to_string(),
             window: campaign.window,
+            topic: campaign.topic.clone(),
             include_failed: false,
             include_cancelled: false,
             due: None,
@@ -160,6 +168,7 @@ pub async fn plan<D: UserDirectory>(
         }
     }
     progress.finish();
+    plan.excluded = audience.excluded().clone();
     plan.send_rate = rate.campaign_wide();
     plan.rate_source = rate.source().as_str();
     plan.environments = rate.environments();
@@ -200,9 +209,12 @@ pub fn describe(plan: &Plan) -> String {
             .join(", ")
     };
     let mut out = format!(
-        "{}: audience {}; would send {} ({}); would skip {} ({}); would fail {} (address is not one mailbox)\n",
+        "{} (topic {}): audience {}, left out {} ({}); would send {} ({}); would skip {} ({}); would fail {} (address is not one mailbox)\n",
         plan.campaign_id,
+        plan.topic,
         plan.audience,
+        plan.excluded.total(),
+        plan.excluded.describe(),
         plan.would_send,
         list(&plan.by_locale),
         plan.skipped.values().sum::<usize>(),

@@ -5,8 +5,11 @@
 //! The pipeline's functions read it (`CampaignStates`).
 
 use super::describe;
-use crate::domain::campaign::{rfc3339, Campaign, CampaignRecord, Hold, StateChange, Window};
+use crate::domain::campaign::{
+    rfc3339, Campaign, CampaignId, CampaignRecord, Hold, StateChange, Window,
+};
 use crate::domain::ledger::LedgerError;
+use crate::domain::topics::ExclusionCounts;
 use crate::ports::CampaignStates;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -17,6 +20,8 @@ use std::collections::HashMap;
 pub const RUNNING: &str = "RUNNING";
 pub const PAUSED: &str = "PAUSED";
 pub const CANCELLED: &str = "CANCELLED";
+/// Each run segment's users left out of the audience: `excluded0`, `excluded1`...
+const EXCLUDED_PREFIX: &str = "excluded";
 
 /// Why a change of state was refused: the campaign as it is (None: never started here).
 #[derive(Debug)]
@@ -67,9 +72,19 @@ fn record(item: &Item) -> CampaignRecord {
         (CANCELLED, Some(c)) => Some(Hold::Cancelled(c.clone())),
         _ => None,
     };
+    let mut excluded = ExclusionCounts::default();
+    for (key, value) in item {
+        if let (Some(_), AttributeValue::S(json)) = (key.strip_prefix(EXCLUDED_PREFIX), value) {
+            if let Ok(counts) = serde_json::from_str::<ExclusionCounts>(json) {
+                excluded.merge(&counts);
+            }
+        }
+    }
     CampaignRecord {
         started_at_ms: number(item, "startedAt"),
         window: window(item),
+        topic: Some(text(item, "topic")).filter(|t| !t.is_empty()),
+        excluded,
         hold,
         last_change,
     }
@@ -192,7 +207,7 @@ impl CampaignStates for CampaignsTable {
         &self,
         campaign: &Campaign,
         at_ms: u64,
-    ) -> Result<Result<(), Window>, LedgerError> {
+    ) -> Result<CampaignRecord, LedgerError> {
         let out = self
             .client
             .update_item()
@@ -201,7 +216,8 @@ impl CampaignStates for CampaignsTable {
             .update_expression(
                 "SET startedAt = if_not_exists(startedAt, :at), #s = if_not_exists(#s, :running), \
                  windowSince = if_not_exists(windowSince, :since), \
-                 windowUntil = if_not_exists(windowUntil, :until)",
+                 windowUntil = if_not_exists(windowUntil, :until), \
+                 topic = if_not_exists(topic, :topic)",
             )
             .expression_attribute_names("#s", "state")
             .expression_attribute_values(":at", AttributeValue::N(at_ms.to_string()))
@@ -214,13 +230,33 @@ impl CampaignStates for CampaignsTable {
                 ":until",
                 AttributeValue::S(rfc3339(campaign.window.until)),
             )
+            .expression_attribute_values(":topic", AttributeValue::S(campaign.topic.to_string()))
             .return_values(ReturnValue::AllNew)
             .send()
             .await
             .map_err(|e| self.error("register campaign", describe(&e)))?;
-        Ok(match out.attributes.as_ref().and_then(window) {
-            Some(recorded) if recorded != campaign.window => Err(recorded),
-            _ => Ok(()),
-        })
+        Ok(record(&out.attributes.unwrap_or_default()))
+    }
+
+    async fn record_exclusions(
+        &self,
+        campaign: &CampaignId,
+        segment: u32,
+        counts: &ExclusionCounts,
+    ) -> Result<(), LedgerError> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("campaignId", AttributeValue::S(campaign.to_string()))
+            .update_expression("SET #segment = :counts")
+            .expression_attribute_names("#segment", format!("{EXCLUDED_PREFIX}{segment}"))
+            .expression_attribute_values(
+                ":counts",
+                AttributeValue::S(serde_json::to_string(counts).unwrap_or_default()),
+            )
+            .send()
+            .await
+            .map_err(|e| self.error("record exclusions", describe(&e)))?;
+        Ok(())
     }
 }

@@ -10,6 +10,7 @@ pub mod event_sources;
 pub mod mongo;
 pub mod open_content;
 pub mod picks;
+pub mod preferences;
 pub mod rate_item;
 pub mod secrets;
 pub mod ses;

@@ -1,7 +1,9 @@
-//! Who may be emailed, in MongoDB's `users` collection: one-click unsubscribes set
-//! `subscribed: false`, permanent bounces and complaints set `suppression`. GetUsers and
-//! CreateEmails leave out both from then on. Every change is idempotent: a repeated request
-//! or event finds it done and keeps the first time and reason.
+//! Who may be emailed, in MongoDB's `users` collection: "unsubscribe from all" sets
+//! `subscribed: false`; a one-click unsubscribe, or the preference centre, sets a topic's
+//! choice (`topics.<id>`, `crate::adapters::preferences`); permanent bounces and complaints
+//! set `suppression`. GetUsers and CreateEmails apply them from then on. Every change is
+//! idempotent: a repeated request or event finds it done and keeps the first time and
+//! reason.
 
 use super::directory::USERS;
 use crate::domain::ledger::SendKey;
@@ -9,8 +11,10 @@ use crate::domain::user_id::UserId;
 use mongodb::bson::{doc, DateTime, Document};
 use mongodb::{Collection, Database};
 
-use crate::ports::SubscriberStore;
+use super::preferences::{self, SUBSCRIBED, TOPICS};
+use crate::domain::topics::{Preferences, Save, TopicId, Topics};
 pub use crate::ports::{Change, StoreError, SuppressionReason};
+use crate::ports::{ChangedVia, SubscriberStore};
 
 #[derive(Clone)]
 pub struct Subscribers {
@@ -24,6 +28,13 @@ impl Subscribers {
         }
     }
 
+    /// The user's `_id` as stored, from its text form (None: no user can have it).
+    fn id(user_id: &str) -> Option<mongodb::bson::Bson> {
+        UserId::parse(user_id)
+            .ok()
+            .map(|id| super::bson_ids::to_bson(&id))
+    }
+
     async fn change(
         &self,
         user_id: &str,
@@ -31,9 +42,8 @@ impl Subscribers {
         set: Document,
     ) -> mongodb::error::Result<Change> {
         // The text form of the id, as tokens and SES tags carry it (`crate::domain::user_id`).
-        let id = match UserId::parse(user_id) {
-            Ok(id) => super::bson_ids::to_bson(&id),
-            Err(_) => return Ok(Change::NoSuchUser),
+        let Some(id) = Self::id(user_id) else {
+            return Ok(Change::NoSuchUser);
         };
         let mut filter = doc! { "_id": id.clone() };
         filter.extend(not_yet);
@@ -76,6 +86,76 @@ impl SubscriberStore for Subscribers {
         .map_err(StoreError::from)
     }
 
+    async fn leave_topic(
+        &self,
+        key: &SendKey,
+        topic: &TopicId,
+        via: ChangedVia,
+        at_ms: i64,
+    ) -> Result<Change, StoreError> {
+        self.change(
+            key.user_id(),
+            doc! { preferences::choice_field(topic): { "$ne": false } },
+            doc! { format!("{TOPICS}.{topic}"): choice(false, key, via, at_ms) },
+        )
+        .await
+        .map_err(StoreError::from)
+    }
+
+    async fn preferences(
+        &self,
+        user_id: &str,
+        topics: &Topics,
+    ) -> Result<Option<(Preferences, Option<String>)>, StoreError> {
+        let Some(id) = Self::id(user_id) else {
+            return Ok(None);
+        };
+        let user = self
+            .users
+            .find_one(doc! { "_id": id })
+            .projection(doc! { SUBSCRIBED: 1, TOPICS: 1, "locale": 1 })
+            .await?;
+        Ok(user.map(|user| {
+            let locale = user.get_str("locale").ok().map(str::to_owned);
+            (preferences::preferences(&user, topics), locale)
+        }))
+    }
+
+    async fn save_preferences(
+        &self,
+        key: &SendKey,
+        save: &Save,
+        at_ms: i64,
+    ) -> Result<Change, StoreError> {
+        let Some(id) = Self::id(key.user_id()) else {
+            return Ok(Change::NoSuchUser);
+        };
+        let mut set = Document::new();
+        for (topic, wanted) in &save.changes {
+            set.insert(
+                format!("{TOPICS}.{topic}"),
+                choice(*wanted, key, ChangedVia::Page, at_ms),
+            );
+        }
+        if save.resubscribe {
+            set.insert(SUBSCRIBED, true);
+            set.insert("resubscribedAt", DateTime::from_millis(at_ms));
+            set.insert("resubscribedFrom", doc! { "campaignId": key.campaign_id() });
+        }
+        if set.is_empty() {
+            return Ok(Change::AlreadyDone);
+        }
+        let result = self
+            .users
+            .update_one(doc! { "_id": id }, doc! { "$set": set })
+            .await?;
+        Ok(if result.matched_count > 0 {
+            Change::Made
+        } else {
+            Change::NoSuchUser
+        })
+    }
+
     /// The address must never be emailed again, for `reason`; `detail` says more (the
     /// bounce type, the complaint's feedback type).
     async fn suppress(
@@ -99,5 +179,15 @@ impl SubscriberStore for Subscribers {
         )
         .await
         .map_err(StoreError::from)
+    }
+}
+
+/// A topic choice as stored: in or out, when, how, from which campaign's email.
+fn choice(subscribed: bool, key: &SendKey, via: ChangedVia, at_ms: i64) -> Document {
+    doc! {
+        SUBSCRIBED: subscribed,
+        "at": DateTime::from_millis(at_ms),
+        "via": via.as_str(),
+        "campaignId": key.campaign_id(),
     }
 }

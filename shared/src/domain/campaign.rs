@@ -2,6 +2,7 @@
 //! same emails. The weekly campaign `weekly-2026-W47` covers ISO week 47 of 2026
 //! ([Monday 00:00 UTC, next Monday 00:00 UTC)) and is started by the schedule in week 48.
 
+use super::topics::{TopicId, Topics};
 use serde::{Deserialize, Serialize};
 use time::{Date, Duration, OffsetDateTime, Time, Weekday};
 
@@ -43,6 +44,14 @@ pub enum CampaignError {
         id: String,
         recorded: Window,
         given: Window,
+    },
+    #[error(
+        "campaign {id} was started as topic {recorded}, and this start names {given}: a campaign's topic is fixed when it first starts (leave out topic to run it again, or give the new topic's campaign another id)"
+    )]
+    TopicChanged {
+        id: String,
+        recorded: String,
+        given: String,
     },
 }
 
@@ -145,6 +154,8 @@ impl std::fmt::Display for Window {
 pub struct Campaign {
     pub id: CampaignId,
     pub window: Window,
+    /// What kind of email it is: who left that topic is not in its audience.
+    pub topic: TopicId,
 }
 
 fn monday_of(date: Date) -> Date {
@@ -160,6 +171,7 @@ fn weekly(monday: Date) -> Campaign {
             since,
             until: since + Duration::weeks(1),
         },
+        topic: Topics::builtin().weekly().id.clone(),
     }
 }
 
@@ -195,6 +207,46 @@ impl Campaign {
         weekly(this_monday - Duration::weeks(1))
     }
 
+    /// Settles this start against what the campaign was first started with (`recorded`):
+    /// another window or a topic it names that differs is refused; a start that names no
+    /// topic takes the recorded one (a resend of a product-news campaign stays one).
+    pub fn settle(
+        &mut self,
+        recorded: &CampaignRecord,
+        topic_named: bool,
+    ) -> Result<(), CampaignError> {
+        if let Some(window) = recorded.window.filter(|w| *w != self.window) {
+            return Err(CampaignError::WindowChanged {
+                id: self.id.to_string(),
+                recorded: window,
+                given: self.window,
+            });
+        }
+        let Some(topic) = recorded.topic.as_deref() else {
+            return Ok(());
+        };
+        if topic == self.topic.as_str() {
+            return Ok(());
+        }
+        match TopicId::parse(topic) {
+            Ok(recorded) if !topic_named => {
+                self.topic = recorded;
+                Ok(())
+            }
+            _ => Err(CampaignError::TopicChanged {
+                id: self.id.to_string(),
+                recorded: topic.to_owned(),
+                given: self.topic.to_string(),
+            }),
+        }
+    }
+
+    /// The same campaign, of `topic`.
+    pub fn with_topic(mut self, topic: TopicId) -> Self {
+        self.topic = topic;
+        self
+    }
+
     /// A campaign named by hand: `weekly-YYYY-Www` implies its window (and a window given
     /// with it must be that week); any other id needs one.
     pub fn from_id(id: &str, window: Option<Window>) -> Result<Self, CampaignError> {
@@ -215,7 +267,11 @@ impl Campaign {
                 })
             }
             (Some(weekly), _) => Ok(weekly),
-            (None, Some(window)) => Ok(Self { id, window }),
+            (None, Some(window)) => Ok(Self {
+                id,
+                window,
+                topic: Topics::builtin().weekly().id.clone(),
+            }),
             (None, None) => Err(CampaignError::NoWindow(id.0)),
         }
     }
@@ -322,11 +378,15 @@ pub enum Hold {
 }
 
 /// A campaign's row in the campaigns table: GetUsers registers it RUNNING when it starts it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CampaignRecord {
     pub started_at_ms: Option<u64>,
     /// The window it was first started with (None for campaigns recorded before windows were).
     pub window: Option<Window>,
+    /// Its topic as first started (None for campaigns recorded before topics were).
+    pub topic: Option<String>,
+    /// Users left out of its audience, by reason, over every run segment.
+    pub excluded: super::topics::ExclusionCounts,
     pub hold: Option<Hold>,
     /// The last change of state (a resume leaves one with `hold` None).
     pub last_change: Option<StateChange>,

@@ -3,6 +3,7 @@
 
 use crate::domain::campaign::{CampaignId, Window};
 use crate::domain::local_time::Due;
+use crate::domain::topics::{TopicId, Topics};
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use crate::domain::user_id::{check_user_id, MAX_USER_ID_BYTES};
@@ -11,6 +12,11 @@ fn user_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let id = String::deserialize(d)?;
     check_user_id(&id).map_err(serde::de::Error::custom)?;
     Ok(id)
+}
+
+/// The topic of a message or checkpoint written before campaigns had topics.
+pub fn weekly_topic() -> TopicId {
+    Topics::builtin().weekly().id.clone()
 }
 
 /// Users queue: one user of one campaign. CreateEmails trusts nothing else in it; it reads
@@ -23,6 +29,9 @@ pub struct UserMessage {
     pub user_id: String,
     #[serde(flatten)]
     pub window: Window,
+    /// The campaign's topic (messages from before topics belong to the weekly one).
+    #[serde(default = "weekly_topic")]
+    pub topic: TopicId,
     /// Operator resend option: also retry users whose send FAILED permanently.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub include_failed: bool,
@@ -247,7 +256,20 @@ mod tests {
         let m: UserMessage = parse_body(Some(body)).unwrap();
         assert_eq!(m.user_id, "u1");
         assert!(!m.include_failed);
-        assert_eq!(serde_json::to_string(&m).unwrap(), body);
+        // A message from before topics belongs to the weekly topic, and says so from now on.
+        assert_eq!(m.topic.as_str(), "digest");
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            body.replace(
+                r#""until":"2026-11-23T00:00:00Z""#,
+                r#""until":"2026-11-23T00:00:00Z","topic":"digest""#
+            )
+        );
+        let bad_topic = body.replace(r#""userId""#, r#""topic":"Not A Topic","userId""#);
+        assert!(parse_body::<UserMessage>(Some(&bad_topic))
+            .unwrap_err()
+            .to_string()
+            .contains("topic id"));
         assert!(parse_body::<UserMessage>(Some("{"))
             .unwrap_err()
             .to_string()

@@ -11,6 +11,7 @@ pub mod open_content;
 pub mod send_rate;
 pub mod ses_event;
 pub mod ses_tags;
+pub mod topics;
 pub mod unsubscribe_link;
 pub mod user_id;
 

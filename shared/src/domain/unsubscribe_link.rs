@@ -3,12 +3,17 @@
 //! Unsubscribe function accepts only tokens it can verify, so a forged, altered or other
 //! user's token changes nothing.
 //!
-//! Token: `base64url(payload) "." base64url(mac)`, payload `v1\n{list}\n{campaign}\n{user}`.
+//! Token: `base64url(payload) "." base64url(mac)`, payload
+//! `v2\n{list}\n{campaign}\n{topic}\n{user}`: the topic is the campaign's, the one a
+//! one-click unsubscribe leaves. Tokens from before topics (`v1\n{list}\n{campaign}\n{user}`)
+//! still verify, as tokens of the weekly topic (the only kind of email there was).
 //! The secret holds one or more keys separated by whitespace: the first signs, every one
 //! verifies, so a key can be rotated without breaking the links already sent.
 
 use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::SendKey;
+use crate::domain::messages::weekly_topic;
+use crate::domain::topics::TopicId;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{KeyInit, Mac};
@@ -19,13 +24,16 @@ type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 pub const MIN_KEY_BYTES: usize = 32;
 /// Longer tokens are refused before any work (a user id is at most 512 bytes).
 pub const MAX_TOKEN_BYTES: usize = 2048;
-const VERSION: &str = "v1";
+const VERSION: &str = "v2";
+const VERSION_BEFORE_TOPICS: &str = "v1";
 
 /// Whose subscription a verified token names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Subscription {
     pub list: String,
     pub campaign_id: CampaignId,
+    /// The campaign's topic.
+    pub topic: TopicId,
     pub user_id: String,
 }
 
@@ -127,6 +135,11 @@ pub fn link(base_url: &str, token: &str) -> String {
     format!("{base_url}{separator}token={token}")
 }
 
+/// The email's link that leaves its topic: the page asks to confirm (a GET changes nothing).
+pub fn leave_link(link: &str) -> String {
+    format!("{link}&leave=1")
+}
+
 fn mac(key: &[u8], payload: &[u8]) -> HmacSha256 {
     let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length");
     mac.update(payload);
@@ -152,8 +165,12 @@ impl Signer {
         &self.list
     }
 
-    pub fn token(&self, campaign_id: &CampaignId, user_id: &str) -> String {
-        let payload = format!("{VERSION}\n{}\n{campaign_id}\n{user_id}", self.list);
+    /// The token of `user_id`'s email in `campaign_id`, a campaign of `topic`.
+    pub fn token(&self, campaign_id: &CampaignId, topic: &TopicId, user_id: &str) -> String {
+        let payload = format!(
+            "{VERSION}\n{}\n{campaign_id}\n{topic}\n{user_id}",
+            self.list
+        );
         let signature = mac(&self.keys[0], payload.as_bytes())
             .finalize()
             .into_bytes();
@@ -188,11 +205,23 @@ impl Signer {
         }
         let payload = String::from_utf8(payload)
             .map_err(|_| TokenError::Malformed("payload is not UTF-8"))?;
-        let mut fields = payload.splitn(4, '\n');
-        let (Some(VERSION), Some(list), Some(campaign), Some(user)) =
-            (fields.next(), fields.next(), fields.next(), fields.next())
-        else {
-            return Err(TokenError::Malformed("unknown payload layout"));
+        let (list, campaign, topic, user) = match payload.split_once('\n') {
+            Some((VERSION, rest)) => match rest.splitn(4, '\n').collect::<Vec<_>>()[..] {
+                [list, campaign, topic, user] => (
+                    list,
+                    campaign,
+                    TopicId::parse(topic).map_err(|_| TokenError::Malformed("bad topic"))?,
+                    user,
+                ),
+                _ => return Err(TokenError::Malformed("unknown payload layout")),
+            },
+            Some((VERSION_BEFORE_TOPICS, rest)) => {
+                match rest.splitn(3, '\n').collect::<Vec<_>>()[..] {
+                    [list, campaign, user] => (list, campaign, weekly_topic(), user),
+                    _ => return Err(TokenError::Malformed("unknown payload layout")),
+                }
+            }
+            _ => return Err(TokenError::Malformed("unknown payload layout")),
         };
         if list != self.list {
             return Err(TokenError::OtherList);
@@ -204,6 +233,7 @@ impl Signer {
         Ok(Subscription {
             list: list.to_owned(),
             campaign_id,
+            topic,
             user_id: user.to_owned(),
         })
     }
@@ -224,10 +254,17 @@ mod tests {
         CampaignId::parse("weekly-2026-W47").unwrap()
     }
 
+    fn digest() -> TopicId {
+        TopicId::parse("digest").unwrap()
+    }
+
     #[test]
     fn a_token_names_its_user_and_campaign() {
         let l = links(KEY);
-        let url = link("https://u.example/", &l.token(&campaign(), "u0000003"));
+        let url = link(
+            "https://u.example/",
+            &l.token(&campaign(), &digest(), "u0000003"),
+        );
         let token = url.strip_prefix("https://u.example/?token=").unwrap();
         assert!(token
             .bytes()
@@ -236,22 +273,50 @@ mod tests {
         assert_eq!(s.user_id, "u0000003");
         assert_eq!(s.campaign_id, campaign());
         assert_eq!(s.list, "weekly-digest");
+        assert_eq!(s.topic, digest());
+    }
+
+    #[test]
+    fn a_token_scopes_one_topic_and_links_from_before_topics_mean_the_weekly_one() {
+        let l = links(KEY);
+        let news = TopicId::parse("product-news").unwrap();
+        let token = l.token(&campaign(), &news, "u1");
+        assert_eq!(l.verify(&token).unwrap().topic, news);
+        // The topic is signed: another topic in the payload breaks the signature.
+        let (_, signature) = token.split_once('.').unwrap();
+        let swapped = URL_SAFE_NO_PAD.encode("v2\nweekly-digest\nweekly-2026-W47\ntips\nu1");
+        assert_eq!(
+            l.verify(&format!("{swapped}.{signature}")),
+            Err(TokenError::BadSignature)
+        );
+        // A v1 token (emails sent before topics) signed by this deployment.
+        let payload = "v1\nweekly-digest\nweekly-2026-W47\nu1";
+        let mac = mac(KEY.as_bytes(), payload.as_bytes())
+            .finalize()
+            .into_bytes();
+        let old = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(payload),
+            URL_SAFE_NO_PAD.encode(mac)
+        );
+        let s = l.verify(&old).unwrap();
+        assert_eq!((s.topic, s.user_id.as_str()), (digest(), "u1"));
     }
 
     #[test]
     fn forged_altered_and_other_users_tokens_are_refused() {
         let l = links(KEY);
-        let token = l.token(&campaign(), "u1");
+        let token = l.token(&campaign(), &digest(), "u1");
         let (payload, signature) = token.split_once('.').unwrap();
         // Another user's payload with this user's signature.
-        let other = l.token(&campaign(), "u2");
+        let other = l.token(&campaign(), &digest(), "u2");
         let other_payload = other.split_once('.').unwrap().0;
         assert_eq!(
             l.verify(&format!("{other_payload}.{signature}")),
             Err(TokenError::BadSignature)
         );
         // Signed with a key the server does not hold.
-        let forged = links(OTHER_KEY).token(&campaign(), "u1");
+        let forged = links(OTHER_KEY).token(&campaign(), &digest(), "u1");
         assert_eq!(l.verify(&forged), Err(TokenError::BadSignature));
         // One character of the signature changed.
         let mut altered = signature.to_owned();
@@ -266,17 +331,17 @@ mod tests {
         // Same key, another list.
         let weekly = Signer::new(KEY, "product-news").unwrap();
         assert_eq!(
-            l.verify(&weekly.token(&campaign(), "u1")),
+            l.verify(&weekly.token(&campaign(), &digest(), "u1")),
             Err(TokenError::OtherList)
         );
     }
 
     #[test]
     fn rotation_keeps_old_links_working() {
-        let old = links(OTHER_KEY).token(&campaign(), "u1");
+        let old = links(OTHER_KEY).token(&campaign(), &digest(), "u1");
         let rotated = links(&format!("{KEY}\n{OTHER_KEY}"));
         assert_eq!(rotated.verify(&old).unwrap().user_id, "u1");
-        let new = rotated.token(&campaign(), "u1");
+        let new = rotated.token(&campaign(), &digest(), "u1");
         assert!(links(KEY).verify(&new).is_ok(), "the first key signs");
     }
 

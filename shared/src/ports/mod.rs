@@ -9,7 +9,7 @@
 //! `adapters::waiting::WaitingTable` (WaitingRoom), `adapters::open_content::OpenContentTable`
 //! (OpenContentStore), `adapters::picks::MongoPicks` (PickDirectory).
 
-use crate::domain::campaign::{Campaign, CampaignId, Hold, StateChange, Window};
+use crate::domain::campaign::{Campaign, CampaignId, CampaignRecord, Hold, StateChange, Window};
 use crate::domain::digest::{Enrichment, OddFollows};
 use crate::domain::ledger::{
     Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, SendKey, SendStatus,
@@ -17,6 +17,7 @@ use crate::domain::ledger::{
 use crate::domain::local_time::{
     LocalDelivery, LocalTimeCounts, SlotRelease, WaitingReport, ZoneField,
 };
+use crate::domain::topics::{ExclusionCounts, Preferences, Save, Topic, TopicId, Topics};
 #[cfg(any(test, feature = "memory"))]
 pub mod memory;
 mod open_content;
@@ -75,14 +76,22 @@ pub trait CampaignStates: Send + Sync {
         campaign_id: &str,
     ) -> impl Future<Output = Result<Option<Hold>, LedgerError>> + Send;
     /// Records that GetUsers started the campaign (RUNNING, unless it has a state already),
-    /// so that `mailctl` and the reputation guard know it, and the window it first started
-    /// with: a later start with another window gets the recorded one back (Err) and must not
-    /// run.
+    /// so that `mailctl` and the reputation guard know it, with the window and topic it
+    /// first started with; the record as it is now (a later start settles against it:
+    /// `Campaign::settle`).
     fn register(
         &self,
         campaign: &Campaign,
         at_ms: u64,
-    ) -> impl Future<Output = Result<Result<(), Window>, LedgerError>> + Send;
+    ) -> impl Future<Output = Result<CampaignRecord, LedgerError>> + Send;
+    /// Users of a run segment left out of the audience, by reason (written whole: a retried
+    /// segment repeats them harmlessly).
+    fn record_exclusions(
+        &self,
+        campaign: &CampaignId,
+        segment: u32,
+        counts: &ExclusionCounts,
+    ) -> impl Future<Output = Result<(), LedgerError>> + Send;
 }
 
 /// What the reputation guard pauses: every running campaign, and the consumers of the
@@ -134,6 +143,30 @@ pub trait SubscriberStore: Send + Sync {
         list: &str,
         at_ms: i64,
     ) -> impl Future<Output = Result<Change, StoreError>> + Send;
+    /// The user of `key` leaves `topic` (a one-click unsubscribe, or the page's button),
+    /// from the email of `key`; the first time is kept.
+    fn leave_topic(
+        &self,
+        key: &SendKey,
+        topic: &TopicId,
+        via: ChangedVia,
+        at_ms: i64,
+    ) -> impl Future<Output = Result<Change, StoreError>> + Send;
+    /// What the preference centre shows: the user's choices and stored locale (None: no
+    /// such user).
+    fn preferences(
+        &self,
+        user_id: &str,
+        topics: &Topics,
+    ) -> impl Future<Output = Result<Option<(Preferences, Option<String>)>, StoreError>> + Send;
+    /// Writes a save of the preference centre (each changed topic, and a resubscribe),
+    /// recording when and from the email of `key`.
+    fn save_preferences(
+        &self,
+        key: &SendKey,
+        save: &Save,
+        at_ms: i64,
+    ) -> impl Future<Output = Result<Change, StoreError>> + Send;
     /// The user of `key` is never emailed again, for what happened to the email of `key`.
     fn suppress(
         &self,
@@ -148,9 +181,10 @@ pub trait SubscriberStore: Send + Sync {
 /// what GetUsers and CreateEmails read.
 pub trait UserDirectory: Send + Sync {
     type Audience: AudienceScan;
-    /// The audience of `window` after `after` (a checkpoint): subscribed, unsuppressed users
-    /// with at least one new follower, each once, in ascending id order (`UserId`'s order).
-    fn audience(&self, window: &Window, after: Option<UserId>) -> Self::Audience;
+    /// The audience of a campaign of `topic` over `window` after `after` (a checkpoint): the
+    /// users with at least one new follower whom the topic's audience rule lets in
+    /// (`Standing::exclusion`), each once, in ascending id order (`UserId`'s order).
+    fn audience(&self, window: &Window, topic: &Topic, after: Option<UserId>) -> Self::Audience;
     /// The window's follows whose followeeId or followerId no user can have: how many of
     /// each, and up to `limit` of the first kind described.
     fn odd_follows(
@@ -158,11 +192,13 @@ pub trait UserDirectory: Send + Sync {
         window: &Window,
         limit: i64,
     ) -> impl Future<Output = Result<OddFollows, StoreError>> + Send;
-    /// One user's digest for `window`, read afresh, naming up to `shown` recent followers.
+    /// One user's digest for `window`, read afresh, naming up to `shown` recent followers (or
+    /// why they get none, the audience rule of `topic` among the reasons).
     fn enrich(
         &self,
         user_id: &UserId,
         window: &Window,
+        topic: &Topic,
         shown: u32,
     ) -> impl Future<Output = Result<Enrichment, StoreError>> + Send;
     /// `enrich` for several users of one window at once (an SQS batch), in their order; a
@@ -171,6 +207,7 @@ pub trait UserDirectory: Send + Sync {
         &self,
         user_ids: &[UserId],
         window: &Window,
+        topic: &Topic,
         shown: u32,
     ) -> impl Future<Output = Result<Vec<Enrichment>, StoreError>> + Send;
     /// Cold-start check that the queries' indexes exist (an error says how to create them).
@@ -180,6 +217,8 @@ pub trait UserDirectory: Send + Sync {
 /// The audience, one user at a time, never held in memory.
 pub trait AudienceScan: Send {
     fn next(&mut self) -> impl Future<Output = Result<Option<AudienceMember>, StoreError>> + Send;
+    /// The users with new followers left out so far, by reason.
+    fn excluded(&self) -> &ExclusionCounts;
 }
 
 /// One user of the audience: their id, and their time zone field as the document holds it
@@ -294,6 +333,24 @@ pub enum Change {
     /// Already so (a repeated request, a duplicate event).
     AlreadyDone,
     NoSuchUser,
+}
+
+/// Where a topic choice was made (recorded with it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangedVia {
+    /// A mail client's one-click unsubscribe (RFC 8058).
+    OneClick,
+    /// The preference centre.
+    Page,
+}
+
+impl ChangedVia {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OneClick => "one-click",
+            Self::Page => "page",
+        }
+    }
 }
 
 /// Why an address is never emailed again.

@@ -90,8 +90,17 @@ mod tests {
             &self,
             _: &crate::domain::campaign::Campaign,
             _: u64,
-        ) -> Result<Result<(), crate::domain::campaign::Window>, LedgerError> {
-            Ok(Ok(()))
+        ) -> Result<crate::domain::campaign::CampaignRecord, LedgerError> {
+            Ok(Default::default())
+        }
+
+        async fn record_exclusions(
+            &self,
+            _: &crate::domain::campaign::CampaignId,
+            _: u32,
+            _: &crate::domain::topics::ExclusionCounts,
+        ) -> Result<(), LedgerError> {
+            Ok(())
         }
     }
 

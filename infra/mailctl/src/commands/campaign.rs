@@ -1,7 +1,7 @@
 //! `run` and `resend`: start a campaign, and on the local stack run it to its end and say
 //! how it ended (exit status 1 when users are FAILED, dead-lettered or left in a DLQ).
 
-use super::{provision_local, LocalTimeArgs, TargetArgs, WindowArgs};
+use super::{provision_local, CampaignArgs, LocalTimeArgs, TargetArgs};
 use anyhow::{bail, Context, Result};
 use mailctl::ops::{self, Target};
 use mailflow::adapters::ses::SesMailer;
@@ -14,7 +14,7 @@ pub async fn run(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     campaign: Option<String>,
-    window: &WindowArgs,
+    window: &CampaignArgs,
     local: &LocalTimeArgs,
     t: &TargetArgs,
 ) -> Result<()> {
@@ -45,7 +45,7 @@ pub async fn resend(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     campaign: &str,
-    window: &WindowArgs,
+    window: &CampaignArgs,
     options: Resend<'_>,
     t: &TargetArgs,
 ) -> Result<()> {

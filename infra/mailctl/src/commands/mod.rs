@@ -11,7 +11,9 @@ pub mod status;
 
 use anyhow::{bail, Context, Result};
 use mailctl::ops::Target;
-use mailflow::domain::campaign::{rfc3339, Campaign, CampaignError, CampaignId, Window};
+use mailflow::domain::campaign::{
+    rfc3339, Campaign, CampaignError, CampaignId, CampaignRecord, Window,
+};
 use mailflow_local::names;
 use mailflow_local::provision::{provision, StackOptions};
 use mailflow_local::template::Template;
@@ -33,13 +35,17 @@ pub struct TargetArgs {
 /// A campaign's window, for a campaign that is not `weekly-YYYY-Www` the first time it starts
 /// (afterwards the window it started with is used, and another is refused).
 #[derive(clap::Args, Clone, Default)]
-pub struct WindowArgs {
+pub struct CampaignArgs {
     /// Start of the window (RFC 3339, e.g. 2026-06-01T00:00:00Z), with --until.
     #[arg(long, requires = "until")]
     pub since: Option<String>,
     /// End of the window, exclusive (RFC 3339), with --since.
     #[arg(long, requires = "since")]
     pub until: Option<String>,
+    /// The campaign's topic (an id of shared/topics.json, e.g. product-news); default: the
+    /// topic it first started with, or the weekly digest's for a new campaign.
+    #[arg(long)]
+    pub topic: Option<String>,
 }
 
 /// Delivery at each user's local time (GetUsers checks the values, one line each).
@@ -76,38 +82,57 @@ impl LocalTimeArgs {
     }
 }
 
-/// The campaign `id` names, with its window: `--since`/`--until`, a weekly id's own week, or
-/// the window the campaign was first started with (read from the campaigns table).
+/// The campaign `id` names, with its window (`--since`/`--until`, a weekly id's own week, or
+/// the window it was first started with) and its topic (`--topic`, or the one it was first
+/// started with, or the weekly one), both as GetUsers settles them.
 pub async fn resolve_campaign(
     sdk: &aws_config::SdkConfig,
     t: &TargetArgs,
     id: &str,
-    window: &WindowArgs,
+    args: &CampaignArgs,
 ) -> Result<Campaign> {
     CampaignId::parse(id)?;
-    if let (Some(since), Some(until)) = (&window.since, &window.until) {
+    let topics = mailflow::domain::topics::Topics::builtin();
+    let named = args.topic.as_deref().map(|t| topics.get(t)).transpose()?;
+    // The campaigns table is read only for what the arguments leave open.
+    let read_record = || async {
+        let target = target(sdk, t).await?;
+        let record = mailctl::ops::campaigns_table(&aws_sdk_dynamodb::Client::new(sdk), &target)
+            .record(id)
+            .await?;
+        anyhow::Ok(record.unwrap_or_default())
+    };
+    let mut record: Option<CampaignRecord> = None;
+    let mut campaign = if let (Some(since), Some(until)) = (&args.since, &args.until) {
         let at = |flag: &str, value: &str| {
             OffsetDateTime::parse(value, &Rfc3339).with_context(|| {
                 format!("--{flag} {value:?} is not an RFC 3339 time (e.g. 2026-06-01T00:00:00Z)")
             })
         };
         let window = Window::new(at("since", since)?, at("until", until)?)?;
-        return Ok(Campaign::from_id(id, Some(window))?);
+        Campaign::from_id(id, Some(window))?
+    } else {
+        match Campaign::from_id(id, None) {
+            Err(CampaignError::NoWindow(_)) => match record.insert(read_record().await?).window {
+                Some(window) => Campaign::from_id(id, Some(window))?,
+                None => bail!(
+                    "campaign {id} has no recorded window (it has not started here yet): give --since and --until (e.g. --since 2026-06-01T00:00:00Z --until 2026-06-08T00:00:00Z)"
+                ),
+            },
+            weekly => weekly?,
+        }
+    };
+    match named {
+        Some(topic) => campaign = campaign.with_topic(topic.id.clone()),
+        None => {
+            let recorded = match record {
+                Some(record) => record,
+                None => read_record().await?,
+            };
+            campaign.settle(&recorded, false)?;
+        }
     }
-    match Campaign::from_id(id, None) {
-        Err(CampaignError::NoWindow(_)) => {}
-        weekly => return Ok(weekly?),
-    }
-    let target = target(sdk, t).await?;
-    let record = mailctl::ops::campaigns_table(&aws_sdk_dynamodb::Client::new(sdk), &target)
-        .record(id)
-        .await?;
-    match record.and_then(|r| r.window) {
-        Some(window) => Ok(Campaign::from_id(id, Some(window))?),
-        None => bail!(
-            "campaign {id} has no recorded window (it has not started here yet): give --since and --until (e.g. --since 2026-06-01T00:00:00Z --until 2026-06-08T00:00:00Z)"
-        ),
-    }
+    Ok(campaign)
 }
 
 /// GetUsers' event for `campaign`, its window always given (the same as the recorded one for
@@ -117,6 +142,7 @@ pub fn start_event(campaign: &Campaign) -> serde_json::Value {
         "campaignId": campaign.id.as_str(),
         "since": rfc3339(campaign.window.since),
         "until": rfc3339(campaign.window.until),
+        "topic": campaign.topic.as_str(),
     })
 }
 

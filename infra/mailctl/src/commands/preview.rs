@@ -115,7 +115,7 @@ pub async fn plan(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     campaign: Option<String>,
-    window: &super::WindowArgs,
+    window: &super::CampaignArgs,
     options: &PlanOptions,
     t: &TargetArgs,
 ) -> Result<()> {

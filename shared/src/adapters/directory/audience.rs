@@ -1,6 +1,7 @@
-//! The audience: subscribed users whose address is not suppressed, with at least one new
-//! follower in the window, in user id order, streamed with two cursors and never held in
-//! memory.
+//! The audience: users with at least one new follower in the window whom the campaign's
+//! topic lets in (subscribed, not suppressed, not out of the topic: `Standing::exclusion`),
+//! in user id order, streamed with two cursors and never held in memory. Those left out are
+//! counted by reason as the join meets them.
 //!
 //! It is a merge join of two sorted index scans: the window's follows ordered by followeeId
 //! (index `followeeId_1_createdAt_1`, keys only) and the eligible users ordered by `_id`.
@@ -12,9 +13,11 @@
 
 use super::{follows_index_keys, window_filter, FOLLOWS, TIMEZONE, USERS};
 use crate::adapters::bson_ids::{self as ids, from_bson, type_name};
+use crate::adapters::preferences;
 use crate::domain::campaign::Window;
 use crate::domain::digest::{OddFollow, OddFollows};
 use crate::domain::local_time::ZoneField;
+use crate::domain::topics::{Exclusion, ExclusionCounts, Topic, TopicId};
 use crate::domain::user_id::UserId;
 use crate::ports::{AudienceMember, AudienceScan, StoreError};
 use futures::TryStreamExt;
@@ -60,6 +63,8 @@ impl IdType {
 pub struct Audience {
     db: Database,
     window: Window,
+    topic: Topic,
+    excluded: ExclusionCounts,
     after: Option<UserId>,
     passes: std::vec::IntoIter<IdType>,
     current: Option<Pass>,
@@ -70,7 +75,8 @@ struct Pass {
     followees: Cursor<Document>,
     users: Cursor<Document>,
     last_followee: Option<UserId>,
-    user_head: Option<AudienceMember>,
+    /// The users cursor's current user, and why they are left out (None: they are in).
+    user_head: Option<(AudienceMember, Option<Exclusion>)>,
 }
 
 const CURSOR_BATCH: u32 = 1000;
@@ -81,12 +87,30 @@ impl Audience {
         doc! { "followeeId": kind.range(after), "createdAt": window_filter(window) }
     }
 
+    /// The users filter for one id type (an `_id` range only: the audience rule is applied
+    /// to what it returns), exposed so a test can `explain` it.
+    pub fn users_filter(kind: IdType, after: Option<&UserId>) -> Document {
+        doc! { "_id": kind.range(after) }
+    }
+
+    /// What the scan reads of each user besides the id: the fields of the audience rule.
+    pub fn users_projection(topic: &TopicId) -> Document {
+        let mut projection = doc! { "_id": 1 };
+        projection.extend(preferences::standing_projection(topic));
+        projection
+    }
+
     pub fn follows_hint() -> Hint {
         Hint::Keys(follows_index_keys())
     }
 
     /// The audience after `after` (a checkpoint), or all of it.
-    pub(super) fn open(db: &Database, window: &Window, after: Option<UserId>) -> Self {
+    pub(super) fn open(
+        db: &Database,
+        window: &Window,
+        topic: &Topic,
+        after: Option<UserId>,
+    ) -> Self {
         // Resuming inside the ObjectId pass skips the string pass entirely.
         let passes: Vec<IdType> = IdType::ALL
             .into_iter()
@@ -98,6 +122,8 @@ impl Audience {
         Self {
             db: db.clone(),
             window: *window,
+            topic: topic.clone(),
+            excluded: ExclusionCounts::default(),
             after,
             passes: passes.into_iter(),
             current: None,
@@ -109,6 +135,7 @@ impl Audience {
     async fn open_pass(
         db: &Database,
         window: &Window,
+        topic: &Topic,
         after: Option<&UserId>,
         kind: IdType,
     ) -> mongodb::error::Result<Pass> {
@@ -120,18 +147,15 @@ impl Audience {
             .hint(Self::follows_hint())
             .batch_size(CURSOR_BATCH)
             .await?;
-        // A suppression (permanent bounce, complaint) is never emailed again.
-        let users_filter = doc! {
-            "_id": kind.range(after),
-            "subscribed": true,
-            "suppression": { "$exists": false },
-        };
+        // Every user of the range: the rule is applied here, so that those it leaves out
+        // are counted by reason (the documents were fetched for a filter before anyway).
+        let mut projection = Self::users_projection(&topic.id);
+        projection.insert(TIMEZONE, 1);
         let users = db
             .collection::<Document>(USERS)
-            .find(users_filter)
+            .find(Self::users_filter(kind, after))
             .sort(doc! { "_id": 1 })
-            // The documents are read for the filter anyway: the zone costs nothing more.
-            .projection(doc! { "_id": 1, TIMEZONE: 1 })
+            .projection(projection)
             .hint(Hint::Keys(doc! { "_id": 1 }))
             .batch_size(CURSOR_BATCH)
             .await?;
@@ -153,13 +177,20 @@ impl Audience {
                     let Some(kind) = self.passes.next() else {
                         return Ok(None);
                     };
-                    let pass =
-                        Self::open_pass(&self.db, &self.window, self.after.as_ref(), kind).await?;
+                    let pass = Self::open_pass(
+                        &self.db,
+                        &self.window,
+                        &self.topic,
+                        self.after.as_ref(),
+                        kind,
+                    )
+                    .await?;
                     self.current.insert(pass)
                 }
             };
-            match pass.next().await? {
-                Some(user) => return Ok(Some(user)),
+            match pass.next(&self.topic).await? {
+                Some((user, None)) => return Ok(Some(user)),
+                Some((_, Some(exclusion))) => self.excluded.add(exclusion),
                 None => self.current = None,
             }
         }
@@ -230,25 +261,36 @@ impl AudienceScan for Audience {
     async fn next(&mut self) -> Result<Option<AudienceMember>, StoreError> {
         Ok(self.next_user().await?)
     }
+
+    fn excluded(&self) -> &ExclusionCounts {
+        &self.excluded
+    }
 }
 
 impl Pass {
-    async fn next(&mut self) -> mongodb::error::Result<Option<AudienceMember>> {
+    /// The next user with a new follower, and why they are left out (None: they are in).
+    async fn next(
+        &mut self,
+        topic: &Topic,
+    ) -> mongodb::error::Result<Option<(AudienceMember, Option<Exclusion>)>> {
         loop {
             let Some(followee) = self.next_followee().await? else {
                 return Ok(None);
             };
-            // Advance the users cursor to the first subscribed user >= followee.
+            // Advance the users cursor to the first user >= followee.
             loop {
                 match &self.user_head {
-                    Some(user) if user.id >= followee => break,
+                    Some((user, _)) if user.id >= followee => break,
                     _ => match self.users.try_next().await? {
                         Some(user) => match self.id_of(&user, "_id", USERS) {
                             Some(id) => {
-                                self.user_head = Some(AudienceMember {
+                                let member = AudienceMember {
                                     id,
                                     zone: zone_field(user.get(TIMEZONE)),
-                                })
+                                };
+                                let exclusion =
+                                    preferences::standing(&user, &topic.id).exclusion(topic);
+                                self.user_head = Some((member, exclusion));
                             }
                             None => continue,
                         },
@@ -256,8 +298,8 @@ impl Pass {
                     },
                 }
             }
-            if let Some(user) = self.user_head.as_ref().filter(|u| u.id == followee) {
-                return Ok(Some(user.clone()));
+            if let Some(head) = self.user_head.as_ref().filter(|(u, _)| u.id == followee) {
+                return Ok(Some(head.clone()));
             }
         }
     }

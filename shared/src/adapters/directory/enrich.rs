@@ -3,8 +3,10 @@
 
 use super::{window_filter, FOLLOWS, USERS};
 use crate::adapters::bson_ids as ids;
+use crate::adapters::preferences;
 use crate::domain::campaign::Window;
 use crate::domain::digest::{printable_name, Digest, Enrichment, SkipReason};
+use crate::domain::topics::{Exclusion, Topic};
 use crate::domain::user_id::UserId;
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -27,6 +29,7 @@ pub(super) async fn enrich_many(
     db: &Database,
     user_ids: &[UserId],
     window: &Window,
+    topic: &Topic,
     shown: u32,
 ) -> mongodb::error::Result<Vec<Enrichment>> {
     let wanted: Vec<Bson> = user_ids.iter().map(ids::to_bson).collect();
@@ -46,7 +49,7 @@ pub(super) async fn enrich_many(
             let Some(user) = documents.get(id) else {
                 return Err(SkipReason::Vanished);
             };
-            match Profile::read(user) {
+            match Profile::read(user, topic) {
                 Ok(read) => read,
                 Err(detail) => {
                     // Names the collection, the document and the field; never the address.
@@ -219,18 +222,23 @@ struct Profile {
 impl Profile {
     /// The profile, a reason to send nothing, or (Err) a one-line description of the field
     /// that holds the wrong type.
-    fn read(user: &Document) -> Result<Result<Self, SkipReason>, String> {
+    fn read(user: &Document, topic: &Topic) -> Result<Result<Self, SkipReason>, String> {
         let bad = |field: &str, expected: &str| ids::bad_field(USERS, user, field, expected);
-        match user.get("subscribed") {
-            Some(Bson::Boolean(true)) => {}
-            None | Some(Bson::Null | Bson::Boolean(false)) => {
-                return Ok(Err(SkipReason::Unsubscribed))
+        // The audience rule GetUsers applied, again: the person may have chosen since.
+        match preferences::standing(user, &topic.id).exclusion(topic) {
+            None => {}
+            Some(Exclusion::Unsubscribed) => return Ok(Err(SkipReason::Unsubscribed)),
+            Some(Exclusion::Suppressed) => return Ok(Err(SkipReason::Suppressed)),
+            Some(Exclusion::LeftTopic) => return Ok(Err(SkipReason::LeftTopic)),
+            Some(Exclusion::Unreadable) => {
+                let field = match user.get(preferences::SUBSCRIBED) {
+                    Some(Bson::Boolean(_) | Bson::Null) | None => {
+                        preferences::choice_field(&topic.id)
+                    }
+                    Some(_) => preferences::SUBSCRIBED.to_owned(),
+                };
+                return Err(bad(&field, "true or false"));
             }
-            Some(_) => return Err(bad("subscribed", "true or false")),
-        }
-        // Any suppression (permanent bounce, complaint) means never again, as in GetUsers.
-        if user.contains_key("suppression") {
-            return Ok(Err(SkipReason::Suppressed));
         }
         let email = match optional_text(user, "email") {
             Ok(Some(email)) => email,

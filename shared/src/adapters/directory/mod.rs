@@ -1,7 +1,8 @@
 //! The user directory on MongoDB (`ports::UserDirectory`): the audience (`audience`) and
 //! each user's digest (`enrich`), read from two collections.
 //!
-//! Data model: `users {_id, email, name, subscribed: bool, locale?, suppression?}` and
+//! Data model: `users {_id, email, name, subscribed: bool, locale?, suppression?, topics?}`
+//! (`topics`: `crate::adapters::preferences`) and
 //! `follows {followerId, followeeId, createdAt: date}`, where every id is a string or an
 //! ObjectId (`crate::domain::user_id` says how they travel outside MongoDB, `bson_ids` converts).
 
@@ -12,6 +13,7 @@ pub use audience::{Audience, IdType};
 
 use crate::domain::campaign::Window;
 use crate::domain::digest::{Enrichment, OddFollows};
+use crate::domain::topics::Topic;
 use crate::domain::user_id::UserId;
 use crate::ports::{StoreError, UserDirectory};
 use mongodb::bson::doc;
@@ -44,8 +46,8 @@ impl MongoDirectory {
 impl UserDirectory for MongoDirectory {
     type Audience = Audience;
 
-    fn audience(&self, window: &Window, after: Option<UserId>) -> Audience {
-        Audience::open(&self.db, window, after)
+    fn audience(&self, window: &Window, topic: &Topic, after: Option<UserId>) -> Audience {
+        Audience::open(&self.db, window, topic, after)
     }
 
     async fn odd_follows(&self, window: &Window, limit: i64) -> Result<OddFollows, StoreError> {
@@ -56,10 +58,17 @@ impl UserDirectory for MongoDirectory {
         &self,
         user_id: &UserId,
         window: &Window,
+        topic: &Topic,
         shown: u32,
     ) -> Result<Enrichment, StoreError> {
-        let mut one =
-            enrich::enrich_many(&self.db, std::slice::from_ref(user_id), window, shown).await?;
+        let mut one = enrich::enrich_many(
+            &self.db,
+            std::slice::from_ref(user_id),
+            window,
+            topic,
+            shown,
+        )
+        .await?;
         Ok(one.pop().unwrap_or(Enrichment::Skip(
             crate::domain::digest::SkipReason::Vanished,
         )))
@@ -69,9 +78,10 @@ impl UserDirectory for MongoDirectory {
         &self,
         user_ids: &[UserId],
         window: &Window,
+        topic: &Topic,
         shown: u32,
     ) -> Result<Vec<Enrichment>, StoreError> {
-        Ok(enrich::enrich_many(&self.db, user_ids, window, shown).await?)
+        Ok(enrich::enrich_many(&self.db, user_ids, window, topic, shown).await?)
     }
 
     async fn check_indexes(&self) -> Result<(), StoreError> {

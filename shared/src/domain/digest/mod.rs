@@ -45,6 +45,10 @@ pub struct Digest {
 pub enum SkipReason {
     Vanished,
     Unsubscribed,
+    /// They left the campaign's topic (or never joined a topic whose default is out).
+    LeftTopic,
+    /// The campaign's topic is not declared (any more) in `shared/topics.json`.
+    UnknownTopic,
     Suppressed,
     NoAddress,
     NoNewFollowers,
@@ -63,6 +67,8 @@ impl SkipReason {
         match self {
             Self::Vanished => "vanished",
             Self::Unsubscribed => "unsubscribed",
+            Self::LeftTopic => "left_topic",
+            Self::UnknownTopic => "unknown_topic",
             Self::Suppressed => "suppressed",
             Self::NoAddress => "no_address",
             Self::NoNewFollowers => "no_new_followers",

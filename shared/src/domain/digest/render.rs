@@ -8,6 +8,8 @@
 use super::Digest;
 use crate::domain::campaign::Window;
 use crate::domain::open_content::SlotUrls;
+use crate::domain::topics::{Topic, Topics};
+use crate::domain::unsubscribe_link;
 use minijinja::{context, Environment, Value};
 
 /// The locales with templates: a user's `locale` (`fr`, `fr-CA`, `de_DE`...) picks by its
@@ -135,6 +137,7 @@ impl Renderer {
             renderer.render(
                 &digest,
                 &window,
+                Topics::builtin().weekly(),
                 "https://unsubscribe.example/?token=t",
                 &picks,
             )?;
@@ -168,10 +171,13 @@ impl Renderer {
         &self,
         digest: &Digest,
         window: &Window,
+        topic: &Topic,
         unsubscribe_url: &str,
         picks: &[SlotUrls],
     ) -> Result<Rendered, RenderError> {
         let locale = self.locale_for(digest.locale.as_deref());
+        // The footer's two links: leave this email's topic, or the whole preference centre.
+        let leave_url = unsubscribe_link::leave_link(unsubscribe_url);
         let last_day = window.until - time::Duration::seconds(1);
         // The URL is built from a checked base URL and a base64url token: `&` is the only
         // character HTML needs escaped in it (escaping `/` too would garble the link).
@@ -195,7 +201,9 @@ impl Renderer {
             others => digest.new_followers.saturating_sub(digest.recent.len() as u64),
             since => date(window.since),
             until => date(last_day),
-            unsubscribe_url => unsubscribe_url,
+            topic => topic.label(locale),
+            leave_url => &leave_url,
+            manage_url => unsubscribe_url,
             picks => &text_picks,
         };
         let subject = self
@@ -205,7 +213,7 @@ impl Renderer {
         let template = format!("{locale}/body.mjml");
         let mjml = self.fill(
             template.clone(),
-            context! { subject => &subject, unsubscribe_url => html_url(unsubscribe_url), picks => &html_picks, ..ctx.clone() },
+            context! { subject => &subject, leave_url => html_url(&leave_url), manage_url => html_url(unsubscribe_url), picks => &html_picks, ..ctx.clone() },
         )?;
         let mjml_error = |detail: String| RenderError::Mjml {
             template: template.clone(),
@@ -243,6 +251,10 @@ mod tests {
         }
     }
 
+    fn weekly() -> &'static Topic {
+        Topics::builtin().weekly()
+    }
+
     fn window() -> Window {
         crate::domain::campaign::Campaign::from_id("weekly-2026-W47", None)
             .unwrap()
@@ -253,21 +265,34 @@ mod tests {
     fn renders_counts_names_dates_and_the_unsubscribe_link() {
         let r = Renderer::new("en").unwrap();
         let out = r
-            .render(&digest(&["Grace", "Linus"], 5), &window(), URL, &[])
+            .render(
+                &digest(&["Grace", "Linus"], 5),
+                &window(),
+                weekly(),
+                URL,
+                &[],
+            )
             .unwrap();
         assert_eq!(out.subject, "You have 5 new followers this week");
         assert!(out.html.contains("<li>Grace</li>") && out.html.contains("…and 3 more."));
+        // The footer says what its first link does (leave the digest) and offers the rest.
         assert!(
-            out.html.contains(&format!("href=\"{URL}\"")),
+            out.html.contains(&format!("href=\"{URL}&amp;leave=1\"")),
             "{}",
             out.html
         );
+        assert!(out.html.contains(&format!("href=\"{URL}\"")));
+        assert!(out
+            .html
+            .contains("Unsubscribe from “Weekly digest of your new followers”"));
         assert!(out.html.contains("<!doctype html>"));
         assert!(out.text.contains("  - Linus") && out.text.contains("...and 3 more."));
         assert!(out.text.contains("between 16 Nov 2026 and 22 Nov 2026"));
-        assert!(out.text.contains(&format!("Unsubscribe: {URL}")));
+        assert!(out.text.contains(&format!(
+            "Unsubscribe from “Weekly digest of your new followers”: {URL}&leave=1\nManage all emails: {URL}"
+        )));
         let one = r
-            .render(&digest(&["Grace"], 1), &window(), URL, &[])
+            .render(&digest(&["Grace"], 1), &window(), weekly(), URL, &[])
             .unwrap();
         assert_eq!(one.subject, "You have a new follower this week");
         assert!(!one.html.contains("more."));
@@ -284,7 +309,7 @@ mod tests {
             })
             .collect();
         let out = r
-            .render(&digest(&["Grace"], 1), &window(), URL, &picks)
+            .render(&digest(&["Grace"], 1), &window(), weekly(), URL, &picks)
             .unwrap();
         for i in 1..=3 {
             assert!(
@@ -311,12 +336,12 @@ mod tests {
         );
         assert!(out.html.matches("<img").count() == out.html.matches("alt=\"").count());
         let none = r
-            .render(&digest(&["Grace"], 1), &window(), URL, &[])
+            .render(&digest(&["Grace"], 1), &window(), weekly(), URL, &[])
             .unwrap();
         assert!(!none.html.contains("follow back") && !none.text.contains("Suggestion"));
         let mut fr = digest(&["Grace"], 1);
         fr.locale = Some("fr".into());
-        let out = r.render(&fr, &window(), URL, &picks).unwrap();
+        let out = r.render(&fr, &window(), weekly(), URL, &picks).unwrap();
         assert!(out.html.contains("Des personnes à suivre en retour"));
     }
 
@@ -325,7 +350,7 @@ mod tests {
         let r = Renderer::new("en").unwrap();
         let mut d = digest(&["<script>alert(1)</script>", "{{ name }}"], 2);
         d.name = "</mj-text><mj-raw>x</mj-raw>".into();
-        let out = r.render(&d, &window(), URL, &[]).unwrap();
+        let out = r.render(&d, &window(), weekly(), URL, &[]).unwrap();
         assert!(out
             .html
             .contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"));
@@ -349,14 +374,14 @@ mod tests {
         ));
         let mut d = digest(&["Grace"], 4);
         d.locale = Some("fr".into());
-        let out = r.render(&d, &window(), URL, &[]).unwrap();
+        let out = r.render(&d, &window(), weekly(), URL, &[]).unwrap();
         assert_eq!(out.subject, "4 nouveaux abonnés cette semaine");
         assert!(out
             .text
             .contains("entre le 16 nov. 2026 et le 22 nov. 2026"));
         assert!(out.html.contains("Se désabonner") && out.html.contains("lang=\"fr\""));
         d.locale = Some("de".into());
-        let out = r.render(&d, &window(), URL, &[]).unwrap();
+        let out = r.render(&d, &window(), weekly(), URL, &[]).unwrap();
         assert_eq!(out.subject, "Diese Woche folgen dir 4 neue Personen");
         assert!(out
             .text

@@ -271,7 +271,11 @@ mod tests {
         // An unsubscribe token is no slot token.
         let unsubscribe = crate::domain::unsubscribe_link::Signer::new(KEY, "weekly-digest")
             .unwrap()
-            .token(&slot("u1", 0).campaign_id, "u1");
+            .token(
+                &slot("u1", 0).campaign_id,
+                &crate::domain::messages::weekly_topic(),
+                "u1",
+            );
         assert!(s.open(&unsubscribe).is_err());
     }
 

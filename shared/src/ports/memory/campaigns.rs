@@ -1,7 +1,8 @@
 //! Campaigns and the sending switch, in memory.
 
-use crate::domain::campaign::{Campaign, Hold, StateChange, Window};
+use crate::domain::campaign::{Campaign, CampaignId, CampaignRecord, Hold, StateChange, Window};
 use crate::domain::ledger::LedgerError;
+use crate::domain::topics::{ExclusionCounts, TopicId};
 use crate::ports::{CampaignStates, ControlError, SendingSwitch};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -11,8 +12,10 @@ use std::sync::Mutex;
 #[derive(Default)]
 pub struct MemoryCampaigns {
     pub registered: Mutex<HashMap<String, u64>>,
-    /// The window each campaign was first started with.
-    pub windows: Mutex<HashMap<String, Window>>,
+    /// The window and topic each campaign was first started with.
+    pub windows: Mutex<HashMap<String, (Window, TopicId)>>,
+    /// Users left out of the audience, per campaign and run segment.
+    pub excluded: Mutex<HashMap<(String, u32), ExclusionCounts>>,
     pub holds: Mutex<HashMap<String, Hold>>,
     pub consumers_stopped: Mutex<bool>,
 }
@@ -58,24 +61,38 @@ impl CampaignStates for MemoryCampaigns {
         &self,
         campaign: &Campaign,
         at_ms: u64,
-    ) -> Result<Result<(), Window>, LedgerError> {
+    ) -> Result<CampaignRecord, LedgerError> {
         let id = campaign.id.as_str();
         self.registered
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(id.to_owned())
             .or_insert(at_ms);
-        let recorded = *self
+        let (window, topic) = self
             .windows
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(id.to_owned())
-            .or_insert(campaign.window);
-        Ok(if recorded == campaign.window {
-            Ok(())
-        } else {
-            Err(recorded)
+            .or_insert((campaign.window, campaign.topic.clone()))
+            .clone();
+        Ok(CampaignRecord {
+            window: Some(window),
+            topic: Some(topic.to_string()),
+            ..Default::default()
         })
+    }
+
+    async fn record_exclusions(
+        &self,
+        campaign: &CampaignId,
+        segment: u32,
+        counts: &ExclusionCounts,
+    ) -> Result<(), LedgerError> {
+        self.excluded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((campaign.to_string(), segment), counts.clone());
+        Ok(())
     }
 }
 

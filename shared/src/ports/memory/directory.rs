@@ -1,12 +1,15 @@
 //! An in-memory user directory with the MongoDB adapter's rules (`adapters::directory`):
-//! the audience is the subscribed, unsuppressed users with a follow in the window, in id
-//! order; a digest counts distinct followers and names the newest nameable ones.
+//! the audience is the users with a follow in the window whom the topic's rule lets in, in
+//! id order (those left out counted by reason); a digest counts distinct followers and names the newest nameable ones.
 
 use crate::domain::campaign::Window;
 use crate::domain::digest::{
     printable_name, Digest, Enrichment, OddFollow, OddFollows, SkipReason,
 };
 use crate::domain::local_time::ZoneField;
+use crate::domain::topics::{
+    Choice, Exclusion, ExclusionCounts, Overall, Standing, Topic, TopicId,
+};
 use crate::domain::user_id::UserId;
 use crate::ports::{AudienceMember, AudienceScan, StoreError, UserDirectory};
 use std::collections::{BTreeMap, HashSet, VecDeque};
@@ -25,6 +28,27 @@ pub struct User {
     pub invalid: bool,
     /// The IANA time zone field.
     pub timezone: Option<String>,
+    /// Topics chosen explicitly: in (true) or out.
+    pub topics: BTreeMap<TopicId, bool>,
+}
+
+impl User {
+    fn standing(&self, topic: &Topic) -> Option<Exclusion> {
+        Standing {
+            overall: if self.subscribed {
+                Overall::Subscribed
+            } else {
+                Overall::Unsubscribed
+            },
+            suppressed: self.suppressed,
+            choice: match self.topics.get(&topic.id) {
+                Some(true) => Choice::In,
+                Some(false) => Choice::Out,
+                None => Choice::Unset,
+            },
+        }
+        .exclusion(topic)
+    }
 }
 
 impl User {
@@ -37,6 +61,7 @@ impl User {
             suppressed: false,
             invalid: false,
             timezone: None,
+            topics: BTreeMap::new(),
         }
     }
 }
@@ -109,33 +134,44 @@ impl MemoryDirectory {
     }
 }
 
-pub struct MemoryAudience(VecDeque<AudienceMember>);
+pub struct MemoryAudience(VecDeque<AudienceMember>, ExclusionCounts);
 
 impl AudienceScan for MemoryAudience {
     async fn next(&mut self) -> Result<Option<AudienceMember>, StoreError> {
         Ok(self.0.pop_front())
+    }
+
+    fn excluded(&self) -> &ExclusionCounts {
+        &self.1
     }
 }
 
 impl UserDirectory for MemoryDirectory {
     type Audience = MemoryAudience;
 
-    fn audience(&self, window: &Window, after: Option<UserId>) -> MemoryAudience {
-        MemoryAudience(
-            self.users
-                .iter()
-                .filter(|(id, _)| after.as_ref().is_none_or(|after| *id > after))
-                .filter(|(_, user)| user.subscribed && !user.suppressed)
-                .filter(|(id, _)| !self.followers(id, window).is_empty())
-                .map(|(id, user)| AudienceMember {
-                    id: id.clone(),
-                    zone: match &user.timezone {
-                        Some(zone) => ZoneField::Text(zone.clone()),
-                        None => ZoneField::Missing,
-                    },
-                })
-                .collect(),
-        )
+    fn audience(&self, window: &Window, topic: &Topic, after: Option<UserId>) -> MemoryAudience {
+        let mut excluded = ExclusionCounts::default();
+        let members = self
+            .users
+            .iter()
+            .filter(|(id, _)| after.as_ref().is_none_or(|after| *id > after))
+            .filter(|(id, _)| !self.followers(id, window).is_empty())
+            .filter(|(_, user)| match user.standing(topic) {
+                Some(exclusion) => {
+                    excluded.add(exclusion);
+                    false
+                }
+                None => true,
+            })
+            .map(|(id, user)| AudienceMember {
+                id: id.clone(),
+                zone: match &user.timezone {
+                    Some(zone) => ZoneField::Text(zone.clone()),
+                    None => ZoneField::Missing,
+                },
+            })
+            .collect();
+        MemoryAudience(members, excluded)
     }
 
     async fn odd_follows(&self, _window: &Window, limit: i64) -> Result<OddFollows, StoreError> {
@@ -155,6 +191,7 @@ impl UserDirectory for MemoryDirectory {
         &self,
         user_id: &UserId,
         window: &Window,
+        topic: &Topic,
         shown: u32,
     ) -> Result<Enrichment, StoreError> {
         if self
@@ -172,11 +209,13 @@ impl UserDirectory for MemoryDirectory {
         if user.invalid {
             return skip(SkipReason::InvalidDocument);
         }
-        if !user.subscribed {
-            return skip(SkipReason::Unsubscribed);
-        }
-        if user.suppressed {
-            return skip(SkipReason::Suppressed);
+        match user.standing(topic) {
+            None => {}
+            Some(Exclusion::Suppressed) => return skip(SkipReason::Suppressed),
+            Some(Exclusion::LeftTopic) => return skip(SkipReason::LeftTopic),
+            Some(Exclusion::Unsubscribed | Exclusion::Unreadable) => {
+                return skip(SkipReason::Unsubscribed)
+            }
         }
         let Some(email) = user.email.clone() else {
             return skip(SkipReason::NoAddress);
@@ -212,11 +251,12 @@ impl UserDirectory for MemoryDirectory {
         &self,
         user_ids: &[UserId],
         window: &Window,
+        topic: &Topic,
         shown: u32,
     ) -> Result<Vec<Enrichment>, StoreError> {
         let mut all = Vec::with_capacity(user_ids.len());
         for id in user_ids {
-            all.push(self.enrich(id, window, shown).await?);
+            all.push(self.enrich(id, window, topic, shown).await?);
         }
         Ok(all)
     }

@@ -1,8 +1,9 @@
 //! Subscribers: suppressions and subscriptions.
 
 use crate::domain::ledger::SendKey;
-use crate::ports::{Change, StoreError, SubscriberStore, SuppressionReason};
-use std::collections::HashMap;
+use crate::domain::topics::{Choice, Overall, Preferences, Save, TopicId, Topics};
+use crate::ports::{Change, ChangedVia, StoreError, SubscriberStore, SuppressionReason};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 /// Users with their suppression (the first reason kept) and subscription.
@@ -10,6 +11,8 @@ use std::sync::Mutex;
 pub struct MemorySubscribers {
     /// user id -> (subscribed, suppression reason)
     pub users: Mutex<HashMap<String, (bool, Option<SuppressionReason>)>>,
+    /// user id -> topic -> (in, via, campaign)
+    pub topics: Mutex<HashMap<String, BTreeMap<TopicId, (bool, ChangedVia, String)>>>,
 }
 
 impl MemorySubscribers {
@@ -21,6 +24,15 @@ impl MemorySubscribers {
             .unwrap_or_else(|p| p.into_inner())
             .extend(users.iter().map(|u| (u.to_string(), (true, None))));
         store
+    }
+
+    /// The user's explicit choice of `topic`: in or out, and how it was made.
+    pub fn topic(&self, user: &str, topic: &str) -> Option<(bool, ChangedVia, String)> {
+        self.topics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(user)
+            .and_then(|t| t.get(&TopicId::parse(topic).ok()?).cloned())
     }
 
     pub fn get(&self, user: &str) -> Option<(bool, Option<SuppressionReason>)> {
@@ -48,6 +60,81 @@ impl SubscriberStore for MemorySubscribers {
                 Change::Made
             }
         })
+    }
+
+    async fn leave_topic(
+        &self,
+        key: &SendKey,
+        topic: &TopicId,
+        via: ChangedVia,
+        _at_ms: i64,
+    ) -> Result<Change, StoreError> {
+        if self.get(key.user_id()).is_none() {
+            return Ok(Change::NoSuchUser);
+        }
+        let mut topics = self.topics.lock().unwrap_or_else(|p| p.into_inner());
+        let choices = topics.entry(key.user_id().to_owned()).or_default();
+        Ok(match choices.get(topic) {
+            Some((false, _, _)) => Change::AlreadyDone,
+            _ => {
+                choices.insert(topic.clone(), (false, via, key.campaign_id().to_owned()));
+                Change::Made
+            }
+        })
+    }
+
+    async fn preferences(
+        &self,
+        user_id: &str,
+        _topics: &Topics,
+    ) -> Result<Option<(Preferences, Option<String>)>, StoreError> {
+        let Some((subscribed, _)) = self.get(user_id) else {
+            return Ok(None);
+        };
+        let choices = self
+            .topics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(user_id)
+            .map(|t| {
+                t.iter()
+                    .map(|(id, (on, _, _))| {
+                        (id.clone(), if *on { Choice::In } else { Choice::Out })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let overall = if subscribed {
+            Overall::Subscribed
+        } else {
+            Overall::Unsubscribed
+        };
+        Ok(Some((Preferences { overall, choices }, None)))
+    }
+
+    async fn save_preferences(
+        &self,
+        key: &SendKey,
+        save: &Save,
+        _at_ms: i64,
+    ) -> Result<Change, StoreError> {
+        let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((subscribed, _)) = users.get_mut(key.user_id()) else {
+            return Ok(Change::NoSuchUser);
+        };
+        if save.changes.is_empty() && !save.resubscribe {
+            return Ok(Change::AlreadyDone);
+        }
+        *subscribed |= save.resubscribe;
+        let mut topics = self.topics.lock().unwrap_or_else(|p| p.into_inner());
+        let choices = topics.entry(key.user_id().to_owned()).or_default();
+        for (topic, wanted) in &save.changes {
+            choices.insert(
+                topic.clone(),
+                (*wanted, ChangedVia::Page, key.campaign_id().to_owned()),
+            );
+        }
+        Ok(Change::Made)
     }
 
     async fn suppress(

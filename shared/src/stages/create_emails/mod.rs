@@ -10,6 +10,7 @@ use crate::domain::campaign::Window;
 use crate::domain::digest::{Enrichment, Renderer, SkipReason};
 use crate::domain::messages::{parse_body, BodyError, EmailJob, UserMessage};
 use crate::domain::open_content::{SlotSealer, SlotUrls};
+use crate::domain::topics::{Topic, Topics};
 use crate::domain::unsubscribe_link::{self, Signer};
 use crate::domain::user_id::{UserId, UserIdError};
 use crate::ports::batches;
@@ -42,6 +43,13 @@ pub enum ComposeError {
     Store(#[from] StoreError),
     #[error("cannot serialise job: {0}")]
     Serialise(serde_json::Error),
+}
+
+/// A message of a topic this build does not declare (a deploy removed it while the campaign
+/// ran): the same message would fail the same way, so it is skipped now, counted, logged.
+fn unknown_topic(message: &UserMessage) -> SkipReason {
+    tracing::error!(campaign = %message.campaign_id, topic = %message.topic, "a topic shared/topics.json does not declare; user skipped");
+    SkipReason::UnknownTopic
 }
 
 enum Outcome {
@@ -103,11 +111,15 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
         message: UserMessage,
     ) -> Result<Result<(EmailJob, &'static str), SkipReason>, ComposeError> {
         let user_id = crate::domain::user_id::UserId::parse(&message.user_id)?;
+        let Some(topic) = Topics::builtin().find(&message.topic) else {
+            return Ok(Err(unknown_topic(&message)));
+        };
         let enrichment = self
             .directory
             .enrich(
                 &user_id,
                 &message.window,
+                topic,
                 self.config.recent_followers_shown,
             )
             .await?;
@@ -124,9 +136,14 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
             Enrichment::Ready(d) => d,
             Enrichment::Skip(reason) => return Ok(Err(reason)),
         };
+        let Some(topic) = Topics::builtin().find(&message.topic) else {
+            return Ok(Err(unknown_topic(&message)));
+        };
         let unsubscribe_url = unsubscribe_link::link(
             &self.config.unsubscribe_base_url,
-            &self.signer.token(&message.campaign_id, &digest.user_id),
+            &self
+                .signer
+                .token(&message.campaign_id, &topic.id, &digest.user_id),
         );
         let picks = match (&self.config.picks, &self.sealer) {
             (Some(links), Some(sealer)) => SlotUrls::for_email(
@@ -141,6 +158,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
         let rendered = match self.renderer.render(
             &digest,
             &message.window,
+            topic,
             &unsubscribe_url,
             &picks,
         ) {
@@ -175,12 +193,15 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
         &self,
         records: &[SqsMessage],
     ) -> HashMap<String, Result<Enrichment, StoreError>> {
-        let mut groups: Vec<(Window, Vec<(String, UserId)>)> = Vec::new();
+        let mut groups: Vec<((Window, &Topic), Vec<(String, UserId)>)> = Vec::new();
         for record in records {
             let Ok(message) = parse_body::<UserMessage>(record.body.as_deref()) else {
                 continue;
             };
             let Ok(user_id) = UserId::parse(&message.user_id) else {
+                continue;
+            };
+            let Some(topic) = Topics::builtin().find(&message.topic) else {
                 continue;
             };
             if self
@@ -192,16 +213,21 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
                 continue;
             }
             let id = record.message_id.clone().unwrap_or_default();
-            match groups.iter_mut().find(|(w, _)| *w == message.window) {
+            let group = (message.window, topic);
+            match groups.iter_mut().find(|(g, _)| *g == group) {
                 Some((_, users)) => users.push((id, user_id)),
-                None => groups.push((message.window, vec![(id, user_id)])),
+                None => groups.push((group, vec![(id, user_id)])),
             }
         }
         let shown = self.config.recent_followers_shown;
         let mut read = HashMap::new();
-        for (window, users) in groups {
+        for ((window, topic), users) in groups {
             let ids: Vec<UserId> = users.iter().map(|(_, u)| u.clone()).collect();
-            match self.directory.enrich_many(&ids, &window, shown).await {
+            match self
+                .directory
+                .enrich_many(&ids, &window, topic, shown)
+                .await
+            {
                 Ok(all) => read.extend(
                     users
                         .into_iter()
@@ -211,7 +237,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
                 Err(err) => {
                     tracing::warn!(reason = %err, users = ids.len(), "batch read failed; reading its users one by one");
                     for (id, user_id) in users {
-                        let one = self.directory.enrich(&user_id, &window, shown).await;
+                        let one = self.directory.enrich(&user_id, &window, topic, shown).await;
                         read.insert(id, one);
                     }
                 }

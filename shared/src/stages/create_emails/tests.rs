@@ -3,6 +3,7 @@
 use super::*;
 use crate::config::CreateEmailsConfig;
 use crate::domain::campaign::Campaign;
+use crate::domain::topics::TopicId;
 use crate::ports::memory::directory::{MemoryDirectory, User};
 use crate::ports::memory::{MemoryCampaigns, MemoryOutbox};
 use aws_lambda_events::event::sqs::SqsMessage;
@@ -26,6 +27,7 @@ fn directory() -> MemoryDirectory {
         suppressed,
         invalid,
         timezone: None,
+        topics: Default::default(),
     };
     MemoryDirectory::default()
         .user("alice", User::named("Alice", "alice@example.com"))
@@ -92,6 +94,7 @@ fn message(user: &str) -> SqsMessage {
         campaign_id: campaign().id,
         user_id: user.to_owned(),
         window: campaign().window,
+        topic: campaign().topic,
         include_failed: false,
         include_cancelled: false,
         due: None,
@@ -261,4 +264,66 @@ async fn control_characters_in_names_never_stop_an_email() {
     assert!(job.text.contains("Hi Ada Nul[31m,"), "{}", job.text);
     assert!(job.text.contains("  - Line Break"), "{}", job.text);
     assert_eq!(job.subject, "You have 2 new followers this week");
+}
+
+#[tokio::test]
+async fn the_topic_decides_again_and_names_itself_in_the_footer_and_the_token() {
+    let mut leaver = User::named("Leaver", "leaver@example.com");
+    leaver
+        .topics
+        .insert(TopicId::parse("digest").unwrap(), false);
+    let at = campaign().window.since + time::Duration::hours(1);
+    let directory = || {
+        directory()
+            .user("leaver", leaver.clone())
+            .follow("bob", "leaver", at)
+    };
+    // The digest: the leaver chose since GetUsers read them, and is skipped.
+    let stage = stage(directory());
+    let (_, summary) = stage.handle(event(&["leaver", "alice"])).await;
+    assert_eq!(summary.skipped.get("left_topic"), Some(&1));
+    assert_eq!(jobs(&stage).len(), 1);
+    // Product news still reaches them, and its footer and token name product news.
+    let stage = self::stage(directory());
+    let news = |user: &str| {
+        let body = message(user)
+            .body
+            .unwrap()
+            .replace("\"digest\"", "\"product-news\"");
+        record(user, &body)
+    };
+    let mut event = SqsEvent::default();
+    event.records = vec![news("leaver")];
+    let (response, summary) = stage.handle(event).await;
+    assert_eq!((failed(&response).len(), summary.enqueued), (0, 1));
+    let job = &jobs(&stage)[0];
+    assert!(
+        job.text.contains("Unsubscribe from “Product news”:"),
+        "{}",
+        job.text
+    );
+    let token = job
+        .unsubscribe_url
+        .as_deref()
+        .unwrap()
+        .split_once("token=")
+        .unwrap()
+        .1;
+    let signer = Signer::new(
+        "a-secret-long-enough-for-the-signer-0123456789",
+        "weekly-digest",
+    )
+    .unwrap();
+    assert_eq!(signer.verify(token).unwrap().topic.as_str(), "product-news");
+    // A topic this build does not declare: decided at once, never retried.
+    let stage = self::stage(directory());
+    let mut event = SqsEvent::default();
+    let body = message("alice")
+        .body
+        .unwrap()
+        .replace("\"digest\"", "\"retired-topic\"");
+    event.records = vec![record("alice", &body)];
+    let (response, summary) = stage.handle(event).await;
+    assert!(failed(&response).is_empty());
+    assert_eq!(summary.skipped.get("unknown_topic"), Some(&1));
 }

@@ -12,6 +12,7 @@ use crate::domain::digest::OddFollows;
 use crate::domain::ledger::epoch_ms;
 use crate::domain::local_time::{self, Delivery, Due, LocalDelivery, LocalTimeError};
 use crate::domain::messages::{parse_body, UserMessage};
+use crate::domain::topics::{ExclusionCounts, TopicError, TopicId, Topics};
 use crate::domain::user_id::{check_travels, UserId};
 use crate::ports::MAX_BATCH_ENTRIES;
 use crate::ports::{
@@ -31,7 +32,7 @@ use time::OffsetDateTime;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GetUsersError {
-    #[error("unrecognised event: {0}. Expected an EventBridge \"Scheduled Event\", {{\"campaignId\": \"weekly-2026-W47\"}} (optionally with since, until, includeFailed, includeCancelled, and localTime with sendDate, fallbackZone, passedTime), a send slot's release, or an SQS batch of checkpoints")]
+    #[error("unrecognised event: {0}. Expected an EventBridge \"Scheduled Event\", {{\"campaignId\": \"weekly-2026-W47\"}} (optionally with since, until, topic, includeFailed, includeCancelled, and localTime with sendDate, fallbackZone, passedTime), a send slot's release, or an SQS batch of checkpoints")]
     BadRequest(String),
     #[error("local-time delivery: {0}")]
     LocalTime(#[from] LocalTimeError),
@@ -39,6 +40,8 @@ pub enum GetUsersError {
     Waiting(String),
     #[error(transparent)]
     Campaign(#[from] CampaignError),
+    #[error(transparent)]
+    Topic(#[from] TopicError),
     /// The driver's error, as text: no driver type in the stage's signature.
     #[error("reading the audience from MongoDB failed: {0}")]
     Mongo(String),
@@ -61,6 +64,8 @@ struct ManualRequest {
     include_failed: bool,
     #[serde(default)]
     include_cancelled: bool,
+    /// The campaign's topic (default: the weekly one).
+    topic: Option<String>,
     /// Deliver at this local time (`HH:MM`) in each user's zone.
     local_time: Option<String>,
     /// The date of that local time (`YYYY-MM-DD`); default: the UTC date the window ends on.
@@ -76,6 +81,8 @@ pub struct Checkpoint {
     pub campaign_id: CampaignId,
     #[serde(flatten)]
     pub window: Window,
+    #[serde(default = "crate::domain::messages::weekly_topic")]
+    pub topic: TopicId,
     #[serde(default)]
     pub include_failed: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -122,6 +129,8 @@ enum Continuation {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Run {
     pub campaign: Campaign,
+    /// The start named the campaign's topic (else a campaign already started keeps its own).
+    pub topic_named: bool,
     pub include_failed: bool,
     /// A resend of a reopened campaign: users recorded CANCELLED get their email too.
     pub include_cancelled: bool,
@@ -144,6 +153,8 @@ pub struct Summary {
     /// control character, or longer than `MAX_USER_ID_BYTES`): refused here, each logged with
     /// the id's length, never enqueued (CreateEmails would refuse every retry of them).
     pub users_refused: usize,
+    /// Users with new followers left out by the campaign topic's audience rule, by reason.
+    pub excluded: ExclusionCounts,
     /// Follows in the window whose followeeId is not a usable id (not a string or an
     /// ObjectId, empty, an array): no user is found through them (each logged, up to 20, with
     /// its document id). First segment only.
@@ -234,6 +245,7 @@ pub fn parse_request(
         });
         return Ok(Request::Run(Run {
             campaign,
+            topic_named: false,
             include_failed: false,
             include_cancelled: false,
             after: None,
@@ -252,10 +264,12 @@ pub fn parse_request(
             ))
         }
     };
-    let campaign = Campaign::from_id(&manual.campaign_id, window)?;
+    let topic = Topics::builtin().resolve(manual.topic.as_deref())?;
+    let campaign = Campaign::from_id(&manual.campaign_id, window)?.with_topic(topic.id.clone());
     let delivery = manual_delivery(&manual, &campaign, local, now_ms)?;
     Ok(Request::Run(Run {
         campaign,
+        topic_named: manual.topic.is_some(),
         include_failed: manual.include_failed,
         include_cancelled: manual.include_cancelled,
         after: None,
@@ -395,32 +409,31 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
     }
 
     /// Enqueues the audience after `run.after` until it ends or the deadline nears.
-    pub async fn run(&self, run: Run, invocation: &Invocation) -> Result<Summary, GetUsersError> {
+    pub async fn run(
+        &self,
+        mut run: Run,
+        invocation: &Invocation,
+    ) -> Result<Summary, GetUsersError> {
         let started = Instant::now();
-        let campaign = &run.campaign;
         let after = match run.after.as_deref().map(UserId::parse).transpose() {
             Ok(after) => after,
             Err(reason) => return Err(GetUsersError::BadRequest(format!("checkpoint: {reason}"))),
         };
         // Follows no user can be found through are reported once per run, by its first segment.
         let odd_follows = if run.segment == 0 {
-            campaign.may_start(OffsetDateTime::now_utc(), self.config.max_window)?;
+            run.campaign
+                .may_start(OffsetDateTime::now_utc(), self.config.max_window)?;
             // Known to `mailctl` and the reputation guard from now on.
-            let registered = self
+            let recorded = self
                 .campaigns
                 .states()
-                .register(campaign, epoch_ms(SystemTime::now()))
+                .register(&run.campaign, epoch_ms(SystemTime::now()))
                 .await
                 .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
-            // Its window is fixed when it first starts: nothing is enqueued under another.
-            if let Err(recorded) = registered {
-                return Err(CampaignError::WindowChanged {
-                    id: campaign.id.to_string(),
-                    recorded,
-                    given: campaign.window,
-                }
-                .into());
-            }
+            // Its window and topic are fixed when it first starts: nothing is enqueued
+            // under others.
+            run.campaign.settle(&recorded, run.topic_named)?;
+            let campaign = &run.campaign;
             if let Some(delivery) = &run.delivery {
                 self.waiting
                     .record_delivery(&campaign.id, delivery)
@@ -431,7 +444,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         } else {
             OddFollows::default()
         };
-        let mut audience = self.directory.audience(&campaign.window, after);
+        let campaign = &run.campaign;
+        // A topic a deploy removed while a run was under way: nothing is sent under it.
+        let topic = Topics::builtin().get(campaign.topic.as_str())?;
+        let mut audience = self.directory.audience(&campaign.window, topic, after);
         let send = |bodies: Vec<String>| -> Pending<'_> {
             Box::pin(async move { Ok(self.users.send_batch(&bodies).await?) })
         };
@@ -473,6 +489,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 campaign_id: campaign.id.clone(),
                 user_id: user_id.clone(),
                 window: campaign.window,
+                topic: campaign.topic.clone(),
                 include_failed: run.include_failed,
                 include_cancelled: run.include_cancelled,
                 due: match when {
@@ -548,6 +565,12 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 .await
                 .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
         }
+        let excluded = audience.excluded().clone();
+        self.campaigns
+            .states()
+            .record_exclusions(&campaign.id, run.segment, &excluded)
+            .await
+            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
         let cancelled = matches!(hold, Some(Hold::Cancelled(_)));
         let paused = matches!(hold, Some(Hold::Paused(_)));
         complete &= hold.is_none();
@@ -556,6 +579,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             let checkpoint = Checkpoint {
                 campaign_id: campaign.id.clone(),
                 window: campaign.window,
+                topic: campaign.topic.clone(),
                 include_failed: run.include_failed,
                 include_cancelled: run.include_cancelled,
                 after: last.clone(),
@@ -571,6 +595,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             segment: run.segment,
             users_enqueued: report.sent,
             users_refused: refused,
+            excluded,
             follows_skipped: odd_follows.followees,
             followers_skipped: odd_follows.followers,
             entries_retried: report.retried,
@@ -586,6 +611,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             segment = summary.segment,
             users_enqueued = summary.users_enqueued,
             users_refused = summary.users_refused,
+            excluded = %summary.excluded.describe(),
             follows_skipped = summary.follows_skipped,
             followers_skipped = summary.followers_skipped,
             entries_retried = summary.entries_retried,
@@ -916,7 +942,9 @@ impl From<Checkpoint> for Run {
             campaign: Campaign {
                 id: cp.campaign_id,
                 window: cp.window,
+                topic: cp.topic,
             },
+            topic_named: true,
             include_failed: cp.include_failed,
             include_cancelled: cp.include_cancelled,
             after: cp.after,

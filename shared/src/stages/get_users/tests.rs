@@ -2,9 +2,11 @@
 
 use super::*;
 use crate::domain::campaign::rfc3339;
+use crate::domain::topics::TopicId;
 use crate::ports::memory::directory::{MemoryDirectory, User};
 use crate::ports::memory::{MemoryCampaigns, MemoryOutbox, MemoryWaitingRoom};
 use serde_json::json;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// The clock reading parse uses: 2026-11-28T00:00:00Z.
@@ -81,6 +83,7 @@ fn checkpoint_round_trips() {
     let cp = Checkpoint {
         campaign_id: CampaignId::parse("weekly-2026-W47").unwrap(),
         window: Campaign::from_id("weekly-2026-W47", None).unwrap().window,
+        topic: TopicId::parse("product-news").unwrap(),
         include_failed: false,
         include_cancelled: false,
         after: Some("u00042".into()),
@@ -301,6 +304,7 @@ async fn a_bad_checkpoint_fails_alone() {
     let good = Checkpoint {
         campaign_id: campaign().id,
         window: campaign().window,
+        topic: campaign().topic,
         include_failed: false,
         include_cancelled: false,
         after: Some("u2".into()),
@@ -569,4 +573,125 @@ mod local_time_delivery {
         assert!(enqueued(&stage).is_empty());
         assert!(stage.waiting.held.lock().unwrap().is_empty());
     }
+}
+
+/// `directory()` with two users who chose topics: one left the digest, one joined tips.
+fn directory_with_choices() -> MemoryDirectory {
+    let at = campaign().window.since + time::Duration::hours(1);
+    let topic = |id: &str| TopicId::parse(id).unwrap();
+    let mut left_digest = User::named("Leaver", "l@example.com");
+    left_digest.topics.insert(topic("digest"), false);
+    let mut tips_reader = User::named("Reader", "r@example.com");
+    tips_reader.topics.insert(topic("tips"), true);
+    directory()
+        .user("left-digest", left_digest)
+        .user("tips-reader", tips_reader)
+        .follow("u1", "left-digest", at)
+        .follow("u1", "tips-reader", at)
+}
+
+#[tokio::test]
+async fn each_campaign_reaches_its_topics_audience_and_counts_who_it_leaves_out() {
+    let run = |topic: Option<&'static str>| async move {
+        let stage = stage_over(directory_with_choices(), "20");
+        let mut event = json!({"campaignId": "weekly-2026-W47"});
+        if let Some(topic) = topic {
+            event["topic"] = topic.into();
+        }
+        let Response::Run(summary) = stage.handle(event, &plenty()).await.unwrap() else {
+            panic!("expected a run summary");
+        };
+        let bodies = stage.users.bodies();
+        let topics: BTreeSet<String> = bodies
+            .iter()
+            .map(|b| {
+                serde_json::from_str::<UserMessage>(b)
+                    .unwrap()
+                    .topic
+                    .to_string()
+            })
+            .collect();
+        let recorded = stage.campaigns.states().excluded.lock().unwrap().clone();
+        (enqueued(&stage), summary.excluded, topics, recorded)
+    };
+    // The weekly digest: the leaver is out (left_topic), the tips reader in (digest is "in"
+    // by default), with the unsubscribed and the suppressed user counted.
+    let (users, excluded, topics, recorded) = run(None).await;
+    assert_eq!(users, ["str:oid:x", "tips-reader", "u1", "u2", OID]);
+    assert_eq!(
+        excluded.describe(),
+        "unsubscribed 1, suppressed 1, left_topic 1"
+    );
+    assert_eq!(topics, BTreeSet::from(["digest".to_owned()]));
+    assert_eq!(recorded[&("weekly-2026-W47".to_owned(), 0)], excluded);
+    // Tips is "out" by default: only the one who joined it.
+    let (users, excluded, topics, _) = run(Some("tips")).await;
+    assert_eq!(users, ["tips-reader"]);
+    assert_eq!(excluded.left_topic, 5);
+    assert_eq!(topics, BTreeSet::from(["tips".to_owned()]));
+    // Product news, "in" by default: the digest leaver still gets it.
+    let (users, _, _, _) = run(Some("product-news")).await;
+    assert!(users.contains(&"left-digest".to_owned()), "{users:?}");
+}
+
+#[tokio::test]
+async fn an_unknown_topic_is_refused_naming_the_topics_there_are() {
+    let stage = stage("20");
+    let err = stage
+        .handle(
+            json!({"campaignId": "weekly-2026-W47", "topic": "newsletter"}),
+            &plenty(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "there is no topic \"newsletter\": the topics are digest, product-news, tips (shared/topics.json)"
+    );
+    assert!(stage.users.bodies().is_empty());
+    assert!(stage
+        .campaigns
+        .states()
+        .registered
+        .lock()
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn a_campaigns_topic_is_fixed_when_it_first_starts_and_a_resend_keeps_it() {
+    let stage = stage_over(directory_with_choices(), "20");
+    let start = |topic: Option<&str>| {
+        let mut event = json!({"campaignId": "weekly-2026-W47"});
+        if let Some(topic) = topic {
+            event["topic"] = topic.into();
+        }
+        event
+    };
+    stage.handle(start(Some("tips")), &plenty()).await.unwrap();
+    let err = stage
+        .handle(start(Some("product-news")), &plenty())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            GetUsersError::Campaign(CampaignError::TopicChanged { .. })
+        ),
+        "{err}"
+    );
+    // A start that names no topic (a resend) is the campaign's own: still tips.
+    stage.handle(start(None), &plenty()).await.unwrap();
+    let topics: BTreeSet<String> = stage
+        .users
+        .bodies()
+        .iter()
+        .map(|b| {
+            serde_json::from_str::<UserMessage>(b)
+                .unwrap()
+                .topic
+                .to_string()
+        })
+        .collect();
+    assert_eq!(topics, BTreeSet::from(["tips".to_owned()]));
 }
