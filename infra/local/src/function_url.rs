@@ -97,6 +97,7 @@ fn reason(status: u64) -> &'static str {
         200 => "OK",
         400 => "Bad Request",
         403 => "Forbidden",
+        404 => "Not Found",
         405 => "Method Not Allowed",
         503 => "Service Unavailable",
         _ => "Status",

@@ -13,6 +13,8 @@ pub struct HttpRequest {
     /// The raw query string, without `?`.
     pub query: String,
     pub user_agent: String,
+    /// The `Accept-Language` header (pages for readers not known yet speak it).
+    pub accept_language: String,
     pub body: Vec<u8>,
 }
 
@@ -57,6 +59,7 @@ impl HttpRequest {
             path,
             query: text("/rawQueryString"),
             user_agent: text("/requestContext/http/userAgent"),
+            accept_language: text("/headers/accept-language"),
             body,
         })
     }
@@ -67,6 +70,15 @@ impl HttpRequest {
             .find(|(n, _)| n == name)
             .map(|(_, value)| value.into_owned())
             .filter(|v| !v.is_empty())
+    }
+}
+
+impl HttpRequest {
+    /// The body's form fields (`application/x-www-form-urlencoded`), percent-decoded, in order.
+    pub fn form(&self) -> Vec<(String, String)> {
+        form_urlencoded::parse(&self.body)
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect()
     }
 }
 

@@ -101,7 +101,7 @@ fn get(url: &str, ua: &str) -> HttpRequest {
         path: path.into(),
         query: query.into(),
         user_agent: ua.into(),
-        body: Vec::new(),
+        ..Default::default()
     }
 }
 
