@@ -1,5 +1,6 @@
 //! Being a good sender, against the local stack: one-click unsubscribe over real HTTP
-//! (good, forged, altered and other users' tokens), SES events (bounces, complaints,
+//! leaving the campaign's topic (good, forged, altered and other users' tokens), campaigns
+//! of each topic reaching exactly their audience, SES events (bounces, complaints,
 //! deliveries, opens, clicks; twice, out of order, malformed) through the SesEvents queue,
 //! and the next campaign leaving out whoever unsubscribed or was suppressed.
 
@@ -64,8 +65,35 @@ async fn emails(env: &TestEnv) -> BTreeMap<String, usize> {
         .collect()
 }
 
+/// `mailctl <args> --prefix <env's> --json`'s JSON (its last line).
+fn mailctl_json(env: &TestEnv, args: &[&str]) -> Value {
+    let out = std::process::Command::new(mailflow_tests::binary("mailctl"))
+        .args(args)
+        .args(["--prefix", &env.stack.prefix, "--json"])
+        .env("MONGODB_DATABASE", env.db.name())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() || out.status.code() == Some(1),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+/// A topic choice in a user's document: (in, via, campaign).
+fn choice(user: &Document, topic: &str) -> Option<(bool, String, String)> {
+    let c = user.get_document("topics").ok()?.get_document(topic).ok()?;
+    Some((
+        c.get_bool("subscribed").ok()?,
+        c.get_str("via").ok()?.to_owned(),
+        c.get_str("campaignId").ok()?.to_owned(),
+    ))
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn one_click_unsubscribe_over_http_and_the_next_campaign_leaves_them_out() {
+async fn one_click_leaves_the_campaigns_topic_and_only_that_topics_campaigns_skip_them() {
     let mut env = test_env("unsubscribe", |_| {}).await.unwrap();
     let server = env.serve_unsubscribe().await.unwrap();
     let (seeded, pipeline) = first_campaign(&env).await;
@@ -79,20 +107,25 @@ async fn one_click_unsubscribe_over_http_and_the_next_campaign_leaves_them_out()
     };
     let (link_a, link_b) = (link(a), link(b));
     assert!(link_a.starts_with(server.url()), "{link_a}");
-    let subscribed = |u: Document| u.get_bool("subscribed").ok();
+    let unchanged = |u: &Document| {
+        u.get_bool("subscribed").ok() == Some(true) && !u.contains_key("topics")
+    };
 
-    // The link in the body (a GET) asks first: link scanners unsubscribe nobody.
-    let page = http::request(&link_b, "GET", &[], b"").await.unwrap();
-    assert_eq!(page.status, 200);
+    // The links in the body (GETs) show the preference centre: scanners change nothing.
+    let leave_page = http::request(&format!("{link_b}&leave=1"), "GET", &[], b"")
+        .await
+        .unwrap();
+    assert_eq!(leave_page.status, 200);
+    let html = leave_page.text();
     assert!(
-        page.text().contains("<form method=\"post\""),
-        "{}",
-        page.text()
+        html.contains("Stop “Weekly digest of your new followers”?")
+            && html.contains("name=\"topic\" value=\"product-news\" checked"),
+        "{html}"
     );
-    assert_eq!(page.header("cache-control"), Some("no-store"));
-    assert_eq!(subscribed(user(&env, b).await), Some(true));
+    assert_eq!(leave_page.header("cache-control"), Some("no-store"));
+    assert!(unchanged(&user(&env, b).await));
 
-    // The mail client's one-click POST (RFC 8058) unsubscribes, once.
+    // The mail client's one-click POST (RFC 8058) leaves the digest, and only it, once.
     let one_click = |url: String| async move {
         http::request(
             &url,
@@ -105,21 +138,34 @@ async fn one_click_unsubscribe_over_http_and_the_next_campaign_leaves_them_out()
     };
     let done = one_click(link_a.clone()).await;
     assert_eq!(done.status, 200);
-    assert!(done.text().contains("You are unsubscribed"));
+    assert!(done
+        .text()
+        .contains("You are unsubscribed from “Weekly digest of your new followers”"));
     let after = user(&env, a).await;
-    assert_eq!(subscribed(after.clone()), Some(false));
-    let at = after.get_datetime("unsubscribedAt").unwrap().to_owned();
+    assert_eq!(after.get_bool("subscribed").ok(), Some(true), "still subscribed");
     assert_eq!(
-        after
-            .get_document("unsubscribedFrom")
-            .unwrap()
-            .get_str("campaignId")
-            .ok(),
-        Some(W46)
+        choice(&after, "digest"),
+        Some((false, "one-click".into(), W46.into()))
     );
+    assert_eq!(choice(&after, "product-news"), None);
+    let at = after
+        .get_document("topics")
+        .unwrap()
+        .get_document("digest")
+        .unwrap()
+        .get_datetime("at")
+        .unwrap()
+        .to_owned();
     assert_eq!(one_click(link_a.clone()).await.status, 200, "idempotent");
+    let again = user(&env, a).await;
     assert_eq!(
-        user(&env, a).await.get_datetime("unsubscribedAt").unwrap(),
+        again
+            .get_document("topics")
+            .unwrap()
+            .get_document("digest")
+            .unwrap()
+            .get_datetime("at")
+            .unwrap(),
         &at,
         "the first time is kept"
     );
@@ -127,7 +173,7 @@ async fn one_click_unsubscribe_over_http_and_the_next_campaign_leaves_them_out()
         .engagement
         .contains_key(&Engagement::Unsubscribed));
 
-    // Tokens that are not b's own, signed by this stack: refused, and b stays subscribed.
+    // Tokens that are not b's own, signed by this stack: refused, and b stays as they were.
     let token = |l: &str| l.split_once("token=").unwrap().1.to_owned();
     let (token_a, token_b) = (token(&link_a), token(&link_b));
     let (payload_b, signature_b) = token_b.split_once('.').unwrap();
@@ -151,20 +197,71 @@ async fn one_click_unsubscribe_over_http_and_the_next_campaign_leaves_them_out()
     ] {
         let response = one_click(format!("{base}?token={token}")).await;
         assert_eq!(response.status, status, "{case}: {}", response.text());
-        assert_eq!(subscribed(user(&env, b).await), Some(true), "{case}");
+        assert!(response.text().contains("This link does not work"), "{case}");
+        assert!(unchanged(&user(&env, b).await), "{case}");
     }
     let put = http::request(&link_b, "PUT", &[], b"").await.unwrap();
     assert_eq!(put.status, 405);
-    assert_eq!(subscribed(user(&env, b).await), Some(true));
+    assert!(unchanged(&user(&env, b).await));
 
-    // The next campaign: a gets nothing, b gets it.
+    // What the next digest would do, then does: a is left out as having left the topic.
+    let next = next_campaign("after-unsubscribe");
+    let window = |k: &str| next[k].as_str().unwrap().to_owned();
+    let (since, until) = (window("since"), window("until"));
+    let plan = mailctl_json(
+        &env,
+        &["plan", "--campaign", "after-unsubscribe", "--since", &since, "--until", &until],
+    );
+    assert_eq!(plan["topic"], "digest", "{plan}");
+    assert_eq!(plan["excluded"]["leftTopic"], 1, "{plan}");
+    let unsubscribed_with_followers = plan["excluded"]["unsubscribed"].as_u64().unwrap();
+    assert!(unsubscribed_with_followers > 0, "the seed unsubscribes some: {plan}");
     pipeline
-        .run(next_campaign("after-unsubscribe"), Duration::from_secs(600))
+        .run(next.clone(), Duration::from_secs(600))
         .await
         .unwrap();
     let counts = emails(&env).await;
-    assert_eq!(counts[&seeded.addresses[a]], 1, "a unsubscribed");
+    assert_eq!(counts[&seeded.addresses[a]], 1, "a left the digest");
     assert_eq!(counts[&seeded.addresses[b]], 2);
+    let status = mailctl_json(&env, &["status", "--campaign", "after-unsubscribe"]);
+    assert_eq!(status["topic"], "digest", "{status}");
+    assert_eq!(status["excluded"], plan["excluded"], "{status}");
+
+    // Product news is another topic: a still gets it.
+    let mut news = next_campaign("news-2026-11");
+    news["topic"] = "product-news".into();
+    pipeline.run(news, Duration::from_secs(600)).await.unwrap();
+    let counts = emails(&env).await;
+    assert_eq!(counts[&seeded.addresses[a]], 2, "a still receives product news");
+    assert_eq!(counts[&seeded.addresses[b]], 3);
+    // Its footer names product news, in a's language.
+    let labels = &mailflow::domain::topics::Topics::builtin()
+        .get("product-news")
+        .unwrap()
+        .label;
+    let news_email = env.sent().await.unwrap()[&seeded.addresses[a]]
+        .iter()
+        .any(|m| {
+            m.text
+                .as_deref()
+                .is_some_and(|t| labels.values().any(|label| t.contains(label.as_str())))
+        });
+    assert!(news_email, "the product news email names its topic");
+    let status = mailctl_json(&env, &["status", "--campaign", "news-2026-11"]);
+    assert_eq!(status["topic"], "product-news");
+    assert_eq!(status["excluded"]["leftTopic"], 0, "{status}");
+
+    // An unknown topic: GetUsers refuses the run, naming the topics there are.
+    let mut unknown = next_campaign("newsletter-1");
+    unknown["topic"] = "newsletter".into();
+    let err = pipeline
+        .run(unknown, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("there is no topic \"newsletter\": the topics are digest, product-news, tips"),
+        "{err:#}"
+    );
 }
 
 /// An SES event as EventBridge puts it on the SesEvents queue, about `user`'s W46 email.

@@ -188,6 +188,10 @@ pub struct CampaignStatus {
     /// The pick slots' counts (OpenContent): opens (a person's client, an image proxy, a
     /// machine), clicks counted, unique and ignored, picks frozen and fallbacks.
     pub open_content: mailflow::domain::open_content::OpenCounters,
+    /// The campaign's topic, as it first started (None: recorded before topics).
+    pub topic: Option<String>,
+    /// Users with new followers its audience left out, by reason (every GetUsers segment).
+    pub excluded: mailflow::domain::topics::ExclusionCounts,
 }
 
 /// What `status` shows of a local-time campaign.
@@ -362,6 +366,11 @@ pub async fn status(
         cancelled_by: cancellation.as_ref().map(|c| c.by.clone()),
         cancel_reason: cancellation.map(|c| c.reason),
         started_at_ms: record.as_ref().and_then(|r| r.started_at_ms),
+        topic: record.as_ref().and_then(|r| r.topic.clone()),
+        excluded: record
+            .as_ref()
+            .map(|r| r.excluded.clone())
+            .unwrap_or_default(),
         paused_at_ms: pause.as_ref().map(|p| p.at_ms),
         paused_by: pause.as_ref().map(|p| p.by.clone()),
         pause_reason: pause.as_ref().map(|p| p.reason.clone()),

@@ -108,6 +108,13 @@ fn print_status(s: &ops::CampaignStatus) {
         engagement.join(" "),
         s.reconciled,
     );
+    if let Some(topic) = &s.topic {
+        println!(
+            "  topic {topic} | left out of the audience: {} ({})",
+            s.excluded.total(),
+            s.excluded.describe()
+        );
+    }
     let o = &s.open_content;
     if o.picks_frozen + o.opens + o.proxy_opens + o.machine_opens + o.clicks + o.ignored_clicks > 0
     {
