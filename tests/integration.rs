@@ -13,6 +13,7 @@ mod exactly_once;
 mod local_time;
 mod open_content;
 mod pipeline;
+mod preferences;
 mod realistic;
 mod runtime_api;
 mod security;

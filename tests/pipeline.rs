@@ -182,6 +182,24 @@ async fn audience_query_is_an_index_scan() {
             plan.contains(mailflow::adapters::directory::FOLLOWS_INDEX),
             "plan: {plan}"
         );
+        // The users side of the join: an `_id` range whatever the topic (the audience rule
+        // reads the projected fields), so topics add no scan.
+        let topic = mailflow::domain::topics::TopicId::parse("product-news").unwrap();
+        let plan = env
+            .winning_plan(doc! {
+                "find": "users",
+                "filter": Audience::users_filter(kind, after),
+                "sort": {"_id": 1},
+                "projection": Audience::users_projection(&topic),
+                "hint": {"_id": 1},
+            })
+            .await
+            .unwrap();
+        eprintln!("users scan ({kind:?}, after {after:?}): {plan}");
+        assert!(
+            plan.contains("IXSCAN") && !plan.contains("COLLSCAN"),
+            "plan: {plan}"
+        );
     }
 }
 
