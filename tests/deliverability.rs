@@ -107,9 +107,8 @@ async fn one_click_leaves_the_campaigns_topic_and_only_that_topics_campaigns_ski
     };
     let (link_a, link_b) = (link(a), link(b));
     assert!(link_a.starts_with(server.url()), "{link_a}");
-    let unchanged = |u: &Document| {
-        u.get_bool("subscribed").ok() == Some(true) && !u.contains_key("topics")
-    };
+    let unchanged =
+        |u: &Document| u.get_bool("subscribed").ok() == Some(true) && !u.contains_key("topics");
 
     // The links in the body (GETs) show the preference centre: scanners change nothing.
     let leave_page = http::request(&format!("{link_b}&leave=1"), "GET", &[], b"")
@@ -142,7 +141,11 @@ async fn one_click_leaves_the_campaigns_topic_and_only_that_topics_campaigns_ski
         .text()
         .contains("You are unsubscribed from “Weekly digest of your new followers”"));
     let after = user(&env, a).await;
-    assert_eq!(after.get_bool("subscribed").ok(), Some(true), "still subscribed");
+    assert_eq!(
+        after.get_bool("subscribed").ok(),
+        Some(true),
+        "still subscribed"
+    );
     assert_eq!(
         choice(&after, "digest"),
         Some((false, "one-click".into(), W46.into()))
@@ -197,7 +200,10 @@ async fn one_click_leaves_the_campaigns_topic_and_only_that_topics_campaigns_ski
     ] {
         let response = one_click(format!("{base}?token={token}")).await;
         assert_eq!(response.status, status, "{case}: {}", response.text());
-        assert!(response.text().contains("This link does not work"), "{case}");
+        assert!(
+            response.text().contains("This link does not work"),
+            "{case}"
+        );
         assert!(unchanged(&user(&env, b).await), "{case}");
     }
     let put = http::request(&link_b, "PUT", &[], b"").await.unwrap();
@@ -210,12 +216,23 @@ async fn one_click_leaves_the_campaigns_topic_and_only_that_topics_campaigns_ski
     let (since, until) = (window("since"), window("until"));
     let plan = mailctl_json(
         &env,
-        &["plan", "--campaign", "after-unsubscribe", "--since", &since, "--until", &until],
+        &[
+            "plan",
+            "--campaign",
+            "after-unsubscribe",
+            "--since",
+            &since,
+            "--until",
+            &until,
+        ],
     );
     assert_eq!(plan["topic"], "digest", "{plan}");
     assert_eq!(plan["excluded"]["leftTopic"], 1, "{plan}");
     let unsubscribed_with_followers = plan["excluded"]["unsubscribed"].as_u64().unwrap();
-    assert!(unsubscribed_with_followers > 0, "the seed unsubscribes some: {plan}");
+    assert!(
+        unsubscribed_with_followers > 0,
+        "the seed unsubscribes some: {plan}"
+    );
     pipeline
         .run(next.clone(), Duration::from_secs(600))
         .await
@@ -232,7 +249,10 @@ async fn one_click_leaves_the_campaigns_topic_and_only_that_topics_campaigns_ski
     news["topic"] = "product-news".into();
     pipeline.run(news, Duration::from_secs(600)).await.unwrap();
     let counts = emails(&env).await;
-    assert_eq!(counts[&seeded.addresses[a]], 2, "a still receives product news");
+    assert_eq!(
+        counts[&seeded.addresses[a]], 2,
+        "a still receives product news"
+    );
     assert_eq!(counts[&seeded.addresses[b]], 3);
     // Its footer names product news, in a's language.
     let labels = &mailflow::domain::topics::Topics::builtin()
@@ -259,7 +279,9 @@ async fn one_click_leaves_the_campaigns_topic_and_only_that_topics_campaigns_ski
         .await
         .unwrap_err();
     assert!(
-        format!("{err:#}").contains("there is no topic \"newsletter\": the topics are digest, product-news, tips"),
+        format!("{err:#}").contains(
+            "there is no topic \"newsletter\": the topics are digest, product-news, tips"
+        ),
         "{err:#}"
     );
 }

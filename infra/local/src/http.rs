@@ -116,6 +116,28 @@ impl Response {
 }
 
 /// One request on a fresh connection (closed after the response, read to its end).
+/// A `Transfer-Encoding: chunked` body, joined (chunk extensions and trailers ignored).
+fn dechunk(mut raw: &[u8]) -> Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = raw
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .context("a chunk size line without its end")?;
+        let size_text = String::from_utf8_lossy(&raw[..line_end]);
+        let size_text = size_text.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_text, 16)
+            .with_context(|| format!("chunk size {size_text:?} is not hexadecimal"))?;
+        raw = &raw[line_end + 2..];
+        if size == 0 {
+            return Ok(body);
+        }
+        anyhow::ensure!(raw.len() >= size, "a chunk shorter than its size");
+        body.extend_from_slice(&raw[..size]);
+        raw = raw.get(size + 2..).unwrap_or_default();
+    }
+}
+
 pub async fn request(
     url: &str,
     method: &str,
@@ -158,6 +180,13 @@ pub async fn request(
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
     let mut body = raw[split + 4..].to_vec();
+    // The AWS emulator answers a large invocation response in chunks.
+    if headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"))
+    {
+        body = dechunk(&body).with_context(|| format!("malformed chunked body from {host}"))?;
+    }
     if let Some(length) = headers
         .iter()
         .find(|(k, _)| k == "content-length")
@@ -176,4 +205,17 @@ pub async fn request(
         headers,
         body,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunked_body_is_joined() {
+        let raw = b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nTrailer: x\r\n\r\n";
+        assert_eq!(dechunk(raw).unwrap(), b"hello, world");
+        assert!(dechunk(b"zz\r\nhello\r\n").is_err());
+        assert!(dechunk(b"10\r\nshort\r\n").is_err());
+    }
 }

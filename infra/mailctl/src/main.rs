@@ -156,6 +156,9 @@ enum Command {
         /// Default: the campaign the schedule would run now.
         #[arg(long)]
         campaign: Option<String>,
+        /// The campaign's topic (an id of shared/topics.json); default: the weekly digest's.
+        #[arg(long)]
+        topic: Option<String>,
         /// Write the HTML here (the headers and text go to stdout).
         #[arg(long)]
         out: Option<std::path::PathBuf>,
@@ -356,9 +359,10 @@ async fn run() -> Result<()> {
         Command::Preview {
             user,
             campaign,
+            topic,
             out,
             target,
-        } => commands::preview::preview(sdk, template, &user, campaign, out, &target).await,
+        } => commands::preview::preview(sdk, template, &user, campaign, topic, out, &target).await,
         Command::Cancel {
             campaign,
             reason,

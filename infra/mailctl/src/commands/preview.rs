@@ -15,13 +15,18 @@ pub async fn preview(
     template: &std::path::Path,
     user: &str,
     campaign: Option<String>,
+    topic: Option<String>,
     out: Option<std::path::PathBuf>,
     t: &TargetArgs,
 ) -> Result<()> {
-    let campaign = match campaign {
+    let mut campaign = match campaign {
         Some(id) => Campaign::from_id(&id, None)?,
         None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
     };
+    if let Some(topic) = topic {
+        let topic = mailflow::domain::topics::Topics::builtin().get(&topic)?;
+        campaign = campaign.with_topic(topic.id.clone());
+    }
     let env = match &t.prefix {
         Some(prefix) => {
             let stack = provision_local(sdk, template, prefix, &t.database).await?;
