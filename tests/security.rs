@@ -90,7 +90,8 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             pairs.extend(poll(names::CONTINUATION_QUEUE));
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
             pairs.push(("dynamodb:GetItem", "CampaignsTable.Arn".into()));
-            // Registers the campaign RUNNING when it starts it.
+            // Registers the campaign RUNNING (with its window and topic) when it starts it,
+            // and records each run segment's exclusions on it.
             pairs.push(("dynamodb:UpdateItem", "CampaignsTable.Arn".into()));
             // Local-time delivery: holds users, reads a slot back, records counts; one
             // schedule per slot, in its own group, run as the scheduler role.
@@ -115,6 +116,8 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             pairs.push(("secretsmanager:GetSecretValue", SIGNING_KEY.into()));
             pairs.push(("dynamodb:GetItem", "CampaignsTable.Arn".into()));
         }
+        // The preference centre reads and writes MongoDB's users only (the topics live there,
+        // not in an SES contact list: no `ses:` action), and notes the send record.
         "Unsubscribe" => {
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
             pairs.push(("secretsmanager:GetSecretValue", SIGNING_KEY.into()));
