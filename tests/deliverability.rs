@@ -209,6 +209,45 @@ async fn one_click_leaves_the_campaigns_topic_and_only_that_topics_campaigns_ski
     let put = http::request(&link_b, "PUT", &[], b"").await.unwrap();
     assert_eq!(put.status, 405);
     assert!(unchanged(&user(&env, b).await));
+    // A form with a field that is not a topic (here: someone else's id) changes nothing.
+    let form = |body: String| {
+        let link = link_b.clone();
+        async move {
+            http::request(
+                &link,
+                "POST",
+                &[("Content-Type", "application/x-www-form-urlencoded")],
+                body.as_bytes(),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let smuggled = form(format!("action=save&topic=tips&user={a}")).await;
+    assert_eq!(smuggled.status, 400, "{}", smuggled.text());
+    assert!(smuggled.text().contains("Nothing was changed"));
+    let unknown = form("action=save&topic=newsletter".into()).await;
+    assert_eq!(unknown.status, 400);
+    assert!(unchanged(&user(&env, b).await));
+    assert_eq!(choice(&user(&env, a).await, "tips"), None);
+    // The token of a user deleted since: one page saying so, nothing written for them.
+    let gone = deliverable[2].as_str();
+    let link_gone = link(gone);
+    env.db
+        .collection::<Document>("users")
+        .delete_one(doc! {"_id": gone})
+        .await
+        .unwrap();
+    for (method, body) in [
+        ("GET", &b""[..]),
+        ("POST", &b"List-Unsubscribe=One-Click"[..]),
+    ] {
+        let page = http::request(&link_gone, method, &[], body).await.unwrap();
+        assert_eq!(page.status, 404, "{method}: {}", page.text());
+        assert!(page.text().contains("We could not find your subscription"));
+    }
+    let users = env.db.collection::<Document>("users");
+    assert_eq!(users.count_documents(doc! {"_id": gone}).await.unwrap(), 0);
 
     // What the next digest would do, then does: a is left out as having left the topic.
     let next = next_campaign("after-unsubscribe");

@@ -18,7 +18,7 @@
 mod page;
 
 use crate::domain::ledger::{epoch_ms, Engagement};
-use crate::domain::topics::{Save, Topic, TopicId, Topics};
+use crate::domain::topics::{Overall, Preferences, Save, Topic, TopicId, Topics};
 use crate::domain::unsubscribe_link::{Signer, Subscription, TokenError};
 use crate::ports::{Change, ChangedVia, SendRecordNotes, SubscriberStore};
 use crate::runtime::function_url::{HttpRequest, HttpResponse};
@@ -137,6 +137,27 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
         .await
     }
 
+    /// The user's preferences and language (their stored locale, else `fallback`), or the
+    /// page that answers instead: no such user, or MongoDB not answering.
+    async fn read(
+        &self,
+        subscription: &Subscription,
+        fallback: &'static str,
+    ) -> Result<(Preferences, &'static str), HttpResponse> {
+        match self
+            .subscribers
+            .preferences(&subscription.user_id, Topics::builtin())
+            .await
+        {
+            Ok(Some((preferences, locale))) => Ok((
+                preferences,
+                locale.as_deref().map_or(fallback, page::language),
+            )),
+            Ok(None) => Err(gone(fallback)),
+            Err(err) => Err(busy(fallback, &err)),
+        }
+    }
+
     /// The preference centre as the user's document has it now.
     async fn centre(
         &self,
@@ -146,16 +167,10 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
         fallback: &'static str,
     ) -> HttpResponse {
         let topics = Topics::builtin();
-        let (preferences, locale) = match self
-            .subscribers
-            .preferences(&subscription.user_id, topics)
-            .await
-        {
-            Ok(Some(found)) => found,
-            Ok(None) => return gone(fallback),
-            Err(err) => return busy(fallback, &err),
+        let (preferences, language) = match self.read(subscription, fallback).await {
+            Ok(read) => read,
+            Err(page) => return page,
         };
-        let language = locale.as_deref().map_or(fallback, page::language);
         page::centre(&Centre {
             language,
             token,
@@ -165,7 +180,7 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
                 .iter()
                 .map(|t| preferences.receives(t))
                 .collect(),
-            out_of_everything: preferences.overall != crate::domain::topics::Overall::Subscribed,
+            out_of_everything: preferences.overall != Overall::Subscribed,
             leaving: topics.find(&subscription.topic).filter(|_| leaving),
         })
     }
@@ -202,16 +217,10 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
                 .await;
             return self.left(subscription, token, change, fallback, now).await;
         }
-        let (preferences, locale) = match self
-            .subscribers
-            .preferences(&subscription.user_id, topics)
-            .await
-        {
-            Ok(Some(found)) => found,
-            Ok(None) => return gone(fallback),
-            Err(err) => return busy(fallback, &err),
+        let (preferences, language) = match self.read(subscription, fallback).await {
+            Ok(read) => read,
+            Err(page) => return page,
         };
-        let language = locale.as_deref().map_or(fallback, page::language);
         let w = words(language);
         match asked {
             Request::OneClick | Request::Leave => {
@@ -311,12 +320,7 @@ fn label(topic: &TopicId, language: &str) -> String {
 }
 
 /// The confirmation's sentences: what they receive now that they did not, and the reverse.
-fn what_changed(
-    topics: &Topics,
-    before: &crate::domain::topics::Preferences,
-    save: &Save,
-    language: &str,
-) -> Vec<String> {
+fn what_changed(topics: &Topics, before: &Preferences, save: &Save, language: &str) -> Vec<String> {
     let w = words(language);
     let turned = |on: bool| {
         save.changes
