@@ -6,13 +6,16 @@ use crate::ports::{Change, ChangedVia, StoreError, SubscriberStore, SuppressionR
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
+/// A topic choice: in or out, how it was made, from which campaign's email.
+pub type TopicChoice = (bool, ChangedVia, String);
+
 /// Users with their suppression (the first reason kept) and subscription.
 #[derive(Default)]
 pub struct MemorySubscribers {
     /// user id -> (subscribed, suppression reason)
     pub users: Mutex<HashMap<String, (bool, Option<SuppressionReason>)>>,
-    /// user id -> topic -> (in, via, campaign)
-    pub topics: Mutex<HashMap<String, BTreeMap<TopicId, (bool, ChangedVia, String)>>>,
+    /// user id -> topic -> their choice
+    pub topics: Mutex<HashMap<String, BTreeMap<TopicId, TopicChoice>>>,
 }
 
 impl MemorySubscribers {
@@ -27,7 +30,7 @@ impl MemorySubscribers {
     }
 
     /// The user's explicit choice of `topic`: in or out, and how it was made.
-    pub fn topic(&self, user: &str, topic: &str) -> Option<(bool, ChangedVia, String)> {
+    pub fn topic(&self, user: &str, topic: &str) -> Option<TopicChoice> {
         self.topics
             .lock()
             .unwrap_or_else(|p| p.into_inner())

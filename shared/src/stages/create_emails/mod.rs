@@ -193,7 +193,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
         &self,
         records: &[SqsMessage],
     ) -> HashMap<String, Result<Enrichment, StoreError>> {
-        let mut groups: Vec<((Window, &Topic), Vec<(String, UserId)>)> = Vec::new();
+        // Users are read together per (window, topic): (message id, user) of each group.
+        type Group<'t> = ((Window, &'t Topic), Vec<(String, UserId)>);
+        let mut groups: Vec<Group<'_>> = Vec::new();
         for record in records {
             let Ok(message) = parse_body::<UserMessage>(record.body.as_deref()) else {
                 continue;
