@@ -84,6 +84,8 @@ const focused = (page) =>
 const report = {};
 try {
   const desktop = await browser.newContext({ javaScriptEnabled: false, viewport: { width: 900, height: 1000 } });
+  // Generous: on two shared cores, beside the other tests, a page can take many seconds.
+  desktop.setDefaultTimeout(120000);
   const page = await desktop.newPage();
   await page.goto(pathToFileURL(args.html).href, { waitUntil: "load" });
   // The email's own link, clicked as a reader would.
@@ -134,6 +136,7 @@ try {
     isMobile: true,
     hasTouch: true,
   });
+  phone.setDefaultTimeout(120000);
   const small = await phone.newPage();
   await small.goto(report.centreUrl, { waitUntil: "load" });
   report.phone = await read(small);
