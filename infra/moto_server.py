@@ -4,7 +4,8 @@
 threads and evaluates a ConditionExpression and applies the write without a lock, so two
 conditional UpdateItems on one item at the same moment could both succeed. The exactly-once
 ledger relies on exactly one of them winning (the chaos run, `mailctl chaos`, caught two
-claims of one send both succeeding). Writes now take one lock; reads do not.
+claims of one send both succeeding). Writes now take one lock, from reading the request's old
+item to answering the new one; reads do not.
 
 2. Deep SQS queues.
 
@@ -53,6 +54,7 @@ import sys
 import threading
 
 from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.responses import DynamoHandler
 from moto.sqs import models
 
 
@@ -67,8 +69,13 @@ def _atomic(method):
     return wrapper
 
 
+# The backend's writes, and the handlers around them: a handler reads the item before the write
+# (for ALL_OLD, UPDATED_*) and serialises the live item after it (ALL_NEW), so without the lock
+# two ADDs at once could both answer the second one's total (the send-rate test caught two
+# takes given the same slots under load).
 for _name in ("put_item", "update_item", "delete_item", "transact_write_items"):
     setattr(DynamoDBBackend, _name, _atomic(getattr(DynamoDBBackend, _name)))
+    setattr(DynamoHandler, _name, _atomic(getattr(DynamoHandler, _name)))
 
 _settings_only = threading.local()
 
