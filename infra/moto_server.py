@@ -49,8 +49,9 @@ took seconds and stalled every other request meanwhile (a campaign's leases ran 
 run slowed fourfold once the emails carried pick slots). `data.json?service=ses` lists only
 that service's models, the same way; without the parameter it lists everything as before.
 
-7. UpdateItem's expression work: parsed expressions are kept, and the validator's walk and
-copy are cheaper (about 9 ms of moto's time per write, now 7; see the code below).
+7. UpdateItem's expression work: parsed expressions are kept, the validator's walk and copy
+are cheaper, and checks that depend only on the text are not repeated (9-11 ms of moto's
+time per write in a 1,000-user chaos run, now 6.6-6.7; see the code below).
 """
 
 import sys
@@ -273,7 +274,7 @@ MotoAPIResponse.model_data = _model_data_of_one_service
 # kept by its text (the validator works on a deep copy of it, as before, and nothing else
 # changes it), the walk answers those questions once per node class, and the copy is a pickle
 # round trip. The same nodes are visited in the same order with the same processors, so the
-# outcome is unchanged.
+# outcome is unchanged (below, the one exception: checks of the text alone, once passed).
 import copy  # noqa: E402
 import functools  # noqa: E402
 import pickle  # noqa: E402
@@ -350,6 +351,49 @@ def _copy_tree(tree):
 
 
 validators.deepcopy = _copy_tree
+
+# The first three checks depend only on the expression's text, its attribute names and the
+# table's key (too many clauses, overlapping paths, a key attribute updated); they walk the
+# tree the most (the first two search every nested clause at every level). Once a text has
+# passed all the checks with the same names on a table with the same key, they are skipped.
+_STRUCTURAL_CHECKS = (
+    validators.ActionCountValidator,
+    validators.OverlappingPathsValidator,
+    validators.UpdateHashRangeKeyValidator,
+)
+_update_validator_init = validators.UpdateExpressionValidator.__init__
+_update_processors = validators.UpdateExpressionValidator.get_ast_processors
+_update_validate = validators.UpdateExpressionValidator.validate
+
+
+def _structure_key(validator):
+    names = tuple(sorted((validator.expression_attribute_names or {}).items()))
+    return names, tuple(validator.table.table_key_attrs)
+
+
+def _validator_init(self, expression, *args, **kwargs):
+    self._source = expression
+    _update_validator_init(self, expression, *args, **kwargs)
+
+
+def _processors_unchecked(self):
+    processors = _update_processors(self)
+    passed = getattr(self._source, "_structure_passed", ())
+    if _structure_key(self) in passed:
+        return [p for p in processors if not isinstance(p, _STRUCTURAL_CHECKS)]
+    return processors
+
+
+def _validate_noting_structure(self):
+    validated = _update_validate(self)
+    passed = self._source.__dict__.setdefault("_structure_passed", set())
+    passed.add(_structure_key(self))
+    return validated
+
+
+validators.UpdateExpressionValidator.__init__ = _validator_init
+validators.UpdateExpressionValidator.get_ast_processors = _processors_unchecked
+validators.UpdateExpressionValidator.validate = _validate_noting_structure
 
 
 def serve(argv):
