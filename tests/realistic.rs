@@ -787,11 +787,12 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
     )
     .await
     .unwrap();
-    // No data decides by retrying: a record that would fail the same way again ends in a DLQ
-    // or with the wrong outcome (both checked below), and a FAILED one never comes back. A
-    // record may come back for a transient reason (beside other tests, a slow server leaves
-    // too little of an invocation to send, or no send slot before its deadline); each such
-    // return is a retry, and the record then gets its outcome like any other.
+    // No data decides by retrying: a record that would fail the same way again keeps the
+    // queues from draining, ends in a DLQ or with the wrong outcome (each fails the test
+    // here or below), and a FAILED one never comes back. A record may come back for a
+    // transient reason (beside other tests, a slow server leaves too little of an
+    // invocation to send, or no send slot before its deadline); each such return is a
+    // retry, and the record then gets its outcome like any other.
     let send = pipeline.totals.lock().unwrap().send_email.clone();
     assert_eq!(
         (send.previously_failed, send.stopped, send.paused),
