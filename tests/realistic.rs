@@ -788,15 +788,17 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
     .await
     .unwrap();
     // No data decides by retrying: a record that would fail the same way again keeps the
-    // queues from draining, ends in a DLQ or with the wrong outcome (each fails the test
-    // here or below), and a FAILED one never comes back. A record may come back for a
-    // transient reason (beside other tests, a slow server leaves too little of an
-    // invocation to send, or no send slot before its deadline); each such return is a
-    // retry, and the record then gets its outcome like any other.
+    // queues from draining, ends in a DLQ, with the wrong outcome or FAILED "on N attempts"
+    // (each fails the test here or below). A record may come back for a transient reason
+    // (beside other tests, a slow server leaves too little of an invocation to send, or no
+    // send slot before its deadline); each such return is a retry, and the record then gets
+    // its outcome like any other. SQS delivers at least once: a second copy (moto, like SQS,
+    // hands one out now and then under load) of a SENT or FAILED record is acknowledged as
+    // a duplicate or as failed before, never sent again (one email each, checked below).
     let send = pipeline.totals.lock().unwrap().send_email.clone();
     assert_eq!(
-        (send.previously_failed, send.stopped, send.paused),
-        (0, 0, 0),
+        (send.stopped, send.paused),
+        (0, 0),
         "{send:?}; {:?}",
         consumers[names::SEND_EMAIL]
     );
@@ -864,8 +866,8 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
                 assert_eq!(record.status, Some(SendStatus::Failed), "{id}: {record:?}");
                 let error = record.last_error.as_deref().unwrap_or_default();
                 assert!(
-                    error.contains(reason),
-                    "{id}: {error:?} should say {reason:?}"
+                    error.contains(reason) && !error.contains("refused on"),
+                    "{id}: {error:?} should say {reason:?}, decided on the first attempt"
                 );
                 *failed_reasons.entry(reason).or_default() += 1;
             }
