@@ -1,4 +1,4 @@
-"""moto's server with seven fixes, started by infra/local-stack.sh. Nothing else changes.
+"""moto's server with eight fixes, started by infra/local-stack.sh. Nothing else changes.
 
 1. DynamoDB conditional writes are atomic, as on AWS. moto's server handles requests on
 threads and evaluates a ConditionExpression and applies the write without a lock, so two
@@ -52,6 +52,10 @@ that service's models, the same way; without the parameter it lists everything a
 7. UpdateItem's expression work: parsed expressions are kept, the validator's walk and copy
 are cheaper, and checks that depend only on the text are not repeated (8.8-10.7 ms of
 moto's time per write in a 1,000-user chaos run, now 6.6-6.7; see the code below).
+
+8. Per-request dispatch: what moto works out anew for every request but never changes while
+it runs (which backend serves a host, which actions a handler has, a condition's tokens) is
+kept (see the code below).
 """
 
 import sys
@@ -395,13 +399,66 @@ validators.UpdateExpressionValidator.get_ast_processors = _processors_unchecked
 validators.UpdateExpressionValidator.validate = _validate_noting_structure
 
 
+# 8. Per-request dispatch. For every request moto lists its own package directory (a stat per
+# service, about 200) to ask whether the host names a service, matches the host against every
+# service's URL patterns, and lists the handler class's methods with `inspect` to ask whether
+# the action is one of them; and a write's ConditionExpression is lexed twice (by the handler
+# and by the backend), compiling a regular expression per token. A profile of the chaos run
+# (threads holding the interpreter only) put these at a sixth of moto's time. None of it
+# changes while the server runs, so each answer is kept: the directory's services, the backend
+# by host, the methods by class, the tokens by expression text (rebuilt as fresh nodes each
+# time, as the lexer made them; an expression it refuses is refused each time, as before).
+from collections import deque  # noqa: E402
+
+from moto import backends  # noqa: E402
+from moto.core import responses as core_responses  # noqa: E402
+from moto.dynamodb.comparisons import ConditionExpressionParser  # noqa: E402
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication  # noqa: E402
+
+_moto_modules = tuple(backends.list_of_moto_modules())
+backends.list_of_moto_modules = lambda: _moto_modules
+
+_backend_for_host = DomainDispatcherApplication.get_backend_for_host
+_backends_by_host = {}
+
+
+def _backend_for_host_kept(self, host):
+    if host not in _backends_by_host:
+        _backends_by_host[host] = _backend_for_host(self, host)
+    return _backends_by_host[host]
+
+
+DomainDispatcherApplication.get_backend_for_host = _backend_for_host_kept
+core_responses.method_names_from_class = functools.lru_cache(maxsize=None)(
+    core_responses.method_names_from_class
+)
+
+_lex_condition = ConditionExpressionParser._lex_condition_expression
+
+
+@functools.lru_cache(maxsize=512)
+def _condition_tokens(expression):
+    lexer = ConditionExpressionParser(expression, None, None)
+    return tuple((n.nonterminal, n.kind, n.text, n.value) for n in _lex_condition(lexer))
+
+
+def _lex_condition_kept(self):
+    return deque(
+        self.Node(nonterminal=nonterminal, kind=kind, text=text, value=value, children=[])
+        for nonterminal, kind, text, value in _condition_tokens(self.condition_expression)
+    )
+
+
+ConditionExpressionParser._lex_condition_expression = _lex_condition_kept
+
+
 def serve(argv):
     """moto's WSGI application behind waitress; takes moto_server's -H/--host and -p/--port."""
     import argparse
     import os
 
     import waitress
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+    from moto.moto_server.werkzeug_app import create_backend_app
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-H", "--host", default="127.0.0.1")
