@@ -792,9 +792,10 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
     // (each fails the test here or below). A record may come back for a transient reason
     // (beside other tests, a slow server leaves too little of an invocation to send, or no
     // send slot before its deadline); each such return is a retry, and the record then gets
-    // its outcome like any other. SQS delivers at least once: a second copy (moto, like SQS,
-    // hands one out now and then under load) of a SENT or FAILED record is acknowledged as
-    // a duplicate or as failed before, never sent again (one email each, checked below).
+    // its outcome like any other. A job may also arrive twice (SQS delivers at least once,
+    // and a producer's send retried after a slow answer is a second message; a loaded CI run
+    // had three such copies): a copy of a SENT or FAILED record is acknowledged as a
+    // duplicate or as failed before, never sent again (one email each, checked below).
     let send = pipeline.totals.lock().unwrap().send_email.clone();
     assert_eq!(
         (send.stopped, send.paused),
