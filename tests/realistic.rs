@@ -794,7 +794,7 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
     // send slot before its deadline); each such return is a retry, and the record then gets
     // its outcome like any other. A job may also arrive twice (SQS delivers at least once,
     // and a producer's send retried after a slow answer is a second message; a loaded CI run
-    // had three such copies): a copy of a SENT or FAILED record is acknowledged as a
+    // had two such copies): a copy of a SENT or FAILED record is acknowledged as a
     // duplicate or as failed before, never sent again (one email each, checked below).
     let send = pipeline.totals.lock().unwrap().send_email.clone();
     assert_eq!(
