@@ -22,7 +22,7 @@ fn five_thousand_users_through_every_fault_lose_nothing_and_duplicate_only_withi
             "5000",
             "--max-seconds",
             // A bound, not a measure: beside the other tests on two shared cores the run
-            // took 27 minutes on a fresh clone (README).
+            // took 20-27 minutes on a fresh clone (README).
             "3600",
             // 09:00 in each user's own zone: everyone waits in the waiting room, and ~40
             // slots are released one by one while every fault plays.
