@@ -162,6 +162,7 @@ fn pipeline_with(timeout_seconds: u64, visibility_seconds: u64) -> PipelineOptio
                 .collect(),
         )]),
         timeouts: BTreeMap::from([(SEND_EMAIL, Duration::from_secs(timeout_seconds))]),
+        ..Default::default()
     }
 }
 

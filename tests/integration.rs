@@ -18,3 +18,4 @@ mod realistic;
 mod runtime_api;
 mod security;
 mod send_rate;
+mod simulator;

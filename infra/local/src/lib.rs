@@ -8,13 +8,16 @@
 //! through `sam local invoke` (`sam_local`). The functions never know: they get the
 //! environment the template gives them.
 
+pub mod async_invoke;
 pub mod aws_emulator;
 pub mod event_sources;
+pub mod fault_switch;
 pub mod function_host;
 pub mod function_url;
 pub mod http;
 pub mod ledger_scan;
 pub mod log_audit;
+pub mod mongo_fault_switch;
 pub mod names;
 pub mod pipeline;
 pub mod provision;

@@ -2,9 +2,10 @@
 //! the environment template.yaml gives each function (so config wiring is exercised), driven
 //! by the runner (and the local Function URL).
 
+use crate::async_invoke::{AsyncInvoker, Invoke};
 use crate::names;
 use crate::runner::{self, Consumer, ConsumerStats};
-use crate::scheduler::{Due, LocalScheduler, SimClock};
+use crate::scheduler::{LocalScheduler, SimClock};
 use crate::stack::Stack;
 use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::SqsBatchResponse;
@@ -20,7 +21,7 @@ use mailflow::stages::create_emails;
 use mailflow::stages::send_email;
 use mailflow::stages::ses_events;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +34,9 @@ pub use crate::names::{
 pub struct PipelineOptions {
     pub env: BTreeMap<&'static str, BTreeMap<String, String>>,
     pub timeouts: BTreeMap<&'static str, Duration>,
+    /// The AWS endpoint the functions call instead of the stack's (a `FaultSwitch`); the
+    /// event source mappings and the scheduler, which are Lambda's, keep the stack's.
+    pub aws_endpoint: Option<String>,
 }
 
 /// The event source mapping template.yaml gives `function` (its first SQS event), served by
@@ -89,8 +93,8 @@ pub fn consumer(
 
 /// `stage` as its event source mapping invokes it: the batch handed over as the function's
 /// JSON event, its JSON response read as a partial batch response (as Lambda does), and
-/// `tally` given each invocation's summary. A failed invocation is logged and its batch
-/// acknowledged.
+/// `tally` given each invocation's summary. A failed invocation is an error: as on Lambda,
+/// its whole batch comes back.
 pub fn stage_handler<S: Stage + 'static>(
     stage: Arc<S>,
     tally: impl Fn(&S::Summary) + Send + Sync + 'static,
@@ -101,22 +105,16 @@ pub fn stage_handler<S: Stage + 'static>(
         async move {
             let event = match serde_json::to_value(event).and_then(serde_json::from_value) {
                 Ok(event) => event,
-                Err(err) => {
-                    tracing::error!(error = %err, "the batch is not the function's event");
-                    return SqsBatchResponse::default();
-                }
+                Err(err) => return Err(format!("the batch is not the function's event: {err}")),
             };
             match stage.invoke(event, &invocation).await {
                 Ok((response, summary)) => {
                     tally(&summary);
                     serde_json::to_value(response)
-                        .and_then(serde_json::from_value)
-                        .unwrap_or_default()
+                        .and_then(serde_json::from_value::<SqsBatchResponse>)
+                        .map_err(|err| format!("the response is not a batch response: {err}"))
                 }
-                Err(err) => {
-                    tracing::error!(error = %err, "invocation failed");
-                    SqsBatchResponse::default()
-                }
+                Err(err) => Err(err.to_string()),
             }
         }
     })
@@ -148,6 +146,12 @@ pub struct LocalPipeline<M> {
     /// The clock GetUsers decides local times by; `drain` moves it to the next release
     /// schedule when nothing else is happening.
     pub clock: Arc<SimClock>,
+    /// GetUsers invoked as Scheduler invokes it (asynchronously).
+    get_users_async: Arc<AsyncInvoker>,
+    /// The stack's release schedule group, when it has one.
+    scheduler: Option<LocalScheduler>,
+    fired: Mutex<HashSet<String>>,
+    releases_fired: Mutex<Vec<ReleaseFired>>,
     options: PipelineOptions,
 }
 
@@ -171,13 +175,42 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         options: PipelineOptions,
         mailer: impl FnOnce(&aws_config::SdkConfig, &SendEmailConfig) -> M,
     ) -> Result<Self> {
-        let sdk = &stack.sdk;
+        let functions_sdk = match &options.aws_endpoint {
+            Some(url) => crate::fault_switch::through(&stack.sdk, url),
+            None => stack.sdk.clone(),
+        };
+        let sdk = &functions_sdk;
         let env = env_for(&stack, &options, GET_USERS)?;
         let config = GetUsersConfig::from_source(&|k: &str| env.get(k).cloned())?;
         let clock = Arc::new(SimClock::default());
-        let get_users = assemble::get_users(config, sdk)
-            .await?
-            .with_clock(clock.clone());
+        let get_users = Arc::new(
+            assemble::get_users(config, sdk)
+                .await?
+                .with_clock(clock.clone()),
+        );
+        let function = stack.template.function(GET_USERS)?;
+        let timeout = match options.timeouts.get(GET_USERS) {
+            Some(t) => *t,
+            None => Duration::from_secs(function.timeout.into()),
+        };
+        let destination = match &function.async_invoke.on_failure_queue {
+            Some(queue) => Some((
+                aws_sdk_sqs::Client::new(&stack.sdk),
+                stack.queue_url(queue)?.to_owned(),
+            )),
+            None => None,
+        };
+        let get_users_async = AsyncInvoker::new(
+            GET_USERS,
+            get_users_invoke(get_users.clone(), timeout),
+            function.async_invoke.clone(),
+            destination,
+            clock.clone(),
+        );
+        let scheduler = stack
+            .names
+            .get(names::RELEASE_SCHEDULE_GROUP)
+            .map(|group| LocalScheduler::new(&stack.sdk, group));
 
         let env = env_for(&stack, &options, CREATE_EMAILS)?;
         let config = CreateEmailsConfig::from_source(&|k: &str| env.get(k).cloned())?;
@@ -198,13 +231,17 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
 
         Ok(Self {
             stack,
-            get_users: Arc::new(get_users),
+            get_users,
             create_emails: Arc::new(create_emails),
             send_email,
             send_config,
             ses_events: Arc::new(ses_events),
             totals: Arc::default(),
             clock,
+            get_users_async,
+            scheduler,
+            fired: Mutex::default(),
+            releases_fired: Mutex::default(),
             options,
         })
     }
@@ -284,19 +321,43 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         })
     }
 
-    /// Runs every consumer until the queues drain and no send slot is left to release
-    /// (`run` after `start`): when the queues are quiet, a due release schedule fires, and
-    /// when none is due the clock jumps to the next one.
+    /// Runs every consumer until the queues drain and nothing is left to release. Release
+    /// schedules fire at their instant on the simulator's clock, whatever the queues are
+    /// doing, as asynchronous invocations of GetUsers (Lambda's retries and on-failure
+    /// destination included); when everything is quiet the clock jumps to the next schedule
+    /// or retry.
     pub async fn drain(&self, max_wait: Duration) -> Result<BTreeMap<String, ConsumerStats>> {
-        let mut stats: BTreeMap<String, ConsumerStats> = BTreeMap::new();
-        loop {
-            for (function, round) in self.drain_queues(max_wait).await? {
-                stats.entry(function).or_default().add(&round);
+        let sqs = aws_sdk_sqs::Client::new(&self.stack.sdk);
+        let drained = runner::run_until_drained_then(
+            &sqs,
+            self.consumers()?,
+            max_wait,
+            || self.get_users_async.busy(),
+            || Box::pin(self.skip_to_next()),
+        );
+        let ticker = async {
+            loop {
+                if let Err(err) = self.fire_due().await {
+                    tracing::warn!(reason = %format!("{err:#}"), "the local scheduler could not read its schedules; trying again");
+                }
+                tokio::time::sleep(SCHEDULER_TICK).await;
             }
-            if self.release_next().await?.is_none() {
-                return Ok(stats);
-            }
+        };
+        tokio::select! {
+            drained = drained => drained,
+            never = ticker => never,
         }
+    }
+
+    /// Everything is quiet: moves the clock to the next schedule or retry and fires it
+    /// (false when nothing is left).
+    async fn skip_to_next(&self) -> Result<bool> {
+        let Some(next) = self.next_instant().await? else {
+            return Ok(false);
+        };
+        self.clock.advance_to(next);
+        self.fire_due().await?;
+        Ok(true)
     }
 
     /// Runs every consumer until the queues drain, firing no schedule.
@@ -308,49 +369,119 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         runner::run_until_drained(&sqs, self.consumers()?, max_wait).await
     }
 
-    /// Moves the clock to the next release schedule (if it is ahead) and fires every
-    /// schedule due then; the instant it moved to, or `None` when no schedule is left.
+    /// The next instant something is due: a release schedule or a retry of an asynchronous
+    /// invocation (`None` when neither is left).
+    async fn next_instant(&self) -> Result<Option<i64>> {
+        let schedule = match &self.scheduler {
+            Some(scheduler) => {
+                let schedules = scheduler.schedules().await?;
+                let fired = lock(&self.fired);
+                schedules
+                    .into_iter()
+                    .find(|d| !fired.contains(&d.name))
+                    .map(|d| d.at_ms)
+            }
+            None => None,
+        };
+        let retry = self.get_users_async.next_retry_ms();
+        Ok(schedule.into_iter().chain(retry).min())
+    }
+
+    /// Fires every release schedule whose instant has come on the simulator's clock (an
+    /// asynchronous invocation of GetUsers, then the schedule is deleted) and starts the
+    /// retries that are due.
+    pub async fn fire_due(&self) -> Result<()> {
+        self.get_users_async.run_due();
+        let Some(scheduler) = &self.scheduler else {
+            return Ok(());
+        };
+        let now = self.clock.now_ms();
+        for due in scheduler.schedules().await? {
+            if due.at_ms > now {
+                break;
+            }
+            let first = lock(&self.fired).insert(due.name.clone());
+            if first {
+                lock(&self.releases_fired).push(ReleaseFired {
+                    schedule: due.name.clone(),
+                    at_ms: due.at_ms,
+                    fired_at_ms: now,
+                    get_users_running: self.get_users_async.running(),
+                });
+                self.get_users_async.submit(due.input.clone());
+            }
+            // ActionAfterCompletion: DELETE, once the target has the event (a schedule fired
+            // before whose delete did not go through is deleted now).
+            scheduler.delete(&due.name).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves the clock to the next release schedule or retry (if it is ahead), fires what
+    /// is due then and waits for those invocations to end; the instant it moved to, or
+    /// `None` when nothing is left.
     pub async fn release_next(&self) -> Result<Option<i64>> {
-        let scheduler = self.scheduler()?;
-        let schedules = scheduler.schedules().await?;
-        let Some(next) = schedules.first() else {
+        let Some(next) = self.next_instant().await? else {
             return Ok(None);
         };
-        self.clock.advance_to(next.at_ms);
-        let now = self.clock.now_ms();
-        for due in schedules.iter().filter(|d| d.at_ms <= now) {
-            self.fire(&scheduler, due).await?;
+        self.clock.advance_to(next);
+        self.fire_due().await?;
+        while self.get_users_async.busy() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Ok(Some(next.at_ms))
+        Ok(Some(next))
     }
 
-    /// The stack's release schedules.
-    pub fn scheduler(&self) -> Result<LocalScheduler> {
-        let group = self
-            .stack
-            .names
-            .get(names::RELEASE_SCHEDULE_GROUP)
-            .context("the stack has no release schedule group")?;
-        Ok(LocalScheduler::new(&self.stack.sdk, group))
+    /// Invokes GetUsers asynchronously with `event`, as the weekly schedule does: accepted at
+    /// once; `drain` waits for it, its retries included.
+    pub fn invoke_async(&self, event: Value) {
+        self.get_users_async.submit(event);
     }
 
-    /// What EventBridge Scheduler does at a schedule's time: invokes GetUsers with its input
-    /// (a failure is retried, as the schedule's retry policy does), then deletes it.
-    async fn fire(&self, scheduler: &LocalScheduler, due: &Due) -> Result<()> {
-        let mut attempt = 0;
-        loop {
-            match self.start(due.input.clone()).await {
-                Ok(_) => break,
-                Err(err) if attempt < 3 => {
-                    attempt += 1;
-                    tracing::warn!(reason = %err, schedule = %due.name, "release failed; the schedule tries again");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(err) => return Err(err.context(format!("schedule {}", due.name))),
+    /// What became of GetUsers' asynchronous invocations (the release schedules').
+    pub fn async_stats(&self) -> crate::async_invoke::AsyncStats {
+        self.get_users_async.stats()
+    }
+
+    /// Every release schedule fired so far: its instant and the clock when it fired.
+    pub fn releases_fired(&self) -> Vec<ReleaseFired> {
+        lock(&self.releases_fired).clone()
+    }
+}
+
+/// How often the local scheduler looks for due schedules (simulator time runs at real pace
+/// in between).
+const SCHEDULER_TICK: Duration = Duration::from_millis(250);
+
+/// A release schedule the simulator fired.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseFired {
+    pub schedule: String,
+    pub at_ms: i64,
+    pub fired_at_ms: i64,
+    /// GetUsers invocations still running when it fired (a run still holding users, say).
+    pub get_users_running: usize,
+}
+
+/// GetUsers as Lambda runs an asynchronous invocation of it: with its timeout; an error or a
+/// timeout is a failed attempt.
+fn get_users_invoke(get_users: Arc<assemble::LambdaGetUsers>, timeout: Duration) -> Invoke {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    Arc::new(move |event| {
+        let get_users = get_users.clone();
+        Box::pin(async move {
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let invocation = Invocation::with_timeout(format!("get-users-async-{n}"), timeout);
+            match tokio::time::timeout(timeout, get_users.handle(event, &invocation)).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(err)) => Err(err.to_string()),
+                Err(_) => Err(format!(
+                    "Task timed out after {} seconds",
+                    timeout.as_secs()
+                )),
             }
-        }
-        scheduler.delete(&due.name).await
-    }
+        })
+    })
 }
 
 /// The Unsubscribe function as template.yaml configures it on this stack.

@@ -1,8 +1,9 @@
 //! Runs SQS consumers the way Lambda's event source mapping does, against the local queues:
 //! long polls, batches of up to BatchSize gathered for up to
 //! MaximumBatchingWindowInSeconds, at most MaximumConcurrency invocations at once, partial batch
-//! responses honoured (only successes are deleted; failures reappear after their visibility
-//! timeout and reach the DLQ after maxReceiveCount), and each invocation ended at its
+//! responses honoured when the invocation succeeded (only successes are deleted; failures
+//! reappear after their visibility timeout and reach the DLQ after maxReceiveCount), the whole
+//! batch returned when it failed, timed out or crashed, and each invocation ended at its
 //! function Timeout with a real deadline passed in. Handlers run in-process (see docs/local-stack.md).
 //! Each poller honours its event source mapping's State (a pause disables it).
 //! A consumer may carry `Faults` (the chaos run): second deliveries and invocations that
@@ -22,8 +23,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub type Handler =
-    Arc<dyn Fn(SqsEvent, Invocation) -> BoxFuture<'static, SqsBatchResponse> + Send + Sync>;
+/// What an invocation ended with: its partial batch response, or the function's error (on
+/// Lambda an unhandled error or panic), in which case the whole batch comes back.
+pub type Outcome = Result<SqsBatchResponse, String>;
+
+pub type Handler = Arc<dyn Fn(SqsEvent, Invocation) -> BoxFuture<'static, Outcome> + Send + Sync>;
 
 pub struct Consumer {
     pub function: String,
@@ -101,6 +105,8 @@ pub struct ConsumerStats {
     pub invocations: usize,
     pub records: usize,
     pub failures_reported: usize,
+    /// Invocations that ended with an error: their whole batch came back.
+    pub errors: usize,
     pub timeouts: usize,
     /// Invocations a fault injector killed.
     pub crashes: usize,
@@ -122,6 +128,7 @@ impl ConsumerStats {
         self.invocations += other.invocations;
         self.records += other.records;
         self.failures_reported += other.failures_reported;
+        self.errors += other.errors;
         self.timeouts += other.timeouts;
         self.crashes += other.crashes;
         self.second_deliveries += other.second_deliveries;
@@ -136,7 +143,7 @@ impl ConsumerStats {
 pub fn handler<F, Fut>(f: F) -> Handler
 where
     F: Fn(SqsEvent, Invocation) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = SqsBatchResponse> + Send + 'static,
+    Fut: std::future::Future<Output = Outcome> + Send + 'static,
 {
     Arc::new(move |event, invocation| Box::pin(f(event, invocation)))
 }
@@ -317,6 +324,8 @@ async fn next_batch(
 /// How an invocation ended, as the event source mapping sees it.
 enum Ended {
     Returned(SqsBatchResponse),
+    /// The function failed: Lambda ignores any partial response and returns the whole batch.
+    Failed(String),
     TimedOut,
     /// Killed by a fault injector; `finished` if the handler had returned (before the delete).
     Crashed {
@@ -350,7 +359,8 @@ async fn invoke(
         tokio::select! {
             outcome = tokio::time::timeout(limit, run) => match (outcome, kill) {
                 (Ok(_), Some(Kill::BeforeDelete)) => Ended::Crashed { finished: true },
-                (Ok(response), _) => Ended::Returned(response),
+                (Ok(Ok(response)), _) => Ended::Returned(response),
+                (Ok(Err(error)), _) => Ended::Failed(error),
                 (Err(_), Some(Kill::After(_))) => Ended::Crashed { finished: false },
                 (Err(_), _) => Ended::TimedOut,
             },
@@ -360,7 +370,7 @@ async fn invoke(
     if let Some(faults) = faults {
         let finished = matches!(
             ended,
-            Ended::Returned(_) | Ended::Crashed { finished: true }
+            Ended::Returned(_) | Ended::Failed(_) | Ended::Crashed { finished: true }
         );
         faults.ended(&request_id, finished);
     }
@@ -408,6 +418,10 @@ async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared
                 .iter()
                 .map(|f| f.item_identifier.clone())
                 .collect(),
+            Ended::Failed(error) => {
+                tracing::warn!(function = %consumer.function, %error, records = n, "invocation failed; its whole batch returns after the visibility timeout");
+                receipts.iter().map(|(id, _)| id.clone()).collect()
+            }
             Ended::TimedOut | Ended::Crashed { .. } => {
                 receipts.iter().map(|(id, _)| id.clone()).collect()
             }
@@ -442,9 +456,10 @@ async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared
         shared.stats(&consumer.function, |s| {
             s.invocations += 1;
             s.records += n;
-            if !matches!(ended, Ended::Crashed { .. }) {
+            if matches!(ended, Ended::Returned(_)) {
                 s.failures_reported += failed.len();
             }
+            s.errors += usize::from(matches!(ended, Ended::Failed(_)));
             s.timeouts += usize::from(matches!(ended, Ended::TimedOut));
             s.crashes += usize::from(matches!(ended, Ended::Crashed { .. }));
             s.delete_requests += deletes;
@@ -471,6 +486,22 @@ pub async fn run_until_drained_while(
     max_wait: Duration,
     producing: impl Fn() -> bool,
 ) -> Result<BTreeMap<String, ConsumerStats>> {
+    run_until_drained_then(sqs, consumers, max_wait, producing, || {
+        Box::pin(async { Ok(false) })
+    })
+    .await
+}
+
+/// As `run_until_drained_while`, and when everything is quiet asks `on_quiet` whether it
+/// started something (the simulator's clock moved to the next schedule, say): then the
+/// consumers go on, `max_wait` counted afresh, rather than stopping and starting again.
+pub async fn run_until_drained_then<'a>(
+    sqs: &Client,
+    consumers: Vec<Consumer>,
+    max_wait: Duration,
+    producing: impl Fn() -> bool,
+    on_quiet: impl Fn() -> BoxFuture<'a, Result<bool>>,
+) -> Result<BTreeMap<String, ConsumerStats>> {
     static RUNS: AtomicUsize = AtomicUsize::new(0);
     let shared = Arc::new(Shared {
         run: RUNS.fetch_add(1, Ordering::SeqCst),
@@ -496,7 +527,7 @@ pub async fn run_until_drained_while(
             )));
         }
     }
-    let started = Instant::now();
+    let mut started = Instant::now();
     let mut quiet = 0;
     let result = loop {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -522,7 +553,20 @@ pub async fn run_until_drained_while(
         }
         quiet = if busy { 0 } else { quiet + 1 };
         if quiet >= 3 {
-            break Ok(());
+            match on_quiet().await {
+                Ok(false) => break Ok(()),
+                Ok(true) => {
+                    quiet = 0;
+                    started = Instant::now();
+                    continue;
+                }
+                // Not decided (the scheduler unreachable for a moment): look again.
+                Err(err) => {
+                    tracing::warn!(reason = %format!("{err:#}"), "could not tell whether anything is due; looking again");
+                    quiet = 0;
+                    continue;
+                }
+            }
         }
         if timed_out {
             break Err(depths.join("; "));

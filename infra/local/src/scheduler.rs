@@ -1,9 +1,10 @@
 //! EventBridge Scheduler, locally: moto keeps the one-time schedules GetUsers creates but
 //! never fires them, so the simulator does, on a clock it controls (`SimClock`). A schedule
-//! fires when the clock reaches its `at(...)`; the simulator invokes its target (GetUsers)
-//! with the schedule's input and deletes it, as `ActionAfterCompletion: DELETE` does on AWS.
-//! When nothing else is happening, the clock jumps to the next schedule: a day of local
-//! times runs in minutes, and the functions never know (they read the clock they are given).
+//! fires when the clock reaches its `at(...)`, whatever else is happening; the simulator
+//! invokes its target (GetUsers) asynchronously with the schedule's input (`async_invoke`)
+//! and deletes it, as `ActionAfterCompletion: DELETE` does on AWS. When nothing else is
+//! happening, the clock jumps to the next schedule: a day of local times runs in minutes,
+//! and the functions never know (they read the clock they are given).
 
 use anyhow::{Context, Result};
 use mailflow::ports::Clock;
@@ -50,6 +51,9 @@ pub struct Due {
 pub struct LocalScheduler {
     client: aws_sdk_scheduler::Client,
     group: String,
+    /// Each schedule read once (GetUsers creates them and never changes them): the
+    /// scheduler looks for due ones several times a second.
+    read: std::sync::Mutex<std::collections::HashMap<String, Option<Due>>>,
 }
 
 /// The instant of `at(YYYY-MM-DDTHH:MM:SS)` (UTC).
@@ -69,6 +73,7 @@ impl LocalScheduler {
         Self {
             client: aws_sdk_scheduler::Client::new(sdk),
             group: group.to_owned(),
+            read: Default::default(),
         }
     }
 
@@ -87,6 +92,11 @@ impl LocalScheduler {
                 .with_context(|| format!("listing the schedules of {}", self.group))?;
             for summary in page.schedules() {
                 let Some(name) = summary.name() else { continue };
+                let known = self.lock_read().get(name).cloned();
+                if let Some(known) = known {
+                    out.extend(known);
+                    continue;
+                }
                 let schedule = self
                     .client
                     .get_schedule()
@@ -100,13 +110,16 @@ impl LocalScheduler {
                     .target()
                     .and_then(|t| t.input())
                     .and_then(|i| serde_json::from_str(i).ok());
-                if let (Some(at_ms), Some(input)) = (at, input) {
-                    out.push(Due {
+                let due = match (at, input) {
+                    (Some(at_ms), Some(input)) => Some(Due {
                         name: name.to_owned(),
                         at_ms,
                         input,
-                    });
-                }
+                    }),
+                    _ => None,
+                };
+                self.lock_read().insert(name.to_owned(), due.clone());
+                out.extend(due);
             }
             token = page.next_token().map(str::to_owned);
             if token.is_none() {
@@ -117,15 +130,33 @@ impl LocalScheduler {
         Ok(out)
     }
 
+    fn lock_read(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Option<Due>>> {
+        self.read.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub async fn delete(&self, name: &str) -> Result<()> {
-        self.client
+        self.lock_read().remove(name);
+        let deleted = self
+            .client
             .delete_schedule()
             .group_name(&self.group)
             .name(name)
             .send()
-            .await
-            .with_context(|| format!("deleting schedule {name}"))?;
-        Ok(())
+            .await;
+        match deleted {
+            Ok(_) => Ok(()),
+            // Deleted by another look at the same due schedule.
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_resource_not_found_exception()) =>
+            {
+                Ok(())
+            }
+            Err(err) => Err(err).with_context(|| format!("deleting schedule {name}")),
+        }
     }
 }
 

@@ -70,6 +70,27 @@ pub struct FunctionSpec {
     pub schedule: Option<String>,
     /// Whether it has a Function URL (`FunctionUrlConfig`), referred to as `<id>Url`.
     pub function_url: bool,
+    /// What Lambda does with its asynchronous invocations (`EventInvokeConfig`).
+    pub async_invoke: AsyncInvokeSpec,
+}
+
+/// `EventInvokeConfig`: how often Lambda retries a failed asynchronous invocation (2 unless
+/// `MaximumRetryAttempts` says otherwise) and where the event goes after the last failure
+/// (`DestinationConfig.OnFailure`, a queue here; without one Lambda drops it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AsyncInvokeSpec {
+    pub maximum_retry_attempts: u32,
+    /// The logical id of the on-failure destination queue.
+    pub on_failure_queue: Option<String>,
+}
+
+impl Default for AsyncInvokeSpec {
+    fn default() -> Self {
+        Self {
+            maximum_retry_attempts: 2,
+            on_failure_queue: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -392,6 +413,50 @@ fn function(
         sqs_events,
         schedule,
         function_url: props.get("FunctionUrlConfig").is_some(),
+        async_invoke: async_invoke(id, props.get("EventInvokeConfig"), params)?,
+    })
+}
+
+fn async_invoke(
+    id: &str,
+    config: Option<&Value>,
+    params: &BTreeMap<String, Option<String>>,
+) -> Result<AsyncInvokeSpec> {
+    let Some(config) = config else {
+        return Ok(AsyncInvokeSpec::default());
+    };
+    let retries = uint(
+        config.get("MaximumRetryAttempts"),
+        "MaximumRetryAttempts",
+        params,
+    )?
+    .unwrap_or(2);
+    if retries > 2 {
+        bail!("{id}: EventInvokeConfig MaximumRetryAttempts is {retries}; Lambda allows 0 to 2");
+    }
+    let on_failure = config
+        .get("DestinationConfig")
+        .and_then(|d| d.get("OnFailure"));
+    let on_failure_queue = match on_failure {
+        None => None,
+        Some(target) => {
+            let kind = target.get("Type").and_then(scalar).unwrap_or_default();
+            if kind != "SQS" {
+                bail!("{id}: the simulator delivers on-failure destinations of Type SQS only, not {kind:?}");
+            }
+            Some(
+                target
+                    .get("Destination")
+                    .and_then(reference)
+                    .with_context(|| {
+                        format!("{id}: OnFailure Destination must be !GetAtt Queue.Arn")
+                    })?,
+            )
+        }
+    };
+    Ok(AsyncInvokeSpec {
+        maximum_retry_attempts: retries,
+        on_failure_queue,
     })
 }
 

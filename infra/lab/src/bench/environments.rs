@@ -138,7 +138,9 @@ impl Environments {
                             .collect();
                         let payload = serde_json::to_value(&event).unwrap_or_default();
                         match environments.invoke(slot, payload).await {
-                            Outcome::Response(v) => serde_json::from_value(v).unwrap_or_default(),
+                            Outcome::Response(v) => {
+                                Ok(serde_json::from_value(v).unwrap_or_default())
+                            }
                             // A failed invocation returns its whole batch.
                             _ => {
                                 let mut response = SqsBatchResponse::default();
@@ -150,7 +152,7 @@ impl Environments {
                                         failure
                                     })
                                     .collect();
-                                response
+                                Ok(response)
                             }
                         }
                     }

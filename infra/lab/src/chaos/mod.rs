@@ -139,6 +139,7 @@ fn pipeline_options() -> PipelineOptions {
             (SEND_EMAIL, Duration::from_secs(6)),
             (CREATE_EMAILS, Duration::from_secs(10)),
         ]),
+        ..Default::default()
     }
 }
 

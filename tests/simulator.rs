@@ -1,0 +1,282 @@
+//! The simulator as strict as Lambda where the difference changes an outcome: a failed
+//! invocation's batch comes back whole; a release schedule fires at its instant even while
+//! GetUsers is still holding users for its slot; an asynchronous invocation that fails on
+//! every attempt is retried twice, then goes to the on-failure destination or is dropped.
+//! The fault switch (a proxy in front of the AWS emulator) makes the chosen calls fail or
+//! slow down. docs/local-stack.md keeps the table of what matches Lambda and what does not.
+
+use aws_lambda_events::event::sqs::SqsBatchResponse;
+use mailflow::domain::campaign::Campaign;
+use mailflow_local::fault_switch::{Fault, FaultSwitch};
+use mailflow_local::names;
+use mailflow_local::pipeline::{consumer, LocalPipeline, PipelineOptions, SEND_EMAIL};
+use mailflow_local::runner;
+use mailflow_tests::{ses, test_env, TestEnv};
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn ms(rfc3339: &str) -> i64 {
+    rfc3339.parse::<jiff::Timestamp>().unwrap().as_millisecond()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_invocation_returns_its_whole_batch_whatever_it_answered() {
+    let env = test_env("failed-batch", |o| {
+        o.visibility_timeouts.insert(names::EMAILS_QUEUE.into(), 2);
+    })
+    .await
+    .unwrap();
+    let url = env.stack.queue_url(names::EMAILS_QUEUE).unwrap().to_owned();
+    for i in 0..3 {
+        env.sqs()
+            .send_message()
+            .queue_url(&url)
+            .message_body(format!("job {i}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    // The first invocation fails (an unhandled error on Lambda); the rest succeed.
+    let seen: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        runner::handler(move |event: aws_lambda_events::event::sqs::SqsEvent, _| {
+            let seen = seen.clone();
+            async move {
+                let ids: Vec<String> = event
+                    .records
+                    .iter()
+                    .filter_map(|r| r.message_id.clone())
+                    .collect();
+                let first = {
+                    let mut seen = seen.lock().unwrap();
+                    seen.push(ids);
+                    seen.len() == 1
+                };
+                if first {
+                    Err("the function failed".to_string())
+                } else {
+                    Ok(SqsBatchResponse::default())
+                }
+            }
+        })
+    };
+    let mut emails = consumer(
+        &env.stack,
+        SEND_EMAIL,
+        vec![handler],
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    emails.concurrency = 1;
+    emails.batching_window = Duration::from_secs(1);
+    let stats = runner::run_until_drained(&env.sqs(), vec![emails], Duration::from_secs(120))
+        .await
+        .unwrap();
+    let stats = &stats[SEND_EMAIL];
+    assert_eq!(stats.errors, 1, "{stats:?}");
+    let seen = seen.lock().unwrap().clone();
+    let failed = &seen[0];
+    assert!(!failed.is_empty());
+    // Every record of the failed invocation was handed over again, none acknowledged.
+    for id in failed {
+        let times = seen.iter().flatten().filter(|s| *s == id).count();
+        assert_eq!(times, 2, "{id} in {seen:?}");
+    }
+}
+
+/// A stack whose users all live in Tokyo (09:00 there is 00:00 UTC on the send date), and a
+/// pipeline whose functions reach AWS through a fault switch.
+async fn tokyo(
+    test: &str,
+    users: usize,
+    adjust: impl FnOnce(&mut TestEnv),
+) -> (
+    TestEnv,
+    FaultSwitch,
+    LocalPipeline<mailflow::adapters::ses::SesMailer>,
+) {
+    let mut env = test_env(test, |_| {}).await.unwrap();
+    let campaign = Campaign::from_id("weekly-2026-W47", None).unwrap();
+    env.seed(users, &campaign).await.unwrap();
+    env.db
+        .collection::<mongodb::bson::Document>("users")
+        .update_many(
+            mongodb::bson::doc! {},
+            mongodb::bson::doc! {"$set": {"timezone": "Asia/Tokyo"}},
+        )
+        .await
+        .unwrap();
+    adjust(&mut env);
+    let switch = FaultSwitch::start(&env.endpoint).await.unwrap();
+    let options = PipelineOptions {
+        aws_endpoint: Some(switch.url()),
+        ..Default::default()
+    };
+    let pipeline = env.pipeline(options, ses).await.unwrap();
+    // Six hours before the slot: everyone is held.
+    pipeline.clock.set(ms("2026-11-22T18:00:00Z"));
+    (env, switch, pipeline)
+}
+
+fn local_time_run() -> serde_json::Value {
+    json!({"campaignId": "weekly-2026-W47", "localTime": "09:00"})
+}
+
+const SLOT: &str = "2026-11-23T00:00:00Z";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_schedule_fires_at_its_instant_while_get_users_is_still_holding_its_users() {
+    let (env, switch, pipeline) = tokyo("fires-while-holding", 250, |_| {}).await;
+    // Holds are written 25 to a BatchWriteItem; each takes half a second, so holding the
+    // slot's users takes seconds, as a long segment does on Lambda.
+    switch.set(
+        "dynamodb",
+        "BatchWriteItem",
+        Fault::Delay(Duration::from_millis(500)),
+        None,
+    );
+    let pipeline = Arc::new(pipeline);
+    pipeline.invoke_async(local_time_run());
+    // Time passes while GetUsers holds: once the slot's schedule exists, the clock reaches it.
+    let group = env.stack.names[names::RELEASE_SCHEDULE_GROUP].clone();
+    let scheduler = mailflow_local::scheduler::LocalScheduler::new(&env.stack.sdk, &group);
+    let clock = pipeline.clock.clone();
+    let mover = tokio::spawn(async move {
+        for _ in 0..600 {
+            if let Some(due) = scheduler.schedules().await.unwrap().first() {
+                clock.advance_to(due.at_ms);
+                return due.at_ms;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("GetUsers made no release schedule within a minute");
+    });
+    pipeline.drain(Duration::from_secs(600)).await.unwrap();
+    assert_eq!(mover.await.unwrap(), ms(SLOT));
+
+    let fired = pipeline.releases_fired();
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    assert!(fired[0].fired_at_ms >= fired[0].at_ms, "{fired:?}");
+    assert!(
+        fired[0].get_users_running >= 1,
+        "the schedule fired only after GetUsers had finished holding: {fired:?}"
+    );
+    let stats = pipeline.async_stats();
+    assert_eq!((stats.events, stats.succeeded), (2, 2), "{stats:?}");
+    // What the release found is what had been written when it fired (the rest of the slot
+    // is the subject of the local-time reconciliation, not of the simulator).
+    let sent = env.sent().await.unwrap().len();
+    eprintln!("fired while holding: {sent} of 250 users sent by the release");
+}
+
+async fn failing_release(
+    test: &str,
+    destination: Option<&str>,
+) -> (TestEnv, mailflow_local::async_invoke::AsyncStats) {
+    let (env, switch, pipeline) = tokyo(test, 30, |env| {
+        if let Some(queue) = destination {
+            let function = env
+                .stack
+                .template
+                .functions
+                .iter_mut()
+                .find(|f| f.logical_id == names::GET_USERS)
+                .unwrap();
+            function.async_invoke.on_failure_queue = Some(queue.to_owned());
+        }
+    })
+    .await;
+    let summary = pipeline.start(local_time_run()).await.unwrap();
+    assert_eq!(summary["complete"], true, "{summary}");
+    // From now on the waiting table cannot be read: every release attempt fails.
+    switch.set(
+        "dynamodb",
+        "Query",
+        Fault::Fail {
+            status: 500,
+            code: "InternalServerError".into(),
+        },
+        None,
+    );
+    pipeline.drain(Duration::from_secs(600)).await.unwrap();
+    assert!(!switch.hits().is_empty());
+    assert!(env.sent().await.unwrap().is_empty());
+    (env, pipeline.async_stats())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_failing_on_every_attempt_is_retried_twice_then_dropped_without_a_destination() {
+    let (_env, stats) = failing_release("release-dropped", None).await;
+    assert_eq!(stats.events, 1, "{stats:?}");
+    assert_eq!((stats.attempts, stats.failed_attempts), (3, 3), "{stats:?}");
+    assert_eq!((stats.dropped, stats.to_destination), (1, 0), "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_failing_on_every_attempt_reaches_the_on_failure_destination() {
+    let (env, stats) = failing_release("release-destination", Some(names::SCHEDULE_DLQ)).await;
+    assert_eq!((stats.attempts, stats.failed_attempts), (3, 3), "{stats:?}");
+    assert_eq!((stats.dropped, stats.to_destination), (0, 1), "{stats:?}");
+    let url = env.stack.queue_url(names::SCHEDULE_DLQ).unwrap();
+    let out = env
+        .sqs()
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
+    let messages = out.messages();
+    assert_eq!(messages.len(), 1);
+    let record: serde_json::Value = serde_json::from_str(messages[0].body().unwrap()).unwrap();
+    assert_eq!(
+        record["requestContext"]["condition"], "RetriesExhausted",
+        "{record:#}"
+    );
+    assert_eq!(record["requestContext"]["approximateInvokeCount"], 3);
+    assert_eq!(
+        record["requestPayload"]["releaseWaiting"]["campaignId"],
+        "weekly-2026-W47"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fault_switch_fails_or_hangs_a_chosen_mongodb_command() {
+    use mailflow_local::mongo_fault_switch::MongoFaultSwitch;
+    use mongodb::bson::{doc, Document};
+    let env = test_env("mongo-switch", |_| {}).await.unwrap();
+    let (_, uri) = mailflow_tests::endpoints();
+    let server = uri
+        .trim_start_matches("mongodb://")
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let switch = MongoFaultSwitch::start(server).await.unwrap();
+    let client = mongodb::Client::with_uri_str(switch.uri()).await.unwrap();
+    let users = client
+        .database(env.db.name())
+        .collection::<Document>("switched");
+    users.insert_one(doc! {"_id": "a"}).await.unwrap();
+
+    // An error the driver does not retry, answered by the switch for one find.
+    let bad_value = Fault::Fail {
+        status: 2,
+        code: "BadValue".into(),
+    };
+    switch.set("find", bad_value, Some(1));
+    let err = users.find_one(doc! {}).await.unwrap_err();
+    assert!(err.to_string().contains("injected"), "{err}");
+    // A find that is never answered.
+    switch.set("find", Fault::Hang, Some(1));
+    let hung = tokio::time::timeout(Duration::from_secs(2), users.find_one(doc! {})).await;
+    assert!(hung.is_err(), "the find was answered: {hung:?}");
+    // Everything else, and the next find, passes.
+    users.insert_one(doc! {"_id": "b"}).await.unwrap();
+    assert_eq!(users.count_documents(doc! {}).await.unwrap(), 2);
+    assert!(users.find_one(doc! {"_id": "b"}).await.unwrap().is_some());
+    assert_eq!(switch.hits(), ["find", "find"]);
+}
