@@ -1,4 +1,4 @@
-//! The sends ledger: the exactly-once state machine (README, "Exactly once"), as pure types.
+//! The sends ledger: the exactly-once state machine (docs/exactly-once.md), as pure types.
 //! `adapters::dynamo` stores it in DynamoDB with conditional writes.
 //!
 //! ```text

@@ -1,5 +1,5 @@
 //! SendEmail: exactly once per (user, campaign) through SES v2, guarded by the sends ledger
-//! (README, "Exactly once"): claim with one conditional write, send, mark SENT under the
+//! (docs/exactly-once.md): claim with one conditional write, send, mark SENT under the
 //! claim.
 //! The ledger writes after the claim are in `ledger_writes`, what a record came to in
 //! `outcome`, the shared send rate in `pacing`, and the decision table's tests in
