@@ -2,6 +2,7 @@
 # Local stack for mailflow: moto (SQS, DynamoDB, SES v2) and SecantusDB (MongoDB wire protocol),
 # both from PyPI, both bound to 127.0.0.1. Idempotent: `start` reuses servers it started before.
 #
+#   infra/local-stack.sh install # create or update .venv (start does it too)
 #   infra/local-stack.sh start   # create .venv if needed, start both servers, wait until healthy
 #   infra/local-stack.sh stop    # stop the servers this script started (by pid)
 #   infra/local-stack.sh env     # print the environment the code and tests need (eval-able)
@@ -112,9 +113,10 @@ case "${1:-}" in
     start_one moto "$MOTO_PORT" moto_healthy "$VENV/bin/python" "$ROOT/infra/moto_server.py" -H "$HOST" -p "$MOTO_PORT"
     start_one mongo "$MONGO_PORT" mongo_healthy "$VENV/bin/secantusd-py" --host "$HOST" --port "$MONGO_PORT" --storage-path :memory:
     ;;
+  install) ensure_venv ;;
   stop) stop_one moto; stop_one mongo ;;
   env) print_env ;;
   status)
     for n in moto mongo; do if alive "$n"; then echo "$n: running (pid $(cat "$STATE/$n.pid"))"; else echo "$n: stopped"; fi; done ;;
-  *) echo "usage: $0 start|stop|env|status" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|stop|env|status" >&2; exit 2 ;;
 esac

@@ -3,6 +3,7 @@
 #
 #   infra/sam-local.sh invoke FUNCTION EVENT   # e.g. GetUsersFunction infra/events/manual-run.json
 #   infra/sam-local.sh test                    # every function with every sample event, checked
+#   infra/sam-local.sh install                 # only install what the two above need
 #
 # It installs what is missing (idempotently): the SAM CLI (pinned, in .venv-tools), the
 # functions (cargo, for this machine, laid out as `sam build` lays them out: infra/sam-build.py;
@@ -21,12 +22,12 @@ WORK="$ROOT/.local/sam"
 VENV="$ROOT/.venv-tools"
 
 log() { echo "sam-local: $*" >&2; }
-usage() { echo "usage: $0 invoke FUNCTION EVENT_FILE | test" >&2; exit 2; }
+usage() { echo "usage: $0 invoke FUNCTION EVENT_FILE | test | install" >&2; exit 2; }
 
 mode="${1:-}"
 case "$mode" in
   invoke) [[ $# == 3 ]] || usage ;;
-  test) [[ $# == 1 ]] || usage ;;
+  test | install) [[ $# == 1 ]] || usage ;;
   *) usage ;;
 esac
 
@@ -37,12 +38,26 @@ case "$(uname -m)" in
 esac
 BASE_IMAGE="public.ecr.aws/lambda/provided:al2023-$ARCH"
 
+# Debian's docker.io, when no Docker engine answers (then this script runs its own).
+install_docker() {
+  if ! command -v dockerd >/dev/null || [[ ! -x /usr/bin/docker ]]; then
+    log "installing Debian's docker.io"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends docker.io >/dev/null ||
+      { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends docker.io >/dev/null; }
+  fi
+}
+
 mkdir -p "$WORK"
 infra/tools-venv.sh
-# mailctl and the functions (debug, as the tests use them).
-cargo build --quiet --locked --workspace --bins
-# The tests are built here too: inside the namespace there is no registry to fetch from.
-[[ "$mode" != test ]] || cargo test --quiet --locked --no-run -p mailflow-tests --test integration
+if [[ "$mode" == install ]]; then
+  if [[ -z "${MAILFLOW_SAM_OWN_DOCKER:-}" ]] && docker info >/dev/null 2>&1; then exit 0; fi
+  if [[ $EUID == 0 ]]; then install_docker; fi
+  exit 0
+fi
+# mailctl, the functions and the tests (debug, every target as infra/test.sh builds them, so
+# nothing is rebuilt): inside the namespace there is no registry to fetch from.
+cargo build --quiet --locked --workspace --all-targets
 if [[ -n "${MAILFLOW_SAM_BUILD_DIR:-}" ]]; then
   # What your own `sam build` made (.aws-sam/build), used as it is.
   BUILD="$(cd "$MAILFLOW_SAM_BUILD_DIR" && pwd)"
@@ -96,12 +111,7 @@ else
     log "no Docker engine answers, and starting one in a network namespace needs root: start Docker, or run this as root"
     exit 1
   fi
-  if ! command -v dockerd >/dev/null || [[ ! -x /usr/bin/docker ]]; then
-    log "installing Debian's docker.io"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q --no-install-recommends docker.io >/dev/null ||
-      { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends docker.io >/dev/null; }
-  fi
+  install_docker
   # The engine's own client (a newer one elsewhere on PATH may not speak to it).
   docker() { /usr/bin/docker "$@"; }
   NS="mailflow-sam-$$"
@@ -157,7 +167,7 @@ export MAILFLOW_SAM_CLI="$VENV/bin/sam" MAILFLOW_SAM_TEMPLATE="$BUILD/template.y
 
 case "$mode" in
   test)
-    in_ns cargo test --quiet --locked -p mailflow-tests --test integration -- \
+    in_ns cargo test --quiet --locked --workspace --test integration -- \
       --ignored --test-threads=1 runtime_api::sam_local
     ;;
   invoke)

@@ -1,50 +1,108 @@
 #!/usr/bin/env bash
-# Every check and test: formatting, template validation, clippy, unit tests, the tests
+# Every check and test: formatting, clippy, template validation, unit tests, the tests
 # against the local stack (moto + SecantusDB on 127.0.0.1, started and stopped here; sent
-# emails opened in headless Chromium, installed by infra/browser.sh), and every
-# function with every sample event through `sam local invoke` (infra/sam-local.sh, which
-# starts and removes its own Docker engine when the machine has none). CI runs exactly this.
+# emails and pages opened in headless Chromium, installed by infra/browser.sh), the chaos
+# run, and every function with every sample event through `sam local invoke`
+# (infra/sam-local.sh, which starts and removes its own Docker engine when the machine has
+# none). CI runs exactly this; docs/testing.md says how to run one area, docs/test-times.md
+# how long each part takes.
 #
-# The 5,000-user chaos run (tests/chaos.rs) takes most of the time and leaves a core partly
-# idle while it waits on timeouts, so it starts as soon as everything is built, on a local
-# stack of its own (its deep queues would slow the other tests), and the other checks and
-# tests run beside it. Both always run to the end; the script fails if either failed.
+# Where the time goes and why it is arranged so (two cores):
+# - What the tests need besides cargo (the virtualenvs, Chromium, docker.io) is installed
+#   while cargo builds: those are mostly downloads.
+# - Clippy lints the workspace as part of the one build (clippy-driver wraps rustc for the
+#   workspace's own crates, as `cargo clippy` does), so no second compilation of the
+#   dependencies is needed for it. The same variables stay set for the whole script, so the
+#   tests' own `cargo build` calls find everything built.
+# - The tests run under cargo-nextest in two shards, each on a local stack of its own (one
+#   moto is one Python thread), several tests at once in each (most of their time is spent
+#   waiting on queues, leases and timeouts), beside the chaos run on a third stack. The
+#   chaos run here is the smallest that still meets every fault; the 5,000-user run is
+#   infra/soak.sh.
+# - At the end: how long each phase took and the slowest tests.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-cargo fmt --all -- --check
-# Everything the tests run, debug (the release build is infra/bench.sh's): the test binaries,
-# mailctl (tests/cli.rs, the chaos run) and the functions (tests/runtime_api.rs).
-cargo build --workspace --all-targets --locked
-
 mkdir -p .local
-# Headless Chromium and playwright-core for the browser tests (tests/open_content.rs).
-eval "$(infra/browser.sh)"
+timings=.local/test-phases.txt
+: >"$timings"
+SECONDS=0
+phase() { printf '%-34s ends at %5d s\n' "$1" "$SECONDS" | tee -a "$timings" >&2; }
+
+cargo fmt --all -- --check
+
+# Installs, beside the build.
+(
+  infra/tools-venv.sh
+  infra/local-stack.sh install
+  infra/browser.sh >.local/browser.env
+  infra/sam-local.sh install
+) >.local/test-setup.log 2>&1 &
+setup=$!
+
+# The build, linted: clippy's lints, warnings as errors, on the workspace's crates.
+export RUSTC_WORKSPACE_WRAPPER="${RUSTC_WORKSPACE_WRAPPER:-$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)}"
+export CLIPPY_ARGS="-Dwarnings"
+cargo build --workspace --all-targets --locked
+phase "build (clippy included)"
+if ! wait "$setup"; then
+  echo "test: installing what the tests need failed:" >&2
+  tail -n 40 .local/test-setup.log >&2
+  exit 1
+fi
+eval "$(cat .local/browser.env)"
+phase "installs (beside the build)"
 
 chaos_log=.local/chaos-test.log
-MAILFLOW_STACK_DIR="$ROOT/.local/chaos" MAILFLOW_MOTO_PORT="${MAILFLOW_CHAOS_MOTO_PORT:-4567}" \
-  MAILFLOW_MONGO_PORT="${MAILFLOW_CHAOS_MONGO_PORT:-27028}" \
-  infra/with-local-stack.sh cargo test --locked -p mailflow-tests --test integration -- --ignored chaos:: \
-  >"$chaos_log" 2>&1 &
+(
+  MAILFLOW_STACK_DIR="$ROOT/.local/chaos" MAILFLOW_MOTO_PORT="${MAILFLOW_CHAOS_MOTO_PORT:-4567}" \
+    MAILFLOW_MONGO_PORT="${MAILFLOW_CHAOS_MONGO_PORT:-27028}" \
+    infra/with-local-stack.sh cargo test --locked -p mailflow-tests --test integration -- \
+    --ignored chaos::
+) >"$chaos_log" 2>&1 &
 chaos=$!
 echo "test: the chaos run started beside the other tests; its output: $chaos_log" >&2
 
+# shard N: the tests of shard N of 2 (every other test, in order), on a stack of its own.
+shard() {
+  MAILFLOW_STACK_DIR="$ROOT/.local/shard$1" MAILFLOW_MOTO_PORT="$((4570 + $1))" \
+    MAILFLOW_MONGO_PORT="$((27030 + $1))" infra/with-local-stack.sh \
+    cargo nextest run --workspace --locked --no-fail-fast --profile "shard$1" --partition "count:$1/2"
+}
+
 rest=0
 {
-  infra/validate-template.sh &&
-    # Its own target directory: clippy checks rather than builds, so it shares no artifacts
-    # with the build above, and it must not hold the build lock the chaos run may need.
-    cargo clippy --workspace --all-targets --locked --target-dir target/clippy -- -D warnings &&
-    infra/with-local-stack.sh cargo test --workspace --locked &&
-    infra/sam-local.sh test
+  infra/validate-template.sh && phase "template validation" &&
+    {
+      shard2_log=.local/shard2-test.log
+      shard 2 >"$shard2_log" 2>&1 &
+      shard2=$!
+      shard1_status=0
+      shard 1 || shard1_status=$?
+      shard2_status=0
+      wait "$shard2" || shard2_status=$?
+      echo "--- the second shard of the tests (its output: $shard2_log), exit status $shard2_status:" >&2
+      grep -E "^\s+(FAIL|SIGSEGV|SIGABRT|TIMEOUT)|Summary" "$shard2_log" >&2 || tail -n 50 "$shard2_log" >&2
+      [[ $shard2_status == 0 ]] || sed -n '/^\s*FAIL \[/,$p' "$shard2_log" | head -n 400 >&2
+      phase "unit and local-stack tests"
+      [[ $shard1_status == 0 && $shard2_status == 0 ]]
+    } &&
+    infra/sam-local.sh test && phase "sam local invoke"
 } || rest=$?
 
 chaos_status=0
 wait "$chaos" || chaos_status=$?
+phase "chaos run (beside the tests)"
 echo "--- the chaos run (tests/chaos.rs), exit status $chaos_status:" >&2
 if [[ $chaos_status == 0 ]]; then grep -E "^test |test result" "$chaos_log" >&2; else tail -n 200 "$chaos_log" >&2; fi
+
+echo "--- time per phase (seconds since the start):" >&2
+cat "$timings" >&2
+echo "--- the slowest tests:" >&2
+python3 infra/slowest-tests.py 15 target/nextest/shard1/junit.xml target/nextest/shard2/junit.xml >&2 || true
+
 if [[ $rest != 0 || $chaos_status != 0 ]]; then
   echo "test: FAILED (checks and tests: exit $rest; chaos run: exit $chaos_status)" >&2
   exit 1
 fi
-echo "test: everything passed" >&2
+echo "test: everything passed in $SECONDS s" >&2

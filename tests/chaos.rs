@@ -1,15 +1,18 @@
-//! The chaos run end to end: `mailctl chaos --local-time` with 5,000 users on the local
-//! stack, a local-time campaign released slot by slot while every fault plays at once (see
-//! mailflow_lab::chaos), then its report and every line it logged checked.
-//! It takes minutes, so `cargo test` leaves it out; infra/test.sh runs it (`--ignored`) on a
-//! local stack of its own, beside the other tests.
+//! The chaos run end to end: `mailctl chaos --local-time` on the local stack, a local-time
+//! campaign released slot by slot while every fault plays at once (see mailflow_lab::chaos),
+//! then its report and every line it logged checked. Here at the smallest size that still
+//! meets every fault on every run (400 users, fault shares raised so that each kill point is
+//! all but certain to be hit: the assertions below say so); the 5,000-user soak with the
+//! default shares is infra/soak.sh, run before a release. It takes minutes, so `cargo test`
+//! leaves it out; infra/test.sh runs it (`--ignored`) on a local stack of its own, beside the
+//! other tests.
 
 use mailflow_tests::{binary, endpoints};
 use serde_json::Value;
 
 #[test]
 #[ignore = "minutes long: infra/test.sh runs it beside the other tests"]
-fn five_thousand_users_through_every_fault_lose_nothing_and_duplicate_only_within_the_bound() {
+fn every_fault_at_once_loses_nothing_and_duplicates_only_within_the_bound() {
     endpoints();
     assert!(
         std::env::var_os("MAILFLOW_SECANTUSD").is_some(),
@@ -19,11 +22,17 @@ fn five_thousand_users_through_every_fault_lose_nothing_and_duplicate_only_withi
         .args([
             "chaos",
             "--users",
-            "5000",
+            "400",
+            // Each CreateEmails and SendEmail invocation has a 1 in 20 chance of being killed
+            // at each point, and each SES call a 1 in 50 chance at each send point: at this
+            // size every point is met a few times or more.
+            "--kill-share",
+            "0.05",
+            "--send-kill-share",
+            "0.02",
             "--max-seconds",
-            // A bound, not a measure: beside the other tests on two shared cores the run
-            // took 20-27 minutes on a fresh clone (README).
-            "3600",
+            // A bound, not a measure (docs/test-times.md has the measures).
+            "1800",
             // 09:00 in each user's own zone: everyone waits in the waiting room, and ~40
             // slots are released one by one while every fault plays.
             "--local-time",
@@ -44,10 +53,7 @@ fn five_thousand_users_through_every_fault_lose_nothing_and_duplicate_only_withi
 
     // Everything was injected.
     for function in ["CreateEmailsFunction", "SendEmailFunction"] {
-        assert!(
-            n(&report["secondDeliveries"][function]) > 1000,
-            "{report:#}"
-        );
+        assert!(n(&report["secondDeliveries"][function]) > 200, "{report:#}");
     }
     for point in [
         "CreateEmails: before it starts",
@@ -74,7 +80,7 @@ fn five_thousand_users_through_every_fault_lose_nothing_and_duplicate_only_withi
 
     // What came out.
     let deliverable = n(&report["deliverable"]);
-    assert!(deliverable > 2500, "{report:#}");
+    assert!(deliverable > 150, "{report:#}");
     assert_eq!(n(&report["records"]["SENT"]), deliverable);
     assert_eq!(
         n(&report["records"]["FAILED"]),

@@ -366,7 +366,7 @@ async fn w_ada(w: &World) -> String {
 /// by infra/browser.sh, which infra/test.sh runs): with images on, every card and badge
 /// loads and a click on the first pick lands on its page and is counted; with images off,
 /// the email still reads. Screenshots go to MAILFLOW_SCREENSHOT_DIR (default
-/// .local/browser/shots; `docs` refreshes the README's).
+/// .local/browser/shots; `docs` refreshes docs/open-time-content.md's).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_browser_opens_a_sent_email_with_images_on_and_off() {
     let dir = std::path::PathBuf::from(std::env::var("MAILFLOW_BROWSER_DIR").expect(

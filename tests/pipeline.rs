@@ -31,7 +31,7 @@ fn record(id: &str, body: &str) -> SqsMessage {
 #[tokio::test(flavor = "multi_thread")]
 async fn end_to_end_every_eligible_user_gets_exactly_one_correct_email() {
     let env = test_env("e2e", |_| {}).await.unwrap();
-    let seeded = env.seed(1000, &campaign()).await.unwrap();
+    let seeded = env.seed(400, &campaign()).await.unwrap();
     assert!(seeded.unsubscribed > 0 && !seeded.invalid_addresses.is_empty());
     let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
 

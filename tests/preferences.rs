@@ -5,7 +5,7 @@
 //! changes one with the keyboard alone (JavaScript off), saves and reads the confirmation;
 //! the test then reads MongoDB. The same link with a tampered token, and a phone's screen.
 //! Screenshots go to MAILFLOW_SCREENSHOT_DIR (default .local/browser/shots; `docs` refreshes
-//! the README's).
+//! docs/topics.md's).
 
 use mailflow::domain::campaign::Campaign;
 use mailflow_local::pipeline::PipelineOptions;

@@ -217,12 +217,18 @@ pub fn ses(
 }
 
 /// The path of a workspace binary, built first (debug, as the test command does). It builds
-/// the whole workspace's binaries so that features resolve as in `cargo test --workspace`
-/// (nothing is recompiled; infra/test.sh has built them already). Cargo releases its lock
-/// while tests run, so building from a test is safe.
+/// every target of the workspace, as infra/test.sh does, so that features resolve the same
+/// (dev-dependencies included) and nothing is recompiled. Cargo releases its lock while
+/// tests run, so building from a test is safe.
 pub fn binary(name: &str) -> std::path::PathBuf {
     let status = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--locked", "--workspace", "--bins"])
+        .args([
+            "build",
+            "--quiet",
+            "--locked",
+            "--workspace",
+            "--all-targets",
+        ])
         .current_dir(mailctl::repo_root())
         .status()
         .expect("cargo runs");
