@@ -5,5 +5,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-cargo build --quiet --locked -p mailctl
+echo "demo: building mailctl, the operator tool that runs the demo (about 7 minutes on a fresh clone, seconds after)" >&2
+cargo build --locked -p mailctl
+echo "demo: starting the local stack (moto and SecantusDB on 127.0.0.1; the first time, their virtualenv: about a minute)" >&2
 exec infra/with-local-stack.sh "$ROOT/target/debug/mailctl" demo "$@"

@@ -732,6 +732,32 @@ fn bad_input_gets_one_clear_line_and_a_failure_exit() {
 }
 
 #[test]
+fn without_an_aws_environment_it_says_what_to_set() {
+    let home = std::env::temp_dir().join(format!("mailctl-no-aws-{}", std::process::id()));
+    std::fs::create_dir_all(&home).unwrap();
+    let mut command = std::process::Command::new(binary("mailctl"));
+    command.args(["status", "--campaign", "weekly-2026-W46", "--prefix", "x"]);
+    for k in [
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_PROFILE",
+        "AWS_CONFIG_FILE",
+    ] {
+        command.env_remove(k);
+    }
+    let out = command.env("HOME", &home).output().expect("mailctl runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("eval \"$(infra/local-stack.sh env)\""),
+        "{err}"
+    );
+    assert!(err.contains("AWS_REGION"), "{err}");
+    assert!(!err.to_lowercase().contains("metadata"), "{err}");
+}
+
+#[test]
 fn logs_into_a_pipe_carry_no_colour_codes() {
     endpoints();
     let out = mailctl(

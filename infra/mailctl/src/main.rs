@@ -303,6 +303,28 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+/// Refuses to start without any AWS configuration rather than let the SDK look for a region
+/// on the instance metadata service (two long warnings, seconds of timeouts, then an error
+/// that does not say what to set).
+fn aws_environment() -> Result<()> {
+    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+    let variables = [
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_PROFILE",
+        "AWS_CONFIG_FILE",
+    ];
+    let config_file = std::env::var_os("HOME")
+        .map(|home| std::path::Path::new(&home).join(".aws/config"))
+        .is_some_and(|path| path.exists());
+    if variables.iter().any(|k| set(k)) || config_file {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "no AWS region is configured: for the local stack run `eval \"$(infra/local-stack.sh env)\"` first; for AWS set AWS_REGION (and credentials, or AWS_PROFILE)"
+    )
+}
+
 async fn run() -> Result<()> {
     mailflow::runtime::telemetry::init_cli();
     let cli = Cli::parse();
@@ -310,6 +332,7 @@ async fn run() -> Result<()> {
     if let Command::Rate { options, json } = &cli.command {
         return commands::lab::rate(options, *json).await;
     }
+    aws_environment()?;
     let sdk = mailflow::adapters::aws_config().await;
     let (sdk, template) = (&sdk, cli.template.as_path());
     match cli.command {
