@@ -1,5 +1,12 @@
 """moto's server with eight fixes, started by infra/local-stack.sh. Nothing else changes.
 
+Each fix replaces moto 5.2.5's internals (the attribute it patches is named below), so the
+server refuses to start under any other moto version (PATCHED_FOR): check each fix against
+the new version's code, then change PATCHED_FOR and the pin in infra/requirements-local.txt
+together (tests/consistency.rs checks that they agree). Two kinds, kept apart:
+- correctness (what AWS does and moto does not): 1, 5;
+- speed (the same answers, less of moto's time): 2, 3, 4, 6, 7, 8.
+
 1. DynamoDB conditional writes are atomic, as on AWS. moto's server handles requests on
 threads and evaluates a ConditionExpression and applies the write without a lock, so two
 conditional UpdateItems on one item at the same moment could both succeed. The exactly-once
@@ -61,9 +68,19 @@ kept (see the code below).
 import sys
 import threading
 
-from moto.dynamodb.models import DynamoDBBackend
-from moto.dynamodb.responses import DynamoHandler
-from moto.sqs import models
+import moto
+
+PATCHED_FOR = "5.2.5"
+if moto.__version__ != PATCHED_FOR:
+    sys.exit(
+        f"infra/moto_server.py patches moto {PATCHED_FOR}'s internals and moto {moto.__version__} "
+        "is installed: check each fix (its docstring says what it replaces) against that version, "
+        "then change PATCHED_FOR and the pin in infra/requirements-local.txt together"
+    )
+
+from moto.dynamodb.models import DynamoDBBackend  # noqa: E402
+from moto.dynamodb.responses import DynamoHandler  # noqa: E402
+from moto.sqs import models  # noqa: E402
 
 
 _dynamodb_writes = threading.RLock()

@@ -57,6 +57,7 @@ if [[ "$mode" == install ]]; then
 fi
 # mailctl, the functions and the tests (debug, every target as infra/test.sh builds them, so
 # nothing is rebuilt): inside the namespace there is no registry to fetch from.
+source infra/build-env.sh
 cargo build --quiet --locked --workspace --all-targets
 if [[ -n "${MAILFLOW_SAM_BUILD_DIR:-}" ]]; then
   # What your own `sam build` made (.aws-sam/build), used as it is.

@@ -11,6 +11,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 # Every target, as the test command builds them (features resolve the same: no rebuild).
+source infra/build-env.sh
 cargo build --quiet --locked --workspace --all-targets
 args=("$@")
 [[ " $* " == *" --users "* ]] || args=(--users 5000 "${args[@]}")

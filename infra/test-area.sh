@@ -13,8 +13,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 [[ $# -ge 1 ]] || { sed -n '2,10p' "$0" >&2; exit 2; }
 filter="$1"; shift
-# As infra/test.sh builds (clippy-driver wrapping rustc for the workspace's crates).
-export RUSTC_WORKSPACE_WRAPPER="${RUSTC_WORKSPACE_WRAPPER:-$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)}"
-export CLIPPY_ARGS="-Dwarnings"
+source infra/build-env.sh
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "cargo-nextest not found: this machine kind ships it; elsewhere: cargo install cargo-nextest --locked" >&2
+  exit 1
+fi
 eval "$(infra/browser.sh)"
 exec infra/with-local-stack.sh cargo nextest run --workspace --locked -E "$filter" "$@"

@@ -16,9 +16,9 @@
 #   tests' own `cargo build` calls find everything built.
 # - The tests run under cargo-nextest in two shards, each on a local stack of its own (one
 #   moto is one Python thread), several tests at once in each (most of their time is spent
-#   waiting on queues, leases and timeouts), beside the chaos run on a third stack. The
-#   chaos run here is the smallest that still meets every fault; the 5,000-user run is
-#   infra/soak.sh.
+#   waiting on queues, leases and timeouts), the slowest first, beside the chaos run on a
+#   third stack and `sam local invoke` in its own network namespace. The chaos run here is
+#   the smallest that still meets every fault; the 5,000-user run is infra/soak.sh.
 # - At the end: how long each phase took and the slowest tests.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,8 +41,11 @@ cargo fmt --all -- --check
 setup=$!
 
 # The build, linted: clippy's lints, warnings as errors, on the workspace's crates.
-export RUSTC_WORKSPACE_WRAPPER="${RUSTC_WORKSPACE_WRAPPER:-$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)}"
-export CLIPPY_ARGS="-Dwarnings"
+source infra/build-env.sh
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "cargo-nextest not found: this machine kind ships it; elsewhere: cargo install cargo-nextest --locked" >&2
+  exit 1
+fi
 cargo build --workspace --all-targets --locked
 phase "build (clippy included)"
 if ! wait "$setup"; then
@@ -57,7 +60,7 @@ chaos_log=.local/chaos-test.log
 (
   MAILFLOW_STACK_DIR="$ROOT/.local/chaos" MAILFLOW_MOTO_PORT="${MAILFLOW_CHAOS_MOTO_PORT:-4567}" \
     MAILFLOW_MONGO_PORT="${MAILFLOW_CHAOS_MONGO_PORT:-27028}" \
-    infra/with-local-stack.sh cargo test --locked -p mailflow-tests --test integration -- \
+    infra/with-local-stack.sh cargo test --locked --workspace --test integration -- \
     --ignored chaos::
 ) >"$chaos_log" 2>&1 &
 chaos=$!
@@ -74,6 +77,11 @@ rest=0
 {
   infra/validate-template.sh && phase "template validation" &&
     {
+      # sam local invoke beside the tests: mostly waiting on containers, in its own network
+      # namespace with a stack of its own.
+      sam_log=.local/sam-local-test.log
+      infra/sam-local.sh test >"$sam_log" 2>&1 &
+      sam=$!
       shard2_log=.local/shard2-test.log
       shard 2 >"$shard2_log" 2>&1 &
       shard2=$!
@@ -85,9 +93,13 @@ rest=0
       grep -E "^\s+(FAIL|SIGSEGV|SIGABRT|TIMEOUT)|Summary" "$shard2_log" >&2 || tail -n 50 "$shard2_log" >&2
       [[ $shard2_status == 0 ]] || sed -n '/^\s*FAIL \[/,$p' "$shard2_log" | head -n 400 >&2
       phase "unit and local-stack tests"
-      [[ $shard1_status == 0 && $shard2_status == 0 ]]
-    } &&
-    infra/sam-local.sh test && phase "sam local invoke"
+      sam_status=0
+      wait "$sam" || sam_status=$?
+      echo "--- sam local invoke of every function (its output: $sam_log), exit status $sam_status:" >&2
+      if [[ $sam_status == 0 ]]; then grep -E "^test result" "$sam_log" >&2; else tail -n 100 "$sam_log" >&2; fi
+      phase "sam local invoke (beside the tests)"
+      [[ $shard1_status == 0 && $shard2_status == 0 && $sam_status == 0 ]]
+    }
 } || rest=$?
 
 chaos_status=0

@@ -234,3 +234,23 @@ fn sample_events_are_what_the_handlers_accept() {
         _ => panic!("continuation-batch.json is not an SQS batch"),
     }
 }
+
+#[test]
+fn the_moto_fixes_are_pinned_to_the_moto_they_patch() {
+    let root = mailctl::repo_root();
+    let server = std::fs::read_to_string(root.join("infra/moto_server.py")).unwrap();
+    let requirements = std::fs::read_to_string(root.join("infra/requirements-local.txt")).unwrap();
+    let patched_for = server
+        .lines()
+        .find_map(|l| l.strip_prefix("PATCHED_FOR = "))
+        .expect("infra/moto_server.py names the moto it patches (PATCHED_FOR)")
+        .trim_matches('"');
+    let pinned = requirements
+        .lines()
+        .find_map(|l| l.strip_prefix("moto[server]=="))
+        .expect("infra/requirements-local.txt pins moto");
+    assert_eq!(
+        patched_for, pinned,
+        "infra/moto_server.py's fixes were checked against moto {patched_for}, but moto {pinned} is pinned"
+    );
+}

@@ -20,9 +20,13 @@ fn ms(rfc3339: &str) -> i64 {
     rfc3339.parse::<jiff::Timestamp>().unwrap().as_millisecond()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_failed_invocation_returns_its_whole_batch_whatever_it_answered() {
-    let env = test_env("failed-batch", |o| {
+/// Three jobs on the emails queue (2 s visibility) through one poller whose invocation
+/// number `n` ends as `outcome(n)` (0 is the first); the message ids each invocation got.
+async fn invocations(
+    test: &str,
+    outcome: impl Fn(usize) -> runner::Outcome + Send + Sync + 'static,
+) -> (runner::ConsumerStats, Vec<Vec<String>>) {
+    let env = test_env(test, |o| {
         o.visibility_timeouts.insert(names::EMAILS_QUEUE.into(), 2);
     })
     .await
@@ -37,28 +41,24 @@ async fn a_failed_invocation_returns_its_whole_batch_whatever_it_answered() {
             .await
             .unwrap();
     }
-    // The first invocation fails (an unhandled error on Lambda); the rest succeed.
     let seen: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let outcome = Arc::new(outcome);
     let handler = {
         let seen = seen.clone();
         runner::handler(move |event: aws_lambda_events::event::sqs::SqsEvent, _| {
-            let seen = seen.clone();
+            let (seen, outcome) = (seen.clone(), outcome.clone());
             async move {
                 let ids: Vec<String> = event
                     .records
                     .iter()
                     .filter_map(|r| r.message_id.clone())
                     .collect();
-                let first = {
+                let n = {
                     let mut seen = seen.lock().unwrap();
                     seen.push(ids);
-                    seen.len() == 1
+                    seen.len() - 1
                 };
-                if first {
-                    Err("the function failed".to_string())
-                } else {
-                    Ok(SqsBatchResponse::default())
-                }
+                outcome(n)
             }
         })
     };
@@ -74,16 +74,51 @@ async fn a_failed_invocation_returns_its_whole_batch_whatever_it_answered() {
     let stats = runner::run_until_drained(&env.sqs(), vec![emails], Duration::from_secs(120))
         .await
         .unwrap();
-    let stats = &stats[SEND_EMAIL];
-    assert_eq!(stats.errors, 1, "{stats:?}");
     let seen = seen.lock().unwrap().clone();
-    let failed = &seen[0];
-    assert!(!failed.is_empty());
+    (stats[SEND_EMAIL].clone(), seen)
+}
+
+/// Whether every record of invocation `k` was handed over again to a later one.
+fn all_came_back(seen: &[Vec<String>], k: usize) -> bool {
+    !seen[k].is_empty()
+        && seen[k]
+            .iter()
+            .all(|id| seen[k + 1..].iter().flatten().any(|s| s == id))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_invocation_returns_its_whole_batch_whatever_it_answered() {
+    // The first invocation fails (an unhandled error on Lambda); the rest succeed.
+    let (stats, seen) = invocations("failed-batch", |n| match n {
+        0 => Err("the function failed".to_string()),
+        _ => Ok(SqsBatchResponse::default()),
+    })
+    .await;
+    assert_eq!(stats.errors, 1, "{stats:?}");
     // Every record of the failed invocation was handed over again, none acknowledged.
-    for id in failed {
-        let times = seen.iter().flatten().filter(|s| *s == id).count();
-        assert_eq!(times, 2, "{id} in {seen:?}");
-    }
+    assert!(all_came_back(&seen, 0), "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_panic_or_a_response_naming_a_record_not_in_the_batch_returns_the_whole_batch() {
+    let (stats, seen) = invocations("bad-response", |n| match n {
+        // An identifier Lambda cannot match: the whole batch fails.
+        0 => {
+            let mut response = SqsBatchResponse::default();
+            let mut failure = aws_lambda_events::event::sqs::BatchItemFailure::default();
+            failure.item_identifier = "not-a-message-of-this-batch".into();
+            response.batch_item_failures.push(failure);
+            Ok(response)
+        }
+        1 => panic!("a handler that panics (expected by this test)"),
+        _ => Ok(SqsBatchResponse::default()),
+    })
+    .await;
+    assert_eq!(stats.errors, 1, "the panic: {stats:?}");
+    assert!(
+        all_came_back(&seen, 0) && all_came_back(&seen, 1),
+        "{seen:?}"
+    );
 }
 
 /// A stack whose users all live in Tokyo (09:00 there is 00:00 UTC on the send date), and a
@@ -130,11 +165,18 @@ const SLOT: &str = "2026-11-23T00:00:00Z";
 async fn a_release_schedule_fires_at_its_instant_while_get_users_is_still_holding_its_users() {
     let (env, switch, pipeline) = tokyo("fires-while-holding", 250, |_| {}).await;
     // Holds are written 25 to a BatchWriteItem; each takes half a second, so holding the
-    // slot's users takes seconds, as a long segment does on Lambda.
+    // slot's users takes seconds, as a long segment does on Lambda; and enqueueing is slow
+    // too, so GetUsers is still at work when the slot comes.
     switch.set(
         "dynamodb",
         "BatchWriteItem",
         Fault::Delay(Duration::from_millis(500)),
+        None,
+    );
+    switch.set(
+        "sqs",
+        "SendMessageBatch",
+        Fault::Delay(Duration::from_secs(1)),
         None,
     );
     let pipeline = Arc::new(pipeline);
@@ -158,7 +200,6 @@ async fn a_release_schedule_fires_at_its_instant_while_get_users_is_still_holdin
 
     let fired = pipeline.releases_fired();
     assert_eq!(fired.len(), 1, "{fired:?}");
-    assert!(fired[0].fired_at_ms >= fired[0].at_ms, "{fired:?}");
     assert!(
         fired[0].get_users_running >= 1,
         "the schedule fired only after GetUsers had finished holding: {fired:?}"
@@ -212,6 +253,12 @@ async fn a_release_failing_on_every_attempt_is_retried_twice_then_dropped_withou
     assert_eq!(stats.events, 1, "{stats:?}");
     assert_eq!((stats.attempts, stats.failed_attempts), (3, 3), "{stats:?}");
     assert_eq!((stats.dropped, stats.to_destination), (1, 0), "{stats:?}");
+    // Lambda's spacing: a minute before the first retry, two more before the second.
+    let at = &stats.attempts_at_ms;
+    assert!(
+        at[1] - at[0] >= 60_000 && at[2] - at[1] >= 120_000,
+        "{at:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -244,7 +291,7 @@ async fn a_release_failing_on_every_attempt_reaches_the_on_failure_destination()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_fault_switch_fails_or_hangs_a_chosen_mongodb_command() {
-    use mailflow_local::mongo_fault_switch::MongoFaultSwitch;
+    use mailflow_local::fault_switch::MONGODB;
     use mongodb::bson::{doc, Document};
     let env = test_env("mongo-switch", |_| {}).await.unwrap();
     let (_, uri) = mailflow_tests::endpoints();
@@ -255,8 +302,10 @@ async fn the_fault_switch_fails_or_hangs_a_chosen_mongodb_command() {
         .unwrap()
         .parse()
         .unwrap();
-    let switch = MongoFaultSwitch::start(server).await.unwrap();
-    let client = mongodb::Client::with_uri_str(switch.uri()).await.unwrap();
+    let switch = FaultSwitch::start_mongodb(server).await.unwrap();
+    let client = mongodb::Client::with_uri_str(switch.mongodb_uri())
+        .await
+        .unwrap();
     let users = client
         .database(env.db.name())
         .collection::<Document>("switched");
@@ -267,16 +316,17 @@ async fn the_fault_switch_fails_or_hangs_a_chosen_mongodb_command() {
         status: 2,
         code: "BadValue".into(),
     };
-    switch.set("find", bad_value, Some(1));
+    switch.set(MONGODB, "find", bad_value, Some(1));
     let err = users.find_one(doc! {}).await.unwrap_err();
     assert!(err.to_string().contains("injected"), "{err}");
     // A find that is never answered.
-    switch.set("find", Fault::Hang, Some(1));
+    switch.set(MONGODB, "find", Fault::Hang, Some(1));
     let hung = tokio::time::timeout(Duration::from_secs(2), users.find_one(doc! {})).await;
     assert!(hung.is_err(), "the find was answered: {hung:?}");
     // Everything else, and the next find, passes.
     users.insert_one(doc! {"_id": "b"}).await.unwrap();
     assert_eq!(users.count_documents(doc! {}).await.unwrap(), 2);
     assert!(users.find_one(doc! {"_id": "b"}).await.unwrap().is_some());
-    assert_eq!(switch.hits(), ["find", "find"]);
+    let hits: Vec<String> = switch.hits().into_iter().map(|h| h.operation).collect();
+    assert_eq!(hits, ["find", "find"]);
 }

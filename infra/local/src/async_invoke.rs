@@ -8,6 +8,7 @@
 use crate::scheduler::SimClock;
 use crate::template::AsyncInvokeSpec;
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use mailflow::ports::Clock;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,6 +32,8 @@ pub struct AsyncStats {
     pub to_destination: usize,
     /// Events dropped after the last retry failed (no destination, or it refused them).
     pub dropped: usize,
+    /// When each attempt started, on the simulator's clock.
+    pub attempts_at_ms: Vec<i64>,
 }
 
 struct Retry {
@@ -85,9 +88,14 @@ impl AsyncInvoker {
 
     fn spawn(self: &Arc<Self>, attempt: u32, event: Value) {
         self.running.fetch_add(1, Ordering::SeqCst);
+        lock(&self.stats).attempts_at_ms.push(self.clock.now_ms());
         let this = self.clone();
         tokio::spawn(async move {
-            let outcome = (this.invoke)(event.clone()).await;
+            // A panic is a failed attempt, as on Lambda.
+            let outcome = std::panic::AssertUnwindSafe((this.invoke)(event.clone()))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Err("the function panicked".to_owned()));
             this.finished(attempt, event, outcome).await;
             this.running.fetch_sub(1, Ordering::SeqCst);
         });
@@ -119,17 +127,25 @@ impl AsyncInvoker {
             return;
         };
         // The record Lambda sends an SQS destination: the request, the response, the event.
+        let timestamp = jiff::Timestamp::from_millisecond(self.clock.now_ms())
+            .map(|t| t.to_string())
+            .unwrap_or_default();
         let record = json!({
             "version": "1.0",
-            "timestamp": self.clock.now_ms(),
+            "timestamp": timestamp,
             "requestContext": {
-                "functionArn": self.function,
+                "requestId": format!("{}-async-{}", self.function, lock(&self.stats).events),
+                "functionArn": format!("arn:aws:lambda:local:000000000000:function:{}:$LATEST", self.function),
                 "condition": "RetriesExhausted",
                 "approximateInvokeCount": attempt + 1,
             },
             "requestPayload": event,
-            "responseContext": {"statusCode": 200, "functionError": "Unhandled"},
-            "responsePayload": {"errorMessage": error},
+            "responseContext": {
+                "statusCode": 200,
+                "executedVersion": "$LATEST",
+                "functionError": "Unhandled",
+            },
+            "responsePayload": {"errorMessage": error, "errorType": "Error"},
         });
         let sent = sqs
             .send_message()

@@ -1,7 +1,9 @@
 //! The local simulator: what makes template.yaml run on one machine against the local stack
 //! (moto, SecantusDB). It reads the template (`template`), creates its resources under a
 //! prefix (`provision`), seeds users (`seed`), runs the SQS event source mappings
-//! (`runner`) over the functions wired as on Lambda (`pipeline`), serves the Lambda Runtime
+//! (`runner`) over the functions wired as on Lambda (`pipeline`), fires the release schedules
+//! (`scheduler`) as asynchronous invocations (`async_invoke`), fails, hangs or slows chosen
+//! AWS and MongoDB calls for tests (`fault_switch`), serves the Lambda Runtime
 //! API to the real binaries (`function_host`) and Function URLs (`function_url`), stands in
 //! for SES's event publishing (`ses_event_source`) and reads the SES emulator's record
 //! (`ses_record`). It also runs the binaries under AWS's own emulator (`aws_emulator`) and
@@ -17,7 +19,6 @@ pub mod function_url;
 pub mod http;
 pub mod ledger_scan;
 pub mod log_audit;
-pub mod mongo_fault_switch;
 pub mod names;
 pub mod pipeline;
 pub mod provision;

@@ -4,7 +4,7 @@
 
 use crate::async_invoke::{AsyncInvoker, Invoke};
 use crate::names;
-use crate::runner::{self, Consumer, ConsumerStats};
+use crate::runner::{self, Consumer, ConsumerStats, Quiet};
 use crate::scheduler::{LocalScheduler, SimClock};
 use crate::stack::Stack;
 use anyhow::{Context, Result};
@@ -349,15 +349,24 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         }
     }
 
-    /// Everything is quiet: moves the clock to the next schedule or retry and fires it
-    /// (false when nothing is left).
-    async fn skip_to_next(&self) -> Result<bool> {
+    /// The queues are quiet: an asynchronous invocation still running or due keeps the run
+    /// going; else the clock moves to the next schedule or retry and fires it; else the run
+    /// is over.
+    async fn skip_to_next(&self) -> Result<Quiet> {
+        if self.get_users_async.busy() {
+            return Ok(Quiet::Waiting);
+        }
         let Some(next) = self.next_instant().await? else {
-            return Ok(false);
+            // A schedule fired while the instant was looked up.
+            return Ok(if self.get_users_async.busy() {
+                Quiet::Waiting
+            } else {
+                Quiet::Done
+            });
         };
         self.clock.advance_to(next);
         self.fire_due().await?;
-        Ok(true)
+        Ok(Quiet::Advanced)
     }
 
     /// Runs every consumer until the queues drain, firing no schedule.
@@ -396,6 +405,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
             return Ok(());
         };
         let now = self.clock.now_ms();
+        let mut failed = None;
         for due in scheduler.schedules().await? {
             if due.at_ms > now {
                 break;
@@ -411,10 +421,13 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
                 self.get_users_async.submit(due.input.clone());
             }
             // ActionAfterCompletion: DELETE, once the target has the event (a schedule fired
-            // before whose delete did not go through is deleted now).
-            scheduler.delete(&due.name).await?;
+            // before whose delete did not go through is deleted now); one that fails does
+            // not hold up the next.
+            if let Err(err) = scheduler.delete(&due.name).await {
+                failed.get_or_insert(err);
+            }
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     /// Moves the clock to the next release schedule or retry (if it is ahead), fires what
@@ -426,7 +439,8 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         };
         self.clock.advance_to(next);
         self.fire_due().await?;
-        while self.get_users_async.busy() {
+        // What was started ends; a retry one of them schedules waits for the next call.
+        while self.get_users_async.running() > 0 {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Ok(Some(next))

@@ -17,6 +17,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
 use aws_sdk_sqs::Client;
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use mailflow::runtime::Invocation;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -354,7 +355,14 @@ async fn invoke(
             request_id: request_id.clone(),
             kill_switch: tokio::sync::Notify::new(),
         });
+        // A panic fails the invocation, as on Lambda (the runtime reports it as an error).
         let run = INVOCATION.scope(scope.clone(), handler(event, invocation));
+        let run = async {
+            match std::panic::AssertUnwindSafe(run).catch_unwind().await {
+                Ok(outcome) => outcome,
+                Err(_) => Err("the handler panicked".to_owned()),
+            }
+        };
         // Lambda ends the invocation at its Timeout: the future is dropped, nothing is deleted.
         tokio::select! {
             outcome = tokio::time::timeout(limit, run) => match (outcome, kill) {
@@ -412,7 +420,18 @@ async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared
         let seq = shared.invocations.fetch_add(1, Ordering::SeqCst);
         let request_id = format!("{}-{}-{seq}", consumer.function, shared.run);
         let ended = invoke(&consumer, &handler, event, request_id).await;
+        let all = || receipts.iter().map(|(id, _)| id.clone()).collect();
         let failed: HashSet<String> = match &ended {
+            // An empty identifier or one not in the batch makes the whole batch a failure.
+            Ended::Returned(response)
+                if response
+                    .batch_item_failures
+                    .iter()
+                    .any(|f| !receipts.iter().any(|(id, _)| *id == f.item_identifier)) =>
+            {
+                tracing::warn!(function = %consumer.function, "the partial batch response names a record not in the batch; the whole batch returns");
+                all()
+            }
             Ended::Returned(response) => response
                 .batch_item_failures
                 .iter()
@@ -420,11 +439,9 @@ async fn worker(sqs: Client, consumer: Arc<Consumer>, environment: usize, shared
                 .collect(),
             Ended::Failed(error) => {
                 tracing::warn!(function = %consumer.function, %error, records = n, "invocation failed; its whole batch returns after the visibility timeout");
-                receipts.iter().map(|(id, _)| id.clone()).collect()
+                all()
             }
-            Ended::TimedOut | Ended::Crashed { .. } => {
-                receipts.iter().map(|(id, _)| id.clone()).collect()
-            }
+            Ended::TimedOut | Ended::Crashed { .. } => all(),
         };
         let done: Vec<_> = receipts
             .iter()
@@ -487,20 +504,31 @@ pub async fn run_until_drained_while(
     producing: impl Fn() -> bool,
 ) -> Result<BTreeMap<String, ConsumerStats>> {
     run_until_drained_then(sqs, consumers, max_wait, producing, || {
-        Box::pin(async { Ok(false) })
+        Box::pin(async { Ok(Quiet::Done) })
     })
     .await
 }
 
-/// As `run_until_drained_while`, and when everything is quiet asks `on_quiet` whether it
-/// started something (the simulator's clock moved to the next schedule, say): then the
-/// consumers go on, `max_wait` counted afresh, rather than stopping and starting again.
+/// What a run does once its queues are quiet (`run_until_drained_then`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quiet {
+    /// Nothing more is coming: the run ends.
+    Done,
+    /// Something new was started (the simulator's clock moved to the next schedule): the
+    /// consumers go on, `max_wait` counted afresh.
+    Advanced,
+    /// Something still runs: look again, within the same `max_wait`.
+    Waiting,
+}
+
+/// As `run_until_drained_while`, and when everything is quiet asks `on_quiet` what comes
+/// next, rather than stopping the consumers and starting them again.
 pub async fn run_until_drained_then<'a>(
     sqs: &Client,
     consumers: Vec<Consumer>,
     max_wait: Duration,
     producing: impl Fn() -> bool,
-    on_quiet: impl Fn() -> BoxFuture<'a, Result<bool>>,
+    on_quiet: impl Fn() -> BoxFuture<'a, Result<Quiet>>,
 ) -> Result<BTreeMap<String, ConsumerStats>> {
     static RUNS: AtomicUsize = AtomicUsize::new(0);
     let shared = Arc::new(Shared {
@@ -554,17 +582,17 @@ pub async fn run_until_drained_then<'a>(
         quiet = if busy { 0 } else { quiet + 1 };
         if quiet >= 3 {
             match on_quiet().await {
-                Ok(false) => break Ok(()),
-                Ok(true) => {
+                Ok(Quiet::Done) => break Ok(()),
+                Ok(Quiet::Advanced) => {
                     quiet = 0;
                     started = Instant::now();
                     continue;
                 }
+                Ok(Quiet::Waiting) => quiet = 0,
                 // Not decided (the scheduler unreachable for a moment): look again.
                 Err(err) => {
                     tracing::warn!(reason = %format!("{err:#}"), "could not tell whether anything is due; looking again");
                     quiet = 0;
-                    continue;
                 }
             }
         }

@@ -97,14 +97,27 @@ impl LocalScheduler {
                     out.extend(known);
                     continue;
                 }
-                let schedule = self
+                let schedule = match self
                     .client
                     .get_schedule()
                     .group_name(&self.group)
                     .name(name)
                     .send()
                     .await
-                    .with_context(|| format!("reading schedule {name}"))?;
+                {
+                    Ok(schedule) => schedule,
+                    // Deleted since it was listed (fired meanwhile).
+                    Err(err)
+                        if err
+                            .as_service_error()
+                            .is_some_and(|e| e.is_resource_not_found_exception()) =>
+                    {
+                        continue
+                    }
+                    Err(err) => {
+                        return Err(err).with_context(|| format!("reading schedule {name}"))
+                    }
+                };
                 let at = schedule.schedule_expression().and_then(at_ms);
                 let input = schedule
                     .target()

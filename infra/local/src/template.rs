@@ -434,6 +434,9 @@ fn async_invoke(
     if retries > 2 {
         bail!("{id}: EventInvokeConfig MaximumRetryAttempts is {retries}; Lambda allows 0 to 2");
     }
+    if config.get("MaximumEventAgeInSeconds").is_some() {
+        bail!("{id}: EventInvokeConfig MaximumEventAgeInSeconds is not simulated: a test would see retries AWS would not make; remove it or teach infra/local/src/async_invoke.rs");
+    }
     let on_failure = config
         .get("DestinationConfig")
         .and_then(|d| d.get("OnFailure"));

@@ -23,6 +23,8 @@ pub(super) const PAUSE_HELD: Duration = Duration::from_secs(15);
 pub(super) struct Played {
     pub mongo_restarts: AtomicUsize,
     pub aws_outages: AtomicUsize,
+    /// Open connections the AWS outage cut (0 would mean it reached no client).
+    pub aws_connections_cut: AtomicUsize,
     /// Emails recorded SENT between the pause taking hold and the resume: must be 0.
     pub sent_while_paused: AtomicUsize,
 }
@@ -73,6 +75,9 @@ impl Script {
         tracing::warn!("chaos: AWS endpoint unreachable");
         self.proxy.outage(self.outage).await?;
         played.aws_outages.fetch_add(1, Ordering::SeqCst);
+        played
+            .aws_connections_cut
+            .store(self.proxy.connections_cut(), Ordering::SeqCst);
         tracing::warn!("chaos: AWS endpoint reachable again");
         until(|| sent() * 100 >= wanted * 30).await;
         tracing::warn!("chaos: pausing the campaign");

@@ -172,7 +172,8 @@ impl Rig {
             .context("resolving AWS_ENDPOINT_URL")?;
         let proxy = Arc::new(proxy::FaultProxy::start(upstream).await?);
         let mut stack = local.stack.clone();
-        stack.sdk = stack.sdk.to_builder().endpoint_url(proxy.url()).build();
+        // As service config too: AWS_ENDPOINT_URL in the environment would otherwise win.
+        stack.sdk = mailflow_local::fault_switch::through(&stack.sdk, &proxy.url());
 
         let injector = Arc::new(Injector::new(options));
         // SES's events travel inside AWS: not through the proxy that cuts the functions off.
@@ -318,6 +319,7 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         paused_seconds: PAUSE_HELD.as_secs(),
         sent_while_paused: played.sent_while_paused.load(Ordering::SeqCst),
         aws_outages: played.aws_outages.load(Ordering::SeqCst),
+        aws_connections_cut: played.aws_connections_cut.load(Ordering::SeqCst),
         outage_seconds: options.outage_seconds,
         slots_released: report_slots,
         ..Default::default()
@@ -387,13 +389,14 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
 }
 
 /// Releases every send slot, one every `every` (the simulator's clock moves to each in
-/// turn), until none is left; a call that fails (the AWS outage) is tried again.
+/// turn, and to the retries of a release that failed), until none is left; a call that
+/// fails (the AWS outage) is tried again. Answers the slots released.
 async fn release_slots(pipeline: &LocalPipeline<ChaosMailer>, every: Duration) -> Result<usize> {
-    let (mut released, mut failures) = (0, 0);
+    let mut failures = 0;
     loop {
         match pipeline.release_next().await {
-            Ok(Some(_)) => released += 1,
-            Ok(None) => return Ok(released),
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(pipeline.releases_fired().len()),
             Err(err) if failures < 60 => {
                 failures += 1;
                 tracing::warn!(reason = %format!("{err:#}"), "chaos: releasing a slot failed; trying again");

@@ -5,6 +5,8 @@
 
 use anyhow::{Context, Result};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
@@ -12,6 +14,8 @@ use tokio::sync::watch;
 pub struct FaultProxy {
     addr: SocketAddr,
     upstream: SocketAddr,
+    /// Connections an outage cut while they were open (proof that it reached the clients).
+    cut: Arc<AtomicUsize>,
     /// Bumped at each outage: connections and the accept loop of an older generation end.
     generation: watch::Sender<u64>,
 }
@@ -24,6 +28,7 @@ impl FaultProxy {
         let proxy = Self {
             addr: listener.local_addr()?,
             upstream,
+            cut: Arc::default(),
             generation: watch::channel(0).0,
         };
         proxy.serve(listener);
@@ -49,8 +54,14 @@ impl FaultProxy {
         Ok(())
     }
 
+    /// Connections the outages cut while they were open.
+    pub fn connections_cut(&self) -> usize {
+        self.cut.load(Ordering::SeqCst)
+    }
+
     fn serve(&self, listener: TcpListener) {
         let upstream = self.upstream;
+        let cut_count = self.cut.clone();
         let mut ended = self.generation.subscribe();
         ended.mark_unchanged();
         tokio::spawn(async move {
@@ -62,6 +73,7 @@ impl FaultProxy {
                 };
                 let Ok((client, _)) = accepted else { continue };
                 let mut cut = ended.clone();
+                let cut_count = cut_count.clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(upstream).await else {
                         return;
@@ -69,7 +81,9 @@ impl FaultProxy {
                     let (mut client, mut server) = (client, server);
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = cut.changed() => {}
+                        _ = cut.changed() => {
+                            cut_count.fetch_add(1, Ordering::SeqCst);
+                        }
                     }
                 });
             }

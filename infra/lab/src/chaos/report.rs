@@ -46,6 +46,8 @@ pub struct ChaosReport {
     pub reconciled: usize,
     pub mongo_restarts: usize,
     pub aws_outages: usize,
+    /// Open connections of the functions the AWS outage cut.
+    pub aws_connections_cut: usize,
     /// The operator's pause and resume part-way (`mailctl pause|resume`), and the emails
     /// recorded SENT between the pause taking hold (its in-hand batches done) and the resume:
     /// must be 0.
@@ -248,8 +250,11 @@ pub fn markdown(r: &ChaosReport) -> String {
     );
     line(
         &mut out,
-        "AWS endpoint unreachable",
-        format!("{} x {} s", r.aws_outages, r.outage_seconds),
+        "AWS endpoint unreachable (open connections cut)",
+        format!(
+            "{} x {} s ({})",
+            r.aws_outages, r.outage_seconds, r.aws_connections_cut
+        ),
     );
     line(
         &mut out,
