@@ -16,8 +16,9 @@
 #   tests' own `cargo build` calls find everything built.
 # - The tests run under cargo-nextest in two shards, each on a local stack of its own (one
 #   moto is one Python thread), several tests at once in each (most of their time is spent
-#   waiting on queues, leases and timeouts), the slowest first, beside the chaos run on a
-#   third stack and `sam local invoke` in its own network namespace. The chaos run here is
+#   waiting on queues, leases and timeouts), beside the chaos run on a third stack and
+#   `sam local invoke` in its own network namespace. (Starting the slowest tests first was
+#   tried: they then all ran at once and each took twice as long.) The chaos run here is
 #   the smallest that still meets every fault; the 5,000-user run is infra/soak.sh.
 # - At the end: how long each phase took and the slowest tests.
 set -euo pipefail
