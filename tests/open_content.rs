@@ -369,40 +369,19 @@ async fn w_ada(w: &World) -> String {
 /// .local/browser/shots; `docs` refreshes docs/open-time-content.md's).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_browser_opens_a_sent_email_with_images_on_and_off() {
-    let dir = std::path::PathBuf::from(std::env::var("MAILFLOW_BROWSER_DIR").expect(
-        "MAILFLOW_BROWSER_DIR is not set: run the tests with infra/test.sh (infra/browser.sh installs Chromium and playwright-core)",
-    ));
+    mailflow_tests::browser_dir();
     let w = world(
         "open-content-browser",
         Arc::new(mailflow::ports::SystemClock),
     )
     .await;
-    let root = mailctl::repo_root();
-    let shots = std::env::var("MAILFLOW_SCREENSHOT_DIR")
-        .map(|d| root.join(d))
-        .unwrap_or_else(|_| dir.join("shots"));
-    std::fs::create_dir_all(&shots).unwrap();
-    let html = dir.join(format!("{}.html", w.env.name));
-    std::fs::write(&html, &w.html).unwrap();
-    // The script beside its node_modules, so that `import "playwright-core"` resolves.
-    let script = dir.join("open-email.mjs");
-    std::fs::copy(root.join("tests/browser/open-email.mjs"), &script).unwrap();
-    let out = tokio::process::Command::new("node")
-        .arg(&script)
-        .args([
-            "--html",
-            html.to_str().unwrap(),
-            "--shots",
-            shots.to_str().unwrap(),
-        ])
-        .args(["--grace-ms", "1000"])
-        .output()
-        .await
-        .expect("node runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the browser run failed: {stderr}");
-    let seen: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}{stderr}", String::from_utf8_lossy(&out.stdout)));
+    let seen = mailflow_tests::browse(
+        "open-email.mjs",
+        &w.env.name,
+        &w.html,
+        &["--grace-ms", "1000"],
+    )
+    .await;
 
     // Images on: three cards (180x120) and three badges (96x24), every one with alt text.
     let images = seen["images"].as_array().unwrap();
@@ -467,7 +446,12 @@ async fn a_real_browser_opens_a_sent_email_with_images_on_and_off() {
         "open-time-email-after-click",
         "open-time-email-images-off",
     ] {
-        assert!(shots.join(format!("{shot}.png")).exists(), "{shot}");
+        assert!(
+            mailflow_tests::screenshot_dir()
+                .join(format!("{shot}.png"))
+                .exists(),
+            "{shot}"
+        );
     }
 }
 

@@ -11,16 +11,14 @@ use mailflow::domain::campaign::Campaign;
 use mailflow_local::pipeline::PipelineOptions;
 use mailflow_tests::{ses, test_env};
 use mongodb::bson::{doc, oid::ObjectId, DateTime, Document};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::Duration;
 
 const W47: &str = "weekly-2026-W47";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_browser_changes_a_topic_with_the_keyboard_from_a_sent_emails_link() {
-    let dir = std::path::PathBuf::from(std::env::var("MAILFLOW_BROWSER_DIR").expect(
-        "MAILFLOW_BROWSER_DIR is not set: run the tests with infra/test.sh (infra/browser.sh installs Chromium and playwright-core)",
-    ));
+    mailflow_tests::browser_dir();
     let mut env = test_env("preferences-browser", |_| {}).await.unwrap();
     let _unsubscribe = env.serve_unsubscribe().await.unwrap();
     let campaign = Campaign::from_id(W47, None).unwrap();
@@ -54,28 +52,13 @@ async fn a_real_browser_changes_a_topic_with_the_keyboard_from_a_sent_emails_lin
         .unwrap_or_else(|| panic!("no email to the reader: {:?}", sent.keys()))
         .1[0];
 
-    let root = mailctl::repo_root();
-    let shots = std::env::var("MAILFLOW_SCREENSHOT_DIR")
-        .map(|d| root.join(d))
-        .unwrap_or_else(|_| dir.join("shots"));
-    std::fs::create_dir_all(&shots).unwrap();
-    let html = dir.join(format!("{}.html", env.name));
-    std::fs::write(&html, email.html.as_deref().unwrap()).unwrap();
-    // The script beside its node_modules, so that `import "playwright-core"` resolves.
-    let script = dir.join("preferences.mjs");
-    std::fs::copy(root.join("tests/browser/preferences.mjs"), &script).unwrap();
-    let out = tokio::process::Command::new("node")
-        .arg(&script)
-        .args(["--html", html.to_str().unwrap()])
-        .args(["--manage-text", "Manage all emails", "--toggle", "tips"])
-        .args(["--shots", shots.to_str().unwrap()])
-        .output()
-        .await
-        .expect("node runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the browser run failed: {stderr}");
-    let seen: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}{stderr}", String::from_utf8_lossy(&out.stdout)));
+    let seen = mailflow_tests::browse(
+        "preferences.mjs",
+        &env.name,
+        email.html.as_deref().unwrap(),
+        &["--manage-text", "Manage all emails", "--toggle", "tips"],
+    )
+    .await;
 
     // The centre: every topic with its state (digest and product news "in" by default,
     // tips "out"), in the reader's language, without a script.
@@ -165,6 +148,11 @@ async fn a_real_browser_changes_a_topic_with_the_keyboard_from_a_sent_emails_lin
         "preference-centre-tampered",
         "preference-centre-phone",
     ] {
-        assert!(shots.join(format!("{shot}.png")).exists(), "{shot}");
+        assert!(
+            mailflow_tests::screenshot_dir()
+                .join(format!("{shot}.png"))
+                .exists(),
+            "{shot}"
+        );
     }
 }

@@ -241,3 +241,47 @@ fn target_dir() -> std::path::PathBuf {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| mailctl::repo_root().join("target"))
 }
+
+/// Where infra/browser.sh installed playwright-core (checked first thing by the browser
+/// suites, so that a missing install fails at once with what to run).
+pub fn browser_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(std::env::var("MAILFLOW_BROWSER_DIR").expect(
+        "MAILFLOW_BROWSER_DIR is not set: run the tests with infra/test.sh (infra/browser.sh installs Chromium and playwright-core)",
+    ))
+}
+
+/// Where the browser suites' screenshots go: MAILFLOW_SCREENSHOT_DIR (relative to the
+/// repository), else the browser directory's `shots/`.
+pub fn screenshot_dir() -> std::path::PathBuf {
+    std::env::var("MAILFLOW_SCREENSHOT_DIR")
+        .map(|d| mailctl::repo_root().join(d))
+        .unwrap_or_else(|_| browser_dir().join("shots"))
+}
+
+/// Opens `html` (an email) in headless Chromium with the script `tests/browser/{script}`,
+/// which takes `--html` and `--shots` (`screenshot_dir()`) and `args`, and answers the JSON
+/// it printed. `name` keeps
+/// each test's files apart.
+pub async fn browse(script: &str, name: &str, html: &str, args: &[&str]) -> serde_json::Value {
+    let (dir, root, shots) = (browser_dir(), mailctl::repo_root(), screenshot_dir());
+    std::fs::create_dir_all(&shots).unwrap();
+    let page = dir.join(format!("{name}.html"));
+    std::fs::write(&page, html).unwrap();
+    // The script beside its node_modules, so that `import "playwright-core"` resolves.
+    let copy = dir.join(script);
+    std::fs::copy(root.join("tests/browser").join(script), &copy).unwrap();
+    let out = tokio::process::Command::new("node")
+        .arg(&copy)
+        .arg("--html")
+        .arg(&page)
+        .arg("--shots")
+        .arg(&shots)
+        .args(args)
+        .output()
+        .await
+        .expect("node runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the browser run failed: {stderr}");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{stderr}", String::from_utf8_lossy(&out.stdout)))
+}
