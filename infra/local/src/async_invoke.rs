@@ -10,6 +10,7 @@ use crate::template::AsyncInvokeSpec;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use mailflow::ports::Clock;
+use mailflow::runtime::lock;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,10 +54,6 @@ pub struct AsyncInvoker {
     running: AtomicUsize,
     retries: Mutex<Vec<Retry>>,
     stats: Mutex<AsyncStats>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl AsyncInvoker {

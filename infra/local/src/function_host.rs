@@ -6,6 +6,7 @@
 
 use crate::http::{read_request, respond};
 use anyhow::{Context, Result};
+use mailflow::runtime::lock;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -293,10 +294,6 @@ impl FunctionProcess {
 /// variables (region, credentials, the local stack's endpoint); nothing else.
 pub fn inherited_env() -> impl Iterator<Item = (String, String)> {
     std::env::vars().filter(|(k, _)| k.starts_with("AWS_") || k == "PATH")
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 async fn collect_lines(stream: impl tokio::io::AsyncRead + Unpin, logs: Arc<Mutex<Logs>>) {

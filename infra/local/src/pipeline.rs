@@ -129,10 +129,8 @@ pub struct Totals {
     pub ses_events: ses_events::Summary,
 }
 
-/// Locks `m`, still readable after a handler panicked while holding it.
-pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+/// Locks `m`, still readable after a handler panicked while holding it (one way, everywhere).
+pub use mailflow::runtime::lock;
 
 pub struct LocalPipeline<M> {
     pub stack: Stack,

@@ -192,11 +192,11 @@ impl Shared {
         &self,
     ) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<(Instant, aws_sdk_sqs::types::Message)>>>
     {
-        self.redeliveries.lock().unwrap_or_else(|p| p.into_inner())
+        mailflow::runtime::lock(&self.redeliveries)
     }
 
     fn stats(&self, function: &str, update: impl FnOnce(&mut ConsumerStats)) {
-        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stats = mailflow::runtime::lock(&self.stats);
         update(stats.entry(function.to_owned()).or_default());
     }
 }
@@ -604,11 +604,7 @@ pub async fn run_until_drained_then<'a>(
     for task in tasks {
         let _ = task.await;
     }
-    let stats = shared
-        .stats
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let stats = mailflow::runtime::lock(&shared.stats).clone();
     match result {
         Ok(()) => Ok(stats),
         Err(depths) => bail!("the campaign did not drain within {max_wait:?}: {depths}"),

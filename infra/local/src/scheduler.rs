@@ -146,7 +146,7 @@ impl LocalScheduler {
     fn lock_read(
         &self,
     ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Option<Due>>> {
-        self.read.lock().unwrap_or_else(|p| p.into_inner())
+        mailflow::runtime::lock(&self.read)
     }
 
     pub async fn delete(&self, name: &str) -> Result<()> {

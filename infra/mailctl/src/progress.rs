@@ -38,7 +38,7 @@ impl Progress {
     /// `done` of `total` (when known) `unit`s, with `detail`; printed only if the last line
     /// is old enough.
     pub fn report(&self, done: u64, total: Option<u64>, unit: &str, detail: &str) {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = mailflow::runtime::lock(&self.last);
         let now = Instant::now();
         // The first line waits a full interval too: a short command prints none.
         let since = last.unwrap_or(self.started);
@@ -85,13 +85,7 @@ impl Progress {
 
     /// Ends the redrawn line on a terminal (the command's own output follows).
     pub fn finish(&self) {
-        if self.terminal
-            && self
-                .last
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_some()
-        {
+        if self.terminal && mailflow::runtime::lock(&self.last).is_some() {
             eprintln!();
         }
     }

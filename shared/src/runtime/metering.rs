@@ -29,7 +29,7 @@ fn count(key: &str) {
 
 /// Adds to a key's count; the key is copied only the first time it is seen.
 fn add(key: &str, n: u64) {
-    let mut counts = COUNTS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut counts = crate::runtime::lock(&COUNTS);
     match counts.get_mut(key) {
         Some(total) => *total += n,
         None => {
@@ -58,7 +58,7 @@ fn with_key<R>(parts: &[&str], f: impl FnOnce(&str) -> R) -> R {
 
 /// The counts since the last call, and a fresh start.
 pub fn take() -> BTreeMap<String, u64> {
-    std::mem::take(&mut *COUNTS.lock().unwrap_or_else(|p| p.into_inner()))
+    std::mem::take(&mut *crate::runtime::lock(&COUNTS))
 }
 
 /// Logs (and resets) the counts: called once at the end of each invocation.

@@ -107,14 +107,11 @@ impl Environments {
         let billed = started.elapsed().as_micros().div_ceil(1000) as u64;
         self.billed_ms.fetch_add(billed, Ordering::Relaxed);
         self.invocations.fetch_add(1, Ordering::Relaxed);
-        *self.last_answer.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        *mailflow::runtime::lock(&self.last_answer) = Some(Instant::now());
         if matches!(outcome, Outcome::TimedOut | Outcome::Exited) {
             if let Some(old) = guard.take() {
                 let measured = measure(old).await;
-                self.ended
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(measured);
+                mailflow::runtime::lock(&self.ended).push(measured);
             }
             match self.spawn().await {
                 Ok(fresh) => *guard = Some(fresh),
@@ -163,7 +160,7 @@ impl Environments {
 
     /// Stops every process and adds up what they used.
     pub(super) async fn finish(&self) -> Vec<Measured> {
-        let mut all = std::mem::take(&mut *self.ended.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut all = std::mem::take(&mut *mailflow::runtime::lock(&self.ended));
         for slot in &self.slots {
             if let Some(process) = slot.lock().await.take() {
                 all.push(measure(process).await);

@@ -93,11 +93,8 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
     }
     let wall = started.elapsed();
     // GetUsers' own duration: until its last invocation (the last continuation) answered.
-    let get_users_wall = get_users
-        .last_answer
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .map_or(wall, |t| t - started);
+    let get_users_wall =
+        mailflow::runtime::lock(&get_users.last_answer).map_or(wall, |t| t - started);
     let logs_dir = options.logs_dir.as_deref();
     let mut stages =
         vec![stage_report(&get_users, stats.get(GET_USERS), get_users_wall, logs_dir).await?];

@@ -41,7 +41,7 @@ impl LabQueue {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        mailflow::runtime::lock(&self.state)
     }
 
     pub fn send(&self, bodies: impl IntoIterator<Item = String>) {

@@ -57,7 +57,7 @@ impl StandInSes {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        mailflow::runtime::lock(&self.state)
     }
 
     pub fn seen(&self) -> Seen {

@@ -12,6 +12,7 @@ mod http;
 mod mongodb;
 
 use anyhow::{Context, Result};
+use mailflow::runtime::lock;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -63,10 +64,6 @@ pub struct FaultSwitch {
 
 /// The service name MongoDB commands are switched under.
 pub const MONGODB: &str = "mongodb";
-
-fn lock(rules: &Mutex<Rules>) -> std::sync::MutexGuard<'_, Rules> {
-    rules.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 impl FaultSwitch {
     /// Starts the proxy in front of the AWS emulator at `upstream` (`http://127.0.0.1:PORT`).

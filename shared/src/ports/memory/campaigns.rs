@@ -30,7 +30,7 @@ fn test_change() -> StateChange {
 
 impl MemoryCampaigns {
     fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<String, Hold>> {
-        self.holds.lock().unwrap_or_else(|p| p.into_inner())
+        crate::runtime::lock(&self.holds)
     }
 
     pub fn cancel(&self, campaign_id: &str) {
@@ -63,15 +63,10 @@ impl CampaignStates for MemoryCampaigns {
         at_ms: u64,
     ) -> Result<CampaignRecord, LedgerError> {
         let id = campaign.id.as_str();
-        self.registered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        crate::runtime::lock(&self.registered)
             .entry(id.to_owned())
             .or_insert(at_ms);
-        let (window, topic) = self
-            .windows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let (window, topic) = crate::runtime::lock(&self.windows)
             .entry(id.to_owned())
             .or_insert((campaign.window, campaign.topic.clone()))
             .clone();
@@ -88,9 +83,7 @@ impl CampaignStates for MemoryCampaigns {
         segment: u32,
         counts: &ExclusionCounts,
     ) -> Result<(), LedgerError> {
-        self.excluded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        crate::runtime::lock(&self.excluded)
             .insert((campaign.to_string(), segment), counts.clone());
         Ok(())
     }
@@ -98,19 +91,13 @@ impl CampaignStates for MemoryCampaigns {
 
 impl SendingSwitch for MemoryCampaigns {
     async fn stop_consumers(&self) -> Result<usize, ControlError> {
-        *self
-            .consumers_stopped
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = true;
+        *crate::runtime::lock(&self.consumers_stopped) = true;
         Ok(3)
     }
 
     async fn running_campaigns(&self) -> Result<Vec<String>, ControlError> {
         let holds = self.holds();
-        let mut running: Vec<String> = self
-            .registered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let mut running: Vec<String> = crate::runtime::lock(&self.registered)
             .keys()
             .filter(|id| !holds.contains_key(*id))
             .cloned()

@@ -110,10 +110,7 @@ impl MemoryDirectory {
 
     /// Reads of this user fail until further notice.
     pub fn unreachable(&self, id: &str) {
-        self.unreachable
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(UserId::parse(id).unwrap());
+        crate::runtime::lock(&self.unreachable).insert(UserId::parse(id).unwrap());
     }
 
     /// Followers of `followee` in the window, newest follow first, each once; following
@@ -194,12 +191,7 @@ impl UserDirectory for MemoryDirectory {
         topic: &Topic,
         shown: u32,
     ) -> Result<Enrichment, StoreError> {
-        if self
-            .unreachable
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(user_id)
-        {
+        if crate::runtime::lock(&self.unreachable).contains(user_id) {
             return Err(StoreError("connection refused".into()));
         }
         let skip = |reason| Ok(Enrichment::Skip(reason));

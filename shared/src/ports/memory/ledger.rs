@@ -47,21 +47,15 @@ impl MemoryLedger {
 
     /// The next `n` writes fail (the store does not answer).
     pub fn fail_writes(&self, n: u32) {
-        *self
-            .failing_writes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = n;
+        *crate::runtime::lock(&self.failing_writes) = n;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Record>> {
-        self.records.lock().unwrap_or_else(|p| p.into_inner())
+        crate::runtime::lock(&self.records)
     }
 
     fn unavailable(&self, operation: &'static str) -> Result<(), LedgerError> {
-        let mut failing = self
-            .failing_writes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut failing = crate::runtime::lock(&self.failing_writes);
         if *failing == 0 {
             return Ok(());
         }

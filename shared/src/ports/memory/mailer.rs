@@ -20,21 +20,14 @@ impl ScriptedMailer {
     }
 
     pub fn calls(&self) -> Vec<OutgoingEmail> {
-        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        crate::runtime::lock(&self.calls).clone()
     }
 }
 
 impl Mailer for ScriptedMailer {
     async fn send(&self, email: &OutgoingEmail) -> Result<String, SendError> {
-        self.calls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(email.clone());
-        let next = self
-            .script
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front();
+        crate::runtime::lock(&self.calls).push(email.clone());
+        let next = crate::runtime::lock(&self.script).pop_front();
         next.unwrap_or_else(|| Ok("ses-message-id".into()))
     }
 }

@@ -13,10 +13,7 @@ pub struct MemoryQueue {
 
 impl MemoryQueue {
     pub fn delays(&self) -> Vec<(String, Duration)> {
-        self.delays
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        crate::runtime::lock(&self.delays).clone()
     }
 }
 
@@ -26,10 +23,7 @@ impl RetryQueue for MemoryQueue {
         receipt_handle: &str,
         delay: Duration,
     ) -> Result<(), QueueError> {
-        self.delays
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((receipt_handle.to_owned(), delay));
+        crate::runtime::lock(&self.delays).push((receipt_handle.to_owned(), delay));
         Ok(())
     }
 }
@@ -47,18 +41,12 @@ pub struct MemoryOutbox {
 
 impl MemoryOutbox {
     pub fn bodies(&self) -> Vec<String> {
-        self.bodies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        crate::runtime::lock(&self.bodies).clone()
     }
 
     /// Entries whose body contains `marker` fail.
     pub fn refuse(&self, marker: &str) {
-        self.refused
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(marker.to_owned());
+        crate::runtime::lock(&self.refused).push(marker.to_owned());
     }
 
     fn check_open(&self, operation: &'static str) -> Result<(), QueueError> {
@@ -76,15 +64,11 @@ impl MemoryOutbox {
 impl OutgoingQueue for MemoryOutbox {
     async fn send_batch(&self, bodies: &[String]) -> Result<SendReport, QueueError> {
         self.check_open("SendMessageBatch")?;
-        let refused = self
-            .refused
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let refused = crate::runtime::lock(&self.refused).clone();
         let unsent: Vec<usize> = (0..bodies.len())
             .filter(|&i| refused.iter().any(|m| bodies[i].contains(m.as_str())))
             .collect();
-        let mut kept = self.bodies.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept = crate::runtime::lock(&self.bodies);
         kept.extend(
             (0..bodies.len())
                 .filter(|i| !unsent.contains(i))
@@ -111,19 +95,14 @@ impl OutgoingQueue for MemoryOutbox {
         delay_seconds: u32,
     ) -> Result<SendReport, QueueError> {
         let report = self.send_batch(bodies).await?;
-        self.delayed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        crate::runtime::lock(&self.delayed)
             .extend(bodies.iter().map(|b| (delay_seconds, b.clone())));
         Ok(report)
     }
 
     async fn send(&self, body: String) -> Result<(), QueueError> {
         self.check_open("SendMessage")?;
-        self.bodies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(body);
+        crate::runtime::lock(&self.bodies).push(body);
         Ok(())
     }
 }

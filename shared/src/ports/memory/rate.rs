@@ -33,7 +33,7 @@ impl MemoryRateBucket {
     }
 
     fn item(&self) -> std::sync::MutexGuard<'_, Item> {
-        self.item.lock().unwrap_or_else(|p| p.into_inner())
+        crate::runtime::lock(&self.item)
     }
 
     fn view(item: &Item) -> RateView {

@@ -17,18 +17,13 @@ pub struct MemoryRecords {
 impl MemoryRecords {
     pub fn with(user: &str, campaign: &str, status: SendStatus) -> Self {
         let records = Self::default();
-        records
-            .records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        crate::runtime::lock(&records.records)
             .insert((user.into(), campaign.into()), (status, Vec::new()));
         records
     }
 
     pub fn get(&self, user: &str, campaign: &str) -> Option<Noted> {
-        self.records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        crate::runtime::lock(&self.records)
             .get(&(user.into(), campaign.into()))
             .cloned()
     }
@@ -41,7 +36,7 @@ impl SendRecordNotes for MemoryRecords {
         what: Engagement,
         _at_ms: u64,
     ) -> Result<Option<SendStatus>, LedgerError> {
-        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let mut records = crate::runtime::lock(&self.records);
         Ok(records
             .get_mut(&(key.user_id.clone(), key.campaign_id().to_owned()))
             .map(|(status, noted)| {
@@ -64,7 +59,7 @@ impl SendRecordNotes for MemoryRecords {
         _ses_message_id: &str,
         _at_ms: u64,
     ) -> Result<bool, LedgerError> {
-        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let mut records = crate::runtime::lock(&self.records);
         Ok(
             match records.get_mut(&(key.user_id.clone(), key.campaign_id().to_owned())) {
                 Some((status, _))

@@ -21,29 +21,20 @@ pub struct MemorySubscribers {
 impl MemorySubscribers {
     pub fn with(users: &[&str]) -> Self {
         let store = Self::default();
-        store
-            .users
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        crate::runtime::lock(&store.users)
             .extend(users.iter().map(|u| (u.to_string(), (true, None))));
         store
     }
 
     /// The user's explicit choice of `topic`: in or out, and how it was made.
     pub fn topic(&self, user: &str, topic: &str) -> Option<TopicChoice> {
-        self.topics
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        crate::runtime::lock(&self.topics)
             .get(user)
             .and_then(|t| t.get(&TopicId::parse(topic).ok()?).cloned())
     }
 
     pub fn get(&self, user: &str) -> Option<(bool, Option<SuppressionReason>)> {
-        self.users
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(user)
-            .copied()
+        crate::runtime::lock(&self.users).get(user).copied()
     }
 }
 
@@ -54,7 +45,7 @@ impl SubscriberStore for MemorySubscribers {
         _list: &str,
         _at_ms: i64,
     ) -> Result<Change, StoreError> {
-        let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        let mut users = crate::runtime::lock(&self.users);
         Ok(match users.get_mut(key.user_id()) {
             None => Change::NoSuchUser,
             Some((subscribed, _)) if !*subscribed => Change::AlreadyDone,
@@ -75,7 +66,7 @@ impl SubscriberStore for MemorySubscribers {
         if self.get(key.user_id()).is_none() {
             return Ok(Change::NoSuchUser);
         }
-        let mut topics = self.topics.lock().unwrap_or_else(|p| p.into_inner());
+        let mut topics = crate::runtime::lock(&self.topics);
         let choices = topics.entry(key.user_id().to_owned()).or_default();
         Ok(match choices.get(topic) {
             Some((false, _, _)) => Change::AlreadyDone,
@@ -94,10 +85,7 @@ impl SubscriberStore for MemorySubscribers {
         let Some((subscribed, _)) = self.get(user_id) else {
             return Ok(None);
         };
-        let choices = self
-            .topics
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let choices = crate::runtime::lock(&self.topics)
             .get(user_id)
             .map(|t| {
                 t.iter()
@@ -121,7 +109,7 @@ impl SubscriberStore for MemorySubscribers {
         save: &Save,
         _at_ms: i64,
     ) -> Result<Change, StoreError> {
-        let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        let mut users = crate::runtime::lock(&self.users);
         let Some((subscribed, _)) = users.get_mut(key.user_id()) else {
             return Ok(Change::NoSuchUser);
         };
@@ -129,7 +117,7 @@ impl SubscriberStore for MemorySubscribers {
             return Ok(Change::AlreadyDone);
         }
         *subscribed |= save.resubscribe;
-        let mut topics = self.topics.lock().unwrap_or_else(|p| p.into_inner());
+        let mut topics = crate::runtime::lock(&self.topics);
         let choices = topics.entry(key.user_id().to_owned()).or_default();
         for (topic, wanted) in &save.changes {
             choices.insert(
@@ -147,7 +135,7 @@ impl SubscriberStore for MemorySubscribers {
         _detail: &str,
         _at_ms: i64,
     ) -> Result<Change, StoreError> {
-        let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        let mut users = crate::runtime::lock(&self.users);
         Ok(match users.get_mut(key.user_id()) {
             None => Change::NoSuchUser,
             Some((_, Some(_))) => Change::AlreadyDone,

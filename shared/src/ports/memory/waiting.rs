@@ -4,6 +4,7 @@
 use crate::domain::campaign::CampaignId;
 use crate::domain::local_time::{LocalDelivery, LocalTimeCounts, SlotRelease, WaitingReport};
 use crate::ports::{ReleasePosition, StoreError, WaitingRoom};
+use crate::runtime::lock;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -17,10 +18,6 @@ pub struct MemoryWaitingRoom {
     segments: Mutex<BTreeMap<(String, u32), LocalTimeCounts>>,
     releases: Mutex<BTreeMap<(String, i64), SlotRelease>>,
     deliveries: Mutex<BTreeMap<String, LocalDelivery>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl WaitingRoom for MemoryWaitingRoom {

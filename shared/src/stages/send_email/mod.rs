@@ -109,7 +109,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             event.records,
             self.config.record_concurrency,
             |record| async move {
-                let ticket = tickets.lock().unwrap_or_else(|p| p.into_inner()).pop();
+                let ticket = crate::runtime::lock(tickets).pop();
                 let result = self.process(&record, invocation, stop, ticket).await;
                 if let Err(Retry {
                     delay: Some(delay), ..
