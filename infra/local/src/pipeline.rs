@@ -148,7 +148,10 @@ pub struct LocalPipeline<M> {
     get_users_async: Arc<AsyncInvoker>,
     /// The stack's release schedule group, when it has one.
     scheduler: Option<LocalScheduler>,
+    /// Schedules fired whose delete has not gone through yet (fired once, not again).
     fired: Mutex<HashSet<String>>,
+    /// One look at the schedules at a time (the ticker and a quiet run both look).
+    firing: tokio::sync::Mutex<()>,
     releases_fired: Mutex<Vec<ReleaseFired>>,
     options: PipelineOptions,
 }
@@ -239,6 +242,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
             get_users_async,
             scheduler,
             fired: Mutex::default(),
+            firing: tokio::sync::Mutex::new(()),
             releases_fired: Mutex::default(),
             options,
         })
@@ -398,6 +402,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
     /// asynchronous invocation of GetUsers, then the schedule is deleted) and starts the
     /// retries that are due.
     pub async fn fire_due(&self) -> Result<()> {
+        let _one_look = self.firing.lock().await;
         self.get_users_async.run_due();
         let Some(scheduler) = &self.scheduler else {
             return Ok(());
@@ -421,8 +426,15 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
             // ActionAfterCompletion: DELETE, once the target has the event (a schedule fired
             // before whose delete did not go through is deleted now); one that fails does
             // not hold up the next.
-            if let Err(err) = scheduler.delete(&due.name).await {
-                failed.get_or_insert(err);
+            // Once deleted it is forgotten: GetUsers may make a schedule of the same name again
+            // (a second run holding users for a slot already released), which fires again.
+            match scheduler.delete(&due.name).await {
+                Ok(()) => {
+                    lock(&self.fired).remove(&due.name);
+                }
+                Err(err) => {
+                    failed.get_or_insert(err);
+                }
             }
         }
         failed.map_or(Ok(()), Err)
