@@ -175,7 +175,7 @@ impl Rig {
         // Known gap: set on the SdkConfig only, AWS_ENDPOINT_URL in the environment wins and
         // the functions' clients go to moto directly, so the outage cuts none of their
         // connections (the report counts them: 0). Routing them through the proxy for real
-        // (`mailflow_local::fault_switch::through`) made a fresh-clone run stall; see
+        // (`mailflow_local::fault_switch::through`) is not run again yet; see
         // docs/reliability.md.
         stack.sdk = stack.sdk.to_builder().endpoint_url(proxy.url()).build();
 
