@@ -1,6 +1,8 @@
 //! The pipeline on the local stack: the three stages, SesEvents and Unsubscribe built from
 //! the environment template.yaml gives each function (so config wiring is exercised), driven
-//! by the runner (and the local Function URL).
+//! by the runner (and the local Function URL). Over 450 lines: the drain, the scheduler that
+//! fires during it and the asynchronous invocations it waits for are one loop and read
+//! together; the next split is the Function URL serving (`serve_*`) into a file of its own.
 
 use crate::async_invoke::{AsyncInvoker, Invoke};
 use crate::names;
