@@ -28,7 +28,16 @@ mkdir -p .local
 timings=.local/test-phases.txt
 : >"$timings"
 SECONDS=0
-phase() { printf '%-34s ends at %5d s\n' "$1" "$SECONDS" | tee -a "$timings" >&2; }
+# Each phase's end, and how busy both cores were since the previous one (from /proc/stat):
+# a phase near 100% is bound by CPU, one well below it by waiting.
+cpu_mark=$(awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat)
+phase() {
+  local now busy
+  now=$(awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat)
+  busy=$(awk -v a="$cpu_mark" -v b="$now" 'BEGIN{split(a,x," "); split(b,y," "); d=y[2]-x[2]; printf "%3d", d>0 ? 100*(y[1]-x[1])/d : 0}')
+  cpu_mark=$now
+  printf '%-34s ends at %5d s, CPU %s%% busy\n' "$1" "$SECONDS" "$busy" | tee -a "$timings" >&2
+}
 
 cargo fmt --all -- --check
 
@@ -87,7 +96,7 @@ rest=0
       shard 2 >"$shard2_log" 2>&1 &
       shard2=$!
       shard1_status=0
-      shard 1 || shard1_status=$?
+      shard 1 2>&1 | tee .local/shard1-test.log || shard1_status=${PIPESTATUS[0]}
       shard2_status=0
       wait "$shard2" || shard2_status=$?
       echo "--- the second shard of the tests (its output: $shard2_log), exit status $shard2_status:" >&2
@@ -113,6 +122,13 @@ echo "--- time per phase (seconds since the start):" >&2
 cat "$timings" >&2
 echo "--- the slowest tests:" >&2
 python3 infra/slowest-tests.py 15 target/nextest/shard1/junit.xml target/nextest/shard2/junit.xml >&2 || true
+# The failures once more, last, where a reader of a long log looks first.
+for log in .local/shard1-test.log .local/shard2-test.log "$chaos_log"; do
+  if [[ -f $log ]] && grep -q "panicked at" "$log"; then
+    echo "--- why it failed ($log):" >&2
+    grep -A 12 "panicked at" "$log" | grep -v "^\s*[0-9]*: \|^\s*at " | head -n 60 >&2
+  fi
+done
 
 if [[ $rest != 0 || $chaos_status != 0 ]]; then
   echo "test: FAILED (checks and tests: exit $rest; chaos run: exit $chaos_status)" >&2
