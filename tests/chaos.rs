@@ -45,8 +45,17 @@ fn every_fault_at_once_loses_nothing_and_duplicates_only_within_the_bound() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
     );
-    let report: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("no JSON report ({e}); stderr:\n{stderr}"));
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        // Its log is long (RUST_LOG=info): what the script did, then how it ended.
+        let script: Vec<&str> = stderr.lines().filter(|l| l.contains("chaos:")).collect();
+        let lines: Vec<&str> = stderr.lines().collect();
+        let end = &lines[lines.len().saturating_sub(15)..];
+        panic!(
+            "no JSON report ({e}); the script's lines:\n{}\nthe last lines of the log:\n{}",
+            script.join("\n"),
+            end.join("\n")
+        )
+    });
     let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"));
     assert_eq!(report["violations"], Value::Array(vec![]), "{report:#}");
     assert!(out.status.success(), "{stderr}");

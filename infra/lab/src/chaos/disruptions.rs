@@ -27,6 +27,14 @@ pub(super) struct Played {
     pub aws_connections_cut: AtomicUsize,
     /// Emails recorded SENT between the pause taking hold and the resume: must be 0.
     pub sent_while_paused: AtomicUsize,
+    /// What the script is doing or waiting for: a run that stalls says where.
+    pub step: std::sync::Mutex<&'static str>,
+}
+
+impl Played {
+    fn at(&self, step: &'static str) {
+        *lock(&self.step) = step;
+    }
 }
 
 /// What the script acts on.
@@ -66,12 +74,16 @@ impl Script {
         let enqueued = || lock(&totals).create_emails.enqueued;
         let sent = || lock(&totals).send_email.sent;
         let (audience, wanted) = (self.audience, self.deliverable);
+        played.at("waiting for 40% of the audience enqueued, to stop MongoDB");
         until(|| enqueued() * 10 >= audience * 4).await;
+        played.at("restarting MongoDB");
         tracing::warn!("chaos: stopping MongoDB");
         self.mongo.lock().await.restart(self.outage).await?;
         played.mongo_restarts.fetch_add(1, Ordering::SeqCst);
         tracing::warn!("chaos: MongoDB restarted");
+        played.at("waiting for 20% sent, to cut the AWS endpoint");
         until(|| sent() * 10 >= wanted * 2).await;
+        played.at("cutting the AWS endpoint");
         tracing::warn!("chaos: AWS endpoint unreachable");
         self.proxy.outage(self.outage).await?;
         played.aws_outages.fetch_add(1, Ordering::SeqCst);
@@ -79,7 +91,9 @@ impl Script {
             .aws_connections_cut
             .store(self.proxy.connections_cut(), Ordering::SeqCst);
         tracing::warn!("chaos: AWS endpoint reachable again");
+        played.at("waiting for 30% sent, to pause the campaign");
         until(|| sent() * 100 >= wanted * 30).await;
+        played.at("pausing the campaign");
         tracing::warn!("chaos: pausing the campaign");
         self.operator
             .pause_campaign(&self.campaign, &change("chaos pause"))
@@ -97,7 +111,9 @@ impl Script {
             .resume_campaign(&self.campaign, &change("chaos resume"))
             .await?
             .map_err(|r| anyhow::anyhow!("resume refused: {r:?}"))?;
+        played.at("waiting for 35% sent, to start the manual resend");
         until(|| sent() * 100 >= wanted * 35).await;
+        played.at("running the manual resend");
         let mut resend = json!({ "campaignId": self.campaign });
         if let Some(at) = self.local_time {
             resend["localTime"] = at.into();

@@ -306,13 +306,44 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
             || releases.as_ref().is_some_and(|r| !r.is_finished())
     })
     .await;
+    // A run that did not drain says where it stood.
+    let drained = drained.map_err(|err| {
+        let (enqueued, sent) = {
+            let totals = lock(&rig.pipeline.totals);
+            (totals.create_emails.enqueued, totals.send_email.sent)
+        };
+        let running = runs.iter().filter(|r| !r.is_finished()).count();
+        let releasing = releases.as_ref().is_some_and(|r| !r.is_finished());
+        err.context(format!(
+            "the chaos run stalled: the script was {}; {running} of its first runs still running; \
+             slot releases {}; {enqueued} emails enqueued, {sent} of {} deliverable sent; \
+             {} release schedules fired",
+            lock(&played.step),
+            if releasing { "still going" } else { "over" },
+            deliverable.len(),
+            rig.pipeline.releases_fired().len(),
+        ))
+    });
+    let mut consumer_stats = match drained {
+        Ok(stats) => stats,
+        Err(err) => {
+            for task in runs
+                .iter()
+                .map(|r| r.abort_handle())
+                .chain(releases.iter().map(|r| r.abort_handle()))
+            {
+                task.abort();
+            }
+            disruptions.abort();
+            return Err(err);
+        }
+    };
     if let Some(releases) = releases {
         report_slots = releases.await??;
     }
     if !disruptions.is_finished() {
         disruptions.abort();
     }
-    let mut consumer_stats = drained?;
     let mut report = ChaosReport {
         options: Some(options.clone()),
         users: options.users,
