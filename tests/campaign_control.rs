@@ -175,13 +175,13 @@ async fn a_paused_campaign_sends_nothing_until_resumed_then_everyone_exactly_onc
         // Slow enough to pause at about a third, and for the batches in hand when the pause
         // is made (up to the state cache's lifetime) not to finish the campaign.
         o.parameters
-            .insert(names::SEND_RATE_PER_SECOND.into(), "30".into());
+            .insert(names::SEND_RATE_PER_SECOND.into(), "15".into());
     })
     .await
     .unwrap();
     let campaign = Campaign::from_id("weekly-2026-W47", None).unwrap();
     let id = campaign.id.as_str();
-    let seeded = env.seed(800, &campaign).await.unwrap();
+    let seeded = env.seed(400, &campaign).await.unwrap();
     let deliverable = seeded.deliverable().count();
     let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
     let target = mailctl::ops::Target::from_prefix(&env.stack.sdk, &env.stack.prefix)

@@ -631,7 +631,7 @@ async fn t10_sending_paused_stops_the_batch_and_returns_every_unsent_record() {
     assert_eq!(
         response.batch_item_failures.len(),
         10,
-        "every record comes back"
+        "every record comes back: {summary:?}"
     );
     assert_eq!(summary.stopped, 10);
     assert_eq!(summary.sent + summary.failed, 0);
@@ -686,11 +686,23 @@ async fn t12_a_message_that_reaches_the_dlq_leaves_its_record_dead_lettered_unti
     drain(&env, &pipeline).await;
     let record = &env.records(W46).await.unwrap()["u000"];
     assert_eq!(record.status, Some(SendStatus::DeadLettered), "{record:?}");
-    assert!(record
-        .last_error
-        .as_deref()
-        .unwrap()
-        .contains("TooManyRequestsException"));
+    // The last receive's reason: SES's throttling, or, when the throttled rate left no
+    // send slot or too little time before the deadline (a loaded machine), that.
+    let reason = record.last_error.as_deref().unwrap_or_default();
+    assert!(
+        [
+            "TooManyRequestsException",
+            "no send slot before the deadline",
+            "deadline too near to send"
+        ]
+        .iter()
+        .any(|why| reason.contains(why)),
+        "{record:?}"
+    );
+    assert!(
+        faults.calls.load(Ordering::SeqCst) > 0,
+        "SES was never called"
+    );
     assert_eq!(env.depth(names::EMAILS_DLQ).await.unwrap(), 1);
 
     // Redriven once SES accepts again: sent once, and the record says so.

@@ -108,7 +108,7 @@ async fn a_campaign_at_nine_in_every_zone_goes_out_slot_by_slot_exactly_once() {
         zones,
         pipeline,
         target,
-    } = zoned("local-time", 800).await;
+    } = zoned("local-time", 300).await;
     let id = campaign.id.as_str();
 
     // Thirty seconds before Kiritimati's 09:00 (UTC+14, the first): its users go with an
@@ -322,6 +322,10 @@ async fn a_pause_holds_every_slot_until_the_resume_and_a_cancel_releases_nobody_
     mailctl::control::resume(sdk, "local-pause", "test", &target)
         .await
         .unwrap();
+    // The rest of the day at once (slot by slot is the test above): every remaining slot is
+    // due, fires and sends its users, however late.
+    let last_slot = seeded.audience.keys().map(slot_of).max().unwrap();
+    pipeline.clock.set(last_slot);
     pipeline.drain(Duration::from_secs(900)).await.unwrap();
     let sent = env.sent().await.unwrap();
     for (user, _) in seeded.deliverable() {
@@ -350,7 +354,11 @@ async fn a_pause_holds_every_slot_until_the_resume_and_a_cancel_releases_nobody_
     mailctl::control::cancel(sdk, "local-cancel", "test", "wrong content", &target)
         .await
         .unwrap();
+    // Every later slot fires, and releases nobody.
+    let fired_before = pipeline.releases_fired().len();
+    pipeline.clock.set(last_slot + 2 * 86_400_000);
     pipeline.drain(Duration::from_secs(600)).await.unwrap();
+    assert!(pipeline.releases_fired().len() > fired_before + 20);
     assert_eq!(
         env.records("local-cancel").await.unwrap().len(),
         after_first
