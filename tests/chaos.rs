@@ -82,6 +82,8 @@ fn every_fault_at_once_loses_nothing_and_duplicates_only_within_the_bound() {
     assert!(n(&report["slotsReleased"]) >= 30, "{report:#}");
     assert_eq!(n(&report["mongoRestarts"]), 1);
     assert_eq!(n(&report["awsOutages"]), 1);
+    // The outage reached the functions: it cut connections they had open.
+    assert!(n(&report["awsConnectionsCut"]) > 0, "{report:#}");
     let runs = report["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3, "two overlapping runs and a resend: {runs:?}");
     assert_eq!(runs[0]["killed"], true);

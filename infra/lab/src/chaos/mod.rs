@@ -172,12 +172,10 @@ impl Rig {
             .context("resolving AWS_ENDPOINT_URL")?;
         let proxy = Arc::new(proxy::FaultProxy::start(upstream).await?);
         let mut stack = local.stack.clone();
-        // Known gap: set on the SdkConfig only, AWS_ENDPOINT_URL in the environment wins and
-        // the functions' clients go to moto directly, so the outage cuts none of their
-        // connections (the report counts them: 0). Routing them through the proxy for real
-        // (`mailflow_local::fault_switch::through`) is not run again yet; see
-        // docs/reliability.md.
-        stack.sdk = stack.sdk.to_builder().endpoint_url(proxy.url()).build();
+        // Every service of the functions' clients through the proxy (over AWS_ENDPOINT_URL in
+        // the environment, which an endpoint on the SdkConfig alone would not beat): the
+        // outage cuts their connections, and the report counts the cuts.
+        stack.sdk = mailflow_local::fault_switch::through(&stack.sdk, &proxy.url());
 
         let injector = Arc::new(Injector::new(options));
         // SES's events travel inside AWS: not through the proxy that cuts the functions off.
