@@ -2,8 +2,9 @@
 //! invocations killed at each step, live leases, throttling, permanent rejections, the next
 //! week's campaign, and the send rate. Faults are injected around the real SES adapter; an
 //! invocation is "killed" the way Lambda does it, by ending it at its Timeout.
-//! Over 400 lines on purpose: the catalogue of exactly-once faults (t1 to t12) and the one
-//! fault-injecting mailer they share.
+//! Each test is a `Scenario`: a stack of its own, its timeouts, and a plan for the fault
+//! injector. Over 400 lines on purpose: the catalogue of exactly-once faults (t1 to t12) and
+//! the one fixture they share.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailflow::adapters::dynamo::DynamoLedger;
@@ -61,10 +62,6 @@ impl Faults {
             accepted: Arc::default(),
             hung: Arc::default(),
         }
-    }
-
-    fn none() -> Self {
-        Self::new(|_| Action::Pass)
     }
 
     /// Builds the mailer SendEmail uses: the real SES adapter behind the injector.
@@ -135,35 +132,117 @@ impl Mailer for Faulty {
     }
 }
 
-/// Short timeouts so that tests which wait out a lease finish in seconds: SendEmail Timeout
-/// 6 s, emails queue visibility 10 s, skew 1 s, throttling backoff 1, 1, 2 s.
-fn quick(o: &mut StackOptions) {
-    o.visibility_timeouts.insert(names::EMAILS_QUEUE.into(), 10);
+/// The timeouts a scenario runs with.
+#[derive(Clone, Copy)]
+enum Timing {
+    /// The template's: for tests that count attempts, which a short Timeout on a loaded
+    /// machine could add to (an attempt cut after its claim).
+    Template,
+    /// Short, so that tests which wait out a lease finish in seconds: SendEmail Timeout 6 s,
+    /// emails queue visibility 10 s, skew 1 s, throttling backoff 1, 1, 2 s.
+    Quick,
+    /// This SendEmail Timeout and emails queue visibility, in seconds (and `Quick`'s skew and
+    /// backoff).
+    Custom { timeout: u64, visibility: u32 },
 }
 
-fn quick_pipeline() -> PipelineOptions {
-    pipeline_with(6, 10)
+/// One exactly-once scenario: a stack of its own, and SendEmail sending through the real SES
+/// adapter behind the fault injector, which plays `plan` on the n-th SES call.
+struct Scenario {
+    env: TestEnv,
+    faults: Faults,
+    pipeline: LocalPipeline<Faulty>,
 }
 
-/// SendEmail with this Timeout and the emails queue's visibility timeout it must stay below.
-fn pipeline_with(timeout_seconds: u64, visibility_seconds: u64) -> PipelineOptions {
-    let (timeout, visibility) = (timeout_seconds.to_string(), visibility_seconds.to_string());
-    let env = [
-        ("FUNCTION_TIMEOUT_SECONDS", timeout.as_str()),
-        ("VISIBILITY_TIMEOUT_SECONDS", visibility.as_str()),
-        ("LEASE_CLOCK_SKEW_SECONDS", "1"),
-        ("RETRY_DELAYS_SECONDS", "1,1,2"),
-    ];
-    PipelineOptions {
-        env: BTreeMap::from([(
-            SEND_EMAIL,
-            env.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )]),
-        timeouts: BTreeMap::from([(SEND_EMAIL, Duration::from_secs(timeout_seconds))]),
-        ..Default::default()
+impl Timing {
+    /// The emails queue's visibility timeout and SendEmail's Timeout, when not the template's.
+    fn short(self) -> Option<(u32, u64)> {
+        match self {
+            Timing::Template => None,
+            Timing::Quick => Some((10, 6)),
+            Timing::Custom {
+                timeout,
+                visibility,
+            } => Some((visibility, timeout)),
+        }
     }
+
+    fn pipeline(self) -> PipelineOptions {
+        let mut options = PipelineOptions::default();
+        if let Some((visibility, timeout)) = self.short() {
+            let vars = [
+                ("FUNCTION_TIMEOUT_SECONDS", timeout.to_string()),
+                ("VISIBILITY_TIMEOUT_SECONDS", visibility.to_string()),
+                ("LEASE_CLOCK_SKEW_SECONDS", "1".into()),
+                ("RETRY_DELAYS_SECONDS", "1,1,2".into()),
+            ];
+            options.env.insert(
+                SEND_EMAIL,
+                vars.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            );
+            options
+                .timeouts
+                .insert(SEND_EMAIL, Duration::from_secs(timeout));
+        }
+        options
+    }
+}
+
+impl Scenario {
+    async fn new(
+        test: &str,
+        timing: Timing,
+        plan: impl Fn(usize) -> Action + Send + Sync + 'static,
+    ) -> Self {
+        Self::with(test, timing, |_| {}, |_| {}, plan).await
+    }
+
+    /// As `new`, with the stack's options and SendEmail's environment adjusted after
+    /// `timing`'s.
+    async fn with(
+        test: &str,
+        timing: Timing,
+        stack: impl FnOnce(&mut StackOptions),
+        send_email_env: impl FnOnce(&mut BTreeMap<String, String>),
+        plan: impl Fn(usize) -> Action + Send + Sync + 'static,
+    ) -> Self {
+        let env = test_env(test, |o| {
+            if let Some((visibility, _)) = timing.short() {
+                o.visibility_timeouts
+                    .insert(names::EMAILS_QUEUE.into(), visibility);
+            }
+            stack(o);
+        })
+        .await
+        .unwrap();
+        let mut options = timing.pipeline();
+        let mut vars = options.env.remove(SEND_EMAIL).unwrap_or_default();
+        send_email_env(&mut vars);
+        if !vars.is_empty() {
+            options.env.insert(SEND_EMAIL, vars);
+        }
+        let faults = Faults::new(plan);
+        let pipeline = env.pipeline(options, faults.mailer()).await.unwrap();
+        Self {
+            env,
+            faults,
+            pipeline,
+        }
+    }
+}
+
+/// The plan of a scenario whose first SES call meets `first` and every other passes.
+fn first_call(first: Action) -> impl Fn(usize) -> Action + Send + Sync + 'static {
+    move |n| if n == 0 { first } else { Action::Pass }
+}
+
+fn pass(_: usize) -> Action {
+    Action::Pass
+}
+
+/// The emails of `campaign` for `users`, as CreateEmails enqueues them.
+fn jobs(env: &TestEnv, campaign: &str, users: &[String]) -> Vec<serde_json::Value> {
+    users.iter().map(|u| job(env, campaign, u, false)).collect()
 }
 
 fn job(env: &TestEnv, campaign: &str, user: &str, include_failed: bool) -> serde_json::Value {
@@ -303,27 +382,13 @@ async fn t2_two_overlapping_runs_of_a_campaign_send_one_email_per_user() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn t3_killed_after_the_claim_before_ses_sends_once_after_the_lease() {
-    let env = test_env("kill-before", quick).await.unwrap();
-    let faults = Faults::new(|n| {
-        if n == 0 {
-            Action::HangBefore
-        } else {
-            Action::Pass
-        }
-    });
-    let pipeline = env
-        .pipeline(quick_pipeline(), faults.mailer())
-        .await
-        .unwrap();
+    let Scenario {
+        env,
+        faults,
+        pipeline,
+    } = Scenario::new("kill-before", Timing::Quick, first_call(Action::HangBefore)).await;
     let users = users(3);
-    enqueue(
-        &env,
-        &users
-            .iter()
-            .map(|u| job(&env, W46, u, false))
-            .collect::<Vec<_>>(),
-    )
-    .await;
+    enqueue(&env, &jobs(&env, W46, &users)).await;
     let stats = drain(&env, &pipeline).await;
     assert!(
         stats.timeouts >= 1,
@@ -345,27 +410,13 @@ async fn t3_killed_after_the_claim_before_ses_sends_once_after_the_lease() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn t4_killed_after_ses_accepted_before_sent_causes_at_most_one_duplicate() {
-    let env = test_env("kill-after", quick).await.unwrap();
-    let faults = Faults::new(|n| {
-        if n == 0 {
-            Action::HangAfter
-        } else {
-            Action::Pass
-        }
-    });
-    let pipeline = env
-        .pipeline(quick_pipeline(), faults.mailer())
-        .await
-        .unwrap();
+    let Scenario {
+        env,
+        faults,
+        pipeline,
+    } = Scenario::new("kill-after", Timing::Quick, first_call(Action::HangAfter)).await;
     let users = users(3);
-    enqueue(
-        &env,
-        &users
-            .iter()
-            .map(|u| job(&env, W46, u, false))
-            .collect::<Vec<_>>(),
-    )
-    .await;
+    enqueue(&env, &jobs(&env, W46, &users)).await;
     let stats = drain(&env, &pipeline).await;
     assert!(stats.timeouts >= 1, "{stats:?}");
     let hung = faults.hung();
@@ -394,12 +445,11 @@ async fn t5_a_live_lease_returns_the_message_which_is_sent_later() {
     // (SendEmail sets its visibility to that), not at the queue's timeout; and a short
     // Timeout on a loaded machine could cut an attempt after its claim, adding an attempt
     // this test counts.
-    let env = test_env("live-lease", |_| {}).await.unwrap();
-    let faults = Faults::none();
-    let pipeline = env
-        .pipeline(PipelineOptions::default(), faults.mailer())
-        .await
-        .unwrap();
+    let Scenario {
+        env,
+        faults,
+        pipeline,
+    } = Scenario::new("live-lease", Timing::Template, pass).await;
     // Another attempt holds the claim for four more seconds.
     let ledger = DynamoLedger::new(
         env.dynamo(),
@@ -444,31 +494,20 @@ async fn t5_a_live_lease_returns_the_message_which_is_sent_later() {
 async fn t6_throttling_lowers_the_rate_and_everything_is_sent_once() {
     // A Timeout no loaded machine reaches: this test is about throttling, and an invocation
     // cut short mid-send would add the crash window's duplicate (t4's subject).
-    let env = test_env("throttle", |o| {
-        o.visibility_timeouts.insert(names::EMAILS_QUEUE.into(), 60);
-    })
-    .await
-    .unwrap();
-    let faults = Faults::new(|n| {
+    let every_third = |n| {
         if n % 3 == 1 {
             Action::Throttle
         } else {
             Action::Pass
         }
-    });
-    let pipeline = env
-        .pipeline(pipeline_with(30, 60), faults.mailer())
-        .await
-        .unwrap();
+    };
+    let timing = Timing::Custom {
+        timeout: 30,
+        visibility: 60,
+    };
+    let Scenario { env, pipeline, .. } = Scenario::new("throttle", timing, every_third).await;
     let users = users(30);
-    enqueue(
-        &env,
-        &users
-            .iter()
-            .map(|u| job(&env, W46, u, false))
-            .collect::<Vec<_>>(),
-    )
-    .await;
+    enqueue(&env, &jobs(&env, W46, &users)).await;
     drain(&env, &pipeline).await;
     let totals = pipeline.totals.lock().unwrap().send_email.clone();
     // Throttling is a signal: the emails waited for a slot at the lowered rate and went again.
@@ -490,12 +529,11 @@ async fn t7_a_permanent_rejection_is_failed_and_only_retried_on_resend_with_incl
     // The template's timeouts: nothing here waits out a lease, and a short Timeout on a
     // loaded machine could return the record for want of time (a retry, not this test's
     // subject, which counts attempts).
-    let env = test_env("rejected", |_| {}).await.unwrap();
-    let faults = Faults::none();
-    let pipeline = env
-        .pipeline(PipelineOptions::default(), faults.mailer())
-        .await
-        .unwrap();
+    let Scenario {
+        env,
+        faults,
+        pipeline,
+    } = Scenario::new("rejected", Timing::Template, pass).await;
     let mut bad = job(&env, W46, "u000", false);
     bad["to"] = "u000-no-domain".into();
     enqueue(&env, &[bad.clone()]).await;
@@ -535,26 +573,11 @@ async fn t7_a_permanent_rejection_is_failed_and_only_retried_on_resend_with_incl
 
 #[tokio::test(flavor = "multi_thread")]
 async fn t8_next_weeks_campaign_sends_again_while_last_weeks_records_exist() {
-    let env = test_env("next-week", |_| {}).await.unwrap();
-    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let Scenario { env, pipeline, .. } = Scenario::new("next-week", Timing::Template, pass).await;
     let users = users(5);
-    enqueue(
-        &env,
-        &users
-            .iter()
-            .map(|u| job(&env, W46, u, false))
-            .collect::<Vec<_>>(),
-    )
-    .await;
+    enqueue(&env, &jobs(&env, W46, &users)).await;
     drain(&env, &pipeline).await;
-    enqueue(
-        &env,
-        &users
-            .iter()
-            .map(|u| job(&env, "weekly-2026-W47", u, false))
-            .collect::<Vec<_>>(),
-    )
-    .await;
+    enqueue(&env, &jobs(&env, "weekly-2026-W47", &users)).await;
     drain(&env, &pipeline).await;
     let (w46, w47) = (
         env.records(W46).await.unwrap(),
@@ -571,26 +594,17 @@ async fn t8_next_weeks_campaign_sends_again_while_last_weeks_records_exist() {
 #[tokio::test(flavor = "multi_thread")]
 async fn t9_the_observed_send_rate_never_exceeds_the_configured_rate() {
     const RATE: f64 = 20.0;
-    let env = test_env("rate", |o| {
+    let rate = |o: &mut StackOptions| {
         o.parameters
             .insert(names::SEND_RATE_PER_SECOND.into(), RATE.to_string());
-    })
-    .await
-    .unwrap();
-    let faults = Faults::none();
-    let pipeline = env
-        .pipeline(PipelineOptions::default(), faults.mailer())
-        .await
-        .unwrap();
+    };
+    let Scenario {
+        env,
+        faults,
+        pipeline,
+    } = Scenario::with("rate", Timing::Template, rate, |_| {}, pass).await;
     let users = users(200);
-    enqueue(
-        &env,
-        &users
-            .iter()
-            .map(|u| job(&env, W46, u, false))
-            .collect::<Vec<_>>(),
-    )
-    .await;
+    enqueue(&env, &jobs(&env, W46, &users)).await;
     drain(&env, &pipeline).await;
     let mut times: Vec<Instant> = faults
         .accepted
@@ -614,12 +628,11 @@ async fn t9_the_observed_send_rate_never_exceeds_the_configured_rate() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn t10_sending_paused_stops_the_batch_and_returns_every_unsent_record() {
-    let env = test_env("paused", quick).await.unwrap();
-    let faults = Faults::new(|_| Action::Paused);
-    let pipeline = env
-        .pipeline(quick_pipeline(), faults.mailer())
-        .await
-        .unwrap();
+    let Scenario {
+        env,
+        faults,
+        pipeline,
+    } = Scenario::new("paused", Timing::Quick, |_| Action::Paused).await;
     let users = users(10);
     let mut event = SqsEvent::default();
     event.records = users
@@ -649,12 +662,11 @@ async fn t10_sending_paused_stops_the_batch_and_returns_every_unsent_record() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn t11_an_error_that_repeats_on_every_attempt_ends_failed_not_in_the_dlq() {
-    let env = test_env("refused", quick).await.unwrap();
-    let faults = Faults::new(|_| Action::Refuse);
-    let pipeline = env
-        .pipeline(quick_pipeline(), faults.mailer())
-        .await
-        .unwrap();
+    let Scenario {
+        env,
+        faults,
+        pipeline,
+    } = Scenario::new("refused", Timing::Quick, |_| Action::Refuse).await;
     enqueue(&env, &[job(&env, W46, "u000", false)]).await;
     drain(&env, &pipeline).await;
     let record = &env.records(W46).await.unwrap()["u000"];
@@ -672,16 +684,23 @@ async fn t11_an_error_that_repeats_on_every_attempt_ends_failed_not_in_the_dlq()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn t12_a_message_that_reaches_the_dlq_leaves_its_record_dead_lettered_until_sent() {
-    let env = test_env("dead-letter", quick).await.unwrap();
-    // Throttled on every one of its receives: the last one sends it to the DLQ.
-    let faults = Faults::new(|_| Action::Throttle);
-    let mut options = quick_pipeline();
-    options
-        .env
-        .get_mut(SEND_EMAIL)
-        .unwrap()
-        .insert("RETRY_DELAYS_SECONDS".into(), "0".into());
-    let pipeline = env.pipeline(options, faults.mailer()).await.unwrap();
+    // Throttled on every one of its receives, retried at once: the last receive sends it to
+    // the DLQ.
+    let no_backoff = |vars: &mut BTreeMap<String, String>| {
+        vars.insert("RETRY_DELAYS_SECONDS".into(), "0".into());
+    };
+    let Scenario {
+        env,
+        faults,
+        pipeline,
+    } = Scenario::with(
+        "dead-letter",
+        Timing::Quick,
+        |_| {},
+        no_backoff,
+        |_| Action::Throttle,
+    )
+    .await;
     enqueue(&env, &[job(&env, W46, "u000", false)]).await;
     drain(&env, &pipeline).await;
     let record = &env.records(W46).await.unwrap()["u000"];
@@ -713,7 +732,7 @@ async fn t12_a_message_that_reaches_the_dlq_leaves_its_record_dead_lettered_unti
     )
     .await
     .unwrap();
-    let pipeline = env.pipeline(quick_pipeline(), ses).await.unwrap();
+    let pipeline = env.pipeline(Timing::Quick.pipeline(), ses).await.unwrap();
     drain(&env, &pipeline).await;
     let record = &env.records(W46).await.unwrap()["u000"];
     assert_eq!(record.status, Some(SendStatus::Sent), "{record:?}");
