@@ -34,7 +34,7 @@ cpu_mark=$(awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat)
 phase() {
   local now busy
   now=$(awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat)
-  busy=$(awk -v a="$cpu_mark" -v b="$now" 'BEGIN{split(a,x," "); split(b,y," "); d=y[2]-x[2]; printf "%3d", d>0 ? 100*(y[1]-x[1])/d : 0}')
+  busy=$(awk -v a="$cpu_mark" -v b="$now" 'BEGIN{split(a,x," "); split(b,y," "); d=y[2]-x[2]; printf "%3d", (d > 0 ? 100 * (y[1] - x[1]) / d : 0)}')
   cpu_mark=$now
   printf '%-34s ends at %5d s, CPU %s%% busy\n' "$1" "$SECONDS" "$busy" | tee -a "$timings" >&2
 }

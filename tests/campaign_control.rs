@@ -228,6 +228,9 @@ async fn a_paused_campaign_sends_nothing_until_resumed_then_everyone_exactly_onc
         assert_eq!(status.paused_by.as_deref(), Some("test"));
         assert_eq!(status.consumers.get("Disabled"), Some(&3), "{status:?}");
         assert!(status.resume_before_ms.is_some());
+        // A batch received just before the pause took hold hands its unsent messages back
+        // invisible: they are on the queue again once their visibility timeout ends.
+        tokio::time::sleep(Duration::from_secs(u64::from(PAUSE_TEST_VISIBILITY))).await;
         let paused_for = Duration::from_secs(u64::from(PAUSE_TEST_VISIBILITY) * 4);
         let until = std::time::Instant::now() + paused_for;
         while std::time::Instant::now() < until {

@@ -394,10 +394,9 @@ fn preview_shows_exactly_what_a_user_got(t: &CliStack) {
         ],
         &t.env(),
     ));
-    assert_eq!(
-        std::fs::read_to_string(&html).unwrap(),
-        email.html.clone().unwrap()
-    );
+    let written = std::fs::read_to_string(&html).unwrap();
+    std::fs::remove_file(&html).unwrap();
+    assert_eq!(written, email.html.clone().unwrap());
     assert!(preview.contains(&format!("Subject: {}\n", email.subject.as_deref().unwrap())));
     assert!(preview.contains(&format!(
         "List-Unsubscribe: {}\n",
@@ -746,6 +745,7 @@ fn without_an_aws_environment_it_says_what_to_set() {
         command.env_remove(k);
     }
     let out = command.env("HOME", &home).output().expect("mailctl runs");
+    std::fs::remove_dir_all(&home).unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
