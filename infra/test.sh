@@ -27,6 +27,8 @@ cd "$ROOT"
 mkdir -p .local
 timings=.local/test-phases.txt
 : >"$timings"
+# This run's logs only (the failures are read back from them at the end).
+rm -f .local/shard1-test.log .local/shard2-test.log .local/sam-local-test.log .local/chaos-test.log
 SECONDS=0
 # Each phase's end, and how busy both cores were since the previous one (from /proc/stat):
 # a phase near 100% is bound by CPU, one well below it by waiting.
@@ -123,7 +125,7 @@ cat "$timings" >&2
 echo "--- the slowest tests:" >&2
 python3 infra/slowest-tests.py 15 target/nextest/shard1/junit.xml target/nextest/shard2/junit.xml >&2 || true
 # The failures once more, last, where a reader of a long log looks first.
-for log in .local/shard1-test.log .local/shard2-test.log "$chaos_log"; do
+for log in .local/shard1-test.log .local/shard2-test.log .local/sam-local-test.log "$chaos_log"; do
   if [[ -f $log ]] && grep -q "panicked at" "$log"; then
     echo "--- why it failed ($log):" >&2
     grep -A 12 "panicked at" "$log" | grep -v "^\s*[0-9]*: \|^\s*at " | head -n 60 >&2

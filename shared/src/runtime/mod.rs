@@ -1,9 +1,10 @@
-//! What every function needs around its stage: logs (`telemetry`), the requests it made
-//! (`metering`), the invocation it serves, the SQS partial-batch driver, and `serve`, the one
+//! What every function needs around its stage: logs (`telemetry`), a failed init reported
+//! (`init_error`), the requests it made (`metering`), the invocation it serves, the SQS partial-batch driver, and `serve`, the one
 //! way a stage is hosted on Lambda.
 
 pub mod batch;
 pub mod function_url;
+pub mod init_error;
 pub mod invocation;
 pub mod metering;
 pub mod serve;

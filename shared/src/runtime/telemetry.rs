@@ -45,13 +45,19 @@ pub fn init_cli() {
 }
 
 /// A function's cold start that cannot go on (configuration, secrets, templates): one log
-/// line that names what to fix, then exit, as Lambda expects of a failed init (it reports
-/// `Runtime.ExitError` and starts a fresh environment on the next event).
+/// line that names what to fix, the same reason reported to the Runtime API, then exit, as
+/// Lambda expects of a failed init (it answers the invocation with the reason and starts a
+/// fresh environment on the next event).
 pub fn or_exit<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
     match result {
         Ok(value) => value,
         Err(err) => {
             tracing::error!(error = %err, "cannot start");
+            if let Ok(api) = std::env::var("AWS_LAMBDA_RUNTIME_API") {
+                if let Err(why) = super::init_error::report(&api, &err.to_string()) {
+                    tracing::warn!(reason = %why, "could not report the failed init to the Runtime API");
+                }
+            }
             std::process::exit(1)
         }
     }

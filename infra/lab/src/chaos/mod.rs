@@ -315,11 +315,12 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         err.context(format!(
             "the chaos run stalled: the script was {}; {running} of its first runs still running; \
              slot releases {}; {enqueued} emails enqueued, {sent} of {} deliverable sent; \
-             {} release schedules fired",
+             {} release schedules fired; GetUsers' asynchronous invocations: {:?}",
             lock(&played.step),
             if releasing { "still going" } else { "over" },
             deliverable.len(),
             rig.pipeline.releases_fired().len(),
+            rig.pipeline.async_stats(),
         ))
     });
     let mut consumer_stats = match drained {
