@@ -38,7 +38,8 @@ stop_dynalite() {
   if [[ -n $dynalite_pid ]]; then kill "$dynalite_pid" 2>/dev/null || true; wait "$dynalite_pid" 2>/dev/null || true; fi
   dynalite_pid=
 }
-trap stop_dynalite EXIT
+# Whatever fails, what this script started is stopped (by pid).
+trap 'stop_dynalite; MAILFLOW_STACK_DIR="$stack_dir" infra/local-stack.sh stop >/dev/null 2>&1 || true' EXIT
 
 one_run() { # $1: moto | dynalite
   local emulator=$1 pid endpoint

@@ -28,14 +28,17 @@ mkdir -p .local
 timings=.local/test-phases.txt
 : >"$timings"
 # This run's logs only (the failures are read back from them at the end).
-rm -f .local/shard1-test.log .local/shard2-test.log .local/sam-local-test.log .local/chaos-test.log
+rm -f .local/shard1-test.log .local/shard2-test.log .local/sam-local-test.log .local/chaos-test.log \
+  target/nextest/shard1/junit.xml target/nextest/shard2/junit.xml
 SECONDS=0
 # Each phase's end, and how busy both cores were since the previous one (from /proc/stat):
 # a phase near 100% is bound by CPU, one well below it by waiting.
-cpu_mark=$(awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat)
+# (%.0f: mawk prints a large sum in %.6g otherwise.)
+cpu_ticks() { awk '/^cpu /{printf "%.0f %.0f\n", $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
+cpu_mark=$(cpu_ticks)
 phase() {
   local now busy
-  now=$(awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat)
+  now=$(cpu_ticks)
   busy=$(awk -v a="$cpu_mark" -v b="$now" 'BEGIN{split(a,x," "); split(b,y," "); d=y[2]-x[2]; printf "%3d", (d > 0 ? 100 * (y[1] - x[1]) / d : 0)}')
   cpu_mark=$now
   printf '%-34s ends at %5d s, CPU %s%% busy\n' "$1" "$SECONDS" "$busy" | tee -a "$timings" >&2
@@ -124,15 +127,16 @@ echo "--- time per phase (seconds since the start):" >&2
 cat "$timings" >&2
 echo "--- the slowest tests:" >&2
 python3 infra/slowest-tests.py 15 target/nextest/shard1/junit.xml target/nextest/shard2/junit.xml >&2 || true
-# The failures once more, last, where a reader of a long log looks first.
-for log in .local/shard1-test.log .local/shard2-test.log .local/sam-local-test.log "$chaos_log"; do
-  if [[ -f $log ]] && grep -q "panicked at" "$log"; then
-    echo "--- why it failed ($log):" >&2
-    grep -A 12 "panicked at" "$log" | grep -v "^\s*[0-9]*: \|^\s*at " | head -n 60 >&2
-  fi
-done
-
 if [[ $rest != 0 || $chaos_status != 0 ]]; then
+  # The failures once more, last, where a reader of a long log looks first (a test that
+  # passed on its retry panicked too: only a failed run prints them).
+  for log in .local/shard1-test.log .local/shard2-test.log .local/sam-local-test.log "$chaos_log"; do
+    if [[ -f $log ]] && grep -qE "panicked at|^\s+(TIMEOUT|SIGSEGV|SIGABRT) " "$log"; then
+      echo "--- why it failed ($log):" >&2
+      { grep -E -A 12 "panicked at|^\s+(TIMEOUT|SIGSEGV|SIGABRT) " "$log" |
+        grep -v "^\s*[0-9]*: \|^\s*at " | head -n 60 >&2; } || true
+    fi
+  done
   echo "test: FAILED (checks and tests: exit $rest; chaos run: exit $chaos_status)" >&2
   exit 1
 fi

@@ -566,7 +566,9 @@ async fn t7_a_permanent_rejection_is_failed_and_only_retried_on_resend_with_incl
     drain(&env, &pipeline).await;
     let record = &env.records(W46).await.unwrap()["u000"];
     assert_eq!(record.status, Some(SendStatus::Sent));
-    assert_eq!(record.attempt, 2);
+    // Claimed again (a loaded machine may give that claim back for want of time and claim
+    // once more: seen once in a fresh-clone run), and one email, whatever the attempts.
+    assert!(record.attempt >= 2, "{record:?}");
     let emails_to = emails(&env).await;
     assert_eq!(emails_to("u000"), 1);
 }

@@ -40,16 +40,23 @@ async fn resolve_uri(
     Ok(value.trim().to_owned())
 }
 
-/// The URI with any password replaced, safe for logs and errors.
+/// The URI with any password replaced and its options hidden (they can carry credentials:
+/// `authMechanismProperties=AWS_SESSION_TOKEN:...`, `tlsCertificateKeyFilePassword=...`),
+/// safe for logs and errors, which Lambda also returns to the caller of a failed init.
 pub fn redact_uri(uri: &str) -> String {
-    match (uri.find("://"), uri.rfind('@')) {
+    let (uri, options) = match uri.split_once('?') {
+        Some((base, _)) => (base, "?***"),
+        None => (uri, ""),
+    };
+    let base = match (uri.find("://"), uri.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &uri[scheme + 3..at];
             let user = userinfo.split(':').next().unwrap_or("");
             format!("{}{user}:***{}", &uri[..scheme + 3], &uri[at..])
         }
         _ => uri.to_owned(),
-    }
+    };
+    format!("{base}{options}")
 }
 
 pub async fn connect(
@@ -92,6 +99,14 @@ mod tests {
         assert_eq!(
             super::redact_uri("mongodb://127.0.0.1:1/"),
             "mongodb://127.0.0.1:1/"
+        );
+        // Options can carry credentials too, and an '@' of theirs is not the host's.
+        assert_eq!(
+            super::redact_uri(
+                "mongodb://app:s3cret@h:27017/db?authMechanism=MONGODB-AWS\
+                 &authMechanismProperties=AWS_SESSION_TOKEN:t0ken@x"
+            ),
+            "mongodb://app:***@h:27017/db?***"
         );
     }
 }

@@ -11,8 +11,9 @@ use std::time::Duration;
 /// The error type Lambda reports for an init that failed on its configuration.
 pub const CONFIG_ERROR: &str = "Runtime.ConfigError";
 
-/// Posts `reason` to the Runtime API at `api` (`AWS_LAMBDA_RUNTIME_API`, host:port). Blocking
-/// and bounded (one second per step): the process exits right after.
+/// Posts `reason` to the Runtime API at `api` (`AWS_LAMBDA_RUNTIME_API`, an IP and port on
+/// Lambda). Blocking and bounded (one write, a read of the status line, a second's timeout
+/// on each): the process exits right after.
 pub fn report(api: &str, reason: &str) -> std::io::Result<()> {
     let body = serde_json::json!({ "errorMessage": reason, "errorType": CONFIG_ERROR }).to_string();
     let addr = std::net::ToSocketAddrs::to_socket_addrs(api)?
@@ -22,14 +23,14 @@ pub fn report(api: &str, reason: &str) -> std::io::Result<()> {
     let mut stream = TcpStream::connect_timeout(&addr, step)?;
     stream.set_write_timeout(Some(step))?;
     stream.set_read_timeout(Some(step))?;
-    write!(
-        stream,
+    let request = format!(
         "POST /2018-06-01/runtime/init/error HTTP/1.1\r\nHost: {api}\r\n\
          Lambda-Runtime-Function-Error-Type: {CONFIG_ERROR}\r\n\
          Content-Type: application/vnd.aws.lambda.error+json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    )?;
+    );
+    stream.write_all(request.as_bytes())?;
     // The status line: Lambda answers 202 Accepted.
     let mut answer = [0u8; 12];
     stream.read_exact(&mut answer)?;
