@@ -295,8 +295,9 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
     };
     let disruptions = tokio::spawn(script.play(played.clone()));
     let mut report_slots = 0;
-    // The event source mappings reach SQS through the proxy too.
-    let sqs = aws_sdk_sqs::Client::new(&rig.pipeline.stack.sdk);
+    // Lambda's pollers are AWS's own: the outage cuts the functions off, not them (so the
+    // connections it cuts are the functions').
+    let sqs = aws_sdk_sqs::Client::new(&rig.local.stack.sdk);
     let max_wait = Duration::from_secs(options.max_seconds);
     let drained = runner::run_until_drained_while(&sqs, rig.consumers()?, max_wait, || {
         !disruptions.is_finished()
