@@ -1,10 +1,10 @@
-"""moto's server with eight fixes, started by infra/local-stack.sh. Nothing else changes.
+"""moto's server with nine fixes, started by infra/local-stack.sh. Nothing else changes.
 
 Each fix replaces moto 5.2.5's internals (the attribute it patches is named below), so the
 server refuses to start under any other moto version (PATCHED_FOR): check each fix against
 the new version's code, then change PATCHED_FOR and the pin in infra/requirements-local.txt
 together (tests/consistency.rs checks that they agree). Two kinds, kept apart:
-- correctness (what AWS does and moto does not): 1, 5;
+- correctness (what AWS does and moto does not): 1, 5, 9;
 - speed (the same answers, less of moto's time): 2, 3, 4, 6, 7, 8.
 
 1. DynamoDB conditional writes are atomic, as on AWS. moto's server handles requests on
@@ -63,10 +63,19 @@ moto's time per write in a 1,000-user chaos run, now 6.6-6.7; see the code below
 8. Per-request dispatch: what moto works out anew for every request but never changes while
 it runs (which backend serves a host, which actions a handler has, a condition's tokens) is
 kept (see the code below).
+
+9. SQS queues change under one lock, as each SQS request is atomic on AWS. moto's server
+handles requests on threads and its ReceiveMessage walks a queue's messages and in-flight set
+while other requests change them: under load two receives moved one message to the DLQ
+("list.remove(x): x not in list") or one failed with "Set changed size during iteration",
+and a queue's state could stay wrong for good (the chaos run then never drained: two
+fresh-clone runs stopped on it). Every request that reads or changes messages now takes one
+lock; a long poll looks under the lock, then waits for a message outside it.
 """
 
 import sys
 import threading
+import time
 
 import moto
 
@@ -213,6 +222,54 @@ def _change_message_visibility(backend, queue_name, receipt_handle, visibility_t
 models.Message.mark_received = _mark_received_indexed
 models.Queue.delete_message = _delete_message
 models.SQSBackend.change_message_visibility = _change_message_visibility
+
+
+# 9. One lock for every SQS request that reads or changes messages (an RLock: the batch
+# calls make the single ones).
+_sqs_state = threading.RLock()
+
+
+def _sqs_atomic(method):
+    def wrapper(*args, **kwargs):
+        with _sqs_state:
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
+_receive = models.SQSBackend.receive_message
+
+
+def _receive_message(
+    self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names=None
+):
+    # One look at a time under the lock (moto's own loop, told not to wait); the long poll waits
+    # for a visible message outside it, as moto's loop did, until its time is up.
+    deadline = time.monotonic() + (wait_seconds_timeout or 0)
+    while True:
+        with _sqs_state:
+            messages = _receive(
+                self, queue_name, count, 0, visibility_timeout, message_attribute_names
+            )
+        left = deadline - time.monotonic()
+        if messages or left <= 0:
+            return messages
+        self.get_queue(queue_name).wait_for_messages(min(left, 1))
+        time.sleep(0.01)
+
+
+models.SQSBackend.receive_message = _receive_message
+for _name in (
+    "send_message",
+    "send_message_batch",
+    "delete_message",
+    "delete_message_batch",
+    "change_message_visibility",
+    "change_message_visibility_batch",
+    "purge_queue",
+    "get_queue_attributes",
+):
+    setattr(models.SQSBackend, _name, _sqs_atomic(getattr(models.SQSBackend, _name)))
 
 
 
