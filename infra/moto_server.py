@@ -92,15 +92,21 @@ from moto.dynamodb.responses import DynamoHandler  # noqa: E402
 from moto.sqs import models  # noqa: E402
 
 
+def _locked(lock):
+    """Wraps a method so that it runs holding `lock` (fixes 1 and 9)."""
+
+    def wrap(method):
+        def wrapper(*args, **kwargs):
+            with lock:
+                return method(*args, **kwargs)
+
+        return wrapper
+
+    return wrap
+
+
 _dynamodb_writes = threading.RLock()
-
-
-def _atomic(method):
-    def wrapper(*args, **kwargs):
-        with _dynamodb_writes:
-            return method(*args, **kwargs)
-
-    return wrapper
+_atomic = _locked(_dynamodb_writes)
 
 
 # The backend's writes, and the handlers around them: a handler reads the item before the write
@@ -227,14 +233,7 @@ models.SQSBackend.change_message_visibility = _change_message_visibility
 # 9. One lock for every SQS request that reads or changes messages (an RLock: the batch
 # calls make the single ones).
 _sqs_state = threading.RLock()
-
-
-def _sqs_atomic(method):
-    def wrapper(*args, **kwargs):
-        with _sqs_state:
-            return method(*args, **kwargs)
-
-    return wrapper
+_sqs_atomic = _locked(_sqs_state)
 
 
 _receive = models.SQSBackend.receive_message

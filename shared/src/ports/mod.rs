@@ -8,6 +8,9 @@
 //! (RateBucket), `adapters::event_sources::EmailsConsumer` (ConsumerScaling),
 //! `adapters::waiting::WaitingTable` (WaitingRoom), `adapters::open_content::OpenContentTable`
 //! (OpenContentStore), `adapters::picks::MongoPicks` (PickDirectory).
+//!
+//! Over 450 lines: every port's trait in one place, with the types that cross it, so that a
+//! stage's dependencies read together; the in-memory fakes are in `memory`.
 
 use crate::domain::campaign::{Campaign, CampaignId, CampaignRecord, Hold, StateChange, Window};
 use crate::domain::digest::{Enrichment, OddFollows};
