@@ -179,6 +179,12 @@ impl<B: RateBucket> Pacer<B> {
                     local.rate = taken.view.rate;
                 }
                 local.slots.extend(taken.slots.times());
+                // This take's first slot is used however slow the write was (one send, not
+                // a burst): otherwise a store slower than MAX_LATENESS discards every chunk
+                // it grants, and the environment takes and wastes slots until its deadline.
+                if let Some(slot) = local.slots.pop_front() {
+                    break slot;
+                }
             }
         };
         drop(ticket);
@@ -244,6 +250,7 @@ impl<B: RateBucket> Pacer<B> {
 mod tests {
     use super::*;
     use crate::ports::memory::MemoryRateBucket;
+    use crate::ports::{RateView, Taken};
     use std::sync::Arc;
 
     fn far() -> SystemTime {
@@ -318,6 +325,44 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(pacer.bucket.requests.load(Ordering::Relaxed), requests + 1);
+    }
+
+    /// A store slower than `MAX_LATENESS` (DynamoDB retrying a throttled write, a loaded
+    /// emulator): each take still sends, rather than discarding its stale chunk and taking
+    /// again until the deadline.
+    struct Slow(MemoryRateBucket);
+
+    impl RateBucket for Slow {
+        async fn take(&self, request: &SlotRequest<'_>) -> Result<Taken, RateError> {
+            let taken = self.0.take(request).await;
+            tokio::time::sleep(MAX_LATENESS * 2).await;
+            taken
+        }
+        async fn change_rate(
+            &self,
+            seen: Option<&SharedRate>,
+            next: &SharedRate,
+        ) -> Result<bool, RateError> {
+            self.0.change_rate(seen, next).await
+        }
+        async fn read(&self) -> Result<RateView, RateError> {
+            self.0.read().await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_store_still_grants_a_send_per_take() {
+        let pacer = Pacer::new(Slow(MemoryRateBucket::default()), 1000.0);
+        let ceiling = SendRate::configured(1000.0);
+        pacer.batch(10);
+        let tickets: Vec<_> = (0..10).map(|_| pacer.ticket()).collect();
+        for ticket in tickets {
+            pacer.acquire(ticket, &ceiling, far()).await.unwrap();
+        }
+        // The first take's ten slots span 10 ms and all but its first are stale when it
+        // answers: one send per take, not a loop of takes that never sends.
+        let takes = pacer.bucket.0.requests.load(Ordering::Relaxed) - 1;
+        assert_eq!(takes, 10, "one take per send at worst");
     }
 
     #[tokio::test]
