@@ -85,11 +85,13 @@ start_one() { # NAME PORT HEALTH-FN COMMAND...
 stop_one() {
   local name="$1" pidfile="$STATE/$1.pid"
   if alive "$name"; then
-    local pid; pid="$(cat "$pidfile")"
+    local pid cpu; pid="$(cat "$pidfile")"
+    # Its CPU time (user + system): which server a slow run waited on.
+    cpu=$(awk -v hz="$(getconf CLK_TCK)" '{sub(/^.*\) /, ""); printf "%.0f", ($12 + $13) / hz}' "/proc/$pid/stat" 2>/dev/null || echo "?")
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
-    log "stopped $name (pid $pid)"
+    log "stopped $name (pid $pid, $cpu CPU seconds)"
   fi
   rm -f "$pidfile"
 }
