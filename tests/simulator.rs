@@ -212,21 +212,21 @@ async fn a_release_schedule_fires_at_its_instant_while_get_users_is_still_holdin
     eprintln!("fired while holding: {sent} of 250 users sent by the release");
 }
 
+/// A release whose every attempt fails, GetUsers' on-failure destination set to
+/// `destination` (the template's is the continuation queue, which GetUsers itself drains).
 async fn failing_release(
     test: &str,
     destination: Option<&str>,
 ) -> (TestEnv, mailflow_local::async_invoke::AsyncStats) {
     let (env, switch, pipeline) = tokyo(test, 30, |env| {
-        if let Some(queue) = destination {
-            let function = env
-                .stack
-                .template
-                .functions
-                .iter_mut()
-                .find(|f| f.logical_id == names::GET_USERS)
-                .unwrap();
-            function.async_invoke.on_failure_queue = Some(queue.to_owned());
-        }
+        let function = env
+            .stack
+            .template
+            .functions
+            .iter_mut()
+            .find(|f| f.logical_id == names::GET_USERS)
+            .unwrap();
+        function.async_invoke.on_failure_queue = destination.map(str::to_owned);
     })
     .await;
     let summary = pipeline.start(local_time_run()).await.unwrap();
@@ -287,6 +287,64 @@ async fn a_release_failing_on_every_attempt_reaches_the_on_failure_destination()
         record["requestPayload"]["releaseWaiting"]["campaignId"],
         "weekly-2026-W47"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_lambda_gives_up_on_is_released_from_the_continuation_queue() {
+    // The template as it is: GetUsers' failed asynchronous invocations go to the
+    // continuation queue (without a destination, Lambda drops the release and its users
+    // stay held until the holds' TTL deletes them).
+    let (env, switch, pipeline) = tokyo("release-redriven", 30, |_| {}).await;
+    let template = &env.stack.template;
+    let get_users = template.function(names::GET_USERS).unwrap();
+    assert_eq!(
+        get_users.async_invoke.on_failure_queue.as_deref(),
+        Some(names::CONTINUATION_QUEUE)
+    );
+    let summary = pipeline.start(local_time_run()).await.unwrap();
+    assert_eq!(summary["complete"], true, "{summary}");
+    // The waiting table cannot be read for the release's three attempts (one query each,
+    // which the SDK tries three times); it can again by the time Lambda's record reaches
+    // the continuation queue.
+    switch.set(
+        "dynamodb",
+        "Query",
+        Fault::Fail {
+            status: 500,
+            code: "InternalServerError".into(),
+        },
+        Some(9),
+    );
+    pipeline.drain(Duration::from_secs(600)).await.unwrap();
+    let stats = pipeline.async_stats();
+    assert_eq!((stats.attempts, stats.failed_attempts), (3, 3), "{stats:?}");
+    assert_eq!((stats.dropped, stats.to_destination), (0, 1), "{stats:?}");
+    // Everyone held for the slot was released from the record: each has an email job,
+    // none is left waiting or in progress, and the sent ones were sent once.
+    let held: u64 = summary["localTime"]["waiting"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    let records = env.records("weekly-2026-W47").await.unwrap();
+    assert!(
+        held > 0 && records.len() as u64 >= held,
+        "{summary} {records:?}"
+    );
+    use mailflow::domain::ledger::SendStatus;
+    assert!(
+        records
+            .values()
+            .all(|r| matches!(r.status, Some(SendStatus::Sent | SendStatus::Failed))),
+        "{records:?}"
+    );
+    let sent = env.sent().await.unwrap();
+    let sent_records = records
+        .values()
+        .filter(|r| r.status == Some(SendStatus::Sent))
+        .count();
+    assert_eq!(sent.len(), sent_records);
 }
 
 #[tokio::test(flavor = "multi_thread")]

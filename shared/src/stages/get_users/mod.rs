@@ -54,6 +54,16 @@ pub enum GetUsersError {
     Campaigns(String),
 }
 
+impl GetUsersError {
+    /// The same event would fail the same way again (the others are the stores' faults).
+    pub fn repeats(&self) -> bool {
+        matches!(
+            self,
+            Self::BadRequest(_) | Self::LocalTime(_) | Self::Campaign(_) | Self::Topic(_)
+        )
+    }
+}
+
 /// A manual invocation.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -120,12 +130,22 @@ pub struct ReleaseEvent {
     pub release_waiting: Release,
 }
 
-/// A continuation queue message: a checkpoint of a run, or a release that continues.
+/// A continuation queue message: a checkpoint of a run, a release that continues, or an
+/// asynchronous invocation (the weekly run, a slot's release) that failed three times, as
+/// Lambda's on-failure destination writes it (`EventInvokeConfig` in the template).
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum Continuation {
     Release(ReleaseEvent),
     Checkpoint(Checkpoint),
+    FailedInvocation(FailedInvocation),
+}
+
+/// Lambda's invocation record, of which only the event it failed on is needed.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FailedInvocation {
+    request_payload: Value,
 }
 
 /// One run (or one segment of a run) of a campaign.
@@ -399,6 +419,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                             .await
                             .map(|_| ())
                             .map_err(|e| e.to_string()),
+                        Ok(Continuation::FailedInvocation(failed)) => {
+                            self.retry_failed(&id, failed.request_payload, invocation)
+                                .await
+                        }
                         Err(reason) => Err(reason.to_string()),
                     };
                     if let Err(reason) = result {
@@ -408,6 +432,37 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 }
                 Ok(Response::Checkpoints(batch_response(failed)))
             }
+        }
+    }
+
+    /// Tries again a run or release whose asynchronous invocation Lambda gave up on. One
+    /// that fails for its own sake (not an event GetUsers accepts, a campaign it may not
+    /// start) would fail the same way on every try: refused here with its reason, not
+    /// retried into the DLQ.
+    async fn retry_failed(
+        &self,
+        message_id: &str,
+        event: Value,
+        invocation: &Invocation,
+    ) -> Result<(), String> {
+        let outcome = match parse_request(event, &self.config.local_time, self.clock.now_ms()) {
+            Ok(Request::Run(run)) => self.run(run, invocation).await.map(|_| ()),
+            Ok(Request::Release(release)) => self.release(release, invocation).await.map(|_| ()),
+            Ok(Request::Continuations(_)) => Err(GetUsersError::BadRequest(
+                "an SQS batch, which Lambda never invokes asynchronously".into(),
+            )),
+            Err(err) => Err(err),
+        };
+        match outcome {
+            Ok(()) => {
+                tracing::info!(%message_id, "a failed asynchronous invocation succeeded from the continuation queue");
+                Ok(())
+            }
+            Err(err) if err.repeats() => {
+                tracing::error!(%message_id, reason = %err, "a failed asynchronous invocation would fail the same way again: dropped");
+                Ok(())
+            }
+            Err(err) => Err(err.to_string()),
         }
     }
 

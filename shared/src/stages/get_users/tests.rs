@@ -331,6 +331,35 @@ async fn a_bad_checkpoint_fails_alone() {
     assert_eq!(enqueued(&stage), [OID]);
 }
 
+/// Lambda's record of an asynchronous invocation that failed three times, as its
+/// on-failure destination receives it.
+fn failed_invocation(payload: Value) -> String {
+    json!({
+        "version": "1.0",
+        "requestContext": {"condition": "RetriesExhausted", "approximateInvokeCount": 3},
+        "requestPayload": payload,
+        "responseContext": {"statusCode": 200, "functionError": "Unhandled"},
+        "responsePayload": {"errorMessage": "the waiting table could not be read"},
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn an_invocation_lambda_gave_up_on_runs_again_from_the_continuation_queue() {
+    let stage = stage("20");
+    let records = json!({"Records": [
+        {"messageId": "run", "body": failed_invocation(manual())},
+        // Fails the same way every time: refused now, not retried into the DLQ.
+        {"messageId": "never", "body": failed_invocation(json!({"campaignId": "no spaces allowed"}))},
+        {"messageId": "batch", "body": failed_invocation(json!({"Records": []}))},
+    ]});
+    let Response::Checkpoints(response) = stage.handle(records, &plenty()).await.unwrap() else {
+        panic!("expected a batch response");
+    };
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(enqueued(&stage), ["str:oid:x", "u1", "u2", OID]);
+}
+
 #[tokio::test]
 async fn a_cancelled_campaign_is_not_fanned_out_and_leaves_no_checkpoint() {
     let stage = stage("3600");
