@@ -31,6 +31,25 @@ pub enum LocalTimeError {
     Zone(String),
     #[error("passed-time policy {0} does not exist: use send-now, next-day or skip")]
     Policy(String),
+    #[error("send date {date} is {days} days after today ({today}, UTC): a campaign waits at most {MAX_DAYS_AHEAD} days for its local time; check the year")]
+    TooFarAhead { date: Date, today: Date, days: i32 },
+}
+
+/// The furthest ahead a send date may be. Far enough for a campaign planned a week or two
+/// ahead; a typo in the year would otherwise hold everyone for a year without a word.
+pub const MAX_DAYS_AHEAD: i32 = 14;
+
+/// `date` if it is at most `MAX_DAYS_AHEAD` days after `now_ms`'s UTC date (dates before
+/// it are the passed-time policy's to decide).
+pub fn check_send_date(date: Date, now_ms: i64) -> Result<Date, LocalTimeError> {
+    let today = Timestamp::from_millisecond(now_ms)
+        .map(|t| TimeZone::UTC.to_datetime(t).date())
+        .unwrap_or(Date::MIN);
+    let days = (today.duration_until(date).as_hours() / 24) as i32;
+    if days > MAX_DAYS_AHEAD {
+        return Err(LocalTimeError::TooFarAhead { date, today, days });
+    }
+    Ok(date)
 }
 
 /// A wall-clock time of day, minutes precision.

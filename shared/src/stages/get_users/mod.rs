@@ -323,7 +323,7 @@ fn manual_delivery(
     Ok(Some(LocalDelivery {
         local_time: at.parse()?,
         send_date: match &manual.send_date {
-            Some(date) => local_time::parse_date(date)?,
+            Some(date) => local_time::check_send_date(local_time::parse_date(date)?, now_ms)?,
             None => local_time::default_send_date(campaign.window.until.unix_timestamp()),
         },
         fallback_zone: match &manual.fallback_zone {

@@ -581,6 +581,12 @@ mod local_time_delivery {
             ("fallbackZone", "Europe/Berln", "IANA"),
             ("passedTime", "later", "send-now, next-day or skip"),
             ("sendDate", "2026-11-31", "YYYY-MM-DD"),
+            // A year typo: it would hold everyone for a year.
+            (
+                "sendDate",
+                "2027-11-23",
+                "365 days after today (2026-11-23, UTC)",
+            ),
         ] {
             let mut event = local_nine();
             event[field] = json!(value);
