@@ -213,7 +213,9 @@ impl<B: RateBucket> Pacer<B> {
         if let Some(next) = next {
             if self.bucket.change_rate(local.rate.as_ref(), &next).await? {
                 local.rate = Some(next);
-            } else if local.rate.is_none() {
+            } else {
+                // Another environment changed it first: adopt its rate, or each take would
+                // try the same refused write again.
                 local.rate = self.bucket.read().await?.rate;
             }
         }
@@ -240,7 +242,12 @@ impl<B: RateBucket> Pacer<B> {
                 );
                 local.rate = Some(next);
             }
-            Ok(false) => {}
+            // Another environment lowered it first: adopt its rate (and its lowering time), so
+            // that the rest of the burst's throttles here write nothing.
+            Ok(false) => match self.bucket.read().await {
+                Ok(view) => local.rate = view.rate.or(local.rate),
+                Err(err) => tracing::warn!(reason = %err, "could not read the shared send rate"),
+            },
             Err(err) => tracing::warn!(reason = %err, "could not lower the shared send rate"),
         }
     }
@@ -277,8 +284,13 @@ mod tests {
         // per environment), beside setting the rate (one write per environment, the three
         // that lost the race read it).
         assert!(started.elapsed().unwrap() >= Duration::from_millis(390));
+        // On a loaded machine a chunk's rest can go stale (MAX_LATENESS) and cost another
+        // take; a take per batch would be 40 besides the rate's 7.
         let requests = bucket.requests.load(Ordering::Relaxed);
-        assert_eq!(requests, 4 * 6 + 4 + 3, "requests for 400 slots");
+        assert!(
+            (4 * 6 + 4 + 3..=40).contains(&requests),
+            "{requests} requests for 400 slots"
+        );
         let view = bucket.read().await.unwrap();
         assert_eq!(
             view.sending(epoch_us(SystemTime::now()) / 1000, QUIET_AFTER),
@@ -305,6 +317,27 @@ mod tests {
         for _ in 0..11 {
             b.acquire(b.ticket(), &ceiling, far()).await.unwrap();
         }
+        assert_eq!(b.local.lock().await.rate.unwrap().rate, 70.0);
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_throttles_costs_each_environment_a_constant_number_of_rate_requests() {
+        let bucket = Arc::new(MemoryRateBucket::default());
+        let ceiling = SendRate::configured(100.0);
+        let (a, b) = (
+            Pacer::new(bucket.clone(), 100.0),
+            Pacer::new(bucket.clone(), 100.0),
+        );
+        a.acquire(a.ticket(), &ceiling, far()).await.unwrap();
+        b.acquire(b.ticket(), &ceiling, far()).await.unwrap();
+        // A lowers the rate first; B, whose view is now stale, meets twenty throttles of the
+        // same burst: one refused change and one read, then nothing.
+        a.throttled(&ceiling).await;
+        let before = bucket.requests.load(Ordering::Relaxed);
+        for _ in 0..20 {
+            b.throttled(&ceiling).await;
+        }
+        assert_eq!(bucket.requests.load(Ordering::Relaxed) - before, 2);
         assert_eq!(b.local.lock().await.rate.unwrap().rate, 70.0);
     }
 
