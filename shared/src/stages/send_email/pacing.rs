@@ -208,6 +208,16 @@ impl<B: RateBucket> Pacer<B> {
     ) -> Result<f64, RateError> {
         let next = match &local.rate {
             None => Some(SharedRate::at(ceiling, now_ms)),
+            // SES's quota unknown here (its read failed): this ceiling is only the configured
+            // rate, and the lower one an environment that read the quota wrote stands.
+            // Otherwise the two would raise and lower it in turn at every take.
+            Some(seen) if ceiling.ses_max.is_none() && seen.ceiling < ceiling.campaign_wide() => {
+                let quota_known = SendRate {
+                    ses_max: Some(seen.ceiling),
+                    ..*ceiling
+                };
+                seen.next(&quota_known, now_ms, false)
+            }
             Some(seen) => seen.next(ceiling, now_ms, false),
         };
         if let Some(next) = next {
@@ -339,6 +349,31 @@ mod tests {
         }
         assert_eq!(bucket.requests.load(Ordering::Relaxed) - before, 2);
         assert_eq!(b.local.lock().await.rate.unwrap().rate, 70.0);
+    }
+
+    #[tokio::test]
+    async fn an_environment_without_the_quota_keeps_the_ceiling_one_with_it_wrote() {
+        let bucket = Arc::new(MemoryRateBucket::default());
+        let read = SendRate {
+            configured: 100.0,
+            ses_max: Some(50.0),
+        };
+        // B's read of SES's quota failed: it falls back to the configured rate.
+        let unknown = SendRate::configured(100.0);
+        let (a, b) = (
+            Pacer::new(bucket.clone(), 100.0),
+            Pacer::new(bucket.clone(), 100.0),
+        );
+        a.acquire(a.ticket(), &read, far()).await.unwrap();
+        let written = bucket.read().await.unwrap().rate.unwrap();
+        for _ in 0..10 {
+            b.acquire(b.ticket(), &unknown, far()).await.unwrap();
+            a.acquire(a.ticket(), &read, far()).await.unwrap();
+        }
+        // The rate A wrote first is the one there is: never raised by B and lowered again.
+        let rate = bucket.read().await.unwrap().rate.unwrap();
+        assert_eq!(rate, written);
+        assert_eq!((rate.rate, rate.ceiling), (50.0, 50.0));
     }
 
     #[tokio::test]
