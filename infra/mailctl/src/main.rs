@@ -296,11 +296,28 @@ async fn main() -> std::process::ExitCode {
     match run().await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            // One line with the causes, no backtrace: this is for operators.
-            eprintln!("mailctl: {err:#}");
+            eprintln!("mailctl: {}", one_line(&err));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, no backtrace: this is for operators. A cause whose
+/// text the line already holds (an error that names its source in its own message) is said
+/// once.
+fn one_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// Refuses to start without any AWS configuration rather than let the SDK look for a region
