@@ -30,14 +30,20 @@ fn ended(out: Output, what: &str) -> Value {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let summary = last_json(&String::from_utf8_lossy(&out.stdout));
     let campaign = summary.get("campaign").unwrap_or(&summary);
-    let problems: u64 = ["failed", "deadLettered", "usersDlq", "emailsDlq"]
-        .iter()
-        .map(|k| {
-            campaign[k]
-                .as_u64()
-                .unwrap_or_else(|| panic!("{what}: no {k} in {summary}"))
-        })
-        .sum();
+    let problems: u64 = [
+        "failed",
+        "deadLettered",
+        "usersDlq",
+        "emailsDlq",
+        "continuationDlq",
+    ]
+    .iter()
+    .map(|k| {
+        campaign[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{what}: no {k} in {summary}"))
+    })
+    .sum();
     if problems == 0 {
         assert!(out.status.success(), "{what}: {stderr}");
     } else {
@@ -72,6 +78,18 @@ fn rt_block<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> T {
 
 fn last_json(stdout: &str) -> Value {
     serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+/// A send date a week ahead (UTC), still ahead whenever the test runs and within the 14
+/// days a campaign may wait, and its 09:00 in Asia/Kathmandu (03:15 UTC) in ms and as text.
+fn a_week_ahead() -> (String, i64, String) {
+    let date = jiff::tz::TimeZone::UTC
+        .to_datetime(jiff::Timestamp::now())
+        .date()
+        .saturating_add(jiff::Span::new().days(7));
+    let slot = format!("{date}T03:15:00Z");
+    let ms = slot.parse::<jiff::Timestamp>().unwrap().as_millisecond();
+    (date.to_string(), ms, slot)
 }
 
 fn unique(name: &str) -> String {
@@ -150,18 +168,19 @@ fn a_local_time_run_is_resent_at_its_local_time_unless_told_otherwise() {
     let t = CliStack::provision_and_seed("local", 30);
     // The seeded users have no zone: all wait for the fallback zone's 09:00, one slot, and
     // the simulator's clock jumps to it.
+    let (date, slot_ms, _) = a_week_ahead();
     let local = [
         "--local-time",
         "09:00",
         "--send-date",
-        "2099-01-05",
+        &date,
         "--fallback-zone",
         "Asia/Kathmandu",
     ];
     let mut args = vec!["run", "--prefix", &t.prefix, "--campaign", &t.campaign];
     args.extend(local);
     let run = ended(mailctl(&args, &t.env()), "run --local-time");
-    let held = run["getUsers"]["localTime"]["waiting"]["4071266100000"]
+    let held = run["getUsers"]["localTime"]["waiting"][slot_ms.to_string()]
         .as_u64()
         .unwrap_or_else(|| panic!("{run}"));
     assert_eq!(held as usize, t.audience, "{run}");
@@ -181,7 +200,9 @@ fn a_local_time_run_is_resent_at_its_local_time_unless_told_otherwise() {
         let resend = ended(out, "resend");
         assert_eq!(resend["sent"], 0, "{resend}");
         assert_eq!(
-            said.contains("resending at the local time its run started with: 09:00 on 2099-01-05"),
+            said.contains(&format!(
+                "resending at the local time its run started with: 09:00 on {date}"
+            )),
             at_local_time,
             "{said}"
         );
@@ -247,6 +268,7 @@ fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
     ))
     .is_empty());
 
+    let (date, _, slot) = a_week_ahead();
     // At 09:00 local time on a date still ahead: the seeded users have no `timezone`, so
     // all of them are counted as such and wait for the fallback zone's slot.
     let local = last_json(&ok(mailctl(
@@ -259,7 +281,7 @@ fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
             "--local-time",
             "09:00",
             "--send-date",
-            "2099-01-05",
+            &date,
             "--fallback-zone",
             "Asia/Kathmandu",
             "--json",
@@ -269,7 +291,7 @@ fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
         .clone();
     assert_eq!(local["timezoneMissing"], would_send, "{local}");
     assert_eq!(local["slots"].as_array().unwrap().len(), 1, "{local}");
-    assert_eq!(local["slots"][0]["slot"], "2099-01-05T03:15:00Z", "{local}");
+    assert_eq!(local["slots"][0]["slot"], slot, "{local}");
     assert_eq!(local["slots"][0]["emails"], would_send, "{local}");
     assert_eq!(local["busiest"]["zones"][0], "Asia/Kathmandu", "{local}");
     // Bad settings: one line each, naming what to write.
@@ -277,6 +299,7 @@ fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
         ("--local-time", "9am", "HH:MM"),
         ("--fallback-zone", "Asia/Katmandoo", "IANA"),
         ("--passed-time", "whenever", "send-now, next-day or skip"),
+        ("--send-date", "2099-01-05", "days after today"),
     ] {
         let mut args = vec!["plan", "--prefix", &t.prefix, "--campaign", &t.campaign];
         if flag != "--local-time" {
@@ -286,6 +309,8 @@ fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
         let out = mailctl(&args, &t.env());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains(says), "{flag}: {err}");
+        // Said once (the cause's text was repeated after the message that holds it).
+        assert_eq!(err.matches(says).count(), 1, "{flag}: {err}");
     }
 
     (would_send, would_fail)
@@ -655,33 +680,33 @@ fn redrive_moves_every_dlq_message_back() {
             .unwrap()
             .to_owned()
     };
-    let (dlq, source) = (
-        var("MAILFLOW_USERS_DLQ_URL"),
-        var("MAILFLOW_USERS_QUEUE_URL"),
-    );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sqs =
         rt.block_on(async { aws_sdk_sqs::Client::new(&mailflow::adapters::aws_config().await) });
-    for i in 0..13 {
-        rt.block_on(
-            sqs.send_message()
-                .queue_url(&dlq)
-                .message_body(format!("m{i}"))
-                .send(),
-        )
-        .unwrap();
-    }
-    let out = ok(mailctl(
-        &["redrive", "--queue", "users", "--prefix", &prefix],
-        &[],
-    ));
-    assert!(out.starts_with("moved 13 messages"), "{out}");
     let depth = |url: &str| {
         rt.block_on(mailflow_local::queues::depth(&sqs, url))
             .unwrap()
     };
-    assert_eq!(depth(&dlq), (0, 0));
-    assert_eq!(depth(&source).0, 13);
+    for (queue, name) in [("users", "USERS"), ("continuation", "CONTINUATION")] {
+        let dlq = var(&format!("MAILFLOW_{name}_DLQ_URL"));
+        let source = var(&format!("MAILFLOW_{name}_QUEUE_URL"));
+        for i in 0..13 {
+            rt.block_on(
+                sqs.send_message()
+                    .queue_url(&dlq)
+                    .message_body(format!("m{i}"))
+                    .send(),
+            )
+            .unwrap();
+        }
+        let out = ok(mailctl(
+            &["redrive", "--queue", queue, "--prefix", &prefix],
+            &[],
+        ));
+        assert!(out.starts_with("moved 13 messages"), "{queue}: {out}");
+        assert_eq!(depth(&dlq), (0, 0), "{queue}");
+        assert_eq!(depth(&source).0, 13, "{queue}");
+    }
 }
 
 #[test]

@@ -30,6 +30,9 @@ pub struct Target {
     pub users_dlq: String,
     pub emails_queue: String,
     pub emails_dlq: String,
+    /// GetUsers' checkpoints, continued releases and failed asynchronous invocations.
+    pub continuation_queue: String,
+    pub continuation_dlq: String,
     pub ses_events_queue: String,
     pub ses_events_dlq: String,
     /// GetUsers' function name (AWS only: starts campaigns by invoking it).
@@ -59,6 +62,8 @@ impl Target {
             users_dlq: out::USERS_DLQ.read()?,
             emails_queue: out::EMAILS_QUEUE.read()?,
             emails_dlq: out::EMAILS_DLQ.read()?,
+            continuation_queue: out::CONTINUATION_QUEUE.read()?,
+            continuation_dlq: out::CONTINUATION_DLQ.read()?,
             ses_events_queue: out::SES_EVENTS_QUEUE.read()?,
             ses_events_dlq: out::SES_EVENTS_DLQ.read()?,
             get_users_function: out::GET_USERS_FUNCTION.read().ok(),
@@ -108,6 +113,8 @@ impl Target {
             users_dlq: url(names::USERS_DLQ).await?,
             emails_queue: url(names::EMAILS_QUEUE).await?,
             emails_dlq: url(names::EMAILS_DLQ).await?,
+            continuation_queue: url(names::CONTINUATION_QUEUE).await?,
+            continuation_dlq: url(names::CONTINUATION_DLQ).await?,
             ses_events_queue: url(names::SES_EVENTS_QUEUE).await?,
             ses_events_dlq: url(names::SES_EVENTS_DLQ).await?,
             get_users_function: None,
@@ -164,6 +171,9 @@ pub struct CampaignStatus {
     /// Messages in the DLQs now (every campaign's: a DLQ is shared).
     pub users_dlq: u64,
     pub emails_dlq: u64,
+    /// GetUsers' runs and releases that failed for good (users of a local-time campaign
+    /// may still be held behind one).
+    pub continuation_dlq: u64,
     /// Users not sent to because the campaign was cancelled (CANCELLED records).
     pub cancelled: usize,
     /// The campaign's cancellation, if an operator cancelled it: when (ms), by whom, why.
@@ -259,7 +269,10 @@ impl CampaignStatus {
     /// Users the campaign could not send to (FAILED, or their job in a DLQ), plus messages
     /// left in the DLQs: zero when the campaign ended well.
     pub fn problems(&self) -> u64 {
-        (self.failed + self.dead_lettered) as u64 + self.users_dlq + self.emails_dlq
+        (self.failed + self.dead_lettered) as u64
+            + self.users_dlq
+            + self.emails_dlq
+            + self.continuation_dlq
     }
 }
 
@@ -362,6 +375,7 @@ pub async fn status(
             .count(),
         users_dlq: total(&target.users_dlq).await?,
         emails_dlq: total(&target.emails_dlq).await?,
+        continuation_dlq: total(&target.continuation_dlq).await?,
         cancelled_at_ms: cancellation.as_ref().map(|c| c.at_ms),
         cancelled_by: cancellation.as_ref().map(|c| c.by.clone()),
         cancel_reason: cancellation.map(|c| c.reason),

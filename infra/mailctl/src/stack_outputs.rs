@@ -43,6 +43,14 @@ pub const EMAILS_DLQ: StackOutput = StackOutput {
     var: "MAILFLOW_EMAILS_DLQ_URL",
     output: "EmailsDLQUrl",
 };
+pub const CONTINUATION_QUEUE: StackOutput = StackOutput {
+    var: "MAILFLOW_CONTINUATION_QUEUE_URL",
+    output: "ContinuationQueueUrl",
+};
+pub const CONTINUATION_DLQ: StackOutput = StackOutput {
+    var: "MAILFLOW_CONTINUATION_DLQ_URL",
+    output: "ContinuationDLQUrl",
+};
 pub const SES_EVENTS_QUEUE: StackOutput = StackOutput {
     var: "MAILFLOW_SES_EVENTS_QUEUE_URL",
     output: "SesEventsQueueUrl",
@@ -70,7 +78,7 @@ pub const EVENT_SOURCE_MAPPINGS: StackOutput = StackOutput {
     output: "EventSourceMappingIds",
 };
 
-pub const ALL: [StackOutput; 14] = [
+pub const ALL: [StackOutput; 16] = [
     SENDS_TABLE,
     CAMPAIGNS_TABLE,
     WAITING_TABLE,
@@ -79,6 +87,8 @@ pub const ALL: [StackOutput; 14] = [
     USERS_DLQ,
     EMAILS_QUEUE,
     EMAILS_DLQ,
+    CONTINUATION_QUEUE,
+    CONTINUATION_DLQ,
     SES_EVENTS_QUEUE,
     SES_EVENTS_DLQ,
     GET_USERS_FUNCTION,

@@ -171,6 +171,7 @@ async fn start(
                 "deadLetteredByReason": status.dead_lettered_by_reason,
                 "usersDlq": status.users_dlq,
                 "emailsDlq": status.emails_dlq,
+                "continuationDlq": status.continuation_dlq,
             },
         })
     );
@@ -221,11 +222,12 @@ pub fn fail_on_problems(s: &ops::CampaignStatus) -> Result<()> {
         return Ok(());
     }
     bail!(
-        "campaign {} ended with {} FAILED, {} dead-lettered, {} messages in the users DLQ and {} in the emails DLQ (reasons above; `mailctl status` lists them)",
+        "campaign {} ended with {} FAILED, {} dead-lettered, {} messages in the users DLQ, {} in the emails DLQ and {} in the continuation DLQ (reasons above; `mailctl status` lists them)",
         s.campaign_id,
         s.failed,
         s.dead_lettered,
         s.users_dlq,
-        s.emails_dlq
+        s.emails_dlq,
+        s.continuation_dlq
     )
 }

@@ -150,6 +150,8 @@ pub fn start_event(campaign: &Campaign) -> serde_json::Value {
 pub enum QueueChoice {
     Users,
     Emails,
+    /// GetUsers' own: checkpoints, releases, and runs Lambda gave up on.
+    Continuation,
     SesEvents,
 }
 

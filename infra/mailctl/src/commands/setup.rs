@@ -32,6 +32,8 @@ pub async fn provision(
         (out::USERS_DLQ, url(names::USERS_DLQ)?),
         (out::EMAILS_QUEUE, url(names::EMAILS_QUEUE)?),
         (out::EMAILS_DLQ, url(names::EMAILS_DLQ)?),
+        (out::CONTINUATION_QUEUE, url(names::CONTINUATION_QUEUE)?),
+        (out::CONTINUATION_DLQ, url(names::CONTINUATION_DLQ)?),
         (out::SES_EVENTS_QUEUE, url(names::SES_EVENTS_QUEUE)?),
         (out::SES_EVENTS_DLQ, url(names::SES_EVENTS_DLQ)?),
         (out::EVENT_SOURCE_MAPPINGS, &stack.event_source_mappings()?),

@@ -49,6 +49,7 @@ pub async fn redrive(
     let (dlq, source) = match queue {
         QueueChoice::Users => (&target.users_dlq, &target.users_queue),
         QueueChoice::Emails => (&target.emails_dlq, &target.emails_queue),
+        QueueChoice::Continuation => (&target.continuation_dlq, &target.continuation_queue),
         QueueChoice::SesEvents => (&target.ses_events_dlq, &target.ses_events_queue),
     };
     let moved =
@@ -90,7 +91,7 @@ fn print_status(s: &ops::CampaignStatus) {
         ),
     };
     println!(
-        "{} {} [{}{}] sent {} failed {} dead-lettered {} in progress {} | queued: users {} emails {} | duplicates suppressed {} | DLQ now (all campaigns): users {} emails {} | {}\n  {} | reconciled from SES events {}",
+        "{} {} [{}{}] sent {} failed {} dead-lettered {} in progress {} | queued: users {} emails {} | duplicates suppressed {} | DLQ now (all campaigns): users {} emails {} continuation {} | {}\n  {} | reconciled from SES events {}",
         s.campaign_id,
         s.state,
         "#".repeat(filled),
@@ -104,6 +105,7 @@ fn print_status(s: &ops::CampaignStatus) {
         s.duplicates_suppressed,
         s.users_dlq,
         s.emails_dlq,
+        s.continuation_dlq,
         eta,
         engagement.join(" "),
         s.reconciled,
