@@ -62,6 +62,10 @@ fn view(item: &Item) -> RateView {
             source,
             changed_at_ms,
             lowered_at_ms: number(item, "rateLoweredAt").unwrap_or(0),
+            ceiling_from_ses: matches!(
+                item.get("ceilingFromSes"),
+                Some(AttributeValue::Bool(true))
+            ),
         }),
         _ => None,
     };
@@ -232,8 +236,9 @@ impl RateBucket for RateItem {
             .update()
             .update_expression(
                 "SET rate = :rate, ceiling = :ceiling, rateSource = :source, \
-                 rateChangedAt = :at, rateLoweredAt = :lowered",
+                 rateChangedAt = :at, rateLoweredAt = :lowered, ceilingFromSes = :fromSes",
             )
+            .expression_attribute_values(":fromSes", AttributeValue::Bool(next.ceiling_from_ses))
             .expression_attribute_values(":lowered", n(next.lowered_at_ms))
             .expression_attribute_values(":rate", n(next.rate))
             .expression_attribute_values(":ceiling", n(next.ceiling))

@@ -178,6 +178,9 @@ pub struct SharedRate {
     pub changed_at_ms: u64,
     /// When a throttle last lowered it (0: never).
     pub lowered_at_ms: u64,
+    /// The ceiling is SES's maximum send rate, read by the environment that wrote it (below
+    /// the configured rate): one that cannot read the quota keeps it.
+    pub ceiling_from_ses: bool,
 }
 
 impl SharedRate {
@@ -189,6 +192,7 @@ impl SharedRate {
             source: ceiling.source(),
             changed_at_ms: now_ms,
             lowered_at_ms: 0,
+            ceiling_from_ses: ceiling.capped_by_ses(),
         }
     }
 
@@ -227,6 +231,7 @@ impl SharedRate {
             } else {
                 self.lowered_at_ms
             },
+            ceiling_from_ses: ceiling.capped_by_ses(),
         })
     }
 }

@@ -19,6 +19,8 @@ pub struct MemoryRateBucket {
     item: Mutex<Item>,
     /// Requests made to it (takes and rate changes), as DynamoDB would bill them.
     pub requests: AtomicU64,
+    /// How many slots each take asked for, in order.
+    pub asked: Mutex<Vec<u32>>,
     /// When set, rate changes are refused: each environment keeps the rate it was built
     /// with (the lab's "static split", where nothing is shared).
     pub fixed_rate: bool,
@@ -51,6 +53,7 @@ impl MemoryRateBucket {
 impl RateBucket for MemoryRateBucket {
     async fn take(&self, request: &SlotRequest<'_>) -> Result<Taken, RateError> {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        crate::runtime::lock(&self.asked).push(request.count);
         let mut item = self.item();
         let first_us = (item.next_free_us).map_or(request.now_us, |next| next.max(request.now_us));
         let count = if first_us > request.latest_us {
