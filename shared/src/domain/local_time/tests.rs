@@ -182,9 +182,23 @@ fn unusable_zones_get_the_fallback_and_say_why() {
 }
 
 #[test]
+fn a_send_date_may_be_up_to_fourteen_days_ahead() {
+    let now = ms("2026-11-27T23:59:00Z");
+    let date = |raw: &str| parse_date(raw).unwrap();
+    for fine in ["2026-11-20", "2026-11-27", "2026-12-11"] {
+        assert_eq!(check_send_date(date(fine), now), Ok(date(fine)));
+    }
+    let err = check_send_date(date("2026-12-12"), now).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "send date 2026-12-12 is 15 days after today (2026-11-27, UTC): a campaign waits at most 14 days for its local time; check the year"
+    );
+}
+
+#[test]
 fn each_passed_time_policy_at_its_boundary() {
     let target = "2026-11-30T09:00:00Z";
-    let next_day = Delivery::At(ms("2026-12-01T09:00:00Z"));
+    let next_day = Delivery::NextDay(ms("2026-12-01T09:00:00Z"));
     let cases = [
         (
             "2026-11-30T08:59:59Z",
@@ -196,7 +210,11 @@ fn each_passed_time_policy_at_its_boundary() {
             PassedTime::SendNow,
             Delivery::At(ms(target)),
         ),
-        ("2026-11-30T09:00:01Z", PassedTime::SendNow, Delivery::Now),
+        (
+            "2026-11-30T09:00:01Z",
+            PassedTime::SendNow,
+            Delivery::Now(ms(target)),
+        ),
         (
             "2026-11-30T08:59:59Z",
             PassedTime::NextDay,
@@ -204,7 +222,11 @@ fn each_passed_time_policy_at_its_boundary() {
         ),
         ("2026-11-30T09:00:01Z", PassedTime::NextDay, next_day),
         // A day and more late: the next day has passed too.
-        ("2026-12-01T09:00:01Z", PassedTime::NextDay, Delivery::Now),
+        (
+            "2026-12-01T09:00:01Z",
+            PassedTime::NextDay,
+            Delivery::Now(ms(target)),
+        ),
         (
             "2026-11-30T08:59:59Z",
             PassedTime::Skip,

@@ -358,6 +358,23 @@ async fn an_invocation_lambda_gave_up_on_runs_again_from_the_continuation_queue(
     };
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(enqueued(&stage), ["str:oid:x", "u1", "u2", OID]);
+
+    // A store that fails again is a fault of the moment: the record goes back for a retry.
+    let stage = self::stage("20");
+    stage
+        .users
+        .closed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let records = json!({"Records": [{"messageId": "run", "body": failed_invocation(manual())}]});
+    let Response::Checkpoints(response) = stage.handle(records, &plenty()).await.unwrap() else {
+        panic!("expected a batch response");
+    };
+    let failed: Vec<_> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, ["run"]);
 }
 
 #[tokio::test]
@@ -551,10 +568,35 @@ mod local_time_delivery {
         assert_eq!(counts.passed_skipped, 3);
         assert!(enqueued(&stage).is_empty());
 
+        // Send-now: the three go at once, each message saying how long after its user's
+        // local time (Tokyo's 09:00 was 00:00 UTC: ten hours).
+        let (stage, _clock) = zoned_stage("2026-11-23T10:00:00Z");
+        let Response::Run(summary) = stage.handle(local_nine(), &plenty()).await.unwrap() else {
+            panic!("expected a run");
+        };
+        assert_eq!(summary.local_time.unwrap().passed_sent_now, 3);
+        let mut late: Vec<i64> = stage
+            .users
+            .bodies()
+            .iter()
+            .map(|b| {
+                let message: UserMessage = serde_json::from_str(b).unwrap();
+                message
+                    .due
+                    .expect("a passed user's message carries its lateness")
+                    .slot_late_ms
+            })
+            .collect();
+        late.sort();
+        assert_eq!(late, [3_600_000, 3_600_000, 36_000_000]);
+
         let (stage, _clock) = zoned_stage("2026-11-23T10:00:00Z");
         let mut event = local_nine();
         event["passedTime"] = json!("next-day");
-        stage.handle(event, &plenty()).await.unwrap();
+        let Response::Run(summary) = stage.handle(event, &plenty()).await.unwrap() else {
+            panic!("expected a run");
+        };
+        assert_eq!(summary.local_time.unwrap().passed_next_day, 3);
         let slots: Vec<String> = stage
             .waiting
             .held
