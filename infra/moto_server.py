@@ -1,10 +1,10 @@
-"""moto's server with nine fixes, started by infra/local-stack.sh. Nothing else changes.
+"""moto's server with ten fixes, started by infra/local-stack.sh. Nothing else changes.
 
 Each fix replaces moto 5.2.5's internals (the attribute it patches is named below), so the
 server refuses to start under any other moto version (PATCHED_FOR): check each fix against
 the new version's code, then change PATCHED_FOR and the pin in infra/requirements-local.txt
 together (tests/consistency.rs checks that they agree). Two kinds, kept apart:
-- correctness (what AWS does and moto does not): 1, 5, 9;
+- correctness (what AWS does and moto does not): 1, 5, 9, 10;
 - speed (the same answers, less of moto's time): 2, 3, 4, 6, 7, 8.
 
 1. DynamoDB conditional writes are atomic, as on AWS. moto's server handles requests on
@@ -71,6 +71,12 @@ while other requests change them: under load two receives moved one message to t
 and a queue's state could stay wrong for good (the chaos run then never drained: two
 fresh-clone runs stopped on it). Every request that reads or changes messages now takes one
 lock; a long poll looks under the lock, then waits for a message outside it.
+
+10. A schedule group is created once, as on AWS, which answers ConflictException for a name
+that exists. moto replaced the group with an empty one, so provisioning a local stack again
+(every `mailctl --prefix` command does) deleted every pending release schedule of a waiting
+local-time campaign: a `plan` during a local-time run left 279 of 286 users held with nothing
+to release them.
 """
 
 import sys
@@ -270,6 +276,30 @@ for _name in (
 ):
     setattr(models.SQSBackend, _name, _sqs_atomic(getattr(models.SQSBackend, _name)))
 
+
+
+# 10. CreateScheduleGroup of a name that exists is refused (ConflictException, HTTP 409).
+from moto.core.exceptions import JsonRESTError  # noqa: E402
+from moto.scheduler.models import EventBridgeSchedulerBackend  # noqa: E402
+
+
+class _ScheduleGroupExists(JsonRESTError):
+    code = 409
+
+    def __init__(self, name):
+        super().__init__("ConflictException", f"Schedule group {name} already exists.")
+
+
+_create_schedule_group = EventBridgeSchedulerBackend.create_schedule_group
+
+
+def _create_schedule_group_once(self, name, tags):
+    if name in self.schedule_groups:
+        raise _ScheduleGroupExists(name)
+    return _create_schedule_group(self, name, tags)
+
+
+EventBridgeSchedulerBackend.create_schedule_group = _create_schedule_group_once
 
 
 # 5. Mappings are kept by the Lambda backend; the queue no longer knows them, so it never invokes.
