@@ -30,9 +30,10 @@ pub struct Target {
     pub users_dlq: String,
     pub emails_queue: String,
     pub emails_dlq: String,
-    /// GetUsers' checkpoints, continued releases and failed asynchronous invocations.
-    pub continuation_queue: String,
-    pub continuation_dlq: String,
+    /// GetUsers' checkpoints, continued releases and failed asynchronous invocations (None:
+    /// a stack deployed before these outputs; `status` then does not count its DLQ).
+    pub continuation_queue: Option<String>,
+    pub continuation_dlq: Option<String>,
     pub ses_events_queue: String,
     pub ses_events_dlq: String,
     /// GetUsers' function name (AWS only: starts campaigns by invoking it).
@@ -62,8 +63,8 @@ impl Target {
             users_dlq: out::USERS_DLQ.read()?,
             emails_queue: out::EMAILS_QUEUE.read()?,
             emails_dlq: out::EMAILS_DLQ.read()?,
-            continuation_queue: out::CONTINUATION_QUEUE.read()?,
-            continuation_dlq: out::CONTINUATION_DLQ.read()?,
+            continuation_queue: out::CONTINUATION_QUEUE.read().ok(),
+            continuation_dlq: out::CONTINUATION_DLQ.read().ok(),
             ses_events_queue: out::SES_EVENTS_QUEUE.read()?,
             ses_events_dlq: out::SES_EVENTS_DLQ.read()?,
             get_users_function: out::GET_USERS_FUNCTION.read().ok(),
@@ -113,8 +114,8 @@ impl Target {
             users_dlq: url(names::USERS_DLQ).await?,
             emails_queue: url(names::EMAILS_QUEUE).await?,
             emails_dlq: url(names::EMAILS_DLQ).await?,
-            continuation_queue: url(names::CONTINUATION_QUEUE).await?,
-            continuation_dlq: url(names::CONTINUATION_DLQ).await?,
+            continuation_queue: Some(url(names::CONTINUATION_QUEUE).await?),
+            continuation_dlq: Some(url(names::CONTINUATION_DLQ).await?),
             ses_events_queue: url(names::SES_EVENTS_QUEUE).await?,
             ses_events_dlq: url(names::SES_EVENTS_DLQ).await?,
             get_users_function: None,
@@ -215,6 +216,8 @@ pub struct LocalTimeStatus {
     /// Local time passed at the start: sent at once, or skipped (by the campaign's policy).
     pub passed_sent_now: u64,
     pub passed_skipped: u64,
+    /// Local time passed at the start: held for the same time the next day.
+    pub passed_next_day: u64,
     /// Due within a minute of the start: enqueued with an SQS delay.
     pub delayed: u64,
     /// Users kept for a later slot, in all; those still waiting, by UTC hour of their slot.
@@ -234,8 +237,8 @@ impl LocalTimeStatus {
     pub fn describe(&self) -> String {
         let l = self;
         let mut out = format!(
-        "  local time: {} held for their slot, {} still waiting; {} sent at once and {} skipped (local time passed at the start), {} delayed under a minute | fallback zone for {} without a zone and {} with an unknown one\n",
-        l.held, l.still_waiting, l.passed_sent_now, l.passed_skipped, l.delayed, l.timezone_missing, l.timezone_invalid
+        "  local time: {} held for their slot, {} still waiting; {} sent at once, {} moved to the next day and {} skipped (local time passed at the start), {} delayed under a minute | fallback zone for {} without a zone and {} with an unknown one\n",
+        l.held, l.still_waiting, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.delayed, l.timezone_missing, l.timezone_invalid
     );
         for hour in &l.waiting_by_hour {
             out.push_str(&format!(
@@ -375,7 +378,10 @@ pub async fn status(
             .count(),
         users_dlq: total(&target.users_dlq).await?,
         emails_dlq: total(&target.emails_dlq).await?,
-        continuation_dlq: total(&target.continuation_dlq).await?,
+        continuation_dlq: match &target.continuation_dlq {
+            Some(url) => total(url).await?,
+            None => 0,
+        },
         cancelled_at_ms: cancellation.as_ref().map(|c| c.at_ms),
         cancelled_by: cancellation.as_ref().map(|c| c.by.clone()),
         cancel_reason: cancellation.map(|c| c.reason),
@@ -483,6 +489,7 @@ async fn local_time_status(
         timezone_invalid: r.counts.timezone_invalid,
         passed_sent_now: r.counts.passed_sent_now,
         passed_skipped: r.counts.passed_skipped,
+        passed_next_day: r.counts.passed_next_day,
         delayed: r.counts.delayed,
         held: r.counts.waiting.values().sum(),
         still_waiting: r.still_waiting(),

@@ -71,6 +71,8 @@ pub struct LocalTimePlan {
     /// `wouldSend`).
     pub passed_sent_now: u64,
     pub passed_skipped: u64,
+    /// Local time passed at the start: held for the same time the next day (policy next-day).
+    pub passed_next_day: u64,
     /// Emails per send slot (its instant, the zones in it), in time order, with how long
     /// each takes at the effective rate and when its last email goes.
     pub slots: Vec<SlotLoad>,
@@ -145,13 +147,17 @@ pub async fn plan<D: UserDirectory>(
                         ZoneSource::FallbackMissing => l.timezone_missing += 1,
                         ZoneSource::FallbackInvalid => l.timezone_invalid += 1,
                     }
-                    match d.delivery(&member.zone).0 {
+                    let decided = d.delivery(&member.zone).0;
+                    match decided {
                         Delivery::Skip => {
                             l.passed_skipped += 1;
                             continue;
                         }
-                        Delivery::Now => l.passed_sent_now += 1,
-                        Delivery::At(at) => {
+                        Delivery::Now(_) => l.passed_sent_now += 1,
+                        Delivery::NextDay(at) | Delivery::At(at) => {
+                            if matches!(decided, Delivery::NextDay(_)) {
+                                l.passed_next_day += 1;
+                            }
                             let slot = slots.entry(at).or_default();
                             slot.0 += 1;
                             slot.1.insert(zone);
@@ -258,8 +264,8 @@ pub fn describe(plan: &Plan) -> String {
 /// instant, emails, zones), the busiest, and the late ones.
 fn describe_local_time(l: &LocalTimePlan) -> String {
     let mut out = format!(
-        "local time {} on {} in each user's zone (fallback {} for {} without a zone and {} with an unknown one); local time already passed: {} sent at once, {} skipped ({})\n",
-        l.local_time, l.send_date, l.fallback_zone, l.timezone_missing, l.timezone_invalid, l.passed_sent_now, l.passed_skipped, l.passed_time
+        "local time {} on {} in each user's zone (fallback {} for {} without a zone and {} with an unknown one); local time already passed: {} sent at once, {} moved to the next day, {} skipped ({})\n",
+        l.local_time, l.send_date, l.fallback_zone, l.timezone_missing, l.timezone_invalid, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.passed_time
     );
     for s in &l.slots {
         out.push_str(&format!(

@@ -219,11 +219,13 @@ pub enum ZoneSource {
 /// What a user's email waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Delivery {
-    /// Now: the campaign is not a local-time one, or the local time passed and the policy
-    /// says send now.
-    Now,
+    /// Now: the local time (this instant, ms) passed when the campaign started and the
+    /// policy says send now (or the next day's passed too); the send record says how late.
+    Now(i64),
     /// Not before this instant (milliseconds since the epoch).
     At(i64),
+    /// The local time passed and the policy says the next day's: this instant.
+    NextDay(i64),
     /// The local time passed and the policy says skip.
     Skip,
 }
@@ -278,15 +280,15 @@ impl LocalDelivery {
             return (Delivery::At(target), source);
         }
         let delivery = match self.passed_time {
-            PassedTime::SendNow => Delivery::Now,
+            PassedTime::SendNow => Delivery::Now(target),
             PassedTime::Skip => Delivery::Skip,
             PassedTime::NextDay => match self.send_date.tomorrow() {
                 Ok(next) => match self.target(&tz, next) {
                     // Started more than a day late: the next day has passed too.
-                    t if t >= self.started_at_ms => Delivery::At(t),
-                    _ => Delivery::Now,
+                    t if t >= self.started_at_ms => Delivery::NextDay(t),
+                    _ => Delivery::Now(target),
                 },
-                Err(_) => Delivery::Now,
+                Err(_) => Delivery::Now(target),
             },
         };
         (delivery, source)
@@ -342,6 +344,8 @@ pub struct LocalTimeCounts {
     pub passed_sent_now: u64,
     /// Local time passed; not sent (policy skip).
     pub passed_skipped: u64,
+    /// Local time passed; held for the same local time the next day (policy next-day).
+    pub passed_next_day: u64,
     /// Due within a minute of the start: enqueued on the users queue with that delay.
     pub delayed: u64,
     /// Users kept until their slot, by slot (the target instant, ms).
@@ -354,6 +358,7 @@ impl LocalTimeCounts {
         self.timezone_invalid += other.timezone_invalid;
         self.passed_sent_now += other.passed_sent_now;
         self.passed_skipped += other.passed_skipped;
+        self.passed_next_day += other.passed_next_day;
         self.delayed += other.delayed;
         for (slot, n) in &other.waiting {
             *self.waiting.entry(*slot).or_default() += n;

@@ -713,15 +713,22 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         let (decided, source) = delivery.delivery(zone);
         counts.count_zone(source);
         match decided {
-            Delivery::Now => {
+            Delivery::Now(passed_ms) => {
                 counts.passed_sent_now += 1;
-                When::Now(None)
+                // Its send record says how long after the user's local time it went.
+                When::Now(Some(Due {
+                    slot_late_ms: self.clock.now_ms() - passed_ms,
+                    released_at_ms: SystemClock.now_ms(),
+                }))
             }
             Delivery::Skip => {
                 counts.passed_skipped += 1;
                 When::Never
             }
-            Delivery::At(at_ms) => {
+            Delivery::NextDay(at_ms) | Delivery::At(at_ms) => {
+                if matches!(decided, Delivery::NextDay(_)) {
+                    counts.passed_next_day += 1;
+                }
                 let wait_ms = at_ms - self.clock.now_ms();
                 let released_at_ms = SystemClock.now_ms();
                 if wait_ms <= 0 {
