@@ -668,6 +668,63 @@ fn cancel_is_final_and_run_and_resend_refuse_a_cancelled_campaign() {
     assert_eq!(status["cancelReason"], "wrong template");
 }
 
+/// A local-time run whose release schedule is lost (deleted as soon as GetUsers makes it):
+/// its users stay held with nothing to release them, and `run` says so and exits 1 instead
+/// of ending as if everyone had been handled.
+#[test]
+fn a_run_whose_users_are_held_with_no_release_pending_exits_1() {
+    let t = CliStack::provision_and_seed("stranded", 10);
+    let (date, _, _) = a_week_ahead();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let scheduler = rt.block_on(async {
+        aws_sdk_scheduler::Client::new(&mailflow::adapters::aws_config().await)
+    });
+    let group = format!(
+        "{}-{}",
+        t.prefix,
+        mailflow_local::names::RELEASE_SCHEDULE_GROUP
+    );
+    let mut run = std::process::Command::new(binary("mailctl"))
+        .args(["run", "--prefix", &t.prefix, "--campaign", &t.campaign])
+        .args(["--local-time", "09:00", "--send-date", &date])
+        .args(["--fallback-zone", "Asia/Kathmandu"])
+        .envs(t.env())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut deleted = 0;
+    while run.try_wait().unwrap().is_none() {
+        let listed = rt.block_on(scheduler.list_schedules().group_name(&group).send());
+        for schedule in listed.iter().flat_map(|l| l.schedules()) {
+            let name = schedule.name().unwrap_or_default();
+            let gone = rt.block_on(
+                scheduler
+                    .delete_schedule()
+                    .group_name(&group)
+                    .name(name)
+                    .send(),
+            );
+            deleted += usize::from(gone.is_ok());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary = last_json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(deleted, 1, "{summary}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        summary["campaign"]["stillHeld"].as_u64(),
+        Some(t.audience as u64),
+        "{summary}"
+    );
+    assert!(
+        stderr.contains("still held for their local time with no release pending"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn redrive_moves_every_dlq_message_back() {
     endpoints();

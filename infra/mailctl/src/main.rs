@@ -303,13 +303,13 @@ async fn main() -> std::process::ExitCode {
 }
 
 /// The error and its causes on one line, no backtrace: this is for operators. A cause whose
-/// text the line already holds (an error that names its source in its own message) is said
-/// once.
+/// text ends the line already (an error that says its source in its own message, "...: {0}")
+/// is said once.
 fn one_line(err: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in err.chain() {
         let text = cause.to_string();
-        if line.contains(&text) {
+        if line.ends_with(&text) {
             continue;
         }
         if !line.is_empty() {

@@ -151,6 +151,9 @@ async fn start(
     let totals = lock(&pipeline.totals).clone();
     // The ledger and the queues, not this run's counters, say how the campaign ended.
     let status = ops::status(sdk, &target, &campaign).await?;
+    // The local run ends once nothing is queued and no release schedule is pending: a user
+    // still held then has nothing left to release them.
+    let still_held = status.local_time.as_ref().map_or(0, |l| l.still_waiting);
     let send = &totals.send_email;
     println!(
         "{}",
@@ -172,21 +175,30 @@ async fn start(
                 "usersDlq": status.users_dlq,
                 "emailsDlq": status.emails_dlq,
                 "continuationDlq": status.continuation_dlq,
+                "stillHeld": still_held,
             },
         })
     );
+    if still_held > 0 {
+        bail!(
+            "campaign {campaign}: {still_held} users are still held for their local time with no release pending (their slots' schedules are gone); `mailctl resend --campaign {campaign} --at-once` sends them now"
+        );
+    }
     fail_on_problems(&status)
 }
 
 /// Runs the campaign's consumers to the end, with its progress on stderr: users decided
-/// (rendered and sent, failed or skipped) of those GetUsers enqueued, known in full once its
-/// first run was complete.
+/// (rendered and sent, failed or skipped) of those GetUsers enqueued or held for their local
+/// time, known in full once its first run was complete.
 async fn drain_with_progress(
     pipeline: &LocalPipeline<SesMailer>,
     get_users: &serde_json::Value,
 ) -> Result<()> {
     let enqueued = get_users["usersEnqueued"].as_u64().unwrap_or(0);
-    let total = (get_users["complete"] == true).then_some(enqueued);
+    let held: u64 = get_users["localTime"]["waiting"]
+        .as_object()
+        .map_or(0, |slots| slots.values().filter_map(|n| n.as_u64()).sum());
+    let total = (get_users["complete"] == true).then_some(enqueued + held);
     let progress = mailctl::progress::Progress::new("run");
     let watch = async {
         loop {
@@ -204,7 +216,10 @@ async fn drain_with_progress(
                 "{} sent, {} failed, {skipped} skipped",
                 send.sent, send.failed
             );
-            progress.report(decided as u64, total, "users", &detail);
+            // A user SQS delivered twice is counted twice (a suppressed duplicate): never
+            // more than the total.
+            let decided = total.map_or(decided as u64, |t| t.min(decided as u64));
+            progress.report(decided, total, "users", &detail);
         }
     };
     let drained = tokio::select! {

@@ -49,7 +49,16 @@ pub async fn redrive(
     let (dlq, source) = match queue {
         QueueChoice::Users => (&target.users_dlq, &target.users_queue),
         QueueChoice::Emails => (&target.emails_dlq, &target.emails_queue),
-        QueueChoice::Continuation => (&target.continuation_dlq, &target.continuation_queue),
+        QueueChoice::Continuation => match (&target.continuation_dlq, &target.continuation_queue) {
+            (Some(dlq), Some(queue)) => (dlq, queue),
+            _ => anyhow::bail!(
+                "set {} and {} (the stack's outputs {} and {}; redeploy a stack that lacks them)",
+                mailctl::stack_outputs::CONTINUATION_DLQ.var,
+                mailctl::stack_outputs::CONTINUATION_QUEUE.var,
+                mailctl::stack_outputs::CONTINUATION_DLQ.output,
+                mailctl::stack_outputs::CONTINUATION_QUEUE.output
+            ),
+        },
         QueueChoice::SesEvents => (&target.ses_events_dlq, &target.ses_events_queue),
     };
     let moved =
