@@ -668,6 +668,59 @@ fn cancel_is_final_and_run_and_resend_refuse_a_cancelled_campaign() {
     assert_eq!(status["cancelReason"], "wrong template");
 }
 
+/// A run whose policy skipped everyone (their local time had passed), then a resend: it
+/// sends them at once, since they are whom it is for (with the run's skip, it skipped exactly
+/// them again).
+#[test]
+fn a_resend_sends_the_users_the_runs_skip_policy_passed_by() {
+    let t = CliStack::provision_and_seed("skipped", 12);
+    let today = jiff::tz::TimeZone::UTC
+        .to_datetime(jiff::Timestamp::now())
+        .date()
+        .to_string();
+    let run = ended(
+        mailctl(
+            &[
+                "run",
+                "--prefix",
+                &t.prefix,
+                "--campaign",
+                &t.campaign,
+                "--local-time",
+                "00:00",
+                "--send-date",
+                &today,
+                "--fallback-zone",
+                "UTC",
+                "--passed-time",
+                "skip",
+            ],
+            &t.env(),
+        ),
+        "run --passed-time skip",
+    );
+    let audience = Some(t.audience as u64);
+    assert_eq!(
+        run["getUsers"]["localTime"]["passedSkipped"].as_u64(),
+        audience,
+        "{run}"
+    );
+    assert_eq!(run["sent"], 0, "{run}");
+    let out = mailctl(
+        &["resend", "--prefix", &t.prefix, "--campaign", &t.campaign],
+        &t.env(),
+    );
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(said.contains("the run's policy was skip"), "{said}");
+    let resend = ended(out, "resend");
+    assert_eq!(
+        resend["getUsers"]["localTime"]["passedSentNow"].as_u64(),
+        audience,
+        "{resend}"
+    );
+    assert!(resend["sent"].as_u64().unwrap() > 0, "{resend}");
+}
+
 /// A local-time run whose release schedule is lost (deleted as soon as GetUsers makes it):
 /// its users stay held with nothing to release them, and `run` says so and exits 1 instead
 /// of ending as if everyone had been handled.

@@ -173,8 +173,8 @@ pub struct CampaignStatus {
     pub users_dlq: u64,
     pub emails_dlq: u64,
     /// GetUsers' runs and releases that failed for good (users of a local-time campaign
-    /// may still be held behind one).
-    pub continuation_dlq: u64,
+    /// may still be held behind one); None where the stack's output is not set.
+    pub continuation_dlq: Option<u64>,
     /// Users not sent to because the campaign was cancelled (CANCELLED records).
     pub cancelled: usize,
     /// The campaign's cancellation, if an operator cancelled it: when (ms), by whom, why.
@@ -275,7 +275,7 @@ impl CampaignStatus {
         (self.failed + self.dead_lettered) as u64
             + self.users_dlq
             + self.emails_dlq
-            + self.continuation_dlq
+            + self.continuation_dlq.unwrap_or(0)
     }
 }
 
@@ -379,8 +379,8 @@ pub async fn status(
         users_dlq: total(&target.users_dlq).await?,
         emails_dlq: total(&target.emails_dlq).await?,
         continuation_dlq: match &target.continuation_dlq {
-            Some(url) => total(url).await?,
-            None => 0,
+            Some(url) => Some(total(url).await?),
+            None => None,
         },
         cancelled_at_ms: cancellation.as_ref().map(|c| c.at_ms),
         cancelled_by: cancellation.as_ref().map(|c| c.by.clone()),

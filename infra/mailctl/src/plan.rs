@@ -153,7 +153,7 @@ pub async fn plan<D: UserDirectory>(
                             l.passed_skipped += 1;
                             continue;
                         }
-                        Delivery::Now(_) => l.passed_sent_now += 1,
+                        Delivery::Now => l.passed_sent_now += 1,
                         Delivery::NextDay(at) | Delivery::At(at) => {
                             if matches!(decided, Delivery::NextDay(_)) {
                                 l.passed_next_day += 1;

@@ -62,10 +62,12 @@ fn view(item: &Item) -> RateView {
             source,
             changed_at_ms,
             lowered_at_ms: number(item, "rateLoweredAt").unwrap_or(0),
-            ceiling_from_ses: matches!(
-                item.get("ceilingFromSes"),
-                Some(AttributeValue::Bool(true))
-            ),
+            // An item from before this attribute: a ceiling not set from the configuration
+            // may be SES's (kept: the conservative reading).
+            ceiling_from_ses: match item.get("ceilingFromSes") {
+                Some(AttributeValue::Bool(from_ses)) => *from_ses,
+                _ => source != RateSource::Configured,
+            },
         }),
         _ => None,
     };

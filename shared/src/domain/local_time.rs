@@ -219,9 +219,9 @@ pub enum ZoneSource {
 /// What a user's email waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Delivery {
-    /// Now: the local time (this instant, ms) passed when the campaign started and the
-    /// policy says send now (or the next day's passed too); the send record says how late.
-    Now(i64),
+    /// Now: the local time passed when the campaign started and the policy says send now
+    /// (or the next day's passed too).
+    Now,
     /// Not before this instant (milliseconds since the epoch).
     At(i64),
     /// The local time passed and the policy says the next day's: this instant.
@@ -280,15 +280,15 @@ impl LocalDelivery {
             return (Delivery::At(target), source);
         }
         let delivery = match self.passed_time {
-            PassedTime::SendNow => Delivery::Now(target),
+            PassedTime::SendNow => Delivery::Now,
             PassedTime::Skip => Delivery::Skip,
             PassedTime::NextDay => match self.send_date.tomorrow() {
                 Ok(next) => match self.target(&tz, next) {
                     // Started more than a day late: the next day has passed too.
                     t if t >= self.started_at_ms => Delivery::NextDay(t),
-                    _ => Delivery::Now(target),
+                    _ => Delivery::Now,
                 },
-                Err(_) => Delivery::Now(target),
+                Err(_) => Delivery::Now,
             },
         };
         (delivery, source)

@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use mailctl::ops::{self, Target};
 use mailflow::adapters::ses::SesMailer;
 use mailflow::domain::campaign::Campaign;
+use mailflow::domain::local_time::PassedTime;
 use mailflow_local::pipeline::{lock, LocalPipeline, PipelineOptions};
 use std::time::Duration;
 
@@ -64,8 +65,10 @@ pub async fn resend(
         options.local.apply(&mut event);
     } else if !options.at_once {
         if let Some(recorded) = recorded_delivery(sdk, template, t, &resolved).await? {
+            // The users a resend exists for are mostly past their local time by now: the
+            // run's skip (or next-day) would pass them by again, so they go at once.
             eprintln!(
-                "resending at the local time its run started with: {} on {} (fallback {}, passed time: {}); --at-once sends now",
+                "resending at the local time its run started with: {} on {} (fallback {}); users whose local time has passed are sent at once (the run's policy was {}); --at-once sends everyone now",
                 recorded.local_time,
                 recorded.send_date,
                 recorded.fallback_zone.as_str(),
@@ -75,7 +78,7 @@ pub async fn resend(
                 local_time: Some(recorded.local_time.to_string()),
                 send_date: Some(recorded.send_date.to_string()),
                 fallback_zone: Some(recorded.fallback_zone.as_str().to_owned()),
-                passed_time: Some(recorded.passed_time.as_str().to_owned()),
+                passed_time: Some(PassedTime::SendNow.as_str().to_owned()),
             }
             .apply(&mut event);
         }
@@ -151,9 +154,14 @@ async fn start(
     let totals = lock(&pipeline.totals).clone();
     // The ledger and the queues, not this run's counters, say how the campaign ended.
     let status = ops::status(sdk, &target, &campaign).await?;
-    // The local run ends once nothing is queued and no release schedule is pending: a user
-    // still held then has nothing left to release them.
-    let still_held = status.local_time.as_ref().map_or(0, |l| l.still_waiting);
+    // A local-time run ends once nothing is queued and no release schedule is pending: a
+    // user still held then has nothing left to release them (a cancelled campaign's are
+    // dropped by design; a run at once holds nobody and is not asked).
+    let local_time_run = get_users.get("localTime").is_some();
+    let still_held = match &status.local_time {
+        Some(l) if local_time_run && status.state != "cancelled" => l.still_waiting,
+        _ => 0,
+    };
     let send = &totals.send_email;
     println!(
         "{}",
@@ -179,12 +187,16 @@ async fn start(
             },
         })
     );
+    let problems = fail_on_problems(&status);
     if still_held > 0 {
+        if let Err(err) = &problems {
+            eprintln!("mailctl: {err}");
+        }
         bail!(
             "campaign {campaign}: {still_held} users are still held for their local time with no release pending (their slots' schedules are gone); `mailctl resend --campaign {campaign} --at-once` sends them now"
         );
     }
-    fail_on_problems(&status)
+    problems
 }
 
 /// Runs the campaign's consumers to the end, with its progress on stderr: users decided
@@ -243,6 +255,6 @@ pub fn fail_on_problems(s: &ops::CampaignStatus) -> Result<()> {
         s.dead_lettered,
         s.users_dlq,
         s.emails_dlq,
-        s.continuation_dlq
+        s.continuation_dlq.unwrap_or(0)
     )
 }

@@ -114,7 +114,8 @@ fn print_status(s: &ops::CampaignStatus) {
         s.duplicates_suppressed,
         s.users_dlq,
         s.emails_dlq,
-        s.continuation_dlq,
+        s.continuation_dlq
+            .map_or_else(|| "? (MAILFLOW_CONTINUATION_DLQ_URL not set)".into(), |n| n.to_string()),
         eta,
         engagement.join(" "),
         s.reconciled,

@@ -713,13 +713,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         let (decided, source) = delivery.delivery(zone);
         counts.count_zone(source);
         match decided {
-            Delivery::Now(passed_ms) => {
+            // Not in the lateness figures (`lateMs` is how late the pipeline let a user go,
+            // a health signal): counted as passedSentNow instead.
+            Delivery::Now => {
                 counts.passed_sent_now += 1;
-                // Its send record says how long after the user's local time it went.
-                When::Now(Some(Due {
-                    slot_late_ms: self.clock.now_ms() - passed_ms,
-                    released_at_ms: SystemClock.now_ms(),
-                }))
+                When::Now(None)
             }
             Delivery::Skip => {
                 counts.passed_skipped += 1;

@@ -568,27 +568,14 @@ mod local_time_delivery {
         assert_eq!(counts.passed_skipped, 3);
         assert!(enqueued(&stage).is_empty());
 
-        // Send-now: the three go at once, each message saying how long after its user's
-        // local time (Tokyo's 09:00 was 00:00 UTC: ten hours).
+        // Send-now: the three go at once, counted (not in the lateness figures: their
+        // messages carry no release time).
         let (stage, _clock) = zoned_stage("2026-11-23T10:00:00Z");
         let Response::Run(summary) = stage.handle(local_nine(), &plenty()).await.unwrap() else {
             panic!("expected a run");
         };
         assert_eq!(summary.local_time.unwrap().passed_sent_now, 3);
-        let mut late: Vec<i64> = stage
-            .users
-            .bodies()
-            .iter()
-            .map(|b| {
-                let message: UserMessage = serde_json::from_str(b).unwrap();
-                message
-                    .due
-                    .expect("a passed user's message carries its lateness")
-                    .slot_late_ms
-            })
-            .collect();
-        late.sort();
-        assert_eq!(late, [3_600_000, 3_600_000, 36_000_000]);
+        assert_eq!(enqueued(&stage).len(), 3);
 
         let (stage, _clock) = zoned_stage("2026-11-23T10:00:00Z");
         let mut event = local_nine();
