@@ -1,3 +1,6 @@
+// Over 450 lines: every port's trait in one place, with the types that cross it, so that a
+// stage's dependencies read together; the in-memory fakes are in `memory`.
+
 //! Ports: the small interfaces the stages depend on, so that their decisions can be tested
 //! in memory (`memory`, for unit tests) and faults injected around the real services. The
 //! adapters implement them: `adapters::ses::SesMailer` (Mailer), `adapters::dynamo::
@@ -8,9 +11,6 @@
 //! (RateBucket), `adapters::event_sources::EmailsConsumer` (ConsumerScaling),
 //! `adapters::waiting::WaitingTable` (WaitingRoom), `adapters::open_content::OpenContentTable`
 //! (OpenContentStore), `adapters::picks::MongoPicks` (PickDirectory).
-//!
-//! Over 450 lines: every port's trait in one place, with the types that cross it, so that a
-//! stage's dependencies read together; the in-memory fakes are in `memory`.
 
 use crate::domain::campaign::{Campaign, CampaignId, CampaignRecord, Hold, StateChange, Window};
 use crate::domain::digest::{Enrichment, OddFollows};

@@ -1,12 +1,12 @@
+// Over 450 lines: the three requests (a run, a checkpoint, a slot's release) share one state
+// machine of segments and continuations; split by request it would be three copies.
+
 //! GetUsers: streams the campaign's audience out of MongoDB onto the users queue.
 //!
 //! Started by the weekly EventBridge schedule, by hand with `{"campaignId": "..."}`, or by a
 //! checkpoint message on the continuation queue: when the audience does not fit in one
 //! invocation it stops before the deadline, waits for every in-flight batch, and enqueues a
 //! checkpoint (the last user id enqueued) that starts the next invocation where it left off.
-//!
-//! Over 450 lines: the three requests (a run, a checkpoint, a slot's release) share one
-//! state machine of segments and continuations; split by request it would be three copies.
 
 use super::CampaignStateCache;
 use crate::config::{GetUsersConfig, LocalTimeConfig};

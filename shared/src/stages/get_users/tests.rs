@@ -1,7 +1,7 @@
+// Over 450 lines on purpose: one catalogue of GetUsers' requests and runs (segments,
+// checkpoints, local-time holds and releases, bad ids) sharing one in-memory fixture.
+
 //! GetUsers: its requests, and its runs over the in-memory directory and queues.
-//!
-//! Over 450 lines on purpose: one catalogue of GetUsers' requests and runs (segments,
-//! checkpoints, local-time holds and releases, bad ids) sharing one in-memory fixture.
 
 use super::*;
 use crate::domain::campaign::rfc3339;

@@ -1,3 +1,6 @@
+// Over 450 lines: one Function URL's routes (card, click, badge) share the token check and the
+// frozen picks; the card, the badge and the picking rules are in `domain::open_content`.
+
 //! OpenContent: the pick slots of sent emails, served by a Lambda Function URL.
 //!
 //! - `GET /pick?t=` the slot's card (PNG). The first request of an email chooses its picks
@@ -12,9 +15,6 @@
 //! A token that does not open (tampered, foreign, junk) gets a 404: a transparent image for
 //! the image routes, so a mail client shows nothing broken. HEAD is answered like GET and
 //! counts nothing. Counting never fails a response.
-//!
-//! Over 450 lines: one Function URL's routes (card, click, badge) share the token check and
-//! the frozen picks; the card, the badge and the picking rules are in `domain::open_content`.
 
 #[cfg(test)]
 mod tests;
