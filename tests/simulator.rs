@@ -212,6 +212,16 @@ async fn a_release_schedule_fires_at_its_instant_while_get_users_is_still_holdin
     eprintln!("fired while holding: {sent} of 250 users sent by the release");
 }
 
+/// The waiting table cannot be read (every Query fails as DynamoDB's 500), `times` times or
+/// from now on.
+fn waiting_table_unreadable(switch: &FaultSwitch, times: Option<usize>) {
+    let fault = Fault::Fail {
+        status: 500,
+        code: "InternalServerError".into(),
+    };
+    switch.set("dynamodb", "Query", fault, times);
+}
+
 /// A release whose every attempt fails, GetUsers' on-failure destination set to
 /// `destination` (the template's is the continuation queue, which GetUsers itself drains).
 async fn failing_release(
@@ -232,15 +242,7 @@ async fn failing_release(
     let summary = pipeline.start(local_time_run()).await.unwrap();
     assert_eq!(summary["complete"], true, "{summary}");
     // From now on the waiting table cannot be read: every release attempt fails.
-    switch.set(
-        "dynamodb",
-        "Query",
-        Fault::Fail {
-            status: 500,
-            code: "InternalServerError".into(),
-        },
-        None,
-    );
+    waiting_table_unreadable(&switch, None);
     pipeline.drain(Duration::from_secs(600)).await.unwrap();
     assert!(!switch.hits().is_empty());
     assert!(env.sent().await.unwrap().is_empty());
@@ -306,15 +308,7 @@ async fn a_release_lambda_gives_up_on_is_released_from_the_continuation_queue() 
     // The waiting table cannot be read for the release's three attempts (one query each,
     // which the SDK tries three times); it can again by the time Lambda's record reaches
     // the continuation queue.
-    switch.set(
-        "dynamodb",
-        "Query",
-        Fault::Fail {
-            status: 500,
-            code: "InternalServerError".into(),
-        },
-        Some(9),
-    );
+    waiting_table_unreadable(&switch, Some(9));
     pipeline.drain(Duration::from_secs(600)).await.unwrap();
     let stats = pipeline.async_stats();
     assert_eq!((stats.attempts, stats.failed_attempts), (3, 3), "{stats:?}");

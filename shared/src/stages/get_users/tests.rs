@@ -301,6 +301,18 @@ async fn a_queue_that_refuses_fails_the_run_and_leaves_no_checkpoint() {
     assert!(stage.continuation.bodies().is_empty());
 }
 
+/// The message ids of an SQS batch of continuation records that come back for a retry.
+async fn failed_records(stage: &Stage, records: Value) -> Vec<String> {
+    let Response::Checkpoints(response) = stage.handle(records, &plenty()).await.unwrap() else {
+        panic!("expected a batch response");
+    };
+    response
+        .batch_item_failures
+        .into_iter()
+        .map(|f| f.item_identifier)
+        .collect()
+}
+
 #[tokio::test]
 async fn a_bad_checkpoint_fails_alone() {
     let stage = stage("20");
@@ -319,14 +331,7 @@ async fn a_bad_checkpoint_fails_alone() {
         {"messageId": "bad-after", "body": serde_json::to_string(&Checkpoint { after: Some("oid:zz".into()), ..good.clone() }).unwrap()},
         {"messageId": "good", "body": serde_json::to_string(&good).unwrap()},
     ]});
-    let Response::Checkpoints(response) = stage.handle(records, &plenty()).await.unwrap() else {
-        panic!("expected a batch response");
-    };
-    let failed: Vec<_> = response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
+    let failed = failed_records(&stage, records).await;
     assert_eq!(failed, ["bad", "bad-after"]);
     assert_eq!(enqueued(&stage), [OID]);
 }
@@ -353,10 +358,7 @@ async fn an_invocation_lambda_gave_up_on_runs_again_from_the_continuation_queue(
         {"messageId": "never", "body": failed_invocation(json!({"campaignId": "no spaces allowed"}))},
         {"messageId": "batch", "body": failed_invocation(json!({"Records": []}))},
     ]});
-    let Response::Checkpoints(response) = stage.handle(records, &plenty()).await.unwrap() else {
-        panic!("expected a batch response");
-    };
-    assert!(response.batch_item_failures.is_empty());
+    assert!(failed_records(&stage, records).await.is_empty());
     assert_eq!(enqueued(&stage), ["str:oid:x", "u1", "u2", OID]);
 
     // A store that fails again is a fault of the moment: the record goes back for a retry.
@@ -366,14 +368,7 @@ async fn an_invocation_lambda_gave_up_on_runs_again_from_the_continuation_queue(
         .closed
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let records = json!({"Records": [{"messageId": "run", "body": failed_invocation(manual())}]});
-    let Response::Checkpoints(response) = stage.handle(records, &plenty()).await.unwrap() else {
-        panic!("expected a batch response");
-    };
-    let failed: Vec<_> = response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
+    let failed = failed_records(&stage, records).await;
     assert_eq!(failed, ["run"]);
 }
 

@@ -1,0 +1,210 @@
+//! The pacer over the in-memory rate item: chunks, throttles, slow stores, ceilings.
+
+use super::*;
+use crate::ports::memory::MemoryRateBucket;
+use crate::ports::{RateView, Taken};
+use std::sync::Arc;
+
+fn far() -> SystemTime {
+    SystemTime::now() + Duration::from_secs(60)
+}
+
+type Shared = Arc<MemoryRateBucket>;
+
+/// Two environments on one rate item at 100/s, each having sent once.
+async fn two_sending_at_100() -> (Shared, SendRate, Pacer<Shared>, Pacer<Shared>) {
+    let bucket = Arc::new(MemoryRateBucket::default());
+    let ceiling = SendRate::configured(100.0);
+    let (a, b) = (
+        Pacer::new(bucket.clone(), 100.0),
+        Pacer::new(bucket.clone(), 100.0),
+    );
+    a.acquire(a.ticket(), &ceiling, far()).await.unwrap();
+    b.acquire(b.ticket(), &ceiling, far()).await.unwrap();
+    (bucket, ceiling, a, b)
+}
+
+#[tokio::test]
+async fn environments_share_one_schedule_taken_in_chunks() {
+    let bucket = Arc::new(MemoryRateBucket::default());
+    let ceiling = SendRate::configured(1000.0);
+    let pacers: Vec<_> = (0..4).map(|_| Pacer::new(bucket.clone(), 1000.0)).collect();
+    let started = SystemTime::now();
+    for pacer in &pacers {
+        for _ in 0..10 {
+            pacer.batch(10);
+            let tickets: Vec<_> = (0..10).map(|_| pacer.ticket()).collect();
+            for ticket in tickets {
+                pacer.acquire(ticket, &ceiling, far()).await.unwrap();
+            }
+        }
+    }
+    // 400 sends at 1,000/s from one shared schedule: not before 0.39 s. The first batch
+    // took its 10; once the queue shows deep, each take of 20 served two batches (1 + 5
+    // per environment), beside setting the rate (one write per environment, the three
+    // that lost the race read it).
+    assert!(started.elapsed().unwrap() >= Duration::from_millis(390));
+    // 31 requests in a quiet run. A loaded machine can let a chunk's rest go stale
+    // (MAX_LATENESS) and cost another take, so what is certain is the chunks: every
+    // second batch of each environment began with a take of MAX_CHUNK.
+    let requests = bucket.requests.load(Ordering::Relaxed);
+    assert!(
+        requests >= 4 * 6 + 4 + 3,
+        "{requests} requests for 400 slots"
+    );
+    let asked = crate::runtime::lock(&bucket.asked).clone();
+    let chunks = asked
+        .iter()
+        .filter(|n| **n == crate::domain::send_rate::MAX_CHUNK)
+        .count();
+    assert!(chunks >= 4 * 5, "takes asked for {asked:?}");
+    let view = bucket.read().await.unwrap();
+    assert_eq!(
+        view.sending(epoch_us(SystemTime::now()) / 1000, QUIET_AFTER),
+        4
+    );
+}
+
+#[tokio::test]
+async fn a_throttle_lowers_the_rate_every_environment_takes_slots_at() {
+    let (bucket, ceiling, a, b) = two_sending_at_100().await;
+    a.throttled(&ceiling).await;
+    a.throttled(&ceiling).await;
+    assert_eq!(a.throttles(), 2);
+    let rate = bucket.read().await.unwrap().rate.unwrap();
+    assert_eq!(rate.rate, 70.0, "lowered once for the burst");
+    // B's chunk of 11 was taken at 100/s; its next chunk is at the lowered rate.
+    for _ in 0..11 {
+        b.acquire(b.ticket(), &ceiling, far()).await.unwrap();
+    }
+    assert_eq!(b.local.lock().await.rate.unwrap().rate, 70.0);
+}
+
+#[tokio::test]
+async fn a_burst_of_throttles_costs_each_environment_a_constant_number_of_rate_requests() {
+    let (bucket, ceiling, a, b) = two_sending_at_100().await;
+    // A lowers the rate first; B, whose view is now stale, meets twenty throttles of the
+    // same burst: one refused change and one read, then nothing.
+    a.throttled(&ceiling).await;
+    let before = bucket.requests.load(Ordering::Relaxed);
+    for _ in 0..20 {
+        b.throttled(&ceiling).await;
+    }
+    assert_eq!(bucket.requests.load(Ordering::Relaxed) - before, 2);
+    assert_eq!(b.local.lock().await.rate.unwrap().rate, 70.0);
+}
+
+#[tokio::test]
+async fn an_environment_without_the_quota_keeps_the_ceiling_one_with_it_wrote() {
+    let bucket = Arc::new(MemoryRateBucket::default());
+    let read = SendRate {
+        configured: 100.0,
+        ses_max: Some(50.0),
+    };
+    // B's read of SES's quota failed: it falls back to the configured rate.
+    let unknown = SendRate::configured(100.0);
+    let (a, b) = (
+        Pacer::new(bucket.clone(), 100.0),
+        Pacer::new(bucket.clone(), 100.0),
+    );
+    a.acquire(a.ticket(), &read, far()).await.unwrap();
+    let written = bucket.read().await.unwrap().rate.unwrap();
+    for _ in 0..10 {
+        b.acquire(b.ticket(), &unknown, far()).await.unwrap();
+        a.acquire(a.ticket(), &read, far()).await.unwrap();
+    }
+    // The rate A wrote first is the one there is: never raised by B and lowered again.
+    let rate = bucket.read().await.unwrap().rate.unwrap();
+    assert_eq!(rate, written);
+    assert_eq!((rate.rate, rate.ceiling), (50.0, 50.0));
+    // A throttle B meets lowers from that ceiling and keeps it.
+    b.throttled(&unknown).await;
+    let rate = bucket.read().await.unwrap().rate.unwrap();
+    assert_eq!((rate.rate, rate.ceiling), (35.0, 50.0));
+    assert!(rate.ceiling_from_ses);
+}
+
+#[tokio::test]
+async fn a_raised_configured_rate_is_taken_up_where_no_environment_reads_the_quota() {
+    let bucket = Arc::new(MemoryRateBucket::default());
+    let old = Pacer::new(bucket.clone(), 50.0);
+    old.acquire(old.ticket(), &SendRate::configured(50.0), far())
+        .await
+        .unwrap();
+    // A deploy raised SEND_RATE_PER_SECOND; SES's quota cannot be read anywhere.
+    let new = Pacer::new(bucket.clone(), 100.0);
+    new.acquire(new.ticket(), &SendRate::configured(100.0), far())
+        .await
+        .unwrap();
+    new.acquire(new.ticket(), &SendRate::configured(100.0), far())
+        .await
+        .unwrap();
+    let rate = bucket.read().await.unwrap().rate.unwrap();
+    assert_eq!((rate.rate, rate.ceiling), (100.0, 100.0));
+}
+
+#[tokio::test]
+async fn a_slot_after_the_deadline_is_not_waited_for() {
+    let pacer = Pacer::new(MemoryRateBucket::default(), 1.0);
+    let ceiling = SendRate::configured(1.0);
+    let soon = || SystemTime::now() + Duration::from_millis(500);
+    pacer
+        .acquire(pacer.ticket(), &ceiling, soon())
+        .await
+        .unwrap();
+    // The next slot is a second after the first: past a deadline half a second away, so
+    // nothing is taken and the record is told when the schedule frees up.
+    let requests = pacer.bucket.requests.load(Ordering::Relaxed);
+    match pacer.acquire(pacer.ticket(), &ceiling, soon()).await {
+        Err(NoSlot::Full(wait)) => assert!(wait <= Duration::from_secs(1), "{wait:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(pacer.bucket.requests.load(Ordering::Relaxed), requests + 1);
+}
+
+/// A store slower than `MAX_LATENESS` (DynamoDB retrying a throttled write, a loaded
+/// emulator): each take still sends, rather than discarding its stale chunk and taking
+/// again until the deadline.
+struct Slow(MemoryRateBucket);
+
+impl RateBucket for Slow {
+    async fn take(&self, request: &SlotRequest<'_>) -> Result<Taken, RateError> {
+        let taken = self.0.take(request).await;
+        tokio::time::sleep(MAX_LATENESS * 2).await;
+        taken
+    }
+    async fn change_rate(
+        &self,
+        seen: Option<&SharedRate>,
+        next: &SharedRate,
+    ) -> Result<bool, RateError> {
+        self.0.change_rate(seen, next).await
+    }
+    async fn read(&self) -> Result<RateView, RateError> {
+        self.0.read().await
+    }
+}
+
+#[tokio::test]
+async fn a_slow_store_still_grants_a_send_per_take() {
+    let pacer = Pacer::new(Slow(MemoryRateBucket::default()), 1000.0);
+    let ceiling = SendRate::configured(1000.0);
+    pacer.batch(10);
+    let tickets: Vec<_> = (0..10).map(|_| pacer.ticket()).collect();
+    for ticket in tickets {
+        pacer.acquire(ticket, &ceiling, far()).await.unwrap();
+    }
+    // The first take's ten slots span 10 ms and all but its first are stale when it
+    // answers: one send per take, not a loop of takes that never sends.
+    let takes = pacer.bucket.0.requests.load(Ordering::Relaxed) - 1;
+    assert_eq!(takes, 10, "one take per send at worst");
+}
+
+#[tokio::test]
+async fn a_ticket_given_up_no_longer_counts() {
+    let pacer = Pacer::new(MemoryRateBucket::default(), 14.0);
+    let tickets: Vec<_> = (0..6).map(|_| pacer.ticket()).collect();
+    assert_eq!(pacer.demand.load(Ordering::Relaxed), 6);
+    drop(tickets);
+    assert_eq!(pacer.demand.load(Ordering::Relaxed), 0);
+}
