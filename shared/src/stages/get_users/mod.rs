@@ -1,5 +1,5 @@
-// Over 450 lines: the three requests (a run, a checkpoint, a slot's release) share one state
-// machine of segments and continuations; split by request it would be three copies.
+// Over 450 lines: a run reads as one loop (audience -> decide now / delay / hold -> write)
+// with its segment's checkpoint; requests are in `request.rs`, local time in `release.rs`.
 
 //! GetUsers: streams the campaign's audience out of MongoDB onto the users queue.
 //!
@@ -8,25 +8,32 @@
 //! invocation it stops before the deadline, waits for every in-flight batch, and enqueues a
 //! checkpoint (the last user id enqueued) that starts the next invocation where it left off.
 
+mod release;
+mod request;
+
 use super::CampaignStateCache;
-use crate::config::{GetUsersConfig, LocalTimeConfig};
-use crate::domain::campaign::{Campaign, CampaignError, CampaignId, Hold, Window};
+use crate::config::GetUsersConfig;
+use crate::domain::campaign::{Campaign, CampaignError, Hold, Window};
 use crate::domain::digest::OddFollows;
 use crate::domain::ledger::epoch_ms;
-use crate::domain::local_time::{self, Delivery, Due, LocalDelivery, LocalTimeError};
+use crate::domain::local_time::{self, LocalTimeError};
 use crate::domain::messages::{parse_body, UserMessage};
-use crate::domain::topics::{ExclusionCounts, TopicError, TopicId, Topics};
+use crate::domain::topics::{ExclusionCounts, TopicError, Topics};
 use crate::domain::user_id::{check_travels, UserId};
 use crate::ports::MAX_BATCH_ENTRIES;
 use crate::ports::{
-    AudienceScan, CampaignStates, Clock, OutgoingQueue, QueueError, ReleasePosition, SendReport,
-    StoreError, SystemClock, UserDirectory, WaitingRoom, MAX_DELAY_SECONDS,
+    AudienceScan, CampaignStates, Clock, OutgoingQueue, QueueError, SendReport, StoreError,
+    SystemClock, UserDirectory, WaitingRoom,
 };
 use crate::runtime::batch::batch_response;
 use crate::runtime::Invocation;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
-use serde::{Deserialize, Serialize};
+pub use release::{Release, ReleaseEvent, ReleaseSummary};
+use release::{When, HOLD_BATCH};
+use request::Continuation;
+pub use request::{parse_request, Checkpoint, Request, Run};
+use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -62,104 +69,6 @@ impl GetUsersError {
             Self::BadRequest(_) | Self::LocalTime(_) | Self::Campaign(_) | Self::Topic(_)
         )
     }
-}
-
-/// A manual invocation.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ManualRequest {
-    campaign_id: String,
-    #[serde(default, with = "time::serde::rfc3339::option")]
-    since: Option<OffsetDateTime>,
-    #[serde(default, with = "time::serde::rfc3339::option")]
-    until: Option<OffsetDateTime>,
-    #[serde(default)]
-    include_failed: bool,
-    #[serde(default)]
-    include_cancelled: bool,
-    /// The campaign's topic (default: the weekly one).
-    topic: Option<String>,
-    /// Deliver at this local time (`HH:MM`) in each user's zone.
-    local_time: Option<String>,
-    /// The date of that local time (`YYYY-MM-DD`); default: the UTC date the window ends on.
-    send_date: Option<String>,
-    fallback_zone: Option<String>,
-    passed_time: Option<String>,
-}
-
-/// Where a run continues: the body of a continuation queue message.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Checkpoint {
-    pub campaign_id: CampaignId,
-    #[serde(flatten)]
-    pub window: Window,
-    #[serde(default = "crate::domain::messages::weekly_topic")]
-    pub topic: TopicId,
-    #[serde(default)]
-    pub include_failed: bool,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub include_cancelled: bool,
-    /// The last user id already enqueued; the run continues after it.
-    pub after: Option<String>,
-    /// How many invocations came before this one.
-    pub segment: u32,
-    /// A local-time campaign's delivery, as it started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delivery: Option<LocalDelivery>,
-}
-
-/// The release of one send slot of a local-time campaign: the event its one-time schedule
-/// invokes GetUsers with (`{"releaseWaiting": {...}}`), and how a release that needs
-/// another invocation (or waits for a resume) continues on the continuation queue.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Release {
-    pub campaign_id: CampaignId,
-    pub slot_ms: i64,
-    #[serde(default)]
-    pub from: ReleasePosition,
-    /// Users released by the invocations before this one.
-    #[serde(default)]
-    pub released: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ReleaseEvent {
-    pub release_waiting: Release,
-}
-
-/// A continuation queue message: a checkpoint of a run, a release that continues, or an
-/// asynchronous invocation (the weekly run, a slot's release) that failed three times, as
-/// Lambda's on-failure destination writes it (`EventInvokeConfig` in the template).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Continuation {
-    Release(ReleaseEvent),
-    Checkpoint(Checkpoint),
-    FailedInvocation(FailedInvocation),
-}
-
-/// Lambda's invocation record, of which only the event it failed on is needed.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FailedInvocation {
-    request_payload: Value,
-}
-
-/// One run (or one segment of a run) of a campaign.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Run {
-    pub campaign: Campaign,
-    /// The start named the campaign's topic (else a campaign already started keeps its own).
-    pub topic_named: bool,
-    pub include_failed: bool,
-    /// A resend of a reopened campaign: users recorded CANCELLED get their email too.
-    pub include_cancelled: bool,
-    pub after: Option<String>,
-    pub segment: u32,
-    pub delivery: Option<LocalDelivery>,
 }
 
 /// The log line each GetUsers invocation ends with (its `users_enqueued` is what the
@@ -201,143 +110,6 @@ pub struct Summary {
     pub local_time: Option<local_time::LocalTimeCounts>,
 }
 
-/// What a release invocation did.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReleaseSummary {
-    pub campaign_id: String,
-    pub slot: String,
-    pub users_released: u64,
-    pub complete: bool,
-    /// Still to come: the slot is early (never released before its instant).
-    pub early: bool,
-    pub paused: bool,
-    pub cancelled: bool,
-}
-
-pub enum Request {
-    Run(Run),
-    Release(Release),
-    /// SQS records of the continuation queue: (message id, body).
-    Continuations(Vec<(String, Option<String>)>),
-}
-
-/// Recognises the four ways GetUsers is started. `local` is the configured local-time
-/// delivery; `now_ms` the clock's time (a local-time campaign starts then).
-pub fn parse_request(
-    event: Value,
-    local: &LocalTimeConfig,
-    now_ms: i64,
-) -> Result<Request, GetUsersError> {
-    if event.get("releaseWaiting").is_some() {
-        let release: ReleaseEvent = serde_json::from_value(event)
-            .map_err(|e| GetUsersError::BadRequest(format!("release: {e}")))?;
-        return Ok(Request::Release(release.release_waiting));
-    }
-    if let Some(records) = event.get("Records").and_then(Value::as_array) {
-        let records = records
-            .iter()
-            .map(|r| {
-                let id = r
-                    .get("messageId")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let body = r.get("body").and_then(Value::as_str).map(str::to_owned);
-                (id.to_owned(), body)
-            })
-            .collect();
-        return Ok(Request::Continuations(records));
-    }
-    if event.get("detail-type").and_then(Value::as_str) == Some("Scheduled Event") {
-        let at = event
-            .get("time")
-            .and_then(Value::as_str)
-            .and_then(|t| {
-                OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
-            })
-            .ok_or_else(|| {
-                GetUsersError::BadRequest("scheduled event without a valid \"time\"".into())
-            })?;
-        let campaign = Campaign::for_schedule(at);
-        let delivery = local.send_at.map(|local_time| LocalDelivery {
-            local_time,
-            send_date: local_time::default_send_date(campaign.window.until.unix_timestamp()),
-            fallback_zone: local.fallback_zone.clone(),
-            passed_time: local.passed_time,
-            started_at_ms: now_ms,
-        });
-        return Ok(Request::Run(Run {
-            campaign,
-            topic_named: false,
-            include_failed: false,
-            include_cancelled: false,
-            after: None,
-            segment: 0,
-            delivery,
-        }));
-    }
-    let manual: ManualRequest =
-        serde_json::from_value(event).map_err(|e| GetUsersError::BadRequest(e.to_string()))?;
-    let window = match (manual.since, manual.until) {
-        (Some(since), Some(until)) => Some(Window::new(since, until)?),
-        (None, None) => None,
-        _ => {
-            return Err(GetUsersError::BadRequest(
-                "give both since and until, or neither".into(),
-            ))
-        }
-    };
-    let topic = Topics::builtin().resolve(manual.topic.as_deref())?;
-    let campaign = Campaign::from_id(&manual.campaign_id, window)?.with_topic(topic.id.clone());
-    let delivery = manual_delivery(&manual, &campaign, local, now_ms)?;
-    Ok(Request::Run(Run {
-        campaign,
-        topic_named: manual.topic.is_some(),
-        include_failed: manual.include_failed,
-        include_cancelled: manual.include_cancelled,
-        after: None,
-        segment: 0,
-        delivery,
-    }))
-}
-
-/// A manual run's local-time delivery: asked for with `localTime`; the other three settings
-/// make sense only with it.
-fn manual_delivery(
-    manual: &ManualRequest,
-    campaign: &Campaign,
-    local: &LocalTimeConfig,
-    now_ms: i64,
-) -> Result<Option<LocalDelivery>, GetUsersError> {
-    let Some(at) = &manual.local_time else {
-        if manual.send_date.is_some()
-            || manual.fallback_zone.is_some()
-            || manual.passed_time.is_some()
-        {
-            return Err(GetUsersError::BadRequest(
-                "sendDate, fallbackZone and passedTime go with localTime (\"localTime\": \"09:00\")".into(),
-            ));
-        }
-        return Ok(None);
-    };
-    Ok(Some(LocalDelivery {
-        local_time: at.parse()?,
-        send_date: match &manual.send_date {
-            Some(date) => local_time::check_send_date(local_time::parse_date(date)?, now_ms)?,
-            None => local_time::default_send_date(campaign.window.until.unix_timestamp()),
-        },
-        fallback_zone: match &manual.fallback_zone {
-            Some(zone) => local_time::ZoneName::parse(zone)?,
-            None => local.fallback_zone.clone(),
-        },
-        passed_time: match &manual.passed_time {
-            Some(policy) => policy.parse()?,
-            None => local.passed_time,
-        },
-        started_at_ms: now_ms,
-    }))
-}
-
 /// Generic over the user directory (MongoDB on Lambda), its queues (SQS) and the campaigns
 /// table (DynamoDB).
 pub struct GetUsers<D, Q, S, W> {
@@ -349,9 +121,6 @@ pub struct GetUsers<D, Q, S, W> {
     clock: Arc<dyn Clock>,
     config: GetUsersConfig,
 }
-
-/// Waiting users read (and enqueued) per page of a release.
-const RELEASE_PAGE: usize = 250;
 
 /// The schedule target when the invocation has no ARN (the local simulator, which fires
 /// the group's schedules itself).
@@ -700,221 +469,6 @@ pub enum Response {
 }
 
 impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
-    /// When a user of the run gets their email, counted.
-    fn when(
-        &self,
-        delivery: Option<&LocalDelivery>,
-        zone: &local_time::ZoneField,
-        counts: &mut local_time::LocalTimeCounts,
-    ) -> When {
-        let Some(delivery) = delivery else {
-            return When::Now(None);
-        };
-        let (decided, source) = delivery.delivery(zone);
-        counts.count_zone(source);
-        match decided {
-            // Not in the lateness figures (`lateMs` is how late the pipeline let a user go,
-            // a health signal): counted as passedSentNow instead.
-            Delivery::Now => {
-                counts.passed_sent_now += 1;
-                When::Now(None)
-            }
-            Delivery::Skip => {
-                counts.passed_skipped += 1;
-                When::Never
-            }
-            Delivery::NextDay(at_ms) | Delivery::At(at_ms) => {
-                if matches!(decided, Delivery::NextDay(_)) {
-                    counts.passed_next_day += 1;
-                }
-                let wait_ms = at_ms - self.clock.now_ms();
-                let released_at_ms = SystemClock.now_ms();
-                if wait_ms <= 0 {
-                    let due = Due {
-                        slot_late_ms: -wait_ms,
-                        released_at_ms,
-                    };
-                    When::Now(Some(due))
-                } else if wait_ms <= DELAY_WITHIN_MS {
-                    counts.delayed += 1;
-                    // Rounded up: never before the instant.
-                    let seconds = (wait_ms + 999) / 1000;
-                    let due = Due {
-                        slot_late_ms: seconds * 1000 - wait_ms,
-                        released_at_ms: released_at_ms + seconds * 1000,
-                    };
-                    When::Delayed(seconds as u32, Some(due))
-                } else {
-                    *counts.waiting.entry(at_ms).or_default() += 1;
-                    When::Slot(at_ms)
-                }
-            }
-        }
-    }
-
-    fn hold_users<'a>(
-        &'a self,
-        campaign: &'a Campaign,
-        at_ms: i64,
-        users: Vec<(String, String)>,
-    ) -> Pending<'a> {
-        Box::pin(async move {
-            self.waiting
-                .hold(&campaign.id, at_ms, &users)
-                .await
-                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
-            Ok(SendReport::default())
-        })
-    }
-
-    /// The one-time schedule that releases the slot, invoking this function at its instant
-    /// (idempotent: each segment that holds users in the slot makes sure of it once).
-    async fn schedule_slot(
-        &self,
-        campaign: &CampaignId,
-        slot_ms: i64,
-        invocation: &Invocation,
-    ) -> Result<(), GetUsersError> {
-        let target = invocation
-            .function_arn
-            .as_deref()
-            .unwrap_or(LOCAL_FUNCTION_ARN);
-        let event = serde_json::to_value(ReleaseEvent {
-            release_waiting: Release {
-                campaign_id: campaign.clone(),
-                slot_ms,
-                from: ReleasePosition::default(),
-                released: 0,
-            },
-        })
-        .unwrap_or_default();
-        self.waiting
-            .schedule_release(campaign, slot_ms, target, &event)
-            .await
-            .map_err(|e| GetUsersError::Waiting(e.to_string()))
-    }
-
-    /// Releases one send slot: its waiting users onto the users queue, from where they go
-    /// through CreateEmails and SendEmail like any other (the ledger keeps them exactly
-    /// once). Never before the slot's instant; a paused campaign's release waits on the
-    /// continuation queue for the resume; a cancelled one's is dropped.
-    pub async fn release(
-        &self,
-        release: Release,
-        invocation: &Invocation,
-    ) -> Result<ReleaseSummary, GetUsersError> {
-        let mut summary = ReleaseSummary {
-            campaign_id: release.campaign_id.to_string(),
-            slot: local_time::rfc3339_ms(release.slot_ms),
-            ..Default::default()
-        };
-        let early_ms = release.slot_ms - self.clock.now_ms();
-        if early_ms > 0 {
-            summary.early = true;
-            let seconds = ((early_ms + 999) / 1000).min(i64::from(MAX_DELAY_SECONDS)) as u32;
-            self.continue_release(&release, seconds).await?;
-            return Ok(summary);
-        }
-        // Read afresh, not from the cache: a slot is released once, and a pause just made
-        // must hold it.
-        let hold = self
-            .campaigns
-            .states()
-            .hold(release.campaign_id.as_str())
-            .await
-            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
-        match hold {
-            Some(Hold::Cancelled(_)) => {
-                summary.cancelled = true;
-                tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, "campaign cancelled: its waiting users are not released");
-                return Ok(summary);
-            }
-            Some(Hold::Paused(_)) => {
-                summary.paused = true;
-                self.continue_release(&release, 0).await?;
-                tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, "campaign paused: the slot's release waits for the resume");
-                return Ok(summary);
-            }
-            None => {}
-        }
-        let mut from = Some(release.from.clone());
-        let mut released = release.released;
-        let mut pages = 0usize;
-        while let Some(position) = from.take() {
-            if pages > 0 && invocation.remaining() <= self.config.deadline_margin {
-                let rest = Release {
-                    from: position,
-                    released,
-                    ..release.clone()
-                };
-                self.continue_release(&rest, 0).await?;
-                summary.users_released = released - release.released;
-                return Ok(summary);
-            }
-            let (bodies, next) = self
-                .waiting
-                .waiting(
-                    &release.campaign_id,
-                    release.slot_ms,
-                    &position,
-                    RELEASE_PAGE,
-                )
-                .await
-                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
-            let due = Due {
-                slot_late_ms: self.clock.now_ms() - release.slot_ms,
-                released_at_ms: SystemClock.now_ms(),
-            };
-            let bodies: Vec<String> = bodies.into_iter().map(|b| with_due(b, due)).collect();
-            let mut in_flight: FuturesUnordered<_> = bodies
-                .chunks(MAX_BATCH_ENTRIES)
-                .map(|chunk| self.users.send_batch(chunk))
-                .collect();
-            while let Some(sent) = in_flight.next().await {
-                released += sent?.sent as u64;
-            }
-            pages += 1;
-            from = next;
-        }
-        self.waiting
-            .record_release(
-                &release.campaign_id,
-                &local_time::SlotRelease {
-                    slot_ms: release.slot_ms,
-                    users: released,
-                    released_at_ms: self.clock.now_ms(),
-                },
-            )
-            .await
-            .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
-        summary.users_released = released - release.released;
-        summary.complete = true;
-        tracing::info!(
-            campaign = %summary.campaign_id,
-            slot = %summary.slot,
-            users_released = summary.users_released,
-            "send slot released"
-        );
-        Ok(summary)
-    }
-
-    /// Puts a release on the continuation queue: to go on where it stopped, to wait for
-    /// the resume (the pause disabled that queue's consumer), or for its instant.
-    async fn continue_release(
-        &self,
-        release: &Release,
-        delay_seconds: u32,
-    ) -> Result<(), GetUsersError> {
-        let body = serde_json::to_string(&ReleaseEvent {
-            release_waiting: release.clone(),
-        })
-        .unwrap_or_default();
-        self.continuation
-            .send_batch_delayed(&[body], delay_seconds)
-            .await?;
-        Ok(())
-    }
-
     /// Whether the campaign is paused or cancelled (then nothing more is enqueued).
     async fn hold(&self, campaign: &Campaign) -> Option<Hold> {
         let hold = self.campaigns.hold(campaign.id.as_str()).await;
@@ -953,39 +507,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
     }
 }
 
-/// A held user's body with when they were let go (a body that does not parse, which GetUsers
-/// never writes, goes as it is: CreateEmails refuses it alone).
-fn with_due(body: String, due: Due) -> String {
-    match serde_json::from_str::<UserMessage>(&body) {
-        Ok(mut message) => {
-            message.due = Some(due);
-            serde_json::to_string(&message).unwrap_or(body)
-        }
-        Err(_) => body,
-    }
-}
-
 /// A batch on its way: enqueued (a `SendReport`) or held in the waiting room (nothing sent).
-type Pending<'a> = BoxFuture<'a, Result<SendReport, GetUsersError>>;
-
-/// A user due within this goes onto the users queue with an SQS delay instead of into the
-/// waiting room: a slot is released at its instant, and a hold decided a minute before it
-/// has long been written by then (a later one could race the release).
-const DELAY_WITHIN_MS: i64 = 60_000;
-
-/// Users held per BatchWriteItem round (four calls of 25).
-const HOLD_BATCH: usize = 100;
-
-/// What happens to one user of a run (with when a local-time one is let go).
-enum When {
-    Now(Option<Due>),
-    /// Local time within a minute: enqueued invisible for this many seconds.
-    Delayed(u32, Option<Due>),
-    /// Held until this instant's release.
-    Slot(i64),
-    /// Passed, and the policy says skip.
-    Never,
-}
+pub(super) type Pending<'a> = BoxFuture<'a, Result<SendReport, GetUsersError>>;
 
 fn add(
     report: &mut SendReport,
@@ -997,24 +520,6 @@ fn add(
         report.retried += r.retried;
     }
     Ok(())
-}
-
-impl From<Checkpoint> for Run {
-    fn from(cp: Checkpoint) -> Self {
-        Run {
-            campaign: Campaign {
-                id: cp.campaign_id,
-                window: cp.window,
-                topic: cp.topic,
-            },
-            topic_named: true,
-            include_failed: cp.include_failed,
-            include_cancelled: cp.include_cancelled,
-            after: cp.after,
-            segment: cp.segment,
-            delivery: cp.delivery,
-        }
-    }
 }
 
 // The event: the schedule's, a manual run, or a batch of checkpoints from the continuation

@@ -4,7 +4,8 @@
 //! GetUsers: its requests, and its runs over the in-memory directory and queues.
 
 use super::*;
-use crate::domain::campaign::rfc3339;
+use crate::config::LocalTimeConfig;
+use crate::domain::campaign::{rfc3339, CampaignId};
 use crate::domain::topics::TopicId;
 use crate::ports::memory::directory::{MemoryDirectory, User};
 use crate::ports::memory::{MemoryCampaigns, MemoryOutbox, MemoryWaitingRoom};

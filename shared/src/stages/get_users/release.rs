@@ -1,0 +1,302 @@
+//! The local-time half of GetUsers: when each user of a run gets their email (now, with a
+//! short SQS delay, or held for their slot), holding them in the waiting room with the
+//! slot's one-time release schedule, and releasing a slot onto the users queue at its
+//! instant.
+
+use super::{GetUsers, GetUsersError, Pending, LOCAL_FUNCTION_ARN};
+use crate::domain::campaign::{Campaign, CampaignId, Hold};
+use crate::domain::local_time::{self, Delivery, Due, LocalDelivery};
+use crate::domain::messages::UserMessage;
+use crate::ports::{
+    CampaignStates, Clock, OutgoingQueue, ReleasePosition, SendReport, SystemClock, UserDirectory,
+    WaitingRoom, MAX_BATCH_ENTRIES, MAX_DELAY_SECONDS,
+};
+use crate::runtime::Invocation;
+use futures::stream::{FuturesUnordered, StreamExt};
+use serde::{Deserialize, Serialize};
+
+/// The release of one send slot of a local-time campaign: the event its one-time schedule
+/// invokes GetUsers with (`{"releaseWaiting": {...}}`), and how a release that needs
+/// another invocation (or waits for a resume) continues on the continuation queue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Release {
+    pub campaign_id: CampaignId,
+    pub slot_ms: i64,
+    #[serde(default)]
+    pub from: ReleasePosition,
+    /// Users released by the invocations before this one.
+    #[serde(default)]
+    pub released: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReleaseEvent {
+    pub release_waiting: Release,
+}
+
+/// What a release invocation did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseSummary {
+    pub campaign_id: String,
+    pub slot: String,
+    pub users_released: u64,
+    pub complete: bool,
+    /// Still to come: the slot is early (never released before its instant).
+    pub early: bool,
+    pub paused: bool,
+    pub cancelled: bool,
+}
+
+/// Waiting users read (and enqueued) per page of a release.
+const RELEASE_PAGE: usize = 250;
+
+impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
+    /// When a user of the run gets their email, counted.
+    pub(super) fn when(
+        &self,
+        delivery: Option<&LocalDelivery>,
+        zone: &local_time::ZoneField,
+        counts: &mut local_time::LocalTimeCounts,
+    ) -> When {
+        let Some(delivery) = delivery else {
+            return When::Now(None);
+        };
+        let (decided, source) = delivery.delivery(zone);
+        counts.count_zone(source);
+        match decided {
+            // Not in the lateness figures (`lateMs` is how late the pipeline let a user go,
+            // a health signal): counted as passedSentNow instead.
+            Delivery::Now => {
+                counts.passed_sent_now += 1;
+                When::Now(None)
+            }
+            Delivery::Skip => {
+                counts.passed_skipped += 1;
+                When::Never
+            }
+            Delivery::NextDay(at_ms) | Delivery::At(at_ms) => {
+                if matches!(decided, Delivery::NextDay(_)) {
+                    counts.passed_next_day += 1;
+                }
+                let wait_ms = at_ms - self.clock.now_ms();
+                let released_at_ms = SystemClock.now_ms();
+                if wait_ms <= 0 {
+                    let due = Due {
+                        slot_late_ms: -wait_ms,
+                        released_at_ms,
+                    };
+                    When::Now(Some(due))
+                } else if wait_ms <= DELAY_WITHIN_MS {
+                    counts.delayed += 1;
+                    // Rounded up: never before the instant.
+                    let seconds = (wait_ms + 999) / 1000;
+                    let due = Due {
+                        slot_late_ms: seconds * 1000 - wait_ms,
+                        released_at_ms: released_at_ms + seconds * 1000,
+                    };
+                    When::Delayed(seconds as u32, Some(due))
+                } else {
+                    *counts.waiting.entry(at_ms).or_default() += 1;
+                    When::Slot(at_ms)
+                }
+            }
+        }
+    }
+
+    pub(super) fn hold_users<'a>(
+        &'a self,
+        campaign: &'a Campaign,
+        at_ms: i64,
+        users: Vec<(String, String)>,
+    ) -> Pending<'a> {
+        Box::pin(async move {
+            self.waiting
+                .hold(&campaign.id, at_ms, &users)
+                .await
+                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
+            Ok(SendReport::default())
+        })
+    }
+
+    /// The one-time schedule that releases the slot, invoking this function at its instant
+    /// (idempotent: each segment that holds users in the slot makes sure of it once).
+    pub(super) async fn schedule_slot(
+        &self,
+        campaign: &CampaignId,
+        slot_ms: i64,
+        invocation: &Invocation,
+    ) -> Result<(), GetUsersError> {
+        let target = invocation
+            .function_arn
+            .as_deref()
+            .unwrap_or(LOCAL_FUNCTION_ARN);
+        let event = serde_json::to_value(ReleaseEvent {
+            release_waiting: Release {
+                campaign_id: campaign.clone(),
+                slot_ms,
+                from: ReleasePosition::default(),
+                released: 0,
+            },
+        })
+        .unwrap_or_default();
+        self.waiting
+            .schedule_release(campaign, slot_ms, target, &event)
+            .await
+            .map_err(|e| GetUsersError::Waiting(e.to_string()))
+    }
+
+    /// Releases one send slot: its waiting users onto the users queue, from where they go
+    /// through CreateEmails and SendEmail like any other (the ledger keeps them exactly
+    /// once). Never before the slot's instant; a paused campaign's release waits on the
+    /// continuation queue for the resume; a cancelled one's is dropped.
+    pub async fn release(
+        &self,
+        release: Release,
+        invocation: &Invocation,
+    ) -> Result<ReleaseSummary, GetUsersError> {
+        let mut summary = ReleaseSummary {
+            campaign_id: release.campaign_id.to_string(),
+            slot: local_time::rfc3339_ms(release.slot_ms),
+            ..Default::default()
+        };
+        let early_ms = release.slot_ms - self.clock.now_ms();
+        if early_ms > 0 {
+            summary.early = true;
+            let seconds = ((early_ms + 999) / 1000).min(i64::from(MAX_DELAY_SECONDS)) as u32;
+            self.continue_release(&release, seconds).await?;
+            return Ok(summary);
+        }
+        // Read afresh, not from the cache: a slot is released once, and a pause just made
+        // must hold it.
+        let hold = self
+            .campaigns
+            .states()
+            .hold(release.campaign_id.as_str())
+            .await
+            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+        match hold {
+            Some(Hold::Cancelled(_)) => {
+                summary.cancelled = true;
+                tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, "campaign cancelled: its waiting users are not released");
+                return Ok(summary);
+            }
+            Some(Hold::Paused(_)) => {
+                summary.paused = true;
+                self.continue_release(&release, 0).await?;
+                tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, "campaign paused: the slot's release waits for the resume");
+                return Ok(summary);
+            }
+            None => {}
+        }
+        let mut from = Some(release.from.clone());
+        let mut released = release.released;
+        let mut pages = 0usize;
+        while let Some(position) = from.take() {
+            if pages > 0 && invocation.remaining() <= self.config.deadline_margin {
+                let rest = Release {
+                    from: position,
+                    released,
+                    ..release.clone()
+                };
+                self.continue_release(&rest, 0).await?;
+                summary.users_released = released - release.released;
+                return Ok(summary);
+            }
+            let (bodies, next) = self
+                .waiting
+                .waiting(
+                    &release.campaign_id,
+                    release.slot_ms,
+                    &position,
+                    RELEASE_PAGE,
+                )
+                .await
+                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
+            let due = Due {
+                slot_late_ms: self.clock.now_ms() - release.slot_ms,
+                released_at_ms: SystemClock.now_ms(),
+            };
+            let bodies: Vec<String> = bodies.into_iter().map(|b| with_due(b, due)).collect();
+            let mut in_flight: FuturesUnordered<_> = bodies
+                .chunks(MAX_BATCH_ENTRIES)
+                .map(|chunk| self.users.send_batch(chunk))
+                .collect();
+            while let Some(sent) = in_flight.next().await {
+                released += sent?.sent as u64;
+            }
+            pages += 1;
+            from = next;
+        }
+        self.waiting
+            .record_release(
+                &release.campaign_id,
+                &local_time::SlotRelease {
+                    slot_ms: release.slot_ms,
+                    users: released,
+                    released_at_ms: self.clock.now_ms(),
+                },
+            )
+            .await
+            .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
+        summary.users_released = released - release.released;
+        summary.complete = true;
+        tracing::info!(
+            campaign = %summary.campaign_id,
+            slot = %summary.slot,
+            users_released = summary.users_released,
+            "send slot released"
+        );
+        Ok(summary)
+    }
+
+    /// Puts a release on the continuation queue: to go on where it stopped, to wait for
+    /// the resume (the pause disabled that queue's consumer), or for its instant.
+    pub(super) async fn continue_release(
+        &self,
+        release: &Release,
+        delay_seconds: u32,
+    ) -> Result<(), GetUsersError> {
+        let body = serde_json::to_string(&ReleaseEvent {
+            release_waiting: release.clone(),
+        })
+        .unwrap_or_default();
+        self.continuation
+            .send_batch_delayed(&[body], delay_seconds)
+            .await?;
+        Ok(())
+    }
+}
+
+/// A held user's body with when they were let go (a body that does not parse, which GetUsers
+/// never writes, goes as it is: CreateEmails refuses it alone).
+fn with_due(body: String, due: Due) -> String {
+    match serde_json::from_str::<UserMessage>(&body) {
+        Ok(mut message) => {
+            message.due = Some(due);
+            serde_json::to_string(&message).unwrap_or(body)
+        }
+        Err(_) => body,
+    }
+}
+
+/// A user due within this goes onto the users queue with an SQS delay instead of into the
+/// waiting room: a slot is released at its instant, and a hold decided a minute before it
+/// has long been written by then (a later one could race the release).
+pub(super) const DELAY_WITHIN_MS: i64 = 60_000;
+
+/// Users held per BatchWriteItem round (four calls of 25).
+pub(super) const HOLD_BATCH: usize = 100;
+
+/// What happens to one user of a run (with when a local-time one is let go).
+pub(super) enum When {
+    Now(Option<Due>),
+    /// Local time within a minute: enqueued invisible for this many seconds.
+    Delayed(u32, Option<Due>),
+    /// Held until this instant's release.
+    Slot(i64),
+    /// Passed, and the policy says skip.
+    Never,
+}
