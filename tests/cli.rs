@@ -721,9 +721,9 @@ fn a_resend_sends_the_users_the_runs_skip_policy_passed_by() {
     assert!(resend["sent"].as_u64().unwrap() > 0, "{resend}");
 }
 
-/// A local-time run whose release schedule is lost (deleted as soon as GetUsers makes it):
-/// its users stay held with nothing to release them, and `run` says so and exits 1 instead
-/// of ending as if everyone had been handled.
+/// A local-time run whose slot's schedules are lost (its release and its sweep, deleted as
+/// soon as GetUsers makes them): its users stay held with nothing to release them, and `run`
+/// says so and exits 1 instead of ending as if everyone had been handled.
 #[test]
 fn a_run_whose_users_are_held_with_no_release_pending_exits_1() {
     let t = CliStack::provision_and_seed("stranded", 10);
@@ -765,7 +765,7 @@ fn a_run_whose_users_are_held_with_no_release_pending_exits_1() {
     let out = run.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let summary = last_json(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(deleted, 1, "{summary}");
+    assert_eq!(deleted, 2, "{summary}");
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(
         summary["campaign"]["stillHeld"].as_u64(),

@@ -218,12 +218,17 @@ pub struct LocalTimeStatus {
     pub passed_skipped: u64,
     /// Local time passed at the start: held for the same time the next day.
     pub passed_next_day: u64,
-    /// Due within a minute of the start: enqueued with an SQS delay.
+    /// Due within 15 minutes of the decision: enqueued with an SQS delay.
     pub delayed: u64,
     /// Users kept for a later slot, in all; those still waiting, by UTC hour of their slot.
     pub held: u64,
     pub still_waiting: u64,
     pub waiting_by_hour: Vec<mailflow::domain::local_time::HourWaiting>,
+    /// Each slot: held, released at the instant, released by the sweep, still waiting.
+    pub slots: Vec<mailflow::domain::local_time::SlotStatus>,
+    /// Users still waiting although their slot's sweep has passed: nothing will release
+    /// them (a problem, like a DLQ message).
+    pub stranded: u64,
     pub slots_released: usize,
     /// Slots' release minus their instant, over released users (p50, p99, max).
     pub release_lateness: Option<mailflow::domain::local_time::Lateness>,
@@ -237,13 +242,22 @@ impl LocalTimeStatus {
     pub fn describe(&self) -> String {
         let l = self;
         let mut out = format!(
-        "  local time: {} held for their slot, {} still waiting; {} sent at once, {} moved to the next day and {} skipped (local time passed at the start), {} delayed under a minute | fallback zone for {} without a zone and {} with an unknown one\n",
+        "  local time: {} held for their slot, {} still waiting; {} sent at once, {} moved to the next day and {} skipped (local time passed at the start), {} delayed under 15 minutes | fallback zone for {} without a zone and {} with an unknown one\n",
         l.held, l.still_waiting, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.delayed, l.timezone_missing, l.timezone_invalid
     );
-        for hour in &l.waiting_by_hour {
+        for slot in &l.slots {
             out.push_str(&format!(
-                "    waiting for {}: {}\n",
-                hour.utc_hour, hour.users
+                "    slot {}: held {} | released {} | swept {} | still waiting {}{}\n",
+                slot.slot,
+                slot.held,
+                slot.released,
+                slot.swept,
+                slot.waiting,
+                if slot.stranded {
+                    " STRANDED: its sweep has passed; `mailctl resend --at-once` sends them"
+                } else {
+                    ""
+                }
             ));
         }
         let seconds = |ms: i64| ms as f64 / 1000.0;
@@ -276,6 +290,16 @@ impl CampaignStatus {
             + self.users_dlq
             + self.emails_dlq
             + self.continuation_dlq.unwrap_or(0)
+            + self.stranded()
+    }
+
+    /// Users of a local-time campaign still held after their slot's sweep (none once the
+    /// campaign is cancelled: its holds are dropped).
+    pub fn stranded(&self) -> u64 {
+        match &self.local_time {
+            Some(l) if self.state != "cancelled" => l.stranded,
+            _ => 0,
+        }
     }
 }
 
@@ -484,6 +508,7 @@ async fn local_time_status(
     let report = mailflow::adapters::waiting::read_report(dynamo, &target.waiting_table, &id)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let now_ms = time::OffsetDateTime::now_utc().unix_timestamp() * 1000;
     Ok(report.map(|r| LocalTimeStatus {
         timezone_missing: r.counts.timezone_missing,
         timezone_invalid: r.counts.timezone_invalid,
@@ -494,7 +519,9 @@ async fn local_time_status(
         held: r.counts.waiting.values().sum(),
         still_waiting: r.still_waiting(),
         waiting_by_hour: r.waiting_by_hour(),
-        slots_released: r.releases.len(),
+        slots: r.slots(now_ms),
+        stranded: r.stranded(now_ms),
+        slots_released: r.slots_released(),
         release_lateness: r.release_lateness(),
         lateness: None,
     }))

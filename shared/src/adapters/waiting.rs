@@ -3,17 +3,19 @@
 //! slot (group `RELEASE_SCHEDULE_GROUP`) invokes GetUsers to release it.
 //!
 //! Items: `slot` = `<campaign>#<slot ms>#<shard>` (eight shards, so that a busy slot is not
-//! one hot partition), `userId`, the users-queue `body`, and `expiresAt` (TTL, a week after
-//! the slot: nothing to delete by hand). A campaign's report item (`<campaign>#report`,
-//! `userId` "-") holds each run segment's counts (`segment<N>`, written whole, so a retried
-//! segment is never added twice), each slot's release (`release<slot ms>`) and the delivery
-//! the latest run started with (`delivery`, which `mailctl resend` reuses).
+//! one hot partition), `userId` and the users-queue `body`. An item is deleted once its user
+//! is on the users queue (or dropped by a cancellation), never by TTL: the table holds
+//! exactly who is still waiting, however long a pause lasts. A campaign's report item
+//! (`<campaign>#report`, `userId` "-") holds each run segment's counts (`segment<N>`, written
+//! whole, so a retried segment is never added twice), each slot's release and sweep
+//! (`release<slot ms>`, `sweep<slot ms>`) and the delivery the latest run started with
+//! (`delivery`, which `mailctl resend` reuses).
 
 use super::describe;
 use crate::domain::campaign::CampaignId;
 use crate::domain::local_time::{LocalDelivery, LocalTimeCounts, SlotRelease, WaitingReport};
-use crate::ports::{ReleasePosition, StoreError, WaitingRoom};
-use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use crate::ports::{ReleasePosition, SlotSchedule, StoreError, WaitingPage, WaitingRoom};
+use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, PutRequest, Select, WriteRequest};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -21,8 +23,6 @@ use std::time::Duration;
 
 /// Shards per slot: BatchWriteItem spreads a slot's users over this many partitions.
 pub const SHARDS: u8 = 8;
-/// A week: how long a released (or cancelled) slot's items stay before TTL removes them.
-const KEEP_AFTER_SLOT_S: i64 = 7 * 24 * 3600;
 const BATCH_WRITE_MAX: usize = 25;
 
 #[derive(Clone)]
@@ -54,11 +54,12 @@ fn shard_of(user_id: &str) -> u8 {
     (hash % u32::from(SHARDS)) as u8
 }
 
-/// A schedule's name: at most 64 characters, unique per campaign and slot.
-pub fn schedule_name(campaign: &CampaignId, at_ms: i64) -> String {
+/// A schedule's name: at most 64 characters, unique per campaign, slot and kind.
+pub fn schedule_name(campaign: &CampaignId, schedule: SlotSchedule) -> String {
     let digest = Sha256::digest(campaign.as_str().as_bytes());
     let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
-    format!("release-{hex}-{at_ms}")
+    let kind = if schedule.sweep { "sweep" } else { "release" };
+    format!("{kind}-{hex}-{}", schedule.slot_ms)
 }
 
 /// `at(...)`, the one-time schedule expression: whole seconds, UTC, never before `at_ms`.
@@ -79,23 +80,198 @@ impl WaitingRoom for WaitingTable {
         at_ms: i64,
         users: &[(String, String)],
     ) -> Result<(), StoreError> {
-        let expires = (at_ms / 1000 + KEEP_AFTER_SLOT_S).to_string();
-        for chunk in users.chunks(BATCH_WRITE_MAX) {
-            let mut requests: Vec<WriteRequest> = Vec::with_capacity(chunk.len());
-            for (user_id, body) in chunk {
-                let put = PutRequest::builder()
-                    .item(
-                        "slot",
-                        AttributeValue::S(slot_key(campaign, at_ms, shard_of(user_id))),
-                    )
-                    .item("userId", AttributeValue::S(user_id.clone()))
-                    .item("body", AttributeValue::S(body.clone()))
-                    .item("expiresAt", AttributeValue::N(expires.clone()))
-                    .build()
-                    .map_err(|e| store_error("BatchWriteItem", e.to_string()))?;
-                requests.push(WriteRequest::builder().put_request(put).build());
+        let mut requests: Vec<WriteRequest> = Vec::with_capacity(users.len());
+        for (user_id, body) in users {
+            let put = PutRequest::builder()
+                .item(
+                    "slot",
+                    AttributeValue::S(slot_key(campaign, at_ms, shard_of(user_id))),
+                )
+                .item("userId", AttributeValue::S(user_id.clone()))
+                .item("body", AttributeValue::S(body.clone()))
+                .build()
+                .map_err(|e| store_error("BatchWriteItem", e.to_string()))?;
+            requests.push(WriteRequest::builder().put_request(put).build());
+        }
+        self.write_all(requests).await
+    }
+
+    async fn let_go(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        user_ids: &[String],
+    ) -> Result<(), StoreError> {
+        let mut requests: Vec<WriteRequest> = Vec::with_capacity(user_ids.len());
+        for user_id in user_ids {
+            let delete = DeleteRequest::builder()
+                .key(
+                    "slot",
+                    AttributeValue::S(slot_key(campaign, at_ms, shard_of(user_id))),
+                )
+                .key("userId", AttributeValue::S(user_id.clone()))
+                .build()
+                .map_err(|e| store_error("BatchWriteItem", e.to_string()))?;
+            requests.push(WriteRequest::builder().delete_request(delete).build());
+        }
+        self.write_all(requests).await
+    }
+
+    async fn schedule_release(
+        &self,
+        campaign: &CampaignId,
+        schedule: SlotSchedule,
+        target_arn: &str,
+        event: &Value,
+    ) -> Result<(), StoreError> {
+        self.create_schedule(campaign, schedule, target_arn, event)
+            .await
+    }
+    async fn waiting(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        from: &ReleasePosition,
+        limit: usize,
+    ) -> Result<WaitingPage, StoreError> {
+        let mut query = self
+            .dynamodb
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .limit(limit.clamp(1, 1000) as i32)
+            .projection_expression("userId, body")
+            .expression_attribute_values(
+                ":slot",
+                AttributeValue::S(slot_key(campaign, at_ms, from.shard)),
+            );
+        query = match &from.after {
+            Some(after) => query
+                .key_condition_expression("slot = :slot AND userId > :after")
+                .expression_attribute_values(":after", AttributeValue::S(after.clone())),
+            None => query.key_condition_expression("slot = :slot"),
+        };
+        let out = query
+            .send()
+            .await
+            .map_err(|e| store_error("Query", describe(&e)))?;
+        let items = out.items.unwrap_or_default();
+        let text = |item: &HashMap<String, AttributeValue>, key: &str| match item.get(key) {
+            Some(AttributeValue::S(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let users: Vec<(String, String)> = items
+            .iter()
+            .filter_map(|i| Some((text(i, "userId")?, text(i, "body")?)))
+            .collect();
+        let next = if out.last_evaluated_key.is_some() {
+            Some(ReleasePosition {
+                shard: from.shard,
+                after: items.last().and_then(|i| text(i, "userId")),
+            })
+        } else if from.shard + 1 < SHARDS {
+            Some(ReleasePosition {
+                shard: from.shard + 1,
+                after: None,
+            })
+        } else {
+            None
+        };
+        Ok((users, next))
+    }
+
+    async fn record_delivery(
+        &self,
+        campaign: &CampaignId,
+        delivery: &LocalDelivery,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(delivery).unwrap_or_default();
+        self.set_report(campaign, "delivery", json).await
+    }
+
+    async fn record_segment(
+        &self,
+        campaign: &CampaignId,
+        segment: u32,
+        counts: &LocalTimeCounts,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(counts).unwrap_or_default();
+        self.set_report(campaign, &format!("segment{segment}"), json)
+            .await
+    }
+
+    async fn record_release(
+        &self,
+        campaign: &CampaignId,
+        release: &SlotRelease,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(release).unwrap_or_default();
+        let kind = if release.sweep { "sweep" } else { "release" };
+        self.set_report(campaign, &format!("{kind}{}", release.slot_ms), json)
+            .await
+    }
+
+    async fn report(&self, campaign: &CampaignId) -> Result<Option<WaitingReport>, StoreError> {
+        read_report(&self.dynamodb, &self.table, campaign).await
+    }
+}
+
+/// What the waiting table records of a campaign's local-time delivery (`mailctl status`),
+/// with the users still waiting in each slot not reconciled (held more than released).
+pub async fn read_report(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    campaign: &CampaignId,
+) -> Result<Option<WaitingReport>, StoreError> {
+    {
+        let out = dynamodb
+            .get_item()
+            .table_name(table)
+            .key("slot", AttributeValue::S(report_key(campaign)))
+            .key("userId", AttributeValue::S("-".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem", describe(&e)))?;
+        let Some(item) = out.item else {
+            return Ok(None);
+        };
+        let mut report = WaitingReport::default();
+        for (name, value) in &item {
+            let AttributeValue::S(json) = value else {
+                continue;
+            };
+            if name == "delivery" {
+                report.delivery = serde_json::from_str(json).ok();
+            } else if name.starts_with("segment") {
+                if let Ok(counts) = serde_json::from_str::<LocalTimeCounts>(json) {
+                    report.counts.add(&counts);
+                }
+            } else if name.starts_with("release") || name.starts_with("sweep") {
+                if let Ok(release) = serde_json::from_str::<SlotRelease>(json) {
+                    report.releases.push(release);
+                }
             }
-            // Unprocessed items (throttling) are written again, with a growing pause.
+        }
+        report.releases.sort_by_key(|r| (r.slot_ms, r.sweep));
+        for slot in report.unreconciled() {
+            let waiting = count_waiting(dynamodb, table, campaign, slot).await?;
+            if waiting > 0 {
+                report.waiting_now.insert(slot, waiting);
+            }
+        }
+        Ok(Some(report))
+    }
+}
+
+impl WaitingTable {
+    /// BatchWriteItem in rounds of 25; unprocessed items (throttling) are written again,
+    /// with a growing pause.
+    async fn write_all(&self, requests: Vec<WriteRequest>) -> Result<(), StoreError> {
+        let mut rest = requests;
+        while !rest.is_empty() {
+            let tail = rest.split_off(rest.len().min(BATCH_WRITE_MAX));
+            let mut requests = std::mem::replace(&mut rest, tail);
             for attempt in 0u32.. {
                 let out = self
                     .dynamodb
@@ -126,10 +302,10 @@ impl WaitingRoom for WaitingTable {
         Ok(())
     }
 
-    async fn schedule_release(
+    async fn create_schedule(
         &self,
         campaign: &CampaignId,
-        at_ms: i64,
+        schedule: SlotSchedule,
         target_arn: &str,
         event: &Value,
     ) -> Result<(), StoreError> {
@@ -162,9 +338,9 @@ impl WaitingRoom for WaitingTable {
         let created = self
             .scheduler
             .create_schedule()
-            .name(schedule_name(campaign, at_ms))
+            .name(schedule_name(campaign, schedule))
             .group_name(&self.schedule_group)
-            .schedule_expression(at_expression(at_ms))
+            .schedule_expression(at_expression(schedule.fires_at_ms()))
             .schedule_expression_timezone("UTC")
             .flexible_time_window(window)
             .target(target)
@@ -188,133 +364,6 @@ impl WaitingRoom for WaitingTable {
         }
     }
 
-    async fn waiting(
-        &self,
-        campaign: &CampaignId,
-        at_ms: i64,
-        from: &ReleasePosition,
-        limit: usize,
-    ) -> Result<(Vec<String>, Option<ReleasePosition>), StoreError> {
-        let mut query = self
-            .dynamodb
-            .query()
-            .table_name(&self.table)
-            .consistent_read(true)
-            .limit(limit.clamp(1, 1000) as i32)
-            .projection_expression("userId, body")
-            .expression_attribute_values(
-                ":slot",
-                AttributeValue::S(slot_key(campaign, at_ms, from.shard)),
-            );
-        query = match &from.after {
-            Some(after) => query
-                .key_condition_expression("slot = :slot AND userId > :after")
-                .expression_attribute_values(":after", AttributeValue::S(after.clone())),
-            None => query.key_condition_expression("slot = :slot"),
-        };
-        let out = query
-            .send()
-            .await
-            .map_err(|e| store_error("Query", describe(&e)))?;
-        let items = out.items.unwrap_or_default();
-        let text = |item: &HashMap<String, AttributeValue>, key: &str| match item.get(key) {
-            Some(AttributeValue::S(s)) => Some(s.clone()),
-            _ => None,
-        };
-        let bodies: Vec<String> = items.iter().filter_map(|i| text(i, "body")).collect();
-        let next = if out.last_evaluated_key.is_some() {
-            Some(ReleasePosition {
-                shard: from.shard,
-                after: items.last().and_then(|i| text(i, "userId")),
-            })
-        } else if from.shard + 1 < SHARDS {
-            Some(ReleasePosition {
-                shard: from.shard + 1,
-                after: None,
-            })
-        } else {
-            None
-        };
-        Ok((bodies, next))
-    }
-
-    async fn record_delivery(
-        &self,
-        campaign: &CampaignId,
-        delivery: &LocalDelivery,
-    ) -> Result<(), StoreError> {
-        let json = serde_json::to_string(delivery).unwrap_or_default();
-        self.set_report(campaign, "delivery", json).await
-    }
-
-    async fn record_segment(
-        &self,
-        campaign: &CampaignId,
-        segment: u32,
-        counts: &LocalTimeCounts,
-    ) -> Result<(), StoreError> {
-        let json = serde_json::to_string(counts).unwrap_or_default();
-        self.set_report(campaign, &format!("segment{segment}"), json)
-            .await
-    }
-
-    async fn record_release(
-        &self,
-        campaign: &CampaignId,
-        release: &SlotRelease,
-    ) -> Result<(), StoreError> {
-        let json = serde_json::to_string(release).unwrap_or_default();
-        self.set_report(campaign, &format!("release{}", release.slot_ms), json)
-            .await
-    }
-
-    async fn report(&self, campaign: &CampaignId) -> Result<Option<WaitingReport>, StoreError> {
-        read_report(&self.dynamodb, &self.table, campaign).await
-    }
-}
-
-/// What the waiting table records of a campaign's local-time delivery (`mailctl status`).
-pub async fn read_report(
-    dynamodb: &aws_sdk_dynamodb::Client,
-    table: &str,
-    campaign: &CampaignId,
-) -> Result<Option<WaitingReport>, StoreError> {
-    {
-        let out = dynamodb
-            .get_item()
-            .table_name(table)
-            .key("slot", AttributeValue::S(report_key(campaign)))
-            .key("userId", AttributeValue::S("-".into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem", describe(&e)))?;
-        let Some(item) = out.item else {
-            return Ok(None);
-        };
-        let mut report = WaitingReport::default();
-        for (name, value) in &item {
-            let AttributeValue::S(json) = value else {
-                continue;
-            };
-            if name == "delivery" {
-                report.delivery = serde_json::from_str(json).ok();
-            } else if name.starts_with("segment") {
-                if let Ok(counts) = serde_json::from_str::<LocalTimeCounts>(json) {
-                    report.counts.add(&counts);
-                }
-            } else if name.starts_with("release") {
-                if let Ok(release) = serde_json::from_str::<SlotRelease>(json) {
-                    report.releases.push(release);
-                }
-            }
-        }
-        report.releases.sort_by_key(|r| r.slot_ms);
-        Ok(Some(report))
-    }
-}
-
-impl WaitingTable {
     async fn set_report(
         &self,
         campaign: &CampaignId,
@@ -336,6 +385,41 @@ impl WaitingTable {
     }
 }
 
+/// Users still waiting in one slot (a COUNT query per shard).
+pub async fn count_waiting(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    campaign: &CampaignId,
+    at_ms: i64,
+) -> Result<u64, StoreError> {
+    let mut total = 0u64;
+    for shard in 0..SHARDS {
+        let mut start = None;
+        loop {
+            let out = dynamodb
+                .query()
+                .table_name(table)
+                .consistent_read(true)
+                .select(Select::Count)
+                .key_condition_expression("slot = :slot")
+                .expression_attribute_values(
+                    ":slot",
+                    AttributeValue::S(slot_key(campaign, at_ms, shard)),
+                )
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| store_error("Query", describe(&e)))?;
+            total += out.count.max(0) as u64;
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                break;
+            }
+        }
+    }
+    Ok(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,9 +427,11 @@ mod tests {
     #[test]
     fn schedules_are_named_within_the_limit_and_never_fire_early() {
         let id = CampaignId::parse(&"c".repeat(64)).unwrap();
-        let name = schedule_name(&id, 1_796_029_200_000);
+        let at = |slot_ms, sweep| SlotSchedule { slot_ms, sweep };
+        let name = schedule_name(&id, at(1_796_029_200_000, true));
         assert!(name.len() <= 64, "{name}");
-        assert_ne!(name, schedule_name(&id, 1_796_029_260_000));
+        assert_ne!(name, schedule_name(&id, at(1_796_029_260_000, true)));
+        assert_ne!(name, schedule_name(&id, at(1_796_029_200_000, false)));
         assert_eq!(at_expression(1_796_029_200_000), "at(2026-11-30T09:00:00)");
         assert_eq!(at_expression(1_796_029_200_001), "at(2026-11-30T09:00:01)");
     }

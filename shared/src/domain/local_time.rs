@@ -346,7 +346,7 @@ pub struct LocalTimeCounts {
     pub passed_skipped: u64,
     /// Local time passed; held for the same local time the next day (policy next-day).
     pub passed_next_day: u64,
-    /// Due within a minute of the start: enqueued on the users queue with that delay.
+    /// Due within 15 minutes of the decision: enqueued on the users queue with that delay.
     pub delayed: u64,
     /// Users kept until their slot, by slot (the target instant, ms).
     pub waiting: BTreeMap<i64, u64>,
@@ -374,26 +374,52 @@ impl LocalTimeCounts {
     }
 }
 
-/// One slot's release.
+/// How long after a slot its sweep runs: a second one-time schedule that releases whoever
+/// the slot's release did not find (held users are written at least 15 minutes before
+/// their slot, so the sweep normally releases nobody).
+pub const SWEEP_AFTER_MS: i64 = 15 * 60 * 1000;
+
+/// One pass over a slot: its release at the instant, or its sweep.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SlotRelease {
     pub slot_ms: i64,
     pub users: u64,
     pub released_at_ms: i64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sweep: bool,
 }
 
-/// What is recorded of a local-time campaign: every segment's counts and every slot's
-/// release.
+/// What is recorded of a local-time campaign: every segment's counts, every slot's release
+/// and sweep, and who is still in the waiting room.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WaitingReport {
     pub counts: LocalTimeCounts,
+    /// Releases and sweeps, by slot.
     pub releases: Vec<SlotRelease>,
     /// The delivery the latest run started with.
     pub delivery: Option<LocalDelivery>,
+    /// Users still in the waiting room, by slot (slots with none are left out).
+    pub waiting_now: BTreeMap<i64, u64>,
 }
 
-/// A slot as `status` shows it.
+/// A slot as `status` shows it: held = released + swept + still waiting, unless the
+/// campaign was cancelled (its waiting users are dropped) or a user was released twice
+/// (the ledger sends once).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotStatus {
+    pub slot: String,
+    pub held: u64,
+    pub released: u64,
+    pub swept: u64,
+    pub waiting: u64,
+    /// Still waiting although the slot's sweep ran (or should have): nothing will release
+    /// them; `mailctl resend --at-once` sends them.
+    pub stranded: bool,
+}
+
+/// Users still waiting for the slots of one UTC hour.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HourWaiting {
@@ -439,15 +465,73 @@ impl Lateness {
 }
 
 impl WaitingReport {
+    /// The slots that may still have users waiting (held more than released): the ones
+    /// whose waiting users a reader counts.
+    pub fn unreconciled(&self) -> Vec<i64> {
+        self.counts
+            .waiting
+            .iter()
+            .filter(|(slot, held)| {
+                let (released, swept, _) = self.passes(**slot);
+                released + swept < **held
+            })
+            .map(|(slot, _)| *slot)
+            .collect()
+    }
+
+    /// Users released by the slot's release and by its sweep.
+    fn passes(&self, slot_ms: i64) -> (u64, u64, bool) {
+        let mut out = (0, 0, false);
+        for r in self.releases.iter().filter(|r| r.slot_ms == slot_ms) {
+            if r.sweep {
+                out.1 += r.users;
+                out.2 = true;
+            } else {
+                out.0 += r.users;
+            }
+        }
+        out
+    }
+
+    /// Every slot, in time order, as of `now_ms`.
+    pub fn slots(&self, now_ms: i64) -> Vec<SlotStatus> {
+        let mut slots: std::collections::BTreeSet<i64> =
+            self.counts.waiting.keys().copied().collect();
+        slots.extend(self.releases.iter().map(|r| r.slot_ms));
+        slots.extend(self.waiting_now.keys().copied());
+        slots
+            .into_iter()
+            .map(|slot_ms| {
+                let (released, swept, sweep_ran) = self.passes(slot_ms);
+                let waiting = self.waiting_now.get(&slot_ms).copied().unwrap_or(0);
+                // The sweep ran, or was due long enough ago to have run with its retries.
+                let after_sweep = sweep_ran || now_ms > slot_ms + 2 * SWEEP_AFTER_MS;
+                SlotStatus {
+                    slot: rfc3339_ms(slot_ms),
+                    held: self.counts.waiting.get(&slot_ms).copied().unwrap_or(0),
+                    released,
+                    swept,
+                    waiting,
+                    stranded: waiting > 0 && after_sweep,
+                }
+            })
+            .collect()
+    }
+
+    /// Users still waiting although their slot's sweep has passed.
+    pub fn stranded(&self, now_ms: i64) -> u64 {
+        self.slots(now_ms)
+            .iter()
+            .filter(|s| s.stranded)
+            .map(|s| s.waiting)
+            .sum()
+    }
+
     /// Users still waiting, by UTC hour of their slot.
     pub fn waiting_by_hour(&self) -> Vec<HourWaiting> {
-        let released: std::collections::BTreeSet<i64> =
-            self.releases.iter().map(|r| r.slot_ms).collect();
         let mut hours: BTreeMap<String, u64> = BTreeMap::new();
-        for (slot, n) in &self.counts.waiting {
-            if !released.contains(slot) {
-                *hours.entry(utc_hour(*slot)).or_default() += n;
-            }
+        for (slot, n) in &self.waiting_now {
+            *hours.entry(utc_hour(*slot)).or_default() += n;
         }
         hours
             .into_iter()
@@ -456,7 +540,12 @@ impl WaitingReport {
     }
 
     pub fn still_waiting(&self) -> u64 {
-        self.waiting_by_hour().iter().map(|h| h.users).sum()
+        self.waiting_now.values().sum()
+    }
+
+    /// Slots released at their instant (sweeps not counted).
+    pub fn slots_released(&self) -> usize {
+        self.releases.iter().filter(|r| !r.sweep).count()
     }
 
     /// How late the slots were released (release minus slot), weighted by their users.
@@ -464,6 +553,7 @@ impl WaitingReport {
         Lateness::of(
             self.releases
                 .iter()
+                .filter(|r| !r.sweep)
                 .map(|r| (r.released_at_ms - r.slot_ms, r.users))
                 .collect(),
         )

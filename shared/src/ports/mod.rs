@@ -256,6 +256,27 @@ pub struct ReleasePosition {
     pub after: Option<String>,
 }
 
+/// A page of a slot's waiting users (id, users-queue body), and where the next one starts.
+pub type WaitingPage = (Vec<(String, String)>, Option<ReleasePosition>);
+
+/// One of a slot's two one-time schedules: its release at the instant, or its sweep
+/// (`SWEEP_AFTER_MS` later) that releases whoever the release did not find.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SlotSchedule {
+    pub slot_ms: i64,
+    pub sweep: bool,
+}
+
+impl SlotSchedule {
+    pub fn fires_at_ms(self) -> i64 {
+        if self.sweep {
+            self.slot_ms + crate::domain::local_time::SWEEP_AFTER_MS
+        } else {
+            self.slot_ms
+        }
+    }
+}
+
 /// Users of local-time campaigns waiting for their send slot, and the one-time schedules
 /// that release each slot (DynamoDB and EventBridge Scheduler on AWS).
 pub trait WaitingRoom: Send + Sync {
@@ -272,19 +293,27 @@ pub trait WaitingRoom: Send + Sync {
     fn schedule_release(
         &self,
         campaign: &CampaignId,
-        at_ms: i64,
+        schedule: SlotSchedule,
         target_arn: &str,
         event: &serde_json::Value,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Up to `limit` waiting users' bodies of the slot from `from`, and where the next page
-    /// starts (`None`: the slot is done).
+    /// Up to `limit` waiting users of the slot (id, body) from `from`, and where the next
+    /// page starts (`None`: the slot is done).
     fn waiting(
         &self,
         campaign: &CampaignId,
         at_ms: i64,
         from: &ReleasePosition,
         limit: usize,
-    ) -> impl Future<Output = Result<(Vec<String>, Option<ReleasePosition>), StoreError>> + Send;
+    ) -> impl Future<Output = Result<WaitingPage, StoreError>> + Send;
+    /// Takes released (or dropped) users out of the slot: the waiting room holds exactly who
+    /// is still waiting.
+    fn let_go(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        user_ids: &[String],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// The campaign's local-time delivery as its run started (a later resend reuses it).
     fn record_delivery(
         &self,
@@ -304,8 +333,8 @@ pub trait WaitingRoom: Send + Sync {
         campaign: &CampaignId,
         release: &SlotRelease,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// What is recorded of the campaign's local-time delivery (`None`: not a local-time
-    /// campaign).
+    /// What is recorded of the campaign's local-time delivery, with who is still waiting in
+    /// the slots not reconciled (`None`: not a local-time campaign).
     fn report(
         &self,
         campaign: &CampaignId,

@@ -249,12 +249,13 @@ pub fn fail_on_problems(s: &ops::CampaignStatus) -> Result<()> {
         return Ok(());
     }
     bail!(
-        "campaign {} ended with {} FAILED, {} dead-lettered, {} messages in the users DLQ, {} in the emails DLQ and {} in the continuation DLQ (reasons above; `mailctl status` lists them)",
+        "campaign {} ended with {} FAILED, {} dead-lettered, {} messages in the users DLQ, {} in the emails DLQ, {} in the continuation DLQ and {} users stranded in the waiting room after their slot's sweep (reasons above; `mailctl status` lists them)",
         s.campaign_id,
         s.failed,
         s.dead_lettered,
         s.users_dlq,
         s.emails_dlq,
-        s.continuation_dlq.unwrap_or(0)
+        s.continuation_dlq.unwrap_or(0),
+        s.stranded()
     )
 }

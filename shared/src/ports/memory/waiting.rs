@@ -3,7 +3,7 @@
 
 use crate::domain::campaign::CampaignId;
 use crate::domain::local_time::{LocalDelivery, LocalTimeCounts, SlotRelease, WaitingReport};
-use crate::ports::{ReleasePosition, StoreError, WaitingRoom};
+use crate::ports::{ReleasePosition, SlotSchedule, StoreError, WaitingPage, WaitingRoom};
 use crate::runtime::lock;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -13,10 +13,10 @@ use std::sync::Mutex;
 pub struct MemoryWaitingRoom {
     /// (campaign, slot) -> user id -> body
     pub held: Mutex<BTreeMap<(String, i64), BTreeMap<String, String>>>,
-    /// (campaign, slot) -> (target, event)
-    pub schedules: Mutex<BTreeMap<(String, i64), (String, Value)>>,
+    /// (campaign, schedule) -> (target, event)
+    pub schedules: Mutex<BTreeMap<(String, SlotSchedule), (String, Value)>>,
     segments: Mutex<BTreeMap<(String, u32), LocalTimeCounts>>,
-    releases: Mutex<BTreeMap<(String, i64), SlotRelease>>,
+    releases: Mutex<BTreeMap<(String, i64, bool), SlotRelease>>,
     deliveries: Mutex<BTreeMap<String, LocalDelivery>>,
 }
 
@@ -38,12 +38,12 @@ impl WaitingRoom for MemoryWaitingRoom {
     async fn schedule_release(
         &self,
         campaign: &CampaignId,
-        at_ms: i64,
+        schedule: SlotSchedule,
         target_arn: &str,
         event: &Value,
     ) -> Result<(), StoreError> {
         lock(&self.schedules)
-            .entry((campaign.to_string(), at_ms))
+            .entry((campaign.to_string(), schedule))
             .or_insert_with(|| (target_arn.to_owned(), event.clone()));
         Ok(())
     }
@@ -54,7 +54,7 @@ impl WaitingRoom for MemoryWaitingRoom {
         at_ms: i64,
         from: &ReleasePosition,
         limit: usize,
-    ) -> Result<(Vec<String>, Option<ReleasePosition>), StoreError> {
+    ) -> Result<WaitingPage, StoreError> {
         let held = lock(&self.held);
         let Some(slot) = held.get(&(campaign.to_string(), at_ms)) else {
             return Ok((Vec::new(), None));
@@ -68,7 +68,26 @@ impl WaitingRoom for MemoryWaitingRoom {
             shard: 0,
             after: page.last().map(|(id, _)| (*id).clone()),
         });
-        Ok((page.into_iter().map(|(_, b)| b.clone()).collect(), next))
+        Ok((
+            page.into_iter()
+                .map(|(id, b)| (id.clone(), b.clone()))
+                .collect(),
+            next,
+        ))
+    }
+
+    async fn let_go(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        user_ids: &[String],
+    ) -> Result<(), StoreError> {
+        if let Some(slot) = lock(&self.held).get_mut(&(campaign.to_string(), at_ms)) {
+            for id in user_ids {
+                slot.remove(id);
+            }
+        }
+        Ok(())
     }
 
     async fn record_delivery(
@@ -95,7 +114,10 @@ impl WaitingRoom for MemoryWaitingRoom {
         campaign: &CampaignId,
         release: &SlotRelease,
     ) -> Result<(), StoreError> {
-        lock(&self.releases).insert((campaign.to_string(), release.slot_ms), release.clone());
+        lock(&self.releases).insert(
+            (campaign.to_string(), release.slot_ms, release.sweep),
+            release.clone(),
+        );
         Ok(())
     }
 
@@ -111,9 +133,14 @@ impl WaitingRoom for MemoryWaitingRoom {
                 any = true;
             }
         }
-        for ((c, _), release) in lock(&self.releases).iter() {
+        for ((c, _, _), release) in lock(&self.releases).iter() {
             if c == campaign.as_str() {
                 report.releases.push(release.clone());
+            }
+        }
+        for ((c, slot), users) in lock(&self.held).iter() {
+            if c == campaign.as_str() && !users.is_empty() {
+                report.waiting_now.insert(*slot, users.len() as u64);
             }
         }
         Ok(any.then_some(report))

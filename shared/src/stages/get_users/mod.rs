@@ -30,7 +30,7 @@ use crate::runtime::Invocation;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 pub use release::{Release, ReleaseEvent, ReleaseSummary};
-use release::{When, HOLD_BATCH};
+use release::{When, HOLD_BATCH, PAUSED_LOOK_AGAIN_SECONDS};
 use request::Continuation;
 pub use request::{parse_request, Checkpoint, Request, Run};
 use serde::Serialize;
@@ -413,9 +413,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 segment: run.segment + 1,
                 delivery: run.delivery.clone(),
             };
-            self.continuation
-                .send(serde_json::to_string(&checkpoint).unwrap_or_default())
-                .await?;
+            let body = serde_json::to_string(&checkpoint).unwrap_or_default();
+            // Paused: the pause stopped this queue's consumer; should it still run, the
+            // checkpoint looks again in a minute rather than at once.
+            let delay = if paused { PAUSED_LOOK_AGAIN_SECONDS } else { 0 };
+            self.continuation.send_batch_delayed(&[body], delay).await?;
         }
         let summary = Summary {
             campaign_id: campaign.id.to_string(),

@@ -8,8 +8,8 @@ use crate::domain::campaign::{Campaign, CampaignId, Hold};
 use crate::domain::local_time::{self, Delivery, Due, LocalDelivery};
 use crate::domain::messages::UserMessage;
 use crate::ports::{
-    CampaignStates, Clock, OutgoingQueue, ReleasePosition, SendReport, SystemClock, UserDirectory,
-    WaitingRoom, MAX_BATCH_ENTRIES, MAX_DELAY_SECONDS,
+    CampaignStates, Clock, OutgoingQueue, ReleasePosition, SendReport, SlotSchedule, SystemClock,
+    UserDirectory, WaitingRoom, MAX_BATCH_ENTRIES, MAX_DELAY_SECONDS,
 };
 use crate::runtime::Invocation;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -28,6 +28,18 @@ pub struct Release {
     /// Users released by the invocations before this one.
     #[serde(default)]
     pub released: u64,
+    /// The slot's sweep (`SWEEP_AFTER_MS` after it), not its release.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sweep: bool,
+}
+
+impl Release {
+    fn schedule(&self) -> SlotSchedule {
+        SlotSchedule {
+            slot_ms: self.slot_ms,
+            sweep: self.sweep,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -44,10 +56,20 @@ pub struct ReleaseSummary {
     pub slot: String,
     pub users_released: u64,
     pub complete: bool,
+    /// The slot's sweep: it released whoever the release did not find.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub sweep: bool,
     /// Still to come: the slot is early (never released before its instant).
     pub early: bool,
     pub paused: bool,
     pub cancelled: bool,
+    /// A cancelled campaign's waiting users taken out of the waiting room, unsent.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub users_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Waiting users read (and enqueued) per page of a release.
@@ -121,8 +143,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         })
     }
 
-    /// The one-time schedule that releases the slot, invoking this function at its instant
-    /// (idempotent: each segment that holds users in the slot makes sure of it once).
+    /// The slot's two one-time schedules, each invoking this function: the release at its
+    /// instant and the sweep after it (idempotent: each segment that holds users in the slot
+    /// makes sure of them once).
     pub(super) async fn schedule_slot(
         &self,
         campaign: &CampaignId,
@@ -133,25 +156,31 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             .function_arn
             .as_deref()
             .unwrap_or(LOCAL_FUNCTION_ARN);
-        let event = serde_json::to_value(ReleaseEvent {
-            release_waiting: Release {
-                campaign_id: campaign.clone(),
-                slot_ms,
-                from: ReleasePosition::default(),
-                released: 0,
-            },
-        })
-        .unwrap_or_default();
-        self.waiting
-            .schedule_release(campaign, slot_ms, target, &event)
-            .await
-            .map_err(|e| GetUsersError::Waiting(e.to_string()))
+        for sweep in [false, true] {
+            let event = serde_json::to_value(ReleaseEvent {
+                release_waiting: Release {
+                    campaign_id: campaign.clone(),
+                    slot_ms,
+                    from: ReleasePosition::default(),
+                    released: 0,
+                    sweep,
+                },
+            })
+            .unwrap_or_default();
+            self.waiting
+                .schedule_release(campaign, SlotSchedule { slot_ms, sweep }, target, &event)
+                .await
+                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
+        }
+        Ok(())
     }
 
     /// Releases one send slot: its waiting users onto the users queue, from where they go
     /// through CreateEmails and SendEmail like any other (the ledger keeps them exactly
-    /// once). Never before the slot's instant; a paused campaign's release waits on the
-    /// continuation queue for the resume; a cancelled one's is dropped.
+    /// once), each taken out of the waiting room once it is on the queue. The sweep does the
+    /// same a quarter of an hour later for whoever the release did not find. Never before
+    /// the instant; a paused campaign's release waits on the continuation queue for the
+    /// resume, looking again once a minute; a cancelled one's drops its waiting users.
     pub async fn release(
         &self,
         release: Release,
@@ -160,9 +189,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         let mut summary = ReleaseSummary {
             campaign_id: release.campaign_id.to_string(),
             slot: local_time::rfc3339_ms(release.slot_ms),
+            sweep: release.sweep,
             ..Default::default()
         };
-        let early_ms = release.slot_ms - self.clock.now_ms();
+        let early_ms = release.schedule().fires_at_ms() - self.clock.now_ms();
         if early_ms > 0 {
             summary.early = true;
             let seconds = ((early_ms + 999) / 1000).min(i64::from(MAX_DELAY_SECONDS)) as u32;
@@ -177,19 +207,15 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             .hold(release.campaign_id.as_str())
             .await
             .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
-        match hold {
-            Some(Hold::Cancelled(_)) => {
-                summary.cancelled = true;
-                tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, "campaign cancelled: its waiting users are not released");
-                return Ok(summary);
-            }
-            Some(Hold::Paused(_)) => {
-                summary.paused = true;
-                self.continue_release(&release, 0).await?;
-                tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, "campaign paused: the slot's release waits for the resume");
-                return Ok(summary);
-            }
-            None => {}
+        let cancelled = matches!(hold, Some(Hold::Cancelled(_)));
+        if matches!(hold, Some(Hold::Paused(_))) {
+            summary.paused = true;
+            // The pause stopped this queue's consumer; should it still run (a disable not
+            // yet applied, or failed), the release looks again in a minute, not at once.
+            self.continue_release(&release, PAUSED_LOOK_AGAIN_SECONDS)
+                .await?;
+            tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, sweep = release.sweep, "campaign paused: the slot's release waits for the resume");
+            return Ok(summary);
         }
         let mut from = Some(release.from.clone());
         let mut released = release.released;
@@ -205,7 +231,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 summary.users_released = released - release.released;
                 return Ok(summary);
             }
-            let (bodies, next) = self
+            let (users, next) = self
                 .waiting
                 .waiting(
                     &release.campaign_id,
@@ -215,20 +241,36 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 )
                 .await
                 .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
-            let due = Due {
-                slot_late_ms: self.clock.now_ms() - release.slot_ms,
-                released_at_ms: SystemClock.now_ms(),
-            };
-            let bodies: Vec<String> = bodies.into_iter().map(|b| with_due(b, due)).collect();
-            let mut in_flight: FuturesUnordered<_> = bodies
-                .chunks(MAX_BATCH_ENTRIES)
-                .map(|chunk| self.users.send_batch(chunk))
-                .collect();
-            while let Some(sent) = in_flight.next().await {
-                released += sent?.sent as u64;
+            let (ids, bodies): (Vec<String>, Vec<String>) = users.into_iter().unzip();
+            if cancelled {
+                summary.users_dropped += ids.len() as u64;
+            } else {
+                let due = Due {
+                    slot_late_ms: self.clock.now_ms() - release.slot_ms,
+                    released_at_ms: SystemClock.now_ms(),
+                };
+                let bodies: Vec<String> = bodies.into_iter().map(|b| with_due(b, due)).collect();
+                let mut in_flight: FuturesUnordered<_> = bodies
+                    .chunks(MAX_BATCH_ENTRIES)
+                    .map(|chunk| self.users.send_batch(chunk))
+                    .collect();
+                while let Some(sent) = in_flight.next().await {
+                    released += sent?.sent as u64;
+                }
             }
+            // Only once they are on the queue: a release that fails before this finds them
+            // again on its retry (and the ledger sends once).
+            self.waiting
+                .let_go(&release.campaign_id, release.slot_ms, &ids)
+                .await
+                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
             pages += 1;
             from = next;
+        }
+        if cancelled {
+            summary.cancelled = true;
+            tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, users_dropped = summary.users_dropped, "campaign cancelled: the slot's waiting users are dropped, not released");
+            return Ok(summary);
         }
         self.waiting
             .record_release(
@@ -237,18 +279,29 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                     slot_ms: release.slot_ms,
                     users: released,
                     released_at_ms: self.clock.now_ms(),
+                    sweep: release.sweep,
                 },
             )
             .await
             .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
         summary.users_released = released - release.released;
         summary.complete = true;
-        tracing::info!(
-            campaign = %summary.campaign_id,
-            slot = %summary.slot,
-            users_released = summary.users_released,
-            "send slot released"
-        );
+        if release.sweep && released > 0 {
+            tracing::warn!(
+                campaign = %summary.campaign_id,
+                slot = %summary.slot,
+                users_released = released,
+                "the sweep released users the slot's release did not find"
+            );
+        } else {
+            tracing::info!(
+                campaign = %summary.campaign_id,
+                slot = %summary.slot,
+                users_released = summary.users_released,
+                sweep = release.sweep,
+                "send slot released"
+            );
+        }
         Ok(summary)
     }
 
@@ -282,10 +335,15 @@ fn with_due(body: String, due: Due) -> String {
     }
 }
 
-/// A user due within this goes onto the users queue with an SQS delay instead of into the
-/// waiting room: a slot is released at its instant, and a hold decided a minute before it
-/// has long been written by then (a later one could race the release).
-pub(super) const DELAY_WITHIN_MS: i64 = 60_000;
+/// A user due within this goes onto the users queue with an SQS delay (at most 15 minutes)
+/// instead of into the waiting room. So every hold is decided more than 15 minutes before
+/// its slot, and written before the invocation that decided it ends (Lambda's longest is 15
+/// minutes): a slot's holds are all stored before its release can fire.
+pub(super) const DELAY_WITHIN_MS: i64 = MAX_DELAY_SECONDS as i64 * 1000;
+
+/// How often a paused campaign's release or checkpoint looks again should the continuation
+/// queue's consumer still run.
+pub(super) const PAUSED_LOOK_AGAIN_SECONDS: u32 = 60;
 
 /// Users held per BatchWriteItem round (four calls of 25).
 pub(super) const HOLD_BATCH: usize = 100;
@@ -293,7 +351,7 @@ pub(super) const HOLD_BATCH: usize = 100;
 /// What happens to one user of a run (with when a local-time one is let go).
 pub(super) enum When {
     Now(Option<Due>),
-    /// Local time within a minute: enqueued invisible for this many seconds.
+    /// Local time within 15 minutes: enqueued invisible for this many seconds.
     Delayed(u32, Option<Due>),
     /// Held until this instant's release.
     Slot(i64),

@@ -9,6 +9,7 @@ use crate::domain::campaign::{rfc3339, CampaignId};
 use crate::domain::topics::TopicId;
 use crate::ports::memory::directory::{MemoryDirectory, User};
 use crate::ports::memory::{MemoryCampaigns, MemoryOutbox, MemoryWaitingRoom};
+use crate::ports::SlotSchedule;
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -451,7 +452,15 @@ mod local_time_delivery {
 
     /// The schedule of New York's slot (14:00 UTC).
     fn new_york_schedule(stage: &Stage) -> (String, Value) {
-        let key = (campaign().id.to_string(), ms("2026-11-23T14:00:00Z"));
+        slot_schedule(stage, "2026-11-23T14:00:00Z", false)
+    }
+
+    fn slot_schedule(stage: &Stage, slot: &str, sweep: bool) -> (String, Value) {
+        let schedule = SlotSchedule {
+            slot_ms: ms(slot),
+            sweep,
+        };
+        let key = (campaign().id.to_string(), schedule);
         stage.waiting.schedules.lock().unwrap()[&key].clone()
     }
 
@@ -480,11 +489,15 @@ mod local_time_delivery {
             delayed.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
             [30, 30]
         );
-        // New York waits in the room, with one schedule for its slot.
+        // New York waits in the room, with its slot's release and sweep scheduled.
         let held = stage.waiting.held.lock().unwrap().clone();
         assert_eq!(held[&(campaign().id.to_string(), new_york)].len(), 1);
         let schedules = stage.waiting.schedules.lock().unwrap().clone();
-        assert_eq!(schedules.len(), 1);
+        let fires: Vec<String> = schedules
+            .keys()
+            .map(|(_, s)| rfc3339_ms(s.fires_at_ms()))
+            .collect();
+        assert_eq!(fires, ["2026-11-23T14:00:00Z", "2026-11-23T14:15:00Z"]);
         let report = stage.waiting.report(&campaign().id).await.unwrap().unwrap();
         assert_eq!(report.still_waiting(), 1);
         assert_eq!(report.waiting_by_hour()[0].utc_hour, "2026-11-23T14:00Z");
@@ -514,6 +527,11 @@ mod local_time_delivery {
         };
         assert!(paused.paused && !paused.complete);
         assert_eq!(enqueued(&stage).len(), before);
+        // Should the consumer still run, it looks again in a minute: no busy loop.
+        assert_eq!(
+            stage.continuation.delayed.lock().unwrap().last().unwrap().0,
+            60
+        );
         // The parked release, after the resume, from the continuation queue.
         let parked = stage.continuation.bodies().last().cloned().unwrap();
         stage.campaigns.states.resume(campaign().id.as_str());
@@ -547,8 +565,78 @@ mod local_time_delivery {
             panic!("expected a release");
         };
         assert!(summary.cancelled);
+        assert_eq!(summary.users_dropped, 1);
         assert_eq!(enqueued(&stage).len(), before);
         assert!(stage.continuation.bodies().is_empty());
+        // Dropped from the waiting room, not left to wait forever.
+        let report = stage.waiting.report(&campaign().id).await.unwrap().unwrap();
+        assert_eq!(report.still_waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_user_due_within_a_quarter_hour_is_delayed_so_every_hold_is_written_before_its_slot()
+    {
+        // 13:46 UTC: New York's 09:00 is 14 minutes away, within SQS's longest delay; a
+        // hold decided now could be written after the release fired (a segment runs up to
+        // 15 minutes), so the user goes on the users queue with the delay instead.
+        let (stage, _clock) = zoned_stage("2026-11-23T13:46:00Z");
+        let Response::Run(summary) = stage.handle(local_nine(), &plenty()).await.unwrap() else {
+            panic!("expected a run");
+        };
+        let counts = summary.local_time.unwrap();
+        assert!(counts.waiting.is_empty(), "{counts:?}");
+        let delayed = stage.users.delayed.lock().unwrap().clone();
+        assert_eq!(delayed.len(), 1);
+        assert_eq!(delayed[0].0, 14 * 60);
+        assert!(stage.waiting.schedules.lock().unwrap().is_empty());
+        // Sixteen minutes ahead: held, with the slot's release and sweep.
+        let (stage, _clock) = zoned_stage("2026-11-23T13:44:00Z");
+        stage.handle(local_nine(), &plenty()).await.unwrap();
+        assert_eq!(stage.waiting.schedules.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn the_sweep_releases_a_user_held_after_the_slots_release_and_status_reconciles() {
+        let (stage, clock) = zoned_stage("2026-11-23T08:59:30Z");
+        stage.handle(local_nine(), &plenty()).await.unwrap();
+        let before = enqueued(&stage).len();
+        let (_, release) = new_york_schedule(&stage);
+        let (_, sweep) = slot_schedule(&stage, "2026-11-23T14:00:00Z", true);
+        clock.set(ms("2026-11-23T14:00:00Z"));
+        stage.handle(release, &plenty()).await.unwrap();
+        assert_eq!(enqueued(&stage).len(), before + 1);
+        // A hold that lands after the release (a segment retried late, a slow write).
+        let new_york = ms("2026-11-23T14:00:00Z");
+        let last = stage.users.bodies().last().cloned().unwrap();
+        let mut body: Value = serde_json::from_str(&last).unwrap();
+        body["userId"] = json!("late");
+        let body = body.to_string();
+        stage
+            .waiting
+            .hold(&campaign().id, new_york, &[("late".into(), body)])
+            .await
+            .unwrap();
+        let report = stage.waiting.report(&campaign().id).await.unwrap().unwrap();
+        let slot = &report.slots(ms("2026-11-23T14:05:00Z"))[0];
+        assert_eq!((slot.held, slot.released, slot.waiting), (1, 1, 1));
+        assert!(!slot.stranded, "its sweep is still to come");
+        // Stranded once the sweep should long have run, had it not.
+        assert_eq!(report.stranded(ms("2026-11-23T14:31:00Z")), 1);
+        // The sweep, a quarter of an hour later, releases it.
+        clock.set(ms("2026-11-23T14:15:00Z"));
+        let Response::Release(swept) = stage.handle(sweep, &plenty()).await.unwrap() else {
+            panic!("expected a release");
+        };
+        assert!(swept.sweep && swept.complete);
+        assert_eq!(swept.users_released, 1);
+        assert_eq!(enqueued(&stage).last().unwrap(), "late");
+        let report = stage.waiting.report(&campaign().id).await.unwrap().unwrap();
+        let slot = &report.slots(ms("2026-11-24T00:00:00Z"))[0];
+        assert_eq!((slot.released, slot.swept, slot.waiting), (1, 1, 0));
+        assert!(!slot.stranded);
+        assert_eq!(report.slots_released(), 1);
+        // The release's lateness is the release's, not the sweep's.
+        assert_eq!(report.release_lateness().unwrap().max_ms, 0);
     }
 
     #[tokio::test]
