@@ -31,6 +31,7 @@ fn delivery(started: &str) -> LocalDelivery {
         fallback_zone: ZoneName::parse("America/Sao_Paulo").unwrap(),
         passed_time: PassedTime::SendNow,
         started_at_ms: ms(started),
+        window_until_ms: None,
     }
 }
 

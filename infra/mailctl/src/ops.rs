@@ -218,6 +218,8 @@ pub struct LocalTimeStatus {
     pub passed_skipped: u64,
     /// Local time passed at the start: held for the same time the next day.
     pub passed_next_day: u64,
+    /// Local time before the campaign's window closed: held for the same time the next day.
+    pub next_day_after_window: u64,
     /// Due within 15 minutes of the decision: enqueued with an SQS delay.
     pub delayed: u64,
     /// Users kept for a later slot, in all; those still waiting, by UTC hour of their slot.
@@ -242,8 +244,8 @@ impl LocalTimeStatus {
     pub fn describe(&self) -> String {
         let l = self;
         let mut out = format!(
-        "  local time: {} held for their slot, {} still waiting; {} sent at once, {} moved to the next day and {} skipped (local time passed at the start), {} delayed under 15 minutes | fallback zone for {} without a zone and {} with an unknown one\n",
-        l.held, l.still_waiting, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.delayed, l.timezone_missing, l.timezone_invalid
+        "  local time: {} held for their slot, {} still waiting; {} on the next day (local time before the window closed); {} sent at once, {} moved to the next day and {} skipped (local time passed at the start), {} delayed under 15 minutes | fallback zone for {} without a zone and {} with an unknown one\n",
+        l.held, l.still_waiting, l.next_day_after_window, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.delayed, l.timezone_missing, l.timezone_invalid
     );
         for slot in &l.slots {
             out.push_str(&format!(
@@ -515,6 +517,7 @@ async fn local_time_status(
         passed_sent_now: r.counts.passed_sent_now,
         passed_skipped: r.counts.passed_skipped,
         passed_next_day: r.counts.passed_next_day,
+        next_day_after_window: r.counts.next_day_after_window,
         delayed: r.counts.delayed,
         held: r.counts.waiting.values().sum(),
         still_waiting: r.still_waiting(),

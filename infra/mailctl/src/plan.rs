@@ -73,6 +73,8 @@ pub struct LocalTimePlan {
     pub passed_skipped: u64,
     /// Local time passed at the start: held for the same time the next day (policy next-day).
     pub passed_next_day: u64,
+    /// Local time before the campaign's window closed: the same time the next day.
+    pub next_day_after_window: u64,
     /// Emails per send slot (its instant, the zones in it), in time order, with how long
     /// each takes at the effective rate and when its last email goes.
     pub slots: Vec<SlotLoad>,
@@ -154,9 +156,11 @@ pub async fn plan<D: UserDirectory>(
                             continue;
                         }
                         Delivery::Now => l.passed_sent_now += 1,
-                        Delivery::NextDay(at) | Delivery::At(at) => {
-                            if matches!(decided, Delivery::NextDay(_)) {
-                                l.passed_next_day += 1;
+                        Delivery::NextDay(at) | Delivery::AfterWindow(at) | Delivery::At(at) => {
+                            match decided {
+                                Delivery::NextDay(_) => l.passed_next_day += 1,
+                                Delivery::AfterWindow(_) => l.next_day_after_window += 1,
+                                _ => {}
                             }
                             let slot = slots.entry(at).or_default();
                             slot.0 += 1;
@@ -264,8 +268,8 @@ pub fn describe(plan: &Plan) -> String {
 /// instant, emails, zones), the busiest, and the late ones.
 fn describe_local_time(l: &LocalTimePlan) -> String {
     let mut out = format!(
-        "local time {} on {} in each user's zone (fallback {} for {} without a zone and {} with an unknown one); local time already passed: {} sent at once, {} moved to the next day, {} skipped ({})\n",
-        l.local_time, l.send_date, l.fallback_zone, l.timezone_missing, l.timezone_invalid, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.passed_time
+        "local time {} on {} in each user's zone (fallback {} for {} without a zone and {} with an unknown one); {} on the next day because their local time came before the window closed; local time already passed: {} sent at once, {} moved to the next day, {} skipped ({})\n",
+        l.local_time, l.send_date, l.fallback_zone, l.timezone_missing, l.timezone_invalid, l.next_day_after_window, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.passed_time
     );
     for s in &l.slots {
         out.push_str(&format!(

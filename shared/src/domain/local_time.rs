@@ -226,6 +226,9 @@ pub enum Delivery {
     At(i64),
     /// The local time passed and the policy says the next day's: this instant.
     NextDay(i64),
+    /// The local time came before the campaign's window closed, and the campaign started
+    /// after that (it could never be on time): the same time the next day, this instant.
+    AfterWindow(i64),
     /// The local time passed and the policy says skip.
     Skip,
 }
@@ -242,7 +245,16 @@ pub struct LocalDelivery {
     /// When the campaign started: "passed" is decided against this instant, so every
     /// segment of a run, and every user, is judged by the same clock reading.
     pub started_at_ms: i64,
+    /// When the campaign's window closes (set as its run starts): in a campaign started
+    /// after it, a local time before it moves to the next day instead of being "passed".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_until_ms: Option<i64>,
 }
+
+/// A local time passed by at most this when the campaign starts is on time, not passed:
+/// sent at once, its lateness recorded. A weekly schedule at 00:00 UTC starts seconds after
+/// UTC+9's 09:00, and a Lambda retry minutes after it; neither makes a whole zone "passed".
+pub const START_GRACE_MS: i64 = 15 * 60 * 1000;
 
 mod date_text {
     use jiff::civil::Date;
@@ -275,14 +287,26 @@ impl LocalDelivery {
     /// When the user with this zone field gets their email, and where the zone came from.
     pub fn delivery(&self, field: &ZoneField) -> (Delivery, ZoneSource) {
         let (tz, source) = self.zone_for(field);
-        let target = self.target(&tz, self.send_date);
-        if target >= self.started_at_ms {
-            return (Delivery::At(target), source);
+        let mut date = self.send_date;
+        let mut target = self.target(&tz, date);
+        let mut after_window = false;
+        // Started once the window closed (a finished week, as the schedule runs it): a local
+        // time before the close could never be on time, so it is the next day's, by design.
+        if let (Some(until), Ok(next)) = (self.window_until_ms, date.tomorrow()) {
+            if target < until && self.started_at_ms >= until - START_GRACE_MS {
+                (date, target, after_window) = (next, self.target(&tz, next), true);
+            }
+        }
+        if target >= self.started_at_ms - START_GRACE_MS {
+            return match after_window {
+                true => (Delivery::AfterWindow(target), source),
+                false => (Delivery::At(target), source),
+            };
         }
         let delivery = match self.passed_time {
             PassedTime::SendNow => Delivery::Now,
             PassedTime::Skip => Delivery::Skip,
-            PassedTime::NextDay => match self.send_date.tomorrow() {
+            PassedTime::NextDay => match date.tomorrow() {
                 Ok(next) => match self.target(&tz, next) {
                     // Started more than a day late: the next day has passed too.
                     t if t >= self.started_at_ms => Delivery::NextDay(t),
@@ -346,6 +370,8 @@ pub struct LocalTimeCounts {
     pub passed_skipped: u64,
     /// Local time passed; held for the same local time the next day (policy next-day).
     pub passed_next_day: u64,
+    /// Local time before the campaign's window closed: the same time the next day.
+    pub next_day_after_window: u64,
     /// Due within 15 minutes of the decision: enqueued on the users queue with that delay.
     pub delayed: u64,
     /// Users kept until their slot, by slot (the target instant, ms).
@@ -359,6 +385,7 @@ impl LocalTimeCounts {
         self.passed_sent_now += other.passed_sent_now;
         self.passed_skipped += other.passed_skipped;
         self.passed_next_day += other.passed_next_day;
+        self.next_day_after_window += other.next_day_after_window;
         self.delayed += other.delayed;
         for (slot, n) in &other.waiting {
             *self.waiting.entry(*slot).or_default() += n;

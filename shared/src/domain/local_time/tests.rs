@@ -14,6 +14,7 @@ fn delivery(
         fallback_zone: ZoneName::parse(fallback).unwrap(),
         passed_time: passed,
         started_at_ms: ms(started),
+        window_until_ms: None,
     }
 }
 
@@ -199,6 +200,7 @@ fn a_send_date_may_be_up_to_fourteen_days_ahead() {
 fn each_passed_time_policy_at_its_boundary() {
     let target = "2026-11-30T09:00:00Z";
     let next_day = Delivery::NextDay(ms("2026-12-01T09:00:00Z"));
+    // Up to START_GRACE_MS (15 minutes) after the local time, a start is on time.
     let cases = [
         (
             "2026-11-30T08:59:59Z",
@@ -206,25 +208,25 @@ fn each_passed_time_policy_at_its_boundary() {
             Delivery::At(ms(target)),
         ),
         (
-            "2026-11-30T09:00:00Z",
+            "2026-11-30T09:15:00Z",
             PassedTime::SendNow,
             Delivery::At(ms(target)),
         ),
-        ("2026-11-30T09:00:01Z", PassedTime::SendNow, Delivery::Now),
+        ("2026-11-30T09:15:01Z", PassedTime::SendNow, Delivery::Now),
         (
-            "2026-11-30T08:59:59Z",
+            "2026-11-30T09:15:00Z",
             PassedTime::NextDay,
             Delivery::At(ms(target)),
         ),
-        ("2026-11-30T09:00:01Z", PassedTime::NextDay, next_day),
+        ("2026-11-30T09:15:01Z", PassedTime::NextDay, next_day),
         // A day and more late: the next day has passed too.
         ("2026-12-01T09:00:01Z", PassedTime::NextDay, Delivery::Now),
         (
-            "2026-11-30T08:59:59Z",
+            "2026-11-30T09:15:00Z",
             PassedTime::Skip,
             Delivery::At(ms(target)),
         ),
-        ("2026-11-30T09:00:01Z", PassedTime::Skip, Delivery::Skip),
+        ("2026-11-30T09:15:01Z", PassedTime::Skip, Delivery::Skip),
     ];
     for (started, policy, expected) in cases {
         let d = delivery("09:00", "2026-11-30", "UTC", policy, started);
@@ -313,4 +315,58 @@ fn a_busy_slot_delays_the_next_and_the_plan_says_by_how_much() {
     assert!(loads[0].finishes_after * 1000.0 > LATE_TOLERANCE_MS as f64);
     assert_eq!(loads[1].finishes_after, 257.1);
     assert_eq!(loads[2].finishes_after, 1.0);
+}
+
+/// The default weekly schedule with a local time starts as the week closes, Monday 00:00 UTC
+/// (and a few seconds after). Every zone gets 09:00 its own time, none "passed": from UTC-12
+/// to UTC+9 on Monday (UTC+9's exactly at the start, within the grace), east of UTC+9 on
+/// Tuesday, because their Monday 09:00 came before the week's data was complete.
+#[test]
+fn the_default_weekly_start_reaches_every_zone_at_its_local_time() {
+    let mut d = delivery(
+        "09:00",
+        "2026-11-30",
+        "UTC",
+        PassedTime::Skip,
+        "2026-11-30T00:00:07Z",
+    );
+    d.window_until_ms = Some(ms("2026-11-30T00:00:00Z"));
+    let cases = [
+        ("Etc/GMT+12", Delivery::At(ms("2026-11-30T21:00:00Z"))),
+        (
+            "America/Los_Angeles",
+            Delivery::At(ms("2026-11-30T17:00:00Z")),
+        ),
+        ("UTC", Delivery::At(ms("2026-11-30T09:00:00Z"))),
+        ("Asia/Tokyo", Delivery::At(ms("2026-11-30T00:00:00Z"))),
+        (
+            "Australia/Adelaide",
+            Delivery::AfterWindow(ms("2026-11-30T22:30:00Z")),
+        ),
+        (
+            "Australia/Sydney",
+            Delivery::AfterWindow(ms("2026-11-30T22:00:00Z")),
+        ),
+        (
+            "Pacific/Kiritimati",
+            Delivery::AfterWindow(ms("2026-11-30T19:00:00Z")),
+        ),
+    ];
+    for (zone, expected) in cases {
+        assert_eq!(d.delivery(&text(zone)).0, expected, "{zone}");
+    }
+    // Started before the window closed (a preview, a test): nothing moves.
+    d.started_at_ms = ms("2026-11-29T12:00:00Z");
+    assert_eq!(
+        d.delivery(&text("Pacific/Kiritimati")).0,
+        Delivery::At(ms("2026-11-29T19:00:00Z"))
+    );
+    // Started late (the schedule fired at 10:00 UTC): west of the window's close, the
+    // passed-time policy decides, as before.
+    d.started_at_ms = ms("2026-11-30T10:00:00Z");
+    assert_eq!(d.delivery(&text("UTC")).0, Delivery::Skip);
+    assert_eq!(
+        d.delivery(&text("Australia/Sydney")).0,
+        Delivery::AfterWindow(ms("2026-11-30T22:00:00Z"))
+    );
 }

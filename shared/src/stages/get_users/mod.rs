@@ -261,7 +261,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             // under others.
             run.campaign.settle(&recorded, run.topic_named)?;
             let campaign = &run.campaign;
-            if let Some(delivery) = &run.delivery {
+            if let Some(delivery) = &mut run.delivery {
+                // The window as settled (a campaign already started keeps its own).
+                delivery.window_until_ms = Some(campaign.window.until.unix_timestamp() * 1000);
                 self.waiting
                     .record_delivery(&campaign.id, delivery)
                     .await

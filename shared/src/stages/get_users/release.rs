@@ -99,9 +99,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 counts.passed_skipped += 1;
                 When::Never
             }
-            Delivery::NextDay(at_ms) | Delivery::At(at_ms) => {
-                if matches!(decided, Delivery::NextDay(_)) {
-                    counts.passed_next_day += 1;
+            Delivery::NextDay(at_ms) | Delivery::AfterWindow(at_ms) | Delivery::At(at_ms) => {
+                match decided {
+                    Delivery::NextDay(_) => counts.passed_next_day += 1,
+                    Delivery::AfterWindow(_) => counts.next_day_after_window += 1,
+                    _ => {}
                 }
                 let wait_ms = at_ms - self.clock.now_ms();
                 let released_at_ms = SystemClock.now_ms();

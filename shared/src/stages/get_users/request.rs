@@ -137,6 +137,7 @@ pub fn parse_request(
             fallback_zone: local.fallback_zone.clone(),
             passed_time: local.passed_time,
             started_at_ms: now_ms,
+            window_until_ms: Some(campaign.window.until.unix_timestamp() * 1000),
         });
         return Ok(Request::Run(Run {
             campaign,
@@ -207,6 +208,7 @@ fn manual_delivery(
             None => local.passed_time,
         },
         started_at_ms: now_ms,
+        window_until_ms: Some(campaign.window.until.unix_timestamp() * 1000),
     }))
 }
 
