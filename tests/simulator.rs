@@ -198,18 +198,33 @@ async fn a_release_schedule_fires_at_its_instant_while_get_users_is_still_holdin
     pipeline.drain(Duration::from_secs(600)).await.unwrap();
     assert_eq!(mover.await.unwrap(), ms(SLOT));
 
+    // The slot's release, then its sweep a quarter of an hour later.
     let fired = pipeline.releases_fired();
-    assert_eq!(fired.len(), 1, "{fired:?}");
+    assert_eq!(fired.len(), 2, "{fired:?}");
     assert!(
         fired[0].get_users_running >= 1,
         "the schedule fired only after GetUsers had finished holding: {fired:?}"
     );
     let stats = pipeline.async_stats();
-    assert_eq!((stats.events, stats.succeeded), (2, 2), "{stats:?}");
-    // What the release found is what had been written when it fired (the rest of the slot
-    // is the subject of the local-time reconciliation, not of the simulator).
-    let sent = env.sent().await.unwrap().len();
-    eprintln!("fired while holding: {sent} of 250 users sent by the release");
+    assert_eq!((stats.events, stats.succeeded), (3, 3), "{stats:?}");
+    // The release found what had been written when it fired; the sweep released the rest:
+    // every held user has a send record and nobody is left waiting.
+    let campaign = Campaign::from_id("weekly-2026-W47", None).unwrap();
+    let report = mailflow::adapters::waiting::read_report(
+        &env.dynamo(),
+        env.stack.table_name(names::WAITING_TABLE).unwrap(),
+        &campaign.id,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let held: u64 = report.counts.waiting.values().sum();
+    let slot = &report.slots(ms(SLOT) + 86_400_000)[0];
+    assert_eq!(slot.released + slot.swept, held, "{slot:?}");
+    assert!(slot.swept > 0, "the release found every hold: {slot:?}");
+    assert_eq!(report.still_waiting(), 0);
+    let records = env.records("weekly-2026-W47").await.unwrap();
+    assert_eq!(records.len() as u64, held);
 }
 
 /// The waiting table cannot be read (every Query fails as DynamoDB's 500), `times` times or
@@ -252,9 +267,10 @@ async fn failing_release(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_release_failing_on_every_attempt_is_retried_twice_then_dropped_without_a_destination() {
     let (_env, stats) = failing_release("release-dropped", None).await;
-    assert_eq!(stats.events, 1, "{stats:?}");
-    assert_eq!((stats.attempts, stats.failed_attempts), (3, 3), "{stats:?}");
-    assert_eq!((stats.dropped, stats.to_destination), (1, 0), "{stats:?}");
+    // The slot's release and its sweep, each tried three times and dropped.
+    assert_eq!(stats.events, 2, "{stats:?}");
+    assert_eq!((stats.attempts, stats.failed_attempts), (6, 6), "{stats:?}");
+    assert_eq!((stats.dropped, stats.to_destination), (2, 0), "{stats:?}");
     // Lambda's spacing: a minute before the first retry, two more before the second.
     let at = &stats.attempts_at_ms;
     assert!(
@@ -266,8 +282,9 @@ async fn a_release_failing_on_every_attempt_is_retried_twice_then_dropped_withou
 #[tokio::test(flavor = "multi_thread")]
 async fn a_release_failing_on_every_attempt_reaches_the_on_failure_destination() {
     let (env, stats) = failing_release("release-destination", Some(names::SCHEDULE_DLQ)).await;
-    assert_eq!((stats.attempts, stats.failed_attempts), (3, 3), "{stats:?}");
-    assert_eq!((stats.dropped, stats.to_destination), (0, 1), "{stats:?}");
+    // The slot's release and its sweep, each tried three times.
+    assert_eq!((stats.attempts, stats.failed_attempts), (6, 6), "{stats:?}");
+    assert_eq!((stats.dropped, stats.to_destination), (0, 2), "{stats:?}");
     let url = env.stack.queue_url(names::SCHEDULE_DLQ).unwrap();
     let out = env
         .sqs()
@@ -278,7 +295,7 @@ async fn a_release_failing_on_every_attempt_reaches_the_on_failure_destination()
         .await
         .unwrap();
     let messages = out.messages();
-    assert_eq!(messages.len(), 1);
+    assert_eq!(messages.len(), 2);
     let record: serde_json::Value = serde_json::from_str(messages[0].body().unwrap()).unwrap();
     assert_eq!(
         record["requestContext"]["condition"], "RetriesExhausted",
@@ -294,8 +311,8 @@ async fn a_release_failing_on_every_attempt_reaches_the_on_failure_destination()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_release_lambda_gives_up_on_is_released_from_the_continuation_queue() {
     // The template as it is: GetUsers' failed asynchronous invocations go to the
-    // continuation queue (without a destination, Lambda drops the release and its users
-    // stay held until the holds' TTL deletes them).
+    // continuation queue (without a destination, Lambda drops the release, and only the
+    // slot's sweep could still release its users).
     let (env, switch, pipeline) = tokyo("release-redriven", 30, |_| {}).await;
     let template = &env.stack.template;
     let get_users = template.function(names::GET_USERS).unwrap();
@@ -311,7 +328,8 @@ async fn a_release_lambda_gives_up_on_is_released_from_the_continuation_queue() 
     waiting_table_unreadable(&switch, Some(9));
     pipeline.drain(Duration::from_secs(600)).await.unwrap();
     let stats = pipeline.async_stats();
-    assert_eq!((stats.attempts, stats.failed_attempts), (3, 3), "{stats:?}");
+    // The release's three attempts; the sweep's one, which finds nobody left.
+    assert_eq!((stats.attempts, stats.failed_attempts), (4, 3), "{stats:?}");
     assert_eq!((stats.dropped, stats.to_destination), (0, 1), "{stats:?}");
     // Everyone held for the slot was released from the record: each has an email job,
     // none is left waiting or in progress, and the sent ones were sent once.
