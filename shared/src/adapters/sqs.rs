@@ -177,4 +177,19 @@ impl crate::ports::RetryQueue for SqsQueue {
             .map_err(|e| self.call_error("ChangeMessageVisibility", &e))?;
         Ok(())
     }
+
+    async fn requeue(&self, body: &str, delay: Duration) -> Result<(), QueueError> {
+        let seconds = delay
+            .as_secs()
+            .min(u64::from(crate::ports::MAX_DELAY_SECONDS));
+        self.client
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body)
+            .delay_seconds(seconds as i32)
+            .send()
+            .await
+            .map_err(|e| self.call_error("SendMessage", &e))?;
+        Ok(())
+    }
 }

@@ -462,6 +462,13 @@ pub trait RetryQueue: Send + Sync {
         receipt_handle: &str,
         delay: Duration,
     ) -> impl Future<Output = Result<(), QueueError>> + Send;
+    /// Puts `body` on the queue again as a new message, invisible for `delay` (at most
+    /// SQS's 15 minutes): its receive count starts again, so waiting costs no receive.
+    fn requeue(
+        &self,
+        body: &str,
+        delay: Duration,
+    ) -> impl Future<Output = Result<(), QueueError>> + Send;
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -110,4 +110,9 @@ impl RetryQueue for Slow<LabQueue> {
         self.wait().await;
         self.inner.change_visibility(receipt_handle, delay).await
     }
+
+    async fn requeue(&self, body: &str, delay: Duration) -> Result<(), QueueError> {
+        self.wait().await;
+        self.inner.requeue(body, delay).await
+    }
 }

@@ -1,7 +1,8 @@
 //! The emails queue, in memory, with the SQS semantics SendEmail relies on: a received
 //! message is invisible for the visibility timeout, a returned one comes back when its
 //! visibility (ChangeMessageVisibility) ends, each receive counts (ApproximateReceiveCount),
-//! and after `max_receive_count` receives a message moves to the DLQ.
+//! after `max_receive_count` receives a message moves to the DLQ, and a message sent again
+//! (with a delay) is a new one whose count starts at zero.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailflow::ports::{QueueError, RetryQueue};
@@ -133,6 +134,24 @@ impl RetryQueue for LabQueue {
                 message.visible_at = Instant::now() + delay;
             }
         }
+        Ok(())
+    }
+
+    async fn requeue(&self, body: &str, delay: Duration) -> Result<(), QueueError> {
+        let mut state = self.state();
+        state.next_id += 1;
+        let id = state.next_id;
+        let delay = delay.min(Duration::from_secs(u64::from(
+            mailflow::ports::MAX_DELAY_SECONDS,
+        )));
+        state.messages.insert(
+            id,
+            Message {
+                body: body.to_owned(),
+                receives: 0,
+                visible_at: Instant::now() + delay,
+            },
+        );
         Ok(())
     }
 }

@@ -5,10 +5,13 @@ use crate::ports::{OutgoingQueue, QueueError, RetryQueue, SendReport};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// Records the visibility changes asked of it (receipt handle, delay).
+/// Records the visibility changes asked of it (receipt handle, delay) and the messages put
+/// on it again (body, delay); `refuse_requeue` makes the latter fail.
 #[derive(Default)]
 pub struct MemoryQueue {
     pub delays: Mutex<Vec<(String, Duration)>>,
+    pub requeued: Mutex<Vec<(String, Duration)>>,
+    pub refuse_requeue: std::sync::atomic::AtomicBool,
 }
 
 impl MemoryQueue {
@@ -24,6 +27,21 @@ impl RetryQueue for MemoryQueue {
         delay: Duration,
     ) -> Result<(), QueueError> {
         crate::runtime::lock(&self.delays).push((receipt_handle.to_owned(), delay));
+        Ok(())
+    }
+
+    async fn requeue(&self, body: &str, delay: Duration) -> Result<(), QueueError> {
+        if self
+            .refuse_requeue
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(QueueError::Call {
+                queue: "memory".into(),
+                operation: "SendMessage",
+                detail: "connection refused".into(),
+            });
+        }
+        crate::runtime::lock(&self.requeued).push((body.to_owned(), delay));
         Ok(())
     }
 }

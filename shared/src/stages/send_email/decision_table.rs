@@ -17,7 +17,11 @@ const CAMPAIGN: &str = "weekly-2026-W47";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn config() -> SendEmailConfig {
-    let vars = |k: &str| {
+    SendEmailConfig::from_source(&config_var).unwrap()
+}
+
+fn config_var(k: &str) -> Option<String> {
+    {
         let v = match k {
             "SENDS_TABLE_NAME" => "sends",
             "CAMPAIGNS_TABLE_NAME" => "campaigns",
@@ -29,8 +33,7 @@ fn config() -> SendEmailConfig {
             _ => return None,
         };
         Some(v.to_owned())
-    };
-    SendEmailConfig::from_source(&vars).unwrap()
+    }
 }
 
 fn event(to: &str, receives: u32, include_failed: bool) -> SqsEvent {
@@ -547,5 +550,70 @@ async fn a_cancelled_record_is_sent_only_by_a_resend_of_the_reopened_campaign() 
             SendStatus::Cancelled
         };
         assert_eq!(status, Some(expected));
+    }
+}
+
+/// A batch of five at one email a second with five seconds left: what finds no send slot
+/// before the deadline goes back on the queue as a new message, delayed until a slot
+/// comes, and is acknowledged, so that waiting for the rate never counts a receive towards
+/// the DLQ (at the SES sandbox's 1/s it would, on almost every record). If the queue
+/// refuses the copy, the record itself is returned with that delay, as before.
+#[tokio::test]
+async fn a_record_with_no_send_slot_in_time_goes_back_as_a_new_message_not_a_receive() {
+    for queue_refuses in [false, true] {
+        let slow = |k: &str| match k {
+            "SEND_RATE_PER_SECOND" => Some("1".to_owned()),
+            _ => None,
+        };
+        let vars = |k: &str| slow(k).or_else(|| config_var(k));
+        let stage = SendEmail::new(
+            MemoryLedger::default(),
+            ScriptedMailer::default(),
+            MemoryQueue::default(),
+            MemoryCampaigns::default(),
+            MemoryRateBucket::default(),
+            SendEmailConfig::from_source(&vars).unwrap(),
+        );
+        stage
+            .queue
+            .refuse_requeue
+            .store(queue_refuses, std::sync::atomic::Ordering::SeqCst);
+        let mut batch = SqsEvent::default();
+        for n in 0..5 {
+            let mut one = event(&format!("user{n}@example.com"), 1, false);
+            let mut record = one.records.remove(0);
+            let mut job: serde_json::Value =
+                serde_json::from_str(record.body.as_deref().unwrap()).unwrap();
+            job["userId"] = format!("u{n}").into();
+            record.body = Some(job.to_string());
+            record.message_id = Some(format!("m{n}"));
+            record.receipt_handle = Some(format!("r{n}"));
+            batch.records.push(record);
+        }
+        let (response, summary) = stage
+            .handle(batch, &invocation(Duration::from_secs(5)))
+            .await;
+        let row = format!("queue refuses: {queue_refuses}; {summary:?}");
+        assert!(summary.sent >= 1 && summary.paced >= 1, "{row}");
+        assert_eq!(summary.sent + summary.paced, 5, "{row}");
+        let requeued = crate::runtime::lock(&stage.queue.requeued).clone();
+        if queue_refuses {
+            assert!(requeued.is_empty(), "{row}");
+            assert_eq!(response.batch_item_failures.len(), summary.paced, "{row}");
+            assert_eq!(stage.queue.delays().len(), summary.paced, "{row}");
+        } else {
+            assert!(response.batch_item_failures.is_empty(), "{row}");
+            assert!(stage.queue.delays().is_empty(), "{row}");
+            assert_eq!(requeued.len(), summary.paced, "{row}");
+            for (body, delay) in &requeued {
+                assert!(*delay > Duration::ZERO, "{row}");
+                // The copy is the email as it came; its user's claim was given back.
+                let job: serde_json::Value = serde_json::from_str(body).unwrap();
+                let user = job["userId"].as_str().unwrap();
+                let record = stage.ledger.get(user, CAMPAIGN).unwrap();
+                assert_eq!(record.status, Some(SendStatus::InProgress), "{row}");
+                assert_eq!(record.lease_until_ms, Some(0), "{row}");
+            }
+        }
     }
 }

@@ -135,6 +135,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                 Ok(Done::PreviouslyFailed) => summary.previously_failed += 1,
                 Ok(Done::Unrecorded) => summary.unrecorded += 1,
                 Ok(Done::Cancelled) => summary.cancelled += 1,
+                Ok(Done::Paced) => summary.paced += 1,
                 Err(retry) => {
                     match retry.why {
                         Again::Busy => summary.busy += 1,
@@ -183,6 +184,21 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         if let Err(err) = self.queue.change_visibility(receipt, delay).await {
             // Not fatal: the record still comes back, after the queue's visibility timeout.
             tracing::warn!(reason = %err, "could not set the retry delay");
+        }
+    }
+
+    /// Sends the record's body again as a new message that comes back after `wait`; false
+    /// if the queue refused (then the record itself is returned with that delay).
+    async fn requeue(&self, record: &SqsMessage, wait: Duration) -> bool {
+        let Some(body) = record.body.as_deref() else {
+            return false;
+        };
+        match self.queue.requeue(body, wait).await {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::warn!(reason = %err, "could not put a paced email back on the queue; returning the record instead");
+                false
+            }
         }
     }
 
@@ -247,9 +263,16 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         match self.take_slot(ticket, invocation).await {
             Ok(()) => {}
             Err(NoSlot::Full(wait)) => {
-                // Not an error: the stack is sending as fast as it may; back when it has room.
+                // Not an error: the stack is sending as fast as it may; back when it has room,
+                // as a new message, so that waiting for the rate never counts a receive
+                // towards the DLQ (at a rate of one or two a second it would, constantly).
                 let reason = "no send slot before the deadline";
-                self.give_back(&claim, reason, false, last_receive).await;
+                let requeued = self.requeue(record, wait).await;
+                self.give_back(&claim, reason, false, last_receive && !requeued)
+                    .await;
+                if requeued {
+                    return Ok(Done::Paced);
+                }
                 return Err(Retry {
                     why: Again::Paced,
                     delay: Some(wait),

@@ -19,8 +19,9 @@ summary! {
         pub throttled: usize,
         /// SES's throttles, each answered by a lower shared rate and a later slot.
         pub throttles: usize,
-        /// Returned unsent because the shared schedule had no slot before the invocation's
-        /// deadline: back when it has (not an error, no SES call).
+        /// Unsent because the shared schedule had no slot before the invocation's deadline:
+        /// put back on the queue as a new message that comes when it has (not an error, no
+        /// SES call, no receive counted), or returned with that delay if the queue refused.
         pub paced: usize,
         /// Returned because sending is paused or the account suspended.
         pub stopped: usize,
@@ -43,6 +44,8 @@ pub(super) enum Done {
     PreviouslyFailed,
     Unrecorded,
     Cancelled,
+    /// No send slot in time: acknowledged, its copy on the queue comes back for one.
+    Paced,
 }
 
 pub(super) enum Again {
