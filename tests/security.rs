@@ -148,6 +148,8 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             pairs.extend(poll(names::EMAILS_QUEUE));
             pairs.push(("dynamodb:GetItem", "CampaignsTable.Arn".into()));
             pairs.push(("sqs:ChangeMessageVisibility", "EmailsQueue.Arn".into()));
+            // An email with no send slot in time goes back as a new, delayed message.
+            pairs.push(("sqs:SendMessage", "EmailsQueue.Arn".into()));
             pairs.push(("dynamodb:UpdateItem", "SendsTable.Arn".into()));
             pairs.push(("ses:SendEmail", SES_IDENTITY.into()));
             pairs.push(("ses:SendEmail", SES_CONFIGURATION_SET.into()));
