@@ -64,17 +64,6 @@ impl OutgoingQueue for SqsQueue {
         self.send_entries(bodies, delay_seconds.min(crate::ports::MAX_DELAY_SECONDS))
             .await
     }
-
-    async fn send(&self, body: String) -> Result<(), QueueError> {
-        self.client
-            .send_message()
-            .queue_url(&self.url)
-            .message_body(body)
-            .send()
-            .await
-            .map_err(|e| self.call_error("SendMessage", &e))?;
-        Ok(())
-    }
 }
 
 impl SqsQueue {

@@ -441,7 +441,6 @@ pub trait OutgoingQueue: Send + Sync {
         &self,
         bodies: &[String],
     ) -> impl Future<Output = Result<SendReport, QueueError>> + Send;
-    fn send(&self, body: String) -> impl Future<Output = Result<(), QueueError>> + Send;
     /// `send_batch`, each message invisible for `delay_seconds` first (at most
     /// `MAX_DELAY_SECONDS`, SQS's limit).
     fn send_batch_delayed(

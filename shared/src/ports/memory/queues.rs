@@ -117,10 +117,4 @@ impl OutgoingQueue for MemoryOutbox {
             .extend(bodies.iter().map(|b| (delay_seconds, b.clone())));
         Ok(report)
     }
-
-    async fn send(&self, body: String) -> Result<(), QueueError> {
-        self.check_open("SendMessage")?;
-        crate::runtime::lock(&self.bodies).push(body);
-        Ok(())
-    }
 }
