@@ -228,6 +228,8 @@ pub struct LocalTimeStatus {
     pub waiting_by_hour: Vec<mailflow::domain::local_time::HourWaiting>,
     /// Each slot: held, released at the instant, released by the sweep, still waiting.
     pub slots: Vec<mailflow::domain::local_time::SlotStatus>,
+    /// Each run's own counts (a resend or a re-run is a run of its own), in start order.
+    pub runs: Vec<RunCounts>,
     /// Users still waiting although their slot's sweep has passed: nothing will release
     /// them (a problem, like a DLQ message).
     pub stranded: u64,
@@ -239,6 +241,14 @@ pub struct LocalTimeStatus {
     pub lateness: Option<mailflow::domain::local_time::Lateness>,
 }
 
+/// One run of a local-time campaign, as `status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunCounts {
+    pub started_at: String,
+    pub counts: mailflow::domain::local_time::LocalTimeCounts,
+}
+
 impl LocalTimeStatus {
     /// Its lines of `mailctl status`.
     pub fn describe(&self) -> String {
@@ -247,6 +257,21 @@ impl LocalTimeStatus {
         "  local time: {} held for their slot, {} still waiting; {} on the next day (local time before the window closed); {} sent at once, {} moved to the next day and {} skipped (local time passed at the start), {} delayed under 15 minutes | fallback zone for {} without a zone and {} with an unknown one\n",
         l.held, l.still_waiting, l.next_day_after_window, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.delayed, l.timezone_missing, l.timezone_invalid
     );
+        if l.runs.len() > 1 {
+            for run in &l.runs {
+                let c = &run.counts;
+                out.push_str(&format!(
+                    "    run started {}: {} held, {} on the next day (before the window closed); {} sent at once, {} moved to the next day, {} skipped; {} delayed\n",
+                    run.started_at,
+                    c.waiting.values().sum::<u64>(),
+                    c.next_day_after_window,
+                    c.passed_sent_now,
+                    c.passed_next_day,
+                    c.passed_skipped,
+                    c.delayed
+                ));
+            }
+        }
         for slot in &l.slots {
             out.push_str(&format!(
                 "    slot {}: held {} | released {} | swept {} | still waiting {}{}\n",
@@ -523,6 +548,18 @@ async fn local_time_status(
         still_waiting: r.still_waiting(),
         waiting_by_hour: r.waiting_by_hour(),
         slots: r.slots(now_ms),
+        runs: r
+            .runs
+            .iter()
+            .map(|(started, counts)| RunCounts {
+                started_at: if *started > 0 {
+                    mailflow::domain::local_time::rfc3339_ms(*started)
+                } else {
+                    "before runs were kept apart".into()
+                },
+                counts: counts.clone(),
+            })
+            .collect(),
         stranded: r.stranded(now_ms),
         slots_released: r.slots_released(),
         release_lateness: r.release_lateness(),

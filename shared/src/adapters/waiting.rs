@@ -6,8 +6,9 @@
 //! one hot partition), `userId` and the users-queue `body`. An item is deleted once its user
 //! is on the users queue (or dropped by a cancellation), never by TTL: the table holds
 //! exactly who is still waiting, however long a pause lasts. A campaign's report item
-//! (`<campaign>#report`, `userId` "-") holds each run segment's counts (`segment<N>`, written
-//! whole, so a retried segment is never added twice), each slot's release and sweep
+//! (`<campaign>#report`, `userId` "-") holds each run segment's counts
+//! (`segment<run started ms>.<N>`, written whole, so a retried segment is never added twice
+//! and a second run's never overwrite the first's), each slot's release and sweep
 //! (`release<slot ms>`, `sweep<slot ms>`) and the delivery the latest run started with
 //! (`delivery`, which `mailctl resend` reuses).
 
@@ -192,12 +193,13 @@ impl WaitingRoom for WaitingTable {
     async fn record_segment(
         &self,
         campaign: &CampaignId,
+        run_started_ms: i64,
         segment: u32,
         counts: &LocalTimeCounts,
     ) -> Result<(), StoreError> {
         let json = serde_json::to_string(counts).unwrap_or_default();
-        self.set_report(campaign, &format!("segment{segment}"), json)
-            .await
+        let attribute = format!("segment{run_started_ms}.{segment}");
+        self.set_report(campaign, &attribute, json).await
     }
 
     async fn record_release(
@@ -243,9 +245,15 @@ pub async fn read_report(
             };
             if name == "delivery" {
                 report.delivery = serde_json::from_str(json).ok();
-            } else if name.starts_with("segment") {
+            } else if let Some(key) = name.strip_prefix("segment") {
                 if let Ok(counts) = serde_json::from_str::<LocalTimeCounts>(json) {
-                    report.counts.add(&counts);
+                    // `segment<run started ms>.<N>`; `segment<N>` from before runs were
+                    // kept apart counts as a run of its own (0).
+                    let run = key
+                        .split_once('.')
+                        .and_then(|(run, _)| run.parse().ok())
+                        .unwrap_or(0);
+                    report.add_segment(run, &counts);
                 }
             } else if name.starts_with("release") || name.starts_with("sweep") {
                 if let Ok(release) = serde_json::from_str::<SlotRelease>(json) {

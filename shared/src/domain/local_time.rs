@@ -421,7 +421,11 @@ pub struct SlotRelease {
 /// and sweep, and who is still in the waiting room.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WaitingReport {
+    /// Every run's counts added up.
     pub counts: LocalTimeCounts,
+    /// Each run's own, by when it started (ms; 0 for counts recorded before runs were kept
+    /// apart).
+    pub runs: BTreeMap<i64, LocalTimeCounts>,
     /// Releases and sweeps, by slot.
     pub releases: Vec<SlotRelease>,
     /// The delivery the latest run started with.
@@ -492,6 +496,12 @@ impl Lateness {
 }
 
 impl WaitingReport {
+    /// One segment's counts of the run started at `run_started_ms`.
+    pub fn add_segment(&mut self, run_started_ms: i64, counts: &LocalTimeCounts) {
+        self.counts.add(counts);
+        self.runs.entry(run_started_ms).or_default().add(counts);
+    }
+
     /// The slots that may still have users waiting (held more than released): the ones
     /// whose waiting users a reader counts.
     pub fn unreconciled(&self) -> Vec<i64> {

@@ -320,10 +320,12 @@ pub trait WaitingRoom: Send + Sync {
         campaign: &CampaignId,
         delivery: &LocalDelivery,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// A run segment's counts (written again by a retried segment, never added twice).
+    /// A run segment's counts, under the run (its `started_at_ms`) and the segment: written
+    /// again by a retried segment, never added twice, and kept apart from other runs'.
     fn record_segment(
         &self,
         campaign: &CampaignId,
+        run_started_ms: i64,
         segment: u32,
         counts: &LocalTimeCounts,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;

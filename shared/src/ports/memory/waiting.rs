@@ -15,7 +15,7 @@ pub struct MemoryWaitingRoom {
     pub held: Mutex<BTreeMap<(String, i64), BTreeMap<String, String>>>,
     /// (campaign, schedule) -> (target, event)
     pub schedules: Mutex<BTreeMap<(String, SlotSchedule), (String, Value)>>,
-    segments: Mutex<BTreeMap<(String, u32), LocalTimeCounts>>,
+    segments: Mutex<BTreeMap<(String, i64, u32), LocalTimeCounts>>,
     releases: Mutex<BTreeMap<(String, i64, bool), SlotRelease>>,
     deliveries: Mutex<BTreeMap<String, LocalDelivery>>,
 }
@@ -102,10 +102,14 @@ impl WaitingRoom for MemoryWaitingRoom {
     async fn record_segment(
         &self,
         campaign: &CampaignId,
+        run_started_ms: i64,
         segment: u32,
         counts: &LocalTimeCounts,
     ) -> Result<(), StoreError> {
-        lock(&self.segments).insert((campaign.to_string(), segment), counts.clone());
+        lock(&self.segments).insert(
+            (campaign.to_string(), run_started_ms, segment),
+            counts.clone(),
+        );
         Ok(())
     }
 
@@ -127,9 +131,9 @@ impl WaitingRoom for MemoryWaitingRoom {
             ..Default::default()
         };
         let mut any = false;
-        for ((c, _), counts) in lock(&self.segments).iter() {
+        for ((c, run, _), counts) in lock(&self.segments).iter() {
             if c == campaign.as_str() {
-                report.counts.add(counts);
+                report.add_segment(*run, counts);
                 any = true;
             }
         }

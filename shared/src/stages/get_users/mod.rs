@@ -388,9 +388,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         }
         // Every held user is stored: now the segment's counts (written whole, so a retried
         // segment repeats them harmlessly).
-        if run.delivery.is_some() {
+        if let Some(delivery) = &run.delivery {
             self.waiting
-                .record_segment(&campaign.id, run.segment, &counts)
+                .record_segment(&campaign.id, delivery.started_at_ms, run.segment, &counts)
                 .await
                 .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
         }

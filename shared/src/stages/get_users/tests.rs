@@ -49,6 +49,29 @@ fn recognises_schedule_manual_and_checkpoints() {
     ));
 }
 
+/// A weekly schedule with a local time: the run starts at the scheduled instant, so that
+/// each of Lambda's retries of the event is the same run (one clock reading for "passed",
+/// its counts recorded once), and knows when its window closed.
+#[test]
+fn a_scheduled_local_time_run_starts_at_its_scheduled_instant() {
+    let local = LocalTimeConfig::from_source(&|k: &str| {
+        (k == "LOCAL_SEND_TIME").then(|| "09:00".to_owned())
+    })
+    .unwrap();
+    let event = json!({"detail-type": "Scheduled Event", "source": "aws.events", "time": "2026-11-23T00:00:00Z"});
+    for now_ms in [NOW_MS, NOW_MS + 3 * 3_600_000] {
+        let Ok(Request::Run(run)) = parse_request(event.clone(), &local, now_ms) else {
+            panic!("expected a run");
+        };
+        let delivery = run.delivery.unwrap();
+        assert_eq!(
+            local_time::rfc3339_ms(delivery.started_at_ms),
+            "2026-11-23T00:00:00Z"
+        );
+        assert_eq!(delivery.window_until_ms, Some(delivery.started_at_ms));
+    }
+}
+
 #[test]
 fn bad_requests_say_what_is_expected() {
     let typo = parse(json!({"campaign": "weekly-2026-W47"}))
@@ -637,6 +660,35 @@ mod local_time_delivery {
         assert_eq!(report.slots_released(), 1);
         // The release's lateness is the release's, not the sweep's.
         assert_eq!(report.release_lateness().unwrap().max_ms, 0);
+    }
+
+    #[tokio::test]
+    async fn a_second_run_keeps_its_counts_apart_from_the_first() {
+        let (stage, clock) = zoned_stage("2026-11-23T08:59:30Z");
+        stage.handle(local_nine(), &plenty()).await.unwrap();
+        // A resend an hour later, skipping whoever's time has passed.
+        clock.set(ms("2026-11-23T10:00:00Z"));
+        let mut resend = local_nine();
+        resend["passedTime"] = json!("skip");
+        resend["includeFailed"] = json!(true);
+        stage.handle(resend, &plenty()).await.unwrap();
+        let report = stage.waiting.report(&campaign().id).await.unwrap().unwrap();
+        let runs: Vec<(String, u64, u64)> = report
+            .runs
+            .iter()
+            .map(|(at, c)| (rfc3339_ms(*at), c.passed_sent_now, c.passed_skipped))
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                ("2026-11-23T08:59:30Z".to_owned(), 1, 0),
+                ("2026-11-23T10:00:00Z".to_owned(), 0, 3),
+            ]
+        );
+        assert_eq!(
+            (report.counts.passed_sent_now, report.counts.passed_skipped),
+            (1, 3)
+        );
     }
 
     #[tokio::test]
