@@ -10,21 +10,13 @@ use mailflow_local::names;
 use mailflow_tests::test_env;
 use std::time::SystemTime;
 
-/// Takes `count` slots 1 ms apart for `environment`, with no deadline to speak of.
-async fn take(
-    item: &RateItem,
-    count: u32,
-    now_us: u64,
-    environment: &str,
-    forget: &[String],
-) -> Taken {
+/// Takes `count` slots 1 ms apart, with no deadline to speak of.
+async fn take(item: &RateItem, count: u32, now_us: u64) -> Taken {
     let request = SlotRequest {
         count,
         interval_us: 1_000,
         now_us,
         latest_us: now_us + 60_000_000,
-        environment,
-        forget,
     };
     item.take(&request).await.unwrap()
 }
@@ -37,16 +29,13 @@ async fn environments_taking_at_once_get_consecutive_slots_that_never_overlap() 
 
     // Idle: the first take starts now.
     let now = epoch_us(SystemTime::now());
-    let first = take(&item, 10, now, "env-a", &[]).await;
+    let first = take(&item, 10, now).await;
     assert_eq!(first.slots.first_us, now);
 
-    // Sixteen takes at once, from four environments: each gets its own run of slots.
-    let takes = (0..16).map(|i| {
+    // Sixteen takes at once (environments taking together): each gets its own run of slots.
+    let takes = (0..16).map(|_| {
         let item = item.clone();
-        async move {
-            let environment = format!("env-{}", i % 4);
-            take(&item, 10, now, &environment, &[]).await
-        }
+        async move { take(&item, 10, now).await }
     });
     let mut slots: Vec<u64> = futures::future::join_all(takes)
         .await
@@ -73,17 +62,40 @@ async fn environments_taking_at_once_get_consecutive_slots_that_never_overlap() 
     );
     let view = item.read().await.unwrap();
     assert_eq!(view.rate, Some(lowered));
-    let environments: Vec<&str> = view
-        .environments
-        .iter()
-        .map(|(id, _)| id.as_str())
-        .collect();
-    assert_eq!(environments, ["env-0", "env-1", "env-2", "env-3", "env-a"]);
 
-    // An environment gone quiet is forgotten at someone's next take.
+    // The item keeps nothing per environment: its size, and each take's write units, do
+    // not grow with the environments sending. (An `envs` map an older version wrote goes
+    // at the next idle start.)
+    let raw = env
+        .dynamo()
+        .get_item()
+        .table_name(table)
+        .key(
+            "campaignId",
+            aws_sdk_dynamodb::types::AttributeValue::S(RATE_ITEM_KEY.into()),
+        )
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    let mut attributes: Vec<&str> = raw.keys().map(String::as_str).collect();
+    attributes.sort();
+    assert_eq!(
+        attributes,
+        [
+            "campaignId",
+            "ceiling",
+            "ceilingFromSes",
+            "nextFreeUs",
+            "rate",
+            "rateChangedAt",
+            "rateLoweredAt",
+            "rateSource"
+        ]
+    );
     let later = epoch_us(SystemTime::now());
-    let taken = take(&item, 1, later, "env-0", &["env-a".to_string()]).await;
-    assert!(!taken.view.environments.iter().any(|(id, _)| id == "env-a"));
+    let taken = take(&item, 1, later).await;
 
     // A schedule already past a taker's deadline is left alone, and says when it frees up.
     let next_free = taken.slots.first_us + 1_000;
@@ -92,15 +104,13 @@ async fn environments_taking_at_once_get_consecutive_slots_that_never_overlap() 
         interval_us: 1_000,
         now_us: later,
         latest_us: next_free - 1,
-        environment: "env-late",
-        forget: &[],
     };
     let refused = item.take(&request).await.unwrap();
     assert_eq!(
         (refused.slots.count, refused.slots.first_us),
         (0, next_free)
     );
-    let after = take(&item, 1, later, "env-0", &[]).await;
+    let after = take(&item, 1, later).await;
     assert_eq!(after.slots.first_us, next_free, "nothing was taken");
 
     // No campaign listing ever shows the rate item.

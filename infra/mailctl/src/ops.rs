@@ -10,7 +10,6 @@ use mailflow::adapters::rate_item::RateItem;
 use mailflow::domain::campaign::Hold;
 use mailflow::domain::ledger::{Engagement, SendStatus};
 use mailflow::ports::RateBucket;
-use mailflow::stages::send_email::pacing::QUIET_AFTER;
 use mailflow_local::ledger_scan;
 use mailflow_local::names;
 use mailflow_local::queues::depth;
@@ -186,8 +185,6 @@ pub struct CampaignStatus {
     /// The stack's shared rate now (the rate item): emails per second, the ceiling it returns
     /// to, what sets it (configured, SES quota, lowered after throttling).
     pub shared_rate: Option<mailflow::domain::send_rate::SharedRate>,
-    /// SendEmail environments that took send slots in the last minute.
-    pub environments_sending: usize,
     /// Seconds until the queues drain at the shared rate (at the observed one when the stack
     /// has none yet; None: no rate to go by).
     pub eta_seconds: Option<u64>,
@@ -508,7 +505,6 @@ pub async fn status(
         .read()
         .await?;
     status.shared_rate = shared.rate;
-    status.environments_sending = shared.sending(now, QUIET_AFTER);
     // The shared rate is what the queue drains at while it is sending; the observed one is
     // the fallback before anything set it.
     let pending = status.users_pending + status.emails_pending;

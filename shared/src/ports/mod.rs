@@ -553,37 +553,23 @@ pub trait Mailer: Send + Sync {
 #[error("send rate item: {0}")]
 pub struct RateError(pub String);
 
-/// The rate item as it stands: the shared rate (None: never set) and the environments that
-/// took slots, with when they last did (ms since the epoch).
+/// The rate item as it stands: the shared rate (None: never set).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RateView {
     pub rate: Option<SharedRate>,
-    pub environments: Vec<(String, u64)>,
-}
-
-impl RateView {
-    /// The environments that took slots within `within` of `now_ms`.
-    pub fn sending(&self, now_ms: u64, within: Duration) -> usize {
-        let since = now_ms.saturating_sub(within.as_millis() as u64);
-        self.environments
-            .iter()
-            .filter(|(_, at)| *at >= since)
-            .count()
-    }
 }
 
 /// What an environment asks the rate item for: `count` consecutive send slots `interval_us`
 /// apart, the first at `now_us` or where the slots taken before end, whichever is later, but
-/// not after `latest_us` (the last moment a send still fits in the invocation). It notes
-/// `environment` as sending and forgets the environments in `forget` (gone quiet).
+/// not after `latest_us` (the last moment a send still fits in the invocation). Nothing about
+/// the taker is written: the item, and so each take's write units, stay the same size
+/// however many environments send.
 #[derive(Clone, Debug)]
-pub struct SlotRequest<'a> {
+pub struct SlotRequest {
     pub count: u32,
     pub interval_us: u64,
     pub now_us: u64,
     pub latest_us: u64,
-    pub environment: &'a str,
-    pub forget: &'a [String],
 }
 
 /// What a take gave: the slots (none, starting at the schedule's next free time, when that
@@ -598,10 +584,7 @@ pub struct Taken {
 /// time and the shared rate (`domain::send_rate`).
 pub trait RateBucket: Send + Sync {
     /// Takes the slots `request` asks for (`SlotRequest`).
-    fn take(
-        &self,
-        request: &SlotRequest<'_>,
-    ) -> impl Future<Output = Result<Taken, RateError>> + Send;
+    fn take(&self, request: &SlotRequest) -> impl Future<Output = Result<Taken, RateError>> + Send;
 
     /// Sets the shared rate to `next` if it still is `seen` (None: never set); false when
     /// another environment changed it first.
@@ -611,16 +594,13 @@ pub trait RateBucket: Send + Sync {
         next: &SharedRate,
     ) -> impl Future<Output = Result<bool, RateError>> + Send;
 
-    /// The rate and the environments, as they are (for `mailctl status`).
+    /// The rate as it is (for `mailctl status`).
     fn read(&self) -> impl Future<Output = Result<RateView, RateError>> + Send;
 }
 
 /// One rate item shared by several stages (environments of one process: tests, the lab).
 impl<T: RateBucket> RateBucket for std::sync::Arc<T> {
-    fn take(
-        &self,
-        request: &SlotRequest<'_>,
-    ) -> impl Future<Output = Result<Taken, RateError>> + Send {
+    fn take(&self, request: &SlotRequest) -> impl Future<Output = Result<Taken, RateError>> + Send {
         (**self).take(request)
     }
 

@@ -81,7 +81,7 @@ impl SendLedger for Slow<MemoryLedger> {
 }
 
 impl<B: RateBucket> RateBucket for Slow<B> {
-    async fn take(&self, request: &SlotRequest<'_>) -> Result<Taken, RateError> {
+    async fn take(&self, request: &SlotRequest) -> Result<Taken, RateError> {
         self.wait().await;
         self.inner.take(request).await
     }

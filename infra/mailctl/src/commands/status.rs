@@ -81,11 +81,10 @@ fn print_status(s: &ops::CampaignStatus) {
         .collect();
     let shared = match &s.shared_rate {
         Some(r) => format!(
-            "shared rate {}/s ({}; ceiling {}/s) over {} SendEmail environments | ",
+            "shared rate {}/s ({}; ceiling {}/s) | ",
             (r.rate * 10.0).round() / 10.0,
             r.source.as_str(),
             r.ceiling,
-            s.environments_sending
         ),
         None => String::new(),
     };

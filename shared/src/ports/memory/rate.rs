@@ -3,7 +3,6 @@
 
 use crate::domain::send_rate::{SharedRate, Slots};
 use crate::ports::{RateBucket, RateError, RateView, SlotRequest, Taken};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -11,7 +10,6 @@ use std::sync::Mutex;
 struct Item {
     next_free_us: Option<u64>,
     rate: Option<SharedRate>,
-    environments: BTreeMap<String, u64>,
 }
 
 #[derive(Default)]
@@ -39,19 +37,12 @@ impl MemoryRateBucket {
     }
 
     fn view(item: &Item) -> RateView {
-        RateView {
-            rate: item.rate,
-            environments: item
-                .environments
-                .iter()
-                .map(|(id, at)| (id.clone(), *at))
-                .collect(),
-        }
+        RateView { rate: item.rate }
     }
 }
 
 impl RateBucket for MemoryRateBucket {
-    async fn take(&self, request: &SlotRequest<'_>) -> Result<Taken, RateError> {
+    async fn take(&self, request: &SlotRequest) -> Result<Taken, RateError> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         crate::runtime::lock(&self.asked).push(request.count);
         let mut item = self.item();
@@ -60,10 +51,6 @@ impl RateBucket for MemoryRateBucket {
             0
         } else {
             item.next_free_us = Some(first_us + u64::from(request.count) * request.interval_us);
-            for gone in request.forget {
-                item.environments.remove(gone);
-            }
-            (item.environments).insert(request.environment.to_owned(), request.now_us / 1000);
             request.count
         };
         Ok(Taken {

@@ -18,13 +18,8 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-/// An environment that took no slots for this long no longer counts as sending.
-pub const QUIET_AFTER: Duration = Duration::from_secs(60);
-
 pub struct Pacer<B> {
     bucket: B,
-    /// This execution environment, as the rate item knows it.
-    environment: String,
     configured: f64,
     /// The ceiling as last read, and when (None: not yet).
     ceiling: Mutex<Option<(SendRate, Instant)>>,
@@ -43,8 +38,6 @@ struct Local {
     slots: VecDeque<u64>,
     /// The shared rate as the item last showed it.
     rate: Option<SharedRate>,
-    /// Environments gone quiet, to forget at the next take.
-    forget: Vec<String>,
 }
 
 /// Why a record gets no slot now.
@@ -69,19 +62,11 @@ impl Drop for Ticket<'_> {
     }
 }
 
-fn environment_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(epoch_us(SystemTime::now()).into());
-    format!("{:012x}", hasher.finish() & 0xffff_ffff_ffff)
-}
-
 impl<B: RateBucket> Pacer<B> {
     /// `configured`: `SEND_RATE_PER_SECOND`, the ceiling until SES's quota is read.
     pub fn new(bucket: B, configured: f64) -> Self {
         Self {
             bucket,
-            environment: environment_id(),
             configured,
             ceiling: Mutex::new(None),
             local: Mutex::default(),
@@ -154,27 +139,17 @@ impl<B: RateBucket> Pacer<B> {
                     self.demand.load(Ordering::Relaxed),
                     self.deep.load(Ordering::Relaxed),
                 );
-                let forget = std::mem::take(&mut local.forget);
                 let request = SlotRequest {
                     count,
                     interval_us: Slots::interval_at(rate),
                     now_us,
                     latest_us,
-                    environment: &self.environment,
-                    forget: &forget,
                 };
                 let taken = self.bucket.take(&request).await?;
                 if taken.slots.count == 0 {
-                    local.forget = forget;
                     let wait = taken.slots.first_us.saturating_sub(now_us);
                     return Err(NoSlot::Full(Duration::from_micros(wait)));
                 }
-                let quiet = (now_us / 1000).saturating_sub(QUIET_AFTER.as_millis() as u64);
-                local.forget = (taken.view.environments.iter())
-                    .filter(|(_, at)| *at < quiet)
-                    .map(|(id, _)| id.clone())
-                    .take(5)
-                    .collect();
                 if taken.view.rate.is_some() {
                     local.rate = taken.view.rate;
                 }

@@ -58,11 +58,6 @@ async fn environments_share_one_schedule_taken_in_chunks() {
         .filter(|n| **n == crate::domain::send_rate::MAX_CHUNK)
         .count();
     assert!(chunks >= 4 * 5, "takes asked for {asked:?}");
-    let view = bucket.read().await.unwrap();
-    assert_eq!(
-        view.sending(epoch_us(SystemTime::now()) / 1000, QUIET_AFTER),
-        4
-    );
 }
 
 #[tokio::test]
@@ -168,7 +163,7 @@ async fn a_slot_after_the_deadline_is_not_waited_for() {
 struct Slow(MemoryRateBucket);
 
 impl RateBucket for Slow {
-    async fn take(&self, request: &SlotRequest<'_>) -> Result<Taken, RateError> {
+    async fn take(&self, request: &SlotRequest) -> Result<Taken, RateError> {
         let taken = self.0.take(request).await;
         tokio::time::sleep(MAX_LATENESS * 2).await;
         taken
