@@ -168,9 +168,11 @@ impl crate::ports::RetryQueue for SqsQueue {
     }
 
     async fn requeue(&self, body: &str, delay: Duration) -> Result<(), QueueError> {
+        // Whole seconds, rounded up (never back before its slot), at least one.
         let seconds = delay
-            .as_secs()
-            .min(u64::from(crate::ports::MAX_DELAY_SECONDS));
+            .as_millis()
+            .div_ceil(1000)
+            .clamp(1, u128::from(crate::ports::MAX_DELAY_SECONDS));
         self.client
             .send_message()
             .queue_url(&self.url)

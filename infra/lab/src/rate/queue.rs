@@ -141,9 +141,11 @@ impl RetryQueue for LabQueue {
         let mut state = self.state();
         state.next_id += 1;
         let id = state.next_id;
-        let delay = delay.min(Duration::from_secs(u64::from(
-            mailflow::ports::MAX_DELAY_SECONDS,
-        )));
+        // As SQS takes it: whole seconds (the adapter rounds up, at least one), at most 15
+        // minutes.
+        let seconds = (delay.as_millis().div_ceil(1000) as u64)
+            .clamp(1, u64::from(mailflow::ports::MAX_DELAY_SECONDS));
+        let delay = Duration::from_secs(seconds);
         state.messages.insert(
             id,
             Message {

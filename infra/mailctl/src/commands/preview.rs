@@ -190,7 +190,14 @@ async fn local_delivery(
     }
     let now = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
     match parse_request(event, &config, now)? {
-        Request::Run(run) => Ok(run.delivery),
+        // Previewed before its window closes, a campaign is judged as it will run: from
+        // the close, when a local time before it moves to the next day.
+        Request::Run(run) => Ok(run.delivery.map(|mut d| {
+            if let Some(until) = d.window_until_ms {
+                d.started_at_ms = d.started_at_ms.max(until);
+            }
+            d
+        })),
         _ => Ok(None),
     }
 }
