@@ -219,6 +219,8 @@ pub struct LocalTimeStatus {
     pub next_day_after_window: u64,
     /// Due within 15 minutes of the decision: enqueued with an SQS delay.
     pub delayed: u64,
+    /// Due at the start (or passed within the start grace): sent at once, on time.
+    pub due_now: u64,
     /// Users kept for a later slot, in all; those still waiting, by UTC hour of their slot.
     pub held: u64,
     pub still_waiting: u64,
@@ -251,8 +253,8 @@ impl LocalTimeStatus {
     pub fn describe(&self) -> String {
         let l = self;
         let mut out = format!(
-        "  local time: {} held for their slot, {} still waiting; {} on the next day (local time before the window closed); {} sent at once, {} moved to the next day and {} skipped (local time passed at the start), {} delayed under 15 minutes | fallback zone for {} without a zone and {} with an unknown one\n",
-        l.held, l.still_waiting, l.next_day_after_window, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.delayed, l.timezone_missing, l.timezone_invalid
+        "  local time: {} held for their slot, {} still waiting; {} on the next day (local time before the window closed); {} sent at once, {} moved to the next day and {} skipped (local time passed at the start), {} delayed under 15 minutes, {} due at the start | fallback zone for {} without a zone and {} with an unknown one\n",
+        l.held, l.still_waiting, l.next_day_after_window, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.delayed, l.due_now, l.timezone_missing, l.timezone_invalid
     );
         if l.runs.len() > 1 {
             for run in &l.runs {
@@ -540,6 +542,7 @@ async fn local_time_status(
         passed_next_day: r.counts.passed_next_day,
         next_day_after_window: r.counts.next_day_after_window,
         delayed: r.counts.delayed,
+        due_now: r.counts.due_now,
         held: r.counts.waiting.values().sum(),
         still_waiting: r.still_waiting(),
         waiting_by_hour: r.waiting_by_hour(),

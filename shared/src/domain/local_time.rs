@@ -374,6 +374,8 @@ pub struct LocalTimeCounts {
     pub next_day_after_window: u64,
     /// Due within 15 minutes of the decision: enqueued on the users queue with that delay.
     pub delayed: u64,
+    /// Due at the start (or passed within the start grace): sent at once, on time.
+    pub due_now: u64,
     /// Users kept until their slot, by slot (the target instant, ms).
     pub waiting: BTreeMap<i64, u64>,
 }
@@ -387,6 +389,7 @@ impl LocalTimeCounts {
         self.passed_next_day += other.passed_next_day;
         self.next_day_after_window += other.next_day_after_window;
         self.delayed += other.delayed;
+        self.due_now += other.due_now;
         for (slot, n) in &other.waiting {
             *self.waiting.entry(*slot).or_default() += n;
         }

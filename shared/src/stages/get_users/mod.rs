@@ -126,6 +126,10 @@ pub struct GetUsers<D, Q, S, W> {
 /// the group's schedules itself).
 pub const LOCAL_FUNCTION_ARN: &str = "arn:aws:lambda:local:000000000000:function:GetUsersFunction";
 
+/// A partial batch of users delayed to an instant this near is sent without waiting for
+/// the batch to fill.
+const DELAYED_FLUSH_LEAD_MS: i64 = 5_000;
+
 /// Batches enqueued between two looks at the campaign's state (a pause or a cancellation
 /// stops the fan-out within about this many batches).
 const STATE_CHECK_EVERY: usize = 50;
@@ -284,7 +288,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         // Local-time delivery: who waits for which slot, and who goes with a short delay.
         let mut counts = local_time::LocalTimeCounts::default();
         let mut holding: BTreeMap<i64, Vec<(String, String)>> = BTreeMap::new();
-        let mut delayed: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        let mut delayed: BTreeMap<i64, Vec<String>> = BTreeMap::new();
         let mut chunk: Vec<String> = Vec::with_capacity(MAX_BATCH_ENTRIES);
         let mut last = run.after.clone();
         let mut report = SendReport::default();
@@ -322,22 +326,19 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 include_failed: run.include_failed,
                 include_cancelled: run.include_cancelled,
                 due: match when {
-                    When::Now(due) | When::Delayed(_, due) => due,
-                    When::Slot(_) | When::Never => None,
+                    When::Now(due) => due,
+                    When::Delayed(_) | When::Slot(_) | When::Never => None,
                 },
             };
             let body = serde_json::to_string(&message).unwrap_or_default();
             match when {
                 When::Now(_) => chunk.push(body),
                 When::Never => {}
-                When::Delayed(seconds, _) => {
-                    let bodies = delayed.entry(seconds).or_default();
+                When::Delayed(at_ms) => {
+                    let bodies = delayed.entry(at_ms).or_default();
                     bodies.push(body);
                     if bodies.len() == MAX_BATCH_ENTRIES {
-                        let bodies = std::mem::take(bodies);
-                        in_flight.push(Box::pin(async move {
-                            Ok(self.users.send_batch_delayed(&bodies, seconds).await?)
-                        }));
+                        in_flight.push(self.send_delayed(at_ms, std::mem::take(bodies)));
                         batches += 1;
                     }
                 }
@@ -359,6 +360,17 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 in_flight.push(send(std::mem::take(&mut chunk)));
                 batches += 1;
             }
+            // A partial batch whose instant is near goes now rather than wait for company.
+            while let Some(entry) = delayed.first_entry() {
+                if *entry.key() - self.clock.now_ms() > DELAYED_FLUSH_LEAD_MS {
+                    break;
+                }
+                let (at_ms, bodies) = entry.remove_entry();
+                if !bodies.is_empty() {
+                    in_flight.push(self.send_delayed(at_ms, bodies));
+                    batches += 1;
+                }
+            }
             // Every batch on its way (enqueued or held) counts towards the next look.
             if batches >= checked + STATE_CHECK_EVERY {
                 checked = batches;
@@ -371,11 +383,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         if !chunk.is_empty() {
             in_flight.push(send(std::mem::take(&mut chunk)));
         }
-        for (seconds, bodies) in delayed {
+        for (at_ms, bodies) in delayed {
             if !bodies.is_empty() {
-                in_flight.push(Box::pin(async move {
-                    Ok(self.users.send_batch_delayed(&bodies, seconds).await?)
-                }));
+                in_flight.push(self.send_delayed(at_ms, bodies));
             }
         }
         for (at_ms, users) in holding {

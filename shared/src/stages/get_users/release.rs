@@ -108,6 +108,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 let wait_ms = at_ms - self.clock.now_ms();
                 let released_at_ms = SystemClock.now_ms();
                 if wait_ms <= 0 {
+                    // Its time is now (or passed within the start grace): on time.
+                    counts.due_now += 1;
                     let due = Due {
                         slot_late_ms: -wait_ms,
                         released_at_ms,
@@ -115,13 +117,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                     When::Now(Some(due))
                 } else if wait_ms <= DELAY_WITHIN_MS {
                     counts.delayed += 1;
-                    // Rounded up: never before the instant.
-                    let seconds = (wait_ms + 999) / 1000;
-                    let due = Due {
-                        slot_late_ms: seconds * 1000 - wait_ms,
-                        released_at_ms: released_at_ms + seconds * 1000,
-                    };
-                    When::Delayed(seconds as u32, Some(due))
+                    When::Delayed(at_ms)
                 } else {
                     *counts.waiting.entry(at_ms).or_default() += 1;
                     When::Slot(at_ms)
@@ -307,6 +303,25 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         Ok(summary)
     }
 
+    /// Users due at `at_ms`, within 15 minutes, onto the users queue invisible until then:
+    /// the delay is worked out as the batch goes (rounded up: never before the instant), so a
+    /// batch that waited for company is not late by its wait.
+    pub(super) fn send_delayed(&self, at_ms: i64, bodies: Vec<String>) -> Pending<'_> {
+        Box::pin(async move {
+            let wait_ms = (at_ms - self.clock.now_ms()).max(0);
+            let seconds = ((wait_ms + 999) / 1000).min(i64::from(MAX_DELAY_SECONDS));
+            let due = Due {
+                slot_late_ms: seconds * 1000 - wait_ms,
+                released_at_ms: SystemClock.now_ms() + seconds * 1000,
+            };
+            let bodies: Vec<String> = bodies.into_iter().map(|b| with_due(b, due)).collect();
+            Ok(self
+                .users
+                .send_batch_delayed(&bodies, seconds as u32)
+                .await?)
+        })
+    }
+
     /// Puts a release on the continuation queue: to go on where it stopped, to wait for
     /// the resume (the pause disabled that queue's consumer), or for its instant.
     pub(super) async fn continue_release(
@@ -353,8 +368,9 @@ pub(super) const HOLD_BATCH: usize = 100;
 /// What happens to one user of a run (with when a local-time one is let go).
 pub(super) enum When {
     Now(Option<Due>),
-    /// Local time within 15 minutes: enqueued invisible for this many seconds.
-    Delayed(u32, Option<Due>),
+    /// Local time within 15 minutes, at this instant: enqueued invisible until it (the
+    /// delay worked out when the batch is sent).
+    Delayed(i64),
     /// Held until this instant's release.
     Slot(i64),
     /// Passed, and the policy says skip.

@@ -619,6 +619,24 @@ mod local_time_delivery {
     }
 
     #[tokio::test]
+    async fn a_delayed_batch_takes_its_delay_when_it_goes_not_when_its_user_was_decided() {
+        let (stage, clock) = zoned_stage("2026-11-23T13:50:00Z");
+        stage.handle(local_nine(), &plenty()).await.unwrap();
+        let (delay, body) = stage.users.delayed.lock().unwrap()[0].clone();
+        assert_eq!(delay, 600);
+        // The same user's batch, had it waited for company until 13:59:30: 30 s, not 600.
+        clock.set(ms("2026-11-23T13:59:30Z"));
+        stage
+            .send_delayed(ms("2026-11-23T14:00:00Z"), vec![body])
+            .await
+            .unwrap();
+        let delayed = stage.users.delayed.lock().unwrap().clone();
+        assert_eq!(delayed.last().unwrap().0, 30);
+        let message: UserMessage = serde_json::from_str(&delayed.last().unwrap().1).unwrap();
+        assert_eq!(message.due.unwrap().slot_late_ms, 0);
+    }
+
+    #[tokio::test]
     async fn the_sweep_releases_a_user_held_after_the_slots_release_and_status_reconciles() {
         let (stage, clock) = zoned_stage("2026-11-23T08:59:30Z");
         stage.handle(local_nine(), &plenty()).await.unwrap();
