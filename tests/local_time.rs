@@ -385,3 +385,81 @@ async fn a_pause_holds_every_slot_until_the_resume_and_a_cancel_releases_nobody_
         assert_eq!(env.depth(dlq).await.unwrap(), 0, "{dlq}");
     }
 }
+
+/// Users whose slot's schedules are lost (deleted as soon as GetUsers makes them) stay held:
+/// `status` calls them stranded once the sweep would have run, and `mailctl release`'s
+/// events (each slot's sweep, now) send them, once each, leaving nobody waiting.
+#[tokio::test(flavor = "multi_thread")]
+async fn users_stranded_by_lost_schedules_are_released_by_mailctl_release() {
+    let Zoned {
+        env,
+        campaign,
+        seeded,
+        pipeline,
+        target,
+        ..
+    } = zoned("local-stranded", 60).await;
+    let sdk = &env.stack.sdk;
+    pipeline.clock.set(ms("2026-11-22T12:00:00Z"));
+    let event = json!({"campaignId": "weekly-2026-W47", "localTime": "09:00", "fallbackZone": "America/Sao_Paulo"});
+    let summary = pipeline.start(event).await.unwrap();
+    let held: u64 = summary["localTime"]["waiting"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert!(held > 0, "{summary}");
+    // Every schedule gone.
+    let scheduler = aws_sdk_scheduler::Client::new(sdk);
+    let group = env.stack.names[names::RELEASE_SCHEDULE_GROUP].clone();
+    let listed = scheduler
+        .list_schedules()
+        .group_name(&group)
+        .send()
+        .await
+        .unwrap();
+    for schedule in listed.schedules() {
+        scheduler
+            .delete_schedule()
+            .group_name(&group)
+            .name(schedule.name().unwrap_or_default())
+            .send()
+            .await
+            .unwrap();
+    }
+    pipeline.clock.set(ms("2026-11-25T12:00:00Z"));
+    pipeline.drain(Duration::from_secs(300)).await.unwrap();
+    let status = mailctl::ops::status(sdk, &target, "weekly-2026-W47")
+        .await
+        .unwrap();
+    let local = status.local_time.clone().unwrap();
+    assert_eq!(local.still_waiting, held, "{local:?}");
+    assert_eq!(status.stranded(), held, "{local:?}");
+
+    let report = mailflow::adapters::waiting::read_report(
+        &env.dynamo(),
+        &target.waiting_table,
+        &campaign.id,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let now_ms = mailflow::ports::Clock::now_ms(pipeline.clock.as_ref());
+    let events = mailctl::ops::release_events("weekly-2026-W47", &report, now_ms);
+    assert!(!events.is_empty());
+    for event in events {
+        pipeline.start(event).await.unwrap();
+    }
+    pipeline.drain(Duration::from_secs(300)).await.unwrap();
+    let status = mailctl::ops::status(sdk, &target, "weekly-2026-W47")
+        .await
+        .unwrap();
+    assert_eq!(status.stranded(), 0);
+    assert_eq!(status.local_time.unwrap().still_waiting, 0);
+    let sent = env.sent().await.unwrap();
+    let emails: usize = sent.values().map(Vec::len).sum();
+    assert!(emails > 0);
+    assert!(sent.values().all(|m| m.len() == 1), "nobody twice");
+    assert!(emails <= seeded.audience.len());
+}

@@ -102,6 +102,14 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Release a local-time campaign's users still waiting in slots whose time has passed
+    /// (stranded: their schedules were lost or failed for good): each such slot is swept now.
+    Release {
+        #[arg(long)]
+        campaign: String,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
     /// Re-run a campaign so that only users without a SENT record get an email.
     Resend {
         #[arg(long)]
@@ -370,6 +378,9 @@ async fn run() -> Result<()> {
             local,
             target,
         } => commands::campaign::run(sdk, template, campaign, &window, &local, &target).await,
+        Command::Release { campaign, target } => {
+            commands::campaign::release(sdk, template, &campaign, &target).await
+        }
         Command::Resend {
             campaign,
             include_failed,

@@ -280,7 +280,7 @@ impl LocalTimeStatus {
                 slot.swept,
                 slot.waiting,
                 if slot.stranded {
-                    " STRANDED: its sweep has passed; `mailctl resend --at-once` sends them"
+                    " STRANDED: its sweep has passed; `mailctl release` releases them"
                 } else {
                     ""
                 }
@@ -320,10 +320,11 @@ impl CampaignStatus {
     }
 
     /// Users of a local-time campaign still held after their slot's sweep (none once the
-    /// campaign is cancelled: its holds are dropped).
+    /// campaign is cancelled: its holds are dropped; none while it is paused: its releases
+    /// wait for the resume).
     pub fn stranded(&self) -> u64 {
         match &self.local_time {
-            Some(l) if self.state != "cancelled" => l.stranded,
+            Some(l) if self.state != "cancelled" && self.state != "paused" => l.stranded,
             _ => 0,
         }
     }
@@ -564,6 +565,25 @@ async fn local_time_status(
         release_lateness: r.release_lateness(),
         lateness: None,
     }))
+}
+
+/// The release events (`mailctl release`) for a local-time campaign's slots whose time has
+/// passed by `now_ms` and that still hold users: each the sweep its schedule would send.
+pub fn release_events(
+    campaign: &str,
+    report: &mailflow::domain::local_time::WaitingReport,
+    now_ms: i64,
+) -> Vec<serde_json::Value> {
+    report
+        .waiting_now
+        .iter()
+        .filter(|(slot_ms, waiting)| **slot_ms <= now_ms && **waiting > 0)
+        .map(|(slot_ms, _)| {
+            serde_json::json!({"releaseWaiting": {
+                "campaignId": campaign, "slotMs": slot_ms, "sweep": true,
+            }})
+        })
+        .collect()
 }
 
 /// A time in milliseconds since the epoch, as RFC 3339.

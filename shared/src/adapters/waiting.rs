@@ -9,7 +9,8 @@
 //! (`<campaign>#report`, `userId` "-") holds each run segment's counts
 //! (`segment<run started ms>.<N>`, written whole, so a retried segment is never added twice
 //! and a second run's never overwrite the first's), each slot's release and sweep
-//! (`release<slot ms>`, `sweep<slot ms>`) and the delivery the latest run started with
+//! (`release<slot ms>`, `sweep<slot ms>`), when a release last noted it was at work
+//! (`releasing<slot ms>`) and the delivery the latest run started with
 //! (`delivery`, which `mailctl resend` reuses).
 
 use super::describe;
@@ -213,13 +214,51 @@ impl WaitingRoom for WaitingTable {
             .await
     }
 
+    async fn note_releasing(
+        &self,
+        campaign: &CampaignId,
+        slot_ms: i64,
+        at_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.set_report(campaign, &format!("releasing{slot_ms}"), at_ms.to_string())
+            .await
+    }
+
+    async fn releasing_since(
+        &self,
+        campaign: &CampaignId,
+        slot_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let out = self
+            .dynamodb
+            .get_item()
+            .table_name(&self.table)
+            .key("slot", AttributeValue::S(report_key(campaign)))
+            .key("userId", AttributeValue::S("-".into()))
+            .projection_expression("#r, #p")
+            .expression_attribute_names("#r", format!("release{slot_ms}"))
+            .expression_attribute_names("#p", format!("releasing{slot_ms}"))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem", describe(&e)))?;
+        let item = out.item.unwrap_or_default();
+        if item.contains_key(&format!("release{slot_ms}")) {
+            return Ok(None);
+        }
+        Ok(match item.get(&format!("releasing{slot_ms}")) {
+            Some(AttributeValue::S(at)) => at.parse().ok(),
+            _ => None,
+        })
+    }
+
     async fn report(&self, campaign: &CampaignId) -> Result<Option<WaitingReport>, StoreError> {
         read_report(&self.dynamodb, &self.table, campaign).await
     }
 }
 
 /// What the waiting table records of a campaign's local-time delivery (`mailctl status`),
-/// with the users still waiting in each slot not reconciled (held more than released).
+/// with the users still waiting in each slot.
 pub async fn read_report(
     dynamodb: &aws_sdk_dynamodb::Client,
     table: &str,
@@ -262,12 +301,19 @@ pub async fn read_report(
             }
         }
         report.releases.sort_by_key(|r| (r.slot_ms, r.sweep));
-        for slot in report.unreconciled() {
-            let waiting = count_waiting(dynamodb, table, campaign, slot).await?;
-            if waiting > 0 {
-                report.waiting_now.insert(slot, waiting);
-            }
-        }
+        // Every slot is counted (a few at once): a slot whose releases look complete may
+        // still hold someone (a hold that landed late, a release counted twice).
+        use futures::stream::{self, StreamExt, TryStreamExt};
+        let counted: Vec<(i64, u64)> = stream::iter(report.slot_instants())
+            .map(|slot| async move {
+                Ok::<_, StoreError>((slot, count_waiting(dynamodb, table, campaign, slot).await?))
+            })
+            .buffer_unordered(8)
+            .try_collect()
+            .await?;
+        report
+            .waiting_now
+            .extend(counted.into_iter().filter(|(_, n)| *n > 0));
         Ok(Some(report))
     }
 }

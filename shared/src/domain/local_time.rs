@@ -409,6 +409,10 @@ impl LocalTimeCounts {
 /// their slot, so the sweep normally releases nobody).
 pub const SWEEP_AFTER_MS: i64 = 15 * 60 * 1000;
 
+/// A slot whose sweep has not run by this long after the slot never will on its own:
+/// EventBridge Scheduler retries a schedule for a day (then its DLQ, alarmed).
+pub const SWEEP_GIVEN_UP_AFTER_MS: i64 = SWEEP_AFTER_MS + 24 * 3600 * 1000;
+
 /// One pass over a slot: its release at the instant, or its sweep.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -448,8 +452,8 @@ pub struct SlotStatus {
     pub released: u64,
     pub swept: u64,
     pub waiting: u64,
-    /// Still waiting although the slot's sweep ran (or should have): nothing will release
-    /// them; `mailctl resend --at-once` sends them.
+    /// Still waiting although the slot's sweep ran (or gave up): nothing will release them;
+    /// `mailctl release` does.
     pub stranded: bool,
 }
 
@@ -505,18 +509,12 @@ impl WaitingReport {
         self.runs.entry(run_started_ms).or_default().add(counts);
     }
 
-    /// The slots that may still have users waiting (held more than released): the ones
-    /// whose waiting users a reader counts.
-    pub fn unreconciled(&self) -> Vec<i64> {
-        self.counts
-            .waiting
-            .iter()
-            .filter(|(slot, held)| {
-                let (released, swept, _) = self.passes(**slot);
-                released + swept < **held
-            })
-            .map(|(slot, _)| *slot)
-            .collect()
+    /// Every slot the campaign held users for or released.
+    pub fn slot_instants(&self) -> Vec<i64> {
+        let mut slots: std::collections::BTreeSet<i64> =
+            self.counts.waiting.keys().copied().collect();
+        slots.extend(self.releases.iter().map(|r| r.slot_ms));
+        slots.into_iter().collect()
     }
 
     /// Users released by the slot's release and by its sweep.
@@ -544,8 +542,8 @@ impl WaitingReport {
             .map(|slot_ms| {
                 let (released, swept, sweep_ran) = self.passes(slot_ms);
                 let waiting = self.waiting_now.get(&slot_ms).copied().unwrap_or(0);
-                // The sweep ran, or was due long enough ago to have run with its retries.
-                let after_sweep = sweep_ran || now_ms > slot_ms + 2 * SWEEP_AFTER_MS;
+                // The sweep ran, or would have, with all its retries.
+                let after_sweep = sweep_ran || now_ms > slot_ms + SWEEP_GIVEN_UP_AFTER_MS;
                 SlotStatus {
                     slot: rfc3339_ms(slot_ms),
                     held: self.counts.waiting.get(&slot_ms).copied().unwrap_or(0),

@@ -329,6 +329,21 @@ pub trait WaitingRoom: Send + Sync {
         segment: u32,
         counts: &LocalTimeCounts,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Notes that the slot's release is at work now (`at_ms`, the clock's time), once per
+    /// page: a sweep waits for a release that is.
+    fn note_releasing(
+        &self,
+        campaign: &CampaignId,
+        slot_ms: i64,
+        at_ms: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// When the slot's release last noted it was at work, unless it has recorded its end
+    /// (`None` then, or when it never started).
+    fn releasing_since(
+        &self,
+        campaign: &CampaignId,
+        slot_ms: i64,
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
     /// A slot released: how many users, and when (the clock's time).
     fn record_release(
         &self,
@@ -336,7 +351,7 @@ pub trait WaitingRoom: Send + Sync {
         release: &SlotRelease,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// What is recorded of the campaign's local-time delivery, with who is still waiting in
-    /// the slots not reconciled (`None`: not a local-time campaign).
+    /// each slot (`None`: not a local-time campaign).
     fn report(
         &self,
         campaign: &CampaignId,

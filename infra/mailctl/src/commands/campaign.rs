@@ -86,6 +86,72 @@ pub async fn resend(
     start(sdk, template, t, event).await
 }
 
+/// `release`: sweeps now every slot of the campaign whose time has passed and that still
+/// has users waiting (GetUsers' release event, as the slot's sweep schedule sends it: it
+/// enqueues them and takes them out of the waiting table; the ledger sends each once). On
+/// AWS it invokes GetUsers per slot; with --prefix it runs the pipeline to the end.
+pub async fn release(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    campaign: &str,
+    t: &TargetArgs,
+) -> Result<()> {
+    let id = mailflow::domain::campaign::CampaignId::parse(campaign)?;
+    if let Some(prefix) = &t.prefix {
+        provision_local(sdk, template, prefix, &t.database).await?;
+    }
+    let target = super::target(sdk, t).await?;
+    let dynamo = aws_sdk_dynamodb::Client::new(sdk);
+    let report = mailflow::adapters::waiting::read_report(&dynamo, &target.waiting_table, &id)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .with_context(|| format!("{campaign} is not a local-time campaign: nobody waits"))?;
+    let now_ms = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
+    let events = ops::release_events(campaign, &report, now_ms);
+    if events.is_empty() {
+        println!("{campaign}: no slot whose time has passed has users waiting; nothing to release");
+        return Ok(());
+    }
+    let Some(prefix) = &t.prefix else {
+        let function = match target.get_users_function.clone() {
+            Some(function) => function,
+            None => mailctl::stack_outputs::GET_USERS_FUNCTION.read()?,
+        };
+        let lambda = aws_sdk_lambda::Client::new(sdk);
+        for event in &events {
+            let out = lambda
+                .invoke()
+                .function_name(&function)
+                .payload(aws_sdk_lambda::primitives::Blob::new(serde_json::to_vec(
+                    event,
+                )?))
+                .send()
+                .await
+                .with_context(|| format!("invoking {function}"))?;
+            let payload = out
+                .payload
+                .map(|p| String::from_utf8_lossy(p.as_ref()).into_owned())
+                .unwrap_or_default();
+            if let Some(error) = out.function_error {
+                bail!("{function} failed ({error}): {payload}");
+            }
+            println!("{payload}");
+        }
+        return Ok(());
+    };
+    let stack = provision_local(sdk, template, prefix, &t.database).await?;
+    let pipeline =
+        LocalPipeline::build(stack, PipelineOptions::default(), SesMailer::from_config).await?;
+    for event in events {
+        println!("{}", pipeline.start(event).await?);
+    }
+    pipeline.drain(Duration::from_secs(3600)).await?;
+    let status = ops::status(sdk, &target, campaign).await?;
+    let still = status.local_time.as_ref().map_or(0, |l| l.still_waiting);
+    eprintln!("{campaign}: released; {still} users still waiting");
+    fail_on_problems(&status)
+}
+
 /// The local-time delivery the campaign's latest run started with (the waiting table), if
 /// it was one.
 async fn recorded_delivery(
@@ -193,7 +259,7 @@ async fn start(
             eprintln!("mailctl: {err}");
         }
         bail!(
-            "campaign {campaign}: {still_held} users are still held for their local time with no release pending (their slots' schedules are gone); `mailctl resend --campaign {campaign} --at-once` sends them now"
+            "campaign {campaign}: {still_held} users are still held for their local time with no release pending (their slots' schedules are gone); `mailctl release --campaign {campaign}` releases them now"
         );
     }
     problems

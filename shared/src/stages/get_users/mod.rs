@@ -398,7 +398,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         }
         // Every held user is stored: now the segment's counts (written whole, so a retried
         // segment repeats them harmlessly).
-        if let Some(delivery) = &run.delivery {
+        // A segment that decided nobody (a paused campaign's checkpoint looking again) is not
+        // a segment: it records nothing and its checkpoint keeps the number, so that a long
+        // pause does not grow the report item by one entry a minute.
+        let idle = last == run.after && refused == 0 && run.segment > 0;
+        if let Some(delivery) = run.delivery.as_ref().filter(|_| !idle) {
             self.waiting
                 .record_segment(&campaign.id, delivery.started_at_ms, run.segment, &counts)
                 .await
@@ -422,7 +426,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 include_failed: run.include_failed,
                 include_cancelled: run.include_cancelled,
                 after: last.clone(),
-                segment: run.segment + 1,
+                segment: if idle { run.segment } else { run.segment + 1 },
                 delivery: run.delivery.clone(),
             };
             let body = serde_json::to_string(&checkpoint).unwrap_or_default();

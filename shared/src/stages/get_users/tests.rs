@@ -431,6 +431,15 @@ async fn a_paused_campaign_parks_its_checkpoint_and_continues_from_it_when_resum
     );
     let parked = paused.continuation.bodies();
     assert_eq!(parked.len(), 1, "one checkpoint parked");
+    // Should the consumer still run, the checkpoint comes back in a minute, and looking
+    // again decides nobody: it keeps its segment (no new entry a minute in the report).
+    let records = json!({"Records": [{"messageId": "again", "body": parked[0]}]});
+    paused.handle(records, &plenty()).await.unwrap();
+    let again = paused.continuation.delayed.lock().unwrap().clone();
+    assert_eq!(again.len(), 2);
+    assert!(again.iter().all(|(delay, _)| *delay == 60), "{again:?}");
+    let segment = |body: &str| serde_json::from_str::<Checkpoint>(body).unwrap().segment;
+    assert_eq!(segment(&again[1].1), segment(&again[0].1));
 
     // After the resume (a new execution environment: no cached state), the parked
     // checkpoint enqueues the whole audience.
@@ -619,6 +628,37 @@ mod local_time_delivery {
     }
 
     #[tokio::test]
+    async fn a_sweep_waits_for_a_release_still_at_work_but_not_for_one_that_stopped() {
+        let (stage, clock) = zoned_stage("2026-11-23T08:59:30Z");
+        stage.handle(local_nine(), &plenty()).await.unwrap();
+        let (_, sweep) = slot_schedule(&stage, "2026-11-23T14:00:00Z", true);
+        let new_york = ms("2026-11-23T14:00:00Z");
+        // A big slot's release, still paging at 14:14:30 when its sweep comes.
+        let id = campaign().id;
+        let at = ms("2026-11-23T14:14:30Z");
+        stage
+            .waiting
+            .note_releasing(&id, new_york, at)
+            .await
+            .unwrap();
+        clock.set(ms("2026-11-23T14:15:00Z"));
+        let Response::Release(waits) = stage.handle(sweep.clone(), &plenty()).await.unwrap() else {
+            panic!("expected a release");
+        };
+        assert!(waits.early && !waits.complete, "{waits:?}");
+        assert_eq!(
+            stage.continuation.delayed.lock().unwrap().last().unwrap().0,
+            120
+        );
+        // A release that stopped noting (it failed) is not waited for.
+        clock.set(ms("2026-11-23T14:20:00Z"));
+        let Response::Release(swept) = stage.handle(sweep, &plenty()).await.unwrap() else {
+            panic!("expected a release");
+        };
+        assert!(swept.complete && swept.users_released == 1, "{swept:?}");
+    }
+
+    #[tokio::test]
     async fn a_delayed_batch_takes_its_delay_when_it_goes_not_when_its_user_was_decided() {
         let (stage, clock) = zoned_stage("2026-11-23T13:50:00Z");
         stage.handle(local_nine(), &plenty()).await.unwrap();
@@ -661,8 +701,9 @@ mod local_time_delivery {
         let slot = &report.slots(ms("2026-11-23T14:05:00Z"))[0];
         assert_eq!((slot.held, slot.released, slot.waiting), (1, 1, 1));
         assert!(!slot.stranded, "its sweep is still to come");
-        // Stranded once the sweep should long have run, had it not.
-        assert_eq!(report.stranded(ms("2026-11-23T14:31:00Z")), 1);
+        // Stranded once the sweep would have run with all its retries, had it not.
+        assert_eq!(report.stranded(ms("2026-11-24T14:14:00Z")), 0);
+        assert_eq!(report.stranded(ms("2026-11-24T14:16:00Z")), 1);
         // The sweep, a quarter of an hour later, releases it.
         clock.set(ms("2026-11-23T14:15:00Z"));
         let Response::Release(swept) = stage.handle(sweep, &plenty()).await.unwrap() else {
