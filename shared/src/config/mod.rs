@@ -261,6 +261,16 @@ mod tests {
             SendEmailConfig::from_source(&src(&pairs)).unwrap_err().var,
             "SEND_RATE_PER_SECOND"
         );
+        pairs.pop();
+        for bad in ["0", "150", "half"] {
+            pairs.push(("SES_QUOTA_SHARE_PERCENT", bad));
+            let err = SendEmailConfig::from_source(&src(&pairs)).unwrap_err();
+            assert_eq!(err.var, "SES_QUOTA_SHARE_PERCENT", "{bad}");
+            pairs.pop();
+        }
+        pairs.push(("SES_QUOTA_SHARE_PERCENT", "40"));
+        let config = SendEmailConfig::from_source(&src(&pairs)).unwrap();
+        assert_eq!(config.ses_quota_share, 0.4);
         let err = MongoConfig::from_source(&src(&[
             ("MONGODB_URI", "x"),
             ("MONGODB_MAX_POOL_SIZE", "many"),

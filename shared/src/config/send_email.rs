@@ -14,6 +14,8 @@ pub struct SendEmailConfig {
     pub configuration_set: Option<String>,
     /// Emails per second for the whole stack, shared by every environment (`pacing`).
     pub send_rate_per_second: f64,
+    /// This stack's part of SES's maximum send rate (`SES_QUOTA_SHARE_PERCENT` / 100).
+    pub ses_quota_share: f64,
     pub visibility_timeout: Duration,
     pub function_timeout: Duration,
     pub lease_clock_skew: Duration,
@@ -37,6 +39,7 @@ impl SendEmailConfig {
         var::SENDER_ADDRESS,
         var::SES_CONFIGURATION_SET,
         var::SEND_RATE_PER_SECOND,
+        var::SES_QUOTA_SHARE_PERCENT,
         var::VISIBILITY_TIMEOUT_SECONDS,
         var::FUNCTION_TIMEOUT_SECONDS,
         var::LEASE_CLOCK_SKEW_SECONDS,
@@ -69,6 +72,18 @@ impl SendEmailConfig {
             return Err(ConfigError {
                 var: var::SEND_RATE_PER_SECOND,
                 problem: "must be greater than 0".into(),
+            });
+        }
+        let share: f64 = parsed(
+            src,
+            var::SES_QUOTA_SHARE_PERCENT,
+            100.0,
+            "a percentage (1 to 100)",
+        )?;
+        if !(share.is_finite() && share > 0.0 && share <= 100.0) {
+            return Err(ConfigError {
+                var: var::SES_QUOTA_SHARE_PERCENT,
+                problem: format!("{share} must be more than 0 and at most 100"),
             });
         }
         let visibility = parsed(
@@ -120,6 +135,7 @@ impl SendEmailConfig {
             sender_address: required(src, var::SENDER_ADDRESS)?,
             configuration_set: value(src, var::SES_CONFIGURATION_SET),
             send_rate_per_second: rate,
+            ses_quota_share: share / 100.0,
             visibility_timeout: Duration::from_secs(visibility),
             function_timeout: Duration::from_secs(timeout),
             lease_clock_skew: Duration::from_secs(parsed(

@@ -72,6 +72,9 @@ pub const SENDS_TABLE_NAME: &str = "SENDS_TABLE_NAME";
 /// Emails per second for the whole stack, shared by every SendEmail environment (the
 /// account's SES maximum when that is lower)
 pub const SEND_RATE_PER_SECOND: &str = "SEND_RATE_PER_SECOND";
+/// This stack's part of the SES account's maximum send rate, in percent (two stacks on one
+/// account: shares that add up to 100 at most)
+pub const SES_QUOTA_SHARE_PERCENT: &str = "SES_QUOTA_SHARE_PERCENT";
 /// Configuration set every email goes through (template.yaml creates it; it publishes the
 /// events SesEvents reads)
 pub const SES_CONFIGURATION_SET: &str = "SES_CONFIGURATION_SET";

@@ -92,6 +92,20 @@ impl SendRate {
         rate
     }
 
+    /// `with_quota` for a stack that may use `share` (0 to 1) of the account's maximum send
+    /// rate: two stacks on one SES account each take their part, not all of it.
+    pub fn with_quota_share(
+        configured: f64,
+        share: f64,
+        quota: &Result<SendQuota, QuotaUnknown>,
+    ) -> Self {
+        let ours = quota.clone().map(|q| SendQuota {
+            max_send_rate: q.max_send_rate * share,
+            ..q
+        });
+        Self::with_quota(configured, &ours)
+    }
+
     /// Whether SES's maximum, not the configuration, sets the rate.
     pub fn capped_by_ses(&self) -> bool {
         self.ses_max.is_some_and(|max| max < self.configured)
@@ -398,5 +412,19 @@ mod tests {
             [1, 1, 9, 10, 13, 20]
         );
         assert_eq!(RateSource::parse("SES quota"), Some(RateSource::SesQuota));
+    }
+
+    #[test]
+    fn a_stack_takes_its_share_of_the_accounts_maximum() {
+        // Two stacks on one account at 50 % each: 7/s apiece of SES's 14, not 14 each.
+        let half = SendRate::with_quota_share(100.0, 0.5, &quota(14.0));
+        assert_eq!(half.campaign_wide(), 7.0);
+        assert_eq!(half.source(), RateSource::SesQuota);
+        // A share that leaves more than the configured rate changes nothing.
+        let plenty = SendRate::with_quota_share(5.0, 0.5, &quota(14.0));
+        assert_eq!(plenty.campaign_wide(), 5.0);
+        // Quota unknown: the configured rate, as before.
+        let unknown = SendRate::with_quota_share(5.0, 0.5, &Err(QuotaUnknown("x".into())));
+        assert_eq!(unknown.campaign_wide(), 5.0);
     }
 }

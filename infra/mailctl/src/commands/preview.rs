@@ -145,7 +145,7 @@ pub async fn plan(
         &directory,
         &campaign,
         options.samples,
-        SendRate::with_quota(send.send_rate_per_second, &quota),
+        SendRate::with_quota_share(send.send_rate_per_second, send.ses_quota_share, &quota),
         quota,
         delivery.as_ref(),
     )

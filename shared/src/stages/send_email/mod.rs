@@ -79,7 +79,8 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             mailer,
             queue,
             campaigns: CampaignStateCache::new(campaigns),
-            pacer: Pacer::new(rate, config.send_rate_per_second),
+            pacer: Pacer::new(rate, config.send_rate_per_second)
+                .with_ses_share(config.ses_quota_share),
             scaling: None,
             config,
         }

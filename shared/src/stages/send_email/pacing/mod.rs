@@ -21,6 +21,8 @@ use tokio::time::Instant;
 pub struct Pacer<B> {
     bucket: B,
     configured: f64,
+    /// This stack's part of SES's maximum send rate (1: all of it).
+    ses_share: f64,
     /// The ceiling as last read, and when (None: not yet).
     ceiling: Mutex<Option<(SendRate, Instant)>>,
     local: Mutex<Local>,
@@ -68,6 +70,7 @@ impl<B: RateBucket> Pacer<B> {
         Self {
             bucket,
             configured,
+            ses_share: 1.0,
             ceiling: Mutex::new(None),
             local: Mutex::default(),
             demand: AtomicUsize::new(0),
@@ -75,6 +78,12 @@ impl<B: RateBucket> Pacer<B> {
             deep: AtomicBool::new(false),
             throttles: AtomicU64::new(0),
         }
+    }
+
+    /// Paces under `share` (0 to 1) of SES's maximum send rate, the stack's part of it.
+    pub fn with_ses_share(mut self, share: f64) -> Self {
+        self.ses_share = share;
+        self
     }
 
     /// A batch of `records` begins: its size tells how deep the queue is.
@@ -105,7 +114,8 @@ impl<B: RateBucket> Pacer<B> {
         match *ceiling {
             Some((rate, read)) if read.elapsed() < QUOTA_REFRESH => (rate, None),
             _ => {
-                let rate = SendRate::with_quota(self.configured, &read_quota().await);
+                let quota = read_quota().await;
+                let rate = SendRate::with_quota_share(self.configured, self.ses_share, &quota);
                 *ceiling = Some((rate, Instant::now()));
                 (rate, Some(rate))
             }
