@@ -301,10 +301,10 @@ pub async fn read_report(
             }
         }
         report.releases.sort_by_key(|r| (r.slot_ms, r.sweep));
-        // Every slot is counted (a few at once): a slot whose releases look complete may
-        // still hold someone (a hold that landed late, a release counted twice).
+        // Counted a few at once: every slot but those swept and reconciled (a slot whose
+        // release looks complete may still hold a hold that landed late).
         use futures::stream::{self, StreamExt, TryStreamExt};
-        let counted: Vec<(i64, u64)> = stream::iter(report.slot_instants())
+        let counted: Vec<(i64, u64)> = stream::iter(report.slots_to_count())
             .map(|slot| async move {
                 Ok::<_, StoreError>((slot, count_waiting(dynamodb, table, campaign, slot).await?))
             })

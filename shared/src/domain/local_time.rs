@@ -509,12 +509,21 @@ impl WaitingReport {
         self.runs.entry(run_started_ms).or_default().add(counts);
     }
 
-    /// Every slot the campaign held users for or released.
-    pub fn slot_instants(&self) -> Vec<i64> {
+    /// The slots whose waiting users a reader counts: all but those whose sweep has run
+    /// with the releases accounting for every user held (after a sweep nothing more is held
+    /// in a slot, since holds are written before it; so a count there can only be 0).
+    pub fn slots_to_count(&self) -> Vec<i64> {
         let mut slots: std::collections::BTreeSet<i64> =
             self.counts.waiting.keys().copied().collect();
         slots.extend(self.releases.iter().map(|r| r.slot_ms));
-        slots.into_iter().collect()
+        slots
+            .into_iter()
+            .filter(|slot| {
+                let (released, swept, sweep_ran) = self.passes(*slot);
+                let held = self.counts.waiting.get(slot).copied().unwrap_or(0);
+                !(sweep_ran && released + swept >= held)
+            })
+            .collect()
     }
 
     /// Users released by the slot's release and by its sweep.

@@ -428,10 +428,24 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
 /// fails (the AWS outage) is tried again. Answers the slots released.
 async fn release_slots(pipeline: &LocalPipeline<ChaosMailer>, every: Duration) -> Result<usize> {
     let mut failures = 0;
+    // Slots' releases, not their sweeps (which, a quarter of an hour after each, find
+    // nobody here and are not waited between).
+    let released = || {
+        let fired = pipeline.releases_fired();
+        let sweep = fired
+            .last()
+            .is_some_and(|f| f.schedule.starts_with("sweep-"));
+        let releases = fired.iter().filter(|f| f.schedule.starts_with("release-"));
+        (releases.count(), sweep)
+    };
     loop {
         match pipeline.release_next().await {
-            Ok(Some(_)) => {}
-            Ok(None) => return Ok(pipeline.releases_fired().len()),
+            Ok(Some(_)) => {
+                if released().1 {
+                    continue;
+                }
+            }
+            Ok(None) => return Ok(released().0),
             Err(err) if failures < 60 => {
                 failures += 1;
                 tracing::warn!(reason = %format!("{err:#}"), "chaos: releasing a slot failed; trying again");
