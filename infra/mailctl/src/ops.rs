@@ -323,10 +323,7 @@ impl CampaignStatus {
     /// campaign is cancelled: its holds are dropped; none while it is paused: its releases
     /// wait for the resume).
     pub fn stranded(&self) -> u64 {
-        match &self.local_time {
-            Some(l) if self.state != "cancelled" && self.state != "paused" => l.stranded,
-            _ => 0,
-        }
+        self.local_time.as_ref().map_or(0, |l| l.stranded)
     }
 }
 
@@ -486,6 +483,16 @@ pub async fn status(
     } else {
         "running"
     };
+    // A paused campaign's releases wait for the resume and a cancelled one's drop their
+    // users: neither has stranded users.
+    if let Some(local) = status
+        .local_time
+        .as_mut()
+        .filter(|_| matches!(status.state, "paused" | "cancelled"))
+    {
+        local.stranded = 0;
+        local.slots.iter_mut().for_each(|s| s.stranded = false);
+    }
     // The current rate, not the campaign's average: a campaign that sent fast an hour ago
     // and now waits on retries has no rate to promise an ETA with.
     let now = mailflow::domain::ledger::epoch_ms(std::time::SystemTime::now());
@@ -567,8 +574,9 @@ async fn local_time_status(
     }))
 }
 
-/// The release events (`mailctl release`) for a local-time campaign's slots whose time has
-/// passed by `now_ms` and that still hold users: each the sweep its schedule would send.
+/// The release events (`mailctl release`) for a local-time campaign's slots whose sweep time
+/// has passed by `now_ms` and that still hold users: each the sweep its schedule would send
+/// (an earlier one would only wait for that time).
 pub fn release_events(
     campaign: &str,
     report: &mailflow::domain::local_time::WaitingReport,
@@ -577,7 +585,9 @@ pub fn release_events(
     report
         .waiting_now
         .iter()
-        .filter(|(slot_ms, waiting)| **slot_ms <= now_ms && **waiting > 0)
+        .filter(|(slot_ms, waiting)| {
+            **slot_ms + mailflow::domain::local_time::SWEEP_AFTER_MS <= now_ms && **waiting > 0
+        })
         .map(|(slot_ms, _)| {
             serde_json::json!({"releaseWaiting": {
                 "campaignId": campaign, "slotMs": slot_ms, "sweep": true,

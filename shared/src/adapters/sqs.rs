@@ -183,4 +183,15 @@ impl crate::ports::RetryQueue for SqsQueue {
             .map_err(|e| self.call_error("SendMessage", &e))?;
         Ok(())
     }
+
+    async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        self.client
+            .delete_message()
+            .queue_url(&self.url)
+            .receipt_handle(receipt_handle)
+            .send()
+            .await
+            .map_err(|e| self.call_error("DeleteMessage", &e))?;
+        Ok(())
+    }
 }

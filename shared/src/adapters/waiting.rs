@@ -9,8 +9,7 @@
 //! (`<campaign>#report`, `userId` "-") holds each run segment's counts
 //! (`segment<run started ms>.<N>`, written whole, so a retried segment is never added twice
 //! and a second run's never overwrite the first's), each slot's release and sweep
-//! (`release<slot ms>`, `sweep<slot ms>`), when a release last noted it was at work
-//! (`releasing<slot ms>`) and the delivery the latest run started with
+//! (`release<slot ms>`, `sweep<slot ms>`) and the delivery the latest run started with
 //! (`delivery`, which `mailctl resend` reuses).
 
 use super::describe;
@@ -136,6 +135,11 @@ impl WaitingRoom for WaitingTable {
         from: &ReleasePosition,
         limit: usize,
     ) -> Result<WaitingPage, StoreError> {
+        let physical = if from.backwards {
+            SHARDS - 1 - from.shard.min(SHARDS - 1)
+        } else {
+            from.shard
+        };
         let mut query = self
             .dynamodb
             .query()
@@ -145,7 +149,7 @@ impl WaitingRoom for WaitingTable {
             .projection_expression("userId, body")
             .expression_attribute_values(
                 ":slot",
-                AttributeValue::S(slot_key(campaign, at_ms, from.shard)),
+                AttributeValue::S(slot_key(campaign, at_ms, physical)),
             );
         query = match &from.after {
             Some(after) => query
@@ -168,13 +172,14 @@ impl WaitingRoom for WaitingTable {
             .collect();
         let next = if out.last_evaluated_key.is_some() {
             Some(ReleasePosition {
-                shard: from.shard,
                 after: items.last().and_then(|i| text(i, "userId")),
+                ..from.clone()
             })
         } else if from.shard + 1 < SHARDS {
             Some(ReleasePosition {
                 shard: from.shard + 1,
                 after: None,
+                backwards: from.backwards,
             })
         } else {
             None
@@ -212,44 +217,6 @@ impl WaitingRoom for WaitingTable {
         let kind = if release.sweep { "sweep" } else { "release" };
         self.set_report(campaign, &format!("{kind}{}", release.slot_ms), json)
             .await
-    }
-
-    async fn note_releasing(
-        &self,
-        campaign: &CampaignId,
-        slot_ms: i64,
-        at_ms: i64,
-    ) -> Result<(), StoreError> {
-        self.set_report(campaign, &format!("releasing{slot_ms}"), at_ms.to_string())
-            .await
-    }
-
-    async fn releasing_since(
-        &self,
-        campaign: &CampaignId,
-        slot_ms: i64,
-    ) -> Result<Option<i64>, StoreError> {
-        let out = self
-            .dynamodb
-            .get_item()
-            .table_name(&self.table)
-            .key("slot", AttributeValue::S(report_key(campaign)))
-            .key("userId", AttributeValue::S("-".into()))
-            .projection_expression("#r, #p")
-            .expression_attribute_names("#r", format!("release{slot_ms}"))
-            .expression_attribute_names("#p", format!("releasing{slot_ms}"))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem", describe(&e)))?;
-        let item = out.item.unwrap_or_default();
-        if item.contains_key(&format!("release{slot_ms}")) {
-            return Ok(None);
-        }
-        Ok(match item.get(&format!("releasing{slot_ms}")) {
-            Some(AttributeValue::S(at)) => at.parse().ok(),
-            _ => None,
-        })
     }
 
     async fn report(&self, campaign: &CampaignId) -> Result<Option<WaitingReport>, StoreError> {

@@ -442,8 +442,9 @@ pub struct WaitingReport {
 }
 
 /// A slot as `status` shows it: held = released + swept + still waiting, unless the
-/// campaign was cancelled (its waiting users are dropped) or a user was released twice
-/// (the ledger sends once).
+/// campaign was cancelled (its waiting users are dropped), a resend held a user again (held
+/// counts each run's holds; the table keeps one), or a user was released twice (the ledger
+/// sends once).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SlotStatus {
@@ -509,20 +510,17 @@ impl WaitingReport {
         self.runs.entry(run_started_ms).or_default().add(counts);
     }
 
-    /// The slots whose waiting users a reader counts: all but those whose sweep has run
-    /// with the releases accounting for every user held (after a sweep nothing more is held
-    /// in a slot, since holds are written before it; so a count there can only be 0).
+    /// The slots whose waiting users a reader counts: those not swept yet (a completed
+    /// sweep read the whole slot, and every hold is written before it, so a count there can
+    /// only be 0; the held and released figures need not match, as a resend may hold a
+    /// user again).
     pub fn slots_to_count(&self) -> Vec<i64> {
         let mut slots: std::collections::BTreeSet<i64> =
             self.counts.waiting.keys().copied().collect();
         slots.extend(self.releases.iter().map(|r| r.slot_ms));
         slots
             .into_iter()
-            .filter(|slot| {
-                let (released, swept, sweep_ran) = self.passes(*slot);
-                let held = self.counts.waiting.get(slot).copied().unwrap_or(0);
-                !(sweep_ran && released + swept >= held)
-            })
+            .filter(|slot| !self.passes(*slot).2)
             .collect()
     }
 

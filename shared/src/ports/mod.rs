@@ -254,6 +254,11 @@ impl Clock for SystemClock {
 pub struct ReleasePosition {
     pub shard: u8,
     pub after: Option<String>,
+    /// Through the shards last to first (a sweep): a release still at work when its sweep
+    /// comes (a big slot, a resume delivering both) goes first to last, so the two meet in
+    /// one shard instead of enqueuing the whole slot twice.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backwards: bool,
 }
 
 /// A page of a slot's waiting users (id, users-queue body), and where the next one starts.
@@ -329,21 +334,6 @@ pub trait WaitingRoom: Send + Sync {
         segment: u32,
         counts: &LocalTimeCounts,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Notes that the slot's release is at work now (`at_ms`, the clock's time), once per
-    /// page: a sweep waits for a release that is.
-    fn note_releasing(
-        &self,
-        campaign: &CampaignId,
-        slot_ms: i64,
-        at_ms: i64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// When the slot's release last noted it was at work, unless it has recorded its end
-    /// (`None` then, or when it never started).
-    fn releasing_since(
-        &self,
-        campaign: &CampaignId,
-        slot_ms: i64,
-    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
     /// A slot released: how many users, and when (the clock's time).
     fn record_release(
         &self,
@@ -485,6 +475,9 @@ pub trait RetryQueue: Send + Sync {
         body: &str,
         delay: Duration,
     ) -> impl Future<Output = Result<(), QueueError>> + Send;
+    /// Deletes a received message now (its copy is on the queue), rather than with the
+    /// batch's response, which an invocation that times out never gives.
+    fn delete(&self, receipt_handle: &str) -> impl Future<Output = Result<(), QueueError>> + Send;
 }
 
 #[derive(Debug, thiserror::Error)]

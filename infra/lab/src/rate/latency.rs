@@ -115,4 +115,9 @@ impl RetryQueue for Slow<LabQueue> {
         self.wait().await;
         self.inner.requeue(body, delay).await
     }
+
+    async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        self.wait().await;
+        self.inner.delete(receipt_handle).await
+    }
 }

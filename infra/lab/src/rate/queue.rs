@@ -156,4 +156,12 @@ impl RetryQueue for LabQueue {
         );
         Ok(())
     }
+
+    async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        let mut state = self.state();
+        if let Some(id) = state.receipts.remove(receipt_handle) {
+            state.messages.remove(&id);
+        }
+        Ok(())
+    }
 }

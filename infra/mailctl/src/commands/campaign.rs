@@ -101,6 +101,8 @@ pub async fn release(
         provision_local(sdk, template, prefix, &t.database).await?;
     }
     let target = super::target(sdk, t).await?;
+    // Paused: the releases wait for the resume; cancelled: a sweep would drop them unsent.
+    mailctl::control::refuse_if_held(sdk, &target, campaign).await?;
     let dynamo = aws_sdk_dynamodb::Client::new(sdk);
     let report = mailflow::adapters::waiting::read_report(&dynamo, &target.waiting_table, &id)
         .await
@@ -109,7 +111,9 @@ pub async fn release(
     let now_ms = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
     let events = ops::release_events(campaign, &report, now_ms);
     if events.is_empty() {
-        println!("{campaign}: no slot whose time has passed has users waiting; nothing to release");
+        println!(
+            "{campaign}: no slot whose sweep time has passed has users waiting; nothing to release"
+        );
         return Ok(());
     }
     let Some(prefix) = &t.prefix else {

@@ -169,7 +169,7 @@ fn print_status(s: &ops::CampaignStatus) {
     }
     match (&s.ses_quota, &s.ses_quota_unknown) {
         (Some(q), _) => println!(
-            "  SES: at most {}/s (SendEmail sends at the lower of this and SEND_RATE_PER_SECOND); 24-hour quota {} of {} used",
+            "  SES: at most {}/s for the account (SendEmail sends at the lower of its SES_QUOTA_SHARE_PERCENT of this and SEND_RATE_PER_SECOND); 24-hour quota {} of {} used",
             q.max_send_rate, q.sent_last_24_hours, q.max_24_hour_send
         ),
         (None, Some(reason)) => println!(

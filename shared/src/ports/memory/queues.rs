@@ -11,6 +11,8 @@ use std::time::Duration;
 pub struct MemoryQueue {
     pub delays: Mutex<Vec<(String, Duration)>>,
     pub requeued: Mutex<Vec<(String, Duration)>>,
+    /// Receipt handles deleted at once (a requeued record's original).
+    pub deleted: Mutex<Vec<String>>,
     pub refuse_requeue: std::sync::atomic::AtomicBool,
 }
 
@@ -42,6 +44,11 @@ impl RetryQueue for MemoryQueue {
             });
         }
         crate::runtime::lock(&self.requeued).push((body.to_owned(), delay));
+        Ok(())
+    }
+
+    async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        crate::runtime::lock(&self.deleted).push(receipt_handle.to_owned());
         Ok(())
     }
 }

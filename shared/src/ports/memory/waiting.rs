@@ -17,8 +17,6 @@ pub struct MemoryWaitingRoom {
     pub schedules: Mutex<BTreeMap<(String, SlotSchedule), (String, Value)>>,
     segments: Mutex<BTreeMap<(String, i64, u32), LocalTimeCounts>>,
     releases: Mutex<BTreeMap<(String, i64, bool), SlotRelease>>,
-    /// (campaign, slot) -> when its release last noted it was at work.
-    pub releasing: Mutex<BTreeMap<(String, i64), i64>>,
     deliveries: Mutex<BTreeMap<String, LocalDelivery>>,
 }
 
@@ -68,6 +66,7 @@ impl WaitingRoom for MemoryWaitingRoom {
             .collect();
         let next = (page.len() == limit).then(|| ReleasePosition {
             shard: 0,
+            backwards: from.backwards,
             after: page.last().map(|(id, _)| (*id).clone()),
         });
         Ok((
@@ -125,28 +124,6 @@ impl WaitingRoom for MemoryWaitingRoom {
             release.clone(),
         );
         Ok(())
-    }
-
-    async fn note_releasing(
-        &self,
-        campaign: &CampaignId,
-        slot_ms: i64,
-        at_ms: i64,
-    ) -> Result<(), StoreError> {
-        lock(&self.releasing).insert((campaign.to_string(), slot_ms), at_ms);
-        Ok(())
-    }
-
-    async fn releasing_since(
-        &self,
-        campaign: &CampaignId,
-        slot_ms: i64,
-    ) -> Result<Option<i64>, StoreError> {
-        let key = (campaign.to_string(), slot_ms);
-        if lock(&self.releases).contains_key(&(key.0.clone(), slot_ms, false)) {
-            return Ok(None);
-        }
-        Ok(lock(&self.releasing).get(&key).copied())
     }
 
     async fn report(&self, campaign: &CampaignId) -> Result<Option<WaitingReport>, StoreError> {

@@ -160,7 +160,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 release_waiting: Release {
                     campaign_id: campaign.clone(),
                     slot_ms,
-                    from: ReleasePosition::default(),
+                    from: ReleasePosition {
+                        backwards: sweep,
+                        ..Default::default()
+                    },
                     released: 0,
                     sweep,
                 },
@@ -216,24 +219,6 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, sweep = release.sweep, "campaign paused: the slot's release waits for the resume");
             return Ok(summary);
         }
-        // A sweep lets a big slot's release that is still at work finish first (it would
-        // read the same pages and enqueue them twice); one that stopped (failed, lost) it
-        // does not wait for.
-        let fresh = release.from == ReleasePosition::default() && release.released == 0;
-        if release.sweep && fresh && !cancelled {
-            let releasing = self
-                .waiting
-                .releasing_since(&release.campaign_id, release.slot_ms)
-                .await
-                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
-            if releasing.is_some_and(|at| self.clock.now_ms() - at < RELEASE_AT_WORK_MS) {
-                summary.early = true;
-                self.continue_release(&release, SWEEP_LOOKS_AGAIN_SECONDS)
-                    .await?;
-                tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, "the slot's release is still at work: its sweep waits for it");
-                return Ok(summary);
-            }
-        }
         let mut from = Some(release.from.clone());
         let mut released = release.released;
         let mut pages = 0usize;
@@ -247,12 +232,6 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 self.continue_release(&rest, 0).await?;
                 summary.users_released = released - release.released;
                 return Ok(summary);
-            }
-            if !release.sweep && !cancelled {
-                self.waiting
-                    .note_releasing(&release.campaign_id, release.slot_ms, self.clock.now_ms())
-                    .await
-                    .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
             }
             let (users, next) = self
                 .waiting
@@ -333,8 +312,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
     /// batch that waited for company is not late by its wait.
     pub(super) fn send_delayed(&self, at_ms: i64, bodies: Vec<String>) -> Pending<'_> {
         Box::pin(async move {
-            let wait_ms = (at_ms - self.clock.now_ms()).max(0);
-            let seconds = ((wait_ms + 999) / 1000).min(i64::from(MAX_DELAY_SECONDS));
+            // Past its instant (a slow audience read): no delay, late by that much.
+            let wait_ms = at_ms - self.clock.now_ms();
+            let seconds = ((wait_ms.max(0) + 999) / 1000).min(i64::from(MAX_DELAY_SECONDS));
             let due = Due {
                 slot_late_ms: seconds * 1000 - wait_ms,
                 released_at_ms: SystemClock.now_ms() + seconds * 1000,
@@ -382,11 +362,6 @@ fn with_due(body: String, due: Due) -> String {
 /// its slot, and written before the invocation that decided it ends (Lambda's longest is 15
 /// minutes): a slot's holds are all stored before its release can fire.
 pub(super) const DELAY_WITHIN_MS: i64 = MAX_DELAY_SECONDS as i64 * 1000;
-
-/// A release that noted it was at work this recently still is (it notes each page, seconds
-/// apart); a sweep that finds one looks again after `SWEEP_LOOKS_AGAIN_SECONDS`.
-const RELEASE_AT_WORK_MS: i64 = 120_000;
-const SWEEP_LOOKS_AGAIN_SECONDS: u32 = 120;
 
 /// How often a paused campaign's release or checkpoint looks again should the continuation
 /// queue's consumer still run.

@@ -131,15 +131,12 @@ pub fn parse_request(
                 GetUsersError::BadRequest("scheduled event without a valid \"time\"".into())
             })?;
         let campaign = Campaign::for_schedule(at);
-        // The scheduled instant, the same on each of Lambda's retries: they are one run,
-        // judged by one clock reading (and its counts are recorded under it once).
-        let scheduled_ms = (at.unix_timestamp_nanos() / 1_000_000) as i64;
         let delivery = local.send_at.map(|local_time| LocalDelivery {
             local_time,
             send_date: local_time::default_send_date(campaign.window.until.unix_timestamp()),
             fallback_zone: local.fallback_zone.clone(),
             passed_time: local.passed_time,
-            started_at_ms: scheduled_ms.min(now_ms),
+            started_at_ms: now_ms,
             window_until_ms: Some(campaign.window.until.unix_timestamp() * 1000),
         });
         return Ok(Request::Run(Run {

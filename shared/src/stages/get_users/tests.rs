@@ -49,29 +49,6 @@ fn recognises_schedule_manual_and_checkpoints() {
     ));
 }
 
-/// A weekly schedule with a local time: the run starts at the scheduled instant, so that
-/// each of Lambda's retries of the event is the same run (one clock reading for "passed",
-/// its counts recorded once), and knows when its window closed.
-#[test]
-fn a_scheduled_local_time_run_starts_at_its_scheduled_instant() {
-    let local = LocalTimeConfig::from_source(&|k: &str| {
-        (k == "LOCAL_SEND_TIME").then(|| "09:00".to_owned())
-    })
-    .unwrap();
-    let event = json!({"detail-type": "Scheduled Event", "source": "aws.events", "time": "2026-11-23T00:00:00Z"});
-    for now_ms in [NOW_MS, NOW_MS + 3 * 3_600_000] {
-        let Ok(Request::Run(run)) = parse_request(event.clone(), &local, now_ms) else {
-            panic!("expected a run");
-        };
-        let delivery = run.delivery.unwrap();
-        assert_eq!(
-            local_time::rfc3339_ms(delivery.started_at_ms),
-            "2026-11-23T00:00:00Z"
-        );
-        assert_eq!(delivery.window_until_ms, Some(delivery.started_at_ms));
-    }
-}
-
 #[test]
 fn bad_requests_say_what_is_expected() {
     let typo = parse(json!({"campaign": "weekly-2026-W47"}))
@@ -625,37 +602,6 @@ mod local_time_delivery {
         let (stage, _clock) = zoned_stage("2026-11-23T13:44:00Z");
         stage.handle(local_nine(), &plenty()).await.unwrap();
         assert_eq!(stage.waiting.schedules.lock().unwrap().len(), 2);
-    }
-
-    #[tokio::test]
-    async fn a_sweep_waits_for_a_release_still_at_work_but_not_for_one_that_stopped() {
-        let (stage, clock) = zoned_stage("2026-11-23T08:59:30Z");
-        stage.handle(local_nine(), &plenty()).await.unwrap();
-        let (_, sweep) = slot_schedule(&stage, "2026-11-23T14:00:00Z", true);
-        let new_york = ms("2026-11-23T14:00:00Z");
-        // A big slot's release, still paging at 14:14:30 when its sweep comes.
-        let id = campaign().id;
-        let at = ms("2026-11-23T14:14:30Z");
-        stage
-            .waiting
-            .note_releasing(&id, new_york, at)
-            .await
-            .unwrap();
-        clock.set(ms("2026-11-23T14:15:00Z"));
-        let Response::Release(waits) = stage.handle(sweep.clone(), &plenty()).await.unwrap() else {
-            panic!("expected a release");
-        };
-        assert!(waits.early && !waits.complete, "{waits:?}");
-        assert_eq!(
-            stage.continuation.delayed.lock().unwrap().last().unwrap().0,
-            120
-        );
-        // A release that stopped noting (it failed) is not waited for.
-        clock.set(ms("2026-11-23T14:20:00Z"));
-        let Response::Release(swept) = stage.handle(sweep, &plenty()).await.unwrap() else {
-            panic!("expected a release");
-        };
-        assert!(swept.complete && swept.users_released == 1, "{swept:?}");
     }
 
     #[tokio::test]

@@ -605,6 +605,9 @@ async fn a_record_with_no_send_slot_in_time_goes_back_as_a_new_message_not_a_rec
             assert!(response.batch_item_failures.is_empty(), "{row}");
             assert!(stage.queue.delays().is_empty(), "{row}");
             assert_eq!(requeued.len(), summary.paced, "{row}");
+            // Each original deleted at once, not left to the batch response.
+            let deleted = crate::runtime::lock(&stage.queue.deleted).clone();
+            assert_eq!(deleted.len(), summary.paced, "{row}");
             for (body, delay) in &requeued {
                 assert!(*delay > Duration::ZERO, "{row}");
                 // The copy is the email as it came; its user's claim was given back.

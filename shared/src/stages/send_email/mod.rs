@@ -195,7 +195,16 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             return false;
         };
         match self.queue.requeue(body, wait).await {
-            Ok(()) => true,
+            Ok(()) => {
+                // The original goes now: should this invocation time out, its batch comes
+                // back whole, and a record already copied would be copied again each time.
+                if let Some(receipt) = record.receipt_handle.as_deref() {
+                    if let Err(err) = self.queue.delete(receipt).await {
+                        tracing::warn!(reason = %err, "could not delete a requeued email's original; the batch response acknowledges it");
+                    }
+                }
+                true
+            }
             Err(err) => {
                 tracing::warn!(reason = %err, "could not put a paced email back on the queue; returning the record instead");
                 false
