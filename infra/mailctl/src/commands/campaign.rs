@@ -117,29 +117,8 @@ pub async fn release(
         return Ok(());
     }
     let Some(prefix) = &t.prefix else {
-        let function = match target.get_users_function.clone() {
-            Some(function) => function,
-            None => mailctl::stack_outputs::GET_USERS_FUNCTION.read()?,
-        };
-        let lambda = aws_sdk_lambda::Client::new(sdk);
         for event in &events {
-            let out = lambda
-                .invoke()
-                .function_name(&function)
-                .payload(aws_sdk_lambda::primitives::Blob::new(serde_json::to_vec(
-                    event,
-                )?))
-                .send()
-                .await
-                .with_context(|| format!("invoking {function}"))?;
-            let payload = out
-                .payload
-                .map(|p| String::from_utf8_lossy(p.as_ref()).into_owned())
-                .unwrap_or_default();
-            if let Some(error) = out.function_error {
-                bail!("{function} failed ({error}): {payload}");
-            }
-            println!("{payload}");
+            println!("{}", invoke_get_users(sdk, &target, event).await?);
         }
         return Ok(());
     };
@@ -177,6 +156,35 @@ async fn recorded_delivery(
     Ok(report.and_then(|r| r.delivery))
 }
 
+/// Invokes the deployed GetUsers with `event` and waits for its answer (its summary).
+async fn invoke_get_users(
+    sdk: &aws_config::SdkConfig,
+    target: &Target,
+    event: &serde_json::Value,
+) -> Result<String> {
+    let function = match target.get_users_function.clone() {
+        Some(function) => function,
+        None => mailctl::stack_outputs::GET_USERS_FUNCTION.read()?,
+    };
+    let out = aws_sdk_lambda::Client::new(sdk)
+        .invoke()
+        .function_name(&function)
+        .payload(aws_sdk_lambda::primitives::Blob::new(serde_json::to_vec(
+            event,
+        )?))
+        .send()
+        .await
+        .with_context(|| format!("invoking {function}"))?;
+    let payload = out
+        .payload
+        .map(|p| String::from_utf8_lossy(p.as_ref()).into_owned())
+        .unwrap_or_default();
+    if let Some(error) = out.function_error {
+        bail!("{function} failed ({error}): {payload}");
+    }
+    Ok(payload)
+}
+
 /// Starts GetUsers with `event`: on AWS by invoking the function, locally by running the
 /// whole pipeline to completion.
 async fn start(
@@ -189,27 +197,7 @@ async fn start(
     let Some(prefix) = &t.prefix else {
         let target = Target::from_env()?;
         mailctl::control::refuse_if_held(sdk, &target, &campaign_id).await?;
-        let function = match target.get_users_function {
-            Some(function) => function,
-            None => mailctl::stack_outputs::GET_USERS_FUNCTION.read()?,
-        };
-        let out = aws_sdk_lambda::Client::new(sdk)
-            .invoke()
-            .function_name(&function)
-            .payload(aws_sdk_lambda::primitives::Blob::new(serde_json::to_vec(
-                &event,
-            )?))
-            .send()
-            .await
-            .with_context(|| format!("invoking {function}"))?;
-        let payload = out
-            .payload
-            .map(|p| String::from_utf8_lossy(p.as_ref()).into_owned())
-            .unwrap_or_default();
-        if let Some(error) = out.function_error {
-            bail!("{function} failed ({error}): {payload}");
-        }
-        println!("{payload}");
+        println!("{}", invoke_get_users(sdk, &target, &event).await?);
         return Ok(());
     };
     let started = std::time::Instant::now();
