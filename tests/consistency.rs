@@ -100,6 +100,7 @@ fn every_variable_is_set_in_the_template_and_documented() {
         .iter()
         .chain(MongoConfig::ALTERNATIVE_VARS)
         .chain(UnsubscribeConfig::ALTERNATIVE_VARS)
+        .chain(SendEmailConfig::LAMBDA_VARS)
     {
         assert!(
             readme.contains(&format!("`{var}`")),
@@ -133,6 +134,12 @@ fn check_numbers(t: &Template) {
     assert_eq!(
         number(t, "SendEmailFunction", "FUNCTION_TIMEOUT_SECONDS"),
         send.timeout
+    );
+    // SendEmail sends its whole batch at once: the pacer sizes its chunks by it.
+    assert_eq!(
+        number(t, "SendEmailFunction", "RECORD_CONCURRENCY"),
+        send.sqs_events[0].batch_size,
+        "SendEmail's RECORD_CONCURRENCY is its batch size"
     );
     assert_eq!(
         Some(number(t, "SendEmailFunction", "EMAILS_MAX_RECEIVE_COUNT")),

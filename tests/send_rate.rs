@@ -4,7 +4,7 @@
 
 use mailflow::adapters::event_sources::EmailsConsumer;
 use mailflow::adapters::rate_item::{RateItem, RATE_ITEM_KEY};
-use mailflow::domain::send_rate::{epoch_us, SendRate, SharedRate};
+use mailflow::domain::send_rate::{epoch_us, Environment, SendRate, SharedRate};
 use mailflow::ports::{ConsumerScaling, RateBucket, SlotRequest, Taken};
 use mailflow_local::names;
 use mailflow_tests::test_env;
@@ -127,8 +127,8 @@ async fn send_email_sizes_its_event_source_mapping_to_the_rate() {
         lambda.clone(),
         env.stack.queue_url(names::EMAILS_QUEUE).unwrap(),
     );
-    let wanted = SendRate::configured(340.0).environments();
-    assert_eq!(wanted, 7);
+    let wanted = SendRate::configured(340.0).environments(&Environment::DEFAULT);
+    assert_eq!(wanted, 9);
     let was = consumer.set_max_concurrency(wanted).await.unwrap();
     assert_ne!(was, Some(wanted));
     // Set once: the same rate changes nothing.

@@ -51,7 +51,9 @@ pub fn concurrency(stack: &Stack, function: &str) -> Result<u32> {
     if function == SEND_EMAIL {
         let env = stack.env(SEND_EMAIL)?;
         let config = SendEmailConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        return Ok(SendRate::configured(config.send_rate_per_second).environments());
+        return Ok(
+            SendRate::configured(config.send_rate_per_second).environments(&config.environment)
+        );
     }
     let event = stack.template.function(function)?.sqs_events.first();
     Ok(event.and_then(|e| e.maximum_concurrency).unwrap_or(1))

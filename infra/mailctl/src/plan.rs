@@ -11,7 +11,9 @@ use mailflow::domain::local_time::{
     slot_loads, Delivery, LocalDelivery, SlotLoad, ZoneSource, LATE_TOLERANCE_MS,
 };
 use mailflow::domain::messages::UserMessage;
-use mailflow::domain::send_rate::{QuotaUnknown, SendQuota, SendRate};
+use mailflow::domain::send_rate::{
+    Environment, QuotaUnknown, SendQuota, SendRate, RATE_ITEM_TAKES_PER_SECOND,
+};
 use mailflow::domain::topics::{ExclusionCounts, Topics};
 use mailflow::ports::{AudienceScan, UserDirectory};
 use serde::Serialize;
@@ -45,6 +47,10 @@ pub struct Plan {
     pub send_rate: f64,
     pub rate_source: &'static str,
     pub environments: u32,
+    /// Records each environment sends at once (its batch), and the rate item's takes per
+    /// second at the rate from a deep queue (one item allows 1,000 writes per second).
+    pub records_at_once: usize,
+    pub rate_item_takes_per_second: f64,
     /// Hours the sends take at that rate (the fan-out and rendering run ahead of them).
     pub hours: f64,
     pub ses_quota: Option<SendQuota>,
@@ -84,6 +90,14 @@ pub struct LocalTimePlan {
     pub late: Vec<SlotLoad>,
 }
 
+/// How the stack would send: its rate, the SendEmail environments it runs in, and SES's
+/// quota as read.
+pub struct Sending {
+    pub rate: SendRate,
+    pub environment: Environment,
+    pub quota: Result<SendQuota, QuotaUnknown>,
+}
+
 /// Reads the audience of `campaign` from `directory` and composes every user's email with
 /// `stage`, keeping `samples` of them.
 pub async fn plan<D: UserDirectory>(
@@ -91,10 +105,14 @@ pub async fn plan<D: UserDirectory>(
     directory: &D,
     campaign: &Campaign,
     samples: usize,
-    rate: SendRate,
-    quota: Result<SendQuota, QuotaUnknown>,
+    sending: Sending,
     delivery: Option<&LocalDelivery>,
 ) -> Result<Plan> {
+    let Sending {
+        rate,
+        environment,
+        quota,
+    } = sending;
     let mut local = delivery.map(|d| LocalTimePlan {
         local_time: d.local_time.to_string(),
         send_date: d.send_date.to_string(),
@@ -181,7 +199,9 @@ pub async fn plan<D: UserDirectory>(
     plan.excluded = audience.excluded().clone();
     plan.send_rate = rate.campaign_wide();
     plan.rate_source = rate.source().as_str();
-    plan.environments = rate.environments();
+    plan.environments = rate.environments(&environment);
+    plan.rate_item_takes_per_second = environment.takes_per_second(plan.send_rate);
+    plan.records_at_once = environment.records_at_once;
     plan.hours = plan.would_send as f64 / plan.send_rate / 3600.0;
     match quota {
         Ok(q) => {
@@ -241,6 +261,14 @@ pub fn describe(plan: &Plan) -> String {
         "at {}/s ({}; shared by {} SendEmail environments) the sends take {takes}; SES charges ${:.4} for them (the pipeline adds about 6 %)\n",
         plan.send_rate, plan.rate_source, plan.environments, plan.ses_cost_usd
     ));
+    if plan.rate_item_takes_per_second > RATE_ITEM_TAKES_PER_SECOND {
+        out.push_str(&format!(
+            "the send-rate item would take {:.0} writes/s (batches of {}; DynamoDB allows one item 1,000, this stack plans for {RATE_ITEM_TAKES_PER_SECOND:.0}): set EmailsBatchSize to {} (docs/send-rate.md)\n",
+            plan.rate_item_takes_per_second,
+            plan.records_at_once,
+            Environment::batch_for(plan.send_rate),
+        ));
+    }
     match (&plan.ses_quota, &plan.ses_quota_unknown) {
         (Some(q), _) if plan.over_24_hour_quota > 0 => out.push_str(&format!(
             "SES 24-hour quota: {} of {} used; this campaign needs {} more than is left: SES will refuse them until the window rolls\n",

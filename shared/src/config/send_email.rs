@@ -2,6 +2,7 @@
 //! the visibility timeout, the function timeout, the send rate).
 
 use super::*;
+use crate::domain::send_rate::Environment;
 use std::time::Duration;
 
 /// SendEmail: claim, send through SES v2, mark.
@@ -23,6 +24,9 @@ pub struct SendEmailConfig {
     pub retry_delays: Vec<Duration>,
     pub retention_days: u32,
     pub record_concurrency: usize,
+    /// The environment it runs in: `record_concurrency` records at once, and the memory
+    /// Lambda gave it (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`; its CPU follows).
+    pub environment: Environment,
     /// An email the service refuses with the same kind of error this many times (not
     /// throttling) is recorded FAILED instead of retried until the DLQ.
     pub max_send_errors: u32,
@@ -49,6 +53,9 @@ impl SendEmailConfig {
         var::MAX_SEND_ERRORS,
         var::EMAILS_MAX_RECEIVE_COUNT,
     ];
+
+    /// Set by Lambda itself (reserved: the template cannot set it), read where present.
+    pub const LAMBDA_VARS: &'static [&'static str] = &[var::AWS_LAMBDA_FUNCTION_MEMORY_SIZE];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         let max_receive_count = positive_u32(src, var::EMAILS_MAX_RECEIVE_COUNT, 10)?;
@@ -128,6 +135,7 @@ impl SendEmailConfig {
                     "{delays:?} is not a comma-separated list of seconds (each at most 43200), e.g. 2,10,60,300"
                 ),
             })?;
+        let record_concurrency = positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize;
         Ok(Self {
             sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
             campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
@@ -146,7 +154,15 @@ impl SendEmailConfig {
             )?),
             retry_delays,
             retention_days: positive_u32(src, var::RETENTION_DAYS, 90)?,
-            record_concurrency: positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize,
+            record_concurrency,
+            environment: Environment {
+                records_at_once: record_concurrency,
+                memory_mb: positive_u32(
+                    src,
+                    var::AWS_LAMBDA_FUNCTION_MEMORY_SIZE,
+                    Environment::DEFAULT.memory_mb,
+                )?,
+            },
             max_send_errors,
             max_receive_count,
         })

@@ -2,6 +2,8 @@
 //! (which `tests/consistency.rs` checks against template.yaml and the README's table) use
 //! these, so a misspelt name is a compile error rather than a silently missing setting.
 
+/// Set by Lambda: the function's memory in MB (SendEmail sizes its concurrency by it).
+pub const AWS_LAMBDA_FUNCTION_MEMORY_SIZE: &str = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE";
 /// Where checkpoints go when an audience needs another invocation
 pub const CONTINUATION_QUEUE_URL: &str = "CONTINUATION_QUEUE_URL";
 /// Stop reading this long before the deadline and continue from a checkpoint

@@ -4,7 +4,8 @@
 //! SES throttles (multiplicative decrease) and raised back step by step while it does not
 //! (additive increase). `Slots` are the send times an environment takes from that item, a
 //! chunk at a time, so that together the environments never send faster than the shared rate.
-//! `environments_for` derives SendEmail's concurrency from the rate.
+//! `SendRate::environments` derives SendEmail's concurrency from the rate and the
+//! `Environment` it runs in.
 
 use std::time::Duration;
 
@@ -27,15 +28,67 @@ pub struct SendQuota {
 /// How often an environment reads SES's quota again: a raised quota is used within this.
 pub const QUOTA_REFRESH: Duration = Duration::from_secs(300);
 
-/// Emails per second SendEmail's concurrency is sized by (the rate divided by it). One
-/// environment (10 records at once, SES answering in 30-80 ms, the ledger in 5-15 ms)
-/// sustains about 90/s (`mailctl rate --environment-throughput`, docs/benchmarks.md); 50
-/// leaves room for an SES or a DynamoDB slower than that.
-pub const PER_ENVIRONMENT_RATE: f64 = 50.0;
+/// SendEmail's CPU time per email on one vCPU (docs/benchmarks.md: 1,002-1,702 µs; the
+/// highest, rounded up). Lambda gives a function CPU in proportion to its memory, one vCPU
+/// at `MB_PER_VCPU`: at 128 MB an email takes 25 ms of an environment's time.
+pub const CPU_US_PER_EMAIL: f64 = 1_800.0;
+pub const MB_PER_VCPU: f64 = 1_769.0;
+/// What a batch waits for besides CPU: the receive, the claims, SES, the marks, and its
+/// slowest record (one environment of 10 records, SES answering in 30-80 ms and the ledger
+/// in 5-15 ms, takes 0.11 s a batch without CPU: `mailctl rate --environment-throughput`,
+/// docs/benchmarks.md). 0.25 leaves room for an SES or a DynamoDB slower than that.
+pub const BATCH_ROUND_TRIPS_S: f64 = 0.25;
+/// DynamoDB serves one item at most 1,000 write units per second; takes of the rate item
+/// (one unit each: the item stays under 1 KB) are kept to a fifth of that, for rate changes
+/// and for room.
+pub const RATE_ITEM_TAKES_PER_SECOND: f64 = 200.0;
 
 /// SQS event source mappings take a MaximumConcurrency from 2 to 1000.
 const MIN_ENVIRONMENTS: u32 = 2;
 const MAX_ENVIRONMENTS: u32 = 1000;
+
+/// One SendEmail environment as deployed: the records it sends at once (its batch,
+/// `EmailsBatchSize`, and `RECORD_CONCURRENCY`) and its memory (`SendEmailMemorySize`).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Environment {
+    pub records_at_once: usize,
+    pub memory_mb: u32,
+}
+
+impl Environment {
+    /// The template's defaults.
+    pub const DEFAULT: Self = Self {
+        records_at_once: 10,
+        memory_mb: 128,
+    };
+
+    /// Emails per second it sustains: a batch of its records takes their CPU, one after
+    /// another on its share of a vCPU, and the round trips.
+    pub fn rate(&self) -> f64 {
+        let records = self.records_at_once.max(1) as f64;
+        let cpu_s = CPU_US_PER_EMAIL / 1e6 * MB_PER_VCPU / f64::from(self.memory_mb.max(1));
+        records / (records * cpu_s + BATCH_ROUND_TRIPS_S)
+    }
+
+    /// At most this many slots per take: two full batches (at 14 emails/s and batches of
+    /// 10, 1.4 s of sending).
+    pub fn max_chunk(&self) -> u32 {
+        2 * self.records_at_once.max(1) as u32
+    }
+
+    /// The rate item's takes per second when the stack sends at `rate`, a take per batch
+    /// (two batches share one only where batches follow each other within milliseconds).
+    pub fn takes_per_second(&self, rate: f64) -> f64 {
+        rate / self.records_at_once.max(1) as f64
+    }
+
+    /// The smallest batch that keeps the rate item's takes within `RATE_ITEM_TAKES_PER_SECOND`
+    /// at `rate` (SQS allows up to 10,000 with a batching window; 100 is this stack's bound).
+    pub fn batch_for(rate: f64) -> usize {
+        ((rate / RATE_ITEM_TAKES_PER_SECOND).ceil() as usize).clamp(10, 100)
+    }
+}
 
 /// The ceiling, the whole rule in one place: the configured `SEND_RATE_PER_SECOND`, or SES's
 /// maximum send rate when that is lower (sending faster only earns throttling). SendEmail,
@@ -128,10 +181,10 @@ impl SendRate {
         }
     }
 
-    /// SendEmail's MaximumConcurrency for this rate: enough environments to carry it at
-    /// `PER_ENVIRONMENT_RATE` each, within what an SQS event source mapping allows.
-    pub fn environments(&self) -> u32 {
-        let needed = (self.campaign_wide() / PER_ENVIRONMENT_RATE).ceil();
+    /// SendEmail's MaximumConcurrency for this rate: enough environments like `environment`
+    /// to carry it, within what an SQS event source mapping allows.
+    pub fn environments(&self, environment: &Environment) -> u32 {
+        let needed = (self.campaign_wide() / environment.rate()).ceil();
         (needed as u32).clamp(MIN_ENVIRONMENTS, MAX_ENVIRONMENTS)
     }
 }
@@ -280,18 +333,14 @@ impl Slots {
 /// batch's, which comes within milliseconds: one DynamoDB write serves two batches.
 /// Otherwise exactly its slots, since slots taken and not used are lost to every environment
 /// (a stack with more environments than batches, the end of a campaign).
-pub fn chunk_for(demand: usize, deep: bool) -> u32 {
-    if deep && demand >= FULL_BATCH {
-        MAX_CHUNK
+pub fn chunk_for(demand: usize, deep: bool, environment: &Environment) -> u32 {
+    let max = environment.max_chunk();
+    if deep && demand >= environment.records_at_once {
+        max
     } else {
-        (demand.clamp(1, MAX_CHUNK as usize)) as u32
+        (demand.clamp(1, max as usize)) as u32
     }
 }
-
-/// An SQS batch as the event source mapping hands it over (`EmailsBatchSize`, at most 10).
-pub const FULL_BATCH: usize = 10;
-/// At most this many slots per take: two full batches; at 14 emails/s, 1.4 s of sending.
-pub const MAX_CHUNK: u32 = 20;
 
 /// Microseconds since the epoch.
 pub fn epoch_us(at: std::time::SystemTime) -> u64 {
@@ -324,13 +373,41 @@ mod tests {
 
     #[test]
     fn concurrency_follows_the_rate() {
-        let environments = |rate| SendRate::configured(rate).environments();
+        let default = Environment::DEFAULT;
+        let environments = |rate| SendRate::configured(rate).environments(&default);
+        // 128 MB is 7 % of a vCPU: 25 ms of CPU an email, 10 of them and the round trips.
+        assert_eq!(default.rate().floor(), 20.0);
         assert_eq!(environments(14.0), 2);
-        assert_eq!(environments(PER_ENVIRONMENT_RATE * 3.0), 3);
-        assert_eq!(environments(PER_ENVIRONMENT_RATE * 3.0 + 1.0), 4);
+        assert_eq!(environments(60.0), 3);
+        assert_eq!(environments(61.0), 4);
         assert_eq!(environments(1_000_000.0), 1000);
         let capped = SendRate::with_quota(10_000.0, &quota(100.0));
-        assert_eq!(capped.environments(), 2);
+        assert_eq!(capped.environments(&default), 5);
+        // A vCPU and batches of 100: 0.18 s of CPU and 0.25 s of round trips a batch.
+        let big = Environment {
+            records_at_once: 100,
+            memory_mb: 1_769,
+        };
+        assert_eq!(big.rate().floor(), 232.0);
+        assert_eq!(SendRate::configured(19_000.0).environments(&big), 82);
+    }
+
+    #[test]
+    fn the_batch_keeps_the_rate_items_takes_within_its_budget() {
+        assert_eq!(Environment::batch_for(14.0), 10);
+        assert_eq!(Environment::batch_for(5_000.0), 25);
+        assert_eq!(Environment::batch_for(10_000.0), 50);
+        assert_eq!(Environment::batch_for(20_000.0), 100);
+        assert_eq!(Environment::batch_for(1e6), 100);
+        for rate in [1_000.0, 5_000.0, 10_000.0, 20_000.0] {
+            let environment = Environment {
+                records_at_once: Environment::batch_for(rate),
+                memory_mb: 1_769,
+            };
+            assert!(environment.takes_per_second(rate) <= RATE_ITEM_TAKES_PER_SECOND);
+        }
+        // Batches of 10 at 20,000/s: twice the writes the item allows.
+        assert_eq!(Environment::DEFAULT.takes_per_second(20_000.0), 2_000.0);
     }
 
     #[test]
@@ -404,12 +481,20 @@ mod tests {
             vec![1_000, 251_000, 501_000]
         );
         assert_eq!(
-            [0, 1, 2, 9, 10, 13].map(|d| chunk_for(d, true)),
+            [0, 1, 2, 9, 10, 13].map(|d| chunk_for(d, true, &Environment::DEFAULT)),
             [1, 1, 2, 9, 20, 20]
         );
         assert_eq!(
-            [0, 1, 9, 10, 13, 30].map(|d| chunk_for(d, false)),
+            [0, 1, 9, 10, 13, 30].map(|d| chunk_for(d, false, &Environment::DEFAULT)),
             [1, 1, 9, 10, 13, 20]
+        );
+        let hundred = Environment {
+            records_at_once: 100,
+            ..Environment::DEFAULT
+        };
+        assert_eq!(
+            [10, 99, 100, 500].map(|d| chunk_for(d, true, &hundred)),
+            [10, 99, 200, 200]
         );
         assert_eq!(RateSource::parse("SES quota"), Some(RateSource::SesQuota));
     }

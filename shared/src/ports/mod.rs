@@ -243,7 +243,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
-        crate::domain::ledger::epoch_ms(std::time::SystemTime::now()) as i64
+        crate::domain::ledger::epoch_ms(crate::runtime::clock::now()) as i64
     }
 }
 

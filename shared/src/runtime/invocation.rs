@@ -25,14 +25,14 @@ impl Invocation {
     pub fn with_timeout(request_id: impl Into<String>, timeout: Duration) -> Self {
         Self {
             request_id: request_id.into(),
-            deadline: SystemTime::now() + timeout,
+            deadline: crate::runtime::clock::now() + timeout,
             function_arn: None,
         }
     }
 
     pub fn remaining(&self) -> Duration {
         self.deadline
-            .duration_since(SystemTime::now())
+            .duration_since(crate::runtime::clock::now())
             .unwrap_or(Duration::ZERO)
     }
 }

@@ -1,13 +1,14 @@
 //! The in-memory ports behind the round trips DynamoDB and SQS would take: each call waits a
 //! latency drawn from a range before it is answered, so that an environment's throughput is
-//! bounded as it is on Lambda.
+//! bounded as it is on Lambda; and the CPU an environment has (`Computing`).
 
 use super::queue::LabQueue;
 use mailflow::domain::ledger::{Claim, ClaimOutcome, LedgerError, Reclaim, SendKey};
-use mailflow::domain::send_rate::SharedRate;
+use mailflow::domain::send_rate::{QuotaUnknown, SendQuota, SharedRate};
 use mailflow::ports::memory::MemoryLedger;
 use mailflow::ports::{
-    Marked, QueueError, RateBucket, RateError, RateView, RetryQueue, SendLedger, SlotRequest, Taken,
+    Mailer, Marked, OutgoingEmail, QueueError, RateBucket, RateError, RateView, RetryQueue,
+    SendError, SendLedger, SlotRequest, Taken,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -119,5 +120,37 @@ impl RetryQueue for Slow<LabQueue> {
     async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError> {
         self.wait().await;
         self.inner.delete(receipt_handle).await
+    }
+}
+
+/// One environment's share of a CPU: each email takes `per_email` of it, one email at a time
+/// (Lambda gives a function CPU in proportion to its memory), before `inner` sends it.
+pub struct Computing<M> {
+    pub inner: M,
+    pub per_email: Duration,
+    busy: tokio::sync::Mutex<()>,
+}
+
+impl<M> Computing<M> {
+    pub fn new(inner: M, per_email: Duration) -> Self {
+        Self {
+            inner,
+            per_email,
+            busy: tokio::sync::Mutex::new(()),
+        }
+    }
+}
+
+impl<M: Mailer> Mailer for Computing<M> {
+    async fn send(&self, email: &OutgoingEmail) -> Result<String, SendError> {
+        if !self.per_email.is_zero() {
+            let _cpu = self.busy.lock().await;
+            tokio::time::sleep(self.per_email).await;
+        }
+        self.inner.send(email).await
+    }
+
+    async fn send_quota(&self) -> Result<SendQuota, QuotaUnknown> {
+        self.inner.send_quota().await
     }
 }

@@ -8,15 +8,18 @@
 //! requests per email; `static` runs the same with the old split (each environment at quota /
 //! N, nothing shared) for comparison.
 
+mod item_limit;
 mod latency;
 mod queue;
 mod standin;
 
 use anyhow::{bail, Result};
-use latency::Slow;
+use item_limit::ItemLimit;
+use latency::{Computing, Slow};
 use mailflow::config::SendEmailConfig;
 use mailflow::domain::campaign::CampaignId;
 use mailflow::domain::messages::EmailJob;
+use mailflow::domain::send_rate::{Environment, SendRate, CPU_US_PER_EMAIL, MB_PER_VCPU};
 use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket};
 use mailflow::ports::RateBucket;
 use mailflow::runtime::Invocation;
@@ -35,9 +38,25 @@ pub struct RateOptions {
     /// SES maximum send rates to run at (emails/s); the configured rate is the same.
     #[arg(long, value_delimiter = ',', default_value = "14,100,1000")]
     pub quotas: Vec<f64>,
-    /// SendEmail environments sharing the rate.
+    /// SendEmail environments sharing the rate (0: as many as SendEmail would run for the
+    /// quota, `SendRate::environments`).
     #[arg(long, value_delimiter = ',', default_value = "1,2,8,32")]
     pub environments: Vec<u32>,
+    /// Records per batch, sent at once (`EmailsBatchSize`; 0: the least that keeps the rate
+    /// item within its budget at the quota, `Environment::batch_for`).
+    #[arg(long, default_value_t = 10)]
+    pub batch: usize,
+    /// SendEmail's memory in MB: each environment then has that share of a vCPU, and each
+    /// email takes `cpu_us_per_email` of a whole one. Unset: CPU is not modelled.
+    #[arg(long)]
+    pub memory_mb: Option<u32>,
+    #[arg(long, default_value_t = CPU_US_PER_EMAIL)]
+    pub cpu_us_per_email: f64,
+    /// Run in virtual time (tokio's paused clock: time moves only when every task waits), so
+    /// that the machine's own speed does not bound the rates it can show. CPU is then only
+    /// what `memory_mb` models.
+    #[arg(long)]
+    pub virtual_time: bool,
     /// `shared` (the rate item), `static` (each environment at quota / N), or both.
     #[arg(long, value_delimiter = ',', default_value = "shared,static")]
     pub modes: Vec<Mode>,
@@ -56,7 +75,7 @@ pub struct RateOptions {
     #[arg(long, value_delimiter = ',')]
     pub outage_seconds: Vec<f64>,
     /// Instead of the matrix: one environment with no quota to speak of (2,000 emails), for
-    /// the throughput one environment sustains (`PER_ENVIRONMENT_RATE`).
+    /// the throughput one environment sustains (`BATCH_ROUND_TRIPS_S`).
     #[arg(long)]
     pub environment_throughput: bool,
 }
@@ -66,6 +85,10 @@ impl Default for RateOptions {
         Self {
             quotas: vec![100.0],
             environments: vec![4],
+            batch: 10,
+            memory_mb: None,
+            cpu_us_per_email: CPU_US_PER_EMAIL,
+            virtual_time: false,
             modes: vec![Mode::Shared],
             runs: 1,
             seconds: 5.0,
@@ -92,6 +115,8 @@ pub enum Mode {
 pub struct RunReport {
     pub quota: f64,
     pub environments: u32,
+    pub batch: usize,
+    pub memory_mb: Option<u32>,
     pub mode: Mode,
     pub emails: usize,
     /// Emails per second between the 10th and the 90th percentile of the acceptances, as a
@@ -108,11 +133,15 @@ pub struct RunReport {
     pub total_s: f64,
     /// Rate item requests (takes, rate changes, reads) per email.
     pub rate_requests_per_email: f64,
+    /// Write units the rate item billed per email, and the requests its partition's limit
+    /// throttled (each one an SDK retry after a backoff).
+    pub item_write_units_per_email: f64,
+    pub item_throttles: u64,
     /// The shared rate at the end, as a share of the quota (1: recovered).
     pub final_rate_share: Option<f64>,
 }
 
-fn config(rate: f64) -> Result<SendEmailConfig> {
+fn config(rate: f64, environment: &Environment) -> Result<SendEmailConfig> {
     let vars = BTreeMap::from([
         ("SENDS_TABLE_NAME", "lab-sends".to_string()),
         ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
@@ -121,6 +150,14 @@ fn config(rate: f64) -> Result<SendEmailConfig> {
         ("SEND_RATE_PER_SECOND", rate.to_string()),
         ("VISIBILITY_TIMEOUT_SECONDS", "180".into()),
         ("FUNCTION_TIMEOUT_SECONDS", "30".into()),
+        (
+            "RECORD_CONCURRENCY",
+            environment.records_at_once.to_string(),
+        ),
+        (
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+            environment.memory_mb.to_string(),
+        ),
     ]);
     Ok(SendEmailConfig::from_source(&|k: &str| {
         vars.get(k).cloned()
@@ -187,30 +224,49 @@ async fn run_emails(
         ses.refuse_between = Some((Duration::from_secs_f64(from), Duration::from_secs_f64(to)));
     }
     let ses = Arc::new(ses);
+    let batch = match options.batch {
+        0 => Environment::batch_for(quota),
+        batch => batch,
+    };
+    // Without a memory, CPU is not modelled: the round trips bound an environment.
+    let environment = Environment {
+        records_at_once: batch,
+        memory_mb: options.memory_mb.unwrap_or(10_240),
+    };
+    let environments = match environments {
+        0 => SendRate::configured(quota).environments(&environment),
+        n => n,
+    };
+    let cpu_per_email = match options.memory_mb {
+        Some(mb) => {
+            Duration::from_secs_f64(options.cpu_us_per_email / 1e6 * MB_PER_VCPU / f64::from(mb))
+        }
+        None => Duration::ZERO,
+    };
     let queue = Arc::new(LabQueue::new(Duration::from_secs(20), 10));
     queue.send(jobs(emails));
     let ledger = Arc::new(MemoryLedger::default());
-    let shared = Arc::new(MemoryRateBucket::default());
+    let shared = Arc::new(ItemLimit::new(MemoryRateBucket::default(), seed));
     let mut buckets = Vec::new();
     let done = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for environment in 0..environments {
+    for environment_number in 0..environments {
         let (bucket, rate) = match mode {
             Mode::Shared => (shared.clone(), quota),
             Mode::Static => (
-                Arc::new(MemoryRateBucket::fixed()),
+                Arc::new(ItemLimit::new(MemoryRateBucket::fixed(), seed)),
                 quota / f64::from(environments),
             ),
         };
         buckets.push(bucket.clone());
         let stage = SendEmail::new(
             Slow::new(ledger.clone(), store_latency),
-            Ses(ses.clone()),
+            Computing::new(Ses(ses.clone()), cpu_per_email),
             Slow::new(queue.clone(), store_latency),
             MemoryCampaigns::default(),
             Slow::new(bucket, store_latency),
-            config(rate)?,
+            config(rate, &environment)?,
         );
         let (queue, done) = (queue.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
@@ -218,14 +274,14 @@ async fn run_emails(
             while !done.load(Ordering::Relaxed) {
                 // The poller's ReceiveMessage round trip.
                 tokio::time::sleep(store_latency.0).await;
-                let event = queue.receive(10);
+                let event = queue.receive(batch);
                 if event.records.is_empty() {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;
                 }
                 invocations += 1;
                 let invocation = Invocation::with_timeout(
-                    format!("env{environment}-{invocations}"),
+                    format!("env{environment_number}-{invocations}"),
                     Duration::from_secs(30),
                 );
                 let (response, _) = stage.handle(event.clone(), &invocation).await;
@@ -266,21 +322,25 @@ async fn run_emails(
         .iter()
         .filter(|t| **t >= from && **t <= to)
         .count();
-    let requests: u64 = if mode == Mode::Shared {
-        shared.requests.load(Ordering::Relaxed)
-    } else {
-        buckets
-            .iter()
-            .map(|b| b.requests.load(Ordering::Relaxed))
-            .sum()
+    let items = match mode {
+        Mode::Shared => vec![shared.clone()],
+        Mode::Static => buckets,
     };
+    let total = |get: fn(&ItemLimit<MemoryRateBucket>) -> u64| -> u64 {
+        items.iter().map(|item| get(item)).sum()
+    };
+    let requests = total(|item| item.inner.requests.load(Ordering::Relaxed));
+    let write_units = total(|item| item.write_units.load(Ordering::Relaxed));
+    let item_throttles = total(|item| item.throttles.load(Ordering::Relaxed));
     let final_rate = match mode {
-        Mode::Shared => shared.read().await?.rate.map(|r| r.rate / quota),
+        Mode::Shared => shared.inner.read().await?.rate.map(|r| r.rate / quota),
         Mode::Static => None,
     };
     Ok(RunReport {
         quota,
         environments,
+        batch,
+        memory_mb: options.memory_mb,
         mode,
         emails,
         steady_share: steady_emails.saturating_sub(1) as f64 / steady.max(1e-9) / quota,
@@ -293,12 +353,33 @@ async fn run_emails(
         last_1pct_s: (*times.last().expect("sent") - at(0.99)).as_secs_f64(),
         total_s: (*times.last().expect("sent") - started).as_secs_f64(),
         rate_requests_per_email: requests as f64 / emails as f64,
+        item_write_units_per_email: write_units as f64 / emails as f64,
+        item_throttles,
         final_rate_share: final_rate,
     })
 }
 
-/// The matrix: every quota x environments x mode, `runs` times each.
+/// The matrix: every quota x environments x mode, `runs` times each; in virtual time on a
+/// runtime of its own when asked (`virtual_time`).
 pub async fn run(options: &RateOptions) -> Result<Vec<RunReport>> {
+    if !options.virtual_time {
+        return matrix(options).await;
+    }
+    let options = options.clone();
+    tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()?;
+        runtime.block_on(async {
+            mailflow::runtime::clock::follow_tokio_clock();
+            matrix(&options).await
+        })
+    })
+    .await?
+}
+
+async fn matrix(options: &RateOptions) -> Result<Vec<RunReport>> {
     if options.environment_throughput {
         let mut reports = Vec::new();
         for run in 0..options.runs {
@@ -351,7 +432,7 @@ pub fn markdown(reports: &[RunReport]) -> String {
         );
     }
     let mut out = String::from(
-        "| quota/s | environments | pacing | emails | steady rate / quota | throttles / 1,000 (steady) | throttles (all) | lost | sent twice | DLQ | first email (ms) | last 1 % (s) | rate-item requests / email |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| quota/s | environments | batch | memory (MB) | pacing | emails | steady rate / quota | throttles / 1,000 (steady) | throttles (all) | lost | sent twice | DLQ | first email (ms) | last 1 % (s) | rate-item requests / email | rate-item write units / email | rate-item throttles |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut groups: Vec<(f64, u32, Mode)> = Vec::new();
     for r in reports {
@@ -365,7 +446,9 @@ pub fn markdown(reports: &[RunReport]) -> String {
             .collect();
         let f = |get: fn(&RunReport) -> f64, digits| range(runs.iter().map(|r| get(r)), digits);
         out.push_str(&format!(
-            "| {quota} | {environments} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {quota} | {environments} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            runs[0].batch,
+            runs[0].memory_mb.map_or("-".to_string(), |m| m.to_string()),
             match mode {
                 Mode::Shared => "shared",
                 Mode::Static => "static split",
@@ -380,6 +463,8 @@ pub fn markdown(reports: &[RunReport]) -> String {
             f(|r| r.first_email_ms, 0),
             f(|r| r.last_1pct_s, 2),
             f(|r| r.rate_requests_per_email, 3),
+            f(|r| r.item_write_units_per_email, 4),
+            f(|r| r.item_throttles as f64, 0),
         ));
     }
     out
@@ -415,6 +500,60 @@ mod tests {
         // once): 2 requests each, 0.04 per email on a run this short.
         let start = 2.0 * 8.0 / run.emails as f64;
         assert!(run.rate_requests_per_email <= 0.1 + start, "{run:?}");
+    }
+
+    /// 20,000 emails/s in virtual time: environments of one vCPU with batches of 100 (what
+    /// `Environment::batch_for` and `SendRate::environments` give), the rate item behind
+    /// DynamoDB's per-item limit.
+    fn at_twenty_thousand(batch: usize, seconds: f64) -> RateOptions {
+        RateOptions {
+            quotas: vec![20_000.0],
+            environments: vec![0],
+            batch,
+            memory_mb: Some(1_769),
+            seconds,
+            virtual_time: true,
+            ..RateOptions::default()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn twenty_thousand_a_second_from_one_stack_within_the_rate_items_limit() {
+        let run = run(&at_twenty_thousand(0, 1.0)).await.unwrap().remove(0);
+        let environment = Environment {
+            records_at_once: 100,
+            memory_mb: 1_769,
+        };
+        let environments = SendRate::configured(20_000.0).environments(&environment);
+        assert_eq!(
+            (run.batch, run.environments),
+            (100, environments),
+            "{run:?}"
+        );
+        assert_eq!(
+            (
+                run.lost,
+                run.sent_twice,
+                run.dead_lettered,
+                run.item_throttles
+            ),
+            (0, 0, 0, 0),
+            "{run:?}"
+        );
+        assert!(run.steady_share >= 0.95, "{run:?}");
+        assert!(run.steady_throttles_per_1000 <= 1.0, "{run:?}");
+        // A write per batch (0.01 an email), and each environment's first take and rate
+        // write (2 x 86 for 20,000 emails).
+        assert!(run.item_write_units_per_email <= 0.02, "{run:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn batches_of_ten_at_twenty_thousand_a_second_meet_the_items_limit() {
+        // Every take serves 10 emails: 2,000 writes/s, twice what the item allows.
+        let run = run(&at_twenty_thousand(10, 0.5)).await.unwrap().remove(0);
+        assert!(run.item_throttles > 0, "{run:?}");
+        // Each throttled take waits out the SDK's backoff: the stack falls far behind.
+        assert!(run.steady_share < 0.95, "{run:?}");
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -145,8 +145,15 @@ pub async fn plan(
         &directory,
         &campaign,
         options.samples,
-        SendRate::with_quota_share(send.send_rate_per_second, send.ses_quota_share, &quota),
-        quota,
+        mailctl::plan::Sending {
+            rate: SendRate::with_quota_share(
+                send.send_rate_per_second,
+                send.ses_quota_share,
+                &quota,
+            ),
+            environment: send.environment,
+            quota,
+        },
         delivery.as_ref(),
     )
     .await?;

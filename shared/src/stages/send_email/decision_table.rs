@@ -75,7 +75,7 @@ fn ledger(before: Before, send_errors: u64) -> MemoryLedger {
         last_error: Some("earlier".into()),
         ..Default::default()
     };
-    let far = epoch_ms(SystemTime::now() + Duration::from_secs(100));
+    let far = epoch_ms(std::time::SystemTime::now() + Duration::from_secs(100));
     match before {
         Before::Nothing => MemoryLedger::default(),
         Before::ExpiredLease => {
@@ -345,7 +345,7 @@ async fn check(case: &Case) {
 
     let record = stage.ledger.get(USER, CAMPAIGN);
     let status = record.as_ref().and_then(|r| r.status);
-    let now = epoch_ms(SystemTime::now());
+    let now = epoch_ms(std::time::SystemTime::now());
     match (case.after, &record) {
         (After::Nothing, None) => {}
         (After::Sent, Some(r)) => {

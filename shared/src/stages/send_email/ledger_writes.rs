@@ -52,7 +52,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         job: &EmailJob,
         cancellation: &StateChange,
     ) -> Result<Done, Retry> {
-        let now = epoch_ms(SystemTime::now()).max(cancellation.at_ms);
+        let now = epoch_ms(crate::runtime::clock::now()).max(cancellation.at_ms);
         match self.ledger.cancel_send(&job.key(), now).await {
             Ok(_) => Ok(Done::Cancelled),
             Err(err) => {

@@ -15,7 +15,7 @@ use crate::domain::address;
 use crate::domain::campaign::{Hold, StateChange};
 use crate::domain::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
 use crate::domain::messages::{parse_body, EmailJob};
-use crate::domain::send_rate::SendRate;
+use crate::domain::send_rate::{Environment, SendRate};
 use crate::ports::{
     CampaignStates, ConsumerScaling, Mailer, Marked, OutgoingEmail, RateBucket, RetryQueue,
     SendError, SendLedger,
@@ -28,7 +28,7 @@ use outcome::{Again, Done, Retry};
 use pacing::{NoSlot, Pacer, Ticket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// Do not start a send with less time left than this: claim, send and mark must fit.
 const MIN_TIME_TO_SEND: Duration = Duration::from_secs(3);
@@ -80,7 +80,8 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             queue,
             campaigns: CampaignStateCache::new(campaigns),
             pacer: Pacer::new(rate, config.send_rate_per_second)
-                .with_ses_share(config.ses_quota_share),
+                .with_ses_share(config.ses_quota_share)
+                .in_environment(config.environment),
             scaling: None,
             config,
         }
@@ -323,8 +324,8 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
     async fn take_slot(&self, ticket: Ticket<'_>, invocation: &Invocation) -> Result<(), NoSlot> {
         let (ceiling, read) = self.pacer.ceiling(|| self.mailer.send_quota()).await;
         if let (Some(rate), Some(scaling)) = (read, &self.scaling) {
-            let scaling = scaling.clone();
-            tokio::spawn(async move { scale_to(&rate, scaling.as_ref()).await });
+            let (scaling, environment) = (scaling.clone(), self.config.environment);
+            tokio::spawn(async move { scale_to(&rate, &environment, scaling.as_ref()).await });
         }
         let latest = invocation.deadline - MIN_TIME_TO_SEND;
         self.pacer.acquire(ticket, &ceiling, latest).await
@@ -346,7 +347,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         message_id: &str,
         invocation: &Invocation,
     ) -> Result<(Claim, u64), Result<Done, Retry>> {
-        let now = SystemTime::now();
+        let now = crate::runtime::clock::now();
         let claim = Claim {
             key: job.key(),
             token: format!("{}:{message_id}", invocation.request_id),
@@ -379,7 +380,8 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             Ok(ClaimOutcome::Refused(Refusal::Cancelled)) => return Err(Ok(Done::Cancelled)),
             Ok(ClaimOutcome::Refused(Refusal::Busy { lease_until_ms })) => {
                 // Never acknowledge: if the holder dies, this copy may be the only one left.
-                let wait = lease_until_ms.saturating_sub(epoch_ms(SystemTime::now())) + 1000;
+                let wait =
+                    lease_until_ms.saturating_sub(epoch_ms(crate::runtime::clock::now())) + 1000;
                 return Err(Err(Retry {
                     why: Again::Busy,
                     delay: Some(Duration::from_millis(wait)),
@@ -473,7 +475,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                 }
                 let wait = claim
                     .lease_until_ms
-                    .saturating_sub(epoch_ms(SystemTime::now()))
+                    .saturating_sub(epoch_ms(crate::runtime::clock::now()))
                     + 1000;
                 Err(Retry::error(Some(Duration::from_millis(wait))))
             }
@@ -482,8 +484,8 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
 }
 
 /// Sets the consumers' MaximumConcurrency to what `rate` needs (`SendRate::environments`).
-async fn scale_to(rate: &SendRate, scaling: &dyn ConsumerScaling) {
-    let environments = rate.environments();
+async fn scale_to(rate: &SendRate, environment: &Environment, scaling: &dyn ConsumerScaling) {
+    let environments = rate.environments(environment);
     match scaling.set_max_concurrency(environments).await {
         Ok(Some(was)) => tracing::info!(
             was,

@@ -7,7 +7,7 @@
 //! duplicate, a paused campaign...): the live tickets are the demand a chunk is sized by.
 
 use crate::domain::send_rate::{
-    chunk_for, epoch_us, QuotaUnknown, SendQuota, SendRate, SharedRate, Slots, FULL_BATCH,
+    chunk_for, epoch_us, Environment, QuotaUnknown, SendQuota, SendRate, SharedRate, Slots,
     MAX_LATENESS, QUOTA_REFRESH,
 };
 use crate::ports::{RateBucket, RateError, SlotRequest};
@@ -23,12 +23,17 @@ pub struct Pacer<B> {
     configured: f64,
     /// This stack's part of SES's maximum send rate (1: all of it).
     ses_share: f64,
+    /// The environment it runs in: its batches size its chunks.
+    environment: Environment,
     /// The ceiling as last read, and when (None: not yet).
     ceiling: Mutex<Option<(SendRate, Instant)>>,
     local: Mutex<Local>,
     demand: AtomicUsize,
-    /// Whether the last batch was full, and whether this one and the last were (a deep queue).
+    /// Whether the last batch was full, when it began, and whether this one and the last were
+    /// full and close enough together that a chunk's rest is still fresh for this one (a deep
+    /// queue).
     last_full: AtomicBool,
+    last_began: std::sync::Mutex<Option<Instant>>,
     deep: AtomicBool,
     /// SES's throttles seen by this environment.
     throttles: AtomicU64,
@@ -71,10 +76,12 @@ impl<B: RateBucket> Pacer<B> {
             bucket,
             configured,
             ses_share: 1.0,
+            environment: Environment::DEFAULT,
             ceiling: Mutex::new(None),
             local: Mutex::default(),
             demand: AtomicUsize::new(0),
             last_full: AtomicBool::new(false),
+            last_began: std::sync::Mutex::new(None),
             deep: AtomicBool::new(false),
             throttles: AtomicU64::new(0),
         }
@@ -86,11 +93,22 @@ impl<B: RateBucket> Pacer<B> {
         self
     }
 
-    /// A batch of `records` begins: its size tells how deep the queue is.
+    /// Runs in `environment` (its batches: `Environment::DEFAULT` otherwise).
+    pub fn in_environment(mut self, environment: Environment) -> Self {
+        self.environment = environment;
+        self
+    }
+
+    /// A batch of `records` begins: its size, and the time since the last one began, tell
+    /// whether slots taken for two batches would be used (a batch slower than half of
+    /// `MAX_LATENESS`, its CPU for instance, would find the rest of the chunk stale).
     pub fn batch(&self, records: usize) {
-        let full = records >= FULL_BATCH;
+        let full = records >= self.environment.records_at_once;
         let last = self.last_full.swap(full, Ordering::Relaxed);
-        self.deep.store(last && full, Ordering::Relaxed);
+        let now = Instant::now();
+        let began = crate::runtime::lock(&self.last_began).replace(now);
+        let close = began.is_some_and(|b| now.duration_since(b) <= MAX_LATENESS / 2);
+        self.deep.store(last && full && close, Ordering::Relaxed);
     }
 
     pub fn ticket(&self) -> Ticket<'_> {
@@ -136,7 +154,7 @@ impl<B: RateBucket> Pacer<B> {
         let slot = {
             let mut local = self.local.lock().await;
             loop {
-                let now_us = epoch_us(SystemTime::now());
+                let now_us = epoch_us(crate::runtime::clock::now());
                 let late = MAX_LATENESS.as_micros() as u64;
                 while local.slots.front().is_some_and(|s| s + late < now_us) {
                     local.slots.pop_front();
@@ -148,6 +166,7 @@ impl<B: RateBucket> Pacer<B> {
                 let count = chunk_for(
                     self.demand.load(Ordering::Relaxed),
                     self.deep.load(Ordering::Relaxed),
+                    &self.environment,
                 );
                 let request = SlotRequest {
                     count,
@@ -175,10 +194,10 @@ impl<B: RateBucket> Pacer<B> {
         drop(ticket);
         if slot > latest_us {
             // Taken earlier (a chunk's rest) and too late for this invocation: lost.
-            let wait = slot.saturating_sub(epoch_us(SystemTime::now()));
+            let wait = slot.saturating_sub(epoch_us(crate::runtime::clock::now()));
             return Err(NoSlot::Full(Duration::from_micros(wait)));
         }
-        let wait = slot.saturating_sub(epoch_us(SystemTime::now()));
+        let wait = slot.saturating_sub(epoch_us(crate::runtime::clock::now()));
         tokio::time::sleep(Duration::from_micros(wait)).await;
         Ok(())
     }
@@ -220,7 +239,7 @@ impl<B: RateBucket> Pacer<B> {
         self.throttles.fetch_add(1, Ordering::Relaxed);
         let mut local = self.local.lock().await;
         local.slots.clear();
-        let now_ms = epoch_us(SystemTime::now()) / 1000;
+        let now_ms = epoch_us(crate::runtime::clock::now()) / 1000;
         let Some(seen) = local.rate else { return };
         let Some(next) = seen.next(&trusted(ceiling, Some(&seen)), now_ms, true) else {
             return;

@@ -46,7 +46,7 @@ async fn environments_share_one_schedule_taken_in_chunks() {
     assert!(started.elapsed().unwrap() >= Duration::from_millis(390));
     // 31 requests in a quiet run. A loaded machine can let a chunk's rest go stale
     // (MAX_LATENESS) and cost another take, so what is certain is the chunks: every
-    // second batch of each environment began with a take of MAX_CHUNK.
+    // second batch of each environment began with a take of two batches.
     let requests = bucket.requests.load(Ordering::Relaxed);
     assert!(
         requests >= 4 * 6 + 4 + 3,
@@ -55,9 +55,27 @@ async fn environments_share_one_schedule_taken_in_chunks() {
     let asked = crate::runtime::lock(&bucket.asked).clone();
     let chunks = asked
         .iter()
-        .filter(|n| **n == crate::domain::send_rate::MAX_CHUNK)
+        .filter(|n| **n == Environment::DEFAULT.max_chunk())
         .count();
     assert!(chunks >= 4 * 5, "takes asked for {asked:?}");
+}
+
+#[tokio::test]
+async fn batches_further_apart_than_a_chunk_stays_fresh_take_one_batch_each() {
+    // A slow environment (its CPU): the rest of a two-batch chunk would be stale by the time
+    // its next batch begins, and lost to every environment.
+    let bucket = Arc::new(MemoryRateBucket::default());
+    let ceiling = SendRate::configured(1000.0);
+    let pacer = Pacer::new(bucket.clone(), 1000.0);
+    for _ in 0..3 {
+        pacer.batch(10);
+        let tickets: Vec<_> = (0..10).map(|_| pacer.ticket()).collect();
+        for ticket in tickets {
+            pacer.acquire(ticket, &ceiling, far()).await.unwrap();
+        }
+        tokio::time::sleep(MAX_LATENESS).await;
+    }
+    assert_eq!(*crate::runtime::lock(&bucket.asked), vec![10, 10, 10]);
 }
 
 #[tokio::test]
