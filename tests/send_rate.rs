@@ -128,7 +128,7 @@ async fn send_email_sizes_its_event_source_mapping_to_the_rate() {
         env.stack.queue_url(names::EMAILS_QUEUE).unwrap(),
     );
     let wanted = SendRate::configured(340.0).environments(&Environment::DEFAULT);
-    assert_eq!(wanted, 9);
+    assert_eq!(wanted, 17);
     let was = consumer.set_max_concurrency(wanted).await.unwrap();
     assert_ne!(was, Some(wanted));
     // Set once: the same rate changes nothing.

@@ -328,3 +328,28 @@ fn describe_local_time(l: &LocalTimePlan) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_says_when_the_rate_item_would_take_too_many_writes() {
+        let plan = |batch| {
+            let environment = Environment {
+                records_at_once: batch,
+                memory_mb: 1_769,
+            };
+            describe(&Plan {
+                send_rate: 20_000.0,
+                records_at_once: batch,
+                rate_item_takes_per_second: environment.takes_per_second(20_000.0),
+                ..Plan::default()
+            })
+        };
+        assert!(plan(10).contains(
+            "the send-rate item would take 2000 writes/s (batches of 10; DynamoDB allows one item 1,000, this stack plans for 200): set EmailsBatchSize to 100"
+        ), "{}", plan(10));
+        assert!(!plan(100).contains("send-rate item"), "{}", plan(100));
+    }
+}
