@@ -4,7 +4,7 @@
 
 use mailflow::config::{
     CreateEmailsConfig, GetUsersConfig, MongoConfig, OpenContentFunctionConfig, PickLinks,
-    ReputationGuardConfig, SendEmailConfig, SesEventsConfig, UnsubscribeConfig,
+    RateControlConfig, ReputationGuardConfig, SendEmailConfig, SesEventsConfig, UnsubscribeConfig,
     UnsubscribeFunctionConfig,
 };
 use mailflow_local::names;
@@ -33,7 +33,7 @@ fn number(t: &Template, function: &str, var: &str) -> u32 {
 fn every_variable_is_set_in_the_template_and_documented() {
     let t = template();
     let readme = std::fs::read_to_string(mailctl::repo_root().join("README.md")).unwrap();
-    let functions: [(&str, Vec<&str>); 7] = [
+    let functions: [(&str, Vec<&str>); 8] = [
         (
             "GetUsersFunction",
             [MongoConfig::VARS, GetUsersConfig::VARS].concat(),
@@ -49,6 +49,7 @@ fn every_variable_is_set_in_the_template_and_documented() {
             .concat(),
         ),
         ("SendEmailFunction", SendEmailConfig::VARS.to_vec()),
+        ("RateControlFunction", RateControlConfig::VARS.to_vec()),
         (
             "UnsubscribeFunction",
             [
@@ -100,7 +101,6 @@ fn every_variable_is_set_in_the_template_and_documented() {
         .iter()
         .chain(MongoConfig::ALTERNATIVE_VARS)
         .chain(UnsubscribeConfig::ALTERNATIVE_VARS)
-        .chain(SendEmailConfig::LAMBDA_VARS)
     {
         assert!(
             readme.contains(&format!("`{var}`")),

@@ -7,6 +7,8 @@
 
 use mailflow::domain::campaign::Campaign;
 use mailflow::domain::campaign::Hold;
+use mailflow::domain::send_rate::SendRate;
+use mailflow::ports::RateBucket;
 use mailflow_local::aws_emulator::EmulatedFunction;
 use mailflow_local::function_host::{FunctionProcess, Outcome};
 use mailflow_local::names;
@@ -203,6 +205,7 @@ async fn serves_the_sample_events(host: Host) {
     ses_events_suppress_the_bounce(host, &env).await;
     unsubscribe_refuses_the_placeholder_and_takes_a_signed_link(host, &env, &campaign).await;
     open_content_refuses_the_placeholder_and_freezes_a_sealed_slot(host, &env, &campaign).await;
+    rate_control_sizes_send_emails_mapping(host, &env).await;
     // Last: a paused campaign sends nothing.
     reputation_guard_pauses_the_campaign(host, &env, &campaign).await;
 }
@@ -528,6 +531,48 @@ async fn open_content_refuses_the_placeholder_and_freezes_a_sealed_slot(
         !run.stderr.contains(&urls[0].image),
         "logs must not carry tokens"
     );
+}
+
+/// RateControl with the scheduler's event: SES's quota read, the rate item given its rate,
+/// and SendEmail's event source mapping set to the environments that rate needs.
+async fn rate_control_sizes_send_emails_mapping(host: Host, env: &TestEnv) {
+    let control_env = env.stack.env(names::RATE_CONTROL).unwrap();
+    let run = run_function(
+        host,
+        "rate-control",
+        names::RATE_CONTROL,
+        control_env.clone(),
+        vec![sample("rate-control.json")],
+    )
+    .await;
+    // The local stack has no SESv2 GetAccount (the quota is unknown, the ceiling is the
+    // configured rate), and SendEmail set the rate earlier in this test: nothing to write.
+    let summary = response(&run);
+    let environments = summary["environments"].as_u64().unwrap();
+    let config =
+        mailflow::config::RateControlConfig::from_source(&|k: &str| control_env.get(k).cloned())
+            .unwrap();
+    let ceiling = summary["ceiling"].as_f64().unwrap();
+    assert!(ceiling <= config.send_rate_per_second, "{summary}");
+    assert_eq!(
+        environments,
+        u64::from(SendRate::configured(ceiling).environments(&config.send_email)),
+        "{summary}"
+    );
+    let mapping = aws_sdk_lambda::Client::new(&env.stack.sdk)
+        .get_event_source_mapping()
+        .uuid(&config.emails_event_source_mapping_id)
+        .send()
+        .await
+        .unwrap();
+    let max = mapping.scaling_config().and_then(|s| s.maximum_concurrency());
+    assert_eq!(max, Some(environments as i32), "{mapping:?}");
+    let item = mailflow::adapters::rate_item::RateItem::new(
+        env.dynamo(),
+        env.stack.table_name(names::CAMPAIGNS_TABLE).unwrap(),
+    );
+    let rate = item.read().await.unwrap().rate.expect("a rate written");
+    assert_eq!(rate.ceiling, ceiling);
 }
 
 /// ReputationGuard with its sample alarm.

@@ -1,11 +1,11 @@
 //! The shared send rate on the local stack: the rate item in the campaigns table (takes that
-//! never overlap however many environments take at once, the conditional rate change) and
-//! SendEmail sizing its own event source mapping to the rate.
+//! never overlap however many environments take at once, the conditional rate change).
+//! RateControl sizing SendEmail's event source mapping is proven with its binary
+//! (`runtime_api`).
 
-use mailflow::adapters::event_sources::EmailsConsumer;
 use mailflow::adapters::rate_item::{RateItem, RATE_ITEM_KEY};
-use mailflow::domain::send_rate::{epoch_us, Environment, SendRate, SharedRate};
-use mailflow::ports::{ConsumerScaling, RateBucket, SlotRequest, Taken};
+use mailflow::domain::send_rate::{epoch_us, SendRate, SharedRate};
+use mailflow::ports::{RateBucket, SlotRequest, Taken};
 use mailflow_local::names;
 use mailflow_tests::test_env;
 use std::time::SystemTime;
@@ -117,32 +117,4 @@ async fn environments_taking_at_once_get_consecutive_slots_that_never_overlap() 
     let campaigns = mailflow::adapters::campaigns::CampaignsTable::new(env.dynamo(), table);
     let running = campaigns.campaigns_in("RUNNING").await.unwrap();
     assert!(!running.iter().any(|id| id == RATE_ITEM_KEY));
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn send_email_sizes_its_event_source_mapping_to_the_rate() {
-    let env = test_env("rate-scaling", |_| {}).await.unwrap();
-    let lambda = aws_sdk_lambda::Client::new(&env.stack.sdk);
-    let consumer = EmailsConsumer::new(
-        lambda.clone(),
-        env.stack.queue_url(names::EMAILS_QUEUE).unwrap(),
-    );
-    let wanted = SendRate::configured(340.0).environments(&Environment::DEFAULT);
-    assert_eq!(wanted, 17);
-    let was = consumer.set_max_concurrency(wanted).await.unwrap();
-    assert_ne!(was, Some(wanted));
-    // Set once: the same rate changes nothing.
-    assert_eq!(consumer.set_max_concurrency(wanted).await.unwrap(), None);
-    let arn = env.stack.queue_arns.get(names::EMAILS_QUEUE).unwrap();
-    let mappings = lambda
-        .list_event_source_mappings()
-        .event_source_arn(arn)
-        .send()
-        .await
-        .unwrap();
-    let concurrency: Vec<Option<i32>> = (mappings.event_source_mappings())
-        .iter()
-        .map(|m| m.scaling_config().and_then(|s| s.maximum_concurrency()))
-        .collect();
-    assert_eq!(concurrency, [Some(7)], "the emails queue's one mapping");
 }

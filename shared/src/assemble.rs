@@ -21,7 +21,8 @@ use crate::adapters::{
 };
 use crate::config::{
     ConfigError, CreateEmailsConfig, GetUsersConfig, OpenContentFunctionConfig, ProcessEnv,
-    ReputationGuardConfig, SendEmailConfig, SesEventsConfig, Source, UnsubscribeFunctionConfig,
+    RateControlConfig, ReputationGuardConfig, SendEmailConfig, SesEventsConfig, Source,
+    UnsubscribeFunctionConfig,
 };
 use crate::domain::digest::{RenderError, Renderer};
 use crate::ports::{Mailer, StoreError};
@@ -29,6 +30,7 @@ use crate::runtime::telemetry;
 use crate::stages::create_emails::CreateEmails;
 use crate::stages::get_users::GetUsers;
 use crate::stages::open_content::OpenContent;
+use crate::stages::rate_control::RateControl;
 use crate::stages::reputation_guard::ReputationGuard;
 use crate::stages::send_email::SendEmail;
 use crate::stages::ses_events::SesEvents;
@@ -77,6 +79,9 @@ pub type LambdaOpenContent = OpenContent<OpenContentTable, MongoPicks, SendRecor
 
 /// The ReputationGuard function's stage.
 pub type LambdaReputationGuard = ReputationGuard<StackSending>;
+
+/// RateControl as deployed.
+pub type LambdaRateControl = RateControl<SesMailer, RateItem>;
 
 /// SendEmail as it runs on Lambda: the DynamoDB ledger, the emails queue, the campaigns table
 /// and the stack's rate item in it, with `mailer` (SES, or a wrapper around it that injects
@@ -149,9 +154,8 @@ pub fn ses_mailer(config: &SendEmailConfig, sdk: &SdkConfig) -> SesMailer {
     SesMailer::from_config(sdk, config)
 }
 
-/// SendEmail, sending at the stack's shared rate (the rate item in the campaigns table; SES's
-/// quota read through `mailer` at the first send and every few minutes), and sizing its own
-/// event source mapping's MaximumConcurrency to that rate.
+/// SendEmail, sending at the stack's shared rate (the rate item in the campaigns table, under
+/// the ceiling RateControl writes there).
 pub fn send_email<M: Mailer>(
     config: SendEmailConfig,
     sdk: &SdkConfig,
@@ -165,9 +169,21 @@ pub fn send_email<M: Mailer>(
     let queue = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
     let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
     let rate = RateItem::new(dynamodb_client(sdk), &config.campaigns_table_name);
-    let consumer = EmailsConsumer::new(lambda_client(sdk), &config.emails_queue_url);
     SendEmail::new(ledger, mailer, queue, campaigns, rate, config)
-        .scaling(std::sync::Arc::new(consumer))
+}
+
+/// RateControl: SES's quota (read only: the mailer sends nothing), the rate item, and
+/// SendEmail's event source mapping.
+pub fn rate_control(config: RateControlConfig, sdk: &SdkConfig) -> LambdaRateControl {
+    RateControl::new(
+        SesMailer::new(sdk, String::new(), None),
+        RateItem::new(dynamodb_client(sdk), &config.campaigns_table_name),
+        std::sync::Arc::new(EmailsConsumer::new(
+            lambda_client(sdk),
+            &config.emails_event_source_mapping_id,
+        )),
+        &config,
+    )
 }
 
 pub async fn ses_events(

@@ -32,6 +32,7 @@ pub const SES_EVENTS: &str = "SesEventsFunction";
 pub const UNSUBSCRIBE: &str = "UnsubscribeFunction";
 pub const OPEN_CONTENT: &str = "OpenContentFunction";
 pub const REPUTATION_GUARD: &str = "ReputationGuardFunction";
+pub const RATE_CONTROL: &str = "RateControlFunction";
 
 // Parameters.
 pub const MONGODB_DATABASE: &str = "MongoDbDatabase";

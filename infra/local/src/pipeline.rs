@@ -13,8 +13,8 @@ use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use mailflow::assemble::{self, LambdaSendEmail};
 use mailflow::config::{
-    CreateEmailsConfig, GetUsersConfig, OpenContentFunctionConfig, SendEmailConfig,
-    SesEventsConfig, UnsubscribeFunctionConfig,
+    CreateEmailsConfig, GetUsersConfig, OpenContentFunctionConfig, RateControlConfig,
+    SendEmailConfig, SesEventsConfig, UnsubscribeFunctionConfig,
 };
 use mailflow::domain::send_rate::SendRate;
 use mailflow::ports::{Clock, Mailer};
@@ -44,15 +44,15 @@ pub struct PipelineOptions {
 /// The event source mapping template.yaml gives `function` (its first SQS event), served by
 /// `handlers` and ending each invocation after `timeout`.
 /// How many environments of `function` its event source runs at once: SendEmail's as many as
-/// its send rate needs (`SendRate::environments`, which SendEmail sets on its mapping on
+/// its send rate needs (`SendRate::environments`, which RateControl sets on its mapping on
 /// Lambda), the others' the template's MaximumConcurrency (without one Lambda scales freely;
 /// locally one poller is enough).
 pub fn concurrency(stack: &Stack, function: &str) -> Result<u32> {
     if function == SEND_EMAIL {
-        let env = stack.env(SEND_EMAIL)?;
-        let config = SendEmailConfig::from_source(&|k: &str| env.get(k).cloned())?;
+        let env = stack.env(crate::names::RATE_CONTROL)?;
+        let config = RateControlConfig::from_source(&|k: &str| env.get(k).cloned())?;
         return Ok(
-            SendRate::configured(config.send_rate_per_second).environments(&config.environment)
+            SendRate::configured(config.send_rate_per_second).environments(&config.send_email)
         );
     }
     let event = stack.template.function(function)?.sqs_events.first();

@@ -69,11 +69,6 @@ impl Stack {
                 .with_context(|| format!("{function}: {name}"))?;
             env.insert(name.clone(), resolved);
         }
-        // As Lambda sets it for every function (SendEmail sizes its concurrency by it).
-        env.insert(
-            mailflow::config::var::AWS_LAMBDA_FUNCTION_MEMORY_SIZE.into(),
-            spec.memory_size.to_string(),
-        );
         Ok(env)
     }
 

@@ -36,19 +36,12 @@ pub async fn deployed_env(
         .send()
         .await
         .with_context(|| format!("reading the configuration of {function}"))?;
-    let mut env: BTreeMap<String, String> = (config.environment)
+    Ok(config
+        .environment
         .and_then(|e| e.variables)
         .unwrap_or_default()
         .into_iter()
-        .collect();
-    // As Lambda sets it in the function's environment.
-    if let Some(memory) = config.memory_size {
-        env.insert(
-            mailflow::config::var::AWS_LAMBDA_FUNCTION_MEMORY_SIZE.into(),
-            memory.to_string(),
-        );
-    }
-    Ok(env)
+        .collect())
 }
 
 /// The email `user` gets in `campaign`, or why they get none.

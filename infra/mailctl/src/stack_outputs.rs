@@ -73,12 +73,17 @@ pub const SEND_EMAIL_FUNCTION: StackOutput = StackOutput {
     output: "SendEmailFunctionName",
 };
 
+pub const RATE_CONTROL_FUNCTION: StackOutput = StackOutput {
+    var: "MAILFLOW_RATE_CONTROL_FUNCTION",
+    output: "RateControlFunctionName",
+};
+
 pub const EVENT_SOURCE_MAPPINGS: StackOutput = StackOutput {
     var: "MAILFLOW_EVENT_SOURCE_MAPPING_IDS",
     output: "EventSourceMappingIds",
 };
 
-pub const ALL: [StackOutput; 16] = [
+pub const ALL: [StackOutput; 17] = [
     SENDS_TABLE,
     CAMPAIGNS_TABLE,
     WAITING_TABLE,
@@ -94,6 +99,7 @@ pub const ALL: [StackOutput; 16] = [
     GET_USERS_FUNCTION,
     CREATE_EMAILS_FUNCTION,
     SEND_EMAIL_FUNCTION,
+    RATE_CONTROL_FUNCTION,
     EVENT_SOURCE_MAPPINGS,
 ];
 

@@ -176,55 +176,33 @@ impl SendingSwitch for StackSending {
     }
 }
 
-/// SendEmail's own event source mapping (the emails queue's), found by its queue: the function
-/// cannot be given the mapping's id (the mapping is created after the function), so it lists
-/// the mappings once per quota read and sets the one whose source is its queue.
+/// SendEmail's event source mapping (the emails queue's), by its UUID, which RateControl is
+/// given (`EMAILS_EVENT_SOURCE_MAPPING_ID`).
 pub struct EmailsConsumer {
     client: aws_sdk_lambda::Client,
-    /// `:<account>:<queue name>`, how the queue's ARN ends (from its URL).
-    arn_suffix: String,
+    uuid: String,
 }
 
 impl EmailsConsumer {
-    /// `queue_url`: the emails queue (`EMAILS_QUEUE_URL`).
-    pub fn new(client: aws_sdk_lambda::Client, queue_url: &str) -> Self {
-        let mut parts = queue_url.trim_end_matches('/').rsplit('/');
-        let name = parts.next().unwrap_or_default();
-        let account = parts.next().unwrap_or_default();
+    pub fn new(client: aws_sdk_lambda::Client, uuid: impl Into<String>) -> Self {
         Self {
             client,
-            arn_suffix: format!(":{account}:{name}"),
+            uuid: uuid.into(),
         }
     }
 
-    async fn mapping(&self) -> Result<(String, Option<i32>), ControlError> {
-        let mut marker = None;
-        loop {
-            let page = self
-                .client
-                .list_event_source_mappings()
-                .set_marker(marker)
-                .send()
-                .await
-                .map_err(|e| {
-                    ControlError(format!("listing event source mappings: {}", describe(&e)))
-                })?;
-            for mapping in page.event_source_mappings.unwrap_or_default() {
-                let source = mapping.event_source_arn.as_deref().unwrap_or_default();
-                if source.starts_with("arn:") && source.ends_with(&self.arn_suffix) {
-                    let uuid = mapping.uuid.unwrap_or_default();
-                    let max = mapping.scaling_config.and_then(|s| s.maximum_concurrency);
-                    return Ok((uuid, max));
-                }
-            }
-            marker = page.next_marker;
-            if marker.is_none() {
-                return Err(ControlError(format!(
-                    "no event source mapping reads the emails queue (an ARN ending {})",
-                    self.arn_suffix
-                )));
-            }
-        }
+    async fn current(&self) -> Result<Option<i32>, ControlError> {
+        let mapping = (self.client.get_event_source_mapping().uuid(&self.uuid))
+            .send()
+            .await
+            .map_err(|e| {
+                ControlError(format!(
+                    "event source mapping {}: could not read it: {}",
+                    self.uuid,
+                    describe(&e)
+                ))
+            })?;
+        Ok(mapping.scaling_config.and_then(|s| s.maximum_concurrency))
     }
 }
 
@@ -234,14 +212,14 @@ impl crate::ports::ConsumerScaling for EmailsConsumer {
         environments: u32,
     ) -> futures::future::BoxFuture<'_, Result<Option<u32>, ControlError>> {
         Box::pin(async move {
-            let (uuid, current) = self.mapping().await?;
+            let (uuid, current) = (&self.uuid, self.current().await?);
             let wanted = environments as i32;
             if current == Some(wanted) {
                 return Ok(None);
             }
             self.client
                 .update_event_source_mapping()
-                .uuid(&uuid)
+                .uuid(uuid)
                 .scaling_config(
                     aws_sdk_lambda::types::ScalingConfig::builder()
                         .maximum_concurrency(wanted)

@@ -16,7 +16,7 @@ pub use functions::{
     UnsubscribeFunctionConfig,
 };
 pub use open_content::{OpenContentFunctionConfig, PickLinks};
-pub use send_email::SendEmailConfig;
+pub use send_email::{RateControlConfig, SendEmailConfig};
 
 /// A configuration problem, named after the variable that caused it.
 #[derive(Debug, thiserror::Error)]
@@ -262,15 +262,30 @@ mod tests {
             "SEND_RATE_PER_SECOND"
         );
         pairs.pop();
+        let mut control = vec![
+            ("CAMPAIGNS_TABLE_NAME", "campaigns"),
+            ("EMAILS_EVENT_SOURCE_MAPPING_ID", "uuid"),
+        ];
         for bad in ["0", "150", "half"] {
-            pairs.push(("SES_QUOTA_SHARE_PERCENT", bad));
-            let err = SendEmailConfig::from_source(&src(&pairs)).unwrap_err();
+            control.push(("SES_QUOTA_SHARE_PERCENT", bad));
+            let err = RateControlConfig::from_source(&src(&control)).unwrap_err();
             assert_eq!(err.var, "SES_QUOTA_SHARE_PERCENT", "{bad}");
-            pairs.pop();
+            control.pop();
         }
-        pairs.push(("SES_QUOTA_SHARE_PERCENT", "40"));
-        let config = SendEmailConfig::from_source(&src(&pairs)).unwrap();
+        control.extend([
+            ("SES_QUOTA_SHARE_PERCENT", "40"),
+            ("SEND_EMAIL_BATCH_SIZE", "100"),
+            ("SEND_EMAIL_MEMORY_MB", "1769"),
+        ]);
+        let config = RateControlConfig::from_source(&src(&control)).unwrap();
         assert_eq!(config.ses_quota_share, 0.4);
+        assert_eq!(
+            (
+                config.send_email.records_at_once,
+                config.send_email.memory_mb
+            ),
+            (100, 1769)
+        );
         let err = MongoConfig::from_source(&src(&[
             ("MONGODB_URI", "x"),
             ("MONGODB_MAX_POOL_SIZE", "many"),

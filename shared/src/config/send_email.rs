@@ -15,8 +15,6 @@ pub struct SendEmailConfig {
     pub configuration_set: Option<String>,
     /// Emails per second for the whole stack, shared by every environment (`pacing`).
     pub send_rate_per_second: f64,
-    /// This stack's part of SES's maximum send rate (`SES_QUOTA_SHARE_PERCENT` / 100).
-    pub ses_quota_share: f64,
     pub visibility_timeout: Duration,
     pub function_timeout: Duration,
     pub lease_clock_skew: Duration,
@@ -24,9 +22,6 @@ pub struct SendEmailConfig {
     pub retry_delays: Vec<Duration>,
     pub retention_days: u32,
     pub record_concurrency: usize,
-    /// The environment it runs in: `record_concurrency` records at once, and the memory
-    /// Lambda gave it (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`; its CPU follows).
-    pub environment: Environment,
     /// An email the service refuses with the same kind of error this many times (not
     /// throttling) is recorded FAILED instead of retried until the DLQ.
     pub max_send_errors: u32,
@@ -43,7 +38,6 @@ impl SendEmailConfig {
         var::SENDER_ADDRESS,
         var::SES_CONFIGURATION_SET,
         var::SEND_RATE_PER_SECOND,
-        var::SES_QUOTA_SHARE_PERCENT,
         var::VISIBILITY_TIMEOUT_SECONDS,
         var::FUNCTION_TIMEOUT_SECONDS,
         var::LEASE_CLOCK_SKEW_SECONDS,
@@ -53,9 +47,6 @@ impl SendEmailConfig {
         var::MAX_SEND_ERRORS,
         var::EMAILS_MAX_RECEIVE_COUNT,
     ];
-
-    /// Set by Lambda itself (reserved: the template cannot set it), read where present.
-    pub const LAMBDA_VARS: &'static [&'static str] = &[var::AWS_LAMBDA_FUNCTION_MEMORY_SIZE];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         let max_receive_count = positive_u32(src, var::EMAILS_MAX_RECEIVE_COUNT, 10)?;
@@ -69,30 +60,7 @@ impl SendEmailConfig {
                 ),
             });
         }
-        let rate: f64 = parsed(
-            src,
-            var::SEND_RATE_PER_SECOND,
-            14.0,
-            "a number of emails per second",
-        )?;
-        if !(rate.is_finite() && rate > 0.0) {
-            return Err(ConfigError {
-                var: var::SEND_RATE_PER_SECOND,
-                problem: "must be greater than 0".into(),
-            });
-        }
-        let share: f64 = parsed(
-            src,
-            var::SES_QUOTA_SHARE_PERCENT,
-            100.0,
-            "a percentage (1 to 100)",
-        )?;
-        if !(share.is_finite() && share > 0.0 && share <= 100.0) {
-            return Err(ConfigError {
-                var: var::SES_QUOTA_SHARE_PERCENT,
-                problem: format!("{share} must be more than 0 and at most 100"),
-            });
-        }
+        let rate = send_rate(src)?;
         let visibility = parsed(
             src,
             var::VISIBILITY_TIMEOUT_SECONDS,
@@ -143,7 +111,6 @@ impl SendEmailConfig {
             sender_address: required(src, var::SENDER_ADDRESS)?,
             configuration_set: value(src, var::SES_CONFIGURATION_SET),
             send_rate_per_second: rate,
-            ses_quota_share: share / 100.0,
             visibility_timeout: Duration::from_secs(visibility),
             function_timeout: Duration::from_secs(timeout),
             lease_clock_skew: Duration::from_secs(parsed(
@@ -155,16 +122,88 @@ impl SendEmailConfig {
             retry_delays,
             retention_days: positive_u32(src, var::RETENTION_DAYS, 90)?,
             record_concurrency,
-            environment: Environment {
-                records_at_once: record_concurrency,
+            max_send_errors,
+            max_receive_count,
+        })
+    }
+}
+
+/// `SEND_RATE_PER_SECOND`, checked.
+fn send_rate(src: &dyn Source) -> Result<f64, ConfigError> {
+    let rate: f64 = parsed(
+        src,
+        var::SEND_RATE_PER_SECOND,
+        14.0,
+        "a number of emails per second",
+    )?;
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(ConfigError {
+            var: var::SEND_RATE_PER_SECOND,
+            problem: "must be greater than 0".into(),
+        });
+    }
+    Ok(rate)
+}
+
+/// `SES_QUOTA_SHARE_PERCENT`, checked, as a fraction.
+fn quota_share(src: &dyn Source) -> Result<f64, ConfigError> {
+    let share: f64 = parsed(
+        src,
+        var::SES_QUOTA_SHARE_PERCENT,
+        100.0,
+        "a percentage (1 to 100)",
+    )?;
+    if !(share.is_finite() && share > 0.0 && share <= 100.0) {
+        return Err(ConfigError {
+            var: var::SES_QUOTA_SHARE_PERCENT,
+            problem: format!("{share} must be more than 0 and at most 100"),
+        });
+    }
+    Ok(share / 100.0)
+}
+
+/// RateControl: SES's quota read once a minute, the ceiling written to the rate item, and
+/// SendEmail's event source mapping sized to it.
+#[derive(Clone, Debug)]
+pub struct RateControlConfig {
+    pub campaigns_table_name: String,
+    pub send_rate_per_second: f64,
+    pub ses_quota_share: f64,
+    /// SendEmail's environment: its batch (`EmailsBatchSize`) and memory.
+    pub send_email: Environment,
+    /// The UUID of SendEmail's event source mapping on the emails queue.
+    pub emails_event_source_mapping_id: String,
+}
+
+impl RateControlConfig {
+    pub const VARS: &'static [&'static str] = &[
+        var::CAMPAIGNS_TABLE_NAME,
+        var::SEND_RATE_PER_SECOND,
+        var::SES_QUOTA_SHARE_PERCENT,
+        var::SEND_EMAIL_BATCH_SIZE,
+        var::SEND_EMAIL_MEMORY_MB,
+        var::EMAILS_EVENT_SOURCE_MAPPING_ID,
+    ];
+
+    pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
+        let (rate, share) = (send_rate(src)?, quota_share(src)?);
+        Ok(Self {
+            campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
+            send_rate_per_second: rate,
+            ses_quota_share: share,
+            send_email: Environment {
+                records_at_once: positive_u32(
+                    src,
+                    var::SEND_EMAIL_BATCH_SIZE,
+                    Environment::DEFAULT.records_at_once as u32,
+                )? as usize,
                 memory_mb: positive_u32(
                     src,
-                    var::AWS_LAMBDA_FUNCTION_MEMORY_SIZE,
+                    var::SEND_EMAIL_MEMORY_MB,
                     Environment::DEFAULT.memory_mb,
                 )?,
             },
-            max_send_errors,
-            max_receive_count,
+            emails_event_source_mapping_id: required(src, var::EMAILS_EVENT_SOURCE_MAPPING_ID)?,
         })
     }
 }

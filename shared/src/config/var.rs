@@ -2,8 +2,11 @@
 //! (which `tests/consistency.rs` checks against template.yaml and the README's table) use
 //! these, so a misspelt name is a compile error rather than a silently missing setting.
 
-/// Set by Lambda: the function's memory in MB (SendEmail sizes its concurrency by it).
-pub const AWS_LAMBDA_FUNCTION_MEMORY_SIZE: &str = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE";
+/// RateControl: SendEmail's batch size and memory, which its concurrency is sized by.
+pub const SEND_EMAIL_BATCH_SIZE: &str = "SEND_EMAIL_BATCH_SIZE";
+pub const SEND_EMAIL_MEMORY_MB: &str = "SEND_EMAIL_MEMORY_MB";
+/// RateControl: the UUID of SendEmail's event source mapping on the emails queue.
+pub const EMAILS_EVENT_SOURCE_MAPPING_ID: &str = "EMAILS_EVENT_SOURCE_MAPPING_ID";
 /// Where checkpoints go when an audience needs another invocation
 pub const CONTINUATION_QUEUE_URL: &str = "CONTINUATION_QUEUE_URL";
 /// Stop reading this long before the deadline and continue from a checkpoint

@@ -71,12 +71,6 @@ impl Environment {
         records / (records * cpu_s + BATCH_ROUND_TRIPS_S)
     }
 
-    /// At most this many slots per take: two full batches (at 14 emails/s and batches of
-    /// 10, 1.4 s of sending).
-    pub fn max_chunk(&self) -> u32 {
-        2 * self.records_at_once.max(1) as u32
-    }
-
     /// The rate item's takes per second when the stack sends at `rate`, a take per batch
     /// (two batches share one only where batches follow each other within milliseconds).
     pub fn takes_per_second(&self, rate: f64) -> f64 {
@@ -332,10 +326,11 @@ impl Slots {
 /// deep queue (`deep`: this batch and the one before were full) its slots and the next
 /// batch's, which comes within milliseconds: one DynamoDB write serves two batches.
 /// Otherwise exactly its slots, since slots taken and not used are lost to every environment
-/// (a stack with more environments than batches, the end of a campaign).
-pub fn chunk_for(demand: usize, deep: bool, environment: &Environment) -> u32 {
-    let max = environment.max_chunk();
-    if deep && demand >= environment.records_at_once {
+/// (a stack with more environments than batches, the end of a campaign). At most two full
+/// batches: at 14 emails/s and batches of 10, 1.4 s of sending.
+pub fn chunk_for(demand: usize, deep: bool, batch: usize) -> u32 {
+    let max = 2 * batch.max(1) as u32;
+    if deep && demand >= batch {
         max
     } else {
         (demand.clamp(1, max as usize)) as u32
@@ -481,19 +476,15 @@ mod tests {
             vec![1_000, 251_000, 501_000]
         );
         assert_eq!(
-            [0, 1, 2, 9, 10, 13].map(|d| chunk_for(d, true, &Environment::DEFAULT)),
+            [0, 1, 2, 9, 10, 13].map(|d| chunk_for(d, true, 10)),
             [1, 1, 2, 9, 20, 20]
         );
         assert_eq!(
-            [0, 1, 9, 10, 13, 30].map(|d| chunk_for(d, false, &Environment::DEFAULT)),
+            [0, 1, 9, 10, 13, 30].map(|d| chunk_for(d, false, 10)),
             [1, 1, 9, 10, 13, 20]
         );
-        let hundred = Environment {
-            records_at_once: 100,
-            ..Environment::DEFAULT
-        };
         assert_eq!(
-            [10, 99, 100, 500].map(|d| chunk_for(d, true, &hundred)),
+            [10, 99, 100, 500].map(|d| chunk_for(d, true, 100)),
             [10, 99, 200, 200]
         );
         assert_eq!(RateSource::parse("SES quota"), Some(RateSource::SesQuota));

@@ -7,6 +7,7 @@
 pub mod create_emails;
 pub mod get_users;
 pub mod open_content;
+pub mod rate_control;
 pub mod reputation_guard;
 pub mod send_email;
 pub mod ses_events;

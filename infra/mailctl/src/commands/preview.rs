@@ -4,7 +4,7 @@
 
 use super::{provision_local, TargetArgs};
 use anyhow::{bail, Context, Result};
-use mailflow::config::{CreateEmailsConfig, SendEmailConfig};
+use mailflow::config::{CreateEmailsConfig, RateControlConfig, SendEmailConfig};
 use mailflow::domain::campaign::Campaign;
 use mailflow::domain::send_rate::SendRate;
 use mailflow::ports::UserDirectory;
@@ -61,10 +61,10 @@ pub async fn test_send(
         .map_err(|e| anyhow::anyhow!("--to {to:?}: {e}"))?
         .as_str()
         .to_owned();
-    let (create_env, send_env) = function_envs(sdk, template, t).await?;
-    let stage = mailctl::compose::create_emails(sdk, &create_env).await?;
+    let envs = function_envs(sdk, template, t).await?;
+    let stage = mailctl::compose::create_emails(sdk, &envs.create).await?;
     let job = mailctl::compose::compose(&stage, user, campaign).await?;
-    let config = SendEmailConfig::from_source(&|k: &str| send_env.get(k).cloned())?;
+    let config = SendEmailConfig::from_source(&|k: &str| envs.send.get(k).cloned())?;
     let email = mailflow::ports::OutgoingEmail {
         key: job.key(),
         to: to.clone(),
@@ -84,26 +84,36 @@ pub async fn test_send(
     Ok(())
 }
 
-/// CreateEmails' and SendEmail's environments: template.yaml's for a local stack, the
-/// deployed functions' otherwise.
+/// The environments of CreateEmails, SendEmail and RateControl: template.yaml's for a local
+/// stack, the deployed functions' otherwise.
+pub struct FunctionEnvs {
+    pub create: BTreeMap<String, String>,
+    pub send: BTreeMap<String, String>,
+    pub control: BTreeMap<String, String>,
+}
+
 pub async fn function_envs(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     t: &TargetArgs,
-) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>)> {
-    use mailctl::stack_outputs::{CREATE_EMAILS_FUNCTION, SEND_EMAIL_FUNCTION};
+) -> Result<FunctionEnvs> {
+    use mailctl::stack_outputs::{
+        CREATE_EMAILS_FUNCTION, RATE_CONTROL_FUNCTION, SEND_EMAIL_FUNCTION,
+    };
     Ok(match &t.prefix {
         Some(prefix) => {
             let stack = provision_local(sdk, template, prefix, &t.database).await?;
-            (
-                mailctl::compose::local_env(&stack)?,
-                stack.env(mailflow_local::pipeline::SEND_EMAIL)?,
-            )
+            FunctionEnvs {
+                create: mailctl::compose::local_env(&stack)?,
+                send: stack.env(mailflow_local::names::SEND_EMAIL)?,
+                control: stack.env(mailflow_local::names::RATE_CONTROL)?,
+            }
         }
-        None => (
-            mailctl::compose::deployed_env(sdk, &CREATE_EMAILS_FUNCTION.read()?).await?,
-            mailctl::compose::deployed_env(sdk, &SEND_EMAIL_FUNCTION.read()?).await?,
-        ),
+        None => FunctionEnvs {
+            create: mailctl::compose::deployed_env(sdk, &CREATE_EMAILS_FUNCTION.read()?).await?,
+            send: mailctl::compose::deployed_env(sdk, &SEND_EMAIL_FUNCTION.read()?).await?,
+            control: mailctl::compose::deployed_env(sdk, &RATE_CONTROL_FUNCTION.read()?).await?,
+        },
     })
 }
 
@@ -130,15 +140,15 @@ pub async fn plan(
         None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
     };
     let delivery = local_delivery(sdk, template, t, &campaign, &options.local, scheduled).await?;
-    let (create_env, send_env) = function_envs(sdk, template, t).await?;
-    let stage = mailctl::compose::create_emails(sdk, &create_env).await?;
-    let config = CreateEmailsConfig::from_source(&|k: &str| create_env.get(k).cloned())?;
+    let envs = function_envs(sdk, template, t).await?;
+    let stage = mailctl::compose::create_emails(sdk, &envs.create).await?;
+    let config = CreateEmailsConfig::from_source(&|k: &str| envs.create.get(k).cloned())?;
     let directory = mailflow::adapters::directory::MongoDirectory::new(
         mailflow::adapters::mongo::connect(&config.mongo, sdk, "mailctl").await?,
     );
     // The index the audience scan needs, checked as GetUsers checks it at its cold start.
     directory.check_indexes().await?;
-    let send = SendEmailConfig::from_source(&|k: &str| send_env.get(k).cloned())?;
+    let control = RateControlConfig::from_source(&|k: &str| envs.control.get(k).cloned())?;
     let quota = mailflow::adapters::ses::send_quota(sdk).await;
     let plan = mailctl::plan::plan(
         &stage,
@@ -147,11 +157,11 @@ pub async fn plan(
         options.samples,
         mailctl::plan::Sending {
             rate: SendRate::with_quota_share(
-                send.send_rate_per_second,
-                send.ses_quota_share,
+                control.send_rate_per_second,
+                control.ses_quota_share,
                 &quota,
             ),
-            environment: send.environment,
+            environment: control.send_email,
             quota,
         },
         delivery.as_ref(),

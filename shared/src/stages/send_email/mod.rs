@@ -15,10 +15,9 @@ use crate::domain::address;
 use crate::domain::campaign::{Hold, StateChange};
 use crate::domain::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
 use crate::domain::messages::{parse_body, EmailJob};
-use crate::domain::send_rate::{Environment, SendRate};
+use crate::domain::send_rate::SendRate;
 use crate::ports::{
-    CampaignStates, ConsumerScaling, Mailer, Marked, OutgoingEmail, RateBucket, RetryQueue,
-    SendError, SendLedger,
+    CampaignStates, Mailer, Marked, OutgoingEmail, RateBucket, RetryQueue, SendError, SendLedger,
 };
 use crate::runtime::batch::{batch_response, each_record};
 use crate::runtime::Invocation;
@@ -27,7 +26,6 @@ pub use outcome::Summary;
 use outcome::{Again, Done, Retry};
 use pacing::{NoSlot, Pacer, Ticket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Do not start a send with less time left than this: claim, send and mark must fit.
@@ -46,8 +44,6 @@ pub struct SendEmail<M, L, Q, S, B> {
     queue: Q,
     campaigns: CampaignStateCache<S>,
     pacer: Pacer<B>,
-    /// The emails queue's event source mapping, sized to the rate (None: left as it is).
-    scaling: Option<Arc<dyn ConsumerScaling>>,
     config: SendEmailConfig,
 }
 
@@ -79,18 +75,9 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             mailer,
             queue,
             campaigns: CampaignStateCache::new(campaigns),
-            pacer: Pacer::new(rate, config.send_rate_per_second)
-                .with_ses_share(config.ses_quota_share)
-                .in_environment(config.environment),
-            scaling: None,
+            pacer: Pacer::new(rate, config.record_concurrency),
             config,
         }
-    }
-
-    /// Sizes the emails queue's event source mapping to the rate whenever the ceiling is read.
-    pub fn scaling(mut self, scaling: Arc<dyn ConsumerScaling>) -> Self {
-        self.scaling = Some(scaling);
-        self
     }
 
     pub async fn handle(
@@ -319,14 +306,15 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             .await
     }
 
-    /// Waits for this environment's next slot of the shared rate, reading SES's quota first
-    /// when it is due (and sizing the consumers to it, on the side).
+    /// The configured rate: SES's quota is RateControl's to read, and the ceiling it gives is
+    /// in the rate item, which the pacer honours (`pacing::trusted`).
+    fn ceiling(&self) -> SendRate {
+        SendRate::configured(self.config.send_rate_per_second)
+    }
+
+    /// Waits for this environment's next slot of the shared rate.
     async fn take_slot(&self, ticket: Ticket<'_>, invocation: &Invocation) -> Result<(), NoSlot> {
-        let (ceiling, read) = self.pacer.ceiling(|| self.mailer.send_quota()).await;
-        if let (Some(rate), Some(scaling)) = (read, &self.scaling) {
-            let (scaling, environment) = (scaling.clone(), self.config.environment);
-            tokio::spawn(async move { scale_to(&rate, &environment, scaling.as_ref()).await });
-        }
+        let ceiling = self.ceiling();
         let latest = invocation.deadline - MIN_TIME_TO_SEND;
         self.pacer.acquire(ticket, &ceiling, latest).await
     }
@@ -409,8 +397,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             if !matches!(answer, Err(SendError::Throttled(_))) {
                 return answer;
             }
-            let (ceiling, _) = self.pacer.ceiling(|| self.mailer.send_quota()).await;
-            self.pacer.throttled(&ceiling).await;
+            self.pacer.throttled(&self.ceiling()).await;
             if stop.load(Ordering::SeqCst) || invocation.remaining() < 2 * MIN_TIME_TO_SEND {
                 return answer;
             }
@@ -479,23 +466,6 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                     + 1000;
                 Err(Retry::error(Some(Duration::from_millis(wait))))
             }
-        }
-    }
-}
-
-/// Sets the consumers' MaximumConcurrency to what `rate` needs (`SendRate::environments`).
-async fn scale_to(rate: &SendRate, environment: &Environment, scaling: &dyn ConsumerScaling) {
-    let environments = rate.environments(environment);
-    match scaling.set_max_concurrency(environments).await {
-        Ok(Some(was)) => tracing::info!(
-            was,
-            environments,
-            rate = rate.campaign_wide(),
-            "SendEmail's MaximumConcurrency follows the send rate"
-        ),
-        Ok(None) => {}
-        Err(err) => {
-            tracing::warn!(reason = %err, environments, "could not size SendEmail's concurrency to the send rate")
         }
     }
 }

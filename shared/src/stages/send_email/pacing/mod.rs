@@ -1,18 +1,15 @@
 //! SendEmail's side of the shared send rate: this environment's slots, taken from the stack's
 //! rate item a chunk at a time (`RateBucket::take`, one write per chunk) and handed to its
 //! records in order; throttling reported back to the item, so that every environment slows
-//! down; SES's quota read again every `QUOTA_REFRESH`.
+//! down. The ceiling is the configured rate, or the lower one RateControl wrote from SES's
+//! quota (`trusted`).
 //!
 //! Each record of a batch holds a `Ticket` until it takes its slot or needs none (a
 //! duplicate, a paused campaign...): the live tickets are the demand a chunk is sized by.
 
-use crate::domain::send_rate::{
-    chunk_for, epoch_us, Environment, QuotaUnknown, SendQuota, SendRate, SharedRate, Slots,
-    MAX_LATENESS, QUOTA_REFRESH,
-};
+use crate::domain::send_rate::{chunk_for, epoch_us, SendRate, SharedRate, Slots, MAX_LATENESS};
 use crate::ports::{RateBucket, RateError, SlotRequest};
 use std::collections::VecDeque;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 use tokio::sync::Mutex;
@@ -20,13 +17,8 @@ use tokio::time::Instant;
 
 pub struct Pacer<B> {
     bucket: B,
-    configured: f64,
-    /// This stack's part of SES's maximum send rate (1: all of it).
-    ses_share: f64,
-    /// The environment it runs in: its batches size its chunks.
-    environment: Environment,
-    /// The ceiling as last read, and when (None: not yet).
-    ceiling: Mutex<Option<(SendRate, Instant)>>,
+    /// Records per full batch (`EmailsBatchSize`): its chunks are sized by it.
+    batch: usize,
     local: Mutex<Local>,
     demand: AtomicUsize,
     /// Whether the last batch was full, when it began, and whether this one and the last were
@@ -70,14 +62,11 @@ impl Drop for Ticket<'_> {
 }
 
 impl<B: RateBucket> Pacer<B> {
-    /// `configured`: `SEND_RATE_PER_SECOND`, the ceiling until SES's quota is read.
-    pub fn new(bucket: B, configured: f64) -> Self {
+    /// `batch`: the records of a full batch (`EmailsBatchSize`).
+    pub fn new(bucket: B, batch: usize) -> Self {
         Self {
             bucket,
-            configured,
-            ses_share: 1.0,
-            environment: Environment::DEFAULT,
-            ceiling: Mutex::new(None),
+            batch,
             local: Mutex::default(),
             demand: AtomicUsize::new(0),
             last_full: AtomicBool::new(false),
@@ -87,23 +76,11 @@ impl<B: RateBucket> Pacer<B> {
         }
     }
 
-    /// Paces under `share` (0 to 1) of SES's maximum send rate, the stack's part of it.
-    pub fn with_ses_share(mut self, share: f64) -> Self {
-        self.ses_share = share;
-        self
-    }
-
-    /// Runs in `environment` (its batches: `Environment::DEFAULT` otherwise).
-    pub fn in_environment(mut self, environment: Environment) -> Self {
-        self.environment = environment;
-        self
-    }
-
     /// A batch of `records` begins: its size, and the time since the last one began, tell
     /// whether slots taken for two batches would be used (a batch slower than half of
     /// `MAX_LATENESS`, its CPU for instance, would find the rest of the chunk stale).
     pub fn batch(&self, records: usize) {
-        let full = records >= self.environment.records_at_once;
+        let full = records >= self.batch;
         let last = self.last_full.swap(full, Ordering::Relaxed);
         let now = Instant::now();
         let began = crate::runtime::lock(&self.last_began).replace(now);
@@ -120,24 +97,6 @@ impl<B: RateBucket> Pacer<B> {
 
     pub fn throttles(&self) -> u64 {
         self.throttles.load(Ordering::Relaxed)
-    }
-
-    /// The ceiling; SES's quota is read (`read_quota`) first when it is due: the new ceiling
-    /// is returned as well then, for the concurrency to follow it.
-    pub async fn ceiling<F>(&self, read_quota: impl FnOnce() -> F) -> (SendRate, Option<SendRate>)
-    where
-        F: Future<Output = Result<SendQuota, QuotaUnknown>>,
-    {
-        let mut ceiling = self.ceiling.lock().await;
-        match *ceiling {
-            Some((rate, read)) if read.elapsed() < QUOTA_REFRESH => (rate, None),
-            _ => {
-                let quota = read_quota().await;
-                let rate = SendRate::with_quota_share(self.configured, self.ses_share, &quota);
-                *ceiling = Some((rate, Instant::now()));
-                (rate, Some(rate))
-            }
-        }
     }
 
     /// Waits for this environment's next slot and takes it, `ticket` with it; a slot after
@@ -166,7 +125,7 @@ impl<B: RateBucket> Pacer<B> {
                 let count = chunk_for(
                     self.demand.load(Ordering::Relaxed),
                     self.deep.load(Ordering::Relaxed),
-                    &self.environment,
+                    self.batch,
                 );
                 let request = SlotRequest {
                     count,

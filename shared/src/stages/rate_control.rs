@@ -1,0 +1,264 @@
+//! RateControl: the one place the stack's send rate is steered from outside SendEmail's hot
+//! path. Once a minute (a schedule) it reads SES's quota, writes the ceiling it gives into
+//! the rate item (SendEmail paces under it: `pacing::trusted`), and sets SendEmail's event
+//! source mapping's MaximumConcurrency to the environments the rate needs. Before, every
+//! SendEmail environment read the quota and listed the region's mappings every 5 minutes:
+//! with hundreds of environments that used up the Lambda control-plane calls that pausing a
+//! campaign and the reputation guard need, and SES's GetAccount.
+
+use crate::domain::send_rate::{epoch_us, Environment, RateSource, SendRate, SharedRate};
+use crate::ports::{ConsumerScaling, Mailer, RateBucket};
+use std::time::Duration;
+
+/// Attempts at each write (the rate item, the mapping) before the invocation fails (the
+/// schedule runs again within a minute in any case).
+const ATTEMPTS: u32 = 3;
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// The ceiling, and where it comes from (configured, SES quota).
+    pub ceiling: f64,
+    pub source: Option<RateSource>,
+    /// Why SES's quota is not known (the configured rate is the ceiling then).
+    pub quota_unknown: Option<String>,
+    /// Whether the rate item was changed (a new ceiling, or its first rate).
+    pub rate_written: bool,
+    /// MaximumConcurrency wanted, and what it was when it changed.
+    pub environments: u32,
+    pub environments_were: Option<u32>,
+}
+
+pub struct RateControl<M, B> {
+    mailer: M,
+    bucket: B,
+    scaling: std::sync::Arc<dyn ConsumerScaling>,
+    configured: f64,
+    ses_share: f64,
+    send_email: Environment,
+}
+
+/// A step that failed on its every attempt.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ControlFailed(pub String);
+
+impl<M: Mailer, B: RateBucket> RateControl<M, B> {
+    pub fn new(
+        mailer: M,
+        bucket: B,
+        scaling: std::sync::Arc<dyn ConsumerScaling>,
+        config: &crate::config::RateControlConfig,
+    ) -> Self {
+        Self {
+            mailer,
+            bucket,
+            scaling,
+            configured: config.send_rate_per_second,
+            ses_share: config.ses_quota_share,
+            send_email: config.send_email,
+        }
+    }
+
+    pub async fn handle(&self) -> Result<Summary, ControlFailed> {
+        let quota = self.mailer.send_quota().await;
+        let ceiling = SendRate::with_quota_share(self.configured, self.ses_share, &quota);
+        let mut summary = Summary {
+            ceiling: ceiling.campaign_wide(),
+            source: Some(ceiling.source()),
+            quota_unknown: quota.as_ref().err().map(|e| e.to_string()),
+            environments: ceiling.environments(&self.send_email),
+            ..Summary::default()
+        };
+        summary.rate_written = retried("writing the ceiling to the rate item", || {
+            self.write_ceiling(&ceiling, quota.is_ok())
+        })
+        .await?;
+        summary.environments_were = retried("sizing SendEmail's event source mapping", || async {
+            (self.scaling.set_max_concurrency(summary.environments).await).map_err(|e| e.0)
+        })
+        .await?;
+        tracing::info!(?summary, "send rate controlled");
+        Ok(summary)
+    }
+
+    /// Moves the shared rate to `ceiling` where it is due: at once where the ceiling is
+    /// lower, or where the item has no rate yet; after throttling, step by step as SendEmail
+    /// does (`SharedRate::next`). A quota that could not be read changes nothing already set:
+    /// the ceiling an earlier read wrote stays.
+    async fn write_ceiling(&self, ceiling: &SendRate, quota_read: bool) -> Result<bool, String> {
+        let seen = self.bucket.read().await.map_err(|e| e.0)?.rate;
+        let now_ms = epoch_us(crate::runtime::clock::now()) / 1000;
+        let next = match (&seen, quota_read) {
+            (None, _) => Some(SharedRate::at(ceiling, now_ms)),
+            (Some(_), false) => None,
+            (Some(seen), true) => seen.next(ceiling, now_ms, false),
+        };
+        match next {
+            // Refused: another writer (a throttle) changed it first; the next minute sees it.
+            Some(next) => (self.bucket.change_rate(seen.as_ref(), &next).await).map_err(|e| e.0),
+            None => Ok(false),
+        }
+    }
+}
+
+// The scheduler's event carries nothing the control needs; the summary is the response.
+// (Boxed: the SDK's nested futures would otherwise exceed the compiler's layout depth.)
+crate::runtime::serve::stage! {
+    impl<M: Mailer, B: RateBucket> for RateControl<M, B> {
+        serde_json::Value => Result<(Summary, ()), ControlFailed>,
+        |stage, _event, _invocation| Ok((Box::pin(stage.handle()).await?, ()))
+    }
+}
+
+async fn retried<T, F, Fut>(what: &str, mut attempt: F) -> Result<T, ControlFailed>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let mut backoff = FIRST_BACKOFF;
+    let mut last = String::new();
+    for n in 1..=ATTEMPTS {
+        match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(err) => {
+                tracing::warn!(attempt = n, reason = %err, "{what} failed");
+                last = err;
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff *= 2;
+    }
+    Err(ControlFailed(format!("{what}: {last}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RateControlConfig;
+    use crate::domain::send_rate::{QuotaUnknown, SendQuota};
+    use crate::ports::memory::MemoryRateBucket;
+    use crate::ports::{ControlError, OutgoingEmail, SendError};
+    use std::sync::{Arc, Mutex};
+
+    struct Quota(Result<f64, ()>);
+
+    impl Mailer for Quota {
+        async fn send(&self, _: &OutgoingEmail) -> Result<String, SendError> {
+            unreachable!("the control sends nothing")
+        }
+
+        async fn send_quota(&self) -> Result<SendQuota, QuotaUnknown> {
+            match self.0 {
+                Ok(max_send_rate) => Ok(SendQuota {
+                    max_send_rate,
+                    max_24_hour_send: 1e6,
+                    sent_last_24_hours: 0.0,
+                }),
+                Err(()) => Err(QuotaUnknown("GetAccount timed out".into())),
+            }
+        }
+    }
+
+    /// A mapping at `MaximumConcurrency` 2 that refuses the first `refusals` updates.
+    #[derive(Default)]
+    struct Mapping {
+        max: Mutex<u32>,
+        refusals: Mutex<u32>,
+    }
+
+    impl ConsumerScaling for Mapping {
+        fn set_max_concurrency(
+            &self,
+            environments: u32,
+        ) -> futures::future::BoxFuture<'_, Result<Option<u32>, ControlError>> {
+            Box::pin(async move {
+                let mut refusals = crate::runtime::lock(&self.refusals);
+                if *refusals > 0 {
+                    *refusals -= 1;
+                    return Err(ControlError("TooManyRequestsException".into()));
+                }
+                let mut max = crate::runtime::lock(&self.max);
+                let was = std::mem::replace(&mut *max, environments);
+                Ok((was != environments).then_some(was))
+            })
+        }
+    }
+
+    fn config(rate: f64) -> RateControlConfig {
+        RateControlConfig {
+            campaigns_table_name: "campaigns".into(),
+            send_rate_per_second: rate,
+            ses_quota_share: 1.0,
+            send_email: Environment::DEFAULT,
+            emails_event_source_mapping_id: "uuid".into(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_quota_sets_the_items_ceiling_and_the_mappings_concurrency() {
+        let bucket = Arc::new(MemoryRateBucket::default());
+        let mapping = Arc::new(Mapping {
+            max: Mutex::new(2),
+            refusals: Mutex::new(2),
+        });
+        // Configured 1,000/s; SES allows 100: the ceiling is 100, 5 environments of 20/s.
+        let control = RateControl::new(
+            Quota(Ok(100.0)),
+            bucket.clone(),
+            mapping.clone(),
+            &config(1000.0),
+        );
+        let summary = control.handle().await.unwrap();
+        assert_eq!(
+            (summary.ceiling, summary.source, summary.rate_written),
+            (100.0, Some(RateSource::SesQuota), true)
+        );
+        // Refused twice (Lambda's control plane throttling), set on the third attempt.
+        assert_eq!(
+            (summary.environments, summary.environments_were),
+            (5, Some(2))
+        );
+        let rate = bucket.read().await.unwrap().rate.unwrap();
+        assert_eq!(
+            (rate.rate, rate.ceiling, rate.ceiling_from_ses),
+            (100.0, 100.0, true)
+        );
+
+        // A minute later nothing changed: no write to either.
+        let again = control.handle().await.unwrap();
+        assert_eq!((again.rate_written, again.environments_were), (false, None));
+
+        // The quota could not be read: the ceiling SES gave stays, and so does the mapping.
+        let blind = RateControl::new(
+            Quota(Err(())),
+            bucket.clone(),
+            mapping.clone(),
+            &config(1000.0),
+        );
+        let summary = blind.handle().await.unwrap();
+        assert!(!summary.rate_written);
+        assert_eq!(bucket.read().await.unwrap().rate.unwrap().ceiling, 100.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_mapping_that_refuses_every_attempt_fails_the_invocation_with_its_reason() {
+        let mapping = Arc::new(Mapping {
+            max: Mutex::new(2),
+            refusals: Mutex::new(ATTEMPTS),
+        });
+        let control = RateControl::new(
+            Quota(Ok(14.0)),
+            Arc::new(MemoryRateBucket::default()),
+            mapping,
+            &config(14.0),
+        );
+        let err = control.handle().await.unwrap_err();
+        assert!(
+            err.0
+                .contains("sizing SendEmail's event source mapping: TooManyRequestsException"),
+            "{err}"
+        );
+    }
+}
