@@ -565,7 +565,9 @@ async fn rate_control_sizes_send_emails_mapping(host: Host, env: &TestEnv) {
         .send()
         .await
         .unwrap();
-    let max = mapping.scaling_config().and_then(|s| s.maximum_concurrency());
+    let max = mapping
+        .scaling_config()
+        .and_then(|s| s.maximum_concurrency());
     assert_eq!(max, Some(environments as i32), "{mapping:?}");
     let item = mailflow::adapters::rate_item::RateItem::new(
         env.dynamo(),

@@ -63,9 +63,8 @@ const SES_IDENTITY: &str = "arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::Acco
 const SES_CONFIGURATION_SET: &str =
     "arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:configuration-set/*";
 
-/// Actions IAM grants only on "*": they name no resource (the account's own SES quota, the
-/// list of event source mappings SendEmail finds its own in).
-const ACTIONS_WITHOUT_RESOURCES: &[&str] = &["ses:GetAccount", "lambda:ListEventSourceMappings"];
+/// Actions IAM grants only on "*": they name no resource (the account's own SES quota).
+const ACTIONS_WITHOUT_RESOURCES: &[&str] = &["ses:GetAccount"];
 
 /// What each function calls (the adapters in shared/src/adapters) plus what its event source
 /// mapping and its logs need, on the one resource each is for.
@@ -162,7 +161,10 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             pairs.push(("ses:GetAccount", "*".into()));
             pairs.push(("dynamodb:GetItem", "CampaignsTable.Arn".into()));
             pairs.push(("dynamodb:UpdateItem", "CampaignsTable.Arn".into()));
-            for action in ["lambda:GetEventSourceMapping", "lambda:UpdateEventSourceMapping"] {
+            for action in [
+                "lambda:GetEventSourceMapping",
+                "lambda:UpdateEventSourceMapping",
+            ] {
                 pairs.push((
                     action,
                     "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:event-source-mapping:${SendEmailFunctionEmails}".into(),

@@ -90,6 +90,10 @@ pub struct LocalTimePlan {
     pub late: Vec<SlotLoad>,
 }
 
+/// SendEmail environments from which `plan` warns: half of an account's default Lambda
+/// concurrency, which every function shares.
+const ENVIRONMENTS_WORTH_A_WARNING: u32 = 500;
+
 /// How the stack would send: its rate, the SendEmail environments it runs in, and SES's
 /// quota as read.
 pub struct Sending {
@@ -261,6 +265,12 @@ pub fn describe(plan: &Plan) -> String {
         "at {}/s ({}; shared by {} SendEmail environments) the sends take {takes}; SES charges ${:.4} for them (the pipeline adds about 6 %)\n",
         plan.send_rate, plan.rate_source, plan.environments, plan.ses_cost_usd
     ));
+    if plan.environments >= ENVIRONMENTS_WORTH_A_WARNING {
+        out.push_str(&format!(
+            "SendEmail would run {} environments at once (an account's Lambda concurrency is 1,000 for every function together unless raised): give SendEmail more memory (SendEmailMemorySize) and larger batches (EmailsBatchSize), docs/send-rate.md\n",
+            plan.environments
+        ));
+    }
     if plan.rate_item_takes_per_second > RATE_ITEM_TAKES_PER_SECOND {
         out.push_str(&format!(
             "the send-rate item would take {:.0} writes/s (batches of {}; DynamoDB allows one item 1,000, this stack plans for {RATE_ITEM_TAKES_PER_SECOND:.0}): set EmailsBatchSize to {} (docs/send-rate.md)\n",
@@ -351,5 +361,14 @@ mod tests {
             "the send-rate item would take 2000 writes/s (batches of 10; DynamoDB allows one item 1,000, this stack plans for 200): set EmailsBatchSize to 100"
         ), "{}", plan(10));
         assert!(!plan(100).contains("send-rate item"), "{}", plan(100));
+        let crowded = describe(&Plan {
+            send_rate: 20_000.0,
+            environments: SendRate::configured(20_000.0).environments(&Environment::DEFAULT),
+            ..Plan::default()
+        });
+        assert!(
+            crowded.contains("SendEmail would run 998 environments at once"),
+            "{crowded}"
+        );
     }
 }

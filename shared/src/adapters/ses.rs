@@ -51,8 +51,8 @@ impl SesMailer {
     }
 }
 
-/// How long SendEmail (at its first send and every `QUOTA_REFRESH`, or `mailctl status`) waits for GetAccount before going on
-/// without the quota.
+/// How long RateControl (every minute), `mailctl plan` or `mailctl status` waits for
+/// GetAccount before going on without the quota.
 const QUOTA_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The account's sending quota, or (Err) why it is not known: the local emulator, for one,

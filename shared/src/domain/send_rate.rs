@@ -25,9 +25,6 @@ pub struct SendQuota {
     pub sent_last_24_hours: f64,
 }
 
-/// How often an environment reads SES's quota again: a raised quota is used within this.
-pub const QUOTA_REFRESH: Duration = Duration::from_secs(300);
-
 /// SendEmail's CPU time per email on one vCPU (docs/benchmarks.md: 1,002-1,702 µs; the
 /// highest, rounded up). Lambda gives a function CPU in proportion to its memory, one vCPU
 /// at `MB_PER_VCPU`: at 128 MB an email takes 25 ms of an environment's time.
@@ -294,6 +291,32 @@ impl SharedRate {
             },
             ceiling_from_ses: ceiling.capped_by_ses(),
         })
+    }
+}
+
+/// A take's slots span at most this much of the schedule (at 14/s, 20 slots; at 20,000/s it
+/// never binds): a big batch at a low rate must not reserve the schedule for longer than its
+/// invocation can use it.
+pub const MAX_CHUNK_SPAN: Duration = Duration::from_millis(1_500);
+
+/// The ceiling to pace under: `ceiling`, or, where it holds no SES maximum (the quota was not
+/// read), the lower SES-derived one `seen` carries (RateControl wrote it). A ceiling that is
+/// not a positive number is ignored.
+pub fn trusted(ceiling: &SendRate, seen: Option<&SharedRate>) -> SendRate {
+    match seen {
+        Some(seen)
+            if ceiling.ses_max.is_none()
+                && seen.ceiling_from_ses
+                && seen.ceiling.is_finite()
+                && seen.ceiling > 0.0
+                && seen.ceiling < ceiling.configured =>
+        {
+            SendRate {
+                ses_max: Some(seen.ceiling),
+                ..*ceiling
+            }
+        }
+        _ => *ceiling,
     }
 }
 

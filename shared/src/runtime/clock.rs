@@ -1,24 +1,28 @@
 //! The wall clock every send decision reads (slots, leases, deadlines). On Lambda it is the
-//! system clock; the lab may make it follow tokio's clock instead, which it pauses, so that a
-//! stack sending 20,000 emails/s runs in virtual time on a two-core machine.
+//! system clock; with the `virtual-clock` feature the lab may make it follow tokio's clock
+//! instead, which it pauses, so that a stack sending 20,000 emails/s runs in virtual time on
+//! a two-core machine.
 
-use std::sync::OnceLock;
 use std::time::SystemTime;
 
 /// When set: the wall clock at the moment tokio's clock was at `.1`.
-static FOLLOWED: OnceLock<(SystemTime, tokio::time::Instant)> = OnceLock::new();
+#[cfg(feature = "virtual-clock")]
+static FOLLOWED: std::sync::OnceLock<(SystemTime, tokio::time::Instant)> =
+    std::sync::OnceLock::new();
 
 /// Now, by the wall clock (or by tokio's, when the lab asked for it).
 pub fn now() -> SystemTime {
-    match FOLLOWED.get() {
-        Some((wall, at)) => *wall + at.elapsed(),
-        None => SystemTime::now(),
+    #[cfg(feature = "virtual-clock")]
+    if let Some((wall, at)) = FOLLOWED.get() {
+        return *wall + at.elapsed();
     }
+    SystemTime::now()
 }
 
 /// From now on, `now()` moves with tokio's clock (paused: only when every task waits). For
 /// the lab's runs only; call it inside the runtime whose clock is to be followed. Once set,
 /// it stays for the life of the process.
+#[cfg(feature = "virtual-clock")]
 pub fn follow_tokio_clock() {
     let _ = FOLLOWED.set((SystemTime::now(), tokio::time::Instant::now()));
 }

@@ -6,7 +6,9 @@
 //! with hundreds of environments that used up the Lambda control-plane calls that pausing a
 //! campaign and the reputation guard need, and SES's GetAccount.
 
-use crate::domain::send_rate::{epoch_us, Environment, RateSource, SendRate, SharedRate};
+use crate::domain::send_rate::{
+    epoch_us, trusted, Environment, QuotaUnknown, RateSource, SendRate, SharedRate,
+};
 use crate::ports::{ConsumerScaling, Mailer, RateBucket};
 use std::time::Duration;
 
@@ -62,8 +64,28 @@ impl<M: Mailer, B: RateBucket> RateControl<M, B> {
     }
 
     pub async fn handle(&self) -> Result<Summary, ControlFailed> {
-        let quota = self.mailer.send_quota().await;
-        let ceiling = SendRate::with_quota_share(self.configured, self.ses_share, &quota);
+        let quota = (self.mailer.send_quota().await).and_then(|q| {
+            if q.max_send_rate.is_finite() && q.max_send_rate > 0.0 {
+                Ok(q)
+            } else {
+                Err(QuotaUnknown(format!(
+                    "SES answered a maximum send rate of {}",
+                    q.max_send_rate
+                )))
+            }
+        });
+        let seen = retried("reading the rate item", || async {
+            (self.bucket.read().await)
+                .map(|view| view.rate)
+                .map_err(|e| e.0)
+        })
+        .await?;
+        // Unread, the quota changes nothing: the ceiling an earlier read wrote still holds,
+        // and the concurrency follows it, not the configured rate.
+        let ceiling = match &quota {
+            Ok(_) => SendRate::with_quota_share(self.configured, self.ses_share, &quota),
+            Err(_) => trusted(&SendRate::configured(self.configured), seen.as_ref()),
+        };
         let mut summary = Summary {
             ceiling: ceiling.campaign_wide(),
             source: Some(ceiling.source()),
@@ -72,7 +94,7 @@ impl<M: Mailer, B: RateBucket> RateControl<M, B> {
             ..Summary::default()
         };
         summary.rate_written = retried("writing the ceiling to the rate item", || {
-            self.write_ceiling(&ceiling, quota.is_ok())
+            self.write_ceiling(&ceiling, seen.as_ref(), quota.is_ok())
         })
         .await?;
         summary.environments_were = retried("sizing SendEmail's event source mapping", || async {
@@ -87,17 +109,21 @@ impl<M: Mailer, B: RateBucket> RateControl<M, B> {
     /// lower, or where the item has no rate yet; after throttling, step by step as SendEmail
     /// does (`SharedRate::next`). A quota that could not be read changes nothing already set:
     /// the ceiling an earlier read wrote stays.
-    async fn write_ceiling(&self, ceiling: &SendRate, quota_read: bool) -> Result<bool, String> {
-        let seen = self.bucket.read().await.map_err(|e| e.0)?.rate;
+    async fn write_ceiling(
+        &self,
+        ceiling: &SendRate,
+        seen: Option<&SharedRate>,
+        quota_read: bool,
+    ) -> Result<bool, String> {
         let now_ms = epoch_us(crate::runtime::clock::now()) / 1000;
-        let next = match (&seen, quota_read) {
+        let next = match (seen, quota_read) {
             (None, _) => Some(SharedRate::at(ceiling, now_ms)),
             (Some(_), false) => None,
             (Some(seen), true) => seen.next(ceiling, now_ms, false),
         };
         match next {
             // Refused: another writer (a throttle) changed it first; the next minute sees it.
-            Some(next) => (self.bucket.change_rate(seen.as_ref(), &next).await).map_err(|e| e.0),
+            Some(next) => (self.bucket.change_rate(seen, &next).await).map_err(|e| e.0),
             None => Ok(false),
         }
     }
@@ -127,8 +153,10 @@ where
                 last = err;
             }
         }
-        tokio::time::sleep(backoff).await;
-        backoff *= 2;
+        if n < ATTEMPTS {
+            tokio::time::sleep(backoff).await;
+            backoff *= 2;
+        }
     }
     Err(ControlFailed(format!("{what}: {last}")))
 }
@@ -137,7 +165,7 @@ where
 mod tests {
     use super::*;
     use crate::config::RateControlConfig;
-    use crate::domain::send_rate::{QuotaUnknown, SendQuota};
+    use crate::domain::send_rate::SendQuota;
     use crate::ports::memory::MemoryRateBucket;
     use crate::ports::{ControlError, OutgoingEmail, SendError};
     use std::sync::{Arc, Mutex};
@@ -237,9 +265,26 @@ mod tests {
             mapping.clone(),
             &config(1000.0),
         );
+        // (It sizes the mapping by that ceiling, not by the configured 1,000/s.)
         let summary = blind.handle().await.unwrap();
-        assert!(!summary.rate_written);
+        assert_eq!(
+            (
+                summary.rate_written,
+                summary.environments,
+                summary.environments_were
+            ),
+            (false, 5, None)
+        );
         assert_eq!(bucket.read().await.unwrap().rate.unwrap().ceiling, 100.0);
+        // SES answering a maximum of 0 is not a quota: the same.
+        let zero = RateControl::new(
+            Quota(Ok(0.0)),
+            bucket.clone(),
+            mapping.clone(),
+            &config(1000.0),
+        );
+        let summary = zero.handle().await.unwrap();
+        assert_eq!((summary.ceiling, summary.environments_were), (100.0, None));
     }
 
     #[tokio::test(start_paused = true)]

@@ -7,7 +7,9 @@
 //! Each record of a batch holds a `Ticket` until it takes its slot or needs none (a
 //! duplicate, a paused campaign...): the live tickets are the demand a chunk is sized by.
 
-use crate::domain::send_rate::{chunk_for, epoch_us, SendRate, SharedRate, Slots, MAX_LATENESS};
+use crate::domain::send_rate::{
+    chunk_for, epoch_us, trusted, SendRate, SharedRate, Slots, MAX_CHUNK_SPAN, MAX_LATENESS,
+};
 use crate::ports::{RateBucket, RateError, SlotRequest};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -122,14 +124,20 @@ impl<B: RateBucket> Pacer<B> {
                     break slot;
                 }
                 let rate = self.rate(&mut local, ceiling, now_us / 1000).await?;
+                let interval_us = Slots::interval_at(rate);
+                // Never more than MAX_CHUNK_SPAN of the schedule, nor past the deadline:
+                // slots this invocation cannot use are lost to every environment.
+                let by_time = MAX_CHUNK_SPAN.as_micros() as u64 / interval_us;
+                let by_deadline = latest_us.saturating_sub(now_us) / interval_us;
                 let count = chunk_for(
                     self.demand.load(Ordering::Relaxed),
                     self.deep.load(Ordering::Relaxed),
                     self.batch,
-                );
+                )
+                .min(by_time.min(by_deadline).clamp(1, u64::from(u32::MAX)) as u32);
                 let request = SlotRequest {
                     count,
-                    interval_us: Slots::interval_at(rate),
+                    interval_us,
                     now_us,
                     latest_us,
                 };
@@ -189,7 +197,10 @@ impl<B: RateBucket> Pacer<B> {
                 }
             }
         }
-        Ok(local.rate.map_or(ceiling.campaign_wide(), |r| r.rate))
+        // Never above this environment's own ceiling, whatever another one wrote (a deploy
+        // that lowered the rate, still rolling out).
+        let own = ceiling.campaign_wide();
+        Ok(local.rate.map_or(own, |r| r.rate.min(own)))
     }
 
     /// SES throttled a send: the shared rate goes down (once per burst, whoever reports it
@@ -220,25 +231,6 @@ impl<B: RateBucket> Pacer<B> {
             },
             Err(err) => tracing::warn!(reason = %err, "could not lower the shared send rate"),
         }
-    }
-}
-
-/// The ceiling to pace under: this environment's, or, where it could not read SES's quota
-/// (its ceiling is only the configured rate), the lower one an environment that read the
-/// quota wrote. Otherwise the two would raise and lower the shared rate in turn.
-fn trusted(ceiling: &SendRate, seen: Option<&SharedRate>) -> SendRate {
-    match seen {
-        Some(seen)
-            if ceiling.ses_max.is_none()
-                && seen.ceiling_from_ses
-                && seen.ceiling < ceiling.configured =>
-        {
-            SendRate {
-                ses_max: Some(seen.ceiling),
-                ..*ceiling
-            }
-        }
-        _ => *ceiling,
     }
 }
 

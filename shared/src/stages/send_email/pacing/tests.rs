@@ -218,3 +218,29 @@ async fn a_ticket_given_up_no_longer_counts() {
     drop(tickets);
     assert_eq!(pacer.demand.load(Ordering::Relaxed), 0);
 }
+
+#[tokio::test]
+async fn a_big_batch_at_a_low_rate_reserves_no_more_than_it_can_use() {
+    // Batches of 100 at 14/s: two batches would be 14 s of the whole stack's schedule. A take
+    // spans at most MAX_CHUNK_SPAN (20 slots), and never past the invocation's deadline.
+    let bucket = Arc::new(MemoryRateBucket::default());
+    let ceiling = SendRate::configured(14.0);
+    let pacer = Pacer::new(bucket.clone(), 100);
+    for _ in 0..2 {
+        pacer.batch(100);
+    }
+    let tickets: Vec<_> = (0..100).map(|_| pacer.ticket()).collect();
+    let mut tickets = tickets.into_iter();
+    pacer
+        .acquire(tickets.next().unwrap(), &ceiling, far())
+        .await
+        .unwrap();
+    let near = SystemTime::now() + Duration::from_millis(500);
+    let fresh = Pacer::new(bucket.clone(), 100);
+    let _demand: Vec<_> = (0..100).map(|_| fresh.ticket()).collect();
+    let _ = fresh.acquire(fresh.ticket(), &ceiling, near).await;
+    let asked = crate::runtime::lock(&bucket.asked).clone();
+    assert_eq!(asked[0], 20, "{asked:?}");
+    // Half a second to its deadline: 7 slots at most.
+    assert!(asked[1] <= 7, "{asked:?}");
+}
