@@ -226,7 +226,10 @@ fn sample_events_are_what_the_handlers_accept() {
     let request =
         mailflow::runtime::function_url::HttpRequest::from_function_url_event(&one_click).unwrap();
     assert_eq!(request.method, "POST");
-    assert_eq!(request.body, b"List-Unsubscribe=One-Click");
+    assert_eq!(
+        request.form(),
+        [("List-Unsubscribe".to_owned(), "One-Click".to_owned())]
+    );
     let pick = mailflow::runtime::function_url::HttpRequest::from_function_url_event(&read(
         "open-content-pick.json",
     ))

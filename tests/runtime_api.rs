@@ -406,7 +406,8 @@ async fn unsubscribe_refuses_the_placeholder_and_takes_a_signed_link(
     campaign: &Campaign,
 ) {
     // Unsubscribe through its Function URL event: the sample's placeholder token is refused;
-    // a one-click POST with a token the stack's key signed leaves the campaign's topic.
+    // a one-click POST with a token the stack's key signed leaves the campaign's topic. The
+    // sample's body is RFC 8058's own example, multipart/form-data as the RFC says it SHOULD be.
     let unsubscribe_env = env.stack.env(UNSUBSCRIBE).unwrap();
     let mut one_click = sample("unsubscribe-one-click.json");
     let signer = mailflow::adapters::secrets::unsubscribe_signer(

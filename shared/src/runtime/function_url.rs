@@ -15,6 +15,8 @@ pub struct HttpRequest {
     pub user_agent: String,
     /// The `Accept-Language` header (pages for readers not known yet speak it).
     pub accept_language: String,
+    /// The `Content-Type` header: how the body's form is encoded.
+    pub content_type: String,
     pub body: Vec<u8>,
 }
 
@@ -60,6 +62,7 @@ impl HttpRequest {
             query: text("/rawQueryString"),
             user_agent: text("/requestContext/http/userAgent"),
             accept_language: text("/headers/accept-language"),
+            content_type: text("/headers/content-type"),
             body,
         })
     }
@@ -74,12 +77,84 @@ impl HttpRequest {
 }
 
 impl HttpRequest {
-    /// The body's form fields (`application/x-www-form-urlencoded`), percent-decoded, in order.
+    /// The body's form fields, in order: `multipart/form-data` (what RFC 8058 says a one-click
+    /// POST SHOULD be) by its boundary, anything else as `application/x-www-form-urlencoded`
+    /// (percent-decoded).
     pub fn form(&self) -> Vec<(String, String)> {
-        form_urlencoded::parse(&self.body)
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect()
+        match multipart_boundary(&self.content_type) {
+            Some(boundary) => multipart_form(&self.body, &boundary),
+            None => form_urlencoded::parse(&self.body)
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        }
     }
+}
+
+/// The boundary of a `multipart/form-data` content type (its other parameters, a charset for
+/// one, ignored); None for any other type.
+fn multipart_boundary(content_type: &str) -> Option<String> {
+    let mut parts = content_type.split(';');
+    let kind = parts.next()?.trim();
+    if !kind.eq_ignore_ascii_case("multipart/form-data") {
+        return None;
+    }
+    parts.find_map(|p| {
+        let (name, value) = p.split_once('=')?;
+        (name.trim().eq_ignore_ascii_case("boundary"))
+            .then(|| value.trim().trim_matches('"').to_owned())
+            .filter(|b| !b.is_empty())
+    })
+}
+
+/// The fields of a `multipart/form-data` body: each part's `name` (from its
+/// Content-Disposition) and its content. Lines may end in CRLF or LF; a delimiter line is
+/// `--boundary` as RFC 7578 has it, or the bare boundary as RFC 8058's own example writes it.
+/// A part without a name is skipped.
+fn multipart_form(body: &[u8], boundary: &str) -> Vec<(String, String)> {
+    let text = String::from_utf8_lossy(body);
+    let dashed = format!("--{boundary}");
+    let is_delimiter = |line: &str| {
+        let line = line.trim_end();
+        let line = line.strip_suffix("--").unwrap_or(line);
+        line == dashed || line == boundary
+    };
+    let mut fields = Vec::new();
+    let mut part: Option<(Option<String>, bool, Vec<&str>)> = None;
+    let finish = |part: Option<(Option<String>, bool, Vec<&str>)>, fields: &mut Vec<_>| {
+        if let Some((Some(name), true, lines)) = part {
+            fields.push((name, lines.join("\r\n")));
+        }
+    };
+    for line in text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)) {
+        if is_delimiter(line) {
+            finish(part.take(), &mut fields);
+            part = Some((None, false, Vec::new()));
+            continue;
+        }
+        let Some((name, in_content, lines)) = part.as_mut() else {
+            continue; // the preamble
+        };
+        if *in_content {
+            lines.push(line);
+        } else if line.is_empty() {
+            *in_content = true;
+        } else if let Some((header, value)) = line.split_once(':') {
+            if header.trim().eq_ignore_ascii_case("content-disposition") {
+                *name = disposition_name(value);
+            }
+        }
+    }
+    // A body cut before its closing delimiter still gives its last part.
+    finish(part, &mut fields);
+    fields
+}
+
+/// `name` of a `form-data; name="..."` disposition, quoted or not.
+fn disposition_name(value: &str) -> Option<String> {
+    value.split(';').skip(1).find_map(|p| {
+        let (key, value) = p.split_once('=')?;
+        (key.trim().eq_ignore_ascii_case("name")).then(|| value.trim().trim_matches('"').to_owned())
+    })
 }
 
 impl HttpResponse {
@@ -124,6 +199,49 @@ impl HttpResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn posted(content_type: &str, body: &str) -> HttpRequest {
+        HttpRequest {
+            method: "POST".into(),
+            content_type: content_type.into(),
+            body: body.as_bytes().to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_one_click_form_is_read_in_every_encoding_rfc_8058_allows() {
+        let one_click = vec![("List-Unsubscribe".to_owned(), "One-Click".to_owned())];
+        // RFC 8058's own example, as written there (delimiters without the leading "--").
+        let rfc = "---FormBoundaryjWmhtjORrn\r\nContent-Disposition: form-data; name=\"List-Unsubscribe\"\r\n\r\nOne-Click\r\n---FormBoundaryjWmhtjORrn--";
+        let boundary = "multipart/form-data; boundary=---FormBoundaryjWmhtjORrn";
+        assert_eq!(posted(boundary, rfc).form(), one_click);
+        assert_eq!(posted(boundary, &format!("{rfc}\r\n")).form(), one_click);
+        // As RFC 7578 writes delimiters, with LF line ends, a quoted boundary and a charset.
+        let dashed = "--b1\nContent-Disposition: form-data; name=List-Unsubscribe\nContent-Type: text/plain\n\nOne-Click\n--b1--\n";
+        let quoted = "multipart/form-data; charset=utf-8; boundary=\"b1\"";
+        assert_eq!(posted(quoted, dashed).form(), one_click);
+        // Url-encoded, with a charset, with and without a trailing line break.
+        let form = "application/x-www-form-urlencoded; charset=utf-8";
+        assert_eq!(posted(form, "List-Unsubscribe=One-Click").form(), one_click);
+        assert_eq!(
+            posted(form, "List-Unsubscribe=One-Click\r\n").form()[0]
+                .1
+                .trim(),
+            "One-Click"
+        );
+        // No content type at all: read as url-encoded, as before.
+        assert_eq!(posted("", "List-Unsubscribe=One-Click").form(), one_click);
+        // A part without a name is skipped; two fields stay two.
+        let two = "--b\r\nContent-Disposition: form-data\r\n\r\nx\r\n--b\r\nContent-Disposition: form-data; name=\"action\"\r\n\r\nsave\r\n--b\r\nContent-Disposition: form-data; name=\"topic\"\r\n\r\ntips\r\n--b--\r\n";
+        assert_eq!(
+            posted("multipart/form-data; boundary=b", two).form(),
+            vec![
+                ("action".to_owned(), "save".to_owned()),
+                ("topic".to_owned(), "tips".to_owned())
+            ]
+        );
+    }
 
     #[test]
     fn reads_function_url_events() {

@@ -43,8 +43,11 @@ enum Request {
 /// The form understood, or what in it is not (quoted for the page, never trusted).
 fn understand(form: &[(String, String)], topics: &Topics) -> Result<Request, String> {
     let quoted = |s: &str| crate::domain::quoted(s);
-    if form == [("List-Unsubscribe".to_owned(), "One-Click".to_owned())] {
-        return Ok(Request::OneClick);
+    // However the receiver encoded it (a trailing line break included), one field only.
+    if let [(name, value)] = form {
+        if name == "List-Unsubscribe" && value.trim().eq_ignore_ascii_case("One-Click") {
+            return Ok(Request::OneClick);
+        }
     }
     let mut action = None;
     let mut ticked = BTreeSet::new();

@@ -117,6 +117,27 @@ async fn one_click_leaves_only_the_campaigns_topic() {
 }
 
 #[tokio::test]
+async fn a_multipart_one_click_as_rfc_8058_writes_it_leaves_the_topic() {
+    // RFC 8058: the POST SHOULD be multipart/form-data. Its own example body, as a receiver
+    // sends it (with a trailing line break).
+    let stage = stage();
+    let mut request = post(
+        &token("ada", "digest"),
+        "---FormBoundaryjWmhtjORrn\r\nContent-Disposition: form-data; name=\"List-Unsubscribe\"\r\n\r\nOne-Click\r\n---FormBoundaryjWmhtjORrn--\r\n",
+    );
+    request.content_type = "multipart/form-data; boundary=---FormBoundaryjWmhtjORrn".into();
+    let page = stage.handle(&request).await;
+    assert_eq!(page.status, 200, "{}", page.text());
+    let (on, via, _) = stage.subscribers.topic("ada", "digest").unwrap();
+    assert_eq!((on, via), (false, ChangedVia::OneClick));
+    // Url-encoded with a trailing line break and a charset: the same.
+    let mut again = post(&token("bob", "digest"), "List-Unsubscribe=One-Click\r\n");
+    again.content_type = "application/x-www-form-urlencoded; charset=UTF-8".into();
+    assert_eq!(stage.handle(&again).await.status, 200);
+    assert!(!stage.subscribers.topic("bob", "digest").unwrap().0);
+}
+
+#[tokio::test]
 async fn saving_writes_the_ticks_and_says_what_changed() {
     let stage = stage();
     let t = token("ada", "digest");
