@@ -78,83 +78,139 @@ impl HttpRequest {
 
 impl HttpRequest {
     /// The body's form fields, in order: `multipart/form-data` (what RFC 8058 says a one-click
-    /// POST SHOULD be) by its boundary, anything else as `application/x-www-form-urlencoded`
-    /// (percent-decoded).
+    /// POST SHOULD be) by its boundary, anything else, or a multipart body in which no field
+    /// is found, as `application/x-www-form-urlencoded` (percent-decoded).
     pub fn form(&self) -> Vec<(String, String)> {
-        match multipart_boundary(&self.content_type) {
-            Some(boundary) => multipart_form(&self.body, &boundary),
-            None => form_urlencoded::parse(&self.body)
+        let urlencoded = || {
+            form_urlencoded::parse(&self.body)
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
+                .collect()
+        };
+        let mut parts = self.content_type.split(';');
+        let kind = parts.next().unwrap_or_default().trim();
+        if !kind.eq_ignore_ascii_case("multipart/form-data") {
+            return urlencoded();
+        }
+        let boundary = parameters(&self.content_type)
+            .into_iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case("boundary"))
+            .map(|(_, value)| value)
+            .filter(|b| !b.is_empty());
+        match multipart_form(&self.body, boundary.as_deref()) {
+            fields if fields.is_empty() => urlencoded(),
+            fields => fields,
         }
     }
 }
 
-/// The boundary of a `multipart/form-data` content type (its other parameters, a charset for
-/// one, ignored); None for any other type.
-fn multipart_boundary(content_type: &str) -> Option<String> {
-    let mut parts = content_type.split(';');
-    let kind = parts.next()?.trim();
-    if !kind.eq_ignore_ascii_case("multipart/form-data") {
-        return None;
+/// The `; name=value` parameters after a header's first token, values unquoted (a `;` or an
+/// escaped quote inside quotes stays in the value).
+fn parameters(header: &str) -> Vec<(String, String)> {
+    let mut segments = Vec::new();
+    let (mut current, mut quoted, mut escaped) = (String::new(), false, false);
+    for c in header.chars() {
+        match c {
+            _ if escaped => {
+                current.push(c);
+                escaped = false;
+            }
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ';' if !quoted => segments.push(std::mem::take(&mut current)),
+            _ => current.push(c),
+        }
     }
-    parts.find_map(|p| {
-        let (name, value) = p.split_once('=')?;
-        (name.trim().eq_ignore_ascii_case("boundary"))
-            .then(|| value.trim().trim_matches('"').to_owned())
-            .filter(|b| !b.is_empty())
-    })
+    segments.push(current);
+    segments
+        .into_iter()
+        .skip(1)
+        .filter_map(|p| {
+            let (name, value) = p.split_once('=')?;
+            Some((name.trim().to_owned(), value.trim().to_owned()))
+        })
+        .collect()
 }
 
 /// The fields of a `multipart/form-data` body: each part's `name` (from its
-/// Content-Disposition) and its content. Lines may end in CRLF or LF; a delimiter line is
-/// `--boundary` as RFC 7578 has it, or the bare boundary as RFC 8058's own example writes it.
-/// A part without a name is skipped.
-fn multipart_form(body: &[u8], boundary: &str) -> Vec<(String, String)> {
+/// Content-Disposition, folded lines unfolded) and its content, up to the closing delimiter.
+/// Lines may end in CRLF, LF or CR. Delimiters are `--boundary` as RFC 7578 has them, or, where
+/// the body opens that way, the bare boundary as RFC 8058's own example writes them; without a
+/// boundary parameter, the body's first `--` line gives it. A part without a name is skipped.
+fn multipart_form(body: &[u8], boundary: Option<&str>) -> Vec<(String, String)> {
     let text = String::from_utf8_lossy(body);
-    let dashed = format!("--{boundary}");
-    let is_delimiter = |line: &str| {
-        let line = line.trim_end();
-        let line = line.strip_suffix("--").unwrap_or(line);
-        line == dashed || line == boundary
+    let lines: Vec<&str> = text
+        .split("\r\n")
+        .flat_map(|l| l.split(['\n', '\r']))
+        .collect();
+    let boundary = match boundary {
+        Some(b) => b.to_owned(),
+        None => match lines.iter().find_map(|l| l.trim_end().strip_prefix("--")) {
+            Some(b) if !b.is_empty() => b.to_owned(),
+            _ => return Vec::new(),
+        },
     };
+    let dashed = format!("--{boundary}");
+    // The first line that is a delimiter in either style decides the style for the body.
+    let delimiter = match lines.iter().map(|l| l.trim_end()).find(|l| {
+        *l == dashed
+            || *l == boundary
+            || l.strip_suffix("--")
+                .is_some_and(|l| l == dashed || l == boundary)
+    }) {
+        Some(l) if l.starts_with(dashed.as_str()) => dashed,
+        Some(_) => boundary,
+        None => return Vec::new(),
+    };
+    let closing = format!("{delimiter}--");
     let mut fields = Vec::new();
-    let mut part: Option<(Option<String>, bool, Vec<&str>)> = None;
-    let finish = |part: Option<(Option<String>, bool, Vec<&str>)>, fields: &mut Vec<_>| {
-        if let Some((Some(name), true, lines)) = part {
-            fields.push((name, lines.join("\r\n")));
+    // The part being read: its headers (unfolded), then its content once a blank line came.
+    let mut part: Option<(Vec<String>, Option<Vec<&str>>)> = None;
+    let finish = |part: Option<(Vec<String>, Option<Vec<&str>>)>, fields: &mut Vec<_>| {
+        if let Some((headers, Some(content))) = part {
+            let name = headers.iter().find_map(|h| {
+                let (header, value) = h.split_once(':')?;
+                if !header.trim().eq_ignore_ascii_case("content-disposition") {
+                    return None;
+                }
+                parameters(value)
+                    .into_iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case("name"))
+                    .map(|(_, v)| v)
+            });
+            if let Some(name) = name {
+                fields.push((name, content.join("\r\n")));
+            }
         }
     };
-    for line in text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)) {
-        if is_delimiter(line) {
+    for line in lines {
+        let bare = line.trim_end();
+        if bare == closing {
+            break;
+        }
+        if bare == delimiter {
             finish(part.take(), &mut fields);
-            part = Some((None, false, Vec::new()));
+            part = Some((Vec::new(), None));
             continue;
         }
-        let Some((name, in_content, lines)) = part.as_mut() else {
-            continue; // the preamble
-        };
-        if *in_content {
-            lines.push(line);
-        } else if line.is_empty() {
-            *in_content = true;
-        } else if let Some((header, value)) = line.split_once(':') {
-            if header.trim().eq_ignore_ascii_case("content-disposition") {
-                *name = disposition_name(value);
+        match part.as_mut() {
+            None => {} // the preamble
+            Some((_, Some(content))) => content.push(line),
+            Some((headers, content)) => {
+                if line.trim().is_empty() {
+                    *content = Some(Vec::new());
+                } else if line.starts_with([' ', '\t']) {
+                    if let Some(last) = headers.last_mut() {
+                        last.push_str(line);
+                    }
+                } else {
+                    headers.push(line.to_owned());
+                }
             }
         }
     }
     // A body cut before its closing delimiter still gives its last part.
     finish(part, &mut fields);
     fields
-}
-
-/// `name` of a `form-data; name="..."` disposition, quoted or not.
-fn disposition_name(value: &str) -> Option<String> {
-    value.split(';').skip(1).find_map(|p| {
-        let (key, value) = p.split_once('=')?;
-        (key.trim().eq_ignore_ascii_case("name")).then(|| value.trim().trim_matches('"').to_owned())
-    })
 }
 
 impl HttpResponse {
@@ -207,6 +263,42 @@ mod tests {
             body: body.as_bytes().to_vec(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn multipart_bodies_as_mail_libraries_and_strangers_write_them() {
+        let field = |name: &str, value: &str| vec![(name.to_owned(), value.to_owned())];
+        let mp = |boundary: &str| format!("multipart/form-data; boundary={boundary}");
+        // A folded Content-Disposition (MIME libraries fold long header lines).
+        let folded = "--b\r\nContent-Disposition: form-data;\r\n name=\"List-Unsubscribe\"\r\n\r\nOne-Click\r\n--b--";
+        assert_eq!(
+            posted(&mp("b"), folded).form(),
+            field("List-Unsubscribe", "One-Click")
+        );
+        // A boundary that itself ends in "--".
+        let ending = "--abc--\r\nContent-Disposition: form-data; name=x\r\n\r\n1\r\n--abc----";
+        assert_eq!(posted(&mp("\"abc--\""), ending).form(), field("x", "1"));
+        // No boundary parameter: the body's first "--" line gives it. CR-only line ends.
+        let bare = "--q\rContent-Disposition: form-data; name=x\r\r1\r--q--";
+        assert_eq!(posted("multipart/form-data", bare).form(), field("x", "1"));
+        // Labelled multipart, sent url-encoded: read as what it is.
+        assert_eq!(
+            posted(&mp("b"), "List-Unsubscribe=One-Click").form(),
+            field("List-Unsubscribe", "One-Click")
+        );
+        // A name inside a quoted filename is not the part's name; a quoted boundary may hold ';'.
+        let filename = "--a;b\r\nContent-Disposition: form-data; filename=\"a;name=List-Unsubscribe\"; name=\"x\"\r\n\r\n1\r\n--a;b--";
+        assert_eq!(posted(&mp("\"a;b\""), filename).form(), field("x", "1"));
+        // In a body delimited the RFC 7578 way, a line that is the bare boundary is content;
+        // nothing after the closing delimiter is read.
+        let inside = "--b\r\nContent-Disposition: form-data; name=x\r\n\r\n1\r\nb\r\nContent-Disposition: form-data; name=\"action\"\r\n\r\nsave\r\n--b--\r\n--b\r\nContent-Disposition: form-data; name=y\r\n\r\n2";
+        assert_eq!(
+            posted(&mp("b"), inside).form(),
+            field(
+                "x",
+                "1\r\nb\r\nContent-Disposition: form-data; name=\"action\"\r\n\r\nsave"
+            )
+        );
     }
 
     #[test]

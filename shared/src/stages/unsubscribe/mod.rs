@@ -28,6 +28,10 @@ use std::collections::BTreeSet;
 use std::time::SystemTime;
 use tracing::Instrument;
 
+/// The largest form a POST may carry: a one-click is under 200 bytes, the page's save under
+/// 1 KiB. A bigger body is refused before it is parsed (the function has 128 MB).
+const MAX_FORM_BYTES: usize = 8 * 1024;
+
 /// What a POST asks for, once its form is understood whole.
 #[derive(Debug, PartialEq, Eq)]
 enum Request {
@@ -43,11 +47,14 @@ enum Request {
 /// The form understood, or what in it is not (quoted for the page, never trusted).
 fn understand(form: &[(String, String)], topics: &Topics) -> Result<Request, String> {
     let quoted = |s: &str| crate::domain::quoted(s);
-    // However the receiver encoded it (a trailing line break included), one field only.
-    if let [(name, value)] = form {
-        if name == "List-Unsubscribe" && value.trim().eq_ignore_ascii_case("One-Click") {
-            return Ok(Request::OneClick);
-        }
+    // However the receiver encoded it (a trailing line break, the field repeated), and
+    // nothing else in the form.
+    let one_click = |(name, value): &(String, String)| {
+        name.trim().eq_ignore_ascii_case("List-Unsubscribe")
+            && value.trim().eq_ignore_ascii_case("One-Click")
+    };
+    if !form.is_empty() && form.iter().all(one_click) {
+        return Ok(Request::OneClick);
     }
     let mut action = None;
     let mut ticked = BTreeSet::new();
@@ -196,11 +203,29 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
         fallback: &'static str,
     ) -> HttpResponse {
         let topics = Topics::builtin();
-        let asked = match understand(&request.form(), topics) {
+        let w = words(fallback);
+        if request.body.len() > MAX_FORM_BYTES {
+            tracing::warn!(
+                bytes = request.body.len(),
+                "form too large; nothing changed"
+            );
+            return message(
+                413,
+                fallback,
+                w.bad_form_title,
+                &fill(w.bad_form_body, "size"),
+            );
+        }
+        // A POST with no body at all: some mail clients send their one-click so; the token
+        // says whose and which topic, and the page's forms always carry an action.
+        let asked = match request.body.iter().all(u8::is_ascii_whitespace) {
+            true => Ok(Request::OneClick),
+            false => understand(&request.form(), topics),
+        };
+        let asked = match asked {
             Ok(asked) => asked,
             Err(what) => {
                 tracing::warn!(%what, "form refused; nothing changed");
-                let w = words(fallback);
                 return message(
                     400,
                     fallback,

@@ -138,6 +138,33 @@ async fn a_multipart_one_click_as_rfc_8058_writes_it_leaves_the_topic() {
 }
 
 #[tokio::test]
+async fn a_one_click_without_a_body_or_repeated_or_in_lower_case_still_leaves_the_topic() {
+    for body in [
+        "",
+        "\r\n",
+        "list-unsubscribe=one-click",
+        "List-Unsubscribe=One-Click&List-Unsubscribe=One-Click",
+    ] {
+        let stage = stage();
+        let page = stage.handle(&post(&token("ada", "digest"), body)).await;
+        assert_eq!(page.status, 200, "{body:?}: {}", page.text());
+        assert!(
+            !stage.subscribers.topic("ada", "digest").unwrap().0,
+            "{body:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_form_too_large_is_refused_before_it_is_read() {
+    let stage = stage();
+    let body = format!("List-Unsubscribe=One-Click&{}", "a&".repeat(5_000));
+    let page = stage.handle(&post(&token("ada", "digest"), &body)).await;
+    assert_eq!(page.status, 413);
+    assert!(stage.subscribers.topic("ada", "digest").is_none());
+}
+
+#[tokio::test]
 async fn saving_writes_the_ticks_and_says_what_changed() {
     let stage = stage();
     let t = token("ada", "digest");
