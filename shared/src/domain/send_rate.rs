@@ -6,6 +6,9 @@
 //! chunk at a time, so that together the environments never send faster than the shared rate.
 //! `SendRate::environments` derives SendEmail's concurrency from the rate and the
 //! `Environment` it runs in.
+//!
+//! Over 450 lines because the rate's rules are one model (ceiling, shared rate, slots, an
+//! environment's capacity), and their unit tests are a third of it.
 
 use std::time::Duration;
 

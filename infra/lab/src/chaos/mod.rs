@@ -8,6 +8,9 @@
 //! `mailctl chaos` prints the figures; tests/chaos.rs asserts them.
 //! `faults` injects, `disruptions` is the script of outages and operator actions, `runs` the
 //! GetUsers runs, `report` the checks; the proxy and the restartable MongoDB have their own.
+//!
+//! Over 450 lines because the run is one script (stack, faults, three runs, a resend, the
+//! drain and the verdict); its faults, report and disruptions are in their own files.
 
 mod disruptions;
 mod faults;

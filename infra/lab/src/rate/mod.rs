@@ -7,6 +7,9 @@
 //! or sent twice, the time to the first email and for the last 1 %, and the rate item's
 //! requests per email; `static` runs the same with the old split (each environment at quota /
 //! N, nothing shared) for comparison.
+//!
+//! Over 450 lines because the claims docs/benchmarks.md makes of the matrix are tested here,
+//! beside the run and its table (about a fifth of it).
 
 mod item_limit;
 mod latency;
