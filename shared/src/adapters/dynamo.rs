@@ -1,6 +1,7 @@
-//! The sends ledger in DynamoDB: partition key `userId`, sort key `campaignId`.
 //! Over 450 lines because every conditional write of the ledger is here, once: each is a
 //! single conditional UpdateItem, and refusals are explained by ALL_OLD from the same call.
+//!
+//! The sends ledger in DynamoDB: partition key `userId`, sort key `campaignId`.
 
 use crate::domain::ledger::{
     epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Reclaim, Refusal, SendKey, SendStatus,

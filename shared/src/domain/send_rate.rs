@@ -1,3 +1,6 @@
+//! Over 450 lines because the rate's rules are one model (ceiling, shared rate, slots, an
+//! environment's capacity), and their unit tests are a third of it.
+//!
 //! The send rate, in one place. `SendRate` is the ceiling: the configured rate, or SES's
 //! maximum when that is lower. `SharedRate` is what the whole stack sends at now, kept in one
 //! item every SendEmail environment shares (`ports::RateBucket`): the ceiling, lowered after
@@ -6,9 +9,6 @@
 //! chunk at a time, so that together the environments never send faster than the shared rate.
 //! `SendRate::environments` derives SendEmail's concurrency from the rate and the
 //! `Environment` it runs in.
-//!
-//! Over 450 lines because the rate's rules are one model (ceiling, shared rate, slots, an
-//! environment's capacity), and their unit tests are a third of it.
 
 use std::time::Duration;
 

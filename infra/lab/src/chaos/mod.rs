@@ -1,3 +1,6 @@
+//! Over 450 lines because the run is one script (stack, faults, three runs, a resend, the
+//! drain and the verdict); its faults, report and disruptions are in their own files.
+//!
 //! The chaos run: one campaign of thousands of users through the local runner while what
 //! production does to a pipeline happens at once: every message on the users and emails
 //! queues delivered twice, two overlapping runs and a manual resend mid-drain, invocations
@@ -8,9 +11,6 @@
 //! `mailctl chaos` prints the figures; tests/chaos.rs asserts them.
 //! `faults` injects, `disruptions` is the script of outages and operator actions, `runs` the
 //! GetUsers runs, `report` the checks; the proxy and the restartable MongoDB have their own.
-//!
-//! Over 450 lines because the run is one script (stack, faults, three runs, a resend, the
-//! drain and the verdict); its faults, report and disruptions are in their own files.
 
 mod disruptions;
 mod faults;

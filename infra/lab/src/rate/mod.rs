@@ -1,3 +1,6 @@
+//! Over 450 lines because the claims docs/benchmarks.md makes of the matrix are tested here,
+//! beside the run and its table (about a fifth of it).
+//!
 //! `mailctl rate`: the send rate under SES's own enforcement, at rates the local stack
 //! cannot reach. The real SendEmail stage runs in N execution environments over in-memory
 //! ports with round-trip latencies (`latency`): an emails queue with SQS's semantics
@@ -7,9 +10,6 @@
 //! or sent twice, the time to the first email and for the last 1 %, and the rate item's
 //! requests per email; `static` runs the same with the old split (each environment at quota /
 //! N, nothing shared) for comparison.
-//!
-//! Over 450 lines because the claims docs/benchmarks.md makes of the matrix are tested here,
-//! beside the run and its table (about a fifth of it).
 
 mod item_limit;
 mod latency;

@@ -1,7 +1,8 @@
-//! GetUsers: streams the campaign's audience out of MongoDB onto the users queue.
 //! Over 450 lines because a run reads as one loop (audience -> decide now / delay / hold ->
 //! write) with its segment's checkpoint; requests are in `request.rs`, local time in
 //! `release.rs`.
+//!
+//! GetUsers: streams the campaign's audience out of MongoDB onto the users queue.
 //!
 //! Started by the weekly EventBridge schedule, by hand with `{"campaignId": "..."}`, or by a
 //! checkpoint message on the continuation queue: when the audience does not fit in one

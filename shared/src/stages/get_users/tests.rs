@@ -1,7 +1,8 @@
-//! GetUsers: its requests, and its runs over the in-memory directory and queues.
 //! Over 450 lines because it is one catalogue of requests and runs (segments, checkpoints,
 //! bad ids) sharing one in-memory fixture; local time's cases are in
 //! `tests/local_time_delivery.rs`.
+//!
+//! GetUsers: its requests, and its runs over the in-memory directory and queues.
 
 use super::*;
 use crate::config::LocalTimeConfig;

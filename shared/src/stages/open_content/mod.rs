@@ -1,7 +1,8 @@
-//! OpenContent: the pick slots of sent emails, served by a Lambda Function URL.
 //! Over 450 lines because one Function URL's routes (card, click, badge) share the token
 //! check and the frozen picks; the card, the badge and the picking rules are in
 //! `domain::open_content`.
+//!
+//! OpenContent: the pick slots of sent emails, served by a Lambda Function URL.
 //!
 //! - `GET /pick?t=` the slot's card (PNG). The first request of an email chooses its picks
 //!   and freezes them (`picks`); the first slot's request is the email's open.

@@ -1,12 +1,12 @@
+//! Over 450 lines because a record's whole path (claim, slot, send, mark, each failure's
+//! decision) reads in one place; its decision table's tests are in `decision_table`.
+//!
 //! SendEmail: exactly once per (user, campaign) through SES v2, guarded by the sends ledger
 //! (docs/exactly-once.md): claim with one conditional write, send, mark SENT under the
 //! claim.
 //! The ledger writes after the claim are in `ledger_writes`, what a record came to in
 //! `outcome`, the shared send rate in `pacing`, and the decision table's tests in
 //! `decision_table`.
-//!
-//! Over 450 lines because a record's whole path (claim, slot, send, mark, each failure's
-//! decision) reads in one place; its decision table's tests are in `decision_table`.
 
 mod ledger_writes;
 mod outcome;
