@@ -10,10 +10,13 @@ pub use render::{RenderError, Rendered, Renderer, LOCALES};
 
 /// Text from the user's data as an email may show it: names are data, never template source,
 /// and control characters are neither (a NUL makes the MJML unparseable), so whitespace ones
-/// become spaces and every other one is dropped. Text without them comes back unchanged.
+/// become spaces and every other one is dropped. So are U+FFFE and U+FFFF, which are not
+/// characters to XML or mrml (a follower's name holding one made every digest listing them
+/// unrenderable). Text without them comes back unchanged.
 pub fn printable(raw: &str) -> String {
     raw.chars()
         .filter_map(|c| match c {
+            '\u{FFFE}' | '\u{FFFF}' => None,
             c if !c.is_control() => Some(c),
             c if c.is_whitespace() => Some(' '),
             _ => None,
@@ -121,5 +124,6 @@ mod tests {
         assert_eq!(printable_name("\0\u{1b}"), None);
         assert_eq!(printable_name(" \n "), None);
         assert_eq!(printable_name("\0Ada").as_deref(), Some("Ada"));
+        assert_eq!(printable("Bob\u{FFFF}\u{FFFE} \u{FFFD}"), "Bob \u{FFFD}");
     }
 }
