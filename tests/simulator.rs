@@ -3,7 +3,8 @@
 //! GetUsers is still holding users for its slot; an asynchronous invocation that fails on
 //! every attempt is retried twice, then goes to the on-failure destination or is dropped.
 //! The fault switch (a proxy in front of the AWS emulator) makes the chosen calls fail or
-//! slow down. docs/local-stack.md keeps the table of what matches Lambda and what does not.
+//! slow down. A Function URL's function is throttled (429) beyond its reserved concurrency.
+//! docs/local-stack.md keeps the table of what matches Lambda and what does not.
 
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use mailflow::domain::campaign::Campaign;
@@ -462,4 +463,82 @@ async fn the_fault_switch_fails_or_hangs_a_chosen_mongodb_command() {
     assert!(users.find_one(doc! {"_id": "b"}).await.unwrap().is_some());
     let hits: Vec<String> = switch.hits().into_iter().map(|h| h.operation).collect();
     assert_eq!(hits, ["find", "find"]);
+}
+
+/// The local Function URL holds a function to its ReservedConcurrentExecutions from
+/// template.yaml as Lambda does: with its one environment busy (a one-click whose MongoDB
+/// write the switch delays), the next request is refused with 429 before the function sees
+/// it, whatever it is; once the environment is free, requests are served again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_url_answers_429_beyond_its_reserved_concurrency() {
+    use mailflow_local::fault_switch::MONGODB;
+    use mailflow_local::http;
+    use mongodb::bson::{doc, Document};
+    let (_, uri) = mailflow_tests::endpoints();
+    let server = uri
+        .trim_start_matches("mongodb://")
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let switch = FaultSwitch::start_mongodb(server).await.unwrap();
+    let mut env = test_env("url-throttle", |o| {
+        o.parameters
+            .insert("UnsubscribeConcurrency".into(), "1".into());
+        o.mongodb_uri = Some(switch.mongodb_uri());
+    })
+    .await
+    .unwrap();
+    env.db
+        .collection::<Document>("users")
+        .insert_one(doc! {"_id": "ada", "email": "ada@example.com", "subscribed": true})
+        .await
+        .unwrap();
+    let url_server = env.serve_unsubscribe().await.unwrap();
+    assert_eq!(url_server.reserved(), Some(1));
+    let function_env = env.stack.env(names::UNSUBSCRIBE).unwrap();
+    let signer = mailflow::adapters::secrets::unsubscribe_signer(
+        &mailflow::config::UnsubscribeConfig::from_source(&|k: &str| function_env.get(k).cloned())
+            .unwrap(),
+        &env.stack.sdk,
+    )
+    .await
+    .unwrap();
+    let campaign = Campaign::from_id("weekly-2026-W47", None).unwrap();
+    let token = signer.token(&campaign.id, &campaign.topic, "ada");
+    let link = format!("{}?token={token}", url_server.url());
+    // The one-click's first MongoDB command is held long enough to be seen busy (and less
+    // than the function's 3 s bound on MongoDB, past which it would be recorded as pending).
+    switch.set(MONGODB, "*", Fault::Delay(Duration::from_secs(2)), Some(1));
+    let one_click = tokio::spawn({
+        let link = link.clone();
+        async move {
+            http::request(&link, "POST", &[], b"List-Unsubscribe=One-Click")
+                .await
+                .unwrap()
+                .status
+        }
+    });
+    while switch.hits().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let junk = http::request(url_server.url(), "GET", &[], b"")
+        .await
+        .unwrap();
+    assert_eq!(junk.status, 429, "{}", junk.text());
+    let page = http::request(&link, "GET", &[], b"").await.unwrap();
+    assert_eq!(page.status, 429);
+    assert_eq!(url_server.throttled(), 2);
+    assert_eq!(one_click.await.unwrap(), 200);
+    // Free again: junk gets its own answer, the page is shown.
+    let junk = http::request(url_server.url(), "GET", &[], b"")
+        .await
+        .unwrap();
+    assert_eq!(junk.status, 400);
+    assert_eq!(
+        http::request(&link, "GET", &[], b"").await.unwrap().status,
+        200
+    );
+    assert_eq!(url_server.throttled(), 2);
 }

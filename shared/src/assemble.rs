@@ -6,7 +6,7 @@
 use crate::adapters::campaigns::CampaignsTable;
 use crate::adapters::directory::MongoDirectory;
 use crate::adapters::dynamo::{DynamoLedger, SendRecords};
-use crate::adapters::event_sources::{EmailsConsumer, EventSourceMappings, StackSending};
+use crate::adapters::event_sources::{ConsumerMapping, EventSourceMappings, StackSending};
 use crate::adapters::mongo::MongoConnectError;
 use crate::adapters::open_content::OpenContentTable;
 use crate::adapters::picks::MongoPicks;
@@ -65,7 +65,7 @@ pub enum AssembleError {
 pub type LambdaGetUsers = GetUsers<MongoDirectory, SqsQueue, CampaignsTable, WaitingTable>;
 
 /// CreateEmails as it runs on Lambda: MongoDB's users, the emails queue, the campaigns table.
-pub type LambdaCreateEmails = CreateEmails<MongoDirectory, SqsQueue, CampaignsTable>;
+pub type LambdaCreateEmails = CreateEmails<MongoDirectory, SqsQueue, CampaignsTable, SendRecords>;
 
 /// SesEvents as it runs on Lambda: the DynamoDB send records and MongoDB's users.
 pub type LambdaSesEvents = SesEvents<SendRecords, Subscribers>;
@@ -144,8 +144,9 @@ pub async fn create_emails(
     let (signer, directory, renderer) = tokio::try_join!(signer, directory, renderer)?;
     let emails = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
     let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
+    let pending = SendRecords::new(dynamodb_client(sdk), &config.sends_table_name);
     Ok(CreateEmails::new(
-        directory, emails, campaigns, renderer, signer, config,
+        directory, emails, campaigns, pending, renderer, signer, config,
     ))
 }
 
@@ -178,9 +179,13 @@ pub fn rate_control(config: RateControlConfig, sdk: &SdkConfig) -> LambdaRateCon
     RateControl::new(
         SesMailer::new(sdk, String::new(), None),
         RateItem::new(dynamodb_client(sdk), &config.campaigns_table_name),
-        std::sync::Arc::new(EmailsConsumer::new(
+        std::sync::Arc::new(ConsumerMapping::new(
             lambda_client(sdk),
             &config.emails_event_source_mapping_id,
+        )),
+        std::sync::Arc::new(ConsumerMapping::new(
+            lambda_client(sdk),
+            &config.users_event_source_mapping_id,
         )),
         &config,
     )

@@ -70,6 +70,9 @@ pub struct FunctionSpec {
     pub schedule: Option<String>,
     /// Whether it has a Function URL (`FunctionUrlConfig`), referred to as `<id>Url`.
     pub function_url: bool,
+    /// `ReservedConcurrentExecutions` (its parameter resolved): the most invocations at once,
+    /// and ten times that per second (the local Function URL answers 429 beyond either).
+    pub reserved_concurrency: Option<u32>,
     /// What Lambda does with its asynchronous invocations (`EventInvokeConfig`).
     pub async_invoke: AsyncInvokeSpec,
 }
@@ -413,6 +416,11 @@ fn function(
         sqs_events,
         schedule,
         function_url: props.get("FunctionUrlConfig").is_some(),
+        reserved_concurrency: uint(
+            props.get("ReservedConcurrentExecutions"),
+            "ReservedConcurrentExecutions",
+            params,
+        )?,
         async_invoke: async_invoke(id, props.get("EventInvokeConfig"), params)?,
     })
 }
@@ -485,6 +493,29 @@ mod tests {
         assert_eq!(t.tables[0].indexes[0].hash_key, "campaignShard");
         assert!(t.function("GetUsersFunction").unwrap().schedule.is_some());
         assert!(t.function("UnsubscribeFunction").unwrap().function_url);
+        // Reserved concurrency: a parameter's value, a literal, or none.
+        assert_eq!(
+            t.function("UnsubscribeFunction")
+                .unwrap()
+                .reserved_concurrency,
+            Some(26)
+        );
+        assert_eq!(
+            t.function("RateControlFunction")
+                .unwrap()
+                .reserved_concurrency,
+            Some(1)
+        );
+        assert_eq!(send.reserved_concurrency, None);
+        let overrides = [("OpenContentConcurrency".to_string(), "7".to_string())].into();
+        let smaller = Template::parse_with(&t.source, &overrides).unwrap();
+        assert_eq!(
+            smaller
+                .function("OpenContentFunction")
+                .unwrap()
+                .reserved_concurrency,
+            Some(7)
+        );
         assert_eq!(
             t.function("CreateEmailsFunction").unwrap().env["UNSUBSCRIBE_BASE_URL"],
             EnvValue::Ref("UnsubscribeFunctionUrl".into())

@@ -6,7 +6,8 @@
 use crate::domain::ledger::{
     epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Reclaim, Refusal, SendKey, SendStatus,
 };
-use crate::ports::{Marked, SendLedger, SendRecordNotes};
+use crate::domain::topics::TopicId;
+use crate::ports::{pending_leave_key, Marked, PendingLeaves, SendLedger, SendRecordNotes};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -347,6 +348,129 @@ impl DynamoLedger {
                 ses_message_id: get_s(&old, "sesMessageId"),
             }),
         })
+    }
+}
+
+/// One-click unsubscribes MongoDB did not take: an item of their own per (user, topic),
+/// `leftAt` and `rejoinedAt`, no `status` (no ledger write ever matches it) and no
+/// `campaignShard` (not in a campaign's index), kept without expiry.
+impl PendingLeaves for SendRecords {
+    async fn record_leave(
+        &self,
+        key: &SendKey,
+        topic: &TopicId,
+        at_ms: u64,
+    ) -> Result<(), LedgerError> {
+        let failed = |err: SdkError<UpdateItemError>| self.error("record leave", err);
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("userId", s(key.user_id()))
+            .key("campaignId", s(&pending_leave_key(topic)))
+            .update_expression("SET leftAt = :at, fromCampaign = :campaign")
+            .expression_attribute_values(":at", n(at_ms))
+            .expression_attribute_values(":campaign", s(key.campaign_id()))
+            .send()
+            .await
+            .map_err(failed)?;
+        Ok(())
+    }
+
+    async fn rejoined(
+        &self,
+        user_id: &str,
+        topic: &TopicId,
+        at_ms: u64,
+    ) -> Result<(), LedgerError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("userId", s(user_id))
+            .key("campaignId", s(&pending_leave_key(topic)))
+            .update_expression("SET rejoinedAt = :at")
+            // Only over a leave: a save never creates the item.
+            .condition_expression("attribute_exists(leftAt)")
+            .expression_attribute_values(":at", n(at_ms))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(())
+            }
+            Err(err) => Err(self.error("rejoined", err)),
+        }
+    }
+
+    async fn standing_leaves(
+        &self,
+        users: &[String],
+        topic: &TopicId,
+    ) -> Result<std::collections::HashSet<String>, LedgerError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let failed = |detail: String| LedgerError {
+            table: self.table.clone(),
+            operation: "read pending leaves",
+            detail,
+        };
+        let sort_key = pending_leave_key(topic);
+        let mut standing = std::collections::HashSet::new();
+        let mut unique: Vec<&String> = users.iter().collect();
+        unique.sort();
+        unique.dedup();
+        // BatchGetItem takes 100 keys; what it leaves unprocessed is asked again.
+        for chunk in unique.chunks(100) {
+            let mut keys: Vec<Item> = chunk
+                .iter()
+                .map(|u| {
+                    HashMap::from([("userId".into(), s(u)), ("campaignId".into(), s(&sort_key))])
+                })
+                .collect();
+            for attempt in 0.. {
+                if keys.is_empty() {
+                    break;
+                }
+                if attempt == 5 {
+                    return Err(failed(format!("{} keys still unprocessed", keys.len())));
+                }
+                if attempt > 0 {
+                    tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
+                }
+                let wanted = KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .projection_expression("userId, leftAt, rejoinedAt")
+                    .build()
+                    .map_err(|e| failed(e.to_string()))?;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, wanted)
+                    .send()
+                    .await
+                    .map_err(|e| failed(super::describe(&e)))?;
+                for item in out
+                    .responses()
+                    .and_then(|r| r.get(&self.table))
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                {
+                    let left = get_n(item, "leftAt").unwrap_or(0);
+                    let stands = get_n(item, "rejoinedAt").is_none_or(|r| r < left);
+                    if let (true, Some(user)) = (stands, get_s(item, "userId")) {
+                        standing.insert(user);
+                    }
+                }
+                keys = out
+                    .unprocessed_keys()
+                    .and_then(|u| u.get(&self.table))
+                    .map(|k| k.keys().to_vec())
+                    .unwrap_or_default();
+            }
+        }
+        Ok(standing)
     }
 }
 

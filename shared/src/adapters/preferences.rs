@@ -3,7 +3,9 @@
 //!
 //! Data model (in the user's document, beside `subscribed`):
 //! `topics: { <topic id>: { subscribed: bool, at: date, via: "one-click" | "page",
-//! campaignId: string } }`. A topic absent from `topics` follows its default.
+//! campaignId: string } }`. A topic absent from `topics` follows its default, unless an
+//! earlier `topics` that was not a document was moved aside to `topicsUnreadable`: then it
+//! stays unreadable (not sent) until the user chooses.
 
 use crate::domain::topics::{Choice, Overall, Preferences, Standing, TopicId, Topics};
 use mongodb::bson::{doc, Bson, Document};
@@ -11,6 +13,11 @@ use mongodb::bson::{doc, Bson, Document};
 pub const SUBSCRIBED: &str = "subscribed";
 pub const SUPPRESSION: &str = "suppression";
 pub const TOPICS: &str = "topics";
+/// Where a `topics` value that is not a document (a string, an array, a number) is moved,
+/// as it was, when a choice is first written (`Subscribers`: MongoDB cannot write
+/// `topics.<id>` through it). Its presence keeps every topic without a choice of its own
+/// unreadable, as it was before the move: writing one choice consents to nothing else.
+pub const TOPICS_UNREADABLE: &str = "topicsUnreadable";
 
 /// `topics.<id>.subscribed`: the field a topic's choice is kept in.
 pub fn choice_field(topic: &TopicId) -> String {
@@ -19,7 +26,7 @@ pub fn choice_field(topic: &TopicId) -> String {
 
 /// The fields `standing` reads, for a projection.
 pub fn standing_projection(topic: &TopicId) -> Document {
-    doc! { SUBSCRIBED: 1, SUPPRESSION: 1, choice_field(topic): 1 }
+    doc! { SUBSCRIBED: 1, SUPPRESSION: 1, choice_field(topic): 1, TOPICS_UNREADABLE: 1 }
 }
 
 fn overall(user: &Document) -> Overall {
@@ -31,8 +38,13 @@ fn overall(user: &Document) -> Overall {
 }
 
 fn choice(user: &Document, topic: &TopicId) -> Choice {
+    // No choice of its own under a `topics` that was unreadable: still unreadable.
+    let unset = match user.contains_key(TOPICS_UNREADABLE) {
+        true => Choice::Unreadable,
+        false => Choice::Unset,
+    };
     let Some(topics) = user.get(TOPICS) else {
-        return Choice::Unset;
+        return unset;
     };
     let Bson::Document(topics) = topics else {
         return match topics {
@@ -41,11 +53,11 @@ fn choice(user: &Document, topic: &TopicId) -> Choice {
         };
     };
     match topics.get(topic.as_str()) {
-        None | Some(Bson::Null) => Choice::Unset,
+        None | Some(Bson::Null) => unset,
         Some(Bson::Document(one)) => match one.get(SUBSCRIBED) {
             Some(Bson::Boolean(true)) => Choice::In,
             Some(Bson::Boolean(false)) => Choice::Out,
-            None | Some(Bson::Null) => Choice::Unset,
+            None | Some(Bson::Null) => unset,
             Some(_) => Choice::Unreadable,
         },
         Some(_) => Choice::Unreadable,
@@ -115,6 +127,23 @@ mod tests {
             Choice::Unreadable
         );
         assert_eq!(topic(Bson::Array(vec![])), Choice::Unreadable);
+        // An unreadable `topics` moved aside so that one choice could be written: that choice
+        // counts, every other topic stays unreadable.
+        let moved = |topics: Document| {
+            read(doc! { "subscribed": true, "topics": topics, "topicsUnreadable": "x" }).choice
+        };
+        assert_eq!(
+            moved(doc! { "digest": { "subscribed": false } }),
+            Choice::Out
+        );
+        assert_eq!(
+            moved(doc! { "tips": { "subscribed": true } }),
+            Choice::Unreadable
+        );
+        assert_eq!(
+            read(doc! { "subscribed": true, "topicsUnreadable": 7 }).choice,
+            Choice::Unreadable
+        );
         assert_eq!(choice_field(&digest), "topics.digest.subscribed");
     }
 }

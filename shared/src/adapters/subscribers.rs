@@ -8,10 +8,11 @@
 use super::directory::USERS;
 use crate::domain::ledger::SendKey;
 use crate::domain::user_id::UserId;
-use mongodb::bson::{doc, DateTime, Document};
+use mongodb::bson::{doc, Bson, DateTime, Document};
+use mongodb::error::{ErrorKind, WriteFailure};
 use mongodb::{Collection, Database};
 
-use super::preferences::{self, SUBSCRIBED, TOPICS};
+use super::preferences::{self, SUBSCRIBED, TOPICS, TOPICS_UNREADABLE};
 use crate::domain::topics::{Preferences, Save, TopicId, Topics};
 pub use crate::ports::{Change, StoreError, SuppressionReason};
 use crate::ports::{ChangedVia, SubscriberStore};
@@ -35,6 +36,54 @@ impl Subscribers {
             .map(|id| super::bson_ids::to_bson(&id))
     }
 
+    /// `$set` on the user matched by `filter`, which writes `topics.<id>` choices. Where the
+    /// user's `topics` is not a document MongoDB refuses the dotted path (PathNotViable),
+    /// and a one-click, which mail clients never retry, would fail: the field is then made
+    /// writable (`make_topics_writable`) and the write tried once more. The common case costs
+    /// nothing extra.
+    async fn set_topics(&self, filter: Document, set: Document) -> mongodb::error::Result<u64> {
+        match self
+            .users
+            .update_one(filter.clone(), doc! { "$set": set.clone() })
+            .await
+        {
+            Err(err) if path_not_viable(&err) => {
+                self.make_topics_writable(filter.get("_id")).await?;
+                let result = self.users.update_one(filter, doc! { "$set": set }).await?;
+                Ok(result.matched_count)
+            }
+            other => Ok(other?.matched_count),
+        }
+    }
+
+    /// The user's `topics` as read, made writable: null (no choices) is removed; any other
+    /// value that is not a document (a string, an array, a number, written by hand or by
+    /// another tool) is moved aside, as it was, to `topicsUnreadable`, which keeps the topics
+    /// without a choice of their own unreadable (`preferences::choice`). Each change is
+    /// conditional on the value read, so a concurrent write is never moved aside.
+    async fn make_topics_writable(&self, id: Option<&Bson>) -> mongodb::error::Result<()> {
+        let Some(id) = id else {
+            return Ok(());
+        };
+        let user = self
+            .users
+            .find_one(doc! { "_id": id.clone() })
+            .projection(doc! { TOPICS: 1 })
+            .await?;
+        let update = match user.as_ref().and_then(|u| u.get(TOPICS)) {
+            None | Some(Bson::Document(_)) => return Ok(()),
+            Some(Bson::Null) => doc! { "$unset": { TOPICS: "" } },
+            Some(_) => doc! { "$rename": { TOPICS: TOPICS_UNREADABLE } },
+        };
+        let odd = user
+            .and_then(|mut u| u.remove(TOPICS))
+            .unwrap_or(Bson::Null);
+        self.users
+            .update_one(doc! { "_id": id.clone(), TOPICS: odd }, update)
+            .await?;
+        Ok(())
+    }
+
     async fn change(
         &self,
         user_id: &str,
@@ -47,8 +96,7 @@ impl Subscribers {
         };
         let mut filter = doc! { "_id": id.clone() };
         filter.extend(not_yet);
-        let result = self.users.update_one(filter, doc! { "$set": set }).await?;
-        if result.matched_count > 0 {
+        if self.set_topics(filter, set).await? > 0 {
             return Ok(Change::Made);
         }
         let exists = self
@@ -113,7 +161,7 @@ impl SubscriberStore for Subscribers {
         let user = self
             .users
             .find_one(doc! { "_id": id })
-            .projection(doc! { SUBSCRIBED: 1, TOPICS: 1, "locale": 1 })
+            .projection(doc! { SUBSCRIBED: 1, TOPICS: 1, TOPICS_UNREADABLE: 1, "locale": 1 })
             .await?;
         Ok(user.map(|user| {
             let locale = user.get_str("locale").ok().map(str::to_owned);
@@ -145,11 +193,7 @@ impl SubscriberStore for Subscribers {
         if set.is_empty() {
             return Ok(Change::AlreadyDone);
         }
-        let result = self
-            .users
-            .update_one(doc! { "_id": id }, doc! { "$set": set })
-            .await?;
-        Ok(if result.matched_count > 0 {
+        Ok(if self.set_topics(doc! { "_id": id }, set).await? > 0 {
             Change::Made
         } else {
             Change::NoSuchUser
@@ -183,6 +227,17 @@ impl SubscriberStore for Subscribers {
 }
 
 /// A topic choice as stored: in or out, when, how, from which campaign's email.
+/// MongoDB refused a dotted path through a value that is not a document (code 28,
+/// PathNotViable; the local emulator says so in its message).
+fn path_not_viable(err: &mongodb::error::Error) -> bool {
+    match err.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteError(e)) => {
+            e.code == 28 || e.message.contains("Cannot create field")
+        }
+        _ => err.to_string().contains("Cannot create field"),
+    }
+}
+
 fn choice(subscribed: bool, key: &SendKey, via: ChangedVia, at_ms: i64) -> Document {
     doc! {
         SUBSCRIBED: subscribed,

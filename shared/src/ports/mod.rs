@@ -8,7 +8,7 @@
 //! `adapters::sqs::SqsQueue` (OutgoingQueue, RetryQueue), `adapters::subscribers::
 //! Subscribers` (SubscriberStore), `adapters::directory::MongoDirectory` (UserDirectory),
 //! `adapters::campaigns::CampaignsTable` (CampaignStates), `adapters::rate_item::RateItem`
-//! (RateBucket), `adapters::event_sources::EmailsConsumer` (ConsumerScaling),
+//! (RateBucket), `adapters::event_sources::ConsumerMapping` (ConsumerScaling),
 //! `adapters::waiting::WaitingTable` (WaitingRoom), `adapters::open_content::OpenContentTable`
 //! (OpenContentStore), `adapters::picks::MongoPicks` (PickDirectory).
 
@@ -27,7 +27,9 @@ mod open_content;
 use crate::domain::send_rate::{QuotaUnknown, SendQuota, SharedRate, Slots};
 use crate::domain::user_id::UserId;
 use futures::future::BoxFuture;
-pub use open_content::{Activity, ContentStoreError, OpenContentStore, PickDirectory};
+pub use open_content::{
+    Activity, ContentStoreError, IndexCheck, OpenContentStore, PickDirectory, Rise,
+};
 use std::future::Future;
 use std::time::Duration;
 
@@ -137,6 +139,41 @@ pub trait SendRecordNotes: Send + Sync {
     ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
 }
 
+/// One-click unsubscribes that MongoDB did not take in time, kept in the sends table (no
+/// MongoDB needed) on an item of their own per user and topic (`userId`, `#left#<topic>`:
+/// no campaign id holds a `#`), never expiring. CreateEmails leaves out of every campaign of
+/// the topic a user whose leave stands, so the person gets no further email of that topic
+/// whatever MongoDB says (docs/emails.md).
+pub trait PendingLeaves: Send + Sync {
+    /// The user of `key` left `topic` at `at_ms` (from the email of `key`); a later leave
+    /// moves the time on.
+    fn record_leave(
+        &self,
+        key: &SendKey,
+        topic: &TopicId,
+        at_ms: u64,
+    ) -> impl Future<Output = Result<(), LedgerError>> + Send;
+    /// The user chose `topic` again at `at_ms` (the preference centre's save, MongoDB
+    /// answering): a leave recorded before then no longer stands. Nothing when there is none.
+    fn rejoined(
+        &self,
+        user_id: &str,
+        topic: &TopicId,
+        at_ms: u64,
+    ) -> impl Future<Output = Result<(), LedgerError>> + Send;
+    /// Of `users`, those whose recorded leave of `topic` stands.
+    fn standing_leaves(
+        &self,
+        users: &[String],
+        topic: &TopicId,
+    ) -> impl Future<Output = Result<std::collections::HashSet<String>, LedgerError>> + Send;
+}
+
+/// The sort key of a user's pending leave of `topic` in the sends table.
+pub fn pending_leave_key(topic: &TopicId) -> String {
+    format!("#left#{topic}")
+}
+
 /// Who may be emailed (MongoDB's users): unsubscribes and suppressions, each idempotent.
 pub trait SubscriberStore: Send + Sync {
     /// The user of `key` leaves `list`, from the email of `key`.
@@ -183,7 +220,7 @@ pub trait SubscriberStore: Send + Sync {
 /// Who a campaign reaches and what each one's email says (MongoDB's users and follows):
 /// what GetUsers and CreateEmails read.
 pub trait UserDirectory: Send + Sync {
-    type Audience: AudienceScan;
+    type Audience: AudienceScan + 'static;
     /// The audience of a campaign of `topic` over `window` after `after` (a checkpoint): the
     /// users with at least one new follower whom the topic's audience rule lets in
     /// (`Standing::exclusion`), each once, in ascending id order (`UserId`'s order).

@@ -4,6 +4,7 @@ use crate::domain::ledger::SendKey;
 use crate::domain::topics::{Choice, Overall, Preferences, Save, TopicId, Topics};
 use crate::ports::{Change, ChangedVia, StoreError, SubscriberStore, SuppressionReason};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// A topic choice: in or out, how it was made, from which campaign's email.
@@ -16,6 +17,8 @@ pub struct MemorySubscribers {
     pub users: Mutex<HashMap<String, (bool, Option<SuppressionReason>)>>,
     /// user id -> topic -> their choice
     pub topics: Mutex<HashMap<String, BTreeMap<TopicId, TopicChoice>>>,
+    /// Every call of the port (each a MongoDB round trip on AWS).
+    pub calls: AtomicU64,
 }
 
 impl MemorySubscribers {
@@ -33,6 +36,11 @@ impl MemorySubscribers {
             .and_then(|t| t.get(&TopicId::parse(topic).ok()?).cloned())
     }
 
+    /// Counts a call of the port.
+    fn called(&self) {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+    }
+
     pub fn get(&self, user: &str) -> Option<(bool, Option<SuppressionReason>)> {
         crate::runtime::lock(&self.users).get(user).copied()
     }
@@ -45,6 +53,7 @@ impl SubscriberStore for MemorySubscribers {
         _list: &str,
         _at_ms: i64,
     ) -> Result<Change, StoreError> {
+        self.called();
         let mut users = crate::runtime::lock(&self.users);
         Ok(match users.get_mut(key.user_id()) {
             None => Change::NoSuchUser,
@@ -63,6 +72,7 @@ impl SubscriberStore for MemorySubscribers {
         via: ChangedVia,
         _at_ms: i64,
     ) -> Result<Change, StoreError> {
+        self.called();
         if self.get(key.user_id()).is_none() {
             return Ok(Change::NoSuchUser);
         }
@@ -82,6 +92,7 @@ impl SubscriberStore for MemorySubscribers {
         user_id: &str,
         _topics: &Topics,
     ) -> Result<Option<(Preferences, Option<String>)>, StoreError> {
+        self.called();
         let Some((subscribed, _)) = self.get(user_id) else {
             return Ok(None);
         };
@@ -109,6 +120,7 @@ impl SubscriberStore for MemorySubscribers {
         save: &Save,
         _at_ms: i64,
     ) -> Result<Change, StoreError> {
+        self.called();
         let mut users = crate::runtime::lock(&self.users);
         let Some((subscribed, _)) = users.get_mut(key.user_id()) else {
             return Ok(Change::NoSuchUser);
@@ -135,6 +147,7 @@ impl SubscriberStore for MemorySubscribers {
         _detail: &str,
         _at_ms: i64,
     ) -> Result<Change, StoreError> {
+        self.called();
         let mut users = crate::runtime::lock(&self.users);
         Ok(match users.get_mut(key.user_id()) {
             None => Change::NoSuchUser,

@@ -1,6 +1,10 @@
 //! CreateEmails: for each user message, enrich from MongoDB, render, and put the email job on
 //! the emails queue. Records are processed concurrently (bounded); jobs go out in
 //! SendMessageBatch calls; every record that did not make it is reported for retry.
+//!
+//! A user whose one-click unsubscribe MongoDB did not take in time (recorded in the sends
+//! table instead: `PendingLeaves`) is left out of the topic's campaigns while that leave
+//! stands, whatever MongoDB says: one BatchGetItem per batch, read with the batch's users.
 
 use super::summary::summary;
 use super::CampaignStateCache;
@@ -8,13 +12,16 @@ use crate::config::CreateEmailsConfig;
 use crate::domain::campaign::Hold;
 use crate::domain::campaign::Window;
 use crate::domain::digest::{Enrichment, Renderer, SkipReason};
+use crate::domain::ledger::LedgerError;
 use crate::domain::messages::{parse_body, BodyError, EmailJob, UserMessage};
 use crate::domain::open_content::{SlotSealer, SlotUrls};
 use crate::domain::topics::{Topic, Topics};
 use crate::domain::unsubscribe_link::{self, Signer};
 use crate::domain::user_id::{UserId, UserIdError};
 use crate::ports::batches;
-use crate::ports::{CampaignStates, OutgoingQueue, QueueError, StoreError, UserDirectory};
+use crate::ports::{
+    CampaignStates, OutgoingQueue, PendingLeaves, QueueError, StoreError, UserDirectory,
+};
 use crate::runtime::batch::{batch_response, each_record};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::stream::{self, StreamExt};
@@ -41,6 +48,9 @@ pub enum ComposeError {
     UserId(#[from] UserIdError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The pending one-click unsubscribes (the sends table) could not be read.
+    #[error(transparent)]
+    PendingLeaves(#[from] LedgerError),
     #[error("cannot serialise job: {0}")]
     Serialise(serde_json::Error),
 }
@@ -60,10 +70,11 @@ enum Outcome {
     Held,
 }
 
-/// Generic over the user directory (MongoDB on Lambda), the emails queue (SQS) and the
-/// campaigns table (DynamoDB).
-pub struct CreateEmails<D, Q, S> {
+/// Generic over the user directory (MongoDB on Lambda), the emails queue (SQS), the
+/// campaigns table and the pending one-click unsubscribes (DynamoDB: the sends table).
+pub struct CreateEmails<D, Q, S, P> {
     directory: D,
+    pending: P,
     emails: Q,
     campaigns: CampaignStateCache<S>,
     renderer: Renderer,
@@ -73,18 +84,23 @@ pub struct CreateEmails<D, Q, S> {
     config: CreateEmailsConfig,
 }
 
-impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S> {
-    /// `emails` and `campaigns` are the queue and the table `config` names.
+impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
+    CreateEmails<D, Q, S, P>
+{
+    /// `emails` and `campaigns` are the queue and the table `config` names, `pending` the
+    /// sends table.
     pub fn new(
         directory: D,
         emails: Q,
         campaigns: S,
+        pending: P,
         renderer: Renderer,
         signer: Signer,
         config: CreateEmailsConfig,
     ) -> Self {
         Self {
             directory,
+            pending,
             emails,
             campaigns: CampaignStateCache::new(campaigns),
             renderer,
@@ -223,7 +239,26 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
         }
         let shown = self.config.recent_followers_shown;
         let mut read = HashMap::new();
-        for ((window, topic), users) in groups {
+        for ((window, topic), mut users) in groups {
+            // Who left the topic by a one-click MongoDB did not take: skipped unread. When
+            // that cannot be read, the group is left out here, and each record asks alone.
+            let ids: Vec<String> = users.iter().map(|(_, u)| u.to_string()).collect();
+            match self.pending.standing_leaves(&ids, &topic.id).await {
+                Ok(left) => users.retain(|(id, user)| {
+                    let stays = !left.contains(&user.to_string());
+                    if !stays {
+                        read.insert(id.clone(), Ok(Enrichment::Skip(SkipReason::LeftTopic)));
+                    }
+                    stays
+                }),
+                Err(err) => {
+                    tracing::warn!(reason = %err, users = ids.len(), "pending one-click unsubscribes not read; reading them user by user");
+                    continue;
+                }
+            }
+            if users.is_empty() {
+                continue;
+            }
             let ids: Vec<UserId> = users.iter().map(|(_, u)| u.clone()).collect();
             match self
                 .directory
@@ -264,8 +299,19 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
             Some(enrichment) => self
                 .render_job(message, enrichment?)
                 .map(|r| r.map(|(job, _)| job)),
-            // Not in the batch read (its campaign was held then): read alone.
-            None => self.compose(message).await,
+            // Not in the batch read (its campaign was held then, or the pending leaves
+            // could not be read): read alone.
+            None => {
+                let user = UserId::parse(&message.user_id)?.to_string();
+                let left = self
+                    .pending
+                    .standing_leaves(&[user], &message.topic)
+                    .await?;
+                match left.is_empty() {
+                    true => self.compose(message).await,
+                    false => Ok(Err(SkipReason::LeftTopic)),
+                }
+            }
         };
         match composed? {
             Ok(job) => Ok(Outcome::Job(
@@ -349,7 +395,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> CreateEmails<D, Q, S
 }
 
 crate::runtime::serve::stage! {
-    impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates> for CreateEmails<D, Q, S> {
+    impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves> for CreateEmails<D, Q, S, P> {
         SqsEvent => Result<(SqsBatchResponse, Summary), std::convert::Infallible>,
         |stage, event, _invocation| Ok(stage.handle(event).await)
     }

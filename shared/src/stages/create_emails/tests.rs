@@ -5,7 +5,7 @@ use crate::config::CreateEmailsConfig;
 use crate::domain::campaign::Campaign;
 use crate::domain::topics::TopicId;
 use crate::ports::memory::directory::{MemoryDirectory, User};
-use crate::ports::memory::{MemoryCampaigns, MemoryOutbox};
+use crate::ports::memory::{MemoryCampaigns, MemoryOutbox, MemoryRecords};
 use aws_lambda_events::event::sqs::SqsMessage;
 
 const OID: &str = "oid:65a1f0c2e4b0a1b2c3d4e5f6";
@@ -52,7 +52,7 @@ fn directory() -> MemoryDirectory {
         .follow("bob", "odd", at)
 }
 
-type Stage = CreateEmails<MemoryDirectory, MemoryOutbox, MemoryCampaigns>;
+type Stage = CreateEmails<MemoryDirectory, MemoryOutbox, MemoryCampaigns, MemoryRecords>;
 
 fn stage(directory: MemoryDirectory) -> Stage {
     let vars = |k: &str| {
@@ -60,6 +60,7 @@ fn stage(directory: MemoryDirectory) -> Stage {
             "MONGODB_URI" => "mongodb://127.0.0.1:1",
             "EMAILS_QUEUE_URL" => "http://emails",
             "CAMPAIGNS_TABLE_NAME" => "campaigns",
+            "SENDS_TABLE_NAME" => "sends",
             "UNSUBSCRIBE_SECRET" => "a-secret-long-enough-for-the-signer-0123456789",
             "UNSUBSCRIBE_BASE_URL" => "https://example.com/unsubscribe",
             _ => return None,
@@ -76,6 +77,7 @@ fn stage(directory: MemoryDirectory) -> Stage {
         directory,
         MemoryOutbox::default(),
         MemoryCampaigns::default(),
+        MemoryRecords::default(),
         Renderer::new("en").unwrap(),
         signer,
         config,
@@ -326,4 +328,61 @@ async fn the_topic_decides_again_and_names_itself_in_the_footer_and_the_token() 
     let (response, summary) = stage.handle(event).await;
     assert!(failed(&response).is_empty());
     assert_eq!(summary.skipped.get("unknown_topic"), Some(&1));
+}
+
+/// A one-click MongoDB did not take: recorded in the sends table by Unsubscribe.
+async fn left_by_one_click(stage: &Stage, user: &str, at_ms: u64) {
+    let key = crate::domain::ledger::SendKey::new(user, campaign().id);
+    stage
+        .pending
+        .record_leave(&key, &campaign().topic, at_ms)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_one_click_mongodb_did_not_take_keeps_the_user_out_of_the_topics_campaigns() {
+    // MongoDB still says Alice and Olga receive the topic.
+    let stage = stage(directory());
+    left_by_one_click(&stage, "alice", 1_000).await;
+    left_by_one_click(&stage, OID, 1_000).await;
+    let (response, summary) = stage.handle(event(&["alice", OID, "bob"])).await;
+    assert!(failed(&response).is_empty());
+    assert_eq!(summary.enqueued, 0);
+    assert_eq!(summary.skipped.get("left_topic"), Some(&2), "{summary:?}");
+    assert!(jobs(&stage).is_empty());
+
+    // Chosen again on the page after the one-click: the leave no longer stands.
+    stage
+        .pending
+        .rejoined(OID, &campaign().topic, 2_000)
+        .await
+        .unwrap();
+    let (_, summary) = stage.handle(event(&["alice", OID])).await;
+    assert_eq!(summary.enqueued, 1);
+    assert_eq!(jobs(&stage)[0].user_id, OID);
+}
+
+#[tokio::test]
+async fn pending_leaves_that_cannot_be_read_hold_the_records_back() {
+    let stage = stage(directory());
+    left_by_one_click(&stage, "alice", 1_000).await;
+    stage
+        .pending
+        .failing
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (response, summary) = stage.handle(event(&["alice", OID])).await;
+    // Nobody is emailed on a guess: both come back.
+    assert_eq!(failed(&response), ["m-alice", &format!("m-{OID}")]);
+    assert_eq!(summary.enqueued, 0);
+    stage
+        .pending
+        .failing
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let (response, summary) = stage.handle(event(&["alice", OID])).await;
+    assert!(failed(&response).is_empty());
+    assert_eq!(
+        (summary.enqueued, summary.skipped.get("left_topic")),
+        (1, Some(&1))
+    );
 }

@@ -1,3 +1,6 @@
+//! Over 450 lines because every request (page, form, one-click) shares one bounded path to
+//! the stores and its answers; the page's HTML is in `page.rs`.
+//!
 //! Unsubscribe: the preference centre and one-click unsubscribe (RFC 8058), served by a
 //! Lambda Function URL. Every link carries a token this deployment signed for one user and
 //! one campaign of one topic (`unsubscribe_link`); nothing else in a request says whose
@@ -14,22 +17,59 @@
 //!   refused whole, and nothing changes.
 //!
 //! Each change is also noted on the campaign's send record (its analytics).
+//!
+//! Every store call has a bound well under the function's 10 s timeout (`STORE_TIMEOUT`,
+//! `RECORD_TIMEOUT`, `NOTE_TIMEOUT`; at most 8 s in all on any path), where the MongoDB
+//! driver alone would wait 30 s for a server. A one-click that MongoDB does not take within
+//! its bound (hung, down, erring) is recorded in the sends table instead
+//! (`PendingLeaves::record_leave`) and answered 202: mail clients never retry a one-click,
+//! and CreateEmails leaves the person out of every later campaign of the topic while that
+//! leave stands (docs/emails.md). Only when DynamoDB fails too is it 503.
+//!
+//! A request that can never succeed (a method the page does not use, a form over 8 KiB, no
+//! token that verifies) is answered from memory before any I/O: the signing keys were read
+//! at cold start, and neither MongoDB nor DynamoDB is asked (`tests.rs`,
+//! `junk_is_answered_from_memory`). Junk costs an invocation, never a store's capacity.
 
 mod page;
 
 use crate::domain::ledger::{epoch_ms, Engagement};
 use crate::domain::topics::{Overall, Preferences, Save, Topic, TopicId, Topics};
 use crate::domain::unsubscribe_link::{Signer, Subscription, TokenError};
-use crate::ports::{Change, ChangedVia, SendRecordNotes, SubscriberStore};
+use crate::ports::{
+    Change, ChangedVia, PendingLeaves, SendRecordNotes, StoreError, SubscriberStore,
+};
 use crate::runtime::function_url::{HttpRequest, HttpResponse};
 use page::{fill, message, words, Centre};
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::time::SystemTime;
+use std::future::Future;
+use std::time::{Duration, SystemTime};
 use tracing::Instrument;
 
+/// What the function writes in the sends table: analytics notes and pending leaves.
+pub trait Records: SendRecordNotes + PendingLeaves {}
+impl<T: SendRecordNotes + PendingLeaves> Records for T {}
+
+/// The longest a MongoDB call waits (its driver would wait 30 s to select a server).
+const STORE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The longest the record of a one-click MongoDB did not take waits (DynamoDB): the last
+/// chance not to lose the leave, so it gets most of what the function's 10 s leave after
+/// MongoDB's 3 s and the note's 1 s (a throttled table's retries back off for seconds).
+const RECORD_TIMEOUT: Duration = Duration::from_secs(4);
+/// The longest an analytics note or a rejoin waits (DynamoDB; neither decides the answer).
+const NOTE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A MongoDB call within `STORE_TIMEOUT`, or the store error it is taken for.
+async fn bounded<T>(call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    tokio::time::timeout(STORE_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| Err(StoreError(format!("no answer within {STORE_TIMEOUT:?}"))))
+}
+
 /// The largest form a POST may carry: a one-click is under 200 bytes, the page's save under
-/// 1 KiB. A bigger body is refused before it is parsed (the function has 128 MB).
+/// 1 KiB. A bigger body is refused before it is parsed or the token read (the function has
+/// 128 MB).
 const MAX_FORM_BYTES: usize = 8 * 1024;
 
 /// What a POST asks for, once its form is understood whole.
@@ -87,7 +127,7 @@ pub struct Unsubscribe<S, R> {
     records: R,
 }
 
-impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
+impl<S: SubscriberStore, R: Records> Unsubscribe<S, R> {
     pub fn new(signer: Signer, subscribers: S, records: R) -> Self {
         Self {
             signer,
@@ -113,6 +153,24 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
         // Until the reader is known, the browser's language.
         let language = page::language(&request.accept_language);
         let w = words(language);
+        // What can never succeed is answered first, from memory: no token to check, no
+        // store (and never a secret: the keys were read at cold start). A public URL gets
+        // junk; each one costs only its invocation.
+        if !matches!(request.method.as_str(), "GET" | "HEAD" | "POST") {
+            return message(405, language, w.not_allowed_title, w.not_allowed_body);
+        }
+        if request.method == "POST" && request.body.len() > MAX_FORM_BYTES {
+            tracing::warn!(
+                bytes = request.body.len(),
+                "form too large; nothing changed"
+            );
+            return message(
+                413,
+                language,
+                w.bad_form_title,
+                &fill(w.bad_form_body, "size"),
+            );
+        }
         let subscription = match request
             .param("token")
             .as_deref()
@@ -135,12 +193,11 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
         let span = tracing::info_span!("preferences", campaign = %subscription.campaign_id, topic = %subscription.topic, user = %subscription.user_id);
         async {
             match request.method.as_str() {
-                "GET" | "HEAD" => {
+                "POST" => self.post(&subscription, &token, request, language).await,
+                _ => {
                     let leaving = request.param("leave").is_some();
                     self.centre(&subscription, &token, leaving, language).await
                 }
-                "POST" => self.post(&subscription, &token, request, language).await,
-                _ => message(405, language, w.not_allowed_title, w.not_allowed_body),
             }
         }
         .instrument(span)
@@ -154,10 +211,11 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
         subscription: &Subscription,
         fallback: &'static str,
     ) -> Result<(Preferences, &'static str), HttpResponse> {
-        match self
-            .subscribers
-            .preferences(&subscription.user_id, Topics::builtin())
-            .await
+        match bounded(
+            self.subscribers
+                .preferences(&subscription.user_id, Topics::builtin()),
+        )
+        .await
         {
             Ok(Some((preferences, locale))) => Ok((
                 preferences,
@@ -204,18 +262,7 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
     ) -> HttpResponse {
         let topics = Topics::builtin();
         let w = words(fallback);
-        if request.body.len() > MAX_FORM_BYTES {
-            tracing::warn!(
-                bytes = request.body.len(),
-                "form too large; nothing changed"
-            );
-            return message(
-                413,
-                fallback,
-                w.bad_form_title,
-                &fill(w.bad_form_body, "size"),
-            );
-        }
+        // (A body over MAX_FORM_BYTES was refused before the token was read.)
         // A POST with no body at all: some mail clients send their one-click so; the token
         // says whose and which topic, and the page's forms always carry an action.
         let asked = match request.body.iter().all(u8::is_ascii_whitespace) {
@@ -237,13 +284,20 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
         let key = subscription.key();
         let now = SystemTime::now();
         let at_ms = i64::try_from(epoch_ms(now)).unwrap_or(i64::MAX);
-        // The one-click comes from a mail client: one write, no read first.
+        // The one-click comes from a mail client: one write, no read first. Mail clients
+        // never retry it, so a MongoDB that does not take it in time does not lose it.
         if asked == Request::OneClick {
-            let change = self
-                .subscribers
-                .leave_topic(&key, &subscription.topic, ChangedVia::OneClick, at_ms)
-                .await;
-            return self.left(subscription, token, change, fallback, now).await;
+            let change = bounded(self.subscribers.leave_topic(
+                &key,
+                &subscription.topic,
+                ChangedVia::OneClick,
+                at_ms,
+            ))
+            .await;
+            return match change {
+                Err(err) => self.pending(subscription, token, &err, fallback, now).await,
+                change => self.left(subscription, token, change, fallback, now).await,
+            };
         }
         let (preferences, language) = match self.read(subscription, fallback).await {
             Ok(read) => read,
@@ -252,17 +306,21 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
         let w = words(language);
         match asked {
             Request::OneClick | Request::Leave => {
-                let change = self
-                    .subscribers
-                    .leave_topic(&key, &subscription.topic, ChangedVia::Page, at_ms)
-                    .await;
+                let change = bounded(self.subscribers.leave_topic(
+                    &key,
+                    &subscription.topic,
+                    ChangedVia::Page,
+                    at_ms,
+                ))
+                .await;
                 self.left(subscription, token, change, language, now).await
             }
             Request::UnsubscribeAll => {
-                match self
-                    .subscribers
-                    .unsubscribe(&key, self.signer.list(), at_ms)
-                    .await
+                match bounded(
+                    self.subscribers
+                        .unsubscribe(&key, self.signer.list(), at_ms),
+                )
+                .await
                 {
                     Ok(Change::NoSuchUser) => gone(language),
                     Ok(change) => {
@@ -276,7 +334,7 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
             Request::Save(wanted) => {
                 let save = preferences.save(topics, &wanted);
                 let lines = what_changed(topics, &preferences, &save, language);
-                match self.subscribers.save_preferences(&key, &save, at_ms).await {
+                match bounded(self.subscribers.save_preferences(&key, &save, at_ms)).await {
                     Ok(Change::NoSuchUser) => gone(language),
                     Ok(change) => {
                         tracing::info!(
@@ -285,6 +343,11 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
                             resubscribed = save.resubscribe,
                             "preferences saved"
                         );
+                        // A one-click MongoDB did not take stands until the topic is
+                        // chosen again here.
+                        for (topic, _) in save.changes.iter().filter(|(_, on)| *on) {
+                            self.rejoined(subscription, topic, at_ms).await;
+                        }
                         let left_this = save
                             .changes
                             .iter()
@@ -327,14 +390,72 @@ impl<S: SubscriberStore, R: SendRecordNotes> Unsubscribe<S, R> {
         }
     }
 
+    /// A one-click MongoDB did not take (`err`): recorded in the sends table, where
+    /// CreateEmails honours it, and answered 202; 503 only if that fails too.
+    async fn pending(
+        &self,
+        subscription: &Subscription,
+        token: &str,
+        err: &StoreError,
+        language: &'static str,
+        at: SystemTime,
+    ) -> HttpResponse {
+        let key = subscription.key();
+        let recorded = tokio::time::timeout(
+            RECORD_TIMEOUT,
+            self.records
+                .record_leave(&key, &subscription.topic, epoch_ms(at)),
+        )
+        .await;
+        match recorded {
+            Ok(Ok(())) => {
+                tracing::warn!(reason = %err, "MongoDB did not take the one-click; recorded as a pending leave, which every later campaign honours");
+                let mut page = self
+                    .left(subscription, token, Ok(Change::Made), language, at)
+                    .await;
+                page.status = 202;
+                page
+            }
+            Ok(Err(record)) => {
+                tracing::error!(reason = %record, "the pending leave could not be recorded either");
+                busy(language, err)
+            }
+            Err(_) => {
+                tracing::error!("the pending leave could not be recorded in time either");
+                busy(language, err)
+            }
+        }
+    }
+
+    /// The topic chosen again on the page: a pending one-click of it no longer stands.
+    async fn rejoined(&self, subscription: &Subscription, topic: &TopicId, at_ms: i64) {
+        let at_ms = u64::try_from(at_ms).unwrap_or(0);
+        let rejoined = self.records.rejoined(&subscription.user_id, topic, at_ms);
+        match tokio::time::timeout(NOTE_TIMEOUT, rejoined).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                tracing::error!(reason = %err, %topic, "topic chosen again, but an earlier pending one-click of it could not be lifted")
+            }
+            Err(_) => {
+                tracing::error!(%topic, "topic chosen again, but an earlier pending one-click of it could not be lifted in time")
+            }
+        }
+    }
+
     /// For the campaign analytics; the change itself is already saved.
     async fn note(&self, subscription: &Subscription, at: SystemTime) {
-        if let Err(err) = self
+        let key = subscription.key();
+        let note = self
             .records
-            .note(&subscription.key(), Engagement::Unsubscribed, epoch_ms(at))
-            .await
-        {
-            tracing::warn!(reason = %err, "unsubscribe saved, but not counted in the campaign analytics");
+            .note(&key, Engagement::Unsubscribed, epoch_ms(at));
+        match tokio::time::timeout(NOTE_TIMEOUT, note).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => {
+                tracing::warn!(reason = %err, "unsubscribe saved, but not counted in the campaign analytics")
+            }
+            Err(_) => tracing::warn!(
+                "unsubscribe saved, but not counted in the campaign analytics in time"
+            ),
         }
     }
 }
@@ -393,7 +514,7 @@ fn busy(language: &'static str, err: &crate::ports::StoreError) -> HttpResponse 
 
 // A Function URL request in, the page out.
 crate::runtime::serve::stage! {
-    impl<S: SubscriberStore, R: SendRecordNotes> for Unsubscribe<S, R> {
+    impl<S: SubscriberStore, R: Records> for Unsubscribe<S, R> {
         Value => Result<(Value, ()), std::convert::Infallible>,
         |stage, event, _invocation| Ok((stage.handle_function_url(&event).await, ()))
     }

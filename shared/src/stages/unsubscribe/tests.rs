@@ -1,9 +1,12 @@
+//! Over 450 lines because it is one catalogue of the preference centre's requests and refusals,
+//! and the bounds when MongoDB hangs, over one in-memory fixture.
+//!
 //! The preference centre over in-memory ports: what each request changes, and every refusal
 //! (which changes nothing).
 
 use super::*;
 use crate::domain::campaign::CampaignId;
-use crate::domain::ledger::SendStatus;
+use crate::domain::ledger::{SendKey, SendStatus};
 use crate::ports::memory::subscribers::MemorySubscribers;
 use crate::ports::memory::MemoryRecords;
 
@@ -319,6 +322,83 @@ async fn every_refusal_answers_once_and_changes_nothing() {
     assert_eq!(stage.records.get("ada", CAMPAIGN).unwrap().1, []);
 }
 
+/// The calls every port has had so far (each a MongoDB or DynamoDB round trip on AWS).
+fn store_calls(stage: &Stage) -> u64 {
+    use std::sync::atomic::Ordering::SeqCst;
+    stage.subscribers.calls.load(SeqCst) + stage.records.calls.load(SeqCst)
+}
+
+/// Junk on a public URL: whatever can never succeed is answered from memory, before any
+/// store is asked (the signing keys are the stage's since its cold start: no secret either).
+/// A method the page never uses and an oversized form are refused before the token is read.
+#[tokio::test]
+async fn junk_is_answered_from_memory() {
+    let stage = stage();
+    let t = token("ada", "digest");
+    let mut tampered = t.clone();
+    let last = tampered.pop().unwrap();
+    tampered.push(if last == 'A' { 'B' } else { 'A' });
+    let another_list = Signer::new(KEY, "other-list").unwrap().token(
+        &CampaignId::parse(CAMPAIGN).unwrap(),
+        &TopicId::parse("digest").unwrap(),
+        "ada",
+    );
+    let huge = "x".repeat(MAX_FORM_BYTES + 1);
+    let junk: Vec<(&str, HttpRequest, u16)> = vec![
+        ("GET without a token", request("GET", "", ""), 400),
+        (
+            "POST without a token",
+            request("POST", "", "List-Unsubscribe=One-Click"),
+            400,
+        ),
+        ("an empty token", get(""), 400),
+        ("not a token", get("nonsense"), 400),
+        ("a token too long", get(&"a.".repeat(2_000)), 400),
+        ("tampered GET", get(&tampered), 403),
+        (
+            "tampered one-click",
+            post(&tampered, "List-Unsubscribe=One-Click"),
+            403,
+        ),
+        (
+            "another list's token",
+            post(&another_list, "List-Unsubscribe=One-Click"),
+            403,
+        ),
+        (
+            "a scanner's path",
+            request("GET", "path=/wp-login.php", ""),
+            400,
+        ),
+        ("PUT without a token", request("PUT", "", ""), 405),
+        (
+            "DELETE with a good token",
+            request("DELETE", &format!("token={t}"), ""),
+            405,
+        ),
+        ("OPTIONS", request("OPTIONS", "", ""), 405),
+        ("a huge form, no token", request("POST", "", &huge), 413),
+        ("a huge form, a good token", post(&t, &huge), 413),
+    ];
+    for (case, request, status) in junk {
+        let page = stage.handle(&request).await;
+        assert_eq!(page.status, status, "{case}");
+        assert_eq!(store_calls(&stage), 0, "{case}: a store was asked");
+    }
+    let allow = stage.handle(&request("PATCH", "", "")).await;
+    assert_eq!(allow.header("allow"), Some("GET, POST"));
+    // Not even a Function URL request.
+    let answer = stage
+        .handle_function_url(&serde_json::json!({"rawPath": "/"}))
+        .await;
+    assert_eq!(answer["statusCode"], 400);
+    assert_eq!(store_calls(&stage), 0);
+    // A real one-click is one write and the send record's note.
+    let page = stage.handle(&post(&t, "List-Unsubscribe=One-Click")).await;
+    assert_eq!(page.status, 200);
+    assert_eq!(store_calls(&stage), 2);
+}
+
 #[tokio::test]
 async fn a_token_changes_only_its_own_user() {
     let stage = stage();
@@ -359,4 +439,143 @@ fn forms_are_understood_whole() {
     );
     assert!(understand(&form(&[("action", "save"), ("action", "leave")]), topics).is_err());
     assert!(understand(&form(&[("List-Unsubscribe", "Two-Clicks")]), topics).is_err());
+}
+
+/// A MongoDB that accepts connections and never answers (the driver would wait 30 s to
+/// select it; the function's timeout is 10 s).
+async fn hung_mongodb() -> mongodb::Database {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    mongodb::Client::with_uri_str(format!("mongodb://127.0.0.1:{port}/"))
+        .await
+        .unwrap()
+        .database("app")
+}
+
+type HungStage = Unsubscribe<crate::adapters::subscribers::Subscribers, MemoryRecords>;
+
+async fn hung_stage() -> HungStage {
+    Unsubscribe::new(
+        Signer::new(KEY, "weekly-digest").unwrap(),
+        crate::adapters::subscribers::Subscribers::new(&hung_mongodb().await),
+        MemoryRecords::with("ada", CAMPAIGN, SendStatus::Sent),
+    )
+}
+
+/// On tokio's paused clock the time a request took is the time it waited on timers, the
+/// same on any machine.
+async fn timed<T>(f: impl std::future::Future<Output = T>) -> (T, Duration) {
+    let started = tokio::time::Instant::now();
+    let out = f.await;
+    (out, started.elapsed())
+}
+
+/// The function's timeout in template.yaml: past it Lambda answers 502, and a mail client
+/// never retries a one-click.
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[tokio::test(start_paused = true)]
+async fn a_one_click_while_mongodb_hangs_is_recorded_and_answered_within_the_timeout() {
+    let stage = hung_stage().await;
+    let (page, took) =
+        timed(stage.handle(&post(&token("ada", "digest"), "List-Unsubscribe=One-Click"))).await;
+    assert_eq!(page.status, 202, "{}", page.text());
+    assert!(page
+        .text()
+        .contains("You are unsubscribed from “Weekly digest of your new followers”"));
+    assert!(took < FUNCTION_TIMEOUT, "the one-click took {took:?}");
+    // Kept where CreateEmails reads it, and counted in the analytics.
+    let topic = TopicId::parse("digest").unwrap();
+    let standing = stage
+        .records
+        .standing_leaves(&["ada".into(), "bob".into()], &topic)
+        .await
+        .unwrap();
+    assert_eq!(standing, ["ada".to_owned()].into());
+    let (_, noted) = stage.records.get("ada", CAMPAIGN).unwrap();
+    assert_eq!(noted, [Engagement::Unsubscribed]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_click_with_mongodb_hung_and_dynamodb_down_is_a_503_in_time() {
+    let stage = hung_stage().await;
+    stage
+        .records
+        .failing
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (page, took) =
+        timed(stage.handle(&post(&token("ada", "digest"), "List-Unsubscribe=One-Click"))).await;
+    assert_eq!(page.status, 503);
+    assert!(took < FUNCTION_TIMEOUT, "the one-click took {took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_page_with_mongodb_hung_answers_503_within_the_timeout() {
+    let stage = hung_stage().await;
+    let (page, took) = timed(stage.handle(&get(&token("ada", "digest")))).await;
+    assert_eq!(page.status, 503);
+    assert!(took < FUNCTION_TIMEOUT, "the page took {took:?}");
+    let (page, took) = timed(stage.handle(&post(&token("ada", "digest"), "action=leave"))).await;
+    assert_eq!(page.status, 503);
+    assert!(took < FUNCTION_TIMEOUT, "the leave took {took:?}");
+    // A person at the page sees the 503 and can try again: nothing is recorded for them.
+    assert!(crate::runtime::lock(&stage.records.leaves).is_empty());
+}
+
+#[tokio::test]
+async fn choosing_the_topic_again_lifts_a_pending_one_click() {
+    let stage = stage();
+    let digest = TopicId::parse("digest").unwrap();
+    let users = ["ada".to_owned()];
+    // A one-click MongoDB did not take, then one it did (the page now shows it off).
+    let key = SendKey::new("ada", CampaignId::parse(CAMPAIGN).unwrap());
+    stage.records.record_leave(&key, &digest, 1).await.unwrap();
+    let page = stage
+        .handle(&post(&token("ada", "digest"), "List-Unsubscribe=One-Click"))
+        .await;
+    assert_eq!(page.status, 200);
+    assert_eq!(
+        stage
+            .records
+            .standing_leaves(&users, &digest)
+            .await
+            .unwrap(),
+        ["ada".to_owned()].into()
+    );
+    // Saving another topic leaves it standing; ticking it again lifts it.
+    let saved = stage
+        .handle(&post(
+            &token("ada", "digest"),
+            "action=save&topic=product-news&topic=tips",
+        ))
+        .await;
+    assert_eq!(saved.status, 200);
+    assert_eq!(
+        stage
+            .records
+            .standing_leaves(&users, &digest)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let saved = stage
+        .handle(&post(
+            &token("ada", "digest"),
+            "action=save&topic=digest&topic=product-news&topic=tips",
+        ))
+        .await;
+    assert_eq!(saved.status, 200);
+    assert!(stage
+        .records
+        .standing_leaves(&users, &digest)
+        .await
+        .unwrap()
+        .is_empty());
 }
