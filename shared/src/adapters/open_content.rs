@@ -1,21 +1,27 @@
 //! The open-content store on DynamoDB (`OPEN_CONTENT_TABLE_NAME`; keys `pk`, `sk`, TTL
 //! `expiresAt`). Items:
 //!
-//! - `E#<campaign>#<user>` / `picks`: an email's lease (`leaseOwner`, `leaseUntil`), its frozen
-//!   `picks` (JSON) and the items it has clicked (`clicked`, a string set: unique clicks).
-//!   Kept 90 days: a reopen after that chooses afresh.
-//! - `A#<campaign>#<item>` / `m#<minute>`: the item's clicks in that minute (the seed's Redis
-//!   bitmap, one item per active minute); kept a day.
-//! - `T#<campaign>` / `i#<item>`: the item's clicks; `T#<campaign>` / `top`: the most any item
-//!   of the campaign has (raised with a conditional write).
-//! - `C#<campaign>` / `counts#<0-7>`: the campaign's counts, spread over eight items by user
-//!   so that a campaign's opens are no hot key.
+//! - `E#<campaign>#<user>` / `picks`: an email's lease while its picks are chosen
+//!   (`leaseOwner`, `leaseUntil`), then its frozen `picks` (JSON) alone: nothing about who
+//!   opened or clicked. Kept 90 days: a reopen after that chooses afresh.
+//! - `A#<campaign>#<item>` / `m#<minute>`: the people who clicked the item in that minute, as
+//!   a sketch (`r<register>` = rank, `domain::open_content::people`); kept a day.
+//! - `T#<campaign>#<item>` / `people`: the people who clicked the item in the campaign (a
+//!   sketch); one partition key per item.
+//! - `T#<campaign>` / `top`: `people`, the most any item of the campaign has (raised with a
+//!   conditional write, only when an item's people rose past what the function last saw).
+//! - `C#<campaign>#<0-7>` / `counts`: the campaign's counts, over eight partition keys by
+//!   user, so that a campaign's opens and clicks are no hot key. (`C#<campaign>` /
+//!   `counts#<0-7>`, the layout before, is still read, for campaigns that span a deploy.)
+//!
+//! A sketch register is raised with one conditional `UpdateItem` (`attribute_not_exists(r7)
+//! OR r7 < :rank`): a person already counted there is refused, and writes nothing.
 
 use super::describe;
 use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::SendKey;
-use crate::domain::open_content::{FreezeClaim, OpenCount, OpenCounters, Picks};
-use crate::ports::{Activity, ContentStoreError, OpenContentStore};
+use crate::domain::open_content::{FreezeClaim, Mark, OpenCount, OpenCounters, Picks, Sketch};
+use crate::ports::{Activity, ContentStoreError, OpenContentStore, Rise};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
@@ -64,6 +70,23 @@ fn email_key(email: &SendKey) -> String {
 
 fn minute_key(minute: u64) -> String {
     format!("m#{minute:012}")
+}
+
+fn register_name(register: u8) -> String {
+    format!("r{register}")
+}
+
+/// The sketch stored in an item's `r<register>` attributes.
+fn sketch_of(item: &Item) -> Sketch {
+    Sketch::from_registers(item.iter().filter_map(|(name, value)| {
+        let register = name.strip_prefix('r')?.parse::<u8>().ok()?;
+        let rank = value.as_n().ok()?.parse::<u8>().ok()?;
+        Some((register, rank))
+    }))
+}
+
+fn counts_key(campaign: &str, user_id: &str) -> (String, &'static str) {
+    (format!("C#{campaign}#{}", shard(user_id)), "counts")
 }
 
 /// FNV-1a of the user id: which counters item an email adds to.
@@ -164,6 +187,34 @@ impl OpenContentTable {
             .map_err(|e| self.error("GetItem picks", e))?;
         picks_of(&out.item.unwrap_or_default())
     }
+
+    /// One conditional write: the register of `mark` raised to its rank, unless it is there
+    /// already (a person counted before, or someone else with a higher rank).
+    async fn raise_register(
+        &self,
+        what: &str,
+        pk: String,
+        sk: &str,
+        mark: Mark,
+        days: u64,
+        returns: ReturnValue,
+    ) -> Result<Conditional, ContentStoreError> {
+        let r = register_name(mark.register);
+        let values = HashMap::from([
+            (":rank".into(), n(u64::from(mark.rank))),
+            (":expires".into(), expires(days)),
+        ]);
+        self.update(
+            what,
+            pk,
+            sk,
+            &format!("SET {r} = :rank, expiresAt = :expires"),
+            Some(&format!("attribute_not_exists({r}) OR {r} < :rank")),
+            values,
+            returns,
+        )
+        .await
+    }
 }
 
 impl OpenContentStore for OpenContentTable {
@@ -218,7 +269,7 @@ impl OpenContentStore for OpenContentTable {
                 "freeze picks",
                 email_key(email),
                 "picks",
-                "SET picks = :picks, expiresAt = :expires",
+                "SET picks = :picks, expiresAt = :expires REMOVE leaseOwner, leaseUntil",
                 Some("attribute_not_exists(picks)"),
                 values,
                 ReturnValue::None,
@@ -231,88 +282,73 @@ impl OpenContentStore for OpenContentTable {
         }
     }
 
-    async fn click(
+    async fn mark_minute(
         &self,
-        email: &SendKey,
+        campaign: &CampaignId,
         item: &str,
         minute: u64,
+        mark: Mark,
     ) -> Result<bool, ContentStoreError> {
-        let campaign = email.campaign_id();
-        let unique = async {
-            let values = HashMap::from([
-                (":item".into(), s(item)),
-                (":items".into(), AttributeValue::Ss(vec![item.to_owned()])),
-            ]);
-            Ok::<_, ContentStoreError>(matches!(
-                self.update(
-                    "unique click",
-                    email_key(email),
-                    "picks",
-                    "ADD clicked :items",
-                    Some("NOT contains(clicked, :item)"),
-                    values,
-                    ReturnValue::None,
-                )
-                .await?,
-                Conditional::Done(_)
-            ))
-        };
-        let active = async {
-            let values = HashMap::from([
-                (":one".into(), n(1)),
-                (":expires".into(), expires(ACTIVITY_DAYS)),
-            ]);
-            self.update(
+        let outcome = self
+            .raise_register(
                 "click minute",
                 format!("A#{campaign}#{item}"),
                 &minute_key(minute),
-                "ADD clicks :one SET expiresAt = :expires",
-                None,
-                values,
+                mark,
+                ACTIVITY_DAYS,
                 ReturnValue::None,
             )
-            .await
-            .map(|_| ())
-        };
-        let total = async {
-            let values = HashMap::from([
-                (":one".into(), n(1)),
-                (":expires".into(), expires(EMAIL_DAYS)),
-            ]);
-            let Conditional::Done(new) = self
-                .update(
-                    "item clicks",
-                    format!("T#{campaign}"),
-                    &format!("i#{item}"),
-                    "ADD clicks :one SET expiresAt = :expires",
-                    None,
-                    values,
-                    ReturnValue::UpdatedNew,
-                )
-                .await?
-            else {
-                return Ok(());
-            };
-            let clicks = number(&new, "clicks");
-            let values = HashMap::from([
-                (":n".into(), n(clicks)),
-                (":expires".into(), expires(EMAIL_DAYS)),
-            ]);
-            // Raised only: a lower count arriving late never lowers the top.
-            self.update(
-                "top clicks",
-                format!("T#{campaign}"),
-                "top",
-                "SET clicks = :n, expiresAt = :expires",
-                Some("attribute_not_exists(clicks) OR clicks < :n"),
-                values,
-                ReturnValue::None,
+            .await?;
+        Ok(matches!(outcome, Conditional::Done(_)))
+    }
+
+    async fn mark_total(
+        &self,
+        campaign: &CampaignId,
+        item: &str,
+        mark: Mark,
+    ) -> Result<Option<Rise>, ContentStoreError> {
+        let outcome = self
+            .raise_register(
+                "item people",
+                format!("T#{campaign}#{item}"),
+                "people",
+                mark,
+                EMAIL_DAYS,
+                ReturnValue::AllOld,
             )
-            .await
-            .map(|_| ())
-        };
-        let (unique, (), ()) = tokio::try_join!(unique, active, total)?;
-        Ok(unique)
+            .await?;
+        Ok(match outcome {
+            Conditional::Done(old) => {
+                let mut sketch = sketch_of(&old);
+                let before = sketch.people();
+                sketch.raise(mark);
+                Some(Rise {
+                    before,
+                    after: sketch.people(),
+                })
+            }
+            Conditional::Refused(_) => None,
+        })
+    }
+
+    async fn raise_top(&self, campaign: &CampaignId, people: u64) -> Result<(), ContentStoreError> {
+        let values = HashMap::from([
+            (":n".into(), n(people)),
+            (":expires".into(), expires(EMAIL_DAYS)),
+        ]);
+        // Raised only: a lower count arriving late never lowers the top.
+        self.update(
+            "top people",
+            format!("T#{campaign}"),
+            "top",
+            "SET people = :n, expiresAt = :expires",
+            Some("attribute_not_exists(people) OR people < :n"),
+            values,
+            ReturnValue::None,
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn activity(
@@ -331,26 +367,34 @@ impl OpenContentStore for OpenContentTable {
                 .expression_attribute_values(":pk", s(format!("A#{campaign}#{item}")))
                 .expression_attribute_values(":first", s(minute_key(first)))
                 .expression_attribute_values(":last", s(minute_key(last)))
-                .projection_expression("sk")
                 .send()
                 .await
                 .map_err(|e| self.error("Query click minutes", e))?;
-            Ok::<_, ContentStoreError>(
-                out.items()
-                    .iter()
-                    .filter_map(|i| i.get("sk")?.as_s().ok()?.strip_prefix("m#")?.parse().ok())
-                    .collect::<Vec<u64>>(),
-            )
+            let mut window = Sketch::default();
+            let mut minutes = Vec::new();
+            for found in out.items() {
+                let sketch = sketch_of(found);
+                let minute = found
+                    .get("sk")
+                    .and_then(|v| v.as_s().ok())
+                    .and_then(|sk| sk.strip_prefix("m#")?.parse().ok());
+                if let (Some(minute), false) = (minute, sketch.is_empty()) {
+                    minutes.push(minute);
+                    window.merge(&sketch);
+                }
+            }
+            Ok::<_, ContentStoreError>((minutes, window.people()))
         };
         let totals = async {
-            let pk = format!("T#{campaign}");
-            let keys = ["top".to_owned(), format!("i#{item}")]
-                .into_iter()
-                .map(|sk| HashMap::from([("pk".to_owned(), s(&pk)), ("sk".to_owned(), s(sk))]))
-                .collect::<Vec<_>>();
+            let keys = [
+                (format!("T#{campaign}#{item}"), "people"),
+                (format!("T#{campaign}"), "top"),
+            ]
+            .into_iter()
+            .map(|(pk, sk)| HashMap::from([("pk".to_owned(), s(pk)), ("sk".to_owned(), s(sk))]))
+            .collect::<Vec<_>>();
             let wanted = KeysAndAttributes::builder()
                 .set_keys(Some(keys))
-                .projection_expression("sk, clicks")
                 .build()
                 .map_err(|e| ContentStoreError(e.to_string()))?;
             let out = self
@@ -359,9 +403,9 @@ impl OpenContentStore for OpenContentTable {
                 .request_items(&self.table, wanted)
                 .send()
                 .await
-                .map_err(|e| self.error("BatchGetItem clicks", e))?;
-            let mut item_clicks = 0;
-            let mut top_clicks = 0;
+                .map_err(|e| self.error("BatchGetItem people", e))?;
+            let mut item_people = 0;
+            let mut top_people = 0;
             for found in out
                 .responses()
                 .and_then(|r| r.get(&self.table))
@@ -373,37 +417,43 @@ impl OpenContentStore for OpenContentTable {
                     .and_then(|v| v.as_s().ok())
                     .map(String::as_str)
                 {
-                    Some("top") => top_clicks = number(found, "clicks"),
-                    Some(_) => item_clicks = number(found, "clicks"),
+                    Some("top") => top_people = number(found, "people"),
+                    Some(_) => item_people = sketch_of(found).people(),
                     None => {}
                 }
             }
-            Ok::<_, ContentStoreError>((item_clicks, top_clicks))
+            Ok::<_, ContentStoreError>((item_people, top_people))
         };
-        let (minutes, (item_clicks, top_clicks)) = tokio::try_join!(minutes, totals)?;
+        let ((minutes, window_people), (item_people, top_people)) =
+            tokio::try_join!(minutes, totals)?;
         Ok(Activity {
             minutes,
-            item_clicks,
-            top_clicks,
+            window_people,
+            item_people,
+            top_people,
         })
     }
 
-    async fn count(&self, email: &SendKey, what: &[OpenCount]) -> Result<(), ContentStoreError> {
+    async fn count(
+        &self,
+        email: &SendKey,
+        what: &[(OpenCount, u64)],
+    ) -> Result<(), ContentStoreError> {
+        let what: Vec<(OpenCount, u64)> = what.iter().copied().filter(|(_, k)| *k > 0).collect();
         if what.is_empty() {
             return Ok(());
         }
-        let adds: Vec<String> = what
-            .iter()
-            .map(|w| format!("{} :one", w.attribute()))
-            .collect();
-        let values = HashMap::from([
-            (":one".into(), n(1)),
-            (":expires".into(), expires(EMAIL_DAYS)),
-        ]);
+        let mut values = HashMap::from([(":expires".into(), expires(EMAIL_DAYS))]);
+        let mut adds = Vec::new();
+        for (i, (w, k)) in what.iter().enumerate() {
+            adds.push(format!("{} :n{i}", w.attribute()));
+            values.insert(format!(":n{i}"), n(*k));
+        }
+        let (pk, sk) = counts_key(email.campaign_id(), email.user_id());
         self.update(
             "count",
-            format!("C#{}", email.campaign_id()),
-            &format!("counts#{}", shard(email.user_id())),
+            pk,
+            sk,
             &format!("ADD {} SET expiresAt = :expires", adds.join(", ")),
             None,
             values,
@@ -414,18 +464,58 @@ impl OpenContentStore for OpenContentTable {
     }
 
     async fn counters(&self, campaign: &CampaignId) -> Result<OpenCounters, ContentStoreError> {
-        let out = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .key_condition_expression("pk = :pk")
-            .expression_attribute_values(":pk", s(format!("C#{campaign}")))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| self.error("Query counts", e))?;
+        let shards = async {
+            let keys = (0..COUNTER_SHARDS)
+                .map(|i| {
+                    HashMap::from([
+                        ("pk".to_owned(), s(format!("C#{campaign}#{i}"))),
+                        ("sk".to_owned(), s("counts")),
+                    ])
+                })
+                .collect::<Vec<_>>();
+            let wanted = KeysAndAttributes::builder()
+                .set_keys(Some(keys))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| ContentStoreError(e.to_string()))?;
+            let out = self
+                .client
+                .batch_get_item()
+                .request_items(&self.table, wanted)
+                .send()
+                .await
+                .map_err(|e| self.error("BatchGetItem counts", e))?;
+            if out
+                .unprocessed_keys()
+                .is_some_and(|u| u.values().any(|k| !k.keys().is_empty()))
+            {
+                return Err(ContentStoreError(
+                    "BatchGetItem counts: some keys were not read; try again".into(),
+                ));
+            }
+            Ok(out
+                .responses()
+                .and_then(|r| r.get(&self.table))
+                .cloned()
+                .unwrap_or_default())
+        };
+        // The layout before: one partition key per campaign.
+        let before = async {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", s(format!("C#{campaign}")))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| self.error("Query counts", e))?;
+            Ok::<_, ContentStoreError>(out.items().to_vec())
+        };
+        let (shards, before) = tokio::try_join!(shards, before)?;
         let mut counters = OpenCounters::default();
-        for item in out.items() {
+        for item in shards.iter().chain(&before) {
             for what in OpenCount::ALL {
                 counters.add(what, number(item, what.attribute()));
             }
@@ -442,8 +532,28 @@ mod tests {
     fn keys_sort_and_spread() {
         assert!(minute_key(9) < minute_key(10));
         assert_eq!(minute_key(29_000_000), "m#000029000000");
-        let shards: std::collections::HashSet<u32> =
-            (0..100).map(|i| shard(&format!("u{i}"))).collect();
-        assert_eq!(shards.len(), COUNTER_SHARDS as usize);
+        // The counts of a campaign's emails fall on every one of eight partition keys.
+        let keys: std::collections::HashSet<String> = (0..100)
+            .map(|i| counts_key("weekly-2026-W47", &format!("u{i}")).0)
+            .collect();
+        assert_eq!(keys.len(), COUNTER_SHARDS as usize);
+        assert!(keys.iter().all(|k| k.starts_with("C#weekly-2026-W47#")));
+    }
+
+    #[test]
+    fn a_sketch_reads_back_from_its_attributes() {
+        let mut sketch = Sketch::default();
+        for i in 0..40u64 {
+            sketch.raise(Mark::from_hash(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+        }
+        let mut item: Item = sketch
+            .registers()
+            .map(|(r, k)| (register_name(r), n(u64::from(k))))
+            .collect();
+        item.insert("pk".into(), s("T#c#a"));
+        item.insert("expiresAt".into(), n(1));
+        item.insert("r999".into(), n(3));
+        item.insert("rx".into(), s("junk"));
+        assert_eq!(sketch_of(&item), sketch);
     }
 }

@@ -4,13 +4,16 @@
 //! (names, and whether they exist). Three round trips, two of them at once, whatever the
 //! recipient's audience. No hints: each query's equality prefix has exactly one index, which
 //! the planner picks (the explain test shows it), and a hint makes SecantusDB scan the whole
-//! index (about 250 ms at 5,000 follows instead of 5).
+//! index (about 250 ms at 5,000 follows instead of 5). The driver waits up to 30 s for a
+//! server it cannot reach: OpenContent bounds every call it makes here (the choice, the
+//! subscription check, the cold start's index check), so that a MongoDB that hangs costs a
+//! request its bound, never its answer.
 
 use super::bson_ids as ids;
 use super::directory::{FOLLOWS, USERS};
 use crate::domain::open_content::picks::Follower;
 use crate::domain::user_id::UserId;
-use crate::ports::{PickDirectory, StoreError};
+use crate::ports::{IndexCheck, PickDirectory, StoreError};
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{Database, IndexModel};
@@ -21,6 +24,11 @@ pub const FOLLOW_BACK_INDEX: &str = "followerId_1_followeeId_1";
 
 fn follow_back_keys() -> Document {
     doc! { "followerId": 1, "followeeId": 1 }
+}
+
+/// `directory::FOLLOWS_INDEX`'s keys: the recipient's newest follows.
+fn follows_keys() -> Document {
+    doc! { "followeeId": 1, "createdAt": 1 }
 }
 
 #[derive(Clone)]
@@ -150,27 +158,45 @@ impl PickDirectory for MongoPicks {
         }))
     }
 
-    /// Both indexes the choice reads through; a missing one fails the cold start with what
-    /// to run.
-    async fn check_indexes(&self) -> Result<(), StoreError> {
-        super::directory::check_indexes(&self.db).await?;
-        let found = self
+    /// Both indexes the choice reads through, with one `listIndexes`: a missing one is
+    /// `Missing` with what to run (the cold start refuses to serve); MongoDB not answering
+    /// is an error (the cold start serves what needs no MongoDB).
+    async fn check_indexes(&self) -> Result<IndexCheck, StoreError> {
+        let found: Vec<Document> = match self
             .db
             .collection::<Document>(FOLLOWS)
             .list_indexes()
-            .await?
-            .try_collect::<Vec<_>>()
-            .await?
-            .iter()
-            .any(|index| index.keys == follow_back_keys());
-        if found {
-            return Ok(());
-        }
-        Err(StoreError(format!(
-            "the index {} on {}.{FOLLOWS} is missing: the follow-back picks need it; create it with `mailctl create-indexes` (see docs/deploying.md) or as `db.{FOLLOWS}.createIndex({})`",
-            follow_back_keys(),
-            self.db.name(),
-            follow_back_keys()
-        )))
+            .await
+        {
+            Ok(cursor) => cursor
+                .try_collect::<Vec<_>>()
+                .await?
+                .into_iter()
+                .map(|index| index.keys)
+                .collect(),
+            // No follows collection yet: no index either.
+            Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(ref c) if c.code == 26) => {
+                Vec::new()
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let missing: Vec<String> = [
+            (follows_keys(), "the audience scan, the enrichment and the picks"),
+            (follow_back_keys(), "the follow-back picks"),
+        ]
+        .into_iter()
+        .filter(|(keys, _)| !found.contains(keys))
+        .map(|(keys, why)| {
+            format!(
+                "the index {keys} on {}.{FOLLOWS} is missing: {why} need it; create it with `mailctl create-indexes` (see docs/deploying.md) or as `db.{FOLLOWS}.createIndex({keys})`",
+                self.db.name()
+            )
+        })
+        .collect();
+        Ok(if missing.is_empty() {
+            IndexCheck::Present
+        } else {
+            IndexCheck::Missing(missing.join("; "))
+        })
     }
 }

@@ -31,7 +31,7 @@ impl PickLinks {
     }
 }
 
-fn slots(src: &dyn Source) -> Result<u8, ConfigError> {
+pub(super) fn slots(src: &dyn Source) -> Result<u8, ConfigError> {
     let slots: u8 = parsed(src, var::PICK_SLOTS, 3, "a whole number from 0 to 6")?;
     if slots > MAX_SLOTS {
         return Err(ConfigError {
@@ -69,8 +69,17 @@ pub struct OpenContentFunctionConfig {
     pub click_grace: Duration,
     /// The first open's time to choose; then the fallback is frozen.
     pub compute_timeout: Duration,
+    /// The subscription check's bound, and again the counting writes' (then not counted).
+    pub count_timeout: Duration,
     pub follows_read: usize,
+    /// Consent (parameter TrackOpensAndClicks): opens and clicks noted on each recipient's
+    /// send record. Off: nothing per recipient about them is written (counts stay).
+    pub track_opens_and_clicks: bool,
 }
+
+/// The counting's bound at most: twice this (the check, then the writes) and a badge's read
+/// must leave the picks time within the request's deadline.
+const MAX_COUNT_TIMEOUT_MS: u32 = 2_000;
 
 impl OpenContentFunctionConfig {
     pub const VARS: &'static [&'static str] = &[
@@ -83,7 +92,9 @@ impl OpenContentFunctionConfig {
         var::HOT_WINDOW_MINUTES,
         var::CLICK_GRACE_SECONDS,
         var::PICK_COMPUTE_TIMEOUT_MS,
+        var::COUNT_TIMEOUT_MS,
         var::PICK_FOLLOWS_READ,
+        var::TRACK_OPENS_AND_CLICKS,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
@@ -109,6 +120,15 @@ impl OpenContentFunctionConfig {
                 ),
             });
         }
+        let count_timeout_ms = positive_u32(src, var::COUNT_TIMEOUT_MS, 300)?;
+        if count_timeout_ms > MAX_COUNT_TIMEOUT_MS {
+            return Err(ConfigError {
+                var: var::COUNT_TIMEOUT_MS,
+                problem: format!(
+                    "{count_timeout_ms} ms is too long: make it at most {MAX_COUNT_TIMEOUT_MS} (the counting writes and a badge's read must leave the picks time within a request's 7 s)"
+                ),
+            });
+        }
         Ok(Self {
             mongo: MongoConfig::from_source(src)?,
             unsubscribe: UnsubscribeConfig::from_source(src)?,
@@ -129,7 +149,14 @@ impl OpenContentFunctionConfig {
                 var::PICK_COMPUTE_TIMEOUT_MS,
                 1_500,
             )?)),
+            count_timeout: Duration::from_millis(u64::from(count_timeout_ms)),
             follows_read: positive_u32(src, var::PICK_FOLLOWS_READ, 50)? as usize,
+            track_opens_and_clicks: parsed(
+                src,
+                var::TRACK_OPENS_AND_CLICKS,
+                false,
+                "true or false",
+            )?,
         })
     }
 }
@@ -170,6 +197,17 @@ mod tests {
         assert_eq!(c.badge_rule, BadgeRule::default());
         assert_eq!(c.click_grace, Duration::from_secs(10));
         assert_eq!(c.compute_timeout, Duration::from_millis(1_500));
+        assert_eq!(c.count_timeout, Duration::from_millis(300));
+        assert_eq!(
+            with(&[("COUNT_TIMEOUT_MS", "2000")]).unwrap().count_timeout,
+            Duration::from_secs(2)
+        );
+        assert!(!c.track_opens_and_clicks, "no consent unless asked");
+        assert!(
+            with(&[("TRACK_OPENS_AND_CLICKS", "true")])
+                .unwrap()
+                .track_opens_and_clicks
+        );
         for (var, value) in [
             ("PROFILE_URL_TEMPLATE", "https://example.com/u/"),
             ("PROFILE_URL_TEMPLATE", "javascript:alert(1)/{id}"),
@@ -179,6 +217,9 @@ mod tests {
             ("HOT_MIN_MINUTES", "11"),
             ("HOT_WINDOW_MINUTES", "0"),
             ("CLICK_GRACE_SECONDS", "-1"),
+            ("COUNT_TIMEOUT_MS", "0"),
+            ("COUNT_TIMEOUT_MS", "2001"),
+            ("TRACK_OPENS_AND_CLICKS", "yes"),
         ] {
             let err = with(&[(var, value)]).unwrap_err();
             assert_eq!(err.var, var, "{value}: {err}");

@@ -6,6 +6,7 @@
 //! - `slot_token`: the opaque, signed slot URLs (no user id or address in clear).
 //! - `picks`: what a pick is, how the picks of one email are chosen and frozen.
 //! - `badge`: the badge rule.
+//! - `people`: how many people clicked a pick, without a record of who (a sketch).
 //! - `visitor`: who is asking (a person, an image proxy, a link scanner) and what counts.
 //! - `counts`: what is counted per campaign.
 //! - `card`: the images (PNG, drawn here: a pick's card, the badges, the fallback).
@@ -13,12 +14,14 @@
 pub mod badge;
 pub mod card;
 pub mod counts;
+pub mod people;
 pub mod picks;
 pub mod slot_token;
 pub mod visitor;
 
 pub use badge::{Badge, BadgeRule};
 pub use counts::{OpenCount, OpenCounters};
+pub use people::{Mark, Sketch};
 pub use picks::{FreezeClaim, Pick, Picks};
 pub use slot_token::{SlotRef, SlotSealer, SlotUrls};
 pub use visitor::{ClickVerdict, Visitor};

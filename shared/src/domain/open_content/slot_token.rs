@@ -5,10 +5,12 @@
 //! byte anywhere is refused, and the same slot of the same email always has the same URL.
 //! Keys are derived from the unsubscribe signing secret (each of its keys verifies: rotation
 //! works as for unsubscribe links), under labels of their own, so neither kind of token can
-//! stand for the other.
+//! stand for the other. A third derived key makes each recipient's `Mark` on a pick's
+//! sketches (`people`): a keyed hash, so that the table alone cannot be tested for anyone.
 
 use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::SendKey;
+use crate::domain::open_content::people::Mark;
 use crate::domain::unsubscribe_link::{signing_keys, KeyError, MAX_TOKEN_BYTES};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -49,6 +51,7 @@ pub enum SlotTokenError {
 struct Keys {
     mac: Vec<u8>,
     encryption: Vec<u8>,
+    people: Vec<u8>,
 }
 
 /// Seals and opens slot tokens.
@@ -103,6 +106,10 @@ impl SlotSealer {
                     .finalize()
                     .into_bytes()
                     .to_vec(),
+                people: hmac(key, &[b"mailflow open-content people v1"])
+                    .finalize()
+                    .into_bytes()
+                    .to_vec(),
             })
             .collect();
         Self { keys }
@@ -121,6 +128,27 @@ impl SlotSealer {
         let mut token = tag.to_vec();
         token.extend_from_slice(&data);
         URL_SAFE_NO_PAD.encode(token)
+    }
+
+    /// The mark `user` makes on the sketches of `item` in `campaign` (`people`): the same
+    /// for every click of theirs, independent from one pick to another (a keyed hash under
+    /// the sealing key: a key rotation during a campaign may count someone twice).
+    pub fn mark(&self, campaign: &CampaignId, item: &str, user: &str) -> Mark {
+        let digest = hmac(
+            &self.keys[0].people,
+            &[
+                campaign.as_str().as_bytes(),
+                b"\n",
+                item.as_bytes(),
+                b"\n",
+                user.as_bytes(),
+            ],
+        )
+        .finalize()
+        .into_bytes();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        Mark::from_hash(u64::from_le_bytes(first))
     }
 
     /// The slot a token names, if one of the keys sealed it.
@@ -289,6 +317,36 @@ mod tests {
             .open(&rotated.seal(&slot("u1", 1)))
             .is_ok());
         assert!(!format!("{rotated:?}").contains(KEY));
+    }
+
+    #[test]
+    fn a_persons_mark_is_theirs_per_pick_and_keyed() {
+        let s = SlotSealer::new(KEY).unwrap();
+        let w47 = CampaignId::parse("weekly-2026-W47").unwrap();
+        let w48 = CampaignId::parse("weekly-2026-W48").unwrap();
+        assert_eq!(s.mark(&w47, "a", "u1"), s.mark(&w47, "a", "u1"));
+        // Over many people, picks and campaigns the marks spread over every register.
+        let registers: std::collections::HashSet<u8> = (0..2_000)
+            .flat_map(|i| {
+                let user = format!("u{i}");
+                [
+                    s.mark(&w47, "a", &user),
+                    s.mark(&w47, "b", &user),
+                    s.mark(&w48, "a", &user),
+                ]
+            })
+            .map(|m| m.register)
+            .collect();
+        assert_eq!(registers.len(), 128);
+        // Another deployment's key makes other marks.
+        let other = SlotSealer::new(OTHER).unwrap();
+        let differ = (0..50)
+            .filter(|i| {
+                let user = format!("u{i}");
+                other.mark(&w47, "a", &user) != s.mark(&w47, "a", &user)
+            })
+            .count();
+        assert!(differ > 40, "{differ}");
     }
 
     #[test]
