@@ -147,13 +147,17 @@ pub async fn seed_reporting(
         }
         users.push(user);
         if options.users > 1 && rng.below(100) < 70 {
+            // The same follower may be drawn twice (a duplicate follow, as real collections
+            // have): the email counts people, so the report does too.
+            let mut followers = std::collections::BTreeSet::new();
             for _ in 0..1 + rng.below(6) {
                 let follower =
                     (i + 1 + rng.below(options.users as u64 - 1) as usize) % options.users;
                 let at = since + rng.below(span) as i64;
                 follows.push(follow(&user_id(follower), &id, at));
-                new_followers[i] += 1;
+                followers.insert(follower);
             }
+            new_followers[i] = followers.len() as u64;
         }
         // Older follows, outside the window: they must not count.
         for _ in 0..rng.below(3) {
