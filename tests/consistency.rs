@@ -124,6 +124,47 @@ fn send_email_numbers_agree_with_its_queue_and_event_source() {
     check_numbers(&t);
 }
 
+/// The public URLs' reserved concurrency: RateControl (and `mailctl plan`) read the very
+/// parameters the functions are bounded by, and the defaults are what the model needs at the
+/// default send rate and pick slots (`domain::public_urls`).
+#[test]
+fn the_public_urls_are_sized_for_the_default_send_rate() {
+    use mailflow::domain::public_urls::PublicUrls;
+    let t = template();
+    let default = |p: &str| t.parameters[p].clone().unwrap();
+    let reserved = |t: &Template, f: &str| t.function(f).unwrap().reserved_concurrency;
+    assert_eq!(
+        reserved(&t, names::UNSUBSCRIBE),
+        Some(PublicUrls::DEFAULT.unsubscribe_concurrency)
+    );
+    assert_eq!(
+        reserved(&t, names::OPEN_CONTENT),
+        Some(PublicUrls::DEFAULT.open_content_concurrency)
+    );
+    assert_eq!(
+        default("PickSlots"),
+        PublicUrls::DEFAULT.pick_slots.to_string()
+    );
+    let rate: f64 = default(names::SEND_RATE_PER_SECOND).parse().unwrap();
+    let short = PublicUrls::DEFAULT.check(rate).short();
+    assert!(short.is_empty(), "at the default {rate}/s: {short:?}");
+    // One parameter each, read by both.
+    let overrides = [
+        ("UnsubscribeConcurrency".to_string(), "31".to_string()),
+        ("OpenContentConcurrency".to_string(), "241".to_string()),
+        ("PickSlots".to_string(), "2".to_string()),
+    ]
+    .into();
+    let t = Template::parse_with(&t.source, &overrides).unwrap();
+    let control = "RateControlFunction";
+    assert_eq!(reserved(&t, names::UNSUBSCRIBE), Some(31));
+    assert_eq!(number(&t, control, "UNSUBSCRIBE_CONCURRENCY"), 31);
+    assert_eq!(reserved(&t, names::OPEN_CONTENT), Some(241));
+    assert_eq!(number(&t, control, "OPEN_CONTENT_CONCURRENCY"), 241);
+    assert_eq!(number(&t, control, "PICK_SLOTS"), 2);
+    assert_eq!(number(&t, names::OPEN_CONTENT, "PICK_SLOTS"), 2);
+}
+
 fn check_numbers(t: &Template) {
     let send = t.function("SendEmailFunction").unwrap();
     let queue = t.queue(&send.sqs_events[0].queue).unwrap();

@@ -205,7 +205,7 @@ async fn serves_the_sample_events(host: Host) {
     ses_events_suppress_the_bounce(host, &env).await;
     unsubscribe_refuses_the_placeholder_and_takes_a_signed_link(host, &env, &campaign).await;
     open_content_refuses_the_placeholder_and_freezes_a_sealed_slot(host, &env, &campaign).await;
-    rate_control_sizes_send_emails_mapping(host, &env).await;
+    rate_control_sizes_both_mappings(host, &env).await;
     // Last: a paused campaign sends nothing.
     reputation_guard_pauses_the_campaign(host, &env, &campaign).await;
 }
@@ -535,8 +535,9 @@ async fn open_content_refuses_the_placeholder_and_freezes_a_sealed_slot(
 }
 
 /// RateControl with the scheduler's event: SES's quota read, the rate item given its rate,
-/// and SendEmail's event source mapping set to the environments that rate needs.
-async fn rate_control_sizes_send_emails_mapping(host: Host, env: &TestEnv) {
+/// SendEmail's event source mapping set to the environments that rate needs and
+/// CreateEmails' to those that keep it fed.
+async fn rate_control_sizes_both_mappings(host: Host, env: &TestEnv) {
     let control_env = env.stack.env(names::RATE_CONTROL).unwrap();
     let run = run_function(
         host,
@@ -570,6 +571,32 @@ async fn rate_control_sizes_send_emails_mapping(host: Host, env: &TestEnv) {
         .scaling_config()
         .and_then(|s| s.maximum_concurrency());
     assert_eq!(max, Some(environments as i32), "{mapping:?}");
+    let composers = summary["createEmails"]["environments"].as_u64().unwrap();
+    assert_eq!(
+        composers,
+        u64::from(
+            mailflow::domain::fan_out::composers_for(
+                ceiling,
+                &config.create_emails,
+                config.create_emails_ceiling
+            )
+            .environments
+        ),
+        "{summary}"
+    );
+    let users_mapping = aws_sdk_lambda::Client::new(&env.stack.sdk)
+        .get_event_source_mapping()
+        .uuid(&config.users_event_source_mapping_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        users_mapping
+            .scaling_config()
+            .and_then(|s| s.maximum_concurrency()),
+        Some(composers as i32),
+        "{users_mapping:?}"
+    );
     let item = mailflow::adapters::rate_item::RateItem::new(
         env.dynamo(),
         env.stack.table_name(names::CAMPAIGNS_TABLE).unwrap(),

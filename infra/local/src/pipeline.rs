@@ -44,16 +44,26 @@ pub struct PipelineOptions {
 /// The event source mapping template.yaml gives `function` (its first SQS event), served by
 /// `handlers` and ending each invocation after `timeout`.
 /// How many environments of `function` its event source runs at once: SendEmail's as many as
-/// its send rate needs (`SendRate::environments`, which RateControl sets on its mapping on
-/// Lambda), the others' the template's MaximumConcurrency (without one Lambda scales freely;
-/// locally one poller is enough).
+/// its send rate needs (`SendRate::environments`) and CreateEmails' as many as keep that rate
+/// fed (`fan_out::composers_for`), which RateControl sets on their mappings on Lambda; the
+/// others' the template's MaximumConcurrency (without one Lambda scales freely; locally one
+/// poller is enough).
 pub fn concurrency(stack: &Stack, function: &str) -> Result<u32> {
-    if function == SEND_EMAIL {
+    if function == SEND_EMAIL || function == CREATE_EMAILS {
         let env = stack.env(crate::names::RATE_CONTROL)?;
         let config = RateControlConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        return Ok(
-            SendRate::configured(config.send_rate_per_second).environments(&config.send_email)
-        );
+        let rate = SendRate::configured(config.send_rate_per_second);
+        return Ok(match function == SEND_EMAIL {
+            true => rate.environments(&config.send_email),
+            false => {
+                mailflow::domain::fan_out::composers_for(
+                    rate.campaign_wide(),
+                    &config.create_emails,
+                    config.create_emails_ceiling,
+                )
+                .environments
+            }
+        });
     }
     let event = stack.template.function(function)?.sqs_events.first();
     Ok(event.and_then(|e| e.maximum_concurrency).unwrap_or(1))
@@ -548,7 +558,8 @@ pub async fn serve_open_content(
 }
 
 /// A Function URL's function on 127.0.0.1: each request is one invocation, with the
-/// function's timeout and a request id of its own.
+/// function's timeout and a request id of its own, throttled (429) beyond the function's
+/// ReservedConcurrentExecutions as Lambda throttles it.
 async fn serve_function_url<S>(
     stack: &Stack,
     function: &str,
@@ -559,10 +570,12 @@ where
     S: Stage<Event = Value, Response = Value, Error = std::convert::Infallible> + 'static,
 {
     let stage = Arc::new(stage);
-    let timeout = Duration::from_secs(stack.template.function(function)?.timeout.into());
+    let spec = stack.template.function(function)?;
+    let timeout = Duration::from_secs(spec.timeout.into());
+    let reserved = spec.reserved_concurrency;
     let name = function.to_owned();
     let requests = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    crate::function_url::FunctionUrl::serve(
+    crate::function_url::FunctionUrl::serve_reserved(
         port,
         Arc::new(move |event| {
             let stage = stage.clone();
@@ -575,6 +588,7 @@ where
                 }
             })
         }),
+        reserved,
     )
     .await
 }

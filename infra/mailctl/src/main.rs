@@ -81,6 +81,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a whole campaign (GetUsers, CreateEmails, SendEmail: the real stages over
+    /// in-memory ports with AWS's and MongoDB's round trips, each environment's CPU share
+    /// modelled) in virtual time, and say what bounds it (docs/send-rate.md). Needs no local
+    /// stack; a million users take minutes of this machine's CPU in a release build.
+    Pipeline {
+        #[command(flatten)]
+        options: mailflow_lab::pipeline::PipelineOptions,
+        /// The template's sizing before issue 40 (GetUsers at 256 MB with 8 batches in flight,
+        /// CreateEmails at 256 MB, batches of 10, 5 environments), for comparison.
+        #[arg(long)]
+        before: bool,
+        /// Print one JSON object instead of a Markdown table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Create the resources template.yaml declares on the local stack under a prefix, and
     /// print the MAILFLOW_* variables that name them.
     Provision {
@@ -357,6 +372,18 @@ async fn run() -> Result<()> {
     if let Command::Rate { options, json } = &cli.command {
         return commands::lab::rate(options, *json).await;
     }
+    if let Command::Pipeline {
+        options,
+        before,
+        json,
+    } = &cli.command
+    {
+        let options = match before {
+            true => options.clone().before(),
+            false => options.clone(),
+        };
+        return commands::lab::pipeline(&options, *json).await;
+    }
     aws_environment()?;
     let sdk = mailflow::adapters::aws_config().await;
     let (sdk, template) = (&sdk, cli.template.as_path());
@@ -487,7 +514,9 @@ async fn run() -> Result<()> {
         Command::Bench { options, json } => commands::lab::bench(template, &options, json).await,
         Command::Chaos { options, json } => commands::lab::chaos(template, &options, json).await,
         Command::Opens { options, json } => commands::lab::opens(template, &options, json).await,
-        Command::Rate { .. } => unreachable!("run before the SDK is configured"),
+        Command::Rate { .. } | Command::Pipeline { .. } => {
+            unreachable!("run before the SDK is configured")
+        }
     }
 }
 

@@ -7,10 +7,12 @@
 use anyhow::{Context, Result};
 use mailflow::assemble::LambdaCreateEmails;
 use mailflow::domain::campaign::Campaign;
+use mailflow::domain::fan_out::{composers_for, Composer, ComposerSizing};
 use mailflow::domain::local_time::{
     slot_loads, Delivery, LocalDelivery, SlotLoad, ZoneSource, LATE_TOLERANCE_MS,
 };
 use mailflow::domain::messages::UserMessage;
+use mailflow::domain::public_urls::{PublicUrls, PublicUrlsCheck, JUNK_PER_SECOND};
 use mailflow::domain::send_rate::{
     Environment, QuotaUnknown, SendQuota, SendRate, RATE_ITEM_TAKES_PER_SECOND,
 };
@@ -51,6 +53,9 @@ pub struct Plan {
     /// second at the rate from a deep queue (one item allows 1,000 writes per second).
     pub records_at_once: usize,
     pub rate_item_takes_per_second: f64,
+    /// CreateEmails' environments at that rate (RateControl sets them), and whether its
+    /// ceiling (`CreateEmailsMaxConcurrency`) holds it below the rate.
+    pub create_emails: Option<ComposerSizing>,
     /// Hours the sends take at that rate (the fan-out and rendering run ahead of them).
     pub hours: f64,
     pub ses_quota: Option<SendQuota>,
@@ -61,6 +66,9 @@ pub struct Plan {
     pub ses_cost_usd: f64,
     /// A local-time campaign: zones, passed times, and each send slot's load.
     pub local_time: Option<LocalTimePlan>,
+    /// What the public URLs need at the rate (first opens at delivery, junk on top) and what
+    /// their reserved concurrency is.
+    pub public_urls: Option<PublicUrlsCheck>,
 }
 
 /// What local-time delivery would do with the emails that would be sent.
@@ -99,7 +107,12 @@ const ENVIRONMENTS_WORTH_A_WARNING: u32 = 500;
 pub struct Sending {
     pub rate: SendRate,
     pub environment: Environment,
+    /// CreateEmails' environment and the most environments it may run.
+    pub composer: Composer,
+    pub composers_ceiling: u32,
     pub quota: Result<SendQuota, QuotaUnknown>,
+    /// The public URLs' reserved concurrency and the pick slots (RateControl's environment).
+    pub public_urls: PublicUrls,
 }
 
 /// Reads the audience of `campaign` from `directory` and composes every user's email with
@@ -115,7 +128,10 @@ pub async fn plan<D: UserDirectory>(
     let Sending {
         rate,
         environment,
+        composer,
+        composers_ceiling,
         quota,
+        public_urls,
     } = sending;
     let mut local = delivery.map(|d| LocalTimePlan {
         local_time: d.local_time.to_string(),
@@ -206,7 +222,9 @@ pub async fn plan<D: UserDirectory>(
     plan.environments = rate.environments(&environment);
     plan.rate_item_takes_per_second = environment.takes_per_second(plan.send_rate);
     plan.records_at_once = environment.records_at_once;
+    plan.create_emails = Some(composers_for(plan.send_rate, &composer, composers_ceiling));
     plan.hours = plan.would_send as f64 / plan.send_rate / 3600.0;
+    plan.public_urls = Some(public_urls.check(plan.send_rate));
     match quota {
         Ok(q) => {
             let left = (q.max_24_hour_send - q.sent_last_24_hours).max(0.0);
@@ -271,6 +289,15 @@ pub fn describe(plan: &Plan) -> String {
             plan.environments
         ));
     }
+    if let Some(sizing) = plan.create_emails.filter(|c| c.capped()) {
+        out.push_str(&format!(
+            "CreateEmails needs {} environments to keep {}/s fed but may run {} (CreateEmailsMaxConcurrency): it, not the rate, would bound the campaign at about {:.0}/s; raise CreateEmailsMaxConcurrency (each environment holds up to MONGODB_MAX_POOL_SIZE MongoDB connections), CreateEmailsMemorySize or UsersBatchSize (docs/send-rate.md)\n",
+            sizing.needed,
+            plan.send_rate,
+            sizing.environments,
+            plan.send_rate * f64::from(sizing.environments) / f64::from(sizing.needed),
+        ));
+    }
     if plan.rate_item_takes_per_second > RATE_ITEM_TAKES_PER_SECOND {
         out.push_str(&format!(
             "the send-rate item would take {:.0} writes/s (batches of {}; DynamoDB allows one item 1,000, this stack plans for {RATE_ITEM_TAKES_PER_SECOND:.0}): set EmailsBatchSize to {} (docs/send-rate.md)\n",
@@ -278,6 +305,9 @@ pub fn describe(plan: &Plan) -> String {
             plan.records_at_once,
             Environment::batch_for(plan.send_rate),
         ));
+    }
+    if let Some(urls) = &plan.public_urls {
+        out.push_str(&describe_public_urls(urls, plan.send_rate));
     }
     match (&plan.ses_quota, &plan.ses_quota_unknown) {
         (Some(q), _) if plan.over_24_hour_quota > 0 => out.push_str(&format!(
@@ -298,6 +328,34 @@ pub fn describe(plan: &Plan) -> String {
         out.push_str("\n--- sample ---\n");
         out.push_str(sample);
         out.push('\n');
+    }
+    out
+}
+
+/// Reserved environments from which `plan` says the account's concurrency must be raised:
+/// an account has 1,000 unless raised, and Lambda keeps 100 of them unreserved.
+const RESERVABLE_BY_DEFAULT: u32 = 900;
+
+/// The public URLs' line: what each needs at the rate and has, and a warning for each short.
+fn describe_public_urls(urls: &PublicUrlsCheck, rate: f64) -> String {
+    let mut out = format!(
+        "public URLs at {rate}/s with {JUNK_PER_SECOND:.0} junk requests/s each: Unsubscribe needs {} environments (UnsubscribeConcurrency {}), OpenContent {} (OpenContentConcurrency {})\n",
+        urls.unsubscribe.needed,
+        urls.unsubscribe_concurrency,
+        urls.open_content.needed,
+        urls.open_content_concurrency,
+    );
+    for short in urls.short() {
+        out.push_str(&format!(
+            "{} is {} but the model needs {} at {rate}/s (first opens at delivery, scanners, one-clicks and junk; docs/open-time-content.md, Capacity): beyond it Lambda answers 429, so images and one-click unsubscribes would fail; raise it\n",
+            short.parameter, short.configured, short.needed
+        ));
+    }
+    let reserved = urls.unsubscribe.needed + urls.open_content.needed;
+    if reserved > RESERVABLE_BY_DEFAULT {
+        out.push_str(&format!(
+            "the public URLs need {reserved} reserved environments at {rate}/s: more than an account's default concurrency lets you reserve ({RESERVABLE_BY_DEFAULT} of 1,000); ask AWS to raise it first\n"
+        ));
     }
     out
 }
@@ -370,5 +428,44 @@ mod tests {
             crowded.contains("SendEmail would run 998 environments at once"),
             "{crowded}"
         );
+        let starved = describe(&Plan {
+            send_rate: 20_000.0,
+            create_emails: Some(composers_for(20_000.0, &Composer::DEFAULT, 5)),
+            ..Plan::default()
+        });
+        assert!(
+            starved.contains("CreateEmails needs 306 environments to keep 20000/s fed but may run 5 (CreateEmailsMaxConcurrency): it, not the rate, would bound the campaign at about 327/s"),
+            "{starved}"
+        );
+        let sized = |rate: f64| {
+            describe(&Plan {
+                send_rate: rate,
+                public_urls: Some(PublicUrls::DEFAULT.check(rate)),
+                ..Plan::default()
+            })
+        };
+        let default = sized(14.0);
+        assert!(
+            default.contains("public URLs at 14/s with 200 junk requests/s each: Unsubscribe needs 26 environments (UnsubscribeConcurrency 26), OpenContent 69 (OpenContentConcurrency 69)"),
+            "{default}"
+        );
+        assert!(!default.contains("raise it"), "{default}");
+        let busy = sized(100.0);
+        assert!(
+            busy.contains("OpenContentConcurrency is 69 but the model needs 235 at 100/s"),
+            "{busy}"
+        );
+        assert!(
+            busy.contains("UnsubscribeConcurrency is 26 but the model needs 29 at 100/s"),
+            "{busy}"
+        );
+        assert!(!busy.contains("ask AWS"), "{busy}");
+        assert!(sized(1000.0).contains("the public URLs need 1665 reserved environments at 1000/s"));
+        let fed = describe(&Plan {
+            send_rate: 20.0,
+            create_emails: Some(composers_for(20.0, &Composer::DEFAULT, 5)),
+            ..Plan::default()
+        });
+        assert!(!fed.contains("CreateEmails needs"), "{fed}");
     }
 }

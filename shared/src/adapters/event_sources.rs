@@ -176,14 +176,15 @@ impl SendingSwitch for StackSending {
     }
 }
 
-/// SendEmail's event source mapping (the emails queue's), by its UUID, which RateControl is
-/// given (`EMAILS_EVENT_SOURCE_MAPPING_ID`).
-pub struct EmailsConsumer {
+/// An event source mapping by its UUID, whose MaximumConcurrency RateControl sets:
+/// SendEmail's on the emails queue (`EMAILS_EVENT_SOURCE_MAPPING_ID`) and CreateEmails' on
+/// the users queue (`USERS_EVENT_SOURCE_MAPPING_ID`).
+pub struct ConsumerMapping {
     client: aws_sdk_lambda::Client,
     uuid: String,
 }
 
-impl EmailsConsumer {
+impl ConsumerMapping {
     pub fn new(client: aws_sdk_lambda::Client, uuid: impl Into<String>) -> Self {
         Self {
             client,
@@ -206,7 +207,7 @@ impl EmailsConsumer {
     }
 }
 
-impl crate::ports::ConsumerScaling for EmailsConsumer {
+impl crate::ports::ConsumerScaling for ConsumerMapping {
     fn set_max_concurrency(
         &self,
         environments: u32,

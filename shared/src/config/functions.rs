@@ -85,7 +85,7 @@ impl GetUsersConfig {
             campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
             users_queue_url: required(src, var::USERS_QUEUE_URL)?,
             continuation_queue_url: required(src, var::CONTINUATION_QUEUE_URL)?,
-            enqueue_concurrency: positive_u32(src, var::ENQUEUE_CONCURRENCY, 8)? as usize,
+            enqueue_concurrency: positive_u32(src, var::ENQUEUE_CONCURRENCY, 64)? as usize,
             deadline_margin: Duration::from_secs(parsed(
                 src,
                 var::DEADLINE_MARGIN_SECONDS,
@@ -104,6 +104,8 @@ impl GetUsersConfig {
 pub struct CreateEmailsConfig {
     pub mongo: MongoConfig,
     pub campaigns_table_name: String,
+    /// Where pending one-click unsubscribes are read (`PendingLeaves`).
+    pub sends_table_name: String,
     pub emails_queue_url: String,
     /// Records of one batch processed at once (bounded so the MongoDB pool is not starved).
     pub record_concurrency: usize,
@@ -121,6 +123,7 @@ pub struct CreateEmailsConfig {
 impl CreateEmailsConfig {
     pub const VARS: &'static [&'static str] = &[
         var::CAMPAIGNS_TABLE_NAME,
+        var::SENDS_TABLE_NAME,
         var::EMAILS_QUEUE_URL,
         var::RECORD_CONCURRENCY,
         var::RECENT_FOLLOWERS_SHOWN,
@@ -149,6 +152,7 @@ impl CreateEmailsConfig {
         Ok(Self {
             mongo: MongoConfig::from_source(src)?,
             campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
+            sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
             emails_queue_url: required(src, var::EMAILS_QUEUE_URL)?,
             record_concurrency: positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize,
             recent_followers_shown: positive_u32(src, var::RECENT_FOLLOWERS_SHOWN, 3)?,

@@ -265,6 +265,7 @@ mod tests {
         let mut control = vec![
             ("CAMPAIGNS_TABLE_NAME", "campaigns"),
             ("EMAILS_EVENT_SOURCE_MAPPING_ID", "uuid"),
+            ("USERS_EVENT_SOURCE_MAPPING_ID", "uuid-users"),
         ];
         for bad in ["0", "150", "half"] {
             control.push(("SES_QUOTA_SHARE_PERCENT", bad));
@@ -276,9 +277,38 @@ mod tests {
             ("SES_QUOTA_SHARE_PERCENT", "40"),
             ("SEND_EMAIL_BATCH_SIZE", "100"),
             ("SEND_EMAIL_MEMORY_MB", "1769"),
+            ("USERS_BATCH_SIZE", "100"),
+            ("CREATE_EMAILS_MEMORY_MB", "1024"),
+            ("CREATE_EMAILS_MAX_CONCURRENCY", "40"),
         ]);
         let config = RateControlConfig::from_source(&src(&control)).unwrap();
+        assert_eq!(
+            config.public_urls,
+            crate::domain::public_urls::PublicUrls::DEFAULT
+        );
+        control.extend([
+            ("UNSUBSCRIBE_CONCURRENCY", "30"),
+            ("OPEN_CONTENT_CONCURRENCY", "240"),
+            ("PICK_SLOTS", "2"),
+        ]);
+        let config = RateControlConfig::from_source(&src(&control)).unwrap();
+        assert_eq!(
+            (
+                config.public_urls.unsubscribe_concurrency,
+                config.public_urls.open_content_concurrency,
+                config.public_urls.pick_slots
+            ),
+            (30, 240, 2)
+        );
         assert_eq!(config.ses_quota_share, 0.4);
+        assert_eq!(
+            (
+                config.create_emails.batch,
+                config.create_emails.memory_mb,
+                config.create_emails_ceiling
+            ),
+            (100, 1024, 40)
+        );
         assert_eq!(
             (
                 config.send_email.records_at_once,

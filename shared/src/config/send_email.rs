@@ -2,6 +2,8 @@
 //! the visibility timeout, the function timeout, the send rate).
 
 use super::*;
+use crate::domain::fan_out::Composer;
+use crate::domain::public_urls::PublicUrls;
 use crate::domain::send_rate::Environment;
 use std::time::Duration;
 
@@ -163,7 +165,7 @@ fn quota_share(src: &dyn Source) -> Result<f64, ConfigError> {
 }
 
 /// RateControl: SES's quota read once a minute, the ceiling written to the rate item, and
-/// SendEmail's event source mapping sized to it.
+/// SendEmail's and CreateEmails' event source mappings sized to it.
 #[derive(Clone, Debug)]
 pub struct RateControlConfig {
     pub campaigns_table_name: String,
@@ -173,6 +175,15 @@ pub struct RateControlConfig {
     pub send_email: Environment,
     /// The UUID of SendEmail's event source mapping on the emails queue.
     pub emails_event_source_mapping_id: String,
+    /// CreateEmails' environment (`UsersBatchSize`, its memory), and the most environments
+    /// the operator allows it (`CreateEmailsMaxConcurrency`: MongoDB connections).
+    pub create_emails: Composer,
+    pub create_emails_ceiling: u32,
+    /// The UUID of CreateEmails' event source mapping on the users queue.
+    pub users_event_source_mapping_id: String,
+    /// The public URLs' reserved concurrency and the pick slots, checked against what the
+    /// ceiling needs.
+    pub public_urls: PublicUrls,
 }
 
 impl RateControlConfig {
@@ -183,6 +194,13 @@ impl RateControlConfig {
         var::SEND_EMAIL_BATCH_SIZE,
         var::SEND_EMAIL_MEMORY_MB,
         var::EMAILS_EVENT_SOURCE_MAPPING_ID,
+        var::USERS_BATCH_SIZE,
+        var::CREATE_EMAILS_MEMORY_MB,
+        var::CREATE_EMAILS_MAX_CONCURRENCY,
+        var::USERS_EVENT_SOURCE_MAPPING_ID,
+        var::UNSUBSCRIBE_CONCURRENCY,
+        var::OPEN_CONTENT_CONCURRENCY,
+        var::PICK_SLOTS,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
@@ -204,6 +222,30 @@ impl RateControlConfig {
                 )?,
             },
             emails_event_source_mapping_id: required(src, var::EMAILS_EVENT_SOURCE_MAPPING_ID)?,
+            create_emails: Composer {
+                batch: positive_u32(src, var::USERS_BATCH_SIZE, Composer::DEFAULT.batch as u32)?
+                    as usize,
+                memory_mb: positive_u32(
+                    src,
+                    var::CREATE_EMAILS_MEMORY_MB,
+                    Composer::DEFAULT.memory_mb,
+                )?,
+            },
+            create_emails_ceiling: positive_u32(src, var::CREATE_EMAILS_MAX_CONCURRENCY, 5)?,
+            users_event_source_mapping_id: required(src, var::USERS_EVENT_SOURCE_MAPPING_ID)?,
+            public_urls: PublicUrls {
+                unsubscribe_concurrency: positive_u32(
+                    src,
+                    var::UNSUBSCRIBE_CONCURRENCY,
+                    PublicUrls::DEFAULT.unsubscribe_concurrency,
+                )?,
+                open_content_concurrency: positive_u32(
+                    src,
+                    var::OPEN_CONTENT_CONCURRENCY,
+                    PublicUrls::DEFAULT.open_content_concurrency,
+                )?,
+                pick_slots: super::open_content::slots(src)?,
+            },
         })
     }
 }

@@ -7,6 +7,17 @@ pub const SEND_EMAIL_BATCH_SIZE: &str = "SEND_EMAIL_BATCH_SIZE";
 pub const SEND_EMAIL_MEMORY_MB: &str = "SEND_EMAIL_MEMORY_MB";
 /// RateControl: the UUID of SendEmail's event source mapping on the emails queue.
 pub const EMAILS_EVENT_SOURCE_MAPPING_ID: &str = "EMAILS_EVENT_SOURCE_MAPPING_ID";
+/// RateControl: CreateEmails' batch size, memory and most environments, which its
+/// concurrency is sized by, and the UUID of its event source mapping on the users queue.
+pub const USERS_BATCH_SIZE: &str = "USERS_BATCH_SIZE";
+pub const CREATE_EMAILS_MEMORY_MB: &str = "CREATE_EMAILS_MEMORY_MB";
+pub const CREATE_EMAILS_MAX_CONCURRENCY: &str = "CREATE_EMAILS_MAX_CONCURRENCY";
+pub const USERS_EVENT_SOURCE_MAPPING_ID: &str = "USERS_EVENT_SOURCE_MAPPING_ID";
+/// RateControl: the public URLs' reserved concurrency (template parameters
+/// UnsubscribeConcurrency and OpenContentConcurrency), checked against what the send rate
+/// needs (`domain::public_urls`; `mailctl plan` reads them here too).
+pub const UNSUBSCRIBE_CONCURRENCY: &str = "UNSUBSCRIBE_CONCURRENCY";
+pub const OPEN_CONTENT_CONCURRENCY: &str = "OPEN_CONTENT_CONCURRENCY";
 /// Where checkpoints go when an audience needs another invocation
 pub const CONTINUATION_QUEUE_URL: &str = "CONTINUATION_QUEUE_URL";
 /// Stop reading this long before the deadline and continue from a checkpoint
@@ -99,6 +110,9 @@ pub const PICK_FOLLOWS_READ: &str = "PICK_FOLLOWS_READ";
 /// How long the first open may take to choose an email's picks before the fallback is frozen
 /// (milliseconds)
 pub const PICK_COMPUTE_TIMEOUT_MS: &str = "PICK_COMPUTE_TIMEOUT_MS";
+/// How long an OpenContent request waits for MongoDB's subscription check, and again for its
+/// counting writes, before it answers without counting (milliseconds, at most 2,000)
+pub const COUNT_TIMEOUT_MS: &str = "COUNT_TIMEOUT_MS";
 /// Pick slots per email (CreateEmails puts this many in each email; 0: none)
 pub const PICK_SLOTS: &str = "PICK_SLOTS";
 /// Where a slot without a pick links to (an http(s) URL)
@@ -109,12 +123,16 @@ pub const PROFILE_URL_TEMPLATE: &str = "PROFILE_URL_TEMPLATE";
 pub const OPEN_CONTENT_BASE_URL: &str = "OPEN_CONTENT_BASE_URL";
 /// The table of frozen picks and click activity
 pub const OPEN_CONTENT_TABLE_NAME: &str = "OPEN_CONTENT_TABLE_NAME";
-/// K of the "hot" badge: clicked in at least this many distinct minutes of the window
+/// K of the "hot" badge: clicked by at least this many people, in at least this many
+/// distinct minutes of the window
 pub const HOT_MIN_MINUTES: &str = "HOT_MIN_MINUTES";
 /// M of the "hot" badge: the window, in minutes
 pub const HOT_WINDOW_MINUTES: &str = "HOT_WINDOW_MINUTES";
 /// A click this soon after an email's picks were frozen is a scanner's, not counted (seconds)
 pub const CLICK_GRACE_SECONDS: &str = "CLICK_GRACE_SECONDS";
+/// Consent: whether OpenContent notes opens and clicks on each recipient's send record
+/// (`true`), or counts them for the campaign only (`false`, the default)
+pub const TRACK_OPENS_AND_CLICKS: &str = "TRACK_OPENS_AND_CLICKS";
 /// Where the audience goes
 pub const USERS_QUEUE_URL: &str = "USERS_QUEUE_URL";
 /// The emails queue's VisibilityTimeout (caps the lease)

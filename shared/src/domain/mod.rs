@@ -3,11 +3,13 @@
 pub mod address;
 pub mod campaign;
 pub mod digest;
+pub mod fan_out;
 pub mod ledger;
 pub mod local_time;
 pub mod messages;
 pub mod mime;
 pub mod open_content;
+pub mod public_urls;
 pub mod send_rate;
 pub mod ses_event;
 pub mod ses_tags;

@@ -1,11 +1,15 @@
 //! RateControl: the one place the stack's send rate is steered from outside SendEmail's hot
 //! path. Once a minute (a schedule) it reads SES's quota, writes the ceiling it gives into
 //! the rate item (SendEmail paces under it: `pacing::trusted`), and sets SendEmail's event
-//! source mapping's MaximumConcurrency to the environments the rate needs. Before, every
+//! source mapping's MaximumConcurrency to the environments the rate needs, and CreateEmails'
+//! to what keeps that rate fed (`fan_out::composers_for`, within the operator's ceiling on
+//! MongoDB connections). Before, every
 //! SendEmail environment read the quota and listed the region's mappings every 5 minutes:
 //! with hundreds of environments that used up the Lambda control-plane calls that pausing a
 //! campaign and the reputation guard need, and SES's GetAccount.
 
+use crate::domain::fan_out::{composers_for, Composer, ComposerSizing};
+use crate::domain::public_urls::{PublicUrls, Short};
 use crate::domain::send_rate::{
     epoch_us, trusted, Environment, QuotaUnknown, RateSource, SendRate, SharedRate,
 };
@@ -30,15 +34,26 @@ pub struct Summary {
     /// MaximumConcurrency wanted, and what it was when it changed.
     pub environments: u32,
     pub environments_were: Option<u32>,
+    /// CreateEmails' MaximumConcurrency: what the ceiling needs and what it got, and what it
+    /// was when it changed.
+    pub create_emails: Option<ComposerSizing>,
+    pub create_emails_were: Option<u32>,
+    /// The public URLs whose reserved concurrency is below what the ceiling needs
+    /// (`domain::public_urls`: first opens at the send rate, junk on top).
+    pub public_urls_short: Vec<Short>,
 }
 
 pub struct RateControl<M, B> {
     mailer: M,
     bucket: B,
-    scaling: std::sync::Arc<dyn ConsumerScaling>,
+    senders: std::sync::Arc<dyn ConsumerScaling>,
+    composers: std::sync::Arc<dyn ConsumerScaling>,
     configured: f64,
     ses_share: f64,
     send_email: Environment,
+    create_emails: Composer,
+    create_emails_ceiling: u32,
+    public_urls: PublicUrls,
 }
 
 /// A step that failed on its every attempt.
@@ -47,19 +62,25 @@ pub struct RateControl<M, B> {
 pub struct ControlFailed(pub String);
 
 impl<M: Mailer, B: RateBucket> RateControl<M, B> {
+    /// `senders` and `composers` are SendEmail's and CreateEmails' event source mappings.
     pub fn new(
         mailer: M,
         bucket: B,
-        scaling: std::sync::Arc<dyn ConsumerScaling>,
+        senders: std::sync::Arc<dyn ConsumerScaling>,
+        composers: std::sync::Arc<dyn ConsumerScaling>,
         config: &crate::config::RateControlConfig,
     ) -> Self {
         Self {
             mailer,
             bucket,
-            scaling,
+            senders,
+            composers,
             configured: config.send_rate_per_second,
             ses_share: config.ses_quota_share,
             send_email: config.send_email,
+            create_emails: config.create_emails,
+            create_emails_ceiling: config.create_emails_ceiling,
+            public_urls: config.public_urls,
         }
     }
 
@@ -91,6 +112,12 @@ impl<M: Mailer, B: RateBucket> RateControl<M, B> {
             source: Some(ceiling.source()),
             quota_unknown: quota.as_ref().err().map(|e| e.to_string()),
             environments: ceiling.environments(&self.send_email),
+            create_emails: Some(composers_for(
+                ceiling.campaign_wide(),
+                &self.create_emails,
+                self.create_emails_ceiling,
+            )),
+            public_urls_short: self.public_urls.check(ceiling.campaign_wide()).short(),
             ..Summary::default()
         };
         summary.rate_written = retried("writing the ceiling to the rate item", || {
@@ -98,9 +125,27 @@ impl<M: Mailer, B: RateBucket> RateControl<M, B> {
         })
         .await?;
         summary.environments_were = retried("sizing SendEmail's event source mapping", || async {
-            (self.scaling.set_max_concurrency(summary.environments).await).map_err(|e| e.0)
+            (self.senders.set_max_concurrency(summary.environments).await).map_err(|e| e.0)
         })
         .await?;
+        let composers = summary.create_emails.map_or(2, |c| c.environments);
+        summary.create_emails_were =
+            retried("sizing CreateEmails' event source mapping", || async {
+                (self.composers.set_max_concurrency(composers).await).map_err(|e| e.0)
+            })
+            .await?;
+        if summary.create_emails.is_some_and(|c| c.capped()) {
+            tracing::warn!(
+                ?summary.create_emails,
+                "CreateEmailsMaxConcurrency holds CreateEmails below the send rate: raise it (and the MongoDB connections it allows) or expect the rate unused"
+            );
+        }
+        if !summary.public_urls_short.is_empty() {
+            tracing::warn!(
+                short = ?summary.public_urls_short,
+                "a public URL's reserved concurrency is below what first opens at this send rate and junk need: raise the parameter (docs/open-time-content.md, Capacity)"
+            );
+        }
         tracing::info!(?summary, "send rate controlled");
         Ok(summary)
     }
@@ -221,21 +266,30 @@ mod tests {
             ses_quota_share: 1.0,
             send_email: Environment::DEFAULT,
             emails_event_source_mapping_id: "uuid".into(),
+            create_emails: Composer::DEFAULT,
+            create_emails_ceiling: 5,
+            users_event_source_mapping_id: "uuid-users".into(),
+            public_urls: PublicUrls::DEFAULT,
         }
+    }
+
+    fn mapping(max: u32, refusals: u32) -> Arc<Mapping> {
+        Arc::new(Mapping {
+            max: Mutex::new(max),
+            refusals: Mutex::new(refusals),
+        })
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_quota_sets_the_items_ceiling_and_the_mappings_concurrency() {
         let bucket = Arc::new(MemoryRateBucket::default());
-        let mapping = Arc::new(Mapping {
-            max: Mutex::new(2),
-            refusals: Mutex::new(2),
-        });
+        let (mapping, composers) = (mapping(2, 2), mapping(5, 0));
         // Configured 1,000/s; SES allows 100: the ceiling is 100, 5 environments of 20/s.
         let control = RateControl::new(
             Quota(Ok(100.0)),
             bucket.clone(),
             mapping.clone(),
+            composers.clone(),
             &config(1000.0),
         );
         let summary = control.handle().await.unwrap();
@@ -248,21 +302,52 @@ mod tests {
             (summary.environments, summary.environments_were),
             (5, Some(2))
         );
+        // CreateEmails: 100/s with headroom is two environments of 81/s, down from 5.
+        let sizing = summary.create_emails.unwrap();
+        assert_eq!(
+            (
+                sizing.environments,
+                sizing.capped(),
+                summary.create_emails_were
+            ),
+            (2, false, Some(5))
+        );
         let rate = bucket.read().await.unwrap().rate.unwrap();
         assert_eq!(
             (rate.rate, rate.ceiling, rate.ceiling_from_ses),
             (100.0, 100.0, true)
         );
+        // The template's public URLs are sized for its 14/s; at 100/s both fall short.
+        let short: Vec<_> = summary
+            .public_urls_short
+            .iter()
+            .map(|s| (s.parameter, s.configured, s.needed))
+            .collect();
+        assert_eq!(
+            short,
+            [
+                ("UnsubscribeConcurrency", 26, 29),
+                ("OpenContentConcurrency", 69, 235)
+            ]
+        );
 
         // A minute later nothing changed: no write to either.
         let again = control.handle().await.unwrap();
-        assert_eq!((again.rate_written, again.environments_were), (false, None));
+        assert_eq!(
+            (
+                again.rate_written,
+                again.environments_were,
+                again.create_emails_were
+            ),
+            (false, None, None)
+        );
 
         // The quota could not be read: the ceiling SES gave stays, and so does the mapping.
         let blind = RateControl::new(
             Quota(Err(())),
             bucket.clone(),
             mapping.clone(),
+            composers.clone(),
             &config(1000.0),
         );
         // (It sizes the mapping by that ceiling, not by the configured 1,000/s.)
@@ -281,6 +366,7 @@ mod tests {
             Quota(Ok(0.0)),
             bucket.clone(),
             mapping.clone(),
+            composers.clone(),
             &config(1000.0),
         );
         let summary = zero.handle().await.unwrap();
@@ -288,15 +374,51 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn create_emails_follows_the_rate_up_to_the_operators_ceiling() {
+        let composers = mapping(5, 0);
+        // 20,000/s needs 306 CreateEmails environments at the defaults; the ceiling is 5.
+        let control = RateControl::new(
+            Quota(Ok(20_000.0)),
+            Arc::new(MemoryRateBucket::default()),
+            mapping(2, 0),
+            composers.clone(),
+            &config(20_000.0),
+        );
+        let sizing = control.handle().await.unwrap().create_emails.unwrap();
+        assert_eq!((sizing.needed, sizing.environments), (306, 5));
+        assert!(sizing.capped());
+        // Given a vCPU, batches of 100 and room for 100: 38, set on the mapping.
+        let mut roomy = config(20_000.0);
+        roomy.create_emails = Composer {
+            batch: 100,
+            memory_mb: 1_769,
+        };
+        roomy.create_emails_ceiling = 100;
+        let control = RateControl::new(
+            Quota(Ok(20_000.0)),
+            Arc::new(MemoryRateBucket::default()),
+            mapping(2, 0),
+            composers.clone(),
+            &roomy,
+        );
+        let summary = control.handle().await.unwrap();
+        assert_eq!(
+            (
+                summary.create_emails.unwrap().environments,
+                summary.create_emails_were
+            ),
+            (38, Some(5))
+        );
+        assert_eq!(*crate::runtime::lock(&composers.max), 38);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_mapping_that_refuses_every_attempt_fails_the_invocation_with_its_reason() {
-        let mapping = Arc::new(Mapping {
-            max: Mutex::new(2),
-            refusals: Mutex::new(ATTEMPTS),
-        });
         let control = RateControl::new(
             Quota(Ok(14.0)),
             Arc::new(MemoryRateBucket::default()),
-            mapping,
+            mapping(2, ATTEMPTS),
+            mapping(2, 0),
             &config(14.0),
         );
         let err = control.handle().await.unwrap_err();

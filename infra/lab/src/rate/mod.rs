@@ -11,10 +11,10 @@
 //! requests per email; `static` runs the same with the old split (each environment at quota /
 //! N, nothing shared) for comparison.
 
-mod item_limit;
-mod latency;
-mod queue;
-mod standin;
+pub(crate) mod item_limit;
+pub(crate) mod latency;
+pub(crate) mod queue;
+pub(crate) mod standin;
 
 use anyhow::{bail, Result};
 use item_limit::ItemLimit;

@@ -1,12 +1,14 @@
-//! The emails queue, in memory, with the SQS semantics SendEmail relies on: a received
-//! message is invisible for the visibility timeout, a returned one comes back when its
-//! visibility (ChangeMessageVisibility) ends, each receive counts (ApproximateReceiveCount),
-//! after `max_receive_count` receives a message moves to the DLQ, and a message sent again
-//! (with a delay) is a new one whose count starts at zero.
+//! A queue in memory with the SQS semantics the stages rely on: a received message is
+//! invisible for the visibility timeout, a returned one comes back when its visibility
+//! (ChangeMessageVisibility) ends, each receive counts (ApproximateReceiveCount), after
+//! `max_receive_count` receives a message moves to the DLQ, and a message sent again (with a
+//! delay) is a new one whose count starts at zero. Receives cost O(log n), so that a queue
+//! of a million users stays cheap to the lab.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use mailflow::ports::{QueueError, RetryQueue};
-use std::collections::{BTreeMap, HashMap};
+use mailflow::ports::{OutgoingQueue, QueueError, RetryQueue, SendReport, MAX_DELAY_SECONDS};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -14,7 +16,8 @@ use tokio::time::Instant;
 struct Message {
     body: String,
     receives: u32,
-    visible_at: Instant,
+    /// Bumped at every change of visibility: only the newest entry of a message is valid.
+    generation: u64,
 }
 
 pub struct LabQueue {
@@ -26,10 +29,65 @@ pub struct LabQueue {
 #[derive(Default)]
 struct State {
     next_id: u64,
-    messages: BTreeMap<u64, Message>,
+    messages: HashMap<u64, Message>,
+    /// Visible messages in the order they became visible (entries whose message was since
+    /// received, deleted or delayed are skipped).
+    ready: VecDeque<(u64, u64)>,
+    /// Messages invisible until an instant; an entry whose instant is no longer its
+    /// message's is stale and skipped.
+    later: BinaryHeap<Reverse<(Instant, u64, u64)>>,
     /// Receipt handle -> message id, for the messages in flight.
     receipts: HashMap<String, u64>,
     dead_lettered: usize,
+}
+
+impl State {
+    fn put(&mut self, body: String, visible_at: Instant, now: Instant) {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.messages.insert(
+            id,
+            Message {
+                body,
+                receives: 0,
+                generation: 0,
+            },
+        );
+        self.show_at(id, visible_at, now);
+    }
+
+    /// Makes message `id` visible at `at` (its earlier entries become stale).
+    fn show_at(&mut self, id: u64, at: Instant, now: Instant) {
+        let Some(message) = self.messages.get_mut(&id) else {
+            return;
+        };
+        message.generation += 1;
+        let generation = message.generation;
+        if at <= now {
+            self.ready.push_back((id, generation));
+        } else {
+            self.later.push(Reverse((at, id, generation)));
+        }
+    }
+
+    fn valid(&self, id: u64, generation: u64) -> bool {
+        self.messages
+            .get(&id)
+            .is_some_and(|m| m.generation == generation)
+    }
+
+    /// Moves the messages whose visibility ended to the back of the ready line.
+    fn due(&mut self, now: Instant) {
+        while let Some(Reverse((at, id, generation))) = self.later.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.later.pop();
+            if self.valid(id, generation) {
+                self.ready.push_back((id, generation));
+            }
+        }
+    }
 }
 
 impl LabQueue {
@@ -49,16 +107,7 @@ impl LabQueue {
         let mut state = self.state();
         let now = Instant::now();
         for body in bodies {
-            state.next_id += 1;
-            let id = state.next_id;
-            state.messages.insert(
-                id,
-                Message {
-                    body,
-                    receives: 0,
-                    visible_at: now,
-                },
-            );
+            state.put(body, now, now);
         }
     }
 
@@ -66,21 +115,22 @@ impl LabQueue {
     pub fn receive(&self, max: usize) -> SqsEvent {
         let mut state = self.state();
         let now = Instant::now();
+        state.due(now);
         let mut records = Vec::new();
-        let mut dead = Vec::new();
-        let visible: Vec<u64> = (state.messages.iter())
-            .filter(|(_, m)| m.visible_at <= now)
-            .map(|(id, _)| *id)
-            .take(max)
-            .collect();
-        for id in visible {
-            let message = state.messages.get_mut(&id).expect("listed");
+        while records.len() < max {
+            let Some((id, generation)) = state.ready.pop_front() else {
+                break;
+            };
+            if !state.valid(id, generation) {
+                continue;
+            }
+            let message = state.messages.get_mut(&id).expect("valid");
             if message.receives >= self.max_receive_count {
-                dead.push(id);
+                state.messages.remove(&id);
+                state.dead_lettered += 1;
                 continue;
             }
             message.receives += 1;
-            message.visible_at = now + self.visibility;
             let receipt = format!("{id}-{}", message.receives);
             let mut record = SqsMessage::default();
             record.message_id = Some(id.to_string());
@@ -91,11 +141,8 @@ impl LabQueue {
                 message.receives.to_string(),
             );
             records.push(record);
+            state.show_at(id, now + self.visibility, now);
             state.receipts.insert(receipt, id);
-        }
-        for id in dead {
-            state.messages.remove(&id);
-            state.dead_lettered += 1;
         }
         let mut event = SqsEvent::default();
         event.records = records;
@@ -122,6 +169,11 @@ impl LabQueue {
     }
 }
 
+/// As SQS takes a delay: whole seconds (the adapter rounds up), at most 15 minutes.
+fn whole_seconds(delay: Duration) -> Duration {
+    Duration::from_secs((delay.as_millis().div_ceil(1000) as u64).min(u64::from(MAX_DELAY_SECONDS)))
+}
+
 impl RetryQueue for LabQueue {
     async fn change_visibility(
         &self,
@@ -129,31 +181,19 @@ impl RetryQueue for LabQueue {
         delay: Duration,
     ) -> Result<(), QueueError> {
         let mut state = self.state();
+        let now = Instant::now();
         if let Some(id) = state.receipts.get(receipt_handle).copied() {
-            if let Some(message) = state.messages.get_mut(&id) {
-                message.visible_at = Instant::now() + delay;
-            }
+            state.show_at(id, now + delay, now);
         }
         Ok(())
     }
 
     async fn requeue(&self, body: &str, delay: Duration) -> Result<(), QueueError> {
         let mut state = self.state();
-        state.next_id += 1;
-        let id = state.next_id;
-        // As SQS takes it: whole seconds (the adapter rounds up, at least one), at most 15
-        // minutes.
-        let seconds = (delay.as_millis().div_ceil(1000) as u64)
-            .clamp(1, u64::from(mailflow::ports::MAX_DELAY_SECONDS));
-        let delay = Duration::from_secs(seconds);
-        state.messages.insert(
-            id,
-            Message {
-                body: body.to_owned(),
-                receives: 0,
-                visible_at: Instant::now() + delay,
-            },
-        );
+        let now = Instant::now();
+        // At least one second, as the adapter asks.
+        let at = now + whole_seconds(delay).max(Duration::from_secs(1));
+        state.put(body.to_owned(), at, now);
         Ok(())
     }
 
@@ -163,5 +203,32 @@ impl RetryQueue for LabQueue {
             state.messages.remove(&id);
         }
         Ok(())
+    }
+}
+
+impl OutgoingQueue for LabQueue {
+    async fn send_batch(&self, bodies: &[String]) -> Result<SendReport, QueueError> {
+        self.send(bodies.iter().cloned());
+        Ok(SendReport {
+            sent: bodies.len(),
+            retried: 0,
+        })
+    }
+
+    async fn send_batch_delayed(
+        &self,
+        bodies: &[String],
+        delay_seconds: u32,
+    ) -> Result<SendReport, QueueError> {
+        let mut state = self.state();
+        let now = Instant::now();
+        let at = now + whole_seconds(Duration::from_secs(u64::from(delay_seconds)));
+        for body in bodies {
+            state.put(body.clone(), at, now);
+        }
+        Ok(SendReport {
+            sent: bodies.len(),
+            retried: 0,
+        })
     }
 }

@@ -60,6 +60,11 @@ impl StandInSes {
         mailflow::runtime::lock(&self.state)
     }
 
+    /// How many emails were accepted at least once.
+    pub fn accepted_count(&self) -> usize {
+        self.state().accepted.len()
+    }
+
     pub fn seen(&self) -> Seen {
         let state = self.state();
         Seen {

@@ -44,6 +44,16 @@ pub async fn rate(options: &mailflow_lab::rate::RateOptions, json: bool) -> Resu
     Ok(())
 }
 
+/// Exit status 1 when a campaign lost an email or sent one twice.
+pub async fn pipeline(options: &mailflow_lab::pipeline::PipelineOptions, json: bool) -> Result<()> {
+    let reports = mailflow_lab::pipeline::run(options).await?;
+    print(&reports, json, |r| mailflow_lab::pipeline::markdown(r))?;
+    if reports.iter().any(|r| r.lost + r.sent_twice > 0) {
+        bail!("a pipeline run lost an email or sent one twice");
+    }
+    Ok(())
+}
+
 /// Exit status 1 when the run lost an email or sent one twice beyond the bound.
 pub async fn chaos(
     template: &std::path::Path,

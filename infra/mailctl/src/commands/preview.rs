@@ -162,7 +162,10 @@ pub async fn plan(
                 &quota,
             ),
             environment: control.send_email,
+            composer: control.create_emails,
+            composers_ceiling: control.create_emails_ceiling,
             quota,
+            public_urls: control.public_urls,
         },
         delivery.as_ref(),
     )

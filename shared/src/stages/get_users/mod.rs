@@ -1,6 +1,6 @@
 //! Over 450 lines because a run reads as one loop (audience -> decide now / delay / hold ->
 //! write) with its segment's checkpoint; requests are in `request.rs`, local time in
-//! `release.rs`.
+//! `release.rs`, the audience's read-ahead in `read_ahead.rs`.
 //!
 //! GetUsers: streams the campaign's audience out of MongoDB onto the users queue.
 //!
@@ -9,6 +9,7 @@
 //! invocation it stops before the deadline, waits for every in-flight batch, and enqueues a
 //! checkpoint (the last user id enqueued) that starts the next invocation where it left off.
 
+mod read_ahead;
 mod release;
 mod request;
 
@@ -281,7 +282,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         let campaign = &run.campaign;
         // A topic a deploy removed while a run was under way: nothing is sent under it.
         let topic = Topics::builtin().get(campaign.topic.as_str())?;
-        let mut audience = self.directory.audience(&campaign.window, topic, after);
+        let mut audience =
+            read_ahead::ReadAhead::new(self.directory.audience(&campaign.window, topic, after));
         let send = |bodies: Vec<String>| -> Pending<'_> {
             Box::pin(async move { Ok(self.users.send_batch(&bodies).await?) })
         };
@@ -306,7 +308,20 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 complete = false;
                 break;
             }
-            let Some(member) = audience.next().await? else {
+            // The batches in flight are driven while the next member is awaited: a future
+            // is only driven when polled, and a SendMessageBatch not yet started when the
+            // read-ahead runs dry would wait for it (with MongoDB and SQS 10-20 ms away,
+            // 13,800 users/s instead of 16,300 before the read-ahead: `mailctl pipeline`).
+            let next = audience.next();
+            tokio::pin!(next);
+            let member = loop {
+                tokio::select! {
+                    biased;
+                    member = &mut next => break member?,
+                    done = in_flight.next(), if !in_flight.is_empty() => add(&mut report, done)?,
+                }
+            };
+            let Some(member) = member else {
                 break;
             };
             let user_id = member.id.to_string();
@@ -381,6 +396,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 add(&mut report, in_flight.next().await)?;
             }
         }
+        // What was taken is decided: the read-ahead stops reading now, not after the drain.
+        let excluded = audience.excluded().clone();
+        drop(audience);
         if !chunk.is_empty() {
             in_flight.push(send(std::mem::take(&mut chunk)));
         }
@@ -409,7 +427,6 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 .await
                 .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
         }
-        let excluded = audience.excluded().clone();
         self.campaigns
             .states()
             .record_exclusions(&campaign.id, run.segment, &excluded)

@@ -1,0 +1,169 @@
+//! A user directory of `users` synthetic people, generated from their index instead of held
+//! (a million users cost nothing to keep), behind MongoDB's round trips: the audience is
+//! read in cursor batches of 1,000 (a users getMore and the follows' getMores of a merge
+//! join), a CreateEmails batch is enriched in three round trips, as the real adapter does.
+//! Names, locales and follower counts vary from user to user so that rendering varies too.
+
+use mailflow::domain::campaign::Window;
+use mailflow::domain::digest::{Digest, Enrichment, OddFollows};
+use mailflow::domain::local_time::ZoneField;
+use mailflow::domain::topics::{ExclusionCounts, Topic};
+use mailflow::domain::user_id::UserId;
+use mailflow::ports::{AudienceMember, AudienceScan, StoreError, UserDirectory};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Documents per cursor batch, and the round trips a batch of the audience's merge join
+/// takes (the users' getMore and, at about three follows a user, three of the follows').
+const CURSOR_BATCH: usize = 1_000;
+const ROUND_TRIPS_PER_CURSOR_BATCH: u32 = 4;
+/// `enrich_many`: the users, their follows, the followers' names.
+const ROUND_TRIPS_PER_ENRICHMENT: u32 = 3;
+
+const NAMES: &[&str] = &[
+    "Ada",
+    "Grace Hopper",
+    "Linus",
+    "<b>Bold</b> & Co",
+    "Zoë O'Brien",
+    "{{ name }}",
+    "محمد",
+    "李小龍",
+    "Émilie \"Mimi\" Dupont",
+    "🙂 Smiley",
+];
+const LOCALES: &[Option<&str>] = &[
+    None,
+    Some("fr-CA"),
+    Some("de_DE"),
+    Some("en-GB"),
+    Some("pt-BR"),
+];
+
+#[derive(Clone)]
+pub struct LabDirectory(Arc<Inner>);
+
+struct Inner {
+    users: usize,
+    latency: (Duration, Duration),
+}
+
+impl LabDirectory {
+    pub fn new(users: usize, latency: (Duration, Duration)) -> Self {
+        Self(Arc::new(Inner { users, latency }))
+    }
+
+    pub fn id(index: usize) -> String {
+        format!("u{index:08}")
+    }
+
+    fn index(id: &UserId) -> Option<usize> {
+        id.to_string().strip_prefix('u')?.parse().ok()
+    }
+
+    async fn round_trips(&self, n: u32) {
+        let (low, high) = self.0.latency;
+        for _ in 0..n {
+            let spread = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos()) as f64
+                / 1e9;
+            tokio::time::sleep(low + (high - low).mul_f64(spread)).await;
+        }
+    }
+
+    fn digest(index: usize) -> Digest {
+        let followers = 1 + (index * 7919) % 40;
+        let recent = (0..followers.min(3))
+            .map(|k| NAMES[(index + k + 1) % NAMES.len()].to_string())
+            .collect();
+        Digest {
+            user_id: Self::id(index),
+            email: format!("user.{index}+weekly@example.com"),
+            name: NAMES[index % NAMES.len()].to_string(),
+            locale: LOCALES[index % LOCALES.len()].map(str::to_string),
+            new_followers: followers as u64,
+            recent,
+        }
+    }
+}
+
+pub struct LabAudience {
+    directory: LabDirectory,
+    next: usize,
+    excluded: ExclusionCounts,
+}
+
+impl AudienceScan for LabAudience {
+    async fn next(&mut self) -> Result<Option<AudienceMember>, StoreError> {
+        if self.next >= self.directory.0.users {
+            return Ok(None);
+        }
+        if self.next % CURSOR_BATCH == 0 {
+            self.directory
+                .round_trips(ROUND_TRIPS_PER_CURSOR_BATCH)
+                .await;
+        }
+        let id = UserId::parse(&LabDirectory::id(self.next)).expect("a valid id");
+        self.next += 1;
+        Ok(Some(AudienceMember {
+            id,
+            zone: ZoneField::Missing,
+        }))
+    }
+
+    fn excluded(&self) -> &ExclusionCounts {
+        &self.excluded
+    }
+}
+
+impl UserDirectory for LabDirectory {
+    type Audience = LabAudience;
+
+    fn audience(&self, _window: &Window, _topic: &Topic, after: Option<UserId>) -> LabAudience {
+        LabAudience {
+            directory: self.clone(),
+            next: after.as_ref().and_then(Self::index).map_or(0, |i| i + 1),
+            excluded: ExclusionCounts::default(),
+        }
+    }
+
+    async fn odd_follows(&self, _window: &Window, _limit: i64) -> Result<OddFollows, StoreError> {
+        self.round_trips(1).await;
+        Ok(OddFollows::default())
+    }
+
+    async fn enrich(
+        &self,
+        user_id: &UserId,
+        window: &Window,
+        topic: &Topic,
+        shown: u32,
+    ) -> Result<Enrichment, StoreError> {
+        let mut one = self
+            .enrich_many(std::slice::from_ref(user_id), window, topic, shown)
+            .await?;
+        Ok(one.remove(0))
+    }
+
+    async fn enrich_many(
+        &self,
+        user_ids: &[UserId],
+        _window: &Window,
+        _topic: &Topic,
+        _shown: u32,
+    ) -> Result<Vec<Enrichment>, StoreError> {
+        self.round_trips(ROUND_TRIPS_PER_ENRICHMENT).await;
+        Ok(user_ids
+            .iter()
+            .map(|id| match Self::index(id) {
+                Some(index) if index < self.0.users => Enrichment::Ready(Self::digest(index)),
+                _ => Enrichment::Skip(mailflow::domain::digest::SkipReason::Vanished),
+            })
+            .collect())
+    }
+
+    async fn check_indexes(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
