@@ -14,6 +14,7 @@ mod local_time;
 mod open_content;
 mod pipeline;
 mod preferences;
+mod public_urls;
 mod realistic;
 mod runtime_api;
 mod security;
