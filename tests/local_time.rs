@@ -109,7 +109,7 @@ async fn a_campaign_at_nine_in_every_zone_goes_out_slot_by_slot_exactly_once() {
         zones,
         pipeline,
         target,
-    } = zoned("local-time", 300).await;
+    } = zoned("local-time", 200).await;
     let id = campaign.id.as_str();
 
     // Thirty seconds before Kiritimati's 09:00 (UTC+14, the first): its users go with an
@@ -260,7 +260,7 @@ async fn a_pause_holds_every_slot_until_the_resume_and_a_cancel_releases_nobody_
         zones,
         pipeline,
         target,
-    } = zoned("local-time-control", 400).await;
+    } = zoned("local-time-control", 200).await;
     let sdk = &env.stack.sdk;
     let window: Window = week.window;
     let event = |id: &str| {
