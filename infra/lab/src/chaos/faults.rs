@@ -32,7 +32,22 @@ pub(super) struct Injector {
     pub(super) calls: Mutex<Vec<(String, String)>>,
     /// Invocations that did not run to the end (killed or timed out).
     pub(super) broken: Mutex<BTreeSet<String>>,
+    /// Invocations seen per stage, and SES calls: every `FORCE_EVERY`th one meets a fault
+    /// point still unmet (`unmet`), so the run meets every fault whatever the batching.
+    seen: Mutex<BTreeMap<&'static str, usize>>,
+    ses_calls: AtomicUsize,
 }
+
+/// Each stage's kill points, as the report names them (`"<stage>: <point>"`).
+const CREATE_EMAILS_POINTS: [&str; 3] = ["before it starts", "before the SQS delete", "part-way"];
+const SEND_EMAIL_POINTS: [&str; 2] = ["before the claim", "before the SQS delete"];
+const BEFORE_SES: &str = "SendEmail: after the claim, before SES";
+const AFTER_SES: &str = "SendEmail: after SES accepted, before SENT";
+/// The shares decide the faults; on a loaded machine the queues hand out bigger batches, so
+/// fewer invocations, and a CI run of 400 users once met no kill at one point (the test then
+/// proves nothing there). So every 20th invocation of a stage (and SES call) that the dice
+/// spared meets a point the run has not met yet, if any.
+const FORCE_EVERY: usize = 20;
 
 impl Injector {
     pub(super) fn new(options: &ChaosOptions) -> Self {
@@ -48,7 +63,15 @@ impl Injector {
             unanswered: Mutex::default(),
             calls: Mutex::default(),
             broken: Mutex::default(),
+            seen: Mutex::default(),
+            ses_calls: AtomicUsize::new(0),
         }
+    }
+
+    /// The first of `points` (full names) not met yet.
+    fn unmet<'a>(&self, points: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+        let kills = lock(&self.kills);
+        points.into_iter().find(|p| !kills.contains_key(*p))
     }
 
     fn roll(&self) -> f64 {
@@ -118,23 +141,36 @@ impl Faults for Injector {
             let mut rng = lock(&self.rng);
             (rng.unit(), Duration::from_millis(rng.below(400)))
         };
+        let seen = {
+            let mut seen = lock(&self.seen);
+            let n = seen.entry(stage).or_default();
+            *n += 1;
+            *n
+        };
+        let points: &[&str] = match stage {
+            "SendEmail" => &SEND_EMAIL_POINTS,
+            _ => &CREATE_EMAILS_POINTS,
+        };
         let share = self.kill_share;
-        let (kill, point) = if roll < share {
-            let point = if stage == "SendEmail" {
-                "before the claim"
-            } else {
-                "before it starts"
-            };
-            (Kill::BeforeStart, point)
+        let point = if roll < share {
+            points[0]
         } else if roll < 2.0 * share {
-            (Kill::BeforeDelete, "before the SQS delete")
+            "before the SQS delete"
         } else if stage == "CreateEmails" && roll < 3.0 * share {
-            (Kill::After(after), "part-way")
+            "part-way"
+        } else if share > 0.0 && seen % FORCE_EVERY == 0 {
+            let full: Vec<String> = points.iter().map(|p| format!("{stage}: {p}")).collect();
+            let unmet = self.unmet(full.iter().map(String::as_str))?;
+            points[full.iter().position(|p| p == unmet)?]
         } else {
             return None;
         };
         self.killed(&format!("{stage}: {point}"));
-        Some(kill)
+        Some(match point {
+            "before the SQS delete" => Kill::BeforeDelete,
+            "part-way" => Kill::After(after),
+            _ => Kill::BeforeStart,
+        })
     }
 
     fn ended(&self, request_id: &str, finished: bool) {
@@ -157,8 +193,17 @@ pub(super) struct ChaosMailer {
 impl Mailer for ChaosMailer {
     async fn send(&self, email: &OutgoingEmail) -> Result<String, SendError> {
         let injector = &self.injector;
-        let roll = injector.roll();
+        let mut roll = injector.roll();
         let (throttle, kill) = (injector.throttle_share, injector.send_kill_share);
+        let call = injector.ses_calls.fetch_add(1, Ordering::Relaxed) + 1;
+        if roll >= throttle + 2.0 * kill && call % FORCE_EVERY == 0 {
+            // A roll that meets the first fault of the send not met yet.
+            if injector.throttles.load(Ordering::Relaxed) == 0 {
+                roll = 0.0;
+            } else if let Some(point) = injector.unmet([BEFORE_SES, AFTER_SES]) {
+                roll = throttle + if point == BEFORE_SES { 0.0 } else { kill };
+            }
+        }
         if roll < throttle {
             injector.throttles.fetch_add(1, Ordering::Relaxed);
             return Err(SendError::Throttled(
@@ -166,7 +211,7 @@ impl Mailer for ChaosMailer {
             ));
         }
         if roll < throttle + kill {
-            injector.killed("SendEmail: after the claim, before SES");
+            injector.killed(BEFORE_SES);
             runner::crash().await
         }
         let request = runner::current_request_id().unwrap_or_default();
@@ -185,7 +230,7 @@ impl Mailer for ChaosMailer {
                     .or_default() += 1;
             }
             Ok(_) if roll < throttle + 2.0 * kill => {
-                injector.killed("SendEmail: after SES accepted, before SENT");
+                injector.killed(AFTER_SES);
                 runner::crash().await
             }
             _ => {}
