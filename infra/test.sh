@@ -17,8 +17,9 @@
 # - The tests run under cargo-nextest in two shards, each on a local stack of its own (one
 #   moto is one Python thread), several tests at once in each (most of their time is spent
 #   waiting on queues, leases and timeouts), beside the chaos run on a third stack and
-#   `sam local invoke` in its own network namespace. (Starting the slowest tests first was
-#   tried: they then all ran at once and each took twice as long.) The chaos run here is
+#   `sam local invoke` in its own network namespace. (Starting all the slowest tests first
+#   was tried: they then all ran at once and each took twice as long; only the three longest
+#   start early, by their priority in .config/nextest.toml.) The chaos run here is
 #   the smallest that still meets every fault; the 5,000-user run is infra/soak.sh.
 # - At the end: how long each phase took and the slowest tests.
 set -euo pipefail

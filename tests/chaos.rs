@@ -26,8 +26,8 @@ fn every_fault_at_once_loses_nothing_and_duplicates_only_within_the_bound() {
             // Each CreateEmails and SendEmail invocation has a 1 in 20 chance of being killed
             // at each point, and each SES call a 1 in 50 chance at each send point: at this
             // size every point is met a few times or more, and a point the dice missed (a
-            // loaded machine batches more, so invokes less) is met by the 20th invocation
-            // or call they spared.
+            // loaded machine batches more, so invokes less) is met on a 20th, 40th or 60th
+            // invocation or call they spared.
             "--kill-share",
             "0.05",
             "--send-kill-share",

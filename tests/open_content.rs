@@ -235,6 +235,14 @@ async fn first_open_decides_once_and_badges_follow_the_clicks() {
             assert_eq!(a.header("cache-control"), Some("no-store"));
         }
     }
+    // The first open froze, and said so: each slot had a frozen answer within the burst.
+    for image in &images {
+        assert!(
+            requests.iter().zip(&answers).any(|(u, a)| u == image
+                && a.header("cache-control") == Some("private, max-age=31536000, immutable")),
+            "a frozen answer per slot in the burst"
+        );
+    }
     for (slot, u) in images.iter().enumerate() {
         let again = get(u, CHROME).await;
         assert_eq!(
@@ -248,7 +256,13 @@ async fn first_open_decides_once_and_badges_follow_the_clicks() {
         "every frozen answer of a slot is one card: {:?}",
         cards.iter().map(BTreeSet::len).collect::<Vec<_>>()
     );
-    assert!(fallbacks.len() <= 1, "one fallback card");
+    let fallback_card = get(&format!("{base}static/fallback.png"), CHROME)
+        .await
+        .body;
+    assert!(
+        fallbacks.iter().all(|f| *f == fallback_card),
+        "an answer not frozen is the fallback card"
+    );
     assert_eq!(
         cards
             .iter()
@@ -273,14 +287,11 @@ async fn first_open_decides_once_and_badges_follow_the_clicks() {
         picks.items[1].name, None,
         "a name that is a number is no name"
     );
-    // At most one computation froze. Counting is bounded by COUNT_TIMEOUT_MS and gives up
-    // when DynamoDB is slower (a CI runner's moto, under 24 requests at once, dropped this
-    // very count), so the count may say 0; the picks above are the proof of "once".
+    // One computation froze. (Counting is bounded by COUNT_TIMEOUT_MS and gives up when
+    // DynamoDB is slower: beside three other tests on one moto, a CI runner dropped this very
+    // count; so this test has its shard to itself, .config/nextest.toml.)
     let after_first = counters(&w.env).await;
-    assert!(
-        after_first.picks_frozen <= 1,
-        "one computation froze: {after_first:?}"
-    );
+    assert_eq!(after_first.picks_frozen, 1, "{after_first:?}");
 
     // A reopen from another client (Gmail's proxy) on a new day: the same cards.
     clock.0.fetch_add(24 * 60 * MINUTE, Ordering::SeqCst);
@@ -296,7 +307,9 @@ async fn first_open_decides_once_and_badges_follow_the_clicks() {
     // Clicks: past the grace, each lands on the pick's page and counts.
     let click = |slot: usize| get(&links[slot], CHROME);
     // A badge whose activity read outlasts READ_TIMEOUT (a loaded machine) answers "none", by
-    // design: a read, so looking again changes nothing; a few looks while it differs.
+    // design: a read, so looking again changes nothing; a few looks while it differs. (So a
+    // "none" expected cannot tell a timed-out read from none: the "popular" and "hot" ones,
+    // which a timeout cannot fake, carry the proof that the top moved.)
     let badge = |slot: usize, expected: &'static str| {
         let url = badges[slot].clone();
         async move {
@@ -350,6 +363,7 @@ async fn first_open_decides_once_and_badges_follow_the_clicks() {
             if opened.header("cache-control") != Some("no-store") {
                 break;
             }
+            tokio::time::sleep(Duration::from_millis(300)).await;
             opened = get(&friend.image, CHROME).await;
         }
         assert_eq!(

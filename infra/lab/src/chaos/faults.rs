@@ -32,8 +32,9 @@ pub(super) struct Injector {
     pub(super) calls: Mutex<Vec<(String, String)>>,
     /// Invocations that did not run to the end (killed or timed out).
     pub(super) broken: Mutex<BTreeSet<String>>,
-    /// Invocations seen per stage, and SES calls: every `FORCE_EVERY`th one meets a fault
-    /// point still unmet (`unmet`), so the run meets every fault whatever the batching.
+    /// Invocations seen per stage, and SES calls: every `FORCE_EVERY`th one the dice spared
+    /// meets a fault point still unmet (`unmet`), so the run meets every fault whatever the
+    /// batching.
     seen: Mutex<BTreeMap<&'static str, usize>>,
     ses_calls: AtomicUsize,
 }
@@ -45,8 +46,9 @@ const BEFORE_SES: &str = "SendEmail: after the claim, before SES";
 const AFTER_SES: &str = "SendEmail: after SES accepted, before SENT";
 /// The shares decide the faults; on a loaded machine the queues hand out bigger batches, so
 /// fewer invocations, and a CI run of 400 users once met no kill at one point (the test then
-/// proves nothing there). So every 20th invocation of a stage (and SES call) that the dice
-/// spared meets a point the run has not met yet, if any.
+/// proves nothing there). So the 20th, 40th... invocation of a stage (and SES call), when the
+/// dice spared it, meets a point the run has not met yet, if any: CreateEmails' three points
+/// by its 60th invocation at the latest.
 const FORCE_EVERY: usize = 20;
 
 impl Injector {
@@ -198,7 +200,7 @@ impl Mailer for ChaosMailer {
         let call = injector.ses_calls.fetch_add(1, Ordering::Relaxed) + 1;
         if roll >= throttle + 2.0 * kill && call % FORCE_EVERY == 0 {
             // A roll that meets the first fault of the send not met yet.
-            if injector.throttles.load(Ordering::Relaxed) == 0 {
+            if throttle > 0.0 && injector.throttles.load(Ordering::Relaxed) == 0 {
                 roll = 0.0;
             } else if let Some(point) = injector.unmet([BEFORE_SES, AFTER_SES]) {
                 roll = throttle + if point == BEFORE_SES { 0.0 } else { kill };
