@@ -127,6 +127,43 @@ impl OpenContentTable {
         ContentStoreError(format!("{what} on {}: {}", self.table, describe(&err)))
     }
 
+    /// One BatchGetItem of `keys` (at most 100): the items found, or an error when DynamoDB
+    /// left some unprocessed (throttling: a campaign's top is one hot item every badge reads),
+    /// never a partial answer read as "absent".
+    async fn batch_get(
+        &self,
+        what: &str,
+        keys: Vec<HashMap<String, AttributeValue>>,
+        consistent: bool,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, ContentStoreError> {
+        let wanted = KeysAndAttributes::builder()
+            .set_keys(Some(keys))
+            .consistent_read(consistent)
+            .build()
+            .map_err(|e| ContentStoreError(e.to_string()))?;
+        let out = self
+            .client
+            .batch_get_item()
+            .request_items(&self.table, wanted)
+            .send()
+            .await
+            .map_err(|e| self.error(what, e))?;
+        if out
+            .unprocessed_keys()
+            .is_some_and(|u| u.values().any(|k| !k.keys().is_empty()))
+        {
+            return Err(ContentStoreError(format!(
+                "{what} on {}: some keys were not read; try again",
+                self.table
+            )));
+        }
+        Ok(out
+            .responses()
+            .and_then(|r| r.get(&self.table))
+            .cloned()
+            .unwrap_or_default())
+    }
+
     /// One UpdateItem; a refused condition returns the item as it was.
     #[allow(clippy::too_many_arguments)]
     async fn update(
@@ -393,25 +430,10 @@ impl OpenContentStore for OpenContentTable {
             .into_iter()
             .map(|(pk, sk)| HashMap::from([("pk".to_owned(), s(pk)), ("sk".to_owned(), s(sk))]))
             .collect::<Vec<_>>();
-            let wanted = KeysAndAttributes::builder()
-                .set_keys(Some(keys))
-                .build()
-                .map_err(|e| ContentStoreError(e.to_string()))?;
-            let out = self
-                .client
-                .batch_get_item()
-                .request_items(&self.table, wanted)
-                .send()
-                .await
-                .map_err(|e| self.error("BatchGetItem people", e))?;
+            let found_items = self.batch_get("BatchGetItem people", keys, false).await?;
             let mut item_people = 0;
             let mut top_people = 0;
-            for found in out
-                .responses()
-                .and_then(|r| r.get(&self.table))
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-            {
+            for found in &found_items {
                 match found
                     .get("sk")
                     .and_then(|v| v.as_s().ok())
@@ -473,31 +495,7 @@ impl OpenContentStore for OpenContentTable {
                     ])
                 })
                 .collect::<Vec<_>>();
-            let wanted = KeysAndAttributes::builder()
-                .set_keys(Some(keys))
-                .consistent_read(true)
-                .build()
-                .map_err(|e| ContentStoreError(e.to_string()))?;
-            let out = self
-                .client
-                .batch_get_item()
-                .request_items(&self.table, wanted)
-                .send()
-                .await
-                .map_err(|e| self.error("BatchGetItem counts", e))?;
-            if out
-                .unprocessed_keys()
-                .is_some_and(|u| u.values().any(|k| !k.keys().is_empty()))
-            {
-                return Err(ContentStoreError(
-                    "BatchGetItem counts: some keys were not read; try again".into(),
-                ));
-            }
-            Ok(out
-                .responses()
-                .and_then(|r| r.get(&self.table))
-                .cloned()
-                .unwrap_or_default())
+            self.batch_get("BatchGetItem counts", keys, true).await
         };
         // The layout before: one partition key per campaign.
         let before = async {
