@@ -237,6 +237,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
         after: None,
         segment: 0,
         delivery: None,
+        guardrails: Default::default(),
     };
     let mut segments = 0;
     loop {
@@ -324,6 +325,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
         after: None,
         segment: 0,
         delivery: None,
+        guardrails: Default::default(),
     };
     let at_once = Invocation::with_timeout("whole", Duration::from_secs(120));
     assert!(
@@ -484,6 +486,7 @@ async fn get_users_resumes_after_a_string_or_an_object_id_checkpoint() {
             after: after.map(str::to_owned),
             segment: 1,
             delivery: None,
+            guardrails: Default::default(),
         };
         let invocation = Invocation::with_timeout("mixed", Duration::from_secs(60));
         let summary = pipeline.get_users.run(run, &invocation).await.unwrap();

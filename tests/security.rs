@@ -153,6 +153,9 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             // An email with no send slot in time goes back as a new, delayed message.
             pairs.push(("sqs:SendMessage", "EmailsQueue.Arn".into()));
             pairs.push(("dynamodb:UpdateItem", "SendsTable.Arn".into()));
+            // Frequency caps: each user's `#caps` item, read then written conditionally.
+            pairs.push(("dynamodb:GetItem", "SendsTable.Arn".into()));
+            pairs.push(("dynamodb:PutItem", "SendsTable.Arn".into()));
             pairs.push(("ses:SendEmail", SES_IDENTITY.into()));
             pairs.push(("ses:SendEmail", SES_CONFIGURATION_SET.into()));
             // The shared send rate (one item: `send_email_and_rate_control_touch_only_the_rate_item`).

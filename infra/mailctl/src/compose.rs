@@ -58,6 +58,7 @@ pub async fn compose(
         include_failed: false,
         include_cancelled: false,
         due: None,
+        zone: None,
     };
     match stage.compose(message).await? {
         Ok(job) => Ok(job),

@@ -6,7 +6,7 @@ mod commands;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use commands::{CampaignArgs, LocalTimeArgs, QueueChoice, TargetArgs};
+use commands::{CampaignArgs, GuardrailArgs, LocalTimeArgs, QueueChoice, TargetArgs};
 
 #[derive(Parser)]
 #[command(
@@ -115,6 +115,8 @@ enum Command {
         #[command(flatten)]
         local: LocalTimeArgs,
         #[command(flatten)]
+        guardrails: GuardrailArgs,
+        #[command(flatten)]
         target: TargetArgs,
     },
     /// Release a local-time campaign's users still waiting in slots whose time has passed
@@ -129,7 +131,9 @@ enum Command {
     Resend {
         #[arg(long)]
         campaign: String,
-        /// Also retry users whose send failed permanently (fix their data first).
+        /// Also retry users whose send failed permanently (fix their data first), and
+        /// reconsider those a guardrail skipped (frequency cap, quiet hours, expired after a
+        /// later --deadline); the held-out stay out.
         #[arg(long)]
         include_failed: bool,
         /// Reopen a cancelled campaign (it runs again, recorded with who and when) and send
@@ -148,6 +152,8 @@ enum Command {
         /// Send everyone it still owes now, even a local-time campaign.
         #[arg(long, conflicts_with = "local_time")]
         at_once: bool,
+        #[command(flatten)]
+        guardrails: GuardrailArgs,
         #[command(flatten)]
         target: TargetArgs,
     },
@@ -403,8 +409,20 @@ async fn run() -> Result<()> {
             campaign,
             window,
             local,
+            guardrails,
             target,
-        } => commands::campaign::run(sdk, template, campaign, &window, &local, &target).await,
+        } => {
+            commands::campaign::run(
+                sdk,
+                template,
+                campaign,
+                &window,
+                &local,
+                &guardrails,
+                &target,
+            )
+            .await
+        }
         Command::Release { campaign, target } => {
             commands::campaign::release(sdk, template, &campaign, &target).await
         }
@@ -416,6 +434,7 @@ async fn run() -> Result<()> {
             window,
             local,
             at_once,
+            guardrails,
             target,
         } => {
             let reopen = reopen_cancelled.then_some(by.as_str());
@@ -424,6 +443,7 @@ async fn run() -> Result<()> {
                 reopen,
                 local,
                 at_once,
+                guardrails,
             };
             commands::campaign::resend(sdk, template, &campaign, &window, options, &target).await
         }

@@ -176,6 +176,14 @@ pub struct CampaignStatus {
     pub continuation_dlq: Option<u64>,
     /// Users not sent to because the campaign was cancelled (CANCELLED records).
     pub cancelled: usize,
+    /// Users a guardrail decided not to send to (SKIPPED records), by reason: held_out (the
+    /// holdout group), expired (the deadline passed), frequency_cap, quiet_hours.
+    pub skipped: BTreeMap<String, usize>,
+    /// Its deadline, holdout (basis points) and cap exemption, as recorded when it started.
+    pub guardrails: Option<mailflow::domain::guardrails::CampaignGuardrails>,
+    /// A later start moved the deadline: when (ms), and what it was before (None: none).
+    pub deadline_moved_at_ms: Option<u64>,
+    pub deadline_moved_from_ms: Option<i64>,
     /// The campaign's cancellation, if an operator cancelled it: when (ms), by whom, why.
     pub cancelled_at_ms: Option<u64>,
     pub cancelled_by: Option<String>,
@@ -409,6 +417,26 @@ pub async fn status(
         dead_lettered: count(SendStatus::DeadLettered),
         dead_lettered_by_reason: by_reason(SendStatus::DeadLettered),
         cancelled: count(SendStatus::Cancelled),
+        skipped: {
+            let mut groups = BTreeMap::new();
+            for r in records
+                .iter()
+                .filter(|r| r.status == Some(SendStatus::Skipped))
+            {
+                let reason = r.skip_reason.clone().unwrap_or_else(|| "unknown".into());
+                *groups.entry(reason).or_default() += 1;
+            }
+            groups
+        },
+        guardrails: record.as_ref().and_then(|r| r.guardrails),
+        deadline_moved_at_ms: record
+            .as_ref()
+            .and_then(|r| r.deadline_moved)
+            .map(|(at, _)| at),
+        deadline_moved_from_ms: record
+            .as_ref()
+            .and_then(|r| r.deadline_moved)
+            .and_then(|(_, from)| from),
         duplicates_suppressed: records.iter().map(|r| r.duplicates_suppressed).sum(),
         engagement: Engagement::ALL
             .iter()

@@ -168,6 +168,7 @@ pub async fn plan<D: UserDirectory>(
             include_failed: false,
             include_cancelled: false,
             due: None,
+            zone: None,
         };
         let composed = stage
             .compose_in_locale(message)

@@ -6,8 +6,9 @@
 
 use super::describe;
 use crate::domain::campaign::{
-    rfc3339, Campaign, CampaignId, CampaignRecord, Hold, StateChange, Window,
+    rfc3339, Campaign, CampaignId, CampaignRecord, CampaignState, Hold, StateChange, Window,
 };
+use crate::domain::guardrails::CampaignGuardrails;
 use crate::domain::ledger::LedgerError;
 use crate::domain::topics::ExclusionCounts;
 use crate::ports::CampaignStates;
@@ -81,6 +82,11 @@ fn record(item: &Item) -> CampaignRecord {
         }
     }
     CampaignRecord {
+        guardrails: serde_json::from_str(&text(item, "guardrails")).ok(),
+        deadline_moved: number(item, "deadlineMovedAt").map(|at| {
+            let from = text(item, "deadlineMovedFrom").parse().ok();
+            (at, from)
+        }),
         started_at_ms: number(item, "startedAt"),
         window: window(item),
         topic: Some(text(item, "topic")).filter(|t| !t.is_empty()),
@@ -197,15 +203,23 @@ impl CampaignsTable {
 }
 
 impl CampaignStates for CampaignsTable {
-    async fn hold(&self, campaign_id: &str) -> Result<Option<Hold>, LedgerError> {
-        Ok(self.record(campaign_id).await?.and_then(|r| r.hold))
+    async fn state(&self, campaign_id: &str) -> Result<CampaignState, LedgerError> {
+        Ok(self
+            .record(campaign_id)
+            .await?
+            .map(|r| CampaignState {
+                hold: r.hold,
+                guardrails: r.guardrails.unwrap_or_default(),
+            })
+            .unwrap_or_default())
     }
 
-    /// One UpdateItem: the window is set only if there is none, and the item as it stands
-    /// after the write says which window the campaign has.
+    /// One UpdateItem: the window, topic and guardrails are set only if there are none, and
+    /// the item as it stands after the write says which the campaign has.
     async fn register(
         &self,
         campaign: &Campaign,
+        guardrails: &CampaignGuardrails,
         at_ms: u64,
     ) -> Result<CampaignRecord, LedgerError> {
         let out = self
@@ -217,7 +231,8 @@ impl CampaignStates for CampaignsTable {
                 "SET startedAt = if_not_exists(startedAt, :at), #s = if_not_exists(#s, :running), \
                  windowSince = if_not_exists(windowSince, :since), \
                  windowUntil = if_not_exists(windowUntil, :until), \
-                 topic = if_not_exists(topic, :topic)",
+                 topic = if_not_exists(topic, :topic), \
+                 guardrails = if_not_exists(guardrails, :guardrails)",
             )
             .expression_attribute_names("#s", "state")
             .expression_attribute_values(":at", AttributeValue::N(at_ms.to_string()))
@@ -231,11 +246,44 @@ impl CampaignStates for CampaignsTable {
                 AttributeValue::S(rfc3339(campaign.window.until)),
             )
             .expression_attribute_values(":topic", AttributeValue::S(campaign.topic.to_string()))
+            .expression_attribute_values(
+                ":guardrails",
+                AttributeValue::S(serde_json::to_string(guardrails).unwrap_or_default()),
+            )
             .return_values(ReturnValue::AllNew)
             .send()
             .await
             .map_err(|e| self.error("register campaign", describe(&e)))?;
         Ok(record(&out.attributes.unwrap_or_default()))
+    }
+
+    async fn move_deadline(
+        &self,
+        campaign: &CampaignId,
+        guardrails: &CampaignGuardrails,
+        from: Option<i64>,
+        at_ms: u64,
+    ) -> Result<(), LedgerError> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("campaignId", AttributeValue::S(campaign.to_string()))
+            .update_expression(
+                "SET guardrails = :guardrails, deadlineMovedAt = :at, deadlineMovedFrom = :from",
+            )
+            .expression_attribute_values(
+                ":guardrails",
+                AttributeValue::S(serde_json::to_string(guardrails).unwrap_or_default()),
+            )
+            .expression_attribute_values(":at", AttributeValue::N(at_ms.to_string()))
+            .expression_attribute_values(
+                ":from",
+                AttributeValue::S(from.map_or_else(|| "none".into(), |d| d.to_string())),
+            )
+            .send()
+            .await
+            .map_err(|e| self.error("move campaign deadline", describe(&e)))?;
+        Ok(())
     }
 
     async fn record_exclusions(

@@ -3,11 +3,14 @@
 //!
 //! The sends ledger in DynamoDB: partition key `userId`, sort key `campaignId`.
 
+use crate::domain::guardrails::{CapEntry, CapHistory, Skip};
 use crate::domain::ledger::{
     epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Reclaim, Refusal, SendKey, SendStatus,
 };
 use crate::domain::topics::TopicId;
-use crate::ports::{pending_leave_key, Marked, PendingLeaves, SendLedger, SendRecordNotes};
+use crate::ports::{
+    pending_leave_key, CapLedger, Marked, PendingLeaves, SendLedger, SendRecordNotes,
+};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -160,8 +163,13 @@ impl SendLedger for DynamoLedger {
             (":one".into(), n(1)),
         ]);
         if reclaim.failed {
-            condition.push_str(" OR #status = :failed");
+            // The held-out stay out, whatever the campaign's record says later.
+            condition.push_str(
+                " OR #status = :failed OR (#status = :skipped AND skipReason <> :held_out)",
+            );
             values.insert(":failed".into(), s(SendStatus::Failed.as_str()));
+            values.insert(":skipped".into(), s(SendStatus::Skipped.as_str()));
+            values.insert(":held_out".into(), s(Skip::HeldOut.as_str()));
         }
         if reclaim.cancelled {
             condition.push_str(" OR #status = :cancelled");
@@ -169,7 +177,8 @@ impl SendLedger for DynamoLedger {
         }
         let update = "SET #status = :in_progress, startedAt = :now, leaseUntil = :lease, \
                       claimToken = :token, updatedAt = :now, expiresAt = :expires, \
-                      campaignShard = :shard, attempt = if_not_exists(attempt, :zero) + :one";
+                      campaignShard = :shard, attempt = if_not_exists(attempt, :zero) + :one \
+                      REMOVE skipReason";
         let outcome = self
             .records
             .update(
@@ -198,6 +207,9 @@ impl SendLedger for DynamoLedger {
                         reason: get_s(&old, "lastError").unwrap_or_default(),
                     },
                     Some(SendStatus::Cancelled) => Refusal::Cancelled,
+                    Some(SendStatus::Skipped) => Refusal::Skipped {
+                        reason: get_s(&old, "skipReason").unwrap_or_default(),
+                    },
                     // IN_PROGRESS (or unreadable): treat as held; it comes back later.
                     _ => Refusal::Busy {
                         lease_until_ms: get_n(&old, "leaseUntil").unwrap_or(now),
@@ -266,6 +278,17 @@ impl SendLedger for DynamoLedger {
             .await
     }
 
+    /// SKIPPED with the guardrail's reason, only while this attempt holds the claim.
+    async fn mark_skipped(&self, claim: &Claim, skip: Skip) -> Marked {
+        let values = HashMap::from([
+            (":skipped".into(), s(SendStatus::Skipped.as_str())),
+            (":reason".into(), s(skip.as_str())),
+        ]);
+        let update = "SET #status = :skipped, skipReason = :reason, completedAt = :now, \
+                      updatedAt = :now REMOVE leaseUntil, lastError";
+        self.finish("mark skipped", claim, update, values).await
+    }
+
     /// CANCELLED, on no record, a DEAD_LETTERED one, or an IN_PROGRESS one whose lease has
     /// ended; a SENT or FAILED record is final already, and a live lease's attempt decides.
     async fn cancel_send(&self, key: &SendKey, at_ms: u64) -> Result<bool, LedgerError> {
@@ -313,6 +336,82 @@ impl SendLedger for DynamoLedger {
             )
             .await
             .map(|_| ())
+    }
+}
+
+/// The sort key of a user's frequency-cap item: not a campaign id (`#` is not allowed in
+/// one), and without `campaignShard`, so no campaign's index or status counts it.
+const CAPS_KEY: &str = "#caps";
+
+/// Each user's emails that count towards the caps, as JSON in one item (a few entries: the
+/// rules reach at most 90 days), versioned for the conditional write.
+impl CapLedger for DynamoLedger {
+    async fn cap_history(&self, user_id: &str) -> Result<CapHistory, LedgerError> {
+        let records = &self.records;
+        let out = records
+            .client
+            .get_item()
+            .table_name(&records.table)
+            .key("userId", s(user_id))
+            .key("campaignId", s(CAPS_KEY))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| LedgerError {
+                table: records.table.clone(),
+                operation: "read frequency caps",
+                detail: super::describe(&e),
+            })?;
+        let Some(item) = out.item else {
+            return Ok(CapHistory::default());
+        };
+        Ok(CapHistory {
+            version: get_n(&item, "capVersion").unwrap_or(0),
+            entries: get_s(&item, "capSends")
+                .and_then(|json| serde_json::from_str::<Vec<CapEntry>>(&json).ok())
+                .unwrap_or_default(),
+        })
+    }
+
+    async fn write_cap_history(
+        &self,
+        user_id: &str,
+        history: &CapHistory,
+        keep_ms: i64,
+    ) -> Result<bool, LedgerError> {
+        let records = &self.records;
+        let expires = (SystemTime::now() + Duration::from_millis(keep_ms.max(0) as u64))
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() + 86_400);
+        let request = records
+            .client
+            .put_item()
+            .table_name(&records.table)
+            .item("userId", s(user_id))
+            .item("campaignId", s(CAPS_KEY))
+            .item("capVersion", n(history.version + 1))
+            .item(
+                "capSends",
+                s(&serde_json::to_string(&history.entries).unwrap_or_default()),
+            )
+            .item("expiresAt", n(expires));
+        let request = match history.version {
+            0 => request.condition_expression("attribute_not_exists(capVersion)"),
+            v => request
+                .condition_expression("capVersion = :v")
+                .expression_attribute_values(":v", n(v)),
+        };
+        match request.send().await {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                Ok(false)
+            }
+            Err(e) => Err(LedgerError {
+                table: records.table.clone(),
+                operation: "write frequency caps",
+                detail: super::describe(&e),
+            }),
+        }
     }
 }
 
@@ -550,19 +649,22 @@ impl SendRecordNotes for SendRecords {
                 ":dead_lettered".into(),
                 s(SendStatus::DeadLettered.as_str()),
             ),
+            (":skipped".into(), s(SendStatus::Skipped.as_str())),
             (":sent".into(), s(SendStatus::Sent.as_str())),
             (":id".into(), s(ses_message_id)),
             (":at".into(), n(at_ms)),
             (":now".into(), n(epoch_ms(SystemTime::now()))),
         ]);
         let update = "SET #status = :sent, sesMessageId = :id, completedAt = :at, \
-                      updatedAt = :now, reconciled = :now REMOVE leaseUntil, lastError";
+                      updatedAt = :now, reconciled = :now REMOVE leaseUntil, lastError, skipReason";
         let outcome = self
             .update(
                 "reconcile",
                 key,
                 update,
-                "#status = :in_progress OR #status = :dead_lettered",
+                // SKIPPED too: an attempt SES accepted may have died, and a later one found
+                // the deadline or the quiet hours; the email went, and the record says so.
+                "#status = :in_progress OR #status = :dead_lettered OR #status = :skipped",
                 values,
                 ReturnValue::None,
             )
@@ -580,6 +682,8 @@ pub struct SendRecord {
     pub attempt: u64,
     pub ses_message_id: Option<String>,
     pub last_error: Option<String>,
+    /// A SKIPPED record's guardrail (held_out, expired, frequency_cap, quiet_hours).
+    pub skip_reason: Option<String>,
     pub lease_until_ms: Option<u64>,
     pub started_at_ms: Option<u64>,
     pub completed_at_ms: Option<u64>,
@@ -603,6 +707,7 @@ impl SendRecord {
             attempt: get_n(item, "attempt").unwrap_or(0),
             ses_message_id: get_s(item, "sesMessageId"),
             last_error: get_s(item, "lastError"),
+            skip_reason: get_s(item, "skipReason"),
             lease_until_ms: get_n(item, "leaseUntil"),
             started_at_ms: get_n(item, "startedAt"),
             completed_at_ms: get_n(item, "completedAt"),

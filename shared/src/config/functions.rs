@@ -1,6 +1,7 @@
 //! The configuration of GetUsers, CreateEmails, Unsubscribe, SesEvents and ReputationGuard.
 
 use super::*;
+use crate::domain::guardrails::{holdout_bp, GuardrailError, QuietHours, QuietPolicy};
 use crate::domain::local_time::{LocalTime, LocalTimeError, PassedTime, ZoneName};
 use std::time::Duration;
 
@@ -23,6 +24,46 @@ pub struct GetUsersConfig {
     pub release_schedule_group: String,
     pub release_scheduler_role_arn: String,
     pub release_dead_letter_arn: String,
+    /// The holdout and deadline of a start that names none.
+    pub guardrails: crate::domain::campaign::GuardrailDefaults,
+    /// Users whose email would go in their quiet hours wait for their end.
+    pub quiet_hours: Option<QuietHours>,
+}
+
+/// Quiet hours (`QUIET_HOURS`, `QUIET_HOURS_POLICY`): GetUsers holds users until they end,
+/// SendEmail checks again as it sends.
+pub fn quiet_hours(src: &dyn Source) -> Result<Option<QuietHours>, ConfigError> {
+    let policy: QuietPolicy = value(src, var::QUIET_HOURS_POLICY)
+        .map(|raw| raw.parse())
+        .transpose()
+        .map_err(|e: GuardrailError| ConfigError {
+            var: var::QUIET_HOURS_POLICY,
+            problem: e.to_string(),
+        })?
+        .unwrap_or_default();
+    value(src, var::QUIET_HOURS)
+        .map(|raw| QuietHours::parse(&raw, policy))
+        .transpose()
+        .map_err(|e| ConfigError {
+            var: var::QUIET_HOURS,
+            problem: e.to_string(),
+        })
+}
+
+fn guardrail_defaults(
+    src: &dyn Source,
+) -> Result<crate::domain::campaign::GuardrailDefaults, ConfigError> {
+    Ok(crate::domain::campaign::GuardrailDefaults {
+        holdout_bp: value(src, var::HOLDOUT_PERCENT)
+            .map(|raw| holdout_bp(&raw))
+            .transpose()
+            .map_err(|e| ConfigError {
+                var: var::HOLDOUT_PERCENT,
+                problem: e.to_string(),
+            })?
+            .unwrap_or(0),
+        deadline_hours: parsed(src, var::CAMPAIGN_DEADLINE_HOURS, 0u32, "a number of hours")?,
+    })
 }
 
 /// Local-time delivery: the schedule's campaigns use `send_at` when it is set; a manual run
@@ -72,10 +113,16 @@ impl GetUsersConfig {
         var::RELEASE_SCHEDULE_GROUP,
         var::RELEASE_SCHEDULER_ROLE_ARN,
         var::RELEASE_DEAD_LETTER_ARN,
+        var::HOLDOUT_PERCENT,
+        var::CAMPAIGN_DEADLINE_HOURS,
+        var::QUIET_HOURS,
+        var::QUIET_HOURS_POLICY,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         Ok(Self {
+            guardrails: guardrail_defaults(src)?,
+            quiet_hours: quiet_hours(src)?,
             local_time: LocalTimeConfig::from_source(src)?,
             waiting_table_name: required(src, var::WAITING_TABLE_NAME)?,
             release_schedule_group: required(src, var::RELEASE_SCHEDULE_GROUP)?,

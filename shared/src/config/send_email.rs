@@ -30,6 +30,11 @@ pub struct SendEmailConfig {
     /// The emails queue's maxReceiveCount: on a message's last receive, a send that cannot
     /// go out marks its record DEAD_LETTERED before the message moves to the DLQ.
     pub max_receive_count: u32,
+    /// Frequency caps across campaigns (none: no rule).
+    pub caps: crate::domain::guardrails::FrequencyCaps,
+    pub quiet_hours: Option<crate::domain::guardrails::QuietHours>,
+    /// The zone of users without one (quiet hours and calendar-day caps).
+    pub fallback_zone: crate::domain::local_time::ZoneName,
 }
 
 impl SendEmailConfig {
@@ -48,6 +53,11 @@ impl SendEmailConfig {
         var::RECORD_CONCURRENCY,
         var::MAX_SEND_ERRORS,
         var::EMAILS_MAX_RECEIVE_COUNT,
+        var::FREQUENCY_CAPS,
+        var::FREQUENCY_CAP_EXEMPT_TOPICS,
+        var::QUIET_HOURS,
+        var::QUIET_HOURS_POLICY,
+        var::FALLBACK_TIME_ZONE,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
@@ -126,6 +136,22 @@ impl SendEmailConfig {
             record_concurrency,
             max_send_errors,
             max_receive_count,
+            caps: crate::domain::guardrails::FrequencyCaps::parse(
+                &value(src, var::FREQUENCY_CAPS).unwrap_or_default(),
+                &value(src, var::FREQUENCY_CAP_EXEMPT_TOPICS).unwrap_or_default(),
+            )
+            .map_err(|e| ConfigError {
+                var: var::FREQUENCY_CAPS,
+                problem: e.to_string(),
+            })?,
+            quiet_hours: super::functions::quiet_hours(src)?,
+            fallback_zone: crate::domain::local_time::ZoneName::parse(
+                &value(src, var::FALLBACK_TIME_ZONE).unwrap_or_else(|| "UTC".into()),
+            )
+            .map_err(|e| ConfigError {
+                var: var::FALLBACK_TIME_ZONE,
+                problem: e.to_string(),
+            })?,
         })
     }
 }

@@ -137,3 +137,18 @@ pub const TRACK_OPENS_AND_CLICKS: &str = "TRACK_OPENS_AND_CLICKS";
 pub const USERS_QUEUE_URL: &str = "USERS_QUEUE_URL";
 /// The emails queue's VisibilityTimeout (caps the lease)
 pub const VISIBILITY_TIMEOUT_SECONDS: &str = "VISIBILITY_TIMEOUT_SECONDS";
+/// The holdout group's default share of a campaign's audience, in percent (0-50; a start's
+/// `holdoutPercent` overrides it)
+pub const HOLDOUT_PERCENT: &str = "HOLDOUT_PERCENT";
+/// A campaign's default deadline, in hours after its first start (0: none; a start's
+/// `deadline` overrides it)
+pub const CAMPAIGN_DEADLINE_HOURS: &str = "CAMPAIGN_DEADLINE_HOURS";
+/// Frequency caps across campaigns, comma-separated: `1/16h`, `3/7d`, `2/1cd` (calendar days
+/// in the user's zone), each optionally for topics (`3/7d:digest+product-news`); empty: none
+pub const FREQUENCY_CAPS: &str = "FREQUENCY_CAPS";
+/// Topics whose emails the frequency caps neither stop nor count (comma-separated ids)
+pub const FREQUENCY_CAP_EXEMPT_TOPICS: &str = "FREQUENCY_CAP_EXEMPT_TOPICS";
+/// Quiet hours in each user's zone, `HH:MM-HH:MM` (e.g. `21:00-08:00`); empty: none
+pub const QUIET_HOURS: &str = "QUIET_HOURS";
+/// What happens to an email due in the quiet hours: `defer` (to their end) or `skip`
+pub const QUIET_HOURS_POLICY: &str = "QUIET_HOURS_POLICY";

@@ -53,6 +53,22 @@ pub enum CampaignError {
         recorded: String,
         given: String,
     },
+    #[error(
+        "campaign {id} was started with a holdout of {recorded}, and this start gives {given}: a holdout is fixed when the campaign first starts (who was held out stays out; leave out the holdout, or give the new one's campaign another id)"
+    )]
+    HoldoutChanged {
+        id: String,
+        recorded: String,
+        given: String,
+    },
+    #[error(
+        "campaign {id} was started {recorded} from the frequency caps, and this start says otherwise: the exemption is fixed when the campaign first starts (leave it out)"
+    )]
+    CapExemptChanged { id: String, recorded: String },
+    #[error(
+        "campaign {id}'s deadline {deadline} has passed: nothing more of it is sent. To send to its users recorded expired, give a later deadline (mailctl resend --deadline ...; the change is recorded) and --include-failed"
+    )]
+    PastDeadline { id: String, deadline: String },
 }
 
 /// A campaign id: safe for keys, tags and logs.
@@ -377,6 +393,14 @@ pub enum Hold {
     Cancelled(StateChange),
 }
 
+/// What the pipeline's functions read of a campaign: whether it may send now, and its
+/// guardrails.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CampaignState {
+    pub hold: Option<Hold>,
+    pub guardrails: super::guardrails::CampaignGuardrails,
+}
+
 /// A campaign's row in the campaigns table: GetUsers registers it RUNNING when it starts it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CampaignRecord {
@@ -390,4 +414,93 @@ pub struct CampaignRecord {
     pub hold: Option<Hold>,
     /// The last change of state (a resume leaves one with `hold` None).
     pub last_change: Option<StateChange>,
+    /// Its deadline, holdout and cap exemption (None for campaigns recorded before them).
+    pub guardrails: Option<super::guardrails::CampaignGuardrails>,
+    /// The deadline's last move by a later start: when, and what it was before.
+    pub deadline_moved: Option<(u64, Option<i64>)>,
+}
+
+/// The guardrails a start names (the rest come from the stack's defaults on the first start,
+/// and from the record on every later one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GuardrailRequest {
+    pub deadline_ms: Option<i64>,
+    pub holdout_bp: Option<u32>,
+    pub cap_exempt: Option<bool>,
+}
+
+/// The stack's defaults for a start that names none (`HOLDOUT_PERCENT`,
+/// `CAMPAIGN_DEADLINE_HOURS`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GuardrailDefaults {
+    pub holdout_bp: u32,
+    /// Hours after the first start (0: no deadline).
+    pub deadline_hours: u32,
+}
+
+impl GuardrailRequest {
+    /// What a first start records.
+    pub fn initial(
+        &self,
+        defaults: GuardrailDefaults,
+        now_ms: i64,
+    ) -> super::guardrails::CampaignGuardrails {
+        super::guardrails::CampaignGuardrails {
+            deadline_ms: self.deadline_ms.or_else(|| {
+                (defaults.deadline_hours > 0)
+                    .then(|| now_ms + i64::from(defaults.deadline_hours) * 3_600_000)
+            }),
+            holdout_bp: self.holdout_bp.unwrap_or(defaults.holdout_bp),
+            cap_exempt: self.cap_exempt.unwrap_or(false),
+        }
+    }
+
+    /// Settles this start against what the campaign recorded: the holdout and the
+    /// exemption cannot change; a deadline given replaces the recorded one (Some(new):
+    /// to be written and recorded as moved); a start after the deadline is refused.
+    pub fn settle(
+        &self,
+        id: &CampaignId,
+        recorded: super::guardrails::CampaignGuardrails,
+        now_ms: i64,
+    ) -> Result<Option<super::guardrails::CampaignGuardrails>, CampaignError> {
+        let percent = |bp: u32| format!("{}.{:02} %", bp / 100, bp % 100);
+        if let Some(given) = self.holdout_bp.filter(|bp| *bp != recorded.holdout_bp) {
+            return Err(CampaignError::HoldoutChanged {
+                id: id.to_string(),
+                recorded: percent(recorded.holdout_bp),
+                given: percent(given),
+            });
+        }
+        if self.cap_exempt.is_some_and(|e| e != recorded.cap_exempt) {
+            return Err(CampaignError::CapExemptChanged {
+                id: id.to_string(),
+                recorded: if recorded.cap_exempt {
+                    "exempt"
+                } else {
+                    "not exempt"
+                }
+                .into(),
+            });
+        }
+        let moved = self
+            .deadline_ms
+            .filter(|d| Some(*d) != recorded.deadline_ms)
+            .map(|d| super::guardrails::CampaignGuardrails {
+                deadline_ms: Some(d),
+                ..recorded
+            });
+        let now = moved.unwrap_or(recorded);
+        if now.expired(now_ms) {
+            return Err(CampaignError::PastDeadline {
+                id: id.to_string(),
+                deadline: now
+                    .deadline_ms
+                    .and_then(|d| OffsetDateTime::from_unix_timestamp(d / 1000).ok())
+                    .map(rfc3339)
+                    .unwrap_or_default(),
+            });
+        }
+        Ok(moved)
+    }
 }

@@ -11,6 +11,9 @@
 //!   (none), DEAD_LETTERED, or IN_PROGRESS with an ended lease --cancel_send--> CANCELLED
 //!   (the campaign was cancelled before this email went out; final unless an operator
 //!   reopens the campaign: resend --reopen-cancelled)
+//!
+//!   IN_PROGRESS --mark_skipped--> SKIPPED with its reason (a guardrail: held out, expired,
+//!   frequency cap, quiet hours; final unless resend --include-failed reconsiders it)
 //! ```
 
 use crate::domain::campaign::CampaignId;
@@ -26,6 +29,9 @@ pub enum SendStatus {
     DeadLettered,
     /// The campaign was cancelled (`mailctl cancel`) before this email went out: final.
     Cancelled,
+    /// A guardrail decided it is not sent (`skipReason`: held out, expired, frequency cap,
+    /// quiet hours): final unless a resend with --include-failed reconsiders it.
+    Skipped,
 }
 
 impl SendStatus {
@@ -36,6 +42,7 @@ impl SendStatus {
             Self::Failed => "FAILED",
             Self::DeadLettered => "DEAD_LETTERED",
             Self::Cancelled => "CANCELLED",
+            Self::Skipped => "SKIPPED",
         }
     }
 
@@ -46,6 +53,7 @@ impl SendStatus {
             "FAILED" => Some(Self::Failed),
             "DEAD_LETTERED" => Some(Self::DeadLettered),
             "CANCELLED" => Some(Self::Cancelled),
+            "SKIPPED" => Some(Self::Skipped),
             _ => None,
         }
     }
@@ -99,7 +107,7 @@ pub struct Claim {
 /// an ended lease, or DEAD_LETTERED).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reclaim {
-    /// FAILED (`resend --include-failed`).
+    /// FAILED and SKIPPED (`resend --include-failed`).
     pub failed: bool,
     /// CANCELLED (`resend --reopen-cancelled`).
     pub cancelled: bool,
@@ -119,6 +127,10 @@ pub enum Refusal {
     },
     /// The campaign was cancelled before this email went out (and is not reopened).
     Cancelled,
+    /// A guardrail decided it (the reason as recorded).
+    Skipped {
+        reason: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -283,6 +295,7 @@ mod tests {
             SendStatus::Sent,
             SendStatus::Failed,
             SendStatus::DeadLettered,
+            SendStatus::Skipped,
         ] {
             assert_eq!(SendStatus::parse(s.as_str()), Some(s));
         }

@@ -92,6 +92,13 @@ impl From<LocalTime> for String {
     }
 }
 
+impl LocalTime {
+    /// Minutes since midnight.
+    pub fn minutes(self) -> i32 {
+        i32::from(self.hour) * 60 + i32::from(self.minute)
+    }
+}
+
 impl fmt::Display for LocalTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:02}:{:02}", self.hour, self.minute)
@@ -159,7 +166,7 @@ impl ZoneName {
         &self.0
     }
 
-    fn zone(&self) -> TimeZone {
+    pub fn zone(&self) -> TimeZone {
         zone(&self.0).unwrap_or(TimeZone::UTC)
     }
 }
@@ -179,7 +186,7 @@ impl From<ZoneName> for String {
 
 /// The zone `name` names, if the bundled IANA database has it (its lookup ignores case, and
 /// it holds the "backward" links, so legacy names such as "US/Pacific" resolve).
-fn zone(name: &str) -> Option<TimeZone> {
+pub fn zone(name: &str) -> Option<TimeZone> {
     // The database has no name with spaces or empty; refusing them here keeps "UTC " and
     // Windows names ("Pacific Standard Time") from depending on its lookup.
     if name.is_empty() || name.len() > 64 || name.contains(char::is_whitespace) {
@@ -319,24 +326,30 @@ impl LocalDelivery {
 
     /// The instant of `local_time` on `date` in `tz`, by the DST rules above.
     pub fn target(&self, tz: &TimeZone, date: Date) -> i64 {
-        let local = date.at(self.local_time.hour, self.local_time.minute, 0, 0);
-        let instant = match tz.to_ambiguous_timestamp(local).offset() {
-            AmbiguousOffset::Unambiguous { offset } => offset.to_timestamp(local),
-            // Fall back: the earlier of the two.
-            AmbiguousOffset::Fold { before, .. } => before.to_timestamp(local),
-            // Spring forward: the local time read with the offset before the gap lies after
-            // the transition; the transition itself is the first instant after the gap.
-            // (`preceding` is exclusive: a millisecond later finds a transition at `late`.)
-            AmbiguousOffset::Gap { before, .. } => before.to_timestamp(local).map(|late| {
-                Timestamp::from_millisecond(late.as_millisecond() + 1)
-                    .ok()
-                    .and_then(|just_after| tz.preceding(just_after).next())
-                    .map(|t| t.timestamp())
-                    .unwrap_or(late)
-            }),
-        };
-        instant.unwrap_or(Timestamp::MAX).as_millisecond()
+        instant_of(tz, date, self.local_time)
     }
+}
+
+/// The instant of `time` on `date` in `tz`: in a fold the earlier of the two, in a gap the
+/// first instant after it (quiet hours end by the same rule).
+pub fn instant_of(tz: &TimeZone, date: Date, time: LocalTime) -> i64 {
+    let local = date.at(time.hour, time.minute, 0, 0);
+    let instant = match tz.to_ambiguous_timestamp(local).offset() {
+        AmbiguousOffset::Unambiguous { offset } => offset.to_timestamp(local),
+        // Fall back: the earlier of the two.
+        AmbiguousOffset::Fold { before, .. } => before.to_timestamp(local),
+        // Spring forward: the local time read with the offset before the gap lies after
+        // the transition; the transition itself is the first instant after the gap.
+        // (`preceding` is exclusive: a millisecond later finds a transition at `late`.)
+        AmbiguousOffset::Gap { before, .. } => before.to_timestamp(local).map(|late| {
+            Timestamp::from_millisecond(late.as_millisecond() + 1)
+                .ok()
+                .and_then(|just_after| tz.preceding(just_after).next())
+                .map(|t| t.timestamp())
+                .unwrap_or(late)
+        }),
+    };
+    instant.unwrap_or(Timestamp::MAX).as_millisecond()
 }
 
 /// When a user of a local-time campaign was let go, carried from GetUsers to SendEmail so
@@ -377,10 +390,18 @@ pub struct LocalTimeCounts {
     pub due_now: u64,
     /// Users kept until their slot, by slot (the target instant, ms).
     pub waiting: BTreeMap<i64, u64>,
+    /// Due inside their quiet hours: moved to their end (`QUIET_HOURS_POLICY` defer).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub quiet_deferred: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl LocalTimeCounts {
     pub fn add(&mut self, other: &LocalTimeCounts) {
+        self.quiet_deferred += other.quiet_deferred;
         self.timezone_missing += other.timezone_missing;
         self.timezone_invalid += other.timezone_invalid;
         self.passed_sent_now += other.passed_sent_now;

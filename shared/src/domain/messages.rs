@@ -41,6 +41,10 @@ pub struct UserMessage {
     /// A local-time user: when they were let go (their send record gets its lateness).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub due: Option<Due>,
+    /// The user's IANA zone (their own, or a local-time campaign's fallback): quiet hours
+    /// and calendar-day caps are theirs. None: the stack's `FALLBACK_TIME_ZONE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
 }
 
 /// Emails queue: one rendered email, ready to send. On the queue its HTML and text parts
@@ -64,6 +68,10 @@ pub struct EmailJob {
     pub include_cancelled: bool,
     /// A local-time user's release (see `UserMessage::due`).
     pub due: Option<Due>,
+    /// The campaign's topic (frequency caps may be per topic).
+    pub topic: TopicId,
+    /// See `UserMessage::zone`.
+    pub zone: Option<String>,
 }
 
 /// An email job as the emails queue carries it.
@@ -91,6 +99,10 @@ struct WireJob {
     include_cancelled: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     due: Option<Due>,
+    #[serde(default = "weekly_topic")]
+    topic: TopicId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    zone: Option<String>,
 }
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -164,6 +176,8 @@ impl TryFrom<WireJob> for EmailJob {
             include_failed: w.include_failed,
             include_cancelled: w.include_cancelled,
             due: w.due,
+            topic: w.topic,
+            zone: w.zone,
         })
     }
 }
@@ -182,6 +196,8 @@ impl From<EmailJob> for WireJob {
             include_failed: job.include_failed,
             include_cancelled: job.include_cancelled,
             due: job.due,
+            topic: job.topic,
+            zone: job.zone,
         }
     }
 }
@@ -232,6 +248,8 @@ mod tests {
                 slot_late_ms: 1200,
                 released_at_ms: 1_796_029_201_200,
             }),
+            topic: super::weekly_topic(),
+            zone: Some("Asia/Tokyo".into()),
         };
         let wire = serde_json::to_string(&job).unwrap();
         assert!(wire.len() < job.html.len() / 4, "{}", wire.len());

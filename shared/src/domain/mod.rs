@@ -4,6 +4,7 @@ pub mod address;
 pub mod campaign;
 pub mod digest;
 pub mod fan_out;
+pub mod guardrails;
 pub mod ledger;
 pub mod local_time;
 pub mod messages;

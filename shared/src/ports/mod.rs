@@ -12,8 +12,11 @@
 //! `adapters::waiting::WaitingTable` (WaitingRoom), `adapters::open_content::OpenContentTable`
 //! (OpenContentStore), `adapters::picks::MongoPicks` (PickDirectory).
 
-use crate::domain::campaign::{Campaign, CampaignId, CampaignRecord, Hold, StateChange, Window};
+use crate::domain::campaign::{
+    Campaign, CampaignId, CampaignRecord, CampaignState, StateChange, Window,
+};
 use crate::domain::digest::{Enrichment, OddFollows};
+use crate::domain::guardrails::{CampaignGuardrails, CapHistory, Skip};
 use crate::domain::ledger::{
     Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, SendKey, SendStatus,
 };
@@ -34,8 +37,9 @@ use std::future::Future;
 use std::time::Duration;
 
 /// The sends ledger as SendEmail uses it (`crate::domain::ledger` describes the state machine).
-/// Every write is conditional; a refused one reports what the record holds instead.
-pub trait SendLedger: Send + Sync {
+/// Every write is conditional; a refused one reports what the record holds instead. The
+/// frequency caps' items live in the same table (`CapLedger`).
+pub trait SendLedger: CapLedger + Send + Sync {
     /// Claims the claim's key for one attempt: on no record, an IN_PROGRESS record whose
     /// lease has ended, a DEAD_LETTERED one, or a FAILED or CANCELLED one `reclaim` names.
     fn claim(
@@ -64,6 +68,8 @@ pub trait SendLedger: Send + Sync {
         claim: &Claim,
         reason: &str,
     ) -> impl Future<Output = Marked> + Send;
+    /// SKIPPED with a guardrail's reason, while this attempt holds the claim.
+    fn mark_skipped(&self, claim: &Claim, skip: Skip) -> impl Future<Output = Marked> + Send;
     /// CANCELLED (the campaign was cancelled), unless the record is SENT or held by a live
     /// lease (that attempt's outcome stands). Whether it was written.
     fn cancel_send(
@@ -73,22 +79,48 @@ pub trait SendLedger: Send + Sync {
     ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
 }
 
+/// Each user's emails that count towards the frequency caps: one item per user in the sends
+/// table, written only if no other campaign wrote it since it was read.
+pub trait CapLedger: Send + Sync {
+    fn cap_history(
+        &self,
+        user_id: &str,
+    ) -> impl Future<Output = Result<CapHistory, LedgerError>> + Send;
+    /// Writes `history` if the user's item is still at `history.version` (and bumps it);
+    /// false when another write came first. Kept `keep_ms` after the write.
+    fn write_cap_history(
+        &self,
+        user_id: &str,
+        history: &CapHistory,
+        keep_ms: i64,
+    ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
+}
+
 /// The campaigns table as the pipeline's functions read it.
 pub trait CampaignStates: Send + Sync {
-    /// Why the campaign must not send now (paused or cancelled), or None while it runs.
-    fn hold(
+    /// Whether the campaign may send now (paused or cancelled: no) and its guardrails.
+    fn state(
         &self,
         campaign_id: &str,
-    ) -> impl Future<Output = Result<Option<Hold>, LedgerError>> + Send;
+    ) -> impl Future<Output = Result<CampaignState, LedgerError>> + Send;
     /// Records that GetUsers started the campaign (RUNNING, unless it has a state already),
-    /// so that `mailctl` and the reputation guard know it, with the window and topic it
-    /// first started with; the record as it is now (a later start settles against it:
-    /// `Campaign::settle`).
+    /// so that `mailctl` and the reputation guard know it, with the window, topic and
+    /// guardrails it first started with; the record as it is now (a later start settles
+    /// against it: `Campaign::settle`, `GuardrailRequest::settle`).
     fn register(
         &self,
         campaign: &Campaign,
+        guardrails: &CampaignGuardrails,
         at_ms: u64,
     ) -> impl Future<Output = Result<CampaignRecord, LedgerError>> + Send;
+    /// A later start gave another deadline: written, with when and what it replaced.
+    fn move_deadline(
+        &self,
+        campaign: &CampaignId,
+        guardrails: &CampaignGuardrails,
+        from: Option<i64>,
+        at_ms: u64,
+    ) -> impl Future<Output = Result<(), LedgerError>> + Send;
     /// Users of a run segment left out of the audience, by reason (written whole: a retried
     /// segment repeats them harmlessly).
     fn record_exclusions(

@@ -14,7 +14,8 @@ pub mod ses_events;
 pub mod summary;
 pub mod unsubscribe;
 
-use crate::domain::campaign::Hold;
+use crate::domain::campaign::{CampaignState, Hold};
+use crate::domain::ledger::LedgerError;
 use crate::ports::CampaignStates;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 /// mappings, disabled by a pause, stop new batches reaching it at all).
 pub const CAMPAIGN_STATE_TTL: Duration = Duration::from_secs(5);
 
-type SeenStates = HashMap<String, (Instant, Option<Hold>)>;
+type SeenStates = HashMap<String, (Instant, CampaignState)>;
 
 /// The campaigns table as the pipeline's functions read it: at most once per campaign per
 /// `CAMPAIGN_STATE_TTL` in one execution environment, however many records ask at once (the
@@ -51,29 +52,33 @@ impl<S: CampaignStates> CampaignStateCache<S> {
     }
 
     pub async fn hold(&self, campaign_id: &str) -> Option<Hold> {
-        let mut seen = self.seen.lock().await;
-        if let Some((at, state)) = seen.get(campaign_id) {
-            if at.elapsed() < CAMPAIGN_STATE_TTL {
-                return state.clone();
-            }
-        }
-        match self.states.hold(campaign_id).await {
-            Ok(state) => {
-                seen.insert(campaign_id.to_owned(), (Instant::now(), state.clone()));
-                state
-            }
+        match self.state(campaign_id).await {
+            Ok(state) => state.hold,
             Err(err) => {
                 tracing::warn!(reason = %err, "campaign state not read; going on as running");
                 None
             }
         }
     }
+
+    /// The campaign's state and guardrails. SendEmail needs them read (a holdout or a
+    /// deadline not known is not applied), so a failed read is its error to retry.
+    pub async fn state(&self, campaign_id: &str) -> Result<CampaignState, LedgerError> {
+        let mut seen = self.seen.lock().await;
+        if let Some((at, state)) = seen.get(campaign_id) {
+            if at.elapsed() < CAMPAIGN_STATE_TTL {
+                return Ok(state.clone());
+            }
+        }
+        let state = self.states.state(campaign_id).await?;
+        seen.insert(campaign_id.to_owned(), (Instant::now(), state.clone()));
+        Ok(state)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ledger::LedgerError;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Counts its reads; answers "running" after a while, as a real read takes time.
@@ -81,18 +86,29 @@ mod tests {
     struct CountingStates(AtomicUsize);
 
     impl CampaignStates for CountingStates {
-        async fn hold(&self, _: &str) -> Result<Option<Hold>, LedgerError> {
+        async fn state(&self, _: &str) -> Result<CampaignState, LedgerError> {
             self.0.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(20)).await;
-            Ok(None)
+            Ok(CampaignState::default())
         }
 
         async fn register(
             &self,
             _: &crate::domain::campaign::Campaign,
+            _: &crate::domain::guardrails::CampaignGuardrails,
             _: u64,
         ) -> Result<crate::domain::campaign::CampaignRecord, LedgerError> {
             Ok(Default::default())
+        }
+
+        async fn move_deadline(
+            &self,
+            _: &crate::domain::campaign::CampaignId,
+            _: &crate::domain::guardrails::CampaignGuardrails,
+            _: Option<i64>,
+            _: u64,
+        ) -> Result<(), LedgerError> {
+            Ok(())
         }
 
         async fn record_exclusions(

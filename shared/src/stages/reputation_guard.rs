@@ -165,7 +165,10 @@ mod tests {
     async fn an_alarm_stops_the_consumers_and_pauses_every_running_campaign() {
         let campaigns = MemoryCampaigns::default();
         for id in ["a", "b", "gone"] {
-            campaigns.register(&campaign(id), 1).await.unwrap();
+            campaigns
+                .register(&campaign(id), &Default::default(), 1)
+                .await
+                .unwrap();
         }
         campaigns.cancel("gone");
         let guard = ReputationGuard::new(campaigns);
@@ -189,7 +192,11 @@ mod tests {
     #[tokio::test]
     async fn ok_and_unreadable_notifications_change_nothing() {
         let guard = ReputationGuard::new(MemoryCampaigns::default());
-        guard.switch.register(&campaign("a"), 1).await.unwrap();
+        guard
+            .switch
+            .register(&campaign("a"), &Default::default(), 1)
+            .await
+            .unwrap();
         let summary = guard
             .handle(event(&[notification("OK"), "not json".into()]))
             .await

@@ -145,7 +145,7 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
                 let status = self.records.status_of(key).await.map_err(ledger)?;
                 if matches!(
                     status,
-                    Some(SendStatus::InProgress | SendStatus::DeadLettered)
+                    Some(SendStatus::InProgress | SendStatus::DeadLettered | SendStatus::Skipped)
                 ) {
                     effect.reconciled = self.reconcile(key, event).await?;
                 }
@@ -155,7 +155,7 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
                 effect.counted = Some(Engagement::Delivered);
                 if matches!(
                     status,
-                    Some(SendStatus::InProgress | SendStatus::DeadLettered)
+                    Some(SendStatus::InProgress | SendStatus::DeadLettered | SendStatus::Skipped)
                 ) {
                     effect.reconciled = self.reconcile(key, event).await?;
                 }

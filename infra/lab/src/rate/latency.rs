@@ -3,12 +3,13 @@
 //! bounded as it is on Lambda; and the CPU an environment has (`Computing`).
 
 use super::queue::LabQueue;
+use mailflow::domain::guardrails::{CapHistory, Skip};
 use mailflow::domain::ledger::{Claim, ClaimOutcome, LedgerError, Reclaim, SendKey};
 use mailflow::domain::send_rate::{QuotaUnknown, SendQuota, SharedRate};
 use mailflow::ports::memory::MemoryLedger;
 use mailflow::ports::{
-    Mailer, Marked, OutgoingEmail, QueueError, RateBucket, RateError, RateView, RetryQueue,
-    SendError, SendLedger, SlotRequest, Taken,
+    CapLedger, Mailer, Marked, OutgoingEmail, QueueError, RateBucket, RateError, RateView,
+    RetryQueue, SendError, SendLedger, SlotRequest, Taken,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +45,25 @@ impl<T> Slow<T> {
     }
 }
 
+impl CapLedger for Slow<MemoryLedger> {
+    async fn cap_history(&self, user_id: &str) -> Result<CapHistory, LedgerError> {
+        self.wait().await;
+        self.inner.cap_history(user_id).await
+    }
+
+    async fn write_cap_history(
+        &self,
+        user_id: &str,
+        history: &CapHistory,
+        keep_ms: i64,
+    ) -> Result<bool, LedgerError> {
+        self.wait().await;
+        self.inner
+            .write_cap_history(user_id, history, keep_ms)
+            .await
+    }
+}
+
 impl SendLedger for Slow<MemoryLedger> {
     async fn claim(&self, claim: &Claim, reclaim: Reclaim) -> Result<ClaimOutcome, LedgerError> {
         self.wait().await;
@@ -73,6 +93,11 @@ impl SendLedger for Slow<MemoryLedger> {
     async fn mark_dead_lettered(&self, claim: &Claim, reason: &str) -> Marked {
         self.wait().await;
         self.inner.mark_dead_lettered(claim, reason).await
+    }
+
+    async fn mark_skipped(&self, claim: &Claim, skip: Skip) -> Marked {
+        self.wait().await;
+        self.inner.mark_skipped(claim, skip).await
     }
 
     async fn cancel_send(&self, key: &SendKey, at_ms: u64) -> Result<bool, LedgerError> {

@@ -191,6 +191,8 @@ fn jobs(count: usize) -> Vec<String> {
                 include_failed: false,
                 include_cancelled: false,
                 due: None,
+                topic: mailflow::domain::messages::weekly_topic(),
+                zone: None,
             };
             serde_json::to_string(&job).expect("a job serialises")
         })

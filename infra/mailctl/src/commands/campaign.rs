@@ -1,7 +1,7 @@
 //! `run` and `resend`: start a campaign, and on the local stack run it to its end and say
 //! how it ended (exit status 1 when users are FAILED, dead-lettered or left in a DLQ).
 
-use super::{provision_local, CampaignArgs, LocalTimeArgs, TargetArgs};
+use super::{provision_local, CampaignArgs, GuardrailArgs, LocalTimeArgs, TargetArgs};
 use anyhow::{bail, Context, Result};
 use mailctl::ops::{self, Target};
 use mailflow::adapters::ses::SesMailer;
@@ -17,6 +17,7 @@ pub async fn run(
     campaign: Option<String>,
     window: &CampaignArgs,
     local: &LocalTimeArgs,
+    guardrails: &GuardrailArgs,
     t: &TargetArgs,
 ) -> Result<()> {
     let campaign = match campaign {
@@ -25,6 +26,7 @@ pub async fn run(
     };
     let mut event = super::start_event(&campaign);
     local.apply(&mut event);
+    guardrails.apply(&mut event);
     start(sdk, template, t, event).await
 }
 
@@ -38,6 +40,8 @@ pub struct Resend<'a> {
     pub local: LocalTimeArgs,
     /// Everyone now, even a campaign whose run started with a local time.
     pub at_once: bool,
+    /// A later deadline (the others are fixed when the campaign first starts).
+    pub guardrails: GuardrailArgs,
 }
 
 /// `resend`: the campaign again; only users without a SENT record get an email. With
@@ -61,6 +65,7 @@ pub async fn resend(
     let mut event = super::start_event(&resolved);
     event["includeFailed"] = options.include_failed.into();
     event["includeCancelled"] = options.reopen.is_some().into();
+    options.guardrails.apply(&mut event);
     if options.local.local_time.is_some() {
         options.local.apply(&mut event);
     } else if !options.at_once {

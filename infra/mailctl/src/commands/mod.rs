@@ -82,6 +82,39 @@ impl LocalTimeArgs {
     }
 }
 
+/// A campaign's guardrails (docs/pinpoint.md): GetUsers records them when the campaign first
+/// starts; a later start may only move the deadline.
+#[derive(clap::Args, Clone, Default)]
+pub struct GuardrailArgs {
+    /// Nothing of the campaign is sent after this instant (RFC 3339); users not sent by then
+    /// are recorded expired. Given again later, it moves the deadline (recorded). Default: the
+    /// stack's CAMPAIGN_DEADLINE_HOURS after the first start (0: none).
+    #[arg(long)]
+    pub deadline: Option<String>,
+    /// Hold this percentage of the audience out (0-50, e.g. 10 or 2.5), the same users on
+    /// every run; recorded held_out, never sent. Default: the stack's HOLDOUT_PERCENT.
+    #[arg(long)]
+    pub holdout: Option<String>,
+    /// Frequency caps neither stop nor count this campaign's emails (recorded with it).
+    #[arg(long)]
+    pub cap_exempt: bool,
+}
+
+impl GuardrailArgs {
+    /// Adds the guardrails given to GetUsers' event.
+    pub fn apply(&self, event: &mut serde_json::Value) {
+        if let Some(deadline) = &self.deadline {
+            event["deadline"] = deadline.clone().into();
+        }
+        if let Some(holdout) = &self.holdout {
+            event["holdoutPercent"] = holdout.clone().into();
+        }
+        if self.cap_exempt {
+            event["capExempt"] = true.into();
+        }
+    }
+}
+
 /// The campaign `id` names, with its window (`--since`/`--until`, a weekly id's own week, or
 /// the window it was first started with) and its topic (`--topic`, or the one it was first
 /// started with, or the weekly one), both as GetUsers settles them.

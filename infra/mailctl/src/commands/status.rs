@@ -68,7 +68,7 @@ pub async fn redrive(
 }
 
 fn print_status(s: &ops::CampaignStatus) {
-    let done = s.sent + s.failed + s.dead_lettered;
+    let done = s.sent + s.failed + s.dead_lettered + s.skipped.values().sum::<usize>();
     let total = done as u64 + s.in_progress as u64 + s.users_pending + s.emails_pending;
     let width = 30;
     let filled = (done as u64 * width as u64)
@@ -141,6 +141,9 @@ fn print_status(s: &ops::CampaignStatus) {
             o.fallbacks,
         );
     }
+    if let Some(line) = guardrails_line(s) {
+        println!("{line}");
+    }
     if let Some(at) = s.cancelled_at_ms {
         println!(
             "  CANCELLED at {at} ms by {}: {} ({} users recorded CANCELLED; skips are in run summaries and CreateEmails' logs)",
@@ -185,4 +188,51 @@ fn print_status(s: &ops::CampaignStatus) {
             println!("  {what} {n}: {reason}");
         }
     }
+}
+
+/// The campaign's guardrails and what they decided: the holdout next to the group sent to
+/// (and its clicks), the deadline and any move of it, skips by reason.
+fn guardrails_line(s: &ops::CampaignStatus) -> Option<String> {
+    let g = s.guardrails.unwrap_or_default();
+    if s.skipped.is_empty() && g == Default::default() {
+        return None;
+    }
+    let held_out = s.skipped.get("held_out").copied().unwrap_or(0);
+    let mut parts = Vec::new();
+    if g.holdout_bp > 0 || held_out > 0 {
+        let clicked = s.engagement.get("clicked").copied().unwrap_or(0);
+        parts.push(format!(
+            "holdout {}.{:02} %: {held_out} held out (no email) vs {} sent ({clicked} clicked)",
+            g.holdout_bp / 100,
+            g.holdout_bp % 100,
+            s.sent
+        ));
+    }
+    if let Some(deadline) = g.deadline_ms {
+        let moved = match s.deadline_moved_at_ms {
+            Some(at) => format!(
+                " (moved at {} from {})",
+                ops::format_ms(at),
+                s.deadline_moved_from_ms
+                    .map_or("none".into(), |d| ops::format_ms(d.max(0) as u64))
+            ),
+            None => String::new(),
+        };
+        parts.push(format!(
+            "deadline {}{moved}",
+            ops::format_ms(deadline.max(0) as u64)
+        ));
+    }
+    if g.cap_exempt {
+        parts.push("exempt from frequency caps".into());
+    }
+    let skipped: Vec<String> = s
+        .skipped
+        .iter()
+        .map(|(reason, n)| format!("{reason} {n}"))
+        .collect();
+    if !skipped.is_empty() {
+        parts.push(format!("SKIPPED by guardrails: {}", skipped.join(" ")));
+    }
+    Some(format!("  {}", parts.join(" | ")))
 }

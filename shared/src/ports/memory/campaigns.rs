@@ -1,6 +1,9 @@
 //! Campaigns and the sending switch, in memory.
 
-use crate::domain::campaign::{Campaign, CampaignId, CampaignRecord, Hold, StateChange, Window};
+use crate::domain::campaign::{
+    Campaign, CampaignId, CampaignRecord, CampaignState, Hold, StateChange, Window,
+};
+use crate::domain::guardrails::CampaignGuardrails;
 use crate::domain::ledger::LedgerError;
 use crate::domain::topics::{ExclusionCounts, TopicId};
 use crate::ports::{CampaignStates, ControlError, SendingSwitch};
@@ -17,6 +20,8 @@ pub struct MemoryCampaigns {
     /// Users left out of the audience, per campaign and run segment.
     pub excluded: Mutex<HashMap<(String, u32), ExclusionCounts>>,
     pub holds: Mutex<HashMap<String, Hold>>,
+    /// Each campaign's guardrails as recorded.
+    pub guardrails: Mutex<HashMap<String, CampaignGuardrails>>,
     pub consumers_stopped: Mutex<bool>,
 }
 
@@ -50,16 +55,39 @@ impl MemoryCampaigns {
     pub fn hold_of(&self, campaign_id: &str) -> Option<Hold> {
         self.holds().get(campaign_id).cloned()
     }
+
+    /// Records the campaign's guardrails (as a first start would).
+    pub fn set_guardrails(&self, campaign_id: &str, guardrails: CampaignGuardrails) {
+        crate::runtime::lock(&self.guardrails).insert(campaign_id.to_owned(), guardrails);
+    }
 }
 
 impl CampaignStates for MemoryCampaigns {
-    async fn hold(&self, campaign_id: &str) -> Result<Option<Hold>, LedgerError> {
-        Ok(self.hold_of(campaign_id))
+    async fn state(&self, campaign_id: &str) -> Result<CampaignState, LedgerError> {
+        Ok(CampaignState {
+            hold: self.hold_of(campaign_id),
+            guardrails: crate::runtime::lock(&self.guardrails)
+                .get(campaign_id)
+                .copied()
+                .unwrap_or_default(),
+        })
+    }
+
+    async fn move_deadline(
+        &self,
+        campaign: &CampaignId,
+        guardrails: &CampaignGuardrails,
+        _: Option<i64>,
+        _: u64,
+    ) -> Result<(), LedgerError> {
+        self.set_guardrails(campaign.as_str(), *guardrails);
+        Ok(())
     }
 
     async fn register(
         &self,
         campaign: &Campaign,
+        guardrails: &CampaignGuardrails,
         at_ms: u64,
     ) -> Result<CampaignRecord, LedgerError> {
         let id = campaign.id.as_str();
@@ -70,9 +98,13 @@ impl CampaignStates for MemoryCampaigns {
             .entry(id.to_owned())
             .or_insert((campaign.window, campaign.topic.clone()))
             .clone();
+        let guardrails = *crate::runtime::lock(&self.guardrails)
+            .entry(id.to_owned())
+            .or_insert(*guardrails);
         Ok(CampaignRecord {
             window: Some(window),
             topic: Some(topic.to_string()),
+            guardrails: Some(guardrails),
             ..Default::default()
         })
     }

@@ -1,9 +1,10 @@
 //! A ledger with the same conditions as the DynamoDB one (`adapters::dynamo`).
 
+use crate::domain::guardrails::{CapHistory, Skip};
 use crate::domain::ledger::{
     Claim, ClaimOutcome, LedgerError, LostClaim, Reclaim, Refusal, SendKey, SendStatus,
 };
-use crate::ports::{Marked, SendLedger};
+use crate::ports::{CapLedger, Marked, SendLedger};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -23,6 +24,8 @@ pub struct Record {
 #[derive(Default)]
 pub struct MemoryLedger {
     records: Mutex<HashMap<(String, String), Record>>,
+    /// Each user's frequency-cap history.
+    caps: Mutex<HashMap<String, CapHistory>>,
     /// How many of the next writes fail as if the store did not answer.
     failing_writes: Mutex<u32>,
 }
@@ -110,6 +113,10 @@ impl SendLedger for MemoryLedger {
                 record.lease_until_ms.unwrap_or(0) <= claim.started_at_ms
             }
             Some(SendStatus::Failed) => reclaim.failed,
+            // The held-out stay out.
+            Some(SendStatus::Skipped) => {
+                reclaim.failed && record.last_error.as_deref() != Some(Skip::HeldOut.as_str())
+            }
             Some(SendStatus::Cancelled) => reclaim.cancelled,
             Some(SendStatus::Sent) => false,
         };
@@ -120,6 +127,9 @@ impl SendLedger for MemoryLedger {
                     reason: record.last_error.clone().unwrap_or_default(),
                 },
                 Some(SendStatus::Cancelled) => Refusal::Cancelled,
+                Some(SendStatus::Skipped) => Refusal::Skipped {
+                    reason: record.last_error.clone().unwrap_or_default(),
+                },
                 _ => Refusal::Busy {
                     lease_until_ms: record.lease_until_ms.unwrap_or(claim.started_at_ms),
                 },
@@ -182,6 +192,15 @@ impl SendLedger for MemoryLedger {
         })
     }
 
+    /// The reason is kept in `last_error`, as the DynamoDB item keeps it in `skipReason`.
+    async fn mark_skipped(&self, claim: &Claim, skip: Skip) -> Marked {
+        self.finish("mark skipped", claim, |r| {
+            r.status = Some(SendStatus::Skipped);
+            r.last_error = Some(skip.as_str().to_owned());
+            r.lease_until_ms = None;
+        })
+    }
+
     async fn cancel_send(&self, key: &SendKey, at_ms: u64) -> Result<bool, LedgerError> {
         self.unavailable("cancel")?;
         let mut records = self.lock();
@@ -191,12 +210,43 @@ impl SendLedger for MemoryLedger {
         let cancellable = match record.status {
             None | Some(SendStatus::DeadLettered) => true,
             Some(SendStatus::InProgress) => record.lease_until_ms.unwrap_or(0) <= at_ms,
-            Some(SendStatus::Sent | SendStatus::Failed | SendStatus::Cancelled) => false,
+            Some(
+                SendStatus::Sent | SendStatus::Failed | SendStatus::Cancelled | SendStatus::Skipped,
+            ) => false,
         };
         if cancellable {
             record.status = Some(SendStatus::Cancelled);
             record.lease_until_ms = None;
         }
         Ok(cancellable)
+    }
+}
+
+impl CapLedger for MemoryLedger {
+    async fn cap_history(&self, user_id: &str) -> Result<CapHistory, LedgerError> {
+        self.unavailable("read frequency caps")?;
+        Ok(crate::runtime::lock(&self.caps)
+            .get(user_id)
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    async fn write_cap_history(
+        &self,
+        user_id: &str,
+        history: &CapHistory,
+        _: i64,
+    ) -> Result<bool, LedgerError> {
+        self.unavailable("write frequency caps")?;
+        let mut caps = crate::runtime::lock(&self.caps);
+        let stored = caps.entry(user_id.to_owned()).or_default();
+        if stored.version != history.version {
+            return Ok(false);
+        }
+        *stored = CapHistory {
+            version: history.version + 1,
+            entries: history.entries.clone(),
+        };
+        Ok(true)
     }
 }

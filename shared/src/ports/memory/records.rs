@@ -142,7 +142,10 @@ impl SendRecordNotes for MemoryRecords {
         Ok(
             match records.get_mut(&(key.user_id.clone(), key.campaign_id().to_owned())) {
                 Some((status, _))
-                    if matches!(status, SendStatus::InProgress | SendStatus::DeadLettered) =>
+                    if matches!(
+                        status,
+                        SendStatus::InProgress | SendStatus::DeadLettered | SendStatus::Skipped
+                    ) =>
                 {
                     *status = SendStatus::Sent;
                     true

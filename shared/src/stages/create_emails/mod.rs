@@ -197,6 +197,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             include_failed: message.include_failed,
             include_cancelled: message.include_cancelled,
             due: message.due,
+            topic: message.topic,
+            zone: message.zone,
         };
         Ok(Ok((job, locale)))
     }

@@ -100,6 +100,7 @@ fn message(user: &str) -> SqsMessage {
         include_failed: false,
         include_cancelled: false,
         due: None,
+        zone: None,
     };
     record(user, &serde_json::to_string(&message).unwrap())
 }

@@ -48,6 +48,8 @@ pub enum GetUsersError {
     BadRequest(String),
     #[error("local-time delivery: {0}")]
     LocalTime(#[from] LocalTimeError),
+    #[error(transparent)]
+    Guardrail(#[from] crate::domain::guardrails::GuardrailError),
     #[error("{0}")]
     Waiting(String),
     #[error(transparent)]
@@ -68,7 +70,11 @@ impl GetUsersError {
     pub fn repeats(&self) -> bool {
         matches!(
             self,
-            Self::BadRequest(_) | Self::LocalTime(_) | Self::Campaign(_) | Self::Topic(_)
+            Self::BadRequest(_)
+                | Self::LocalTime(_)
+                | Self::Guardrail(_)
+                | Self::Campaign(_)
+                | Self::Topic(_)
         )
     }
 }
@@ -257,15 +263,31 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             run.campaign
                 .may_start(OffsetDateTime::now_utc(), self.config.max_window)?;
             // Known to `mailctl` and the reputation guard from now on.
-            let recorded = self
-                .campaigns
-                .states()
-                .register(&run.campaign, epoch_ms(SystemTime::now()))
+            let now_ms = epoch_ms(SystemTime::now());
+            let initial = run
+                .guardrails
+                .initial(self.config.guardrails, now_ms as i64);
+            let states = self.campaigns.states();
+            let recorded = states
+                .register(&run.campaign, &initial, now_ms)
                 .await
                 .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
             // Its window and topic are fixed when it first starts: nothing is enqueued
             // under others.
             run.campaign.settle(&recorded, run.topic_named)?;
+            // So are its holdout and cap exemption; a deadline given moves it (recorded),
+            // and once it has passed nothing more of the campaign starts.
+            let guardrails = recorded.guardrails.unwrap_or(initial);
+            if let Some(moved) =
+                run.guardrails
+                    .settle(&run.campaign.id, guardrails, now_ms as i64)?
+            {
+                states
+                    .move_deadline(&run.campaign.id, &moved, guardrails.deadline_ms, now_ms)
+                    .await
+                    .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+                tracing::warn!(campaign = %run.campaign.id, from = ?guardrails.deadline_ms, to = ?moved.deadline_ms, "the campaign's deadline is moved by this start");
+            }
             let campaign = &run.campaign;
             if let Some(delivery) = &mut run.delivery {
                 // The window as settled (a campaign already started keeps its own).
@@ -333,7 +355,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 continue;
             }
             last = Some(user_id.clone());
-            let when = self.when(run.delivery.as_ref(), &member.zone, &mut counts);
+            let (when, zone) = self.when(run.delivery.as_ref(), &member.zone, &mut counts);
             let message = UserMessage {
                 campaign_id: campaign.id.clone(),
                 user_id: user_id.clone(),
@@ -345,6 +367,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                     When::Now(due) => due,
                     When::Delayed(_) | When::Slot(_) | When::Never => None,
                 },
+                zone,
             };
             let body = serde_json::to_string(&message).unwrap_or_default();
             match when {
@@ -467,7 +490,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             cancelled,
             paused,
             continued_after: if complete || cancelled { None } else { last },
-            local_time: run.delivery.is_some().then_some(counts),
+            local_time: (run.delivery.is_some() || counts.quiet_deferred > 0).then_some(counts),
         };
         tracing::info!(
             campaign = %summary.campaign_id,

@@ -5,6 +5,7 @@
 
 use super::{GetUsers, GetUsersError, Pending, LOCAL_FUNCTION_ARN};
 use crate::domain::campaign::{Campaign, CampaignId, Hold};
+use crate::domain::guardrails::QuietPolicy;
 use crate::domain::local_time::{self, Delivery, Due, LocalDelivery};
 use crate::domain::messages::UserMessage;
 use crate::ports::{
@@ -77,54 +78,85 @@ fn is_zero(n: &u64) -> bool {
 const RELEASE_PAGE: usize = 250;
 
 impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
-    /// When a user of the run gets their email, counted.
+    /// When a user of the run gets their email, counted, and their zone's name (SendEmail
+    /// reads quiet hours and calendar-day caps in it). A user whose time falls in their
+    /// quiet hours waits for their end (policy defer).
     pub(super) fn when(
         &self,
         delivery: Option<&LocalDelivery>,
         zone: &local_time::ZoneField,
         counts: &mut local_time::LocalTimeCounts,
-    ) -> When {
-        let Some(delivery) = delivery else {
-            return When::Now(None);
-        };
-        let (decided, source) = delivery.delivery(zone);
-        counts.count_zone(source);
-        match decided {
-            // Not in the lateness figures (`lateMs` is how late the pipeline let a user go,
-            // a health signal): counted as passedSentNow instead.
-            Delivery::Now => {
-                counts.passed_sent_now += 1;
-                When::Now(None)
+    ) -> (When, Option<String>) {
+        let now_ms = self.clock.now_ms();
+        let (mut at_ms, tz, on_a_slot) = match delivery {
+            None => {
+                let tz = match zone {
+                    local_time::ZoneField::Text(name) => local_time::zone(name),
+                    _ => None,
+                };
+                let zone_name = tz.as_ref().and_then(|tz| tz.iana_name()).map(str::to_owned);
+                if self.config.quiet_hours.is_none() {
+                    return (When::Now(None), zone_name);
+                }
+                let tz = tz.unwrap_or_else(|| self.config.local_time.fallback_zone.zone());
+                (now_ms, tz, false)
             }
-            Delivery::Skip => {
-                counts.passed_skipped += 1;
-                When::Never
-            }
-            Delivery::NextDay(at_ms) | Delivery::AfterWindow(at_ms) | Delivery::At(at_ms) => {
+            Some(delivery) => {
+                let (decided, source) = delivery.delivery(zone);
+                counts.count_zone(source);
+                let tz = delivery.zone_for(zone).0;
                 match decided {
-                    Delivery::NextDay(_) => counts.passed_next_day += 1,
-                    Delivery::AfterWindow(_) => counts.next_day_after_window += 1,
-                    _ => {}
-                }
-                let wait_ms = at_ms - self.clock.now_ms();
-                let released_at_ms = SystemClock.now_ms();
-                if wait_ms <= 0 {
-                    // Its time is now (or passed within the start grace): on time.
-                    counts.due_now += 1;
-                    let due = Due {
-                        slot_late_ms: -wait_ms,
-                        released_at_ms,
-                    };
-                    When::Now(Some(due))
-                } else if wait_ms <= DELAY_WITHIN_MS {
-                    counts.delayed += 1;
-                    When::Delayed(at_ms)
-                } else {
-                    *counts.waiting.entry(at_ms).or_default() += 1;
-                    When::Slot(at_ms)
+                    // Not in the lateness figures (`lateMs` is how late the pipeline let a
+                    // user go, a health signal): counted as passedSentNow instead.
+                    Delivery::Now => {
+                        counts.passed_sent_now += 1;
+                        (now_ms, tz, false)
+                    }
+                    Delivery::Skip => {
+                        counts.passed_skipped += 1;
+                        return (When::Never, None);
+                    }
+                    Delivery::NextDay(at_ms)
+                    | Delivery::AfterWindow(at_ms)
+                    | Delivery::At(at_ms) => {
+                        match decided {
+                            Delivery::NextDay(_) => counts.passed_next_day += 1,
+                            Delivery::AfterWindow(_) => counts.next_day_after_window += 1,
+                            _ => {}
+                        }
+                        (at_ms, tz, true)
+                    }
                 }
             }
+        };
+        let zone_name = tz.iana_name().map(str::to_owned);
+        let quiet = self
+            .config
+            .quiet_hours
+            .filter(|q| q.policy == QuietPolicy::Defer)
+            .and_then(|q| q.quiet_until(at_ms.max(now_ms), &tz));
+        if let Some(until) = quiet {
+            counts.quiet_deferred += 1;
+            at_ms = until;
         }
+        let wait_ms = at_ms - now_ms;
+        let when = if wait_ms <= 0 && !on_a_slot {
+            When::Now(None)
+        } else if wait_ms <= 0 {
+            // Its time is now (or passed within the start grace): on time.
+            counts.due_now += 1;
+            When::Now(Some(Due {
+                slot_late_ms: -wait_ms,
+                released_at_ms: SystemClock.now_ms(),
+            }))
+        } else if wait_ms <= DELAY_WITHIN_MS {
+            counts.delayed += 1;
+            When::Delayed(at_ms)
+        } else {
+            *counts.waiting.entry(at_ms).or_default() += 1;
+            When::Slot(at_ms)
+        };
+        (when, zone_name)
     }
 
     pub(super) fn hold_users<'a>(
@@ -206,9 +238,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         let hold = self
             .campaigns
             .states()
-            .hold(release.campaign_id.as_str())
+            .state(release.campaign_id.as_str())
             .await
-            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?
+            .hold;
         let cancelled = matches!(hold, Some(Hold::Cancelled(_)));
         if matches!(hold, Some(Hold::Paused(_))) {
             summary.paused = true;

@@ -3,7 +3,8 @@
 
 use super::{GetUsersError, Release, ReleaseEvent};
 use crate::config::LocalTimeConfig;
-use crate::domain::campaign::{Campaign, CampaignId, Window};
+use crate::domain::campaign::{Campaign, CampaignId, GuardrailRequest, Window};
+use crate::domain::guardrails;
 use crate::domain::local_time::{self, LocalDelivery};
 use crate::domain::topics::{TopicId, Topics};
 use serde::{Deserialize, Serialize};
@@ -31,6 +32,13 @@ struct ManualRequest {
     send_date: Option<String>,
     fallback_zone: Option<String>,
     passed_time: Option<String>,
+    /// Nothing of the campaign is sent after this instant (RFC 3339).
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    deadline: Option<OffsetDateTime>,
+    /// The holdout group's share of the audience, in percent ("10", 2.5).
+    holdout_percent: Option<Value>,
+    /// Frequency caps neither stop nor count this campaign's emails.
+    cap_exempt: Option<bool>,
 }
 
 /// Where a run continues: the body of a continuation queue message.
@@ -85,6 +93,8 @@ pub struct Run {
     pub after: Option<String>,
     pub segment: u32,
     pub delivery: Option<LocalDelivery>,
+    /// The guardrails the start named (its first segment settles them).
+    pub guardrails: GuardrailRequest,
 }
 
 pub enum Request {
@@ -147,6 +157,7 @@ pub fn parse_request(
             after: None,
             segment: 0,
             delivery,
+            guardrails: GuardrailRequest::default(),
         }));
     }
     let manual: ManualRequest =
@@ -163,7 +174,19 @@ pub fn parse_request(
     let topic = Topics::builtin().resolve(manual.topic.as_deref())?;
     let campaign = Campaign::from_id(&manual.campaign_id, window)?.with_topic(topic.id.clone());
     let delivery = manual_delivery(&manual, &campaign, local, now_ms)?;
+    let guardrails = GuardrailRequest {
+        deadline_ms: manual
+            .deadline
+            .map(|d| (d.unix_timestamp_nanos() / 1_000_000) as i64),
+        holdout_bp: match &manual.holdout_percent {
+            None => None,
+            Some(Value::String(raw)) => Some(guardrails::holdout_bp(raw)?),
+            Some(other) => Some(guardrails::holdout_bp(&other.to_string())?),
+        },
+        cap_exempt: manual.cap_exempt,
+    };
     Ok(Request::Run(Run {
+        guardrails,
         campaign,
         topic_named: manual.topic.is_some(),
         include_failed: manual.include_failed,
@@ -226,6 +249,8 @@ impl From<Checkpoint> for Run {
             after: cp.after,
             segment: cp.segment,
             delivery: cp.delivery,
+            // Settled by the first segment; a checkpoint's run names none.
+            guardrails: GuardrailRequest::default(),
         }
     }
 }

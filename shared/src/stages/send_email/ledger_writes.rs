@@ -1,7 +1,8 @@
-//! SendEmail's writes to the ledger after the claim: SENT, FAILED, CANCELLED, the claim given
+//! SendEmail's writes to the ledger after the claim: SENT, FAILED, SKIPPED, CANCELLED, the claim given
 //! back or left to the DLQ, each retried within the invocation's time as its outcome allows.
 
 use super::*;
+use crate::domain::guardrails::Skip;
 
 impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
     SendEmail<M, L, Q, S, B>
@@ -73,6 +74,22 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             Ok(Err(lost)) => {
                 tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, ?lost.status, "claim lost before FAILED could be recorded");
                 Ok(Done::Failed)
+            }
+            // The claim stays IN_PROGRESS; the record retries after the lease.
+            Err(_) => Err(Retry::error(None)),
+        }
+    }
+
+    /// Records SKIPPED with a guardrail's reason and acknowledges the record.
+    pub(super) async fn skip(&self, claim: &Claim, skip: Skip) -> Result<Done, Retry> {
+        match self
+            .retry_mark(|| self.ledger.mark_skipped(claim, skip))
+            .await
+        {
+            Ok(Ok(())) => Ok(Done::Skipped(skip)),
+            Ok(Err(lost)) => {
+                tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, ?lost.status, "claim lost before SKIPPED could be recorded");
+                Ok(Done::Skipped(skip))
             }
             // The claim stays IN_PROGRESS; the record retries after the lease.
             Err(_) => Err(Retry::error(None)),

@@ -8,6 +8,7 @@
 //! `outcome`, the shared send rate in `pacing`, and the decision table's tests in
 //! `decision_table`.
 
+mod guard;
 mod ledger_writes;
 mod outcome;
 pub mod pacing;
@@ -128,6 +129,9 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                 Ok(Done::Unrecorded) => summary.unrecorded += 1,
                 Ok(Done::Cancelled) => summary.cancelled += 1,
                 Ok(Done::Paced) => summary.paced += 1,
+                Ok(Done::Skipped(skip)) => *summary.skipped.entry(skip.as_str()).or_default() += 1,
+                Ok(Done::PreviouslySkipped) => summary.previously_skipped += 1,
+                Ok(Done::Deferred) => summary.deferred += 1,
                 Err(retry) => {
                     match retry.why {
                         Again::Busy => summary.busy += 1,
@@ -155,6 +159,9 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             previously_failed = summary.previously_failed,
             unrecorded = summary.unrecorded,
             cancelled = summary.cancelled,
+            skipped = ?summary.skipped,
+            previously_skipped = summary.previously_skipped,
+            deferred = summary.deferred,
             duration_ms = started.elapsed().as_millis() as u64,
             "SendEmail batch done"
         );
@@ -237,7 +244,15 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             return Err(Retry::error(Some(Duration::ZERO)));
         }
 
-        match self.campaigns.hold(job.campaign_id.as_str()).await {
+        // Read, not assumed: a holdout or a deadline not known would not be applied.
+        let state = match self.campaigns.state(job.campaign_id.as_str()).await {
+            Ok(state) => state,
+            Err(err) => {
+                tracing::warn!(campaign = %job.campaign_id, reason = %err, "campaign state not read; will retry");
+                return Err(Retry::error(None));
+            }
+        };
+        match state.hold {
             Some(Hold::Cancelled(cancellation)) => return self.cancel(&job, &cancellation).await,
             // Not claimed: after the resume it is sent as if the pause had not been.
             Some(Hold::Paused(_)) => {
@@ -254,6 +269,29 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             Err(outcome) => return outcome,
         };
         let last_receive = receive_count(record) >= self.config.max_receive_count as usize;
+
+        match self.guard(&job, &state.guardrails).await {
+            Ok(guard::Verdict::Send) => {}
+            Ok(guard::Verdict::Skip(skip)) => return self.skip(&claim, skip).await,
+            Ok(guard::Verdict::Defer(wait)) => {
+                // As a new message, at most SQS's 15 minutes at a time: waiting out quiet
+                // hours never counts a receive towards the DLQ.
+                let wait = wait.min(Duration::from_secs(900));
+                let requeued = self.requeue(record, wait).await;
+                self.give_back(&claim, "quiet hours", false, last_receive && !requeued)
+                    .await;
+                if requeued {
+                    return Ok(Done::Deferred);
+                }
+                return Err(Retry::error(Some(wait)));
+            }
+            Err(err) => {
+                tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "guardrails not read; will retry");
+                self.give_back(&claim, &err.to_string(), false, last_receive)
+                    .await;
+                return Err(Retry::error(None));
+            }
+        }
 
         // Exactly one mailbox, encoded as SES takes it; anything else never reaches SES.
         let recipient = match address::parse(&job.to) {
@@ -369,6 +407,9 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                 return Err(Ok(Done::PreviouslyFailed))
             }
             Ok(ClaimOutcome::Refused(Refusal::Cancelled)) => return Err(Ok(Done::Cancelled)),
+            Ok(ClaimOutcome::Refused(Refusal::Skipped { .. })) => {
+                return Err(Ok(Done::PreviouslySkipped))
+            }
             Ok(ClaimOutcome::Refused(Refusal::Busy { lease_until_ms })) => {
                 // Never acknowledge: if the holder dies, this copy may be the only one left.
                 let wait =

@@ -34,6 +34,12 @@ summary! {
         /// The campaign was cancelled: recorded CANCELLED (or left to a live attempt) and
         /// acknowledged.
         pub cancelled: usize,
+        /// Decided by a guardrail (recorded SKIPPED), by reason.
+        pub skipped: std::collections::BTreeMap<&'static str, usize>,
+        /// SKIPPED before: acknowledged (a resend with --include-failed reconsiders them).
+        pub previously_skipped: usize,
+        /// Inside the user's quiet hours: back on the queue until they end.
+        pub deferred: usize,
     }
 }
 
@@ -46,6 +52,10 @@ pub(super) enum Done {
     Cancelled,
     /// No send slot in time: acknowledged, its copy on the queue comes back for one.
     Paced,
+    Skipped(crate::domain::guardrails::Skip),
+    PreviouslySkipped,
+    /// In the user's quiet hours: acknowledged, its copy comes back when they end.
+    Deferred,
 }
 
 pub(super) enum Again {
