@@ -5,7 +5,7 @@
 
 use super::SendEmail;
 use crate::domain::guardrails::{held_out, CampaignGuardrails, CapCheck, QuietPolicy, Skip};
-use crate::domain::ledger::{epoch_ms, LedgerError};
+use crate::domain::ledger::{epoch_ms, LedgerError, SendKey};
 use crate::domain::local_time;
 use crate::domain::messages::EmailJob;
 use crate::ports::{CampaignStates, Mailer, RateBucket, RetryQueue, SendLedger};
@@ -18,20 +18,23 @@ const CAP_WRITE_ATTEMPTS: u32 = 5;
 pub(super) enum Verdict {
     Send,
     Skip(Skip),
-    /// Inside the user's quiet hours (policy defer): back on the queue for this long.
+    /// Inside the user's quiet hours (policy defer): hidden on the queue for this long.
     Defer(Duration),
 }
 
 impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
     SendEmail<M, L, Q, S, B>
 {
+    /// `deliverable`: the address is one SES takes (else the email fails, and neither quiet
+    /// hours nor caps are asked).
     pub(super) async fn guard(
         &self,
         job: &EmailJob,
         guardrails: &CampaignGuardrails,
+        deliverable: bool,
     ) -> Result<Verdict, LedgerError> {
         let now_ms = epoch_ms(crate::runtime::clock::now()) as i64;
-        if guardrails.expired(now_ms) {
+        if !self.still_before_deadline(job, guardrails).await? {
             return Ok(Verdict::Skip(Skip::Expired));
         }
         if held_out(
@@ -43,7 +46,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         }
         let caps = &self.config.caps;
         let capped = caps.apply_to(job.topic.as_str(), guardrails);
-        if self.config.quiet_hours.is_none() && !capped {
+        if !deliverable || (self.config.quiet_hours.is_none() && !capped) {
             return Ok(Verdict::Send);
         }
         let tz = job
@@ -94,41 +97,63 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             detail: format!("{CAP_WRITE_ATTEMPTS} writes in a row lost to other campaigns'"),
         })
     }
+
+    /// Whether the campaign's deadline is still ahead. The cached state may be up to
+    /// `CAMPAIGN_STATE_TTL` old, so a passed deadline is read again from the table: a start
+    /// that just moved it must count before a user is recorded expired.
+    pub(super) async fn still_before_deadline(
+        &self,
+        job: &EmailJob,
+        cached: &CampaignGuardrails,
+    ) -> Result<bool, LedgerError> {
+        let now_ms = epoch_ms(crate::runtime::clock::now()) as i64;
+        if !cached.expired(now_ms) {
+            return Ok(true);
+        }
+        let fresh = self
+            .campaigns
+            .states()
+            .state(job.campaign_id.as_str())
+            .await?;
+        Ok(!fresh.guardrails.expired(now_ms))
+    }
+
+    /// Takes this campaign's email out of the user's cap history: it was counted, and then
+    /// not sent (FAILED, or expired while it waited for a slot). Best effort: a history the
+    /// write cannot change keeps it, which only holds the user back, never sends twice.
+    pub(super) async fn uncount(&self, key: &SendKey) {
+        if self.config.caps.rules.is_empty() {
+            return;
+        }
+        for _ in 0..CAP_WRITE_ATTEMPTS {
+            let mut history = match self.ledger.cap_history(&key.user_id).await {
+                Ok(history) => history,
+                Err(err) => {
+                    tracing::warn!(campaign = %key.campaign_id, user = %key.user_id, reason = %err, "could not take an unsent email out of the frequency caps");
+                    return;
+                }
+            };
+            let before = history.entries.len();
+            history.entries.retain(|e| e.campaign != key.campaign_id());
+            if history.entries.len() == before {
+                return;
+            }
+            let keep = self.config.caps.reach_ms();
+            match self
+                .ledger
+                .write_cap_history(&key.user_id, &history, keep)
+                .await
+            {
+                Ok(true) => return,
+                Ok(false) => continue,
+                Err(err) => {
+                    tracing::warn!(campaign = %key.campaign_id, user = %key.user_id, reason = %err, "could not take an unsent email out of the frequency caps");
+                    return;
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use crate::domain::guardrails::{CapCheck, FrequencyCaps};
-    use crate::ports::memory::MemoryLedger;
-    use crate::ports::CapLedger;
-
-    /// Two campaigns read the same history for one user under a cap of one: the first write
-    /// wins, the second is refused by the version, reads again and finds the cap reached.
-    #[tokio::test]
-    async fn two_campaigns_racing_for_one_user_pass_a_cap_of_one_once() {
-        let ledger = MemoryLedger::default();
-        let caps = FrequencyCaps::parse("1/16h", "").unwrap();
-        let utc = jiff::tz::TimeZone::UTC;
-        let now = 1_795_000_000_000;
-        let a_read = ledger.cap_history("u1").await.unwrap();
-        let b_read = ledger.cap_history("u1").await.unwrap();
-        let CapCheck::Allowed(a_next) = caps.check(&a_read, "a", "digest", now, &utc) else {
-            panic!("a is allowed on an empty history")
-        };
-        let CapCheck::Allowed(b_next) = caps.check(&b_read, "b", "digest", now, &utc) else {
-            panic!("b read the same empty history")
-        };
-        assert!(ledger.write_cap_history("u1", &a_next, 0).await.unwrap());
-        assert!(!ledger.write_cap_history("u1", &b_next, 0).await.unwrap());
-        let b_again = ledger.cap_history("u1").await.unwrap();
-        assert_eq!(
-            caps.check(&b_again, "b", "digest", now + 1, &utc),
-            CapCheck::Capped("1/16h".into())
-        );
-        // a's retry finds its own email counted, and goes on.
-        assert_eq!(
-            caps.check(&b_again, "a", "digest", now + 1, &utc),
-            CapCheck::Counted
-        );
-    }
-}
+mod tests;

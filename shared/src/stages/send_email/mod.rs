@@ -17,6 +17,7 @@ use super::CampaignStateCache;
 use crate::config::SendEmailConfig;
 use crate::domain::address;
 use crate::domain::campaign::{Hold, StateChange};
+use crate::domain::guardrails::Skip;
 use crate::domain::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
 use crate::domain::messages::{parse_body, EmailJob};
 use crate::domain::send_rate::SendRate;
@@ -131,7 +132,6 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                 Ok(Done::Paced) => summary.paced += 1,
                 Ok(Done::Skipped(skip)) => *summary.skipped.entry(skip.as_str()).or_default() += 1,
                 Ok(Done::PreviouslySkipped) => summary.previously_skipped += 1,
-                Ok(Done::Deferred) => summary.deferred += 1,
                 Err(retry) => {
                     match retry.why {
                         Again::Busy => summary.busy += 1,
@@ -140,6 +140,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                         Again::Paced => summary.paced += 1,
                         Again::Stopped => summary.stopped += 1,
                         Again::Error => summary.retried += 1,
+                        Again::Quiet => summary.deferred += 1,
                     }
                     failed.push(id);
                 }
@@ -270,20 +271,21 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         };
         let last_receive = receive_count(record) >= self.config.max_receive_count as usize;
 
-        match self.guard(&job, &state.guardrails).await {
+        // Exactly one mailbox, encoded as SES takes it; anything else never reaches SES (nor
+        // counts towards a frequency cap: the guard does not count it).
+        let recipient = address::parse(&job.to);
+        match self.guard(&job, &state.guardrails, recipient.is_ok()).await {
             Ok(guard::Verdict::Send) => {}
             Ok(guard::Verdict::Skip(skip)) => return self.skip(&claim, skip).await,
             Ok(guard::Verdict::Defer(wait)) => {
-                // As a new message, at most SQS's 15 minutes at a time: waiting out quiet
-                // hours never counts a receive towards the DLQ.
-                let wait = wait.min(Duration::from_secs(900));
-                let requeued = self.requeue(record, wait).await;
-                self.give_back(&claim, "quiet hours", false, last_receive && !requeued)
+                // Back when they end, hidden for up to SQS's 12 hours: one receive, not a
+                // message every 15 minutes.
+                self.give_back(&claim, "quiet hours", false, last_receive)
                     .await;
-                if requeued {
-                    return Ok(Done::Deferred);
-                }
-                return Err(Retry::error(Some(wait)));
+                return Err(Retry {
+                    why: Again::Quiet,
+                    delay: Some(wait.min(Duration::from_secs(12 * 3600))),
+                });
             }
             Err(err) => {
                 tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "guardrails not read; will retry");
@@ -293,8 +295,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             }
         }
 
-        // Exactly one mailbox, encoded as SES takes it; anything else never reaches SES.
-        let recipient = match address::parse(&job.to) {
+        let recipient = match recipient {
             Ok(recipient) => recipient,
             Err(err) => return self.fail(&claim, &err.to_string()).await,
         };
@@ -333,6 +334,20 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             self.give_back(&claim, "deadline too near to send", false, last_receive)
                 .await;
             return Err(Retry::error(Some(Duration::ZERO)));
+        }
+
+        // The wait for a slot may have carried it past the deadline.
+        match self.still_before_deadline(&job, &state.guardrails).await {
+            Ok(true) => {}
+            Ok(false) => {
+                self.uncount(&claim.key).await;
+                return self.skip(&claim, Skip::Expired).await;
+            }
+            Err(err) => {
+                self.give_back(&claim, &err.to_string(), false, last_receive)
+                    .await;
+                return Err(Retry::error(None));
+            }
         }
 
         let email = OutgoingEmail {
@@ -470,7 +485,10 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         let last_receive = receive_count(record) >= self.config.max_receive_count as usize;
         match self.send_paced(email, invocation, stop).await {
             Ok(ses_message_id) => Ok(self.mark_sent(claim, &ses_message_id, invocation).await),
-            Err(SendError::Permanent(reason)) => self.fail(claim, &reason).await,
+            Err(SendError::Permanent(reason)) => {
+                self.uncount(&claim.key).await;
+                self.fail(claim, &reason).await
+            }
             Err(SendError::Throttled(reason)) => {
                 self.give_back(claim, &reason, false, last_receive).await;
                 Err(Retry {
@@ -489,6 +507,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                 // FAILED with the reason, rather than retries until the DLQ.
                 let errors = send_errors + 1;
                 if errors >= u64::from(self.config.max_send_errors) {
+                    self.uncount(&claim.key).await;
                     let reason = format!("{reason} (refused on {errors} attempts)");
                     return self.fail(claim, &reason).await;
                 }

@@ -38,7 +38,7 @@ summary! {
         pub skipped: std::collections::BTreeMap<&'static str, usize>,
         /// SKIPPED before: acknowledged (a resend with --include-failed reconsiders them).
         pub previously_skipped: usize,
-        /// Inside the user's quiet hours: back on the queue until they end.
+        /// Inside the user's quiet hours: returned, hidden until they end.
         pub deferred: usize,
     }
 }
@@ -54,8 +54,6 @@ pub(super) enum Done {
     Paced,
     Skipped(crate::domain::guardrails::Skip),
     PreviouslySkipped,
-    /// In the user's quiet hours: acknowledged, its copy comes back when they end.
-    Deferred,
 }
 
 pub(super) enum Again {
@@ -67,6 +65,8 @@ pub(super) enum Again {
     Paced,
     Stopped,
     Error,
+    /// Inside the user's quiet hours: back when they end.
+    Quiet,
 }
 
 /// A record to return, and when it should come back (None: after the queue's visibility).

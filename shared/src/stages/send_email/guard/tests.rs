@@ -1,0 +1,254 @@
+//! The guardrails over in-memory ports: each decided once under the claim, recorded with its
+//! reason, and the cap's race between two campaigns.
+
+use super::super::SendEmail;
+use crate::config::SendEmailConfig;
+use crate::domain::guardrails::{CampaignGuardrails, CapEntry, CapHistory};
+use crate::domain::ledger::{epoch_ms, SendStatus};
+use crate::ports::memory::{MemoryCampaigns, MemoryQueue, MemoryRateBucket, ScriptedMailer};
+use crate::ports::SendError;
+use crate::runtime::Invocation;
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use std::time::Duration;
+
+use crate::domain::guardrails::{CapCheck, FrequencyCaps};
+use crate::ports::memory::MemoryLedger;
+use crate::ports::CapLedger;
+
+/// Two campaigns read the same history for one user under a cap of one: the first write
+/// wins, the second is refused by the version, reads again and finds the cap reached.
+#[tokio::test]
+async fn two_campaigns_racing_for_one_user_pass_a_cap_of_one_once() {
+    let ledger = MemoryLedger::default();
+    let caps = FrequencyCaps::parse("1/16h", "").unwrap();
+    let utc = jiff::tz::TimeZone::UTC;
+    let now = 1_795_000_000_000;
+    let a_read = ledger.cap_history("u1").await.unwrap();
+    let b_read = ledger.cap_history("u1").await.unwrap();
+    let CapCheck::Allowed(a_next) = caps.check(&a_read, "a", "digest", now, &utc) else {
+        panic!("a is allowed on an empty history")
+    };
+    let CapCheck::Allowed(b_next) = caps.check(&b_read, "b", "digest", now, &utc) else {
+        panic!("b read the same empty history")
+    };
+    assert!(ledger.write_cap_history("u1", &a_next, 0).await.unwrap());
+    assert!(!ledger.write_cap_history("u1", &b_next, 0).await.unwrap());
+    let b_again = ledger.cap_history("u1").await.unwrap();
+    assert_eq!(
+        caps.check(&b_again, "b", "digest", now + 1, &utc),
+        CapCheck::Capped("1/16h".into())
+    );
+    // a's retry finds its own email counted, and goes on.
+    assert_eq!(
+        caps.check(&b_again, "a", "digest", now + 1, &utc),
+        CapCheck::Counted
+    );
+}
+
+const CAMPAIGN: &str = "promo-1";
+
+type Stage =
+    SendEmail<ScriptedMailer, MemoryLedger, MemoryQueue, MemoryCampaigns, MemoryRateBucket>;
+
+fn stage(extra: &[(&str, &str)], ledger: MemoryLedger, mailer: ScriptedMailer) -> Stage {
+    let vars: Vec<(String, String)> = [
+        ("SENDS_TABLE_NAME", "sends"),
+        ("CAMPAIGNS_TABLE_NAME", "campaigns"),
+        ("EMAILS_QUEUE_URL", "http://emails"),
+        ("SENDER_ADDRESS", "news@example.com"),
+        ("VISIBILITY_TIMEOUT_SECONDS", "180"),
+        ("FUNCTION_TIMEOUT_SECONDS", "30"),
+        ("SEND_RATE_PER_SECOND", "10000"),
+    ]
+    .iter()
+    .chain(extra)
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let config = SendEmailConfig::from_source(&|k: &str| {
+        vars.iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    })
+    .unwrap();
+    SendEmail::new(
+        ledger,
+        mailer,
+        MemoryQueue::default(),
+        MemoryCampaigns::default(),
+        MemoryRateBucket::default(),
+        config,
+    )
+}
+
+fn event(user: &str, include_failed: bool) -> SqsEvent {
+    let job = serde_json::json!({
+        "campaignId": CAMPAIGN, "userId": user, "to": "ada@example.com", "subject": "s",
+        "html": "<p>h</p>", "text": "t", "includeFailed": include_failed, "topic": "product-news",
+    });
+    let mut record = SqsMessage::default();
+    record.message_id = Some(format!("m-{user}"));
+    record.receipt_handle = Some(format!("r-{user}"));
+    record.body = Some(job.to_string());
+    let mut event = SqsEvent::default();
+    event.records = vec![record];
+    event
+}
+
+fn now_ms() -> i64 {
+    epoch_ms(std::time::SystemTime::now()) as i64
+}
+
+async fn handle(stage: &Stage, user: &str, include_failed: bool) -> super::super::Summary {
+    let invocation = Invocation::with_timeout("request-1", Duration::from_secs(30));
+    stage
+        .handle(event(user, include_failed), &invocation)
+        .await
+        .1
+}
+
+fn status(stage: &Stage, user: &str) -> (Option<SendStatus>, Option<String>) {
+    let r = stage.ledger.get(user, CAMPAIGN).unwrap_or_default();
+    (r.status, r.last_error)
+}
+
+/// A user whose draw puts them in a 50 % holdout, and one whose draw does not.
+fn users_in_and_out() -> (String, String) {
+    let draw = |u: &String| crate::domain::guardrails::held_out(CAMPAIGN, u, 5000);
+    let users: Vec<String> = (0..50).map(|i| format!("u{i}")).collect();
+    (
+        users.iter().find(|u| draw(u)).unwrap().clone(),
+        users.iter().find(|u| !draw(u)).unwrap().clone(),
+    )
+}
+
+#[tokio::test]
+async fn the_held_out_are_recorded_and_stay_out_even_when_a_resend_includes_the_skipped() {
+    let stage = stage(&[], MemoryLedger::default(), ScriptedMailer::default());
+    let holdout = CampaignGuardrails {
+        holdout_bp: 5000,
+        ..Default::default()
+    };
+    stage.campaigns.states().set_guardrails(CAMPAIGN, holdout);
+    let (inside, outside) = users_in_and_out();
+    let summary = handle(&stage, &inside, false).await;
+    assert_eq!(summary.skipped.get("held_out"), Some(&1));
+    assert_eq!(
+        status(&stage, &inside),
+        (Some(SendStatus::Skipped), Some("held_out".into()))
+    );
+    let again = handle(&stage, &inside, true).await;
+    assert_eq!(again.previously_skipped, 1, "not reclaimed");
+    assert_eq!(handle(&stage, &outside, false).await.sent, 1);
+    assert_eq!(stage.mailer.calls().len(), 1, "only the one outside");
+}
+
+#[tokio::test]
+async fn after_the_deadline_the_rest_expires_unless_a_start_just_moved_it() {
+    let stage = stage(&[], MemoryLedger::default(), ScriptedMailer::default());
+    let passed = CampaignGuardrails {
+        deadline_ms: Some(now_ms() - 1),
+        ..Default::default()
+    };
+    stage.campaigns.states().set_guardrails(CAMPAIGN, passed);
+    let summary = handle(&stage, "u1", false).await;
+    assert_eq!(summary.skipped.get("expired"), Some(&1));
+    assert_eq!(status(&stage, "u1").1.as_deref(), Some("expired"));
+    // The deadline moves while the passed one is still cached: the table is read again.
+    let moved = CampaignGuardrails {
+        deadline_ms: Some(now_ms() + 3_600_000),
+        ..Default::default()
+    };
+    stage.campaigns.states().set_guardrails(CAMPAIGN, moved);
+    assert_eq!(handle(&stage, "u2", false).await.sent, 1);
+    // The expired user is sent by a resend that includes the skipped.
+    assert_eq!(handle(&stage, "u1", true).await.sent, 1);
+    assert_eq!(status(&stage, "u1").0, Some(SendStatus::Sent));
+}
+
+/// Quiet hours around the wall clock's hour in UTC (the fallback zone of a job without one).
+fn quiet_now() -> String {
+    let hour = (now_ms() / 3_600_000) % 24;
+    format!("{hour:02}:00-{:02}:00", (hour + 2) % 24)
+}
+
+#[tokio::test]
+async fn in_quiet_hours_an_email_waits_hidden_until_they_end_or_is_skipped() {
+    let quiet = quiet_now();
+    let defer = stage(
+        &[("QUIET_HOURS", &quiet)],
+        MemoryLedger::default(),
+        ScriptedMailer::default(),
+    );
+    let summary = handle(&defer, "u1", false).await;
+    assert_eq!(summary.deferred, 1);
+    assert!(defer.mailer.calls().is_empty());
+    let delays = defer.queue.delays();
+    assert_eq!(delays.len(), 1, "returned with a delay, not requeued");
+    assert!(
+        delays[0].1 > Duration::from_secs(3540) && delays[0].1 <= Duration::from_secs(2 * 3600),
+        "{delays:?}"
+    );
+    assert_eq!(
+        defer.ledger.get("u1", CAMPAIGN).unwrap().lease_until_ms,
+        Some(0),
+        "the claim is given back"
+    );
+    let skip = stage(
+        &[("QUIET_HOURS", &quiet), ("QUIET_HOURS_POLICY", "skip")],
+        MemoryLedger::default(),
+        ScriptedMailer::default(),
+    );
+    assert_eq!(
+        handle(&skip, "u1", false).await.skipped.get("quiet_hours"),
+        Some(&1)
+    );
+}
+
+#[tokio::test]
+async fn a_cap_reached_by_another_campaign_skips_and_an_exempt_campaign_goes() {
+    let ledger = MemoryLedger::default();
+    let other = CapHistory {
+        version: 0,
+        entries: vec![CapEntry {
+            campaign: "weekly-2026-W47".into(),
+            topic: "digest".into(),
+            at_ms: now_ms() - 60_000,
+        }],
+    };
+    assert!(ledger.write_cap_history("u1", &other, 0).await.unwrap());
+    let capped = stage(
+        &[("FREQUENCY_CAPS", "1/16h")],
+        ledger,
+        ScriptedMailer::default(),
+    );
+    assert_eq!(
+        handle(&capped, "u1", false)
+            .await
+            .skipped
+            .get("frequency_cap"),
+        Some(&1)
+    );
+    assert!(capped.mailer.calls().is_empty());
+    // A second delivery of the same message is a duplicate of a decided record.
+    assert_eq!(handle(&capped, "u1", false).await.previously_skipped, 1);
+    let exempt = CampaignGuardrails {
+        cap_exempt: true,
+        ..Default::default()
+    };
+    capped.campaigns.states().set_guardrails(CAMPAIGN, exempt);
+    assert_eq!(handle(&capped, "u2", false).await.sent, 1);
+}
+
+#[tokio::test]
+async fn an_email_counted_then_refused_is_taken_out_of_the_caps() {
+    let stage = stage(
+        &[("FREQUENCY_CAPS", "1/16h")],
+        MemoryLedger::default(),
+        ScriptedMailer::answering([Err(SendError::Permanent("MessageRejected: x".into()))]),
+    );
+    assert_eq!(handle(&stage, "u1", false).await.failed, 1);
+    let history = stage.ledger.cap_history("u1").await.unwrap();
+    assert!(history.entries.is_empty(), "{history:?}");
+    assert_eq!(history.version, 2, "counted, then taken out");
+}
