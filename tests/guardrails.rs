@@ -256,4 +256,17 @@ async fn quiet_hours_defer_users_to_their_end_and_then_send() {
         "{fired:?} vs {end_ms}"
     );
     queues_empty(&env).await;
+    // `status` reports the holds of a campaign without local time too: all released.
+    let target = mailctl::ops::Target::from_prefix(&env.stack.sdk, &env.stack.prefix)
+        .await
+        .unwrap();
+    let status = mailctl::ops::status(&env.stack.sdk, &target, WEEK)
+        .await
+        .unwrap();
+    let local = status
+        .local_time
+        .expect("the quiet hours' holds are reported");
+    assert_eq!(local.held, deferred, "{local:?}");
+    assert_eq!(local.still_waiting, 0, "{local:?}");
+    assert_eq!(local.runs.len(), 1, "{local:?}");
 }

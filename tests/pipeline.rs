@@ -1,6 +1,6 @@
 //! Pipeline core against the local stack: the audience index, each stage's handling of bad
 //! input, GetUsers checkpoints, and a 1,000-user campaign end to end.
-//! Over 400 lines on purpose: the pipeline's integration scenarios share their setup.
+//! Over 450 lines on purpose: the pipeline's integration scenarios share their setup.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailflow::adapters::directory::{Audience, IdType};
@@ -238,6 +238,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
         segment: 0,
         delivery: None,
         guardrails: Default::default(),
+        started_at_ms: 0,
     };
     let mut segments = 0;
     loop {
@@ -326,6 +327,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
         segment: 0,
         delivery: None,
         guardrails: Default::default(),
+        started_at_ms: 0,
     };
     let at_once = Invocation::with_timeout("whole", Duration::from_secs(120));
     assert!(
@@ -487,6 +489,7 @@ async fn get_users_resumes_after_a_string_or_an_object_id_checkpoint() {
             segment: 1,
             delivery: None,
             guardrails: Default::default(),
+            started_at_ms: 0,
         };
         let invocation = Invocation::with_timeout("mixed", Duration::from_secs(60));
         let summary = pipeline.get_users.run(run, &invocation).await.unwrap();

@@ -208,6 +208,7 @@ impl CampaignStates for CampaignsTable {
             .record(campaign_id)
             .await?
             .map(|r| CampaignState {
+                started_without_guardrails: r.started_at_ms.is_some() && r.guardrails.is_none(),
                 hold: r.hold,
                 guardrails: r.guardrails.unwrap_or_default(),
             })

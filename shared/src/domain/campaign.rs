@@ -399,6 +399,9 @@ pub enum Hold {
 pub struct CampaignState {
     pub hold: Option<Hold>,
     pub guardrails: super::guardrails::CampaignGuardrails,
+    /// Started before guardrails were recorded: a later start gives it none of the
+    /// stack's defaults (a resend must not hold out users the campaign owes an email).
+    pub started_without_guardrails: bool,
 }
 
 /// A campaign's row in the campaigns table: GetUsers registers it RUNNING when it starts it.

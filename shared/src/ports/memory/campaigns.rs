@@ -64,7 +64,10 @@ impl MemoryCampaigns {
 
 impl CampaignStates for MemoryCampaigns {
     async fn state(&self, campaign_id: &str) -> Result<CampaignState, LedgerError> {
+        let registered = crate::runtime::lock(&self.registered).contains_key(campaign_id);
+        let recorded = crate::runtime::lock(&self.guardrails).contains_key(campaign_id);
         Ok(CampaignState {
+            started_without_guardrails: registered && !recorded,
             hold: self.hold_of(campaign_id),
             guardrails: crate::runtime::lock(&self.guardrails)
                 .get(campaign_id)

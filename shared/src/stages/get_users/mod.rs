@@ -264,10 +264,20 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 .may_start(OffsetDateTime::now_utc(), self.config.max_window)?;
             // Known to `mailctl` and the reputation guard from now on.
             let now_ms = epoch_ms(SystemTime::now());
-            let initial = run
-                .guardrails
-                .initial(self.config.guardrails, now_ms as i64);
             let states = self.campaigns.states();
+            let mut defaults = self.config.guardrails;
+            if defaults != Default::default() {
+                // A campaign started before guardrails were recorded takes none of today's
+                // defaults: its resend owes everyone not yet sent an email.
+                let state = states
+                    .state(run.campaign.id.as_str())
+                    .await
+                    .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+                if state.started_without_guardrails {
+                    defaults = Default::default();
+                }
+            }
+            let initial = run.guardrails.initial(defaults, now_ms as i64);
             let recorded = states
                 .register(&run.campaign, &initial, now_ms)
                 .await
@@ -444,9 +454,16 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         // a segment: it records nothing and its checkpoint keeps the number, so that a long
         // pause does not grow the report item by one entry a minute.
         let idle = last == run.after && refused == 0 && run.segment > 0;
-        if let Some(delivery) = run.delivery.as_ref().filter(|_| !idle) {
+        // A campaign without local time holds users only for their quiet hours: recorded
+        // too, so that `status` and `mailctl release` see them.
+        let held = run.delivery.is_some() || counts.quiet_deferred > 0;
+        if held && !idle {
+            let run_started = run
+                .delivery
+                .as_ref()
+                .map_or(run.started_at_ms, |d| d.started_at_ms);
             self.waiting
-                .record_segment(&campaign.id, delivery.started_at_ms, run.segment, &counts)
+                .record_segment(&campaign.id, run_started, run.segment, &counts)
                 .await
                 .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
         }
@@ -469,6 +486,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 after: last.clone(),
                 segment: if idle { run.segment } else { run.segment + 1 },
                 delivery: run.delivery.clone(),
+                started_at_ms: Some(run.started_at_ms),
             };
             let body = serde_json::to_string(&checkpoint).unwrap_or_default();
             // Paused: the pause stopped this queue's consumer; should it still run, the

@@ -61,6 +61,10 @@ pub struct Checkpoint {
     /// A local-time campaign's delivery, as it started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<LocalDelivery>,
+    /// When the run started (ms): its counts of users held (quiet hours, local time) are
+    /// recorded under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at_ms: Option<i64>,
 }
 
 /// A continuation queue message: a checkpoint of a run, a release that continues, or an
@@ -95,6 +99,9 @@ pub struct Run {
     pub delivery: Option<LocalDelivery>,
     /// The guardrails the start named (its first segment settles them).
     pub guardrails: GuardrailRequest,
+    /// When the run started (ms, the clock's): the waiting table's report keeps each run's
+    /// counts under it.
+    pub started_at_ms: i64,
 }
 
 pub enum Request {
@@ -158,6 +165,7 @@ pub fn parse_request(
             segment: 0,
             delivery,
             guardrails: GuardrailRequest::default(),
+            started_at_ms: now_ms,
         }));
     }
     let manual: ManualRequest =
@@ -187,6 +195,7 @@ pub fn parse_request(
     };
     Ok(Request::Run(Run {
         guardrails,
+        started_at_ms: now_ms,
         campaign,
         topic_named: manual.topic.is_some(),
         include_failed: manual.include_failed,
@@ -237,6 +246,7 @@ fn manual_delivery(
 
 impl From<Checkpoint> for Run {
     fn from(cp: Checkpoint) -> Self {
+        let delivery_started = cp.delivery.as_ref().map(|d| d.started_at_ms);
         Run {
             campaign: Campaign {
                 id: cp.campaign_id,
@@ -251,6 +261,7 @@ impl From<Checkpoint> for Run {
             delivery: cp.delivery,
             // Settled by the first segment; a checkpoint's run names none.
             guardrails: GuardrailRequest::default(),
+            started_at_ms: cp.started_at_ms.or(delivery_started).unwrap_or_default(),
         }
     }
 }

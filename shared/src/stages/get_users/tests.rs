@@ -95,6 +95,7 @@ fn checkpoint_round_trips() {
         after: Some("u00042".into()),
         segment: 3,
         delivery: None,
+        started_at_ms: Some(1_795_000_000_000),
     };
     let body = serde_json::to_string(&cp).unwrap();
     assert_eq!(parse_body::<Checkpoint>(Some(&body)).unwrap(), cp);
@@ -140,7 +141,14 @@ fn stage(margin_seconds: &str) -> Stage {
 }
 
 fn stage_over(directory: MemoryDirectory, margin_seconds: &str) -> Stage {
+    stage_with(directory, margin_seconds, &[])
+}
+
+fn stage_with(directory: MemoryDirectory, margin_seconds: &str, extra: &[(&str, &str)]) -> Stage {
     let vars = |k: &str| {
+        if let Some((_, v)) = extra.iter().find(|(n, _)| *n == k) {
+            return Some(v.to_string());
+        }
         let v = match k {
             "MONGODB_URI" => "mongodb://127.0.0.1:1",
             "USERS_QUEUE_URL" => "http://users",
@@ -328,6 +336,7 @@ async fn a_bad_checkpoint_fails_alone() {
         after: Some("u2".into()),
         segment: 1,
         delivery: None,
+        started_at_ms: None,
     };
     let records = json!({"Records": [
         {"messageId": "bad", "body": "{\"campaignId\": 7}"},
@@ -554,4 +563,64 @@ async fn a_campaigns_topic_is_fixed_when_it_first_starts_and_a_resend_keeps_it()
         })
         .collect();
     assert_eq!(topics, BTreeSet::from(["tips".to_owned()]));
+}
+
+#[tokio::test]
+async fn guardrails_are_fixed_when_a_campaign_first_starts_and_only_its_deadline_moves() {
+    let stage = stage_with(
+        directory(),
+        "20",
+        &[("HOLDOUT_PERCENT", "10"), ("CAMPAIGN_DEADLINE_HOURS", "48")],
+    );
+    let recorded = |id: &str| stage.campaigns.states().guardrails.lock().unwrap()[id];
+    stage.handle(manual(), &plenty()).await.unwrap();
+    let first = recorded("weekly-2026-W47");
+    assert_eq!(first.holdout_bp, 1000, "the stack's default");
+    let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now()) as i64;
+    let deadline = first.deadline_ms.unwrap();
+    assert!((now + 47 * 3_600_000..=now + 48 * 3_600_000).contains(&deadline));
+    // Another holdout is refused, naming both; the same one is accepted.
+    let other = json!({"campaignId": "weekly-2026-W47", "holdoutPercent": 20});
+    let err = stage
+        .handle(other, &plenty())
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("10.00 %") && err.contains("20.00 %"), "{err}");
+    let same = json!({"campaignId": "weekly-2026-W47", "holdoutPercent": "10"});
+    stage.handle(same, &plenty()).await.unwrap();
+    // A deadline given moves it; one already passed is refused, and nothing is enqueued.
+    let later = json!({"campaignId": "weekly-2026-W47", "deadline": "2099-01-01T00:00:00Z"});
+    stage.handle(later, &plenty()).await.unwrap();
+    assert_eq!(
+        recorded("weekly-2026-W47").deadline_ms,
+        Some(4_070_908_800_000)
+    );
+    let enqueued_before = stage.users.bodies().len();
+    let passed = json!({"campaignId": "weekly-2026-W47", "deadline": "2020-01-01T00:00:00Z"});
+    let err = stage
+        .handle(passed, &plenty())
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("has passed") && err.contains("--deadline"),
+        "{err}"
+    );
+    assert_eq!(stage.users.bodies().len(), enqueued_before);
+    // A campaign started before guardrails were recorded takes none of the defaults.
+    stage
+        .campaigns
+        .states()
+        .registered
+        .lock()
+        .unwrap()
+        .insert("legacy-1".into(), 1);
+    let legacy = json!({
+        "campaignId": "legacy-1", "since": "2026-11-16T00:00:00Z", "until": "2026-11-23T00:00:00Z",
+    });
+    stage.handle(legacy, &plenty()).await.unwrap();
+    assert_eq!(recorded("legacy-1"), Default::default());
 }
