@@ -1,3 +1,5 @@
+//! Over 450 lines because each test drives the built binary through a whole operator story
+//! on one local stack.
 //! The operator CLI against the local stack: provision, seed, run, status, resend, redrive,
 //! preview, and one-line errors for bad input.
 
@@ -243,6 +245,28 @@ fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
         would_send + would_fail + skipped,
         t.audience as u64,
         "{plan}"
+    );
+    // A holdout a first start would give: its group is counted apart, never in wouldSend.
+    let held = last_json(&ok(mailctl(
+        &[
+            "plan",
+            "--prefix",
+            &t.prefix,
+            "--campaign",
+            &t.campaign,
+            "--holdout",
+            "25",
+            "--json",
+        ],
+        &t.env(),
+    )));
+    let held_out = held["guardrails"]["heldOut"].as_u64().unwrap();
+    assert!(held_out > 0, "{held}");
+    assert_eq!(held["guardrails"]["holdoutBp"], 2500, "{held}");
+    assert_eq!(
+        held["wouldSend"].as_u64().unwrap() + held["wouldFail"].as_u64().unwrap() + held_out,
+        would_send + would_fail,
+        "{held}"
     );
     let by_locale: u64 = plan["byLocale"]
         .as_object()

@@ -1,3 +1,5 @@
+//! Over 450 lines because it is the command line: every command's arguments and its dispatch,
+//! a screen per command.
 //! mailctl: run and inspect mailflow campaigns. Endpoints come from the environment
 //! (AWS_ENDPOINT_URL, MONGODB_URI), exactly as for the functions. This file parses the
 //! command line; each command lives in `commands/`.
@@ -269,6 +271,8 @@ enum Command {
         #[command(flatten)]
         local: LocalTimeArgs,
         #[command(flatten)]
+        guardrails: GuardrailArgs,
+        #[command(flatten)]
         target: TargetArgs,
     },
     /// Send one user's real email of a campaign to a test address through SES, marked as a
@@ -493,12 +497,14 @@ async fn run() -> Result<()> {
             json,
             window,
             local,
+            guardrails,
             target,
         } => {
             let options = commands::preview::PlanOptions {
                 samples,
                 json,
                 local,
+                guardrails,
             };
             commands::preview::plan(sdk, template, campaign, &window, &options, &target).await
         }

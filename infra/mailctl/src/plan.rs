@@ -1,3 +1,5 @@
+//! Over 450 lines because a plan is one pass over the audience that every count reads in
+//! (locale, local time, guardrails, rate), then its description and that description's tests.
 //! `mailctl plan`: what a campaign would send, before it sends anything. The audience is read
 //! as GetUsers reads it and every user's email composed as CreateEmails composes it (the same
 //! code, through `CreateEmails::compose_in_locale`), then counted: who would get one, in which
@@ -8,6 +10,9 @@ use anyhow::{Context, Result};
 use mailflow::assemble::LambdaCreateEmails;
 use mailflow::domain::campaign::Campaign;
 use mailflow::domain::fan_out::{composers_for, Composer, ComposerSizing};
+use mailflow::domain::guardrails::{
+    held_out, CampaignGuardrails, CapCheck, FrequencyCaps, QuietHours, QuietPolicy,
+};
 use mailflow::domain::local_time::{
     slot_loads, Delivery, LocalDelivery, SlotLoad, ZoneSource, LATE_TOLERANCE_MS,
 };
@@ -17,7 +22,7 @@ use mailflow::domain::send_rate::{
     Environment, QuotaUnknown, SendQuota, SendRate, RATE_ITEM_TAKES_PER_SECOND,
 };
 use mailflow::domain::topics::{ExclusionCounts, Topics};
-use mailflow::ports::{AudienceScan, UserDirectory};
+use mailflow::ports::{AudienceScan, CapLedger, UserDirectory};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -69,6 +74,36 @@ pub struct Plan {
     /// What the public URLs need at the rate (first opens at delivery, junk on top) and what
     /// their reserved concurrency is.
     pub public_urls: Option<PublicUrlsCheck>,
+    /// What the guardrails would hold back (not counted in `wouldSend`).
+    pub guardrails: GuardrailsPlan,
+}
+
+/// What the campaign's guardrails and the stack's caps and quiet hours would decide, as of
+/// now (docs/pinpoint.md).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardrailsPlan {
+    pub holdout_bp: u32,
+    /// Users in the holdout group: recorded held_out, never sent.
+    pub held_out: usize,
+    pub deadline_ms: Option<i64>,
+    /// Users whose email would fall in their quiet hours: held until they end (defer), or
+    /// recorded quiet_hours (skip: not counted in `wouldSend`).
+    pub in_quiet_hours: usize,
+    pub quiet_policy: Option<&'static str>,
+    /// Users the frequency caps would hold back if sent now (each user's `#caps` item read).
+    pub capped: usize,
+    pub cap_exempt: bool,
+}
+
+/// The guardrails `plan` applies: the campaign's (as recorded, or as its start would record
+/// them), the stack's caps and quiet hours (SendEmail's), and the users' cap histories.
+pub struct Guardrails<C> {
+    pub campaign: CampaignGuardrails,
+    pub caps: FrequencyCaps,
+    pub quiet: Option<QuietHours>,
+    pub fallback_zone: mailflow::domain::local_time::ZoneName,
+    pub history: C,
 }
 
 /// What local-time delivery would do with the emails that would be sent.
@@ -117,13 +152,14 @@ pub struct Sending {
 
 /// Reads the audience of `campaign` from `directory` and composes every user's email with
 /// `stage`, keeping `samples` of them.
-pub async fn plan<D: UserDirectory>(
+pub async fn plan<D: UserDirectory, C: CapLedger>(
     stage: &LambdaCreateEmails,
     directory: &D,
     campaign: &Campaign,
     samples: usize,
     sending: Sending,
     delivery: Option<&LocalDelivery>,
+    guardrails: Guardrails<C>,
 ) -> Result<Plan> {
     let Sending {
         rate,
@@ -145,8 +181,22 @@ pub async fn plan<D: UserDirectory>(
     let mut plan = Plan {
         campaign_id: campaign.id.to_string(),
         topic: campaign.topic.to_string(),
+        guardrails: GuardrailsPlan {
+            holdout_bp: guardrails.campaign.holdout_bp,
+            deadline_ms: guardrails.campaign.deadline_ms,
+            quiet_policy: guardrails.quiet.map(|q| match q.policy {
+                QuietPolicy::Defer => "defer",
+                QuietPolicy::Skip => "skip",
+            }),
+            cap_exempt: guardrails.campaign.cap_exempt,
+            ..Default::default()
+        },
         ..Default::default()
     };
+    let now_ms = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
+    let capped = guardrails
+        .caps
+        .apply_to(campaign.topic.as_str(), &guardrails.campaign);
     let topic = Topics::builtin().get(campaign.topic.as_str())?;
     let mut audience = directory.audience(&campaign.window, topic, None);
     let progress = crate::progress::Progress::new("plan");
@@ -176,13 +226,32 @@ pub async fn plan<D: UserDirectory>(
             .with_context(|| format!("composing {user}'s email"))?;
         match composed {
             Ok((job, locale)) => {
+                // As SendEmail decides: the holdout before the address.
+                if held_out(
+                    campaign.id.as_str(),
+                    &user.to_string(),
+                    guardrails.campaign.holdout_bp,
+                ) {
+                    plan.guardrails.held_out += 1;
+                    continue;
+                }
                 if mailflow::domain::address::parse(&job.to).is_err() {
                     plan.would_fail += 1;
                     continue;
                 }
+                // When it would go (now, or its local time) and in which zone.
+                let mut at_ms = now_ms;
+                let mut tz = match &member.zone {
+                    mailflow::domain::local_time::ZoneField::Text(name) => {
+                        mailflow::domain::local_time::zone(name)
+                    }
+                    _ => None,
+                }
+                .unwrap_or_else(|| guardrails.fallback_zone.zone());
                 if let (Some(d), Some(l)) = (delivery, local.as_mut()) {
-                    let (tz, source) = d.zone_for(&member.zone);
-                    let zone = tz.iana_name().unwrap_or("?").to_owned();
+                    let (user_tz, source) = d.zone_for(&member.zone);
+                    let zone = user_tz.iana_name().unwrap_or("?").to_owned();
+                    tz = user_tz;
                     match source {
                         ZoneSource::Own => {}
                         ZoneSource::FallbackMissing => l.timezone_missing += 1,
@@ -204,7 +273,34 @@ pub async fn plan<D: UserDirectory>(
                             let slot = slots.entry(at).or_default();
                             slot.0 += 1;
                             slot.1.insert(zone);
+                            at_ms = at;
                         }
+                    }
+                }
+                if let Some(quiet) = &guardrails.quiet {
+                    if quiet.quiet_until(at_ms.max(now_ms), &tz).is_some() {
+                        plan.guardrails.in_quiet_hours += 1;
+                        if quiet.policy == QuietPolicy::Skip {
+                            continue;
+                        }
+                    }
+                }
+                if capped {
+                    let history = guardrails
+                        .history
+                        .cap_history(&user.to_string())
+                        .await
+                        .with_context(|| format!("reading {user}'s frequency caps"))?;
+                    let check = guardrails.caps.check(
+                        &history,
+                        campaign.id.as_str(),
+                        campaign.topic.as_str(),
+                        at_ms.max(now_ms),
+                        &tz,
+                    );
+                    if matches!(check, CapCheck::Capped(_)) {
+                        plan.guardrails.capped += 1;
+                        continue;
                     }
                 }
                 plan.would_send += 1;
@@ -284,6 +380,9 @@ pub fn describe(plan: &Plan) -> String {
         "at {}/s ({}; shared by {} SendEmail environments) the sends take {takes}; SES charges ${:.4} for them (the pipeline adds about 6 %)\n",
         plan.send_rate, plan.rate_source, plan.environments, plan.ses_cost_usd
     ));
+    if let Some(line) = describe_guardrails(plan) {
+        out.push_str(&line);
+    }
     if plan.environments >= ENVIRONMENTS_WORTH_A_WARNING {
         out.push_str(&format!(
             "SendEmail would run {} environments at once (an account's Lambda concurrency is 1,000 for every function together unless raised): give SendEmail more memory (SendEmailMemorySize) and larger batches (EmailsBatchSize), docs/send-rate.md\n",
@@ -396,6 +495,51 @@ fn describe_local_time(l: &LocalTimePlan) -> String {
         ));
     }
     out
+}
+
+/// The guardrails' line: who they would hold back, and a deadline the sends would not meet.
+fn describe_guardrails(plan: &Plan) -> Option<String> {
+    let g = &plan.guardrails;
+    let mut parts = Vec::new();
+    if g.holdout_bp > 0 {
+        parts.push(format!(
+            "holdout {}.{:02} %: {} held out",
+            g.holdout_bp / 100,
+            g.holdout_bp % 100,
+            g.held_out
+        ));
+    }
+    if let Some(policy) = g.quiet_policy {
+        parts.push(format!(
+            "{} due in their quiet hours ({policy})",
+            g.in_quiet_hours
+        ));
+    }
+    if g.cap_exempt {
+        parts.push("exempt from frequency caps".into());
+    } else if g.capped > 0 {
+        parts.push(format!(
+            "{} held back by frequency caps if sent now",
+            g.capped
+        ));
+    }
+    let mut out = String::new();
+    if !parts.is_empty() {
+        out.push_str(&format!("guardrails: {}\n", parts.join("; ")));
+    }
+    if let Some(deadline) = g.deadline_ms {
+        let now = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
+        let left_hours = (deadline - now) as f64 / 3_600_000.0;
+        if plan.hours > left_hours {
+            let late = ((plan.hours - left_hours.max(0.0)) / plan.hours * plan.would_send as f64)
+                .ceil() as u64;
+            out.push_str(&format!(
+                "the deadline is {left_hours:.1} h away and the sends take {:.1} h: about {late} users would be recorded expired (raise the rate, or give a later --deadline)\n",
+                plan.hours
+            ));
+        }
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 #[cfg(test)]

@@ -50,7 +50,9 @@ pub fn quiet_hours(src: &dyn Source) -> Result<Option<QuietHours>, ConfigError> 
         })
 }
 
-fn guardrail_defaults(
+/// The holdout and deadline GetUsers gives a start that names none (`HOLDOUT_PERCENT`,
+/// `CAMPAIGN_DEADLINE_HOURS`).
+pub fn guardrail_defaults(
     src: &dyn Source,
 ) -> Result<crate::domain::campaign::GuardrailDefaults, ConfigError> {
     Ok(crate::domain::campaign::GuardrailDefaults {

@@ -12,8 +12,8 @@ mod send_email;
 pub mod var;
 
 pub use functions::{
-    CreateEmailsConfig, GetUsersConfig, LocalTimeConfig, ReputationGuardConfig, SesEventsConfig,
-    UnsubscribeFunctionConfig,
+    guardrail_defaults, CreateEmailsConfig, GetUsersConfig, LocalTimeConfig, ReputationGuardConfig,
+    SesEventsConfig, UnsubscribeFunctionConfig,
 };
 pub use open_content::{OpenContentFunctionConfig, PickLinks};
 pub use send_email::{RateControlConfig, SendEmailConfig};

@@ -236,6 +236,7 @@ async fn start(
             "suppressedDuplicates": send.duplicates,
             "failed": send.failed,
             "previouslyFailed": send.previously_failed,
+            "skippedByGuardrails": send.skipped,
             "wallTimeSeconds": started.elapsed().as_secs(),
             "campaign": {
                 "sent": status.sent,
@@ -243,6 +244,7 @@ async fn start(
                 "failedByReason": status.failed_by_reason,
                 "deadLettered": status.dead_lettered,
                 "deadLetteredByReason": status.dead_lettered_by_reason,
+                "skipped": status.skipped,
                 "usersDlq": status.users_dlq,
                 "emailsDlq": status.emails_dlq,
                 "continuationDlq": status.continuation_dlq,
@@ -280,7 +282,10 @@ async fn drain_with_progress(
             tokio::time::sleep(Duration::from_millis(250)).await;
             let totals = lock(&pipeline.totals).clone();
             let send = &totals.send_email;
-            let skipped: usize = totals.create_emails.skipped.values().sum();
+            // Left out by CreateEmails (no email) or by a guardrail (recorded SKIPPED).
+            let skipped: usize = totals.create_emails.skipped.values().sum::<usize>()
+                + send.skipped.values().sum::<usize>()
+                + send.previously_skipped;
             let decided = send.sent
                 + send.failed
                 + send.previously_failed

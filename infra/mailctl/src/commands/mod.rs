@@ -101,6 +101,30 @@ pub struct GuardrailArgs {
 }
 
 impl GuardrailArgs {
+    /// The guardrails given, checked as GetUsers checks them.
+    pub fn request(&self) -> Result<mailflow::domain::campaign::GuardrailRequest> {
+        let deadline_ms = self
+            .deadline
+            .as_deref()
+            .map(|raw| {
+                OffsetDateTime::parse(raw, &Rfc3339)
+                    .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
+                    .with_context(|| {
+                        format!("--deadline {raw:?} is not an RFC 3339 time (e.g. 2026-12-01T09:00:00Z)")
+                    })
+            })
+            .transpose()?;
+        Ok(mailflow::domain::campaign::GuardrailRequest {
+            deadline_ms,
+            holdout_bp: self
+                .holdout
+                .as_deref()
+                .map(mailflow::domain::guardrails::holdout_bp)
+                .transpose()?,
+            cap_exempt: self.cap_exempt.then_some(true),
+        })
+    }
+
     /// Adds the guardrails given to GetUsers' event.
     pub fn apply(&self, event: &mut serde_json::Value) {
         if let Some(deadline) = &self.deadline {

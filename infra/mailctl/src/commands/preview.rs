@@ -123,6 +123,8 @@ pub struct PlanOptions {
     pub samples: usize,
     pub json: bool,
     pub local: super::LocalTimeArgs,
+    /// The guardrails a first start would give (a started campaign keeps its own).
+    pub guardrails: super::GuardrailArgs,
 }
 
 /// What `campaign` would send, counted and sampled; nothing is enqueued, claimed or sent.
@@ -150,6 +152,18 @@ pub async fn plan(
     directory.check_indexes().await?;
     let control = RateControlConfig::from_source(&|k: &str| envs.control.get(k).cloned())?;
     let quota = mailflow::adapters::ses::send_quota(sdk).await;
+    let send = SendEmailConfig::from_source(&|k: &str| envs.send.get(k).cloned())?;
+    let guardrails = mailctl::plan::Guardrails {
+        campaign: campaign_guardrails(sdk, template, t, &campaign, &options.guardrails).await?,
+        caps: send.caps.clone(),
+        quiet: send.quiet_hours,
+        fallback_zone: send.fallback_zone.clone(),
+        history: mailflow::adapters::dynamo::DynamoLedger::new(
+            aws_sdk_dynamodb::Client::new(sdk),
+            &send.sends_table_name,
+            send.retention_days,
+        ),
+    };
     let plan = mailctl::plan::plan(
         &stage,
         &directory,
@@ -168,6 +182,7 @@ pub async fn plan(
             public_urls: control.public_urls,
         },
         delivery.as_ref(),
+        guardrails,
     )
     .await?;
     if options.json {
@@ -176,6 +191,49 @@ pub async fn plan(
         print!("{}", mailctl::plan::describe(&plan));
     }
     Ok(())
+}
+
+/// The campaign's guardrails as recorded when it first started, or as a start now would
+/// record them (the arguments, then GetUsers' defaults).
+async fn campaign_guardrails(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    t: &TargetArgs,
+    campaign: &Campaign,
+    args: &super::GuardrailArgs,
+) -> Result<mailflow::domain::guardrails::CampaignGuardrails> {
+    let target = super::target(sdk, t).await?;
+    let record = mailctl::ops::campaigns_table(&aws_sdk_dynamodb::Client::new(sdk), &target)
+        .record(campaign.id.as_str())
+        .await?;
+    let request = args.request()?;
+    let now = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
+    if let Some(recorded) = record.and_then(|r| r.guardrails) {
+        // As GetUsers would settle a start with these arguments.
+        let moved = request.settle(&campaign.id, recorded, now)?;
+        return Ok(moved.unwrap_or(recorded));
+    }
+    let env = get_users_env(sdk, template, t).await?;
+    let defaults = mailflow::config::guardrail_defaults(&|k: &str| env.get(k).cloned())?;
+    Ok(request.initial(defaults, now))
+}
+
+/// GetUsers' environment: template.yaml's for a local stack, the deployed function's
+/// otherwise.
+async fn get_users_env(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    t: &TargetArgs,
+) -> Result<BTreeMap<String, String>> {
+    Ok(match &t.prefix {
+        Some(prefix) => provision_local(sdk, template, prefix, &t.database)
+            .await?
+            .env(mailflow_local::pipeline::GET_USERS)?,
+        None => {
+            let function = mailctl::stack_outputs::GET_USERS_FUNCTION.read()?;
+            mailctl::compose::deployed_env(sdk, &function).await?
+        }
+    })
 }
 
 /// The local-time delivery `plan` counts with, decided as GetUsers decides it (the same
@@ -190,15 +248,7 @@ async fn local_delivery(
     scheduled: bool,
 ) -> Result<Option<mailflow::domain::local_time::LocalDelivery>> {
     use mailflow::stages::get_users::{parse_request, Request};
-    let env = match &t.prefix {
-        Some(prefix) => provision_local(sdk, template, prefix, &t.database)
-            .await?
-            .env(mailflow_local::pipeline::GET_USERS)?,
-        None => {
-            let function = mailctl::stack_outputs::GET_USERS_FUNCTION.read()?;
-            mailctl::compose::deployed_env(sdk, &function).await?
-        }
-    };
+    let env = get_users_env(sdk, template, t).await?;
     let config = mailflow::config::LocalTimeConfig::from_source(&|k: &str| env.get(k).cloned())?;
     let mut event = super::start_event(campaign);
     local.apply(&mut event);
