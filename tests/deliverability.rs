@@ -408,6 +408,7 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
             started_at_ms: epoch_ms(now),
             lease_until_ms: epoch_ms(now + Duration::from_secs(300)),
             due: None,
+            deadline_ms: None,
         };
         ledger.claim(&claim, Default::default()).await.unwrap();
     }

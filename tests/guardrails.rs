@@ -106,13 +106,26 @@ async fn two_campaigns_under_a_cap_of_one_send_one_email_the_holdout_stays_out_a
     assert_eq!(emails, sent_records, "one email per SENT record");
 
     // A re-run keeps the same people out and the cap still holds: nothing more is sent.
-    pipeline
+    // The held-out records are not even claimed again (the others are asked again).
+    let skipped_before = pipeline
+        .totals
+        .lock()
+        .unwrap()
+        .send_email
+        .previously_skipped;
+    let rerun = pipeline
         .run(
             serde_json::json!({ "campaignId": WEEK, "includeFailed": true }),
             Duration::from_secs(600),
         )
         .await
         .unwrap();
+    assert_eq!(
+        rerun.totals.send_email.previously_skipped - skipped_before,
+        held,
+        "{:?}",
+        rerun.totals.send_email
+    );
     let again = outcomes(&env, WEEK).await;
     for (user, o) in &again {
         assert_eq!(
@@ -128,10 +141,10 @@ async fn two_campaigns_under_a_cap_of_one_send_one_email_the_holdout_stays_out_a
     // none is sent, each is recorded expired, and nothing of it stays in the queues.
     let late = serde_json::json!({
         "campaignId": "late-c", "since": since, "until": until, "capExempt": true,
-        "deadline": rfc3339_in(3),
+        "deadline": rfc3339_in(10),
     });
     pipeline.start(late).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    tokio::time::sleep(Duration::from_secs(11)).await;
     pipeline.drain(Duration::from_secs(600)).await.unwrap();
     queues_empty(&env).await;
     let late_records = outcomes(&env, "late-c").await;

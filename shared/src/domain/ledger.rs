@@ -101,6 +101,8 @@ pub struct Claim {
     pub lease_until_ms: u64,
     /// A local-time email's release: SENT records its lateness (`lateMs`).
     pub due: Option<crate::domain::local_time::Due>,
+    /// The campaign's deadline (ms): no send, nor a resend after a throttle, starts later.
+    pub deadline_ms: Option<i64>,
 }
 
 /// Final records an operator's resend may claim again (a claim always may take no record,

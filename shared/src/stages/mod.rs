@@ -62,7 +62,9 @@ impl<S: CampaignStates> CampaignStateCache<S> {
     }
 
     /// The campaign's state and guardrails. SendEmail needs them read (a holdout or a
-    /// deadline not known is not applied), so a failed read is its error to retry.
+    /// deadline not known is not applied): when the table does not answer, the last state
+    /// read goes on (guardrails are fixed when a campaign starts), and without one the
+    /// read's error is the caller's to retry.
     pub async fn state(&self, campaign_id: &str) -> Result<CampaignState, LedgerError> {
         let mut seen = self.seen.lock().await;
         if let Some((at, state)) = seen.get(campaign_id) {
@@ -70,9 +72,19 @@ impl<S: CampaignStates> CampaignStateCache<S> {
                 return Ok(state.clone());
             }
         }
-        let state = self.states.state(campaign_id).await?;
-        seen.insert(campaign_id.to_owned(), (Instant::now(), state.clone()));
-        Ok(state)
+        match self.states.state(campaign_id).await {
+            Ok(state) => {
+                seen.insert(campaign_id.to_owned(), (Instant::now(), state.clone()));
+                Ok(state)
+            }
+            Err(err) => match seen.get(campaign_id) {
+                Some((_, last)) => {
+                    tracing::warn!(reason = %err, "campaign state not read; going on with the last one read");
+                    Ok(last.clone())
+                }
+                None => Err(err),
+            },
+        }
     }
 }
 

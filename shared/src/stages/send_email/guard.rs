@@ -3,13 +3,18 @@
 //! campaigns (`domain::guardrails`). Decided once: the record ends SKIPPED with the reason,
 //! and no retry of it is sent later.
 
+use super::outcome::{Again, Done, Retry};
 use super::SendEmail;
 use crate::domain::guardrails::{held_out, CampaignGuardrails, CapCheck, QuietPolicy, Skip};
-use crate::domain::ledger::{epoch_ms, LedgerError, SendKey};
+use crate::domain::ledger::{epoch_ms, Claim, LedgerError, SendKey};
 use crate::domain::local_time;
 use crate::domain::messages::EmailJob;
 use crate::ports::{CampaignStates, Mailer, RateBucket, RetryQueue, SendLedger};
+use aws_lambda_events::event::sqs::SqsMessage;
 use std::time::Duration;
+
+/// The longest a quiet-hours return hides a message: under SQS's 12 hours from its receive.
+const MAX_QUIET_WAIT: Duration = Duration::from_secs(12 * 3600 - 600);
 
 /// Conditional writes of a user's cap history lost in a row to other campaigns' writes
 /// before the record is retried later (each loss means another email was just counted).
@@ -95,6 +100,34 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             table: self.config.sends_table_name.clone(),
             operation: "write frequency caps",
             detail: format!("{CAP_WRITE_ATTEMPTS} writes in a row lost to other campaigns'"),
+        })
+    }
+
+    /// The claim given back and the record hidden until the user's quiet hours end: one
+    /// receive, not a message every 15 minutes. SQS hides a received message for at most
+    /// 12 hours from its receive, and a return must never push it to the DLQ: near the
+    /// receive limit it goes back as a fresh copy (15 minutes at most) instead.
+    pub(super) async fn defer(
+        &self,
+        claim: &Claim,
+        record: &SqsMessage,
+        wait: Duration,
+    ) -> Result<Done, Retry> {
+        // Rounded up to the next second, so it never comes back a moment early.
+        let wait = Duration::from_secs(wait.as_secs() + 1).min(MAX_QUIET_WAIT);
+        let receives = super::receive_count(record);
+        if receives + 1 >= self.config.max_receive_count as usize
+            && self
+                .requeue(record, wait.min(Duration::from_secs(900)))
+                .await
+        {
+            self.give_back(claim, "quiet hours", false, false).await;
+            return Ok(Done::Requeued);
+        }
+        self.give_back(claim, "quiet hours", false, false).await;
+        Err(Retry {
+            why: Again::Quiet,
+            delay: Some(wait),
         })
     }
 

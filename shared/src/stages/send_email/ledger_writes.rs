@@ -55,7 +55,13 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
     ) -> Result<Done, Retry> {
         let now = epoch_ms(crate::runtime::clock::now()).max(cancellation.at_ms);
         match self.ledger.cancel_send(&job.key(), now).await {
-            Ok(_) => Ok(Done::Cancelled),
+            Ok(written) => {
+                if written {
+                    // An earlier attempt may have counted it towards the caps.
+                    self.uncount(&job.key()).await;
+                }
+                Ok(Done::Cancelled)
+            }
             Err(err) => {
                 tracing::warn!(campaign = %job.campaign_id, user = %job.user_id, reason = %err, "could not record the cancellation; will retry");
                 Err(Retry::error(None))
@@ -80,8 +86,12 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         }
     }
 
-    /// Records SKIPPED with a guardrail's reason and acknowledges the record.
+    /// Records SKIPPED with a guardrail's reason and acknowledges the record. An earlier
+    /// attempt may have counted it towards the caps (then throttled, paced): taken out.
     pub(super) async fn skip(&self, claim: &Claim, skip: Skip) -> Result<Done, Retry> {
+        if matches!(skip, Skip::Expired | Skip::QuietHours) {
+            self.uncount(&claim.key).await;
+        }
         match self
             .retry_mark(|| self.ledger.mark_skipped(claim, skip))
             .await
@@ -106,6 +116,8 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         last_receive: bool,
     ) {
         if last_receive {
+            // Not sent (SES did not accept it): a redrive or a resend counts it again.
+            self.uncount(&claim.key).await;
             return self.dead_letter(claim, reason).await;
         }
         match self

@@ -132,6 +132,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                 Ok(Done::Paced) => summary.paced += 1,
                 Ok(Done::Skipped(skip)) => *summary.skipped.entry(skip.as_str()).or_default() += 1,
                 Ok(Done::PreviouslySkipped) => summary.previously_skipped += 1,
+                Ok(Done::Requeued) => summary.deferred += 1,
                 Err(retry) => {
                     match retry.why {
                         Again::Busy => summary.busy += 1,
@@ -265,10 +266,11 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             None => {}
         }
 
-        let (claim, send_errors) = match self.claim(&job, message_id, invocation).await {
+        let (mut claim, send_errors) = match self.claim(&job, message_id, invocation).await {
             Ok(claimed) => claimed,
             Err(outcome) => return outcome,
         };
+        claim.deadline_ms = state.guardrails.deadline_ms;
         let last_receive = receive_count(record) >= self.config.max_receive_count as usize;
 
         // Exactly one mailbox, encoded as SES takes it; anything else never reaches SES (nor
@@ -277,16 +279,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         match self.guard(&job, &state.guardrails, recipient.is_ok()).await {
             Ok(guard::Verdict::Send) => {}
             Ok(guard::Verdict::Skip(skip)) => return self.skip(&claim, skip).await,
-            Ok(guard::Verdict::Defer(wait)) => {
-                // Back when they end, hidden for up to SQS's 12 hours: one receive, not a
-                // message every 15 minutes.
-                self.give_back(&claim, "quiet hours", false, last_receive)
-                    .await;
-                return Err(Retry {
-                    why: Again::Quiet,
-                    delay: Some(wait.min(Duration::from_secs(12 * 3600))),
-                });
-            }
+            Ok(guard::Verdict::Defer(wait)) => return self.defer(&claim, record, wait).await,
             Err(err) => {
                 tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "guardrails not read; will retry");
                 self.give_back(&claim, &err.to_string(), false, last_receive)
@@ -339,10 +332,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         // The wait for a slot may have carried it past the deadline.
         match self.still_before_deadline(&job, &state.guardrails).await {
             Ok(true) => {}
-            Ok(false) => {
-                self.uncount(&claim.key).await;
-                return self.skip(&claim, Skip::Expired).await;
-            }
+            Ok(false) => return self.skip(&claim, Skip::Expired).await,
             Err(err) => {
                 self.give_back(&claim, &err.to_string(), false, last_receive)
                     .await;
@@ -403,6 +393,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                 self.config.visibility_timeout,
             )),
             due: job.due,
+            deadline_ms: None,
         };
         let send_errors = match self.ledger.claim(&claim, job.reclaim()).await {
             Ok(ClaimOutcome::Claimed {
@@ -450,10 +441,16 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         email: &OutgoingEmail,
         invocation: &Invocation,
         stop: &AtomicBool,
+        deadline_ms: Option<i64>,
     ) -> Result<String, SendError> {
         loop {
             let answer = self.mailer.send(email).await;
             if !matches!(answer, Err(SendError::Throttled(_))) {
+                return answer;
+            }
+            // Not again after the campaign's deadline: the next attempt records it expired.
+            let now = epoch_ms(crate::runtime::clock::now()) as i64;
+            if deadline_ms.is_some_and(|d| now >= d) {
                 return answer;
             }
             self.pacer.throttled(&self.ceiling()).await;
@@ -483,7 +480,10 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         send_errors: u64,
     ) -> Result<Done, Retry> {
         let last_receive = receive_count(record) >= self.config.max_receive_count as usize;
-        match self.send_paced(email, invocation, stop).await {
+        match self
+            .send_paced(email, invocation, stop, claim.deadline_ms)
+            .await
+        {
             Ok(ses_message_id) => Ok(self.mark_sent(claim, &ses_message_id, invocation).await),
             Err(SendError::Permanent(reason)) => {
                 self.uncount(&claim.key).await;

@@ -54,6 +54,9 @@ pub(super) enum Done {
     Paced,
     Skipped(crate::domain::guardrails::Skip),
     PreviouslySkipped,
+    /// In the user's quiet hours near its receive limit: acknowledged, a fresh copy comes
+    /// back later.
+    Requeued,
 }
 
 pub(super) enum Again {

@@ -206,6 +206,41 @@ async fn in_quiet_hours_an_email_waits_hidden_until_they_end_or_is_skipped() {
 }
 
 #[tokio::test]
+async fn long_quiet_hours_hide_a_message_under_sqs_limit_and_never_send_it_to_the_dlq() {
+    // Thirteen hours of quiet around now.
+    let hour = (now_ms() / 3_600_000) % 24;
+    let quiet = format!("{hour:02}:00-{:02}:00", (hour + 13) % 24);
+    let stage = stage(
+        &[("QUIET_HOURS", &quiet)],
+        MemoryLedger::default(),
+        ScriptedMailer::default(),
+    );
+    handle(&stage, "u1", false).await;
+    let delays = stage.queue.delays();
+    assert_eq!(delays.len(), 1);
+    assert!(
+        delays[0].1 < Duration::from_secs(12 * 3600),
+        "SQS refuses 12 hours or more: {delays:?}"
+    );
+    // On the message's last receive it goes back as a fresh copy, not to the DLQ.
+    let mut last = event("u2", false);
+    last.records[0]
+        .attributes
+        .insert("ApproximateReceiveCount".into(), "10".into());
+    let invocation = Invocation::with_timeout("request-2", Duration::from_secs(30));
+    let (response, summary) = stage.handle(last, &invocation).await;
+    assert!(response.batch_item_failures.is_empty(), "acknowledged");
+    assert_eq!(summary.deferred, 1);
+    let requeued = crate::runtime::lock(&stage.queue.requeued).clone();
+    assert_eq!(requeued.len(), 1, "{requeued:?}");
+    assert!(requeued[0].1 <= Duration::from_secs(900));
+    assert_ne!(
+        stage.ledger.get("u2", CAMPAIGN).unwrap().status,
+        Some(SendStatus::DeadLettered)
+    );
+}
+
+#[tokio::test]
 async fn a_cap_reached_by_another_campaign_skips_and_an_exempt_campaign_goes() {
     let ledger = MemoryLedger::default();
     let other = CapHistory {
@@ -232,12 +267,25 @@ async fn a_cap_reached_by_another_campaign_skips_and_an_exempt_campaign_goes() {
     assert!(capped.mailer.calls().is_empty());
     // A second delivery of the same message is a duplicate of a decided record.
     assert_eq!(handle(&capped, "u1", false).await.previously_skipped, 1);
-    let exempt = CampaignGuardrails {
+    // The same user, capped the same way, in a campaign started exempt: sent.
+    let ledger = MemoryLedger::default();
+    assert!(ledger.write_cap_history("u1", &other, 0).await.unwrap());
+    let exempt = stage(
+        &[("FREQUENCY_CAPS", "1/16h")],
+        ledger,
+        ScriptedMailer::default(),
+    );
+    let guardrails = CampaignGuardrails {
         cap_exempt: true,
         ..Default::default()
     };
-    capped.campaigns.states().set_guardrails(CAMPAIGN, exempt);
-    assert_eq!(handle(&capped, "u2", false).await.sent, 1);
+    exempt
+        .campaigns
+        .states()
+        .set_guardrails(CAMPAIGN, guardrails);
+    assert_eq!(handle(&exempt, "u1", false).await.sent, 1);
+    let history = exempt.ledger.cap_history("u1").await.unwrap();
+    assert_eq!(history.entries.len(), 1, "an exempt email is not counted");
 }
 
 #[tokio::test]
