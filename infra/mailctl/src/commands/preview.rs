@@ -208,10 +208,14 @@ async fn campaign_guardrails(
         .await?;
     let request = args.request()?;
     let now = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
-    if let Some(recorded) = record.and_then(|r| r.guardrails) {
+    if let Some(recorded) = record.as_ref().and_then(|r| r.guardrails) {
         // As GetUsers would settle a start with these arguments.
         let moved = request.settle(&campaign.id, recorded, now)?;
         return Ok(moved.unwrap_or(recorded));
+    }
+    // Started before guardrails were recorded: GetUsers gives it none of the defaults.
+    if record.is_some_and(|r| r.started_at_ms.is_some()) {
+        return Ok(request.initial(Default::default(), now));
     }
     let env = get_users_env(sdk, template, t).await?;
     let defaults = mailflow::config::guardrail_defaults(&|k: &str| env.get(k).cloned())?;
