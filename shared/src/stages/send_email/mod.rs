@@ -246,12 +246,22 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             return Err(Retry::error(Some(Duration::ZERO)));
         }
 
-        // Read, not assumed: a holdout or a deadline not known would not be applied.
-        let state = match self.campaigns.state(job.campaign_id.as_str()).await {
+        // Read, not assumed: a holdout or a deadline not known would not be applied. A read
+        // that fails is tried again at once (a dropped connection), and then the record
+        // comes back within seconds, not after the queue's visibility timeout.
+        let mut read = self.campaigns.state(job.campaign_id.as_str()).await;
+        for attempt in 1..MARK_ATTEMPTS {
+            if read.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+            read = self.campaigns.state(job.campaign_id.as_str()).await;
+        }
+        let state = match read {
             Ok(state) => state,
             Err(err) => {
                 tracing::warn!(campaign = %job.campaign_id, reason = %err, "campaign state not read; will retry");
-                return Err(Retry::error(None));
+                return Err(Retry::error(self.config.retry_delays.first().copied()));
             }
         };
         match state.hold {
