@@ -47,15 +47,27 @@ pub struct BenchOptions {
     /// <dir>/<function>-<n>.log.
     #[arg(long)]
     pub logs_dir: Option<PathBuf>,
+    /// A template parameter for the benchmark's stack, `Name=value` (repeatable), e.g.
+    /// `--parameter FrequencyCaps=1/16h` to measure the caps' cost per email.
+    #[arg(long = "parameter", value_parser = parameter)]
+    pub parameters: Vec<(String, String)>,
+}
+
+fn parameter(raw: &str) -> Result<(String, String), String> {
+    raw.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("{raw:?} is not Name=value (e.g. FrequencyCaps=1/16h)"))
 }
 
 const DRAIN_LIMIT: Duration = Duration::from_secs(6 * 3600);
 
 pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchReport> {
-    let parameters = BTreeMap::from([(
+    let mut parameters = BTreeMap::from([(
         names::SEND_RATE_PER_SECOND.to_string(),
         options.send_rate.to_string(),
     )]);
+    parameters.extend(options.parameters.iter().cloned());
     let local =
         SeededStack::create(template, "bench", options.users, options.seed, parameters).await?;
     let stack = &local.stack;
