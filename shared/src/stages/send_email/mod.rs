@@ -248,7 +248,8 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
 
         // Read, not assumed: a holdout or a deadline not known would not be applied. A read
         // that fails is tried again at once (a dropped connection), and then the record
-        // comes back within seconds, not after the queue's visibility timeout.
+        // comes back with the backoff by its receives (2 s first, not the queue's 180 s
+        // visibility timeout; up to 5 minutes, so an outage does not use up its receives).
         let mut read = self.campaigns.state(job.campaign_id.as_str()).await;
         for attempt in 1..MARK_ATTEMPTS {
             if read.is_ok() {
@@ -261,7 +262,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             Ok(state) => state,
             Err(err) => {
                 tracing::warn!(campaign = %job.campaign_id, reason = %err, "campaign state not read; will retry");
-                return Err(Retry::error(self.config.retry_delays.first().copied()));
+                return Err(Retry::error(Some(self.backoff(record))));
             }
         };
         match state.hold {
