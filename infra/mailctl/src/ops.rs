@@ -1,3 +1,5 @@
+//! Over 450 lines because `status` reads every store a campaign touches (the ledger, the
+//! campaigns table, the queues, the waiting room, the pick counters) into one answer.
 //! Operator actions on a deployed or local stack: the resources a command works on, and a
 //! campaign's status. Resources are named by the stack's outputs in the environment (AWS) or
 //! by the prefix `mailctl provision` made them under (local stack). Redrive is in

@@ -25,7 +25,7 @@ pub struct GetUsersConfig {
     pub release_scheduler_role_arn: String,
     pub release_dead_letter_arn: String,
     /// The holdout and deadline of a start that names none.
-    pub guardrails: crate::domain::campaign::GuardrailDefaults,
+    pub guardrails: crate::domain::guardrails::GuardrailDefaults,
     /// Users whose email would go in their quiet hours wait for their end.
     pub quiet_hours: Option<QuietHours>,
 }
@@ -54,8 +54,8 @@ pub fn quiet_hours(src: &dyn Source) -> Result<Option<QuietHours>, ConfigError> 
 /// `CAMPAIGN_DEADLINE_HOURS`).
 pub fn guardrail_defaults(
     src: &dyn Source,
-) -> Result<crate::domain::campaign::GuardrailDefaults, ConfigError> {
-    Ok(crate::domain::campaign::GuardrailDefaults {
+) -> Result<crate::domain::guardrails::GuardrailDefaults, ConfigError> {
+    Ok(crate::domain::guardrails::GuardrailDefaults {
         holdout_bp: value(src, var::HOLDOUT_PERCENT)
             .map(|raw| holdout_bp(&raw))
             .transpose()

@@ -1,14 +1,18 @@
+//! Over 450 lines because the four guardrails and what a start settles of them read together;
+//! their tables of cases are in `guardrails/tests.rs`.
 //! The guardrails beyond exactly once, as Amazon Pinpoint's campaigns had them
 //! (docs/pinpoint.md): a campaign's deadline and holdout group, frequency caps across
 //! campaigns, and quiet hours in the user's zone. Pure: SendEmail applies them under its
 //! claim (`stages::send_email::guard`), GetUsers defers users in their quiet hours.
 
+use super::campaign::{rfc3339, CampaignError, CampaignId};
 use super::local_time::{instant_of, LocalTime, LocalTimeError};
 use super::topics::TopicId;
 use jiff::tz::TimeZone;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
 
 /// Why a guardrail decided that a user gets no email of a campaign: recorded on the user's
 /// send record (status SKIPPED, `skipReason`), counted by `mailctl status`.
@@ -88,6 +92,87 @@ pub struct CampaignGuardrails {
 impl CampaignGuardrails {
     pub fn expired(&self, now_ms: i64) -> bool {
         self.deadline_ms.is_some_and(|d| now_ms >= d)
+    }
+}
+
+/// The guardrails a start names (the rest come from the stack's defaults on the first start,
+/// and from the record on every later one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GuardrailRequest {
+    pub deadline_ms: Option<i64>,
+    pub holdout_bp: Option<u32>,
+    pub cap_exempt: Option<bool>,
+}
+
+/// The stack's defaults for a start that names none (`HOLDOUT_PERCENT`,
+/// `CAMPAIGN_DEADLINE_HOURS`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GuardrailDefaults {
+    pub holdout_bp: u32,
+    /// Hours after the first start (0: no deadline).
+    pub deadline_hours: u32,
+}
+
+impl GuardrailRequest {
+    /// What a first start records.
+    pub fn initial(&self, defaults: GuardrailDefaults, now_ms: i64) -> CampaignGuardrails {
+        CampaignGuardrails {
+            deadline_ms: self.deadline_ms.or_else(|| {
+                (defaults.deadline_hours > 0)
+                    .then(|| now_ms + i64::from(defaults.deadline_hours) * 3_600_000)
+            }),
+            holdout_bp: self.holdout_bp.unwrap_or(defaults.holdout_bp),
+            cap_exempt: self.cap_exempt.unwrap_or(false),
+        }
+    }
+
+    /// Settles this start against what the campaign recorded: the holdout and the
+    /// exemption cannot change; a deadline given replaces the recorded one (Some(new):
+    /// to be written and recorded as moved); a start after the deadline is refused.
+    pub fn settle(
+        &self,
+        id: &CampaignId,
+        recorded: CampaignGuardrails,
+        now_ms: i64,
+    ) -> Result<Option<CampaignGuardrails>, CampaignError> {
+        let percent = |bp: u32| format!("{}.{:02} %", bp / 100, bp % 100);
+        if let Some(given) = self.holdout_bp.filter(|bp| *bp != recorded.holdout_bp) {
+            return Err(CampaignError::HoldoutChanged {
+                id: id.to_string(),
+                recorded: percent(recorded.holdout_bp),
+                given: percent(given),
+            });
+        }
+        if self.cap_exempt.is_some_and(|e| e != recorded.cap_exempt) {
+            return Err(CampaignError::CapExemptChanged {
+                id: id.to_string(),
+                recorded: if recorded.cap_exempt {
+                    "exempt"
+                } else {
+                    "not exempt"
+                }
+                .into(),
+            });
+        }
+        let moved = self
+            .deadline_ms
+            .filter(|d| Some(*d) != recorded.deadline_ms)
+            .map(|d| CampaignGuardrails {
+                deadline_ms: Some(d),
+                ..recorded
+            });
+        let now = moved.unwrap_or(recorded);
+        if now.expired(now_ms) {
+            return Err(CampaignError::PastDeadline {
+                id: id.to_string(),
+                deadline: now
+                    .deadline_ms
+                    .and_then(|d| OffsetDateTime::from_unix_timestamp(d / 1000).ok())
+                    .map(rfc3339)
+                    .unwrap_or_default(),
+            });
+        }
+        Ok(moved)
     }
 }
 

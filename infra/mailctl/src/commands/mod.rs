@@ -102,7 +102,7 @@ pub struct GuardrailArgs {
 
 impl GuardrailArgs {
     /// The guardrails given, checked as GetUsers checks them.
-    pub fn request(&self) -> Result<mailflow::domain::campaign::GuardrailRequest> {
+    pub fn request(&self) -> Result<mailflow::domain::guardrails::GuardrailRequest> {
         let deadline_ms = self
             .deadline
             .as_deref()
@@ -114,7 +114,7 @@ impl GuardrailArgs {
                     })
             })
             .transpose()?;
-        Ok(mailflow::domain::campaign::GuardrailRequest {
+        Ok(mailflow::domain::guardrails::GuardrailRequest {
             deadline_ms,
             holdout_bp: self
                 .holdout

@@ -3,8 +3,9 @@
 
 use super::{GetUsersError, Release, ReleaseEvent};
 use crate::config::LocalTimeConfig;
-use crate::domain::campaign::{Campaign, CampaignId, GuardrailRequest, Window};
+use crate::domain::campaign::{Campaign, CampaignId, Window};
 use crate::domain::guardrails;
+use crate::domain::guardrails::GuardrailRequest;
 use crate::domain::local_time::{self, LocalDelivery};
 use crate::domain::topics::{TopicId, Topics};
 use serde::{Deserialize, Serialize};
