@@ -241,13 +241,10 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
                 }
                 // When it would go (now, or its local time) and in which zone.
                 let mut at_ms = now_ms;
-                let mut tz = match &member.zone {
-                    mailflow::domain::local_time::ZoneField::Text(name) => {
-                        mailflow::domain::local_time::zone(name)
-                    }
-                    _ => None,
-                }
-                .unwrap_or_else(|| guardrails.fallback_zone.zone());
+                let mut tz = member
+                    .zone
+                    .own_zone()
+                    .unwrap_or_else(|| guardrails.fallback_zone.zone());
                 if let (Some(d), Some(l)) = (delivery, local.as_mut()) {
                     let (user_tz, source) = d.zone_for(&member.zone);
                     let zone = user_tz.iana_name().unwrap_or("?").to_owned();

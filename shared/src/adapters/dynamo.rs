@@ -55,6 +55,13 @@ fn get_n(item: &Item, key: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The `expiresAt` (TTL, epoch seconds) of an item kept `keep` from now.
+fn expires_after(keep: Duration) -> u64 {
+    (SystemTime::now() + keep)
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// The result of a conditional write: done, or refused with the item as it was.
 enum Conditional {
     Done(Option<Item>),
@@ -87,10 +94,14 @@ impl SendRecords {
     }
 
     fn error(&self, operation: &'static str, err: SdkError<UpdateItemError>) -> LedgerError {
+        self.failed(operation, super::describe(&err))
+    }
+
+    fn failed(&self, operation: &'static str, detail: String) -> LedgerError {
         LedgerError {
             table: self.table.clone(),
             operation,
-            detail: super::describe(&err),
+            detail,
         }
     }
 
@@ -141,9 +152,7 @@ impl SendLedger for DynamoLedger {
     /// include failed sends; never on SENT.
     async fn claim(&self, claim: &Claim, reclaim: Reclaim) -> Result<ClaimOutcome, LedgerError> {
         let now = claim.started_at_ms;
-        let expires = (SystemTime::now() + self.retention)
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let expires = expires_after(self.retention);
         let mut condition = String::from(
             "attribute_not_exists(#status) OR (#status = :in_progress AND leaseUntil <= :now) \
              OR #status = :dead_lettered",
@@ -292,9 +301,7 @@ impl SendLedger for DynamoLedger {
     /// CANCELLED, on no record, a DEAD_LETTERED one, or an IN_PROGRESS one whose lease has
     /// ended; a SENT or FAILED record is final already, and a live lease's attempt decides.
     async fn cancel_send(&self, key: &SendKey, at_ms: u64) -> Result<bool, LedgerError> {
-        let expires = (SystemTime::now() + self.retention)
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let expires = expires_after(self.retention);
         let values = HashMap::from([
             (":cancelled".into(), s(SendStatus::Cancelled.as_str())),
             (":in_progress".into(), s(SendStatus::InProgress.as_str())),
@@ -357,11 +364,7 @@ impl CapLedger for DynamoLedger {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| LedgerError {
-                table: records.table.clone(),
-                operation: "read frequency caps",
-                detail: super::describe(&e),
-            })?;
+            .map_err(|e| records.failed("read frequency caps", super::describe(&e)))?;
         let Some(item) = out.item else {
             return Ok(CapHistory::default());
         };
@@ -380,9 +383,10 @@ impl CapLedger for DynamoLedger {
         keep_ms: i64,
     ) -> Result<bool, LedgerError> {
         let records = &self.records;
-        let expires = (SystemTime::now() + Duration::from_millis(keep_ms.max(0) as u64))
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() + 86_400);
+        // A day past the longest rule's reach: TTL deletes late, never early.
+        let expires = expires_after(
+            Duration::from_millis(keep_ms.max(0) as u64) + Duration::from_secs(86_400),
+        );
         let request = records
             .client
             .put_item()
@@ -406,11 +410,7 @@ impl CapLedger for DynamoLedger {
             Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
                 Ok(false)
             }
-            Err(e) => Err(LedgerError {
-                table: records.table.clone(),
-                operation: "write frequency caps",
-                detail: super::describe(&e),
-            }),
+            Err(e) => Err(records.failed("write frequency caps", super::describe(&e))),
         }
     }
 }

@@ -214,6 +214,16 @@ pub enum ZoneField {
     Other(&'static str),
 }
 
+impl ZoneField {
+    /// The user's own zone, if the field names one the bundled database knows.
+    pub fn own_zone(&self) -> Option<TimeZone> {
+        match self {
+            Self::Text(name) => zone(name),
+            Self::Missing | Self::Other(_) => None,
+        }
+    }
+}
+
 /// Where a user's zone came from (`timezoneMissing` and `timezoneInvalid` count the last two).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ZoneSource {

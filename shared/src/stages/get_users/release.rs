@@ -90,10 +90,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         let now_ms = self.clock.now_ms();
         let (mut at_ms, tz, on_a_slot) = match delivery {
             None => {
-                let tz = match zone {
-                    local_time::ZoneField::Text(name) => local_time::zone(name),
-                    _ => None,
-                };
+                let tz = zone.own_zone();
                 let zone_name = tz.as_ref().and_then(|tz| tz.iana_name()).map(str::to_owned);
                 if self.config.quiet_hours.is_none() {
                     return (When::Now(None), zone_name);
