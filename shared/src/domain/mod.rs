@@ -3,6 +3,7 @@
 pub mod address;
 pub mod campaign;
 pub mod digest;
+pub mod experiment;
 pub mod fan_out;
 pub mod guardrails;
 pub mod ledger;

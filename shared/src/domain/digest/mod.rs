@@ -6,7 +6,7 @@
 
 mod render;
 
-pub use render::{RenderError, Rendered, Renderer, LOCALES};
+pub use render::{check_subject, Look, RenderError, Rendered, Renderer, BODY_VARIANTS, LOCALES};
 
 /// Text from the user's data as an email may show it: names are data, never template source,
 /// and control characters are neither (a NUL makes the MJML unparseable), so whitespace ones

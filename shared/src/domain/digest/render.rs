@@ -56,7 +56,56 @@ const TEMPLATES: &[(&str, &str)] = &[
     template!("de/body.mjml"),
     template!("de/body.txt"),
     template!("de/dates"),
+    template!("en/short/body.mjml"),
+    template!("en/short/body.txt"),
+    template!("fr/short/body.mjml"),
+    template!("fr/short/body.txt"),
+    template!("de/short/body.mjml"),
+    template!("de/short/body.txt"),
 ];
+
+/// The bundled alternatives to each locale's body (`{locale}/{name}/body.*`) an
+/// experiment's variant may name (docs/experiments.md).
+pub const BODY_VARIANTS: &[&str] = &["short"];
+
+/// One email's window, topic, preference-centre URL and pick slots.
+pub type Email<'a> = (&'a Window, &'a Topic, &'a str, &'a [SlotUrls]);
+
+/// What a variant of an experiment changes in the email: the subject (a MiniJinja template
+/// with the variables of `subject.txt`) and the body (one of `BODY_VARIANTS`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Look<'a> {
+    pub subject: Option<&'a str>,
+    pub body: Option<&'a str>,
+}
+
+/// The variables a subject template is given, with sample values.
+fn subject_sample() -> Value {
+    context! {
+        locale => "en",
+        name => "Sample",
+        new_followers => 5,
+        recent => vec!["A", "B"],
+        others => 3,
+        since => context! { day => 1, month => 1, year => 2026 },
+        until => context! { day => 7, month => 1, year => 2026 },
+        topic => "Weekly digest",
+    }
+}
+
+/// Whether an experiment's subject template compiles and renders with the variables
+/// `subject.txt` has (any other is an error, as when an email is rendered).
+pub fn check_subject(template: &str) -> Result<(), String> {
+    let mut env = Environment::new();
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    let subject = env
+        .render_str(template, subject_sample())
+        .map_err(|e| format!("{e:#}"))?;
+    if subject.trim().is_empty() {
+        return Err("it renders empty".into());
+    }
+    Ok(())
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
@@ -328,19 +377,32 @@ impl Renderer {
                 "https://unsubscribe.example/?token=t",
                 &picks[..],
             );
-            let cached = renderer.render(args.0, args.1, args.2, args.3, args.4)?;
-            // The shape cache is held to mrml's own output (the unit tests over many
-            // digests): a template that mrml would render differently around a user's
-            // value stops the function here, not an email.
-            let direct = renderer.render_direct(args.0, args.1, args.2, args.3, args.4)?;
-            if cached.html != direct.html {
-                return Err(RenderError::Mjml {
-                    template: format!("{locale}/body.mjml"),
-                    detail: format!(
-                        "the HTML made from the shape cache differs from mrml's: {}",
-                        first_difference(&cached.html, &direct.html)
-                    ),
-                });
+            // Each body: the locale's own and every variant's an experiment may name.
+            for body in std::iter::once(None).chain(BODY_VARIANTS.iter().copied().map(Some)) {
+                let look = Look {
+                    subject: None,
+                    body,
+                };
+                let made = |path| {
+                    renderer.render_with(args.0, (args.1, args.2, args.3, args.4), look, path)
+                };
+                let cached = made(Path::Cached)?;
+                // The shape cache is held to mrml's own output (the unit tests over many
+                // digests): a template that mrml would render differently around a user's
+                // value stops the function here, not an email.
+                let direct = made(Path::Direct)?;
+                if cached.html != direct.html {
+                    return Err(RenderError::Mjml {
+                        template: format!(
+                            "{locale}/{}body.mjml",
+                            body.map_or(String::new(), |b| format!("{b}/"))
+                        ),
+                        detail: format!(
+                            "the HTML made from the shape cache differs from mrml's: {}",
+                            first_difference(&cached.html, &direct.html)
+                        ),
+                    });
+                }
             }
         }
         renderer
@@ -422,7 +484,23 @@ impl Renderer {
         unsubscribe_url: &str,
         picks: &[SlotUrls],
     ) -> Result<Rendered, RenderError> {
-        self.render_with(digest, window, topic, unsubscribe_url, picks, Path::Cached)
+        let look = Look::default();
+        self.render_with(
+            digest,
+            (window, topic, unsubscribe_url, picks),
+            look,
+            Path::Cached,
+        )
+    }
+
+    /// `render` with an experiment's variant: its subject and body where it has them.
+    pub fn render_look(
+        &self,
+        digest: &Digest,
+        email: Email<'_>,
+        look: Look<'_>,
+    ) -> Result<Rendered, RenderError> {
+        self.render_with(digest, email, look, Path::Cached)
     }
 
     /// The email as it was made before the shape cache: MiniJinja fills the MJML with this
@@ -435,19 +513,29 @@ impl Renderer {
         unsubscribe_url: &str,
         picks: &[SlotUrls],
     ) -> Result<Rendered, RenderError> {
-        self.render_with(digest, window, topic, unsubscribe_url, picks, Path::Direct)
+        let look = Look::default();
+        self.render_with(
+            digest,
+            (window, topic, unsubscribe_url, picks),
+            look,
+            Path::Direct,
+        )
     }
 
     fn render_with(
         &self,
         digest: &Digest,
-        window: &Window,
-        topic: &Topic,
-        unsubscribe_url: &str,
-        picks: &[SlotUrls],
+        email: Email<'_>,
+        look: Look<'_>,
         path: Path,
     ) -> Result<Rendered, RenderError> {
+        let (window, topic, unsubscribe_url, picks) = email;
         let locale = self.locale_for(digest.locale.as_deref());
+        // A variant's body is the locale's own file under the variant's name.
+        let body = match look.body {
+            Some(name) => format!("{locale}/{name}/body"),
+            None => format!("{locale}/body"),
+        };
         // The footer's two links: leave this email's topic, or the whole preference centre.
         let leave_url = unsubscribe_link::leave_link(unsubscribe_url);
         let last_day = window.until - time::Duration::seconds(1);
@@ -477,10 +565,17 @@ impl Renderer {
             manage_url => unsubscribe_url,
             picks => &text_picks,
         };
-        let subject = self
-            .fill(format!("{locale}/subject.txt"), ctx.clone())?
-            .trim()
-            .replace(['\r', '\n'], " ");
+        let subject = match look.subject {
+            Some(source) => self.env.render_str(source, ctx.clone()).map_err(|source| {
+                RenderError::Template {
+                    template: format!("the experiment's subject for {locale}"),
+                    source,
+                }
+            })?,
+            None => self.fill(format!("{locale}/subject.txt"), ctx.clone())?,
+        }
+        .trim()
+        .replace(['\r', '\n'], " ");
         // The shape's key holds the topic's label as it is: one with a sentinel character in
         // it is rendered directly (no built-in label has one).
         let path = match path {
@@ -494,7 +589,7 @@ impl Renderer {
                     .map(|p| context! { image => html_url(&p.image), badge => html_url(&p.badge), link => html_url(&p.link) })
                     .collect();
                 let mjml = self.fill(
-                    format!("{locale}/body.mjml"),
+                    format!("{body}.mjml"),
                     context! { subject => &subject, leave_url => html_url(&leave_url), manage_url => html_url(unsubscribe_url), picks => &html_picks, ..ctx.clone() },
                 )?;
                 self.mjml_to_html(locale, &mjml)?
@@ -529,27 +624,18 @@ impl Renderer {
                         link => holes.printed(html_url_text(&p.link)),
                     }).collect::<Vec<_>>(),
                 };
-                let key = self.fill(format!("{locale}/body.mjml"), key_ctx)?;
+                let key = self.fill(format!("{body}.mjml"), key_ctx)?;
                 match self
                     .shape(locale, key, holes.values.len())?
                     .and_then(|shape| shape.fill(&holes.values))
                 {
                     Some(html) => html,
                     // Sentinel characters the renderer did not place: made as before.
-                    None => {
-                        return self.render_with(
-                            digest,
-                            window,
-                            topic,
-                            unsubscribe_url,
-                            picks,
-                            Path::Direct,
-                        )
-                    }
+                    None => return self.render_with(digest, email, look, Path::Direct),
                 }
             }
         };
-        let text = self.fill(format!("{locale}/body.txt"), ctx)?;
+        let text = self.fill(format!("{body}.txt"), ctx)?;
         Ok(Rendered {
             subject,
             html,

@@ -1,0 +1,513 @@
+//! A/B experiments (docs/experiments.md): up to five variants of a campaign's subject and/or
+//! template, each a share of a test group; after a wait the variant people clicked most
+//! goes to the rest of the audience. Pure: who is in which group (`Experiment::assign`), the
+//! decision rule (`decide`) and the click rate's interval (`wilson`). GetUsers holds the
+//! rest until the decision, CreateEmails renders each user's variant, SendEmail records it
+//! on the send record, SesEvents and OpenContent note who clicked as a person.
+
+use super::campaign::CampaignId;
+use super::digest::{check_subject, BODY_VARIANTS, LOCALES};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+pub const MAX_VARIANTS: usize = 5;
+const HOUR_MS: i64 = 3_600_000;
+/// The longest wait: a week (held users and their release schedules outlive it easily).
+pub const MAX_WAIT_HOURS: u32 = 168;
+/// Klaviyo's threshold for a winner (docs/experiments.md).
+pub const DEFAULT_WIN_PROBABILITY: u32 = 90;
+/// Klaviyo's minimum of recipients per variant before a winner may be named.
+pub const DEFAULT_MIN_DELIVERED: u64 = 500;
+
+/// What decides the winner: unique human clicks per delivered email (the default), or
+/// unique human opens (Apple Mail Privacy Protection makes them unreliable: `plan` warns).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    #[default]
+    Clicks,
+    Opens,
+}
+
+/// One variant: a name, its share of the test group, and what it changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Variant {
+    pub name: String,
+    /// Relative to the other variants' (1 each by default: an even split).
+    #[serde(default = "one")]
+    pub share: u32,
+    /// The subject per locale (MiniJinja, the variables of `subject.txt`); None: the
+    /// templates' own.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub subject: BTreeMap<String, String>,
+    /// A bundled body template (`BODY_VARIANTS`); None: the digest's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// An experiment as the operator writes it (`mailctl run --experiment FILE`) and as the
+/// campaigns table keeps it, fixed when the campaign first starts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Experiment {
+    pub variants: Vec<Variant>,
+    /// The share of the audience in the test group (1-100 %); the rest gets the winner.
+    pub test_percent: u32,
+    /// Hours from the campaign's first start to the decision.
+    pub wait_hours: u32,
+    #[serde(default)]
+    pub metric: Metric,
+    /// Delivered emails every variant needs before one may win.
+    #[serde(default = "default_min_delivered")]
+    pub min_delivered: u64,
+    /// How sure the rule must be that the winner is the best (percent).
+    #[serde(default = "default_win_probability")]
+    pub win_probability: u32,
+    /// The variant the rest gets when none wins (None: the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_variant: Option<String>,
+    /// When the decision is due (ms): the first start plus the wait, set by GetUsers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decide_at_ms: Option<i64>,
+}
+
+fn default_min_delivered() -> u64 {
+    DEFAULT_MIN_DELIVERED
+}
+
+fn default_win_probability() -> u32 {
+    DEFAULT_WIN_PROBABILITY
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExperimentError {
+    #[error("experiment: {0}. See docs/experiments.md for the file's fields")]
+    Invalid(String),
+    #[error("{campaign} started with another experiment: an experiment is fixed when the campaign first starts (recorded: {recorded}); start it without --experiment, or use another campaign id")]
+    Changed {
+        campaign: CampaignId,
+        recorded: String,
+    },
+}
+
+fn invalid(what: impl Into<String>) -> ExperimentError {
+    ExperimentError::Invalid(what.into())
+}
+
+/// Which group a user is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Assignment {
+    /// In the test group, sent this variant (its index) at once.
+    Test(usize),
+    /// The rest of the audience: sent the winner once it is decided.
+    Rest,
+}
+
+impl Experiment {
+    /// The experiment a JSON document describes, checked: 2-5 variants with distinct names,
+    /// subjects for every locale that render, bundled templates, the limits of each number.
+    pub fn parse(json: &str) -> Result<Self, ExperimentError> {
+        let experiment: Self =
+            serde_json::from_str(json).map_err(|e| invalid(format!("not read: {e}")))?;
+        experiment.check()?;
+        Ok(experiment)
+    }
+
+    pub fn check(&self) -> Result<(), ExperimentError> {
+        let n = self.variants.len();
+        if !(2..=MAX_VARIANTS).contains(&n) {
+            return Err(invalid(format!(
+                "{n} variants; an experiment has 2 to {MAX_VARIANTS}"
+            )));
+        }
+        for (i, v) in self.variants.iter().enumerate() {
+            let name_ok = !v.name.is_empty()
+                && v.name.len() <= 32
+                && v.name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !name_ok {
+                return Err(invalid(format!(
+                    "variant name {:?} is not 1-32 of a-z, 0-9 and -",
+                    v.name
+                )));
+            }
+            if self.variants[..i].iter().any(|o| o.name == v.name) {
+                return Err(invalid(format!("two variants are named {:?}", v.name)));
+            }
+            if !(1..=100).contains(&v.share) {
+                return Err(invalid(format!(
+                    "variant {}: share {} is not 1 to 100",
+                    v.name, v.share
+                )));
+            }
+            if !v.subject.is_empty() {
+                let missing: Vec<&str> = LOCALES
+                    .iter()
+                    .copied()
+                    .filter(|l| !v.subject.contains_key(*l))
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(invalid(format!(
+                        "variant {}: a subject is needed for every locale with templates; missing {}",
+                        v.name,
+                        missing.join(", ")
+                    )));
+                }
+                if let Some(extra) = v.subject.keys().find(|l| !LOCALES.contains(&l.as_str())) {
+                    return Err(invalid(format!(
+                        "variant {}: locale {extra:?} has no templates (have: {})",
+                        v.name,
+                        LOCALES.join(", ")
+                    )));
+                }
+                for (locale, subject) in &v.subject {
+                    check_subject(subject).map_err(|e| {
+                        invalid(format!("variant {}: subject for {locale}: {e}", v.name))
+                    })?;
+                }
+            }
+            if let Some(t) = &v.template {
+                if !BODY_VARIANTS.contains(&t.as_str()) {
+                    return Err(invalid(format!(
+                        "variant {}: template {t:?} is not bundled (have: {})",
+                        v.name,
+                        BODY_VARIANTS.join(", ")
+                    )));
+                }
+            }
+        }
+        if !(1..=100).contains(&self.test_percent) {
+            return Err(invalid(format!(
+                "testPercent {} is not 1 to 100",
+                self.test_percent
+            )));
+        }
+        if !(1..=MAX_WAIT_HOURS).contains(&self.wait_hours) {
+            return Err(invalid(format!(
+                "waitHours {} is not 1 to {MAX_WAIT_HOURS}",
+                self.wait_hours
+            )));
+        }
+        if !(1..=1_000_000).contains(&self.min_delivered) {
+            return Err(invalid(format!(
+                "minDelivered {} is not 1 to 1000000",
+                self.min_delivered
+            )));
+        }
+        if !(50..=99).contains(&self.win_probability) {
+            return Err(invalid(format!(
+                "winProbability {} is not 50 to 99 (percent)",
+                self.win_probability
+            )));
+        }
+        if let Some(d) = &self.default_variant {
+            if self.index_of(d).is_none() {
+                return Err(invalid(format!("defaultVariant {d:?} is not a variant")));
+            }
+        }
+        Ok(())
+    }
+
+    /// As GetUsers records it at the first start: the decision due `wait_hours` later.
+    pub fn starting_at(mut self, now_ms: i64) -> Self {
+        self.decide_at_ms = Some(now_ms + i64::from(self.wait_hours) * HOUR_MS);
+        self
+    }
+
+    /// The experiment as a later start gave it is the one recorded (its decision time
+    /// aside), or refused.
+    pub fn settle(&self, given: &Self, campaign: &CampaignId) -> Result<(), ExperimentError> {
+        let given = Self {
+            decide_at_ms: self.decide_at_ms,
+            ..given.clone()
+        };
+        if &given == self {
+            Ok(())
+        } else {
+            Err(ExperimentError::Changed {
+                campaign: campaign.clone(),
+                recorded: serde_json::to_string(self).unwrap_or_default(),
+            })
+        }
+    }
+
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.variants.iter().position(|v| v.name == name)
+    }
+
+    pub fn variant(&self, name: &str) -> Option<&Variant> {
+        self.variants.iter().find(|v| v.name == name)
+    }
+
+    /// The variant the rest gets when none wins.
+    pub fn default_index(&self) -> usize {
+        self.default_variant
+            .as_deref()
+            .and_then(|d| self.index_of(d))
+            .unwrap_or(0)
+    }
+
+    /// The user's group, from SHA-256 of (campaign, user) under its own label: the same on
+    /// every run and resend, and independent of the holdout's draw (another hash), so the
+    /// held-out are spread over every group alike.
+    pub fn assign(&self, campaign_id: &str, user_id: &str) -> Assignment {
+        let digest = Sha256::new()
+            .chain_update(b"experiment\0")
+            .chain_update(campaign_id.as_bytes())
+            .chain_update([0u8])
+            .chain_update(user_id.as_bytes())
+            .finalize();
+        let draw = |at: usize| u64::from_be_bytes(digest[at..at + 8].try_into().expect("8"));
+        if draw(0) % 10_000 >= u64::from(self.test_percent) * 100 {
+            return Assignment::Rest;
+        }
+        let total: u64 = self.variants.iter().map(|v| u64::from(v.share)).sum();
+        let mut point = draw(8) % total.max(1);
+        for (i, v) in self.variants.iter().enumerate() {
+            if point < u64::from(v.share) {
+                return Assignment::Test(i);
+            }
+            point -= u64::from(v.share);
+        }
+        Assignment::Test(self.variants.len() - 1)
+    }
+}
+
+/// One variant's results, from its send records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tally {
+    pub sent: u64,
+    pub delivered: u64,
+    /// People who clicked (scanners and clicks at delivery left out), each once.
+    pub human_clicks: u64,
+    /// People who opened (image proxies and scanners left out), each once.
+    pub human_opens: u64,
+}
+
+impl Tally {
+    /// Successes of the metric, capped by the delivered (an event may arrive before its
+    /// delivery's).
+    pub fn successes(&self, metric: Metric) -> u64 {
+        match metric {
+            Metric::Clicks => self.human_clicks,
+            Metric::Opens => self.human_opens,
+        }
+        .min(self.delivered)
+    }
+}
+
+/// How the winner was chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecidedBy {
+    /// The rule named it.
+    Rule,
+    /// No variant won: the default goes.
+    Default,
+    /// An operator picked it (`mailctl experiment pick --variant`).
+    Hand,
+}
+
+/// The decision, recorded once on the campaign (the first write wins).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    pub winner: String,
+    pub by: DecidedBy,
+    /// Why, in words (`status` prints it).
+    pub reason: String,
+    pub decided_at_ms: i64,
+    /// Each variant's probability of being the best, in basis points.
+    pub win_probability_bp: BTreeMap<String, u32>,
+    /// The results it was decided on.
+    pub tallies: BTreeMap<String, Tally>,
+}
+
+/// The rule (docs/experiments.md): each variant's rate of the metric per delivered email
+/// has the posterior Beta(1 + successes, 1 + failures) (a uniform prior); the probability
+/// that a variant is the best of all is computed by numerical integration (Evan Miller's
+/// closed form for two variants, generalised). A variant wins when every variant has
+/// `min_delivered` delivered emails and its probability reaches `win_probability`;
+/// otherwise the default goes. `picked`: an operator's choice, recorded as it is.
+pub fn decide(
+    experiment: &Experiment,
+    tallies: &BTreeMap<String, Tally>,
+    picked: Option<&str>,
+    now_ms: i64,
+) -> Decision {
+    let tally = |v: &Variant| tallies.get(&v.name).copied().unwrap_or_default();
+    let posteriors: Vec<(f64, f64)> = experiment
+        .variants
+        .iter()
+        .map(|v| {
+            let t = tally(v);
+            let s = t.successes(experiment.metric);
+            (1.0 + s as f64, 1.0 + (t.delivered - s) as f64)
+        })
+        .collect();
+    let p_best = probability_best(&posteriors);
+    let win_probability_bp = experiment
+        .variants
+        .iter()
+        .zip(&p_best)
+        .map(|(v, p)| (v.name.clone(), (p * 10_000.0).round() as u32))
+        .collect();
+    let described = || {
+        experiment
+            .variants
+            .iter()
+            .zip(&p_best)
+            .map(|(v, p)| format!("{} {:.1} %", v.name, p * 100.0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let default = &experiment.variants[experiment.default_index()].name;
+    let short: Vec<String> = experiment
+        .variants
+        .iter()
+        .filter(|v| tally(v).delivered < experiment.min_delivered)
+        .map(|v| format!("{} {}", v.name, tally(v).delivered))
+        .collect();
+    let best = (0..p_best.len())
+        .max_by(|a, b| p_best[*a].total_cmp(&p_best[*b]))
+        .unwrap_or(0);
+    let threshold = f64::from(experiment.win_probability) / 100.0;
+    let (winner, by, reason) = if let Some(name) = picked {
+        (
+            name.to_owned(),
+            DecidedBy::Hand,
+            format!("picked by hand (the rule's probabilities: {})", described()),
+        )
+    } else if !short.is_empty() {
+        (
+            default.clone(),
+            DecidedBy::Default,
+            format!(
+                "too few delivered to decide (need {} per variant; have {}): the default {default} goes",
+                experiment.min_delivered,
+                short.join(", ")
+            ),
+        )
+    } else if p_best[best] >= threshold {
+        let name = &experiment.variants[best].name;
+        (
+            name.clone(),
+            DecidedBy::Rule,
+            format!(
+                "{name} is the best with probability {:.1} % (≥ {} %; {})",
+                p_best[best] * 100.0,
+                experiment.win_probability,
+                described()
+            ),
+        )
+    } else {
+        (
+            default.clone(),
+            DecidedBy::Default,
+            format!(
+                "no variant is the best with probability ≥ {} % ({}): the default {default} goes",
+                experiment.win_probability,
+                described()
+            ),
+        )
+    };
+    Decision {
+        winner,
+        by,
+        reason,
+        decided_at_ms: now_ms,
+        win_probability_bp,
+        tallies: experiment
+            .variants
+            .iter()
+            .map(|v| (v.name.clone(), tally(v)))
+            .collect(),
+    }
+}
+
+/// Points of the grid the posteriors are integrated on.
+const GRID: usize = 20_000;
+
+/// For Beta(a, b) posteriors: the probability that each is the largest,
+/// ∫ f_i(x) Π_{j≠i} F_j(x) dx, on a grid over where any of them has mass (each density
+/// normalised on the grid, so no Beta function is needed; ties split evenly).
+pub fn probability_best(posteriors: &[(f64, f64)]) -> Vec<f64> {
+    let (lo, hi) = posteriors
+        .iter()
+        .fold((1.0f64, 0.0f64), |(lo, hi), (a, b)| {
+            let mean = a / (a + b);
+            let sd = (a * b / ((a + b).powi(2) * (a + b + 1.0))).sqrt();
+            (lo.min(mean - 12.0 * sd), hi.max(mean + 12.0 * sd))
+        });
+    let (lo, hi) = (lo.max(0.0), hi.min(1.0));
+    let dx = (hi - lo) / GRID as f64;
+    let masses: Vec<Vec<f64>> = posteriors
+        .iter()
+        .map(|(a, b)| {
+            let log: Vec<f64> = (0..GRID)
+                .map(|k| {
+                    let x = lo + (k as f64 + 0.5) * dx;
+                    (a - 1.0) * x.ln() + (b - 1.0) * (1.0 - x).ln()
+                })
+                .collect();
+            let top = log.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let mass: Vec<f64> = log.iter().map(|l| (l - top).exp()).collect();
+            let total: f64 = mass.iter().sum();
+            mass.iter().map(|m| m / total).collect()
+        })
+        .collect();
+    // Each at or below a grid point, that point's own mass halved (ties split).
+    let below: Vec<Vec<f64>> = masses
+        .iter()
+        .map(|mass| {
+            let mut run = 0.0;
+            mass.iter()
+                .map(|m| {
+                    let at = run + m / 2.0;
+                    run += m;
+                    at
+                })
+                .collect()
+        })
+        .collect();
+    (0..posteriors.len())
+        .map(|i| {
+            (0..GRID)
+                .map(|k| {
+                    let others: f64 = (0..posteriors.len())
+                        .filter(|j| *j != i)
+                        .map(|j| below[j][k])
+                        .product();
+                    masses[i][k] * others
+                })
+                .sum::<f64>()
+                .clamp(0.0, 1.0)
+        })
+        .collect()
+}
+
+/// The 95 % Wilson score interval of a rate of `successes` in `trials` (as fractions).
+pub fn wilson(successes: u64, trials: u64) -> Option<(f64, f64)> {
+    if trials == 0 {
+        return None;
+    }
+    let (n, p, z) = (trials as f64, successes as f64 / trials as f64, 1.96f64);
+    let centre = p + z * z / (2.0 * n);
+    let spread = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt();
+    let denominator = 1.0 + z * z / n;
+    Some((
+        ((centre - spread) / denominator).max(0.0),
+        ((centre + spread) / denominator).min(1.0),
+    ))
+}
+
+#[cfg(test)]
+mod tests;
