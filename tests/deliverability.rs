@@ -410,6 +410,7 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
             lease_until_ms: epoch_ms(now + Duration::from_secs(300)),
             due: None,
             deadline_ms: None,
+            variant: None,
         };
         ledger.claim(&claim, Default::default()).await.unwrap();
     }

@@ -465,6 +465,7 @@ async fn t5_a_live_lease_returns_the_message_which_is_sent_later() {
         lease_until_ms: epoch_ms(lease_until),
         due: None,
         deadline_ms: None,
+        variant: None,
     };
     ledger.claim(&holder, Default::default()).await.unwrap();
     let lease_ends = Instant::now() + Duration::from_secs(4);

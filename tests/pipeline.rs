@@ -239,6 +239,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
         delivery: None,
         guardrails: Default::default(),
         started_at_ms: 0,
+        experiment: None,
     };
     let mut segments = 0;
     loop {
@@ -328,6 +329,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
         delivery: None,
         guardrails: Default::default(),
         started_at_ms: 0,
+        experiment: None,
     };
     let at_once = Invocation::with_timeout("whole", Duration::from_secs(120));
     assert!(
@@ -490,6 +492,7 @@ async fn get_users_resumes_after_a_string_or_an_object_id_checkpoint() {
             delivery: None,
             guardrails: Default::default(),
             started_at_ms: 0,
+            experiment: None,
         };
         let invocation = Invocation::with_timeout("mixed", Duration::from_secs(60));
         let summary = pipeline.get_users.run(run, &invocation).await.unwrap();

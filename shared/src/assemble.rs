@@ -36,6 +36,7 @@ use crate::stages::send_email::SendEmail;
 use crate::stages::ses_events::SesEvents;
 use crate::stages::unsubscribe::Unsubscribe;
 use aws_config::SdkConfig;
+use std::sync::Arc;
 
 /// A function's cold start up to its stage: logs, then its configuration (or exit with one
 /// line naming the variable), then the SDK's configuration.
@@ -99,6 +100,7 @@ pub async fn get_users(
     let continuation = SqsQueue::new(sqs, &config.continuation_queue_url);
     let dynamodb = dynamodb_client(sdk);
     let campaigns = CampaignsTable::new(dynamodb.clone(), &config.campaigns_table_name);
+    let results = Arc::new(SendRecords::new(dynamodb.clone(), &config.sends_table_name));
     let waiting = WaitingTable {
         dynamodb,
         scheduler: scheduler_client(sdk),
@@ -113,6 +115,7 @@ pub async fn get_users(
         continuation,
         campaigns,
         waiting,
+        results,
         config,
     );
     stage.prepare().await?;

@@ -2,14 +2,12 @@
 //! (`CampaignShardIndex`: 16 small queries, each one partition, reading nothing of other
 //! campaigns), and counts by status.
 
-use anyhow::{Context, Result};
-use aws_sdk_dynamodb::types::AttributeValue;
+use anyhow::Result;
 use mailflow::adapters::dynamo::SendRecord;
-use mailflow::domain::ledger::{campaign_shards, SendStatus};
+use mailflow::domain::ledger::SendStatus;
 use std::collections::BTreeMap;
 
-/// The index template.yaml gives the sends table for reads by campaign.
-pub const CAMPAIGN_INDEX: &str = "CampaignShardIndex";
+pub use mailflow::adapters::dynamo::CAMPAIGN_INDEX;
 
 /// Every record of one campaign.
 pub async fn records(
@@ -17,29 +15,7 @@ pub async fn records(
     table: &str,
     campaign: &str,
 ) -> Result<Vec<SendRecord>> {
-    let queries = campaign_shards(campaign).map(|shard| async move {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = dynamo
-                .query()
-                .table_name(table)
-                .index_name(CAMPAIGN_INDEX)
-                .key_condition_expression("campaignShard = :shard")
-                .expression_attribute_values(":shard", AttributeValue::S(shard.clone()))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .with_context(|| format!("querying {table} ({CAMPAIGN_INDEX}, {shard})"))?;
-            out.extend(page.items().iter().map(SendRecord::from_item));
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                return Ok::<_, anyhow::Error>(out);
-            }
-        }
-    });
-    let pages = futures::future::try_join_all(queries).await?;
-    Ok(pages.into_iter().flatten().collect())
+    Ok(mailflow::adapters::dynamo::campaign_records(dynamo, table, campaign).await?)
 }
 
 /// Emails per second over the steady state: the SENT records' completion times between the

@@ -59,6 +59,7 @@ pub async fn compose(
         include_cancelled: false,
         due: None,
         zone: None,
+        variant: None,
     };
     match stage.compose(message).await? {
         Ok(job) => Ok(job),

@@ -219,6 +219,7 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
             include_cancelled: false,
             due: None,
             zone: None,
+            variant: None,
         };
         let composed = stage
             .compose_in_locale(message)

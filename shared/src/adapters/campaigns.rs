@@ -8,6 +8,7 @@ use super::describe;
 use crate::domain::campaign::{
     rfc3339, Campaign, CampaignId, CampaignRecord, CampaignState, Hold, StateChange, Window,
 };
+use crate::domain::experiment::{Decision, Experiment};
 use crate::domain::guardrails::CampaignGuardrails;
 use crate::domain::ledger::LedgerError;
 use crate::domain::topics::ExclusionCounts;
@@ -17,12 +18,17 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use aws_sdk_dynamodb::Client;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 pub const RUNNING: &str = "RUNNING";
 pub const PAUSED: &str = "PAUSED";
 pub const CANCELLED: &str = "CANCELLED";
 /// Each run segment's users left out of the audience: `excluded0`, `excluded1`...
 const EXCLUDED_PREFIX: &str = "excluded";
+
+/// The experiment as first started, and its decision (JSON).
+const EXPERIMENT: &str = "experiment";
+const DECISION: &str = "experimentDecision";
 
 /// Why a change of state was refused: the campaign as it is (None: never started here).
 #[derive(Debug)]
@@ -82,6 +88,8 @@ fn record(item: &Item) -> CampaignRecord {
         }
     }
     CampaignRecord {
+        experiment: serde_json::from_str(&text(item, EXPERIMENT)).ok(),
+        decision: serde_json::from_str(&text(item, DECISION)).ok(),
         guardrails: serde_json::from_str(&text(item, "guardrails")).ok(),
         deadline_moved: number(item, "deadlineMovedAt").map(|at| {
             let from = text(item, "deadlineMovedFrom").parse().ok();
@@ -211,6 +219,8 @@ impl CampaignStates for CampaignsTable {
                 started_without_guardrails: r.started_at_ms.is_some() && r.guardrails.is_none(),
                 hold: r.hold,
                 guardrails: r.guardrails.unwrap_or_default(),
+                experiment: r.experiment.map(Arc::new),
+                decision: r.decision.map(Arc::new),
             })
             .unwrap_or_default())
     }
@@ -221,20 +231,33 @@ impl CampaignStates for CampaignsTable {
         &self,
         campaign: &Campaign,
         guardrails: &CampaignGuardrails,
+        experiment: Option<&Experiment>,
         at_ms: u64,
     ) -> Result<CampaignRecord, LedgerError> {
-        let out = self
-            .client
-            .update_item()
+        let mut update = String::from(
+            "SET startedAt = if_not_exists(startedAt, :at), #s = if_not_exists(#s, :running), \
+             windowSince = if_not_exists(windowSince, :since), \
+             windowUntil = if_not_exists(windowUntil, :until), \
+             topic = if_not_exists(topic, :topic), \
+             guardrails = if_not_exists(guardrails, :guardrails)",
+        );
+        let mut request = self.client.update_item();
+        if let Some(experiment) = experiment {
+            // Only with the first start (or the retry of one that wrote it): a campaign
+            // started without an experiment is left without one.
+            update.push_str(", #e = if_not_exists(#e, :e)");
+            request = request
+                .condition_expression("attribute_not_exists(startedAt) OR attribute_exists(#e)")
+                .expression_attribute_names("#e", EXPERIMENT)
+                .expression_attribute_values(
+                    ":e",
+                    AttributeValue::S(serde_json::to_string(experiment).unwrap_or_default()),
+                );
+        }
+        let result = request
             .table_name(&self.table)
             .key("campaignId", AttributeValue::S(campaign.id.to_string()))
-            .update_expression(
-                "SET startedAt = if_not_exists(startedAt, :at), #s = if_not_exists(#s, :running), \
-                 windowSince = if_not_exists(windowSince, :since), \
-                 windowUntil = if_not_exists(windowUntil, :until), \
-                 topic = if_not_exists(topic, :topic), \
-                 guardrails = if_not_exists(guardrails, :guardrails)",
-            )
+            .update_expression(update)
             .expression_attribute_names("#s", "state")
             .expression_attribute_values(":at", AttributeValue::N(at_ms.to_string()))
             .expression_attribute_values(":running", AttributeValue::S(RUNNING.into()))
@@ -253,9 +276,16 @@ impl CampaignStates for CampaignsTable {
             )
             .return_values(ReturnValue::AllNew)
             .send()
-            .await
-            .map_err(|e| self.error("register campaign", describe(&e)))?;
-        Ok(record(&out.attributes.unwrap_or_default()))
+            .await;
+        match result {
+            Ok(out) => Ok(record(&out.attributes.unwrap_or_default())),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(self.record(campaign.id.as_str()).await?.unwrap_or_default())
+            }
+            Err(err) => Err(self.error("register campaign", describe(&err))),
+        }
     }
 
     async fn move_deadline(
@@ -285,6 +315,45 @@ impl CampaignStates for CampaignsTable {
             .await
             .map_err(|e| self.error("move campaign deadline", describe(&e)))?;
         Ok(())
+    }
+
+    /// A conditional write: the first decision stays; a later one reads it back.
+    async fn record_decision(
+        &self,
+        campaign: &CampaignId,
+        decision: &Decision,
+    ) -> Result<Decision, LedgerError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("campaignId", AttributeValue::S(campaign.to_string()))
+            .update_expression("SET #d = :d")
+            .condition_expression("attribute_exists(campaignId) AND attribute_not_exists(#d)")
+            .expression_attribute_names("#d", DECISION)
+            .expression_attribute_values(
+                ":d",
+                AttributeValue::S(serde_json::to_string(decision).unwrap_or_default()),
+            )
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(decision.clone()),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                self.record(campaign.as_str())
+                    .await?
+                    .and_then(|r| r.decision)
+                    .ok_or_else(|| {
+                        self.error(
+                            "record experiment decision",
+                            "the campaign was never started here".into(),
+                        )
+                    })
+            }
+            Err(err) => Err(self.error("record experiment decision", describe(&err))),
+        }
     }
 
     async fn record_exclusions(

@@ -3,11 +3,15 @@
 //!
 //! The sends ledger in DynamoDB: partition key `userId`, sort key `campaignId`.
 
+use crate::domain::campaign::CampaignId;
+use crate::domain::experiment::Tally;
 use crate::domain::guardrails::{CapEntry, CapHistory, Skip};
 use crate::domain::ledger::{
-    epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Reclaim, Refusal, SendKey, SendStatus,
+    campaign_shards, epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Reclaim, Refusal,
+    SendKey, SendStatus,
 };
 use crate::domain::topics::TopicId;
+use crate::ports::ExperimentResults;
 use crate::ports::{
     pending_leave_key, CapLedger, Marked, PendingLeaves, SendLedger, SendRecordNotes,
 };
@@ -15,7 +19,8 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
-use std::collections::HashMap;
+use futures::future::BoxFuture;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 pub use crate::domain::ledger::LedgerError;
@@ -184,16 +189,23 @@ impl SendLedger for DynamoLedger {
             condition.push_str(" OR #status = :cancelled");
             values.insert(":cancelled".into(), s(SendStatus::Cancelled.as_str()));
         }
-        let update = "SET #status = :in_progress, startedAt = :now, leaseUntil = :lease, \
-                      claimToken = :token, updatedAt = :now, expiresAt = :expires, \
-                      campaignShard = :shard, attempt = if_not_exists(attempt, :zero) + :one \
-                      REMOVE skipReason";
+        let mut update = String::from(
+            "SET #status = :in_progress, startedAt = :now, leaseUntil = :lease, \
+             claimToken = :token, updatedAt = :now, expiresAt = :expires, \
+             campaignShard = :shard, attempt = if_not_exists(attempt, :zero) + :one",
+        );
+        // The experiment's variant this attempt sends (a retry sends the same one).
+        if let Some(variant) = &claim.variant {
+            update.push_str(", variant = :variant");
+            values.insert(":variant".into(), s(variant));
+        }
+        update.push_str(" REMOVE skipReason");
         let outcome = self
             .records
             .update(
                 "claim",
                 &claim.key,
-                update,
+                &update,
                 &condition,
                 values,
                 // The attempt number and the send errors so far are read from it.
@@ -584,7 +596,12 @@ impl SendRecordNotes for SendRecords {
         what: Engagement,
         at_ms: u64,
     ) -> Result<Option<SendStatus>, LedgerError> {
-        let update = format!("SET {0} = if_not_exists({0}, :at)", what.attribute());
+        let update = std::iter::once(what)
+            .chain(what.implies())
+            .map(|e| format!("{0} = if_not_exists({0}, :at)", e.attribute()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let update = format!("SET {update}");
         let values = HashMap::from([(":at".into(), n(at_ms))]);
         let outcome = self
             .update(
@@ -696,6 +713,8 @@ pub struct SendRecord {
     pub engagement: std::collections::BTreeMap<Engagement, u64>,
     /// When an SES event turned it SENT (its attempt died before it could).
     pub reconciled_at_ms: Option<u64>,
+    /// The experiment's variant it was sent (or is being sent).
+    pub variant: Option<String>,
 }
 
 impl SendRecord {
@@ -722,6 +741,75 @@ impl SendRecord {
                 .filter_map(|e| Some((*e, get_n(item, e.attribute())?)))
                 .collect(),
             reconciled_at_ms: get_n(item, "reconciled"),
+            variant: get_s(item, "variant"),
         }
+    }
+}
+
+/// The index template.yaml gives the sends table for reads by campaign.
+pub const CAMPAIGN_INDEX: &str = "CampaignShardIndex";
+
+/// Every record of one campaign, through the campaign index (`CampaignShardIndex`: 16
+/// queries at once, each one partition, reading nothing of other campaigns).
+pub async fn campaign_records(
+    client: &Client,
+    table: &str,
+    campaign: &str,
+) -> Result<Vec<SendRecord>, LedgerError> {
+    let queries = campaign_shards(campaign).map(|shard| async move {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = client
+                .query()
+                .table_name(table)
+                .index_name(CAMPAIGN_INDEX)
+                .key_condition_expression("campaignShard = :shard")
+                .expression_attribute_values(":shard", AttributeValue::S(shard.clone()))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| LedgerError {
+                    table: table.to_owned(),
+                    operation: "query a campaign's records",
+                    detail: format!("{CAMPAIGN_INDEX} {shard}: {}", super::describe(&e)),
+                })?;
+            out.extend(page.items().iter().map(SendRecord::from_item));
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                return Ok::<_, LedgerError>(out);
+            }
+        }
+    });
+    let pages = futures::future::try_join_all(queries).await?;
+    Ok(pages.into_iter().flatten().collect())
+}
+
+/// Each variant's results, from a campaign's records: sent, delivered, and the people who
+/// opened and clicked (each record counted once).
+pub fn experiment_tallies(records: &[SendRecord]) -> BTreeMap<String, Tally> {
+    let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
+    for r in records {
+        let Some(variant) = &r.variant else { continue };
+        let t = tallies.entry(variant.clone()).or_default();
+        let has = |e: Engagement| r.engagement.contains_key(&e);
+        t.sent += u64::from(r.status == Some(SendStatus::Sent));
+        t.delivered += u64::from(has(Engagement::Delivered));
+        t.human_clicks += u64::from(has(Engagement::HumanClicked));
+        t.human_opens += u64::from(has(Engagement::HumanOpened));
+    }
+    tallies
+}
+
+/// Read when an experiment is decided: one query per shard of the campaign's records.
+impl ExperimentResults for SendRecords {
+    fn tallies<'a>(
+        &'a self,
+        campaign: &'a CampaignId,
+    ) -> BoxFuture<'a, Result<BTreeMap<String, Tally>, LedgerError>> {
+        Box::pin(async move {
+            let records = campaign_records(&self.client, &self.table, campaign.as_str()).await?;
+            Ok(experiment_tallies(&records))
+        })
     }
 }

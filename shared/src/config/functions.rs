@@ -10,6 +10,8 @@ use std::time::Duration;
 pub struct GetUsersConfig {
     pub mongo: MongoConfig,
     pub campaigns_table_name: String,
+    /// The send records an experiment is decided on (read by campaign).
+    pub sends_table_name: String,
     pub users_queue_url: String,
     pub continuation_queue_url: String,
     /// SendMessageBatch calls kept in flight at once.
@@ -103,6 +105,7 @@ impl LocalTimeConfig {
 impl GetUsersConfig {
     pub const VARS: &'static [&'static str] = &[
         var::CAMPAIGNS_TABLE_NAME,
+        var::SENDS_TABLE_NAME,
         var::USERS_QUEUE_URL,
         var::CONTINUATION_QUEUE_URL,
         var::ENQUEUE_CONCURRENCY,
@@ -132,6 +135,7 @@ impl GetUsersConfig {
             release_dead_letter_arn: required(src, var::RELEASE_DEAD_LETTER_ARN)?,
             mongo: MongoConfig::from_source(src)?,
             campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
+            sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
             users_queue_url: required(src, var::USERS_QUEUE_URL)?,
             continuation_queue_url: required(src, var::CONTINUATION_QUEUE_URL)?,
             enqueue_concurrency: positive_u32(src, var::ENQUEUE_CONCURRENCY, 64)? as usize,

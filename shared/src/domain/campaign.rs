@@ -402,6 +402,9 @@ pub struct CampaignState {
     /// Started before guardrails were recorded: a later start gives it none of the
     /// stack's defaults (a resend must not hold out users the campaign owes an email).
     pub started_without_guardrails: bool,
+    /// Its A/B experiment, and the winner once decided.
+    pub experiment: Option<std::sync::Arc<super::experiment::Experiment>>,
+    pub decision: Option<std::sync::Arc<super::experiment::Decision>>,
 }
 
 /// A campaign's row in the campaigns table: GetUsers registers it RUNNING when it starts it.
@@ -421,4 +424,7 @@ pub struct CampaignRecord {
     pub guardrails: Option<super::guardrails::CampaignGuardrails>,
     /// The deadline's last move by a later start: when, and what it was before.
     pub deadline_moved: Option<(u64, Option<i64>)>,
+    /// Its A/B experiment as first started, and the decision once made.
+    pub experiment: Option<super::experiment::Experiment>,
+    pub decision: Option<super::experiment::Decision>,
 }

@@ -89,6 +89,8 @@ fn default_win_probability() -> u32 {
 pub enum ExperimentError {
     #[error("experiment: {0}. See docs/experiments.md for the file's fields")]
     Invalid(String),
+    #[error("{0} started without an experiment: an experiment is recorded only with a campaign's first start; start it without --experiment, or use another campaign id")]
+    Late(CampaignId),
     #[error("{campaign} started with another experiment: an experiment is fixed when the campaign first starts (recorded: {recorded}); start it without --experiment, or use another campaign id")]
     Changed {
         campaign: CampaignId,
@@ -252,6 +254,10 @@ impl Experiment {
             .as_deref()
             .and_then(|d| self.index_of(d))
             .unwrap_or(0)
+    }
+
+    pub fn default_name(&self) -> &str {
+        &self.variants[self.default_index()].name
     }
 
     /// The user's group, from SHA-256 of (campaign, user) under its own label: the same on

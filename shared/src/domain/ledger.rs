@@ -103,6 +103,8 @@ pub struct Claim {
     pub due: Option<crate::domain::local_time::Due>,
     /// The campaign's deadline (ms): no send, nor a resend after a throttle, starts later.
     pub deadline_ms: Option<i64>,
+    /// The experiment's variant the email is (recorded on the claim).
+    pub variant: Option<String>,
 }
 
 /// Final records an operator's resend may claim again (a claim always may take no record,
@@ -206,10 +208,16 @@ pub enum Engagement {
     Opened,
     Clicked,
     Unsubscribed,
+    /// Opened by a person's mail client (not an image proxy, a scanner or Apple's
+    /// prefetch as far as it can be told): noted with `Opened`.
+    HumanOpened,
+    /// Clicked by a person (not a link scanner, nor a click at delivery; never the
+    /// preference centre's links): noted with `Clicked`. Experiments decide on it.
+    HumanClicked,
 }
 
 impl Engagement {
-    pub const ALL: [Engagement; 7] = [
+    pub const ALL: [Engagement; 9] = [
         Self::Delivered,
         Self::Bounced,
         Self::SoftBounced,
@@ -217,7 +225,18 @@ impl Engagement {
         Self::Opened,
         Self::Clicked,
         Self::Unsubscribed,
+        Self::HumanOpened,
+        Self::HumanClicked,
     ];
+
+    /// The engagement a person's is also (noted with it, in the same write).
+    pub fn implies(self) -> Option<Self> {
+        match self {
+            Self::HumanOpened => Some(Self::Opened),
+            Self::HumanClicked => Some(Self::Clicked),
+            _ => None,
+        }
+    }
 
     /// The record attribute that holds when it happened (epoch ms).
     pub fn attribute(self) -> &'static str {
@@ -229,6 +248,8 @@ impl Engagement {
             Self::Opened => "openedAt",
             Self::Clicked => "clickedAt",
             Self::Unsubscribed => "unsubscribedAt",
+            Self::HumanOpened => "humanOpenedAt",
+            Self::HumanClicked => "humanClickedAt",
         }
     }
 
@@ -242,6 +263,8 @@ impl Engagement {
             Self::Opened => "opened",
             Self::Clicked => "clicked",
             Self::Unsubscribed => "unsubscribed",
+            Self::HumanOpened => "humanOpened",
+            Self::HumanClicked => "humanClicked",
         }
     }
 }

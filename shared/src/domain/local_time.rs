@@ -403,6 +403,9 @@ pub struct LocalTimeCounts {
     /// Due inside their quiet hours: moved to their end (`QUIET_HOURS_POLICY` defer).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub quiet_deferred: u64,
+    /// The rest of an A/B experiment's audience, held for the decision's slot.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub experiment_held: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -412,6 +415,7 @@ fn is_zero(n: &u64) -> bool {
 impl LocalTimeCounts {
     pub fn add(&mut self, other: &LocalTimeCounts) {
         self.quiet_deferred += other.quiet_deferred;
+        self.experiment_held += other.experiment_held;
         self.timezone_missing += other.timezone_missing;
         self.timezone_invalid += other.timezone_invalid;
         self.passed_sent_now += other.passed_sent_now;

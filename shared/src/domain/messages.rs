@@ -45,6 +45,10 @@ pub struct UserMessage {
     /// and calendar-day caps are theirs. None: the stack's `FALLBACK_TIME_ZONE`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone: Option<String>,
+    /// The experiment's variant this user gets: theirs in the test group, the winner for
+    /// the rest (GetUsers sets it; None: the campaign has no experiment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
 }
 
 /// Emails queue: one rendered email, ready to send. On the queue its HTML and text parts
@@ -72,6 +76,8 @@ pub struct EmailJob {
     pub topic: TopicId,
     /// See `UserMessage::zone`.
     pub zone: Option<String>,
+    /// See `UserMessage::variant` (SendEmail records it on the claim).
+    pub variant: Option<String>,
 }
 
 /// An email job as the emails queue carries it.
@@ -103,6 +109,8 @@ struct WireJob {
     topic: TopicId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    variant: Option<String>,
 }
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -178,6 +186,7 @@ impl TryFrom<WireJob> for EmailJob {
             due: w.due,
             topic: w.topic,
             zone: w.zone,
+            variant: w.variant,
         })
     }
 }
@@ -198,6 +207,7 @@ impl From<EmailJob> for WireJob {
             due: job.due,
             topic: job.topic,
             zone: job.zone,
+            variant: job.variant,
         }
     }
 }
@@ -250,6 +260,7 @@ mod tests {
             }),
             topic: super::weekly_topic(),
             zone: Some("Asia/Tokyo".into()),
+            variant: Some("b".into()),
         };
         let wire = serde_json::to_string(&job).unwrap();
         assert!(wire.len() < job.html.len() / 4, "{}", wire.len());

@@ -12,6 +12,7 @@
 
 use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::SendKey;
+use crate::domain::open_content::Visitor;
 use crate::domain::ses_tags;
 use serde_json::Value;
 
@@ -47,6 +48,38 @@ pub struct SesEvent {
     pub key: Option<SendKey>,
     /// When it happened (epoch ms): the event's own timestamp, else the email's.
     pub at_ms: u64,
+    /// An open or a click a person made, as far as it can be told (`by_person`).
+    pub by_person: bool,
+}
+
+/// A click this soon after the email was sent is a scanner at delivery (OpenContent's
+/// default grace, `CLICK_GRACE_SECONDS`).
+pub const CLICK_GRACE_MS: u64 = 10_000;
+
+/// Apple Mail Privacy Protection's prefetch: Apple's proxies, no user agent of their own.
+const APPLE_PREFETCH: &str = "Mozilla/5.0";
+
+/// The rules OpenContent applies to its own links (`open_content::visitor`), on SES's
+/// open and click events: a person's user agent (not a scanner's, an image proxy's or
+/// Apple's prefetch); for a click, not within `CLICK_GRACE_MS` of the send and not on the
+/// preference centre's links.
+fn by_person(kind: &EventKind, section: Option<&Value>, at_ms: u64, sent_ms: Option<u64>) -> bool {
+    let Some(section) = section else { return false };
+    let agent = text(section, &["userAgent"]).unwrap_or("").trim();
+    if Visitor::from_user_agent(agent) != Visitor::Person || agent == APPLE_PREFETCH {
+        return false;
+    }
+    match kind {
+        EventKind::Open => true,
+        EventKind::Click => {
+            let link = text(section, &["link"]).unwrap_or("");
+            let settled = sent_ms.is_some_and(|sent| at_ms >= sent + CLICK_GRACE_MS);
+            settled
+                && !link.is_empty()
+                && !crate::domain::unsubscribe_link::is_preference_link(link)
+        }
+        _ => false,
+    }
 }
 
 fn text<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
@@ -163,11 +196,14 @@ fn parse_fields(body: &str, now_ms: u64) -> Result<SesEvent, String> {
         }
         _ => None,
     };
+    let sent_ms = text(mail, &["timestamp"]).and_then(epoch_ms);
+    let by_person = by_person(&kind, detail.get(section), at_ms, sent_ms);
     Ok(SesEvent {
         kind,
         ses_message_id,
         key,
         at_ms,
+        by_person,
     })
 }
 
@@ -320,5 +356,46 @@ mod tests {
             let err = parse(body, 0).unwrap_err();
             assert!(err.to_string().contains(expected), "{body}: {err}");
         }
+    }
+
+    #[test]
+    fn a_person_is_told_from_scanners_prefetches_and_the_preference_links() {
+        const CHROME: &str = "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36";
+        let click = |agent: &str, at: &str, link: &str| {
+            let detail = json!({"eventType": "Click", "mail": mail("u1"),
+                "click": {"userAgent": agent, "timestamp": at, "link": link, "ipAddress": "192.0.2.1"}});
+            parse(&event("Email Clicked", detail), 0).unwrap().by_person
+        };
+        // The email was sent at 09:00:00.
+        let later = "2026-11-23T09:05:00Z";
+        assert!(click(CHROME, later, "https://o.example/go?t=abc"));
+        assert!(
+            !click(
+                "Mozilla/5.0 (compatible; Barracuda)",
+                later,
+                "https://o.example/go?t=abc"
+            ),
+            "a scanner"
+        );
+        assert!(
+            !click(CHROME, "2026-11-23T09:00:04Z", "https://o.example/go?t=abc"),
+            "at delivery"
+        );
+        assert!(
+            !click(CHROME, later, "https://u.example/?token=x&leave=1"),
+            "the preference centre"
+        );
+        assert!(
+            !click("", later, "https://o.example/go?t=abc"),
+            "no user agent"
+        );
+        let open = |agent: &str| {
+            let detail = json!({"eventType": "Open", "mail": mail("u1"),
+                "open": {"userAgent": agent, "timestamp": later, "ipAddress": "192.0.2.1"}});
+            parse(&event("Email Opened", detail), 0).unwrap().by_person
+        };
+        assert!(open(CHROME));
+        assert!(!open("Mozilla/5.0"), "Apple's prefetch");
+        assert!(!open("Mozilla/5.0 (Windows NT 5.1; rv:11.0) Gecko Firefox/11.0 (via ggpht.com GoogleImageProxy)"));
     }
 }

@@ -135,6 +135,13 @@ pub fn link(base_url: &str, token: &str) -> String {
     format!("{base_url}{separator}token={token}")
 }
 
+/// Whether a link is one of `link`'s (the preference centre or a topic's leave): its query
+/// carries `token=`. A click on it is no sign of interest in the email's content.
+pub fn is_preference_link(url: &str) -> bool {
+    url.split_once('?')
+        .is_some_and(|(_, query)| query.split('&').any(|pair| pair.starts_with("token=")))
+}
+
 /// The email's link that leaves its topic: the page asks to confirm (a GET changes nothing).
 pub fn leave_link(link: &str) -> String {
     format!("{link}&leave=1")

@@ -16,6 +16,7 @@ use crate::domain::campaign::{
     Campaign, CampaignId, CampaignRecord, CampaignState, StateChange, Window,
 };
 use crate::domain::digest::{Enrichment, OddFollows};
+use crate::domain::experiment::{Decision, Experiment, Tally};
 use crate::domain::guardrails::{CampaignGuardrails, CapHistory, Skip};
 use crate::domain::ledger::{
     Claim, ClaimOutcome, Engagement, LedgerError, LostClaim, Reclaim, SendKey, SendStatus,
@@ -96,6 +97,15 @@ pub trait CapLedger: Send + Sync {
     ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
 }
 
+/// An experiment's results so far: each variant's tally from its send records. Boxed (a
+/// trait object): GetUsers is given one without another type parameter.
+pub trait ExperimentResults: Send + Sync {
+    fn tallies<'a>(
+        &'a self,
+        campaign: &'a CampaignId,
+    ) -> BoxFuture<'a, Result<std::collections::BTreeMap<String, Tally>, LedgerError>>;
+}
+
 /// The campaigns table as the pipeline's functions read it.
 pub trait CampaignStates: Send + Sync {
     /// Whether the campaign may send now (paused or cancelled: no) and its guardrails.
@@ -107,10 +117,13 @@ pub trait CampaignStates: Send + Sync {
     /// so that `mailctl` and the reputation guard know it, with the window, topic and
     /// guardrails it first started with; the record as it is now (a later start settles
     /// against it: `Campaign::settle`, `GuardrailRequest::settle`).
+    /// An experiment is recorded only with the first start: a campaign started without one
+    /// gets none (its record, without one, says so).
     fn register(
         &self,
         campaign: &Campaign,
         guardrails: &CampaignGuardrails,
+        experiment: Option<&Experiment>,
         at_ms: u64,
     ) -> impl Future<Output = Result<CampaignRecord, LedgerError>> + Send;
     /// A later start gave another deadline: written, with when and what it replaced.
@@ -121,6 +134,13 @@ pub trait CampaignStates: Send + Sync {
         from: Option<i64>,
         at_ms: u64,
     ) -> impl Future<Output = Result<(), LedgerError>> + Send;
+    /// Records the experiment's decision unless one is recorded; the one recorded (the
+    /// first write wins: a scheduled release and `mailctl experiment pick` may race).
+    fn record_decision(
+        &self,
+        campaign: &CampaignId,
+        decision: &Decision,
+    ) -> impl Future<Output = Result<Decision, LedgerError>> + Send;
     /// Users of a run segment left out of the audience, by reason (written whole: a retried
     /// segment repeats them harmlessly).
     fn record_exclusions(

@@ -108,9 +108,18 @@ mod tests {
             &self,
             _: &crate::domain::campaign::Campaign,
             _: &crate::domain::guardrails::CampaignGuardrails,
+            _: Option<&crate::domain::experiment::Experiment>,
             _: u64,
         ) -> Result<crate::domain::campaign::CampaignRecord, LedgerError> {
             Ok(Default::default())
+        }
+
+        async fn record_decision(
+            &self,
+            _: &crate::domain::campaign::CampaignId,
+            decision: &crate::domain::experiment::Decision,
+        ) -> Result<crate::domain::experiment::Decision, LedgerError> {
+            Ok(decision.clone())
         }
 
         async fn move_deadline(

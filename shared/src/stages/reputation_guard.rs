@@ -166,7 +166,7 @@ mod tests {
         let campaigns = MemoryCampaigns::default();
         for id in ["a", "b", "gone"] {
             campaigns
-                .register(&campaign(id), &Default::default(), 1)
+                .register(&campaign(id), &Default::default(), None, 1)
                 .await
                 .unwrap();
         }
@@ -194,7 +194,7 @@ mod tests {
         let guard = ReputationGuard::new(MemoryCampaigns::default());
         guard
             .switch
-            .register(&campaign("a"), &Default::default(), 1)
+            .register(&campaign("a"), &Default::default(), None, 1)
             .await
             .unwrap();
         let summary = guard

@@ -93,8 +93,10 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
                         Some(Engagement::Bounced) => summary.bounced += 1,
                         Some(Engagement::SoftBounced) => summary.soft_bounced += 1,
                         Some(Engagement::Complained) => summary.complained += 1,
-                        Some(Engagement::Opened) => summary.opened += 1,
-                        Some(Engagement::Clicked) => summary.clicked += 1,
+                        Some(Engagement::Opened | Engagement::HumanOpened) => summary.opened += 1,
+                        Some(Engagement::Clicked | Engagement::HumanClicked) => {
+                            summary.clicked += 1
+                        }
                         Some(Engagement::Unsubscribed) | None => {}
                     }
                 }
@@ -180,13 +182,22 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
                 effect.counted = Some(Engagement::Complained);
                 self.note(key, Engagement::Complained, event).await?;
             }
+            // A person's open or click is noted as such too (experiments decide on it).
             EventKind::Open => {
-                self.note(key, Engagement::Opened, event).await?;
-                effect.counted = Some(Engagement::Opened);
+                let what = match event.by_person {
+                    true => Engagement::HumanOpened,
+                    false => Engagement::Opened,
+                };
+                self.note(key, what, event).await?;
+                effect.counted = Some(what);
             }
             EventKind::Click => {
-                self.note(key, Engagement::Clicked, event).await?;
-                effect.counted = Some(Engagement::Clicked);
+                let what = match event.by_person {
+                    true => Engagement::HumanClicked,
+                    false => Engagement::Clicked,
+                };
+                self.note(key, what, event).await?;
+                effect.counted = Some(what);
             }
             EventKind::Other(kind) => {
                 tracing::debug!(kind, "SES event mailflow does not act on");

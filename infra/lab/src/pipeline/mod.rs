@@ -321,6 +321,7 @@ fn start_get_users(
         ),
         MemoryCampaigns::default(),
         MemoryWaitingRoom::default(),
+        Arc::new(mailflow::ports::memory::MemoryResults::default()),
         config(
             GetUsersConfig::from_source,
             &[
@@ -328,6 +329,7 @@ fn start_get_users(
                 ("USERS_QUEUE_URL", "lab-users".into()),
                 ("CONTINUATION_QUEUE_URL", "lab-continuation".into()),
                 ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
+                ("SENDS_TABLE_NAME", "lab-sends".into()),
                 ("WAITING_TABLE_NAME", "lab-waiting".into()),
                 ("RELEASE_SCHEDULE_GROUP", "lab-releases".into()),
                 (

@@ -193,6 +193,7 @@ fn jobs(count: usize) -> Vec<String> {
                 due: None,
                 topic: mailflow::domain::messages::weekly_topic(),
                 zone: None,
+                variant: None,
             };
             serde_json::to_string(&job).expect("a job serialises")
         })

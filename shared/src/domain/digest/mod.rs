@@ -63,6 +63,8 @@ pub enum SkipReason {
     /// The templates could not render this user's email (logged with the template and why):
     /// the same data would fail the same way on every retry.
     Unrenderable,
+    /// The message names a variant the campaign's experiment does not have.
+    UnknownVariant,
 }
 
 impl SkipReason {
@@ -78,6 +80,7 @@ impl SkipReason {
             Self::InvalidDocument => "invalid_document",
             Self::CampaignCancelled => "campaign_cancelled",
             Self::Unrenderable => "unrenderable",
+            Self::UnknownVariant => "unknown_variant",
         }
     }
 }

@@ -3,12 +3,30 @@
 use crate::domain::campaign::{
     Campaign, CampaignId, CampaignRecord, CampaignState, Hold, StateChange, Window,
 };
+use crate::domain::experiment::{Decision, Experiment, Tally};
 use crate::domain::guardrails::CampaignGuardrails;
 use crate::domain::ledger::LedgerError;
 use crate::domain::topics::{ExclusionCounts, TopicId};
 use crate::ports::{CampaignStates, ControlError, SendingSwitch};
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+/// Experiments' results, set by a test: each campaign's tallies per variant.
+#[derive(Default)]
+pub struct MemoryResults(pub Mutex<HashMap<String, BTreeMap<String, Tally>>>);
+
+impl crate::ports::ExperimentResults for MemoryResults {
+    fn tallies<'a>(
+        &'a self,
+        campaign: &'a CampaignId,
+    ) -> futures::future::BoxFuture<'a, Result<BTreeMap<String, Tally>, LedgerError>> {
+        let tallies = crate::runtime::lock(&self.0)
+            .get(campaign.as_str())
+            .cloned()
+            .unwrap_or_default();
+        Box::pin(async move { Ok(tallies) })
+    }
+}
 
 /// Campaigns by id: registered ones (RUNNING) and held ones (paused or cancelled), and
 /// whether the consumers are stopped (the reputation guard's switch).
@@ -23,6 +41,8 @@ pub struct MemoryCampaigns {
     /// Each campaign's guardrails as recorded.
     pub guardrails: Mutex<HashMap<String, CampaignGuardrails>>,
     pub consumers_stopped: Mutex<bool>,
+    pub experiments: Mutex<HashMap<String, Experiment>>,
+    pub decisions: Mutex<HashMap<String, Decision>>,
 }
 
 fn test_change() -> StateChange {
@@ -73,7 +93,26 @@ impl CampaignStates for MemoryCampaigns {
                 .get(campaign_id)
                 .copied()
                 .unwrap_or_default(),
+            experiment: crate::runtime::lock(&self.experiments)
+                .get(campaign_id)
+                .cloned()
+                .map(Arc::new),
+            decision: crate::runtime::lock(&self.decisions)
+                .get(campaign_id)
+                .cloned()
+                .map(Arc::new),
         })
+    }
+
+    async fn record_decision(
+        &self,
+        campaign: &CampaignId,
+        decision: &Decision,
+    ) -> Result<Decision, LedgerError> {
+        Ok(crate::runtime::lock(&self.decisions)
+            .entry(campaign.to_string())
+            .or_insert_with(|| decision.clone())
+            .clone())
     }
 
     async fn move_deadline(
@@ -91,12 +130,20 @@ impl CampaignStates for MemoryCampaigns {
         &self,
         campaign: &Campaign,
         guardrails: &CampaignGuardrails,
+        experiment: Option<&Experiment>,
         at_ms: u64,
     ) -> Result<CampaignRecord, LedgerError> {
         let id = campaign.id.as_str();
+        let first = !crate::runtime::lock(&self.registered).contains_key(id);
         crate::runtime::lock(&self.registered)
             .entry(id.to_owned())
             .or_insert(at_ms);
+        let mut experiments = crate::runtime::lock(&self.experiments);
+        if let (true, Some(e)) = (first, experiment) {
+            experiments.insert(id.to_owned(), e.clone());
+        }
+        let experiment = experiments.get(id).cloned();
+        drop(experiments);
         let (window, topic) = crate::runtime::lock(&self.windows)
             .entry(id.to_owned())
             .or_insert((campaign.window, campaign.topic.clone()))
@@ -108,6 +155,7 @@ impl CampaignStates for MemoryCampaigns {
             window: Some(window),
             topic: Some(topic.to_string()),
             guardrails: Some(guardrails),
+            experiment,
             ..Default::default()
         })
     }

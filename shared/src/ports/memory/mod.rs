@@ -17,7 +17,7 @@ pub mod records;
 pub mod subscribers;
 pub mod waiting;
 
-pub use campaigns::MemoryCampaigns;
+pub use campaigns::{MemoryCampaigns, MemoryResults};
 pub use ledger::{MemoryLedger, Record};
 pub use mailer::ScriptedMailer;
 pub use open_content::{MemoryOpenContent, MemoryPicks};

@@ -117,8 +117,10 @@ impl SendRecordNotes for MemoryRecords {
         Ok(records
             .get_mut(&(key.user_id.clone(), key.campaign_id().to_owned()))
             .map(|(status, noted)| {
-                if !noted.contains(&what) {
-                    noted.push(what);
+                for what in std::iter::once(what).chain(what.implies()) {
+                    if !noted.contains(&what) {
+                        noted.push(what);
+                    }
                 }
                 *status
             }))

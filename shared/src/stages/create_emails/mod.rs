@@ -11,7 +11,8 @@ use super::CampaignStateCache;
 use crate::config::CreateEmailsConfig;
 use crate::domain::campaign::Hold;
 use crate::domain::campaign::Window;
-use crate::domain::digest::{Enrichment, Renderer, SkipReason};
+use crate::domain::digest::{Enrichment, Look, Renderer, SkipReason};
+use crate::domain::experiment::Variant;
 use crate::domain::ledger::LedgerError;
 use crate::domain::messages::{parse_body, BodyError, EmailJob, UserMessage};
 use crate::domain::open_content::{SlotSealer, SlotUrls};
@@ -51,6 +52,9 @@ pub enum ComposeError {
     /// The pending one-click unsubscribes (the sends table) could not be read.
     #[error(transparent)]
     PendingLeaves(#[from] LedgerError),
+    /// The campaign's experiment (its variants' subjects and bodies) could not be read.
+    #[error("the campaign's experiment was not read: {0}")]
+    Experiment(LedgerError),
     #[error("cannot serialise job: {0}")]
     Serialise(serde_json::Error),
 }
@@ -126,6 +130,15 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
         &self,
         message: UserMessage,
     ) -> Result<Result<(EmailJob, &'static str), SkipReason>, ComposeError> {
+        self.compose_with(message, None).await
+    }
+
+    /// `compose_in_locale` in an experiment's variant.
+    async fn compose_with(
+        &self,
+        message: UserMessage,
+        variant: Option<&Variant>,
+    ) -> Result<Result<(EmailJob, &'static str), SkipReason>, ComposeError> {
         let user_id = crate::domain::user_id::UserId::parse(&message.user_id)?;
         let Some(topic) = Topics::builtin().find(&message.topic) else {
             return Ok(Err(unknown_topic(&message)));
@@ -139,14 +152,45 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                 self.config.recent_followers_shown,
             )
             .await?;
-        self.render_job(message, enrichment)
+        self.render_job(message, enrichment, variant)
     }
 
-    /// The job for a user whose enrichment is read (or why they get none).
+    /// The experiment's variant a message names, from the campaign's record (None: it names
+    /// none). Read through the cache: an experiment is fixed when the campaign starts.
+    async fn variant_of(
+        &self,
+        message: &UserMessage,
+    ) -> Result<Option<Result<Variant, SkipReason>>, ComposeError> {
+        let Some(name) = &message.variant else {
+            return Ok(None);
+        };
+        let state = self
+            .campaigns
+            .state(message.campaign_id.as_str())
+            .await
+            .map_err(ComposeError::Experiment)?;
+        // GetUsers records the experiment before it enqueues anyone: a state without one is
+        // a read from before that, and comes back.
+        let Some(experiment) = state.experiment else {
+            return Err(ComposeError::Experiment(LedgerError {
+                table: "campaigns".into(),
+                operation: "read experiment",
+                detail: format!("{} has no experiment recorded yet", message.campaign_id),
+            }));
+        };
+        Ok(Some(experiment.variant(name).cloned().ok_or_else(|| {
+            tracing::error!(campaign = %message.campaign_id, variant = %name, "a variant the campaign's experiment does not have; user skipped");
+            SkipReason::UnknownVariant
+        })))
+    }
+
+    /// The job for a user whose enrichment is read (or why they get none), in their
+    /// experiment's variant if they have one.
     fn render_job(
         &self,
         message: UserMessage,
         enrichment: Enrichment,
+        variant: Option<&Variant>,
     ) -> Result<Result<(EmailJob, &'static str), SkipReason>, ComposeError> {
         let digest = match enrichment {
             Enrichment::Ready(d) => d,
@@ -171,13 +215,15 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             ),
             _ => Vec::new(),
         };
-        let rendered = match self.renderer.render(
-            &digest,
-            &message.window,
-            topic,
-            &unsubscribe_url,
-            &picks,
-        ) {
+        let locale = self.renderer.locale_for(digest.locale.as_deref());
+        let look = Look {
+            subject: variant
+                .and_then(|v| v.subject.get(locale))
+                .map(String::as_str),
+            body: variant.and_then(|v| v.template.as_deref()),
+        };
+        let email = (&message.window, topic, unsubscribe_url.as_str(), &picks[..]);
+        let rendered = match self.renderer.render_look(&digest, email, look) {
             Ok(rendered) => rendered,
             // The same data fails the same way on every retry: decided now, counted.
             Err(reason) => {
@@ -185,7 +231,6 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                 return Ok(Err(SkipReason::Unrenderable));
             }
         };
-        let locale = self.renderer.locale_for(digest.locale.as_deref());
         let job = EmailJob {
             campaign_id: message.campaign_id,
             user_id: digest.user_id,
@@ -199,6 +244,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             due: message.due,
             topic: message.topic,
             zone: message.zone,
+            variant: variant.map(|v| v.name.clone()),
         };
         Ok(Ok((job, locale)))
     }
@@ -297,9 +343,14 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             Some(Hold::Paused(_)) => return Ok(Outcome::Held),
             None => {}
         }
+        let variant = match self.variant_of(&message).await? {
+            Some(Err(reason)) => return Ok(Outcome::Skipped(reason)),
+            Some(Ok(variant)) => Some(variant),
+            None => None,
+        };
         let composed = match prefetched {
             Some(enrichment) => self
-                .render_job(message, enrichment?)
+                .render_job(message, enrichment?, variant.as_ref())
                 .map(|r| r.map(|(job, _)| job)),
             // Not in the batch read (its campaign was held then, or the pending leaves
             // could not be read): read alone.
@@ -310,7 +361,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                     .standing_leaves(&[user], &message.topic)
                     .await?;
                 match left.is_empty() {
-                    true => self.compose(message).await,
+                    true => Ok(self
+                        .compose_with(message, variant.as_ref())
+                        .await?
+                        .map(|(job, _)| job)),
                     false => Ok(Err(SkipReason::LeftTopic)),
                 }
             }

@@ -101,6 +101,7 @@ fn message(user: &str) -> SqsMessage {
         include_cancelled: false,
         due: None,
         zone: None,
+        variant: None,
     };
     record(user, &serde_json::to_string(&message).unwrap())
 }

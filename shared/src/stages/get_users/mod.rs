@@ -9,6 +9,7 @@
 //! invocation it stops before the deadline, waits for every in-flight batch, and enqueues a
 //! checkpoint (the last user id enqueued) that starts the next invocation where it left off.
 
+mod experiment;
 mod read_ahead;
 mod release;
 mod request;
@@ -17,6 +18,7 @@ use super::CampaignStateCache;
 use crate::config::GetUsersConfig;
 use crate::domain::campaign::{Campaign, CampaignError, Hold, Window};
 use crate::domain::digest::OddFollows;
+use crate::domain::experiment::ExperimentError;
 use crate::domain::ledger::epoch_ms;
 use crate::domain::local_time::{self, LocalTimeError};
 use crate::domain::messages::{parse_body, UserMessage};
@@ -24,8 +26,8 @@ use crate::domain::topics::{ExclusionCounts, TopicError, Topics};
 use crate::domain::user_id::{check_travels, UserId};
 use crate::ports::MAX_BATCH_ENTRIES;
 use crate::ports::{
-    AudienceScan, CampaignStates, Clock, OutgoingQueue, QueueError, SendReport, StoreError,
-    SystemClock, UserDirectory, WaitingRoom,
+    AudienceScan, CampaignStates, Clock, ExperimentResults, OutgoingQueue, QueueError, SendReport,
+    StoreError, SystemClock, UserDirectory, WaitingRoom,
 };
 use crate::runtime::batch::batch_response;
 use crate::runtime::Invocation;
@@ -50,6 +52,8 @@ pub enum GetUsersError {
     LocalTime(#[from] LocalTimeError),
     #[error(transparent)]
     Guardrail(#[from] crate::domain::guardrails::GuardrailError),
+    #[error(transparent)]
+    Experiment(#[from] crate::domain::experiment::ExperimentError),
     #[error("{0}")]
     Waiting(String),
     #[error(transparent)]
@@ -73,6 +77,7 @@ impl GetUsersError {
             Self::BadRequest(_)
                 | Self::LocalTime(_)
                 | Self::Guardrail(_)
+                | Self::Experiment(_)
                 | Self::Campaign(_)
                 | Self::Topic(_)
         )
@@ -126,6 +131,8 @@ pub struct GetUsers<D, Q, S, W> {
     continuation: Q,
     campaigns: CampaignStateCache<S>,
     waiting: W,
+    /// Read when an experiment is decided (the sends table).
+    results: Arc<dyn ExperimentResults>,
     clock: Arc<dyn Clock>,
     config: GetUsersConfig,
 }
@@ -144,13 +151,14 @@ const STATE_CHECK_EVERY: usize = 50;
 
 impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
     /// `users`, `continuation`, `campaigns` and `waiting` are the queues, the table and the
-    /// waiting room `config` names.
+    /// waiting room `config` names; `results` the sends table's records by campaign.
     pub fn new(
         directory: D,
         users: Q,
         continuation: Q,
         campaigns: S,
         waiting: W,
+        results: Arc<dyn ExperimentResults>,
         config: GetUsersConfig,
     ) -> Self {
         Self {
@@ -159,6 +167,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             continuation,
             campaigns: CampaignStateCache::new(campaigns),
             waiting,
+            results,
             clock: Arc::new(SystemClock),
             config,
         }
@@ -278,10 +287,18 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 }
             }
             let initial = run.guardrails.initial(defaults, now_ms as i64);
+            let experiment = (run.experiment.clone()).map(|e| e.starting_at(self.clock.now_ms()));
             let recorded = states
-                .register(&run.campaign, &initial, now_ms)
+                .register(&run.campaign, &initial, experiment.as_ref(), now_ms)
                 .await
                 .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+            // An experiment is fixed when the campaign first starts.
+            if let Some(given) = &run.experiment {
+                match &recorded.experiment {
+                    Some(recorded) => recorded.settle(given, &run.campaign.id)?,
+                    None => return Err(ExperimentError::Late(run.campaign.id.clone()).into()),
+                }
+            }
             // Its window and topic are fixed when it first starts: nothing is enqueued
             // under others.
             run.campaign.settle(&recorded, run.topic_named)?;
@@ -312,6 +329,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             OddFollows::default()
         };
         let campaign = &run.campaign;
+        let experiment = self.experiment_run(&campaign.id).await?;
         // A topic a deploy removed while a run was under way: nothing is sent under it.
         let topic = Topics::builtin().get(campaign.topic.as_str())?;
         let mut audience =
@@ -366,6 +384,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             }
             last = Some(user_id.clone());
             let (when, zone) = self.when(run.delivery.as_ref(), &member.zone, &mut counts);
+            let (when, variant) = match &experiment {
+                Some(e) => e.place(&campaign.id, &user_id, when, &mut counts),
+                None => (when, None),
+            };
             let message = UserMessage {
                 campaign_id: campaign.id.clone(),
                 user_id: user_id.clone(),
@@ -378,6 +400,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                     When::Delayed(_) | When::Slot(_) | When::Never => None,
                 },
                 zone,
+                variant,
             };
             let body = serde_json::to_string(&message).unwrap_or_default();
             match when {
@@ -454,9 +477,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         // a segment: it records nothing and its checkpoint keeps the number, so that a long
         // pause does not grow the report item by one entry a minute.
         let idle = last == run.after && refused == 0 && run.segment > 0;
-        // A campaign without local time holds users only for their quiet hours: recorded
-        // too, so that `status` and `mailctl release` see them.
-        let held = run.delivery.is_some() || counts.quiet_deferred > 0;
+        // A campaign without local time holds users for their quiet hours or an
+        // experiment's decision: recorded too, so that `status` and `mailctl release` see them.
+        let held = run.delivery.is_some() || counts.quiet_deferred + counts.experiment_held > 0;
         if held && !idle {
             let run_started = run
                 .delivery
@@ -508,7 +531,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             cancelled,
             paused,
             continued_after: if complete || cancelled { None } else { last },
-            local_time: (run.delivery.is_some() || counts.quiet_deferred > 0).then_some(counts),
+            local_time: held.then_some(counts),
         };
         tracing::info!(
             campaign = %summary.campaign_id,

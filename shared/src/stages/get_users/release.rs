@@ -223,22 +223,25 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             sweep: release.sweep,
             ..Default::default()
         };
+        // Read afresh, not from the cache: a slot is released once, and a pause just made
+        // must hold it.
+        let state = self
+            .campaigns
+            .states()
+            .state(release.campaign_id.as_str())
+            .await
+            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+        // An experiment's decision slot goes as soon as the winner is picked by hand.
+        let picked = state.decision.is_some()
+            && (state.experiment.as_ref()).is_some_and(|e| e.decide_at_ms == Some(release.slot_ms));
         let early_ms = release.schedule().fires_at_ms() - self.clock.now_ms();
-        if early_ms > 0 {
+        if early_ms > 0 && !picked {
             summary.early = true;
             let seconds = ((early_ms + 999) / 1000).min(i64::from(MAX_DELAY_SECONDS)) as u32;
             self.continue_release(&release, seconds).await?;
             return Ok(summary);
         }
-        // Read afresh, not from the cache: a slot is released once, and a pause just made
-        // must hold it.
-        let hold = self
-            .campaigns
-            .states()
-            .state(release.campaign_id.as_str())
-            .await
-            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?
-            .hold;
+        let hold = state.hold.clone();
         let cancelled = matches!(hold, Some(Hold::Cancelled(_)));
         if matches!(hold, Some(Hold::Paused(_))) {
             summary.paused = true;
@@ -249,6 +252,15 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, sweep = release.sweep, "campaign paused: the slot's release waits for the resume");
             return Ok(summary);
         }
+        // The rest of an experiment's audience goes with the winner (decided now if no one
+        // has yet); a cancelled campaign decides nothing.
+        let winner = match cancelled {
+            true => None,
+            false => {
+                self.release_winner(&release.campaign_id, &state, release.slot_ms)
+                    .await?
+            }
+        };
         let mut from = Some(release.from.clone());
         let mut released = release.released;
         let mut pages = 0usize;
@@ -281,7 +293,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                     slot_late_ms: self.clock.now_ms() - release.slot_ms,
                     released_at_ms: SystemClock.now_ms(),
                 };
-                let bodies: Vec<String> = bodies.into_iter().map(|b| with_due(b, due)).collect();
+                let bodies: Vec<String> = bodies
+                    .into_iter()
+                    .map(|b| let_go(b, due, winner.as_deref()))
+                    .collect();
                 let mut in_flight: FuturesUnordered<_> = bodies
                     .chunks(MAX_BATCH_ENTRIES)
                     .map(|chunk| self.users.send_batch(chunk))
@@ -349,7 +364,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 slot_late_ms: seconds * 1000 - wait_ms,
                 released_at_ms: SystemClock.now_ms() + seconds * 1000,
             };
-            let bodies: Vec<String> = bodies.into_iter().map(|b| with_due(b, due)).collect();
+            let bodies: Vec<String> = bodies.into_iter().map(|b| let_go(b, due, None)).collect();
             Ok(self
                 .users
                 .send_batch_delayed(&bodies, seconds as u32)
@@ -375,12 +390,16 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
     }
 }
 
-/// A held user's body with when they were let go (a body that does not parse, which GetUsers
-/// never writes, goes as it is: CreateEmails refuses it alone).
-fn with_due(body: String, due: Due) -> String {
+/// A held user's body with when they were let go, and the experiment's winner if they wait
+/// for it (a body that does not parse, which GetUsers never writes, goes as it is:
+/// CreateEmails refuses it alone).
+fn let_go(body: String, due: Due, winner: Option<&str>) -> String {
     match serde_json::from_str::<UserMessage>(&body) {
         Ok(mut message) => {
             message.due = Some(due);
+            if message.variant.is_none() {
+                message.variant = winner.map(str::to_owned);
+            }
             serde_json::to_string(&message).unwrap_or(body)
         }
         Err(_) => body,

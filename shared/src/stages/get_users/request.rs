@@ -4,6 +4,7 @@
 use super::{GetUsersError, Release, ReleaseEvent};
 use crate::config::LocalTimeConfig;
 use crate::domain::campaign::{Campaign, CampaignId, Window};
+use crate::domain::experiment::Experiment;
 use crate::domain::guardrails;
 use crate::domain::guardrails::GuardrailRequest;
 use crate::domain::local_time::{self, LocalDelivery};
@@ -40,6 +41,8 @@ struct ManualRequest {
     holdout_percent: Option<Value>,
     /// Frequency caps neither stop nor count this campaign's emails.
     cap_exempt: Option<bool>,
+    /// An A/B experiment (docs/experiments.md), recorded with the first start.
+    experiment: Option<Value>,
 }
 
 /// Where a run continues: the body of a continuation queue message.
@@ -103,6 +106,8 @@ pub struct Run {
     /// When the run started (ms, the clock's): the waiting table's report keeps each run's
     /// counts under it.
     pub started_at_ms: i64,
+    /// The experiment the start named (its first segment records or settles it).
+    pub experiment: Option<Box<Experiment>>,
 }
 
 pub enum Request {
@@ -167,6 +172,7 @@ pub fn parse_request(
             delivery,
             guardrails: GuardrailRequest::default(),
             started_at_ms: now_ms,
+            experiment: None,
         }));
     }
     let manual: ManualRequest =
@@ -194,8 +200,14 @@ pub fn parse_request(
         },
         cap_exempt: manual.cap_exempt,
     };
+    let experiment = manual
+        .experiment
+        .as_ref()
+        .map(|e| Experiment::parse(&e.to_string()).map(Box::new))
+        .transpose()?;
     Ok(Request::Run(Run {
         guardrails,
+        experiment,
         started_at_ms: now_ms,
         campaign,
         topic_named: manual.topic.is_some(),
@@ -263,6 +275,7 @@ impl From<Checkpoint> for Run {
             // Settled by the first segment; a checkpoint's run names none.
             guardrails: GuardrailRequest::default(),
             started_at_ms: cp.started_at_ms.or(delivery_started).unwrap_or_default(),
+            experiment: None,
         }
     }
 }

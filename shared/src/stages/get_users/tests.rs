@@ -7,9 +7,10 @@
 use super::*;
 use crate::config::LocalTimeConfig;
 use crate::domain::campaign::{rfc3339, CampaignId};
+use crate::domain::experiment::Assignment;
 use crate::domain::topics::TopicId;
 use crate::ports::memory::directory::{MemoryDirectory, User};
-use crate::ports::memory::{MemoryCampaigns, MemoryOutbox, MemoryWaitingRoom};
+use crate::ports::memory::{MemoryCampaigns, MemoryOutbox, MemoryResults, MemoryWaitingRoom};
 use crate::ports::SlotSchedule;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -145,6 +146,16 @@ fn stage_over(directory: MemoryDirectory, margin_seconds: &str) -> Stage {
 }
 
 fn stage_with(directory: MemoryDirectory, margin_seconds: &str, extra: &[(&str, &str)]) -> Stage {
+    let results = Arc::new(MemoryResults::default());
+    stage_with_results(directory, margin_seconds, extra, results)
+}
+
+fn stage_with_results(
+    directory: MemoryDirectory,
+    margin_seconds: &str,
+    extra: &[(&str, &str)],
+    results: Arc<MemoryResults>,
+) -> Stage {
     let vars = |k: &str| {
         if let Some((_, v)) = extra.iter().find(|(n, _)| *n == k) {
             return Some(v.to_string());
@@ -154,6 +165,7 @@ fn stage_with(directory: MemoryDirectory, margin_seconds: &str, extra: &[(&str, 
             "USERS_QUEUE_URL" => "http://users",
             "CONTINUATION_QUEUE_URL" => "http://continuation",
             "CAMPAIGNS_TABLE_NAME" => "campaigns",
+            "SENDS_TABLE_NAME" => "sends",
             "WAITING_TABLE_NAME" => "waiting",
             "RELEASE_SCHEDULE_GROUP" => "releases",
             "RELEASE_SCHEDULER_ROLE_ARN" => "arn:aws:iam::000000000000:role/scheduler",
@@ -170,6 +182,7 @@ fn stage_with(directory: MemoryDirectory, margin_seconds: &str, extra: &[(&str, 
         MemoryOutbox::default(),
         MemoryCampaigns::default(),
         MemoryWaitingRoom::default(),
+        results,
         config,
     )
 }
@@ -623,4 +636,176 @@ async fn guardrails_are_fixed_when_a_campaign_first_starts_and_only_its_deadline
     });
     stage.handle(legacy, &plenty()).await.unwrap();
     assert_eq!(recorded("legacy-1"), Default::default());
+}
+
+/// A clock the test moves.
+struct TestClock(std::sync::atomic::AtomicI64);
+
+impl Clock for TestClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// 60 users with a new follower each.
+fn crowd() -> MemoryDirectory {
+    let at = campaign().window.since + time::Duration::hours(1);
+    (0..60).fold(MemoryDirectory::default(), |d, i| {
+        let id = format!("c{i:02}");
+        d.user(&id, User::named("C", "c@example.com"))
+            .follow("u1", &id, at)
+    })
+}
+
+fn messages(bodies: &[String]) -> Vec<UserMessage> {
+    bodies
+        .iter()
+        .map(|b| serde_json::from_str(b).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn an_experiment_sends_the_test_group_its_variants_and_the_rest_the_winner_after_the_wait() {
+    let results = Arc::new(MemoryResults::default());
+    let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now()) as i64;
+    let clock = Arc::new(TestClock(now.into()));
+    let stage = stage_with_results(crowd(), "20", &[], results.clone()).with_clock(clock.clone());
+    let experiment = json!({"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 50,
+                            "waitHours": 2, "minDelivered": 3});
+    let start = json!({"campaignId": "weekly-2026-W47", "experiment": experiment});
+    stage.handle(start.clone(), &plenty()).await.unwrap();
+    let recorded = stage.campaigns.states().experiments.lock().unwrap()["weekly-2026-W47"].clone();
+    let decide_at = recorded.decide_at_ms.unwrap();
+    assert_eq!(decide_at, now + 2 * 3_600_000);
+    // The test group now, each in their variant; the rest held for the decision's slot.
+    let test = messages(&stage.users.bodies());
+    let held = stage.waiting.held.lock().unwrap()[&("weekly-2026-W47".into(), decide_at)].clone();
+    assert_eq!(test.len() + held.len(), 60);
+    assert!(
+        test.len() > 15 && held.len() > 15,
+        "{} {}",
+        test.len(),
+        held.len()
+    );
+    for m in &test {
+        let Assignment::Test(i) = recorded.assign("weekly-2026-W47", &m.user_id) else {
+            panic!("{} is not in the test group", m.user_id);
+        };
+        assert_eq!(
+            m.variant.as_deref(),
+            Some(recorded.variants[i].name.as_str())
+        );
+    }
+    for (user, body) in &held {
+        assert_eq!(recorded.assign("weekly-2026-W47", user), Assignment::Rest);
+        assert_eq!(messages(std::slice::from_ref(body))[0].variant, None);
+    }
+    // Another experiment on a later start is refused; so is one on a campaign started
+    // without.
+    let mut other = start.clone();
+    other["experiment"]["testPercent"] = json!(30);
+    let err = stage
+        .handle(other, &plenty())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("started with another experiment"), "{err}");
+    stage
+        .handle(json!({"campaignId": "weekly-2026-W46"}), &plenty())
+        .await
+        .unwrap();
+    let mut late = start.clone();
+    late["campaignId"] = json!("weekly-2026-W46");
+    let err = stage.handle(late, &plenty()).await.unwrap_err().to_string();
+    assert!(err.contains("started without an experiment"), "{err}");
+    // The same start again (a retry) is accepted and sends nobody twice... to the queue
+    // (the ledger keeps the sends once).
+    stage.handle(start, &plenty()).await.unwrap();
+    // At the decision's slot, b clicked far more: the rest gets b.
+    let tally = |delivered, human_clicks| crate::domain::experiment::Tally {
+        sent: delivered,
+        delivered,
+        human_clicks,
+        human_opens: 0,
+    };
+    results.0.lock().unwrap().insert(
+        "weekly-2026-W47".into(),
+        [
+            ("a".to_string(), tally(20, 1)),
+            ("b".to_string(), tally(20, 15)),
+        ]
+        .into(),
+    );
+    let before = stage.users.bodies().len();
+    let release = Release {
+        campaign_id: CampaignId::parse("weekly-2026-W47").unwrap(),
+        slot_ms: decide_at,
+        from: Default::default(),
+        released: 0,
+        sweep: false,
+    };
+    // Not before its time...
+    let early = stage.release(release.clone(), &plenty()).await.unwrap();
+    assert!(early.early && early.users_released == 0);
+    clock
+        .0
+        .store(decide_at, std::sync::atomic::Ordering::SeqCst);
+    let summary = stage.release(release, &plenty()).await.unwrap();
+    assert_eq!(summary.users_released as usize, held.len());
+    let rest = messages(&stage.users.bodies()[before..]);
+    assert!(rest.iter().all(|m| m.variant.as_deref() == Some("b")));
+    let decision = stage.campaigns.states().decisions.lock().unwrap()["weekly-2026-W47"].clone();
+    assert_eq!(decision.winner, "b");
+    assert_eq!(decision.by, crate::domain::experiment::DecidedBy::Rule);
+    // A resend after the decision sends the rest the winner at once, holding nobody.
+    let resend = json!({"campaignId": "weekly-2026-W47", "includeFailed": true});
+    let before = stage.users.bodies().len();
+    stage.handle(resend, &plenty()).await.unwrap();
+    let again = messages(&stage.users.bodies()[before..]);
+    assert_eq!(again.len(), 60);
+    for m in again {
+        let expected = match recorded.assign("weekly-2026-W47", &m.user_id) {
+            Assignment::Test(i) => recorded.variants[i].name.clone(),
+            Assignment::Rest => "b".into(),
+        };
+        assert_eq!(m.variant, Some(expected));
+    }
+}
+
+#[tokio::test]
+async fn a_variant_picked_by_hand_releases_the_rest_before_the_wait_ends() {
+    let results = Arc::new(MemoryResults::default());
+    let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now()) as i64;
+    let stage =
+        stage_with_results(crowd(), "20", &[], results).with_clock(Arc::new(TestClock(now.into())));
+    let experiment = json!({"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 20,
+                            "waitHours": 4});
+    stage
+        .handle(
+            json!({"campaignId": "weekly-2026-W47", "experiment": experiment}),
+            &plenty(),
+        )
+        .await
+        .unwrap();
+    let id = CampaignId::parse("weekly-2026-W47").unwrap();
+    let recorded = stage.campaigns.states().experiments.lock().unwrap()["weekly-2026-W47"].clone();
+    let picked = crate::domain::experiment::decide(&recorded, &Default::default(), Some("b"), now);
+    stage
+        .campaigns
+        .states()
+        .record_decision(&id, &picked)
+        .await
+        .unwrap();
+    let before = stage.users.bodies().len();
+    let release = Release {
+        campaign_id: id,
+        slot_ms: recorded.decide_at_ms.unwrap(),
+        from: Default::default(),
+        released: 0,
+        sweep: false,
+    };
+    let summary = stage.release(release, &plenty()).await.unwrap();
+    assert!(!summary.early && summary.users_released > 30, "{summary:?}");
+    let rest = messages(&stage.users.bodies()[before..]);
+    assert!(rest.iter().all(|m| m.variant.as_deref() == Some("b")));
 }

@@ -378,9 +378,11 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
                 Visitor::Scanner => OpenCount::MachineOpen,
             };
             counts.push((what, 1));
-            if what != OpenCount::MachineOpen {
-                note = Some(Engagement::Opened);
-            }
+            note = match what {
+                OpenCount::Open => Some(Engagement::HumanOpened),
+                OpenCount::ProxyOpen => Some(Engagement::Opened),
+                _ => None,
+            };
         }
         self.counted(slot, by, async move { (counts, note, None) })
             .await;
@@ -468,7 +470,8 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
                 counts.extend(people);
                 top = raised;
             }
-            (counts, Some(Engagement::Clicked), top)
+            // Counted: a person's (experiments decide on these).
+            (counts, Some(Engagement::HumanClicked), top)
         })
         .await;
         redirect(match pick {

@@ -587,7 +587,16 @@ async fn without_consent_opens_and_clicks_are_counted_but_noted_on_no_record() {
     for (tracking, noted) in [
         ("", vec![]),
         ("false", vec![]),
-        ("true", vec![Engagement::Opened, Engagement::Clicked]),
+        // A person's: noted as such, and as opened and clicked.
+        (
+            "true",
+            vec![
+                Engagement::HumanOpened,
+                Engagement::Opened,
+                Engagement::HumanClicked,
+                Engagement::Clicked,
+            ],
+        ),
     ] {
         let clock = Arc::new(TestClock::default());
         clock.0.store(1_000 * MINUTE, Ordering::SeqCst);

@@ -1,0 +1,139 @@
+//! The A/B half of GetUsers (docs/experiments.md): the test group goes at once in its
+//! variants; the rest waits in the waiting room for the decision's slot, whose release
+//! decides the winner (once: the campaign's record keeps the first decision) and lets the
+//! rest go with it.
+
+use super::release::When;
+use super::{GetUsers, GetUsersError};
+use crate::domain::campaign::{CampaignId, CampaignState};
+use crate::domain::experiment::{self, Assignment, Decision, Experiment};
+use crate::domain::local_time::LocalTimeCounts;
+use crate::ports::{CampaignStates, OutgoingQueue, UserDirectory, WaitingRoom};
+use std::sync::Arc;
+
+/// A run's view of its campaign's experiment.
+pub(super) struct ExperimentRun {
+    experiment: Arc<Experiment>,
+    /// The decided winner (None: the rest waits for the decision).
+    winner: Option<String>,
+}
+
+impl ExperimentRun {
+    /// Where a user goes, and in which variant: the test group as decided for them (now,
+    /// or at their local time); the rest with the winner, or held for the decision's slot
+    /// (at least: a later local time stays theirs).
+    pub(super) fn place(
+        &self,
+        campaign: &CampaignId,
+        user_id: &str,
+        when: When,
+        counts: &mut LocalTimeCounts,
+    ) -> (When, Option<String>) {
+        match self.experiment.assign(campaign.as_str(), user_id) {
+            Assignment::Test(i) => (when, Some(self.experiment.variants[i].name.clone())),
+            Assignment::Rest => match (&self.winner, self.experiment.decide_at_ms) {
+                (Some(winner), _) => (when, Some(winner.clone())),
+                (None, Some(decide_at)) => {
+                    let at_ms = match when {
+                        When::Never => return (When::Never, None),
+                        When::Now(due) => {
+                            counts.due_now -= u64::from(due.is_some());
+                            decide_at
+                        }
+                        When::Delayed(at) => {
+                            counts.delayed -= 1;
+                            at.max(decide_at)
+                        }
+                        When::Slot(at) => {
+                            if let Some(n) = counts.waiting.get_mut(&at) {
+                                *n -= 1;
+                            }
+                            at.max(decide_at)
+                        }
+                    };
+                    counts.experiment_held += 1;
+                    *counts.waiting.entry(at_ms).or_default() += 1;
+                    // Released with the winner (`Release`), never before it is decided.
+                    (When::Slot(at_ms), None)
+                }
+                // Recorded without a decision time (never by GetUsers): the default.
+                (None, None) => (when, Some(self.experiment.default_name().to_owned())),
+            },
+        }
+    }
+}
+
+impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
+    /// The campaign's experiment for a run, decided first if its time has come (a resend
+    /// after the wait, or a release the pause kept back).
+    pub(super) async fn experiment_run(
+        &self,
+        campaign: &CampaignId,
+    ) -> Result<Option<ExperimentRun>, GetUsersError> {
+        let state = self
+            .campaigns
+            .state(campaign.as_str())
+            .await
+            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+        let Some(experiment) = state.experiment.clone() else {
+            return Ok(None);
+        };
+        let due = experiment
+            .decide_at_ms
+            .is_some_and(|at| at <= self.clock.now_ms());
+        let winner = match due {
+            true => Some(self.decision(campaign, &state).await?.winner),
+            false => state.decision.as_ref().map(|d| d.winner.clone()),
+        };
+        Ok(Some(ExperimentRun { experiment, winner }))
+    }
+
+    /// The winner a slot's release lets the rest go with: decided now if the slot is the
+    /// decision's or later and no decision is recorded. None: no experiment, or a slot of
+    /// the test group's local times.
+    pub(super) async fn release_winner(
+        &self,
+        campaign: &CampaignId,
+        state: &CampaignState,
+        slot_ms: i64,
+    ) -> Result<Option<String>, GetUsersError> {
+        let Some(experiment) = &state.experiment else {
+            return Ok(None);
+        };
+        if state.decision.is_none() && experiment.decide_at_ms.is_some_and(|at| slot_ms < at) {
+            return Ok(None);
+        }
+        Ok(Some(self.decision(campaign, state).await?.winner))
+    }
+
+    /// The recorded decision, or the rule's on the results so far, recorded (the first
+    /// write wins: the one recorded is returned).
+    async fn decision(
+        &self,
+        campaign: &CampaignId,
+        state: &CampaignState,
+    ) -> Result<Decision, GetUsersError> {
+        if let Some(decision) = &state.decision {
+            return Ok((**decision).clone());
+        }
+        let Some(experiment) = &state.experiment else {
+            return Err(GetUsersError::Campaigns(format!(
+                "{campaign} has no experiment to decide"
+            )));
+        };
+        let tallies = self
+            .results
+            .tallies(campaign)
+            .await
+            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+        let decided = experiment::decide(experiment, &tallies, None, self.clock.now_ms());
+        let recorded = self
+            .campaigns
+            .states()
+            .record_decision(campaign, &decided)
+            .await
+            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+        tracing::info!(%campaign, winner = %recorded.winner, by = ?recorded.by, reason = %recorded.reason, "experiment decided");
+        Ok(recorded)
+    }
+}
