@@ -25,6 +25,22 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum ExperimentCommand {
+    /// Decide now instead of at the end of the wait: by the rule on the results so far, or
+    /// the variant named. The decision is recorded (final) and the rest of the audience is
+    /// sent the winner at once.
+    Pick {
+        #[arg(long)]
+        campaign: String,
+        /// The winner, chosen by hand (default: what the rule says now).
+        #[arg(long)]
+        variant: Option<String>,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Provision a fresh local stack from template.yaml, seed users, run one campaign to
     /// completion and print its summary (needs the local stack: infra/local-stack.sh start).
@@ -128,6 +144,11 @@ enum Command {
         campaign: String,
         #[command(flatten)]
         target: TargetArgs,
+    },
+    /// A campaign's A/B experiment (docs/experiments.md).
+    Experiment {
+        #[command(subcommand)]
+        action: ExperimentCommand,
     },
     /// Re-run a campaign so that only users without a SENT record get an email.
     Resend {
@@ -427,6 +448,14 @@ async fn run() -> Result<()> {
             )
             .await
         }
+        Command::Experiment {
+            action:
+                ExperimentCommand::Pick {
+                    campaign,
+                    variant,
+                    target,
+                },
+        } => commands::campaign::pick(sdk, template, &campaign, variant.as_deref(), &target).await,
         Command::Release { campaign, target } => {
             commands::campaign::release(sdk, template, &campaign, &target).await
         }

@@ -210,6 +210,8 @@ pub struct CampaignStatus {
     pub topic: Option<String>,
     /// Users with new followers its audience left out, by reason (every GetUsers segment).
     pub excluded: mailflow::domain::topics::ExclusionCounts,
+    /// Its A/B experiment: each variant's results and the decision.
+    pub experiment: Option<crate::experiment::ExperimentStatus>,
 }
 
 /// What `status` shows of a local-time campaign.
@@ -475,6 +477,16 @@ pub async fn status(
         consumers: consumer_states(sdk, target).await,
         ..Default::default()
     };
+    let now_ms = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
+    status.experiment = record.as_ref().and_then(|r| {
+        let experiment = r.experiment.as_ref()?;
+        Some(crate::experiment::status(
+            experiment,
+            r.decision.as_ref(),
+            &records,
+            now_ms,
+        ))
+    });
     if status.paused_at_ms.is_some() {
         status.resume_before_ms = status.started_at_ms.map(|s| s + QUEUE_RETENTION_MS);
     }

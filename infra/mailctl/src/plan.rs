@@ -94,7 +94,24 @@ pub struct GuardrailsPlan {
     /// Users the frequency caps would hold back if sent now (each user's `#caps` item read).
     pub capped: usize,
     pub cap_exempt: bool,
+    /// The A/B experiment's groups (docs/experiments.md).
+    pub experiment: Option<ExperimentPlan>,
 }
+
+/// Who an experiment would send what: each variant's test group now, the rest the winner
+/// after the wait.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExperimentPlan {
+    pub groups: BTreeMap<String, usize>,
+    pub rest: usize,
+    pub wait_hours: u32,
+    /// Opens decide it (asked for): what that costs in trust.
+    pub warning: Option<String>,
+}
+
+/// Why opens decide poorly (`plan` warns when an experiment asks for them).
+pub const OPENS_WARNING: &str = "opens decide this experiment: Apple Mail Privacy Protection opens every email it delivers and image proxies open on their own schedule, so opens measure mail clients more than people; clicks are the default for that reason";
 
 /// The guardrails `plan` applies: the campaign's (as recorded, or as its start would record
 /// them), the stack's caps and quiet hours (SendEmail's), and the users' cap histories.
@@ -104,6 +121,8 @@ pub struct Guardrails<C> {
     pub quiet: Option<QuietHours>,
     pub fallback_zone: mailflow::domain::local_time::ZoneName,
     pub history: C,
+    /// The campaign's experiment (as recorded, or as its start would record it).
+    pub experiment: Option<mailflow::domain::experiment::Experiment>,
 }
 
 /// What local-time delivery would do with the emails that would be sent.
@@ -189,6 +208,13 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
                 QuietPolicy::Skip => "skip",
             }),
             cap_exempt: guardrails.campaign.cap_exempt,
+            experiment: guardrails.experiment.as_ref().map(|e| ExperimentPlan {
+                groups: e.variants.iter().map(|v| (v.name.clone(), 0)).collect(),
+                wait_hours: e.wait_hours,
+                warning: (e.metric == mailflow::domain::experiment::Metric::Opens)
+                    .then(|| OPENS_WARNING.to_owned()),
+                ..Default::default()
+            }),
             ..Default::default()
         },
         ..Default::default()
@@ -235,6 +261,17 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
                 ) {
                     plan.guardrails.held_out += 1;
                     continue;
+                }
+                if let (Some(e), Some(groups)) =
+                    (&guardrails.experiment, plan.guardrails.experiment.as_mut())
+                {
+                    use mailflow::domain::experiment::Assignment;
+                    match e.assign(campaign.id.as_str(), &user.to_string()) {
+                        Assignment::Test(i) => {
+                            *groups.groups.entry(e.variants[i].name.clone()).or_default() += 1
+                        }
+                        Assignment::Rest => groups.rest += 1,
+                    }
                 }
                 if mailflow::domain::address::parse(&job.to).is_err() {
                     plan.would_fail += 1;
@@ -524,6 +561,18 @@ fn describe_guardrails(plan: &Plan) -> Option<String> {
     let mut out = String::new();
     if !parts.is_empty() {
         out.push_str(&format!("guardrails: {}\n", parts.join("; ")));
+    }
+    if let Some(e) = &g.experiment {
+        let groups: Vec<String> = e.groups.iter().map(|(v, n)| format!("{v} {n}")).collect();
+        out.push_str(&format!(
+            "experiment: test group now {}; {} get the winner after {} h\n",
+            groups.join(", "),
+            e.rest,
+            e.wait_hours
+        ));
+        if let Some(warning) = &e.warning {
+            out.push_str(&format!("warning: {warning}\n"));
+        }
     }
     if let Some(deadline) = g.deadline_ms {
         let now = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);

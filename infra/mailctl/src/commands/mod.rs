@@ -98,6 +98,11 @@ pub struct GuardrailArgs {
     /// Frequency caps neither stop nor count this campaign's emails (recorded with it).
     #[arg(long)]
     pub cap_exempt: bool,
+    /// An A/B experiment: a JSON file of variants, test group, wait and rule
+    /// (docs/experiments.md). Recorded with the campaign's first start; a later start may
+    /// only give the same one.
+    #[arg(long)]
+    pub experiment: Option<std::path::PathBuf>,
 }
 
 impl GuardrailArgs {
@@ -125,8 +130,23 @@ impl GuardrailArgs {
         })
     }
 
-    /// Adds the guardrails given to GetUsers' event.
-    pub fn apply(&self, event: &mut serde_json::Value) {
+    /// The experiment file given, read and checked as GetUsers checks it.
+    pub fn experiment(&self) -> Result<Option<mailflow::domain::experiment::Experiment>> {
+        let Some(path) = &self.experiment else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --experiment {}", path.display()))?;
+        let experiment = mailflow::domain::experiment::Experiment::parse(&text)
+            .with_context(|| format!("--experiment {}", path.display()))?;
+        Ok(Some(experiment))
+    }
+
+    /// Adds the guardrails and the experiment given to GetUsers' event.
+    pub fn apply(&self, event: &mut serde_json::Value) -> Result<()> {
+        if let Some(experiment) = self.experiment()? {
+            event["experiment"] = serde_json::to_value(experiment)?;
+        }
         if let Some(deadline) = &self.deadline {
             event["deadline"] = deadline.clone().into();
         }
@@ -136,6 +156,7 @@ impl GuardrailArgs {
         if self.cap_exempt {
             event["capExempt"] = true.into();
         }
+        Ok(())
     }
 }
 

@@ -153,7 +153,17 @@ pub async fn plan(
     let control = RateControlConfig::from_source(&|k: &str| envs.control.get(k).cloned())?;
     let quota = mailflow::adapters::ses::send_quota(sdk).await;
     let send = SendEmailConfig::from_source(&|k: &str| envs.send.get(k).cloned())?;
+    let target = super::target(sdk, t).await?;
+    let recorded = mailctl::ops::campaigns_table(&aws_sdk_dynamodb::Client::new(sdk), &target)
+        .record(campaign.id.as_str())
+        .await?
+        .and_then(|r| r.experiment);
     let guardrails = mailctl::plan::Guardrails {
+        // The experiment recorded with the first start, else the one given.
+        experiment: match recorded {
+            Some(recorded) => Some(recorded),
+            None => options.guardrails.experiment()?,
+        },
         campaign: campaign_guardrails(sdk, template, t, &campaign, &options.guardrails).await?,
         caps: send.caps.clone(),
         quiet: send.quiet_hours,

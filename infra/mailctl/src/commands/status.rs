@@ -144,6 +144,9 @@ fn print_status(s: &ops::CampaignStatus) {
     if let Some(line) = guardrails_line(s) {
         println!("{line}");
     }
+    if let Some(experiment) = &s.experiment {
+        print!("{}", experiment.describe());
+    }
     if let Some(at) = s.cancelled_at_ms {
         println!(
             "  CANCELLED at {at} ms by {}: {} ({} users recorded CANCELLED; skips are in run summaries and CreateEmails' logs)",
