@@ -10,6 +10,7 @@ mod cli;
 mod consistency;
 mod deliverability;
 mod exactly_once;
+mod experiments;
 mod guardrails;
 mod local_time;
 mod open_content;

@@ -109,6 +109,11 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
                 "arn:${AWS::Partition}:scheduler:${AWS::Region}:${AWS::AccountId}:schedule/${ReleaseScheduleGroup}/*".into(),
             ));
             pairs.push(("iam:PassRole", "ReleaseSchedulerRole.Arn".into()));
+            // An A/B experiment is decided on its send records, read by campaign.
+            pairs.push((
+                "dynamodb:Query",
+                "${SendsTable.Arn}/index/CampaignShardIndex".into(),
+            ));
         }
         "CreateEmails" => {
             pairs.push(("sqs:SendMessage", "EmailsQueue.Arn".into()));

@@ -217,9 +217,11 @@ impl Experiment {
         Ok(())
     }
 
-    /// As GetUsers records it at the first start: the decision due `wait_hours` later.
+    /// As GetUsers records it at the first start: the decision due `wait_hours` later, on a
+    /// whole second (a one-time schedule's `at()` has no finer unit).
     pub fn starting_at(mut self, now_ms: i64) -> Self {
-        self.decide_at_ms = Some(now_ms + i64::from(self.wait_hours) * HOUR_MS);
+        let at = now_ms + i64::from(self.wait_hours) * HOUR_MS;
+        self.decide_at_ms = Some((at + 999).div_euclid(1000) * 1000);
         self
     }
 

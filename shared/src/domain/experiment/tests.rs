@@ -124,8 +124,12 @@ fn a_bad_experiment_is_refused_naming_what_to_fix() {
 
 #[test]
 fn a_later_start_keeps_the_experiment_or_is_refused() {
-    let recorded = two().starting_at(1_000);
-    assert_eq!(recorded.decide_at_ms, Some(1_000 + 4 * 3_600_000));
+    let recorded = two().starting_at(1_001);
+    assert_eq!(
+        recorded.decide_at_ms,
+        Some(2_000 + 4 * 3_600_000),
+        "on a whole second"
+    );
     let id = CampaignId::parse("weekly-2026-W48").unwrap();
     recorded.settle(&two(), &id).unwrap();
     let mut other = two();

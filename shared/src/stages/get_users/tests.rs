@@ -676,7 +676,7 @@ async fn an_experiment_sends_the_test_group_its_variants_and_the_rest_the_winner
     stage.handle(start.clone(), &plenty()).await.unwrap();
     let recorded = stage.campaigns.states().experiments.lock().unwrap()["weekly-2026-W47"].clone();
     let decide_at = recorded.decide_at_ms.unwrap();
-    assert_eq!(decide_at, now + 2 * 3_600_000);
+    assert_eq!(decide_at, (now + 2 * 3_600_000 + 999) / 1000 * 1000);
     // The test group now, each in their variant; the rest held for the decision's slot.
     let test = messages(&stage.users.bodies());
     let held = stage.waiting.held.lock().unwrap()[&("weekly-2026-W47".into(), decide_at)].clone();
