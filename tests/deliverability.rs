@@ -548,6 +548,9 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
         ("opened", 1),
         ("clicked", 1),
         ("unsubscribed", 0),
+        // The events name no user agent: nobody is known to be a person.
+        ("humanOpened", 0),
+        ("humanClicked", 0),
     ];
     assert_eq!(status.engagement, BTreeMap::from(expected));
     assert_eq!(status.reconciled, 2);

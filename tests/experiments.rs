@@ -148,6 +148,8 @@ async fn the_variant_people_click_goes_to_the_rest_once_each_and_a_pause_holds_t
         .unwrap();
     pipeline.drain(Duration::from_secs(600)).await.unwrap();
     let done = mailctl::ops::status(sdk, &target, WEEK).await.unwrap();
+    // As `status` prints it (docs/experiments.md shows a run of this test).
+    eprint!("{}", done.experiment.as_ref().unwrap().describe());
     let decision = done.experiment.as_ref().unwrap().decision.clone().unwrap();
     assert_eq!(
         (decision.winner.as_str(), decision.by),

@@ -9,7 +9,8 @@
 //! The rooms, and which way the arrows point (ARCHITECTURE.md draws the same map):
 //!
 //! - `domain`: the pure types and rules (address, campaign, ledger, messages, mime, digest,
-//!   send rate, SES tags and events, user ids, the unsubscribe link, open-time content).
+//!   send rate, SES tags and events, user ids, the unsubscribe link, open-time content,
+//!   guardrails, A/B experiments).
 //!   Imports no SDK.
 //! - `ports`: the traits the stages need from the outside world, with in-memory stand-ins
 //!   for unit tests (`ports::memory`).

@@ -47,7 +47,7 @@ pub fn status(
     records: &[SendRecord],
     now_ms: i64,
 ) -> ExperimentStatus {
-    let tallies = experiment_tallies(records);
+    let tallies = experiment_tallies(records, experiment);
     let now = experiment::decide(experiment, &tallies, None, now_ms);
     let variants = experiment
         .variants
@@ -88,7 +88,7 @@ impl ExperimentStatus {
             Metric::Opens => "people who opened",
         };
         let mut out = format!(
-            "  experiment: {} % test group, decided by {metric} per delivered email (win at ≥ {} % with ≥ {} delivered per variant), due {}\n",
+            "  experiment: {} % test group, decided by {metric} per delivered email (a win above {} % with at least {} delivered per variant), due {}\n",
             self.test_percent,
             self.win_probability,
             self.min_delivered,

@@ -4,7 +4,7 @@
 //! The sends ledger in DynamoDB: partition key `userId`, sort key `campaignId`.
 
 use crate::domain::campaign::CampaignId;
-use crate::domain::experiment::Tally;
+use crate::domain::experiment::{Assignment, Experiment, Tally};
 use crate::domain::guardrails::{CapEntry, CapHistory, Skip};
 use crate::domain::ledger::{
     campaign_shards, epoch_ms, Claim, ClaimOutcome, Engagement, LostClaim, Reclaim, Refusal,
@@ -785,12 +785,19 @@ pub async fn campaign_records(
     Ok(pages.into_iter().flatten().collect())
 }
 
-/// Each variant's results, from a campaign's records: sent, delivered, and the people who
-/// opened and clicked (each record counted once).
-pub fn experiment_tallies(records: &[SendRecord]) -> BTreeMap<String, Tally> {
+/// Each variant's results in the test group, from a campaign's records: sent, delivered,
+/// and the people who opened and clicked (each record counted once). The rest, sent the
+/// winner, is left out: it would mix the winner's test with its roll-out.
+pub fn experiment_tallies(
+    records: &[SendRecord],
+    experiment: &Experiment,
+) -> BTreeMap<String, Tally> {
     let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
     for r in records {
         let Some(variant) = &r.variant else { continue };
+        if experiment.assign(&r.campaign_id, &r.user_id) == Assignment::Rest {
+            continue;
+        }
         let t = tallies.entry(variant.clone()).or_default();
         let has = |e: Engagement| r.engagement.contains_key(&e);
         t.sent += u64::from(r.status == Some(SendStatus::Sent));
@@ -806,10 +813,11 @@ impl ExperimentResults for SendRecords {
     fn tallies<'a>(
         &'a self,
         campaign: &'a CampaignId,
+        experiment: &'a Experiment,
     ) -> BoxFuture<'a, Result<BTreeMap<String, Tally>, LedgerError>> {
         Box::pin(async move {
             let records = campaign_records(&self.client, &self.table, campaign.as_str()).await?;
-            Ok(experiment_tallies(&records))
+            Ok(experiment_tallies(&records, experiment))
         })
     }
 }

@@ -89,6 +89,12 @@ fn default_win_probability() -> u32 {
 pub enum ExperimentError {
     #[error("experiment: {0}. See docs/experiments.md for the file's fields")]
     Invalid(String),
+    #[error("{campaign}'s deadline {deadline} comes before its experiment's decision at {decide_at}: the rest of the audience would expire unsent; give a later --deadline (or, for a new campaign, a shorter waitHours)")]
+    DeadlineFirst {
+        campaign: CampaignId,
+        deadline: String,
+        decide_at: String,
+    },
     #[error("{0} started without an experiment: an experiment is recorded only with a campaign's first start; start it without --experiment, or use another campaign id")]
     Late(CampaignId),
     #[error("{campaign} started with another experiment: an experiment is fixed when the campaign first starts (recorded: {recorded}); start it without --experiment, or use another campaign id")]
@@ -203,9 +209,9 @@ impl Experiment {
                 self.min_delivered
             )));
         }
-        if !(50..=99).contains(&self.win_probability) {
+        if !(51..=99).contains(&self.win_probability) {
             return Err(invalid(format!(
-                "winProbability {} is not 50 to 99 (percent)",
+                "winProbability {} is not 51 to 99 (percent: above an even chance)",
                 self.win_probability
             )));
         }
@@ -259,7 +265,9 @@ impl Experiment {
     }
 
     pub fn default_name(&self) -> &str {
-        &self.variants[self.default_index()].name
+        self.variants
+            .get(self.default_index())
+            .map_or("", |v| v.name.as_str())
     }
 
     /// The user's group, from SHA-256 of (campaign, user) under its own label: the same on
@@ -273,7 +281,7 @@ impl Experiment {
             .chain_update(user_id.as_bytes())
             .finalize();
         let draw = |at: usize| u64::from_be_bytes(digest[at..at + 8].try_into().expect("8"));
-        if draw(0) % 10_000 >= u64::from(self.test_percent) * 100 {
+        if draw(0) % 10_000 >= u64::from(self.test_percent) * 100 || self.variants.is_empty() {
             return Assignment::Rest;
         }
         let total: u64 = self.variants.iter().map(|v| u64::from(v.share)).sum();
@@ -377,7 +385,7 @@ pub fn decide(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let default = &experiment.variants[experiment.default_index()].name;
+    let default = experiment.default_name();
     let short: Vec<String> = experiment
         .variants
         .iter()
@@ -396,7 +404,7 @@ pub fn decide(
         )
     } else if !short.is_empty() {
         (
-            default.clone(),
+            default.to_owned(),
             DecidedBy::Default,
             format!(
                 "too few delivered to decide (need {} per variant; have {}): the default {default} goes",
@@ -404,13 +412,13 @@ pub fn decide(
                 short.join(", ")
             ),
         )
-    } else if p_best[best] >= threshold {
+    } else if p_best[best] > threshold {
         let name = &experiment.variants[best].name;
         (
             name.clone(),
             DecidedBy::Rule,
             format!(
-                "{name} is the best with probability {:.1} % (≥ {} %; {})",
+                "{name} is the best with probability {:.1} % (above {} %; {})",
                 p_best[best] * 100.0,
                 experiment.win_probability,
                 described()
@@ -418,10 +426,10 @@ pub fn decide(
         )
     } else {
         (
-            default.clone(),
+            default.to_owned(),
             DecidedBy::Default,
             format!(
-                "no variant is the best with probability ≥ {} % ({}): the default {default} goes",
+                "no variant is the best with probability above {} % ({}): the default {default} goes",
                 experiment.win_probability,
                 described()
             ),

@@ -338,6 +338,36 @@ impl LocalDelivery {
     pub fn target(&self, tz: &TimeZone, date: Date) -> i64 {
         instant_of(tz, date, self.local_time)
     }
+
+    /// The first instant of `local_time` in `tz` at or after `at_ms` (an A/B experiment's
+    /// rest gets the winner at their local time after the decision).
+    pub fn next_at_or_after(&self, tz: &TimeZone, at_ms: i64) -> i64 {
+        let Ok(from) = Timestamp::from_millisecond(at_ms) else {
+            return at_ms;
+        };
+        let mut date = tz.to_datetime(from).date();
+        for _ in 0..3 {
+            let t = self.target(tz, date);
+            if t >= at_ms {
+                return t;
+            }
+            match date.tomorrow() {
+                Ok(next) => date = next,
+                Err(_) => break,
+            }
+        }
+        at_ms
+    }
+
+    /// The latest instant any user of the run gets their email at: the local time in the
+    /// last zone to reach it (UTC-12), by the same rules as everyone's (None: it has passed
+    /// there too, and everyone goes at once or is skipped).
+    pub fn latest_slot(&self) -> Option<i64> {
+        match self.delivery(&ZoneField::Text("Etc/GMT+12".into())).0 {
+            Delivery::At(t) | Delivery::AfterWindow(t) | Delivery::NextDay(t) => Some(t),
+            Delivery::Now | Delivery::Skip => None,
+        }
+    }
 }
 
 /// The instant of `time` on `date` in `tz`: in a fold the earlier of the two, in a gap the

@@ -56,17 +56,13 @@ pub struct SesEvent {
 /// default grace, `CLICK_GRACE_SECONDS`).
 pub const CLICK_GRACE_MS: u64 = 10_000;
 
-/// Apple Mail Privacy Protection's prefetch: Apple's proxies, no user agent of their own.
-const APPLE_PREFETCH: &str = "Mozilla/5.0";
-
 /// The rules OpenContent applies to its own links (`open_content::visitor`), on SES's
 /// open and click events: a person's user agent (not a scanner's, an image proxy's or
 /// Apple's prefetch); for a click, not within `CLICK_GRACE_MS` of the send and not on the
 /// preference centre's links.
 fn by_person(kind: &EventKind, section: Option<&Value>, at_ms: u64, sent_ms: Option<u64>) -> bool {
     let Some(section) = section else { return false };
-    let agent = text(section, &["userAgent"]).unwrap_or("").trim();
-    if Visitor::from_user_agent(agent) != Visitor::Person || agent == APPLE_PREFETCH {
+    if !Visitor::is_person(text(section, &["userAgent"]).unwrap_or("")) {
         return false;
     }
     match kind {

@@ -79,30 +79,52 @@ pub struct Look<'a> {
     pub body: Option<&'a str>,
 }
 
-/// The variables a subject template is given, with sample values.
-fn subject_sample() -> Value {
-    context! {
-        locale => "en",
-        name => "Sample",
-        new_followers => 5,
-        recent => vec!["A", "B"],
-        others => 3,
-        since => context! { day => 1, month => 1, year => 2026 },
-        until => context! { day => 7, month => 1, year => 2026 },
-        topic => "Weekly digest",
-    }
+/// The variables a subject template is given, with sample values: one follower and no
+/// names, several with two names, many with more than are listed.
+fn subject_samples() -> [Value; 3] {
+    let sample = |new_followers: u64, recent: Vec<&'static str>, others: u64| {
+        context! {
+            locale => "en",
+            name => "Sample",
+            new_followers => new_followers,
+            recent => recent,
+            others => others,
+            since => context! { day => 1, month => 1, year => 2026 },
+            until => context! { day => 7, month => 1, year => 2026 },
+            topic => "Weekly digest",
+        }
+    };
+    [
+        sample(1, vec![], 0),
+        sample(2, vec!["A", "B"], 0),
+        sample(5000, vec!["A", "B", "C"], 4997),
+    ]
 }
 
+/// The longest subject template an experiment may give (its campaign item holds five
+/// variants in every locale).
+pub const MAX_SUBJECT_TEMPLATE: usize = 500;
+
 /// Whether an experiment's subject template compiles and renders with the variables
-/// `subject.txt` has (any other is an error, as when an email is rendered).
+/// `subject.txt` has (any other is an error, as when an email is rendered), for one
+/// follower and no names as for many. A user's email whose variant subject still fails or
+/// renders empty gets the templates' own subject (`Renderer::render_look`).
 pub fn check_subject(template: &str) -> Result<(), String> {
+    if template.len() > MAX_SUBJECT_TEMPLATE {
+        return Err(format!(
+            "{} bytes; at most {MAX_SUBJECT_TEMPLATE}",
+            template.len()
+        ));
+    }
     let mut env = Environment::new();
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
-    let subject = env
-        .render_str(template, subject_sample())
-        .map_err(|e| format!("{e:#}"))?;
-    if subject.trim().is_empty() {
-        return Err("it renders empty".into());
+    for sample in subject_samples() {
+        let subject = env
+            .render_str(template, sample)
+            .map_err(|e| format!("{e:#}"))?;
+        if subject.trim().is_empty() {
+            return Err("it renders empty for some users".into());
+        }
     }
     Ok(())
 }
@@ -566,13 +588,23 @@ impl Renderer {
             manage_url => unsubscribe_url,
             picks => &text_picks,
         };
-        let subject = match look.subject {
-            Some(source) => self.env.render_str(source, ctx.clone()).map_err(|source| {
-                RenderError::Template {
-                    template: format!("the experiment's subject for {locale}"),
-                    source,
+        // A variant's subject that fails or renders empty for this user (checked on samples
+        // when the experiment was given, but users are not samples): the templates' own.
+        let variant_subject = look.subject.and_then(|source| {
+            match self.env.render_str(source, ctx.clone()) {
+                Ok(subject) if !subject.trim().is_empty() => Some(subject),
+                Ok(_) => {
+                    tracing::warn!(locale, "the variant's subject renders empty for this user; the templates' own is sent");
+                    None
                 }
-            })?,
+                Err(err) => {
+                    tracing::warn!(locale, reason = %format!("{err:#}"), "the variant's subject does not render for this user; the templates' own is sent");
+                    None
+                }
+            }
+        });
+        let subject = match variant_subject {
+            Some(subject) => subject,
             None => self.fill(format!("{locale}/subject.txt"), ctx.clone())?,
         }
         .trim()

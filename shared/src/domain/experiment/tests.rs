@@ -229,6 +229,14 @@ fn the_rule_names_a_clear_winner_and_otherwise_the_default_says_why() {
     let few = decide(&e, &tallies(&[("a", 1000, 20), ("b", 499, 200)]), None, 7);
     assert_eq!((few.winner.as_str(), few.by), ("a", DecidedBy::Default));
     assert!(few.reason.contains("b 499"), "{}", few.reason);
+    // An exact tie is no win, however low the bar: the default goes.
+    let low = Experiment {
+        win_probability: 51,
+        default_variant: Some("b".into()),
+        ..e.clone()
+    };
+    let tie = decide(&low, &tallies(&[("a", 1000, 50), ("b", 1000, 50)]), None, 7);
+    assert_eq!((tie.winner.as_str(), tie.by), ("b", DecidedBy::Default));
     let picked = decide(&e, &tallies(&[("a", 10, 1)]), Some("b"), 7);
     assert_eq!((picked.winner.as_str(), picked.by), ("b", DecidedBy::Hand));
     // Opens decide only when asked: every email opened (Apple MPP) ties them.

@@ -44,7 +44,19 @@ const SCANNERS: &[&str] = &[
     "headlesschrome",
 ];
 
+/// Apple Mail Privacy Protection's prefetch at delivery: Apple's proxies, with a user agent
+/// of nothing but `Mozilla/5.0`. Counted as an open as before, never as a person's.
+pub fn is_apple_prefetch(user_agent: &str) -> bool {
+    user_agent.trim() == "Mozilla/5.0"
+}
+
 impl Visitor {
+    /// A person's mail client, as far as it can be told (not a proxy, a scanner or Apple's
+    /// prefetch): what an experiment counts.
+    pub fn is_person(user_agent: &str) -> bool {
+        Self::from_user_agent(user_agent) == Self::Person && !is_apple_prefetch(user_agent)
+    }
+
     pub fn from_user_agent(user_agent: &str) -> Self {
         let ua = user_agent.to_ascii_lowercase();
         if PROXIES.iter().any(|p| ua.contains(p)) {

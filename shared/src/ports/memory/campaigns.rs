@@ -19,6 +19,7 @@ impl crate::ports::ExperimentResults for MemoryResults {
     fn tallies<'a>(
         &'a self,
         campaign: &'a CampaignId,
+        _: &'a Experiment,
     ) -> futures::future::BoxFuture<'a, Result<BTreeMap<String, Tally>, LedgerError>> {
         let tallies = crate::runtime::lock(&self.0)
             .get(campaign.as_str())

@@ -388,3 +388,57 @@ async fn pending_leaves_that_cannot_be_read_hold_the_records_back() {
         (1, Some(&1))
     );
 }
+
+fn in_variant(user: &str, variant: &str) -> SqsMessage {
+    let mut body: serde_json::Value =
+        serde_json::from_str(message(user).body.as_deref().unwrap()).unwrap();
+    body["variant"] = variant.into();
+    record(user, &body.to_string())
+}
+
+#[tokio::test]
+async fn each_user_gets_their_variants_subject_and_body_and_an_unknown_variant_is_decided_at_once()
+{
+    let stage = stage(directory());
+    let batch = |records: Vec<SqsMessage>| {
+        let mut event = SqsEvent::default();
+        event.records = records;
+        event
+    };
+    // Not recorded yet (a state read from before GetUsers registered it): it comes back.
+    let (response, _) = stage.handle(batch(vec![in_variant("alice", "b")])).await;
+    assert_eq!(failed(&response), ["m-alice"]);
+    let experiment = crate::domain::experiment::Experiment::parse(
+        &serde_json::json!({"variants": [{"name": "a"},
+            {"name": "b", "template": "short",
+             "subject": {"en": "[b] {{ new_followers }}", "fr": "[b]", "de": "[b]"}}],
+            "testPercent": 50, "waitHours": 1})
+        .to_string(),
+    )
+    .unwrap();
+    let stage = self::stage(directory());
+    stage
+        .campaigns
+        .states
+        .experiments
+        .lock()
+        .unwrap()
+        .insert(campaign().id.to_string(), experiment);
+    let records = vec![
+        in_variant("alice", "b"),
+        in_variant(OID, "a"),
+        in_variant("bob", "z"),
+    ];
+    let (response, summary) = stage.handle(batch(records)).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(summary.skipped.get("unknown_variant"), Some(&1));
+    let jobs = jobs(&stage);
+    let alice = jobs.iter().find(|j| j.user_id == "alice").unwrap();
+    assert_eq!(alice.subject, "[b] 2");
+    assert_eq!(alice.variant.as_deref(), Some("b"));
+    // The short body: the count without the names.
+    assert!(alice.html.contains("Your week in one line") && !alice.text.contains("- Bob"));
+    let olga = jobs.iter().find(|j| j.user_id == OID).unwrap();
+    assert_eq!(olga.variant.as_deref(), Some("a"));
+    assert!(!olga.subject.starts_with("[b]"), "{}", olga.subject);
+}

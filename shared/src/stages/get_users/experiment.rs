@@ -3,11 +3,9 @@
 //! decides the winner (once: the campaign's record keeps the first decision) and lets the
 //! rest go with it.
 
-use super::release::When;
 use super::{GetUsers, GetUsersError};
 use crate::domain::campaign::{CampaignId, CampaignState};
 use crate::domain::experiment::{self, Assignment, Decision, Experiment};
-use crate::domain::local_time::LocalTimeCounts;
 use crate::ports::{CampaignStates, OutgoingQueue, UserDirectory, WaitingRoom};
 use std::sync::Arc;
 
@@ -19,45 +17,23 @@ pub(super) struct ExperimentRun {
 }
 
 impl ExperimentRun {
-    /// Where a user goes, and in which variant: the test group as decided for them (now,
-    /// or at their local time); the rest with the winner, or held for the decision's slot
-    /// (at least: a later local time stays theirs).
-    pub(super) fn place(
+    /// A user's variant, or the instant they wait for: the test group goes in its variants
+    /// as decided for them (now, or at their local time); the rest with the winner, or held
+    /// until the decision (`GetUsers::when` moves them to it, or to their local time after
+    /// it, and applies quiet hours there).
+    pub(super) fn group(
         &self,
         campaign: &CampaignId,
         user_id: &str,
-        when: When,
-        counts: &mut LocalTimeCounts,
-    ) -> (When, Option<String>) {
+    ) -> (Option<String>, Option<i64>) {
         match self.experiment.assign(campaign.as_str(), user_id) {
-            Assignment::Test(i) => (when, Some(self.experiment.variants[i].name.clone())),
+            Assignment::Test(i) => (Some(self.experiment.variants[i].name.clone()), None),
             Assignment::Rest => match (&self.winner, self.experiment.decide_at_ms) {
-                (Some(winner), _) => (when, Some(winner.clone())),
-                (None, Some(decide_at)) => {
-                    let at_ms = match when {
-                        When::Never => return (When::Never, None),
-                        When::Now(due) => {
-                            counts.due_now -= u64::from(due.is_some());
-                            decide_at
-                        }
-                        When::Delayed(at) => {
-                            counts.delayed -= 1;
-                            at.max(decide_at)
-                        }
-                        When::Slot(at) => {
-                            if let Some(n) = counts.waiting.get_mut(&at) {
-                                *n -= 1;
-                            }
-                            at.max(decide_at)
-                        }
-                    };
-                    counts.experiment_held += 1;
-                    *counts.waiting.entry(at_ms).or_default() += 1;
-                    // Released with the winner (`Release`), never before it is decided.
-                    (When::Slot(at_ms), None)
-                }
+                (Some(winner), _) => (Some(winner.clone()), None),
+                // Released with the winner (`Release`), never before it is decided.
+                (None, Some(decide_at)) => (None, Some(decide_at)),
                 // Recorded without a decision time (never by GetUsers): the default.
-                (None, None) => (when, Some(self.experiment.default_name().to_owned())),
+                (None, None) => (Some(self.experiment.default_name().to_owned()), None),
             },
         }
     }
@@ -78,9 +54,12 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         let Some(experiment) = state.experiment.clone() else {
             return Ok(None);
         };
-        let due = experiment
-            .decide_at_ms
-            .is_some_and(|at| at <= self.clock.now_ms());
+        // A paused or cancelled campaign decides nothing: its run enqueues nobody, and the
+        // decision waits for the resume (a cancelled one's never comes).
+        let due = state.hold.is_none()
+            && experiment
+                .decide_at_ms
+                .is_some_and(|at| at <= self.clock.now_ms());
         let winner = match due {
             true => Some(self.decision(campaign, &state).await?.winner),
             false => state.decision.as_ref().map(|d| d.winner.clone()),
@@ -123,7 +102,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         };
         let tallies = self
             .results
-            .tallies(campaign)
+            .tallies(campaign, experiment)
             .await
             .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
         let decided = experiment::decide(experiment, &tallies, None, self.clock.now_ms());

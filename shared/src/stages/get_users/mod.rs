@@ -287,7 +287,13 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 }
             }
             let initial = run.guardrails.initial(defaults, now_ms as i64);
-            let experiment = (run.experiment.clone()).map(|e| e.starting_at(self.clock.now_ms()));
+            // The wait starts when the whole test group has had its email: with local time,
+            // once the last zone's local time has come.
+            let clock_now = self.clock.now_ms();
+            let test_sent_by = (run.delivery.as_ref())
+                .and_then(|d| d.latest_slot())
+                .map_or(clock_now, |last| last.max(clock_now));
+            let experiment = (run.experiment.clone()).map(|e| e.starting_at(test_sent_by));
             let recorded = states
                 .register(&run.campaign, &initial, experiment.as_ref(), now_ms)
                 .await
@@ -305,10 +311,25 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             // So are its holdout and cap exemption; a deadline given moves it (recorded),
             // and once it has passed nothing more of the campaign starts.
             let guardrails = recorded.guardrails.unwrap_or(initial);
-            if let Some(moved) =
-                run.guardrails
-                    .settle(&run.campaign.id, guardrails, now_ms as i64)?
-            {
+            let moved = run
+                .guardrails
+                .settle(&run.campaign.id, guardrails, now_ms as i64)?;
+            // The rest of an experiment is sent after its decision: a deadline before it would
+            // expire them all.
+            if let (Some(e), None) = (&recorded.experiment, &recorded.decision) {
+                let deadline = moved.unwrap_or(guardrails).deadline_ms;
+                if let (Some(deadline), Some(decide_at)) = (deadline, e.decide_at_ms) {
+                    if deadline <= decide_at {
+                        return Err(ExperimentError::DeadlineFirst {
+                            campaign: run.campaign.id.clone(),
+                            deadline: crate::domain::local_time::rfc3339_ms(deadline),
+                            decide_at: crate::domain::local_time::rfc3339_ms(decide_at),
+                        }
+                        .into());
+                    }
+                }
+            }
+            if let Some(moved) = moved {
                 states
                     .move_deadline(&run.campaign.id, &moved, guardrails.deadline_ms, now_ms)
                     .await
@@ -383,11 +404,12 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 continue;
             }
             last = Some(user_id.clone());
-            let (when, zone) = self.when(run.delivery.as_ref(), &member.zone, &mut counts);
-            let (when, variant) = match &experiment {
-                Some(e) => e.place(&campaign.id, &user_id, when, &mut counts),
-                None => (when, None),
+            let (variant, held_until) = match &experiment {
+                Some(e) => e.group(&campaign.id, &user_id),
+                None => (None, None),
             };
+            let (when, zone) =
+                self.when(run.delivery.as_ref(), &member.zone, held_until, &mut counts);
             let message = UserMessage {
                 campaign_id: campaign.id.clone(),
                 user_id: user_id.clone(),

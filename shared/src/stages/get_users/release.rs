@@ -80,11 +80,14 @@ const RELEASE_PAGE: usize = 250;
 impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
     /// When a user of the run gets their email, counted, and their zone's name (SendEmail
     /// reads quiet hours and calendar-day caps in it). A user whose time falls in their
-    /// quiet hours waits for their end (policy defer).
+    /// quiet hours waits for their end (policy defer). `held_until`: the rest of an A/B
+    /// experiment waits for its decision (at their local time after it, with local time),
+    /// always in the waiting room, whose release gives them the winner.
     pub(super) fn when(
         &self,
         delivery: Option<&LocalDelivery>,
         zone: &local_time::ZoneField,
+        held_until: Option<i64>,
         counts: &mut local_time::LocalTimeCounts,
     ) -> (When, Option<String>) {
         let now_ms = self.clock.now_ms();
@@ -92,7 +95,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             None => {
                 let tz = zone.own_zone();
                 let zone_name = tz.as_ref().and_then(|tz| tz.iana_name()).map(str::to_owned);
-                if self.config.quiet_hours.is_none() {
+                if self.config.quiet_hours.is_none() && held_until.is_none() {
                     return (When::Now(None), zone_name);
                 }
                 let tz = tz.unwrap_or_else(|| self.config.local_time.fallback_zone.zone());
@@ -127,6 +130,12 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             }
         };
         let zone_name = tz.iana_name().map(str::to_owned);
+        if let Some(until) = held_until.filter(|until| at_ms < *until) {
+            at_ms = match delivery {
+                Some(delivery) => delivery.next_at_or_after(&tz, until),
+                None => until,
+            };
+        }
         let quiet = self
             .config
             .quiet_hours
@@ -137,7 +146,13 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             at_ms = until;
         }
         let wait_ms = at_ms - now_ms;
-        let when = if wait_ms <= 0 && !on_a_slot {
+        let when = if held_until.is_some() {
+            // Held even when near: only the release lets them go with the winner (a user
+            // held within 15 minutes of it is found by its sweep, if not by the release).
+            counts.experiment_held += 1;
+            *counts.waiting.entry(at_ms).or_default() += 1;
+            When::Slot(at_ms)
+        } else if wait_ms <= 0 && !on_a_slot {
             When::Now(None)
         } else if wait_ms <= 0 {
             // Its time is now (or passed within the start grace): on time.

@@ -809,3 +809,68 @@ async fn a_variant_picked_by_hand_releases_the_rest_before_the_wait_ends() {
     let rest = messages(&stage.users.bodies()[before..]);
     assert!(rest.iter().all(|m| m.variant.as_deref() == Some("b")));
 }
+
+#[tokio::test]
+async fn an_experiment_whose_deadline_comes_before_its_decision_is_refused() {
+    let stage = stage_with(crowd(), "20", &[]);
+    let experiment = json!({"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 20,
+                            "waitHours": 6});
+    let in_hours = |h: i64| rfc3339(time::OffsetDateTime::now_utc() + time::Duration::hours(h));
+    let start = json!({"campaignId": "weekly-2026-W47", "experiment": experiment,
+                       "deadline": in_hours(3)});
+    let err = stage
+        .handle(start.clone(), &plenty())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("comes before its experiment's decision"),
+        "{err}"
+    );
+    assert!(stage.users.bodies().is_empty(), "nothing enqueued");
+    // A later deadline moves it, and the campaign starts.
+    let mut later = start;
+    later["deadline"] = json!(in_hours(30));
+    stage.handle(later, &plenty()).await.unwrap();
+    assert!(!stage.users.bodies().is_empty());
+}
+
+#[tokio::test]
+async fn with_local_time_the_wait_starts_after_the_last_zone_and_the_rest_goes_at_their_local_time()
+{
+    let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now()) as i64;
+    let stage = stage_with(crowd(), "20", &[("FALLBACK_TIME_ZONE", "Asia/Tokyo")])
+        .with_clock(Arc::new(TestClock(now.into())));
+    let tomorrow = (time::OffsetDateTime::now_utc() + time::Duration::days(1)).date();
+    let experiment = json!({"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 50,
+                            "waitHours": 3});
+    stage
+        .handle(
+            json!({"campaignId": "weekly-2026-W47", "experiment": experiment,
+                   "localTime": "09:00", "sendDate": tomorrow.to_string()}),
+            &plenty(),
+        )
+        .await
+        .unwrap();
+    let recorded = stage.campaigns.states().experiments.lock().unwrap()["weekly-2026-W47"].clone();
+    // 09:00 tomorrow at UTC-12 is 21:00 UTC tomorrow; the decision 3 hours later.
+    let last_zone = time::OffsetDateTime::new_utc(tomorrow, time::macros::time!(21:00));
+    let decide_at = (last_zone.unix_timestamp() + 3 * 3600) * 1000;
+    assert_eq!(recorded.decide_at_ms, Some(decide_at));
+    // The rest waits for the first 09:00 in Tokyo at or after the decision (00:00 UTC the
+    // day after tomorrow: the decision's instant itself); the test group for tomorrow's.
+    let held = stage.waiting.held.lock().unwrap().clone();
+    let tokyo_nine = |date: time::Date| {
+        (time::OffsetDateTime::new_utc(date, time::macros::time!(00:00)).unix_timestamp()) * 1000
+    };
+    let test_slot = tokyo_nine(tomorrow);
+    let rest_slot = tokyo_nine(tomorrow.next_day().unwrap());
+    let slots: BTreeSet<i64> = held.keys().map(|(_, slot)| *slot).collect();
+    assert_eq!(slots, BTreeSet::from([test_slot, rest_slot]), "{slots:?}");
+    for ((_, slot), users) in &held {
+        for user in users.keys() {
+            let rest = recorded.assign("weekly-2026-W47", user) == Assignment::Rest;
+            assert_eq!(rest, *slot == rest_slot, "{user} at {slot}");
+        }
+    }
+}

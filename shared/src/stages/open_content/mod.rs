@@ -379,8 +379,10 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
             };
             counts.push((what, 1));
             note = match what {
-                OpenCount::Open => Some(Engagement::HumanOpened),
-                OpenCount::ProxyOpen => Some(Engagement::Opened),
+                OpenCount::Open if Visitor::is_person(&request.user_agent) => {
+                    Some(Engagement::HumanOpened)
+                }
+                OpenCount::Open | OpenCount::ProxyOpen => Some(Engagement::Opened),
                 _ => None,
             };
         }
@@ -470,8 +472,13 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
                 counts.extend(people);
                 top = raised;
             }
-            // Counted: a person's (experiments decide on these).
-            (counts, Some(Engagement::HumanClicked), top)
+            // Counted; a person's as such (experiments decide on these), an image proxy's
+            // follow not.
+            let noted = match visitor {
+                Visitor::Person => Engagement::HumanClicked,
+                _ => Engagement::Clicked,
+            };
+            (counts, Some(noted), top)
         })
         .await;
         redirect(match pick {
