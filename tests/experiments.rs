@@ -178,6 +178,22 @@ async fn the_variant_people_click_goes_to_the_rest_once_each_and_a_pause_holds_t
         }
     }
     assert!(rest_sent > 40, "{rest_sent} of the rest sent");
+    // Every user held for the decision was let go and decided: sent `count`, held out, or
+    // failed for their address; none of the rest is left without a record.
+    let rest: Vec<_> = records
+        .iter()
+        .filter(|(user, _)| recorded.assign(WEEK, user) == Assignment::Rest)
+        .collect();
+    assert_eq!(rest.len() as u64, waiting, "every held user has a record");
+    for (user, r) in rest {
+        let ok = match r.status {
+            Some(SendStatus::Sent) => r.variant.as_deref() == Some("count"),
+            Some(SendStatus::Skipped) => r.skip_reason.as_deref() == Some("held_out"),
+            Some(SendStatus::Failed) => true,
+            _ => false,
+        };
+        assert!(ok, "{user}: {r:?}");
+    }
     let emails: usize = sent.values().map(Vec::len).sum();
     assert_eq!(emails, by_variant.values().sum::<usize>(), "{by_variant:?}");
     for (to, messages) in &sent {

@@ -262,17 +262,6 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
                     plan.guardrails.held_out += 1;
                     continue;
                 }
-                if let (Some(e), Some(groups)) =
-                    (&guardrails.experiment, plan.guardrails.experiment.as_mut())
-                {
-                    use mailflow::domain::experiment::Assignment;
-                    match e.assign(campaign.id.as_str(), &user.to_string()) {
-                        Assignment::Test(i) => {
-                            *groups.groups.entry(e.variants[i].name.clone()).or_default() += 1
-                        }
-                        Assignment::Rest => groups.rest += 1,
-                    }
-                }
                 if mailflow::domain::address::parse(&job.to).is_err() {
                     plan.would_fail += 1;
                     continue;
@@ -340,6 +329,18 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
                 }
                 plan.would_send += 1;
                 *plan.by_locale.entry(locale).or_default() += 1;
+                // Of those it would send: the test group's variants, and the rest.
+                if let (Some(e), Some(groups)) =
+                    (&guardrails.experiment, plan.guardrails.experiment.as_mut())
+                {
+                    use mailflow::domain::experiment::Assignment;
+                    match e.assign(campaign.id.as_str(), &user.to_string()) {
+                        Assignment::Test(i) => {
+                            *groups.groups.entry(e.variants[i].name.clone()).or_default() += 1
+                        }
+                        Assignment::Rest => groups.rest += 1,
+                    }
+                }
                 if plan.samples.len() < samples {
                     plan.samples.push(crate::compose::describe(&job));
                 }
@@ -565,7 +566,7 @@ fn describe_guardrails(plan: &Plan) -> Option<String> {
     if let Some(e) = &g.experiment {
         let groups: Vec<String> = e.groups.iter().map(|(v, n)| format!("{v} {n}")).collect();
         out.push_str(&format!(
-            "experiment: test group now {}; {} get the winner after {} h\n",
+            "experiment: test group {}; {} get the winner {} h after the test group's last email (with local time, at their local time after that)\n",
             groups.join(", "),
             e.rest,
             e.wait_hours

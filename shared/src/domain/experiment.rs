@@ -72,9 +72,14 @@ pub struct Experiment {
     /// The variant the rest gets when none wins (None: the first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_variant: Option<String>,
-    /// When the decision is due (ms): the first start plus the wait, set by GetUsers.
+    /// When the decision is due (ms): the test group's last email plus the wait, set by
+    /// GetUsers at the first start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decide_at_ms: Option<i64>,
+    /// The campaign delivers at local time: the rest goes at each user's local time after
+    /// the decision (set by GetUsers), never all at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub local_time: bool,
 }
 
 fn default_min_delivered() -> u64 {
@@ -89,11 +94,12 @@ fn default_win_probability() -> u32 {
 pub enum ExperimentError {
     #[error("experiment: {0}. See docs/experiments.md for the file's fields")]
     Invalid(String),
-    #[error("{campaign}'s deadline {deadline} comes before its experiment's decision at {decide_at}: the rest of the audience would expire unsent; give a later --deadline (or, for a new campaign, a shorter waitHours)")]
+    #[error("{campaign}'s deadline {deadline} comes before the rest of its audience can be sent (the experiment decides at {decide_at}; the rest may go until {rest_by}): they would expire unsent; give a later --deadline (or, at a first start, a shorter waitHours)")]
     DeadlineFirst {
         campaign: CampaignId,
         deadline: String,
         decide_at: String,
+        rest_by: String,
     },
     #[error("{0} started without an experiment: an experiment is recorded only with a campaign's first start; start it without --experiment, or use another campaign id")]
     Late(CampaignId),
@@ -223,8 +229,9 @@ impl Experiment {
         Ok(())
     }
 
-    /// As GetUsers records it at the first start: the decision due `wait_hours` later, on a
-    /// whole second (a one-time schedule's `at()` has no finer unit).
+    /// As GetUsers records it at the first start: the decision due `wait_hours` after the
+    /// test group's last email (`now_ms`), on a whole second (a one-time schedule's `at()`
+    /// has no finer unit).
     pub fn starting_at(mut self, now_ms: i64) -> Self {
         let at = now_ms + i64::from(self.wait_hours) * HOUR_MS;
         self.decide_at_ms = Some((at + 999).div_euclid(1000) * 1000);
@@ -236,6 +243,7 @@ impl Experiment {
     pub fn settle(&self, given: &Self, campaign: &CampaignId) -> Result<(), ExperimentError> {
         let given = Self {
             decide_at_ms: self.decide_at_ms,
+            local_time: self.local_time,
             ..given.clone()
         };
         if &given == self {
@@ -246,6 +254,31 @@ impl Experiment {
                 recorded: serde_json::to_string(self).unwrap_or_default(),
             })
         }
+    }
+
+    /// A deadline the rest could not be sent before is refused: the decision, then (with
+    /// local time) up to a day for every zone's local time, then `quiet_ms` of quiet hours.
+    pub fn check_deadline(
+        &self,
+        campaign: &CampaignId,
+        deadline_ms: Option<i64>,
+        quiet_ms: i64,
+    ) -> Result<(), ExperimentError> {
+        let (Some(deadline), Some(decide_at)) = (deadline_ms, self.decide_at_ms) else {
+            return Ok(());
+        };
+        let local_ms = if self.local_time { 25 * HOUR_MS } else { 0 };
+        let rest_by = decide_at + local_ms + quiet_ms;
+        if deadline > rest_by {
+            return Ok(());
+        }
+        let at = |ms| super::local_time::rfc3339_ms(ms);
+        Err(ExperimentError::DeadlineFirst {
+            campaign: campaign.clone(),
+            deadline: at(deadline),
+            decide_at: at(decide_at),
+            rest_by: at(rest_by),
+        })
     }
 
     pub fn index_of(&self, name: &str) -> Option<usize> {

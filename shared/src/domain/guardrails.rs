@@ -450,6 +450,12 @@ pub struct QuietHours {
 }
 
 impl QuietHours {
+    /// How long they last (an hour more for a DST change inside them).
+    pub fn length_ms(&self) -> i64 {
+        let minutes = (self.end.minutes() - self.start.minutes()).rem_euclid(24 * 60);
+        i64::from(minutes + 60) * 60_000
+    }
+
     pub fn parse(raw: &str, policy: QuietPolicy) -> Result<Self, GuardrailError> {
         let bad = || GuardrailError::Quiet(super::quoted(raw));
         let (start, end) = raw.trim().split_once('-').ok_or_else(bad)?;

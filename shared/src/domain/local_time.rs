@@ -303,6 +303,12 @@ impl LocalDelivery {
     /// When the user with this zone field gets their email, and where the zone came from.
     pub fn delivery(&self, field: &ZoneField) -> (Delivery, ZoneSource) {
         let (tz, source) = self.zone_for(field);
+        (self.delivery_in(&tz), source)
+    }
+
+    /// When a user in `tz` gets their email.
+    fn delivery_in(&self, tz: &TimeZone) -> Delivery {
+        let tz = tz.clone();
         let mut date = self.send_date;
         let mut target = self.target(&tz, date);
         let mut after_window = false;
@@ -315,11 +321,11 @@ impl LocalDelivery {
         }
         if target >= self.started_at_ms - START_GRACE_MS {
             return match after_window {
-                true => (Delivery::AfterWindow(target), source),
-                false => (Delivery::At(target), source),
+                true => Delivery::AfterWindow(target),
+                false => Delivery::At(target),
             };
         }
-        let delivery = match self.passed_time {
+        match self.passed_time {
             PassedTime::SendNow => Delivery::Now,
             PassedTime::Skip => Delivery::Skip,
             PassedTime::NextDay => match date.tomorrow() {
@@ -330,8 +336,7 @@ impl LocalDelivery {
                 },
                 Err(_) => Delivery::Now,
             },
-        };
-        (delivery, source)
+        }
     }
 
     /// The instant of `local_time` on `date` in `tz`, by the DST rules above.
@@ -359,14 +364,20 @@ impl LocalDelivery {
         at_ms
     }
 
-    /// The latest instant any user of the run gets their email at: the local time in the
-    /// last zone to reach it (UTC-12), by the same rules as everyone's (None: it has passed
-    /// there too, and everyone goes at once or is skipped).
+    /// The latest instant any user of the run gets their email at, by the same rules as
+    /// everyone's, over every offset a zone has (UTC-12 to UTC+14 in quarter hours: with
+    /// the next-day policy, a passed zone in the east can go after UTC-12's). None: nobody
+    /// is held (everyone goes at once or is skipped).
     pub fn latest_slot(&self) -> Option<i64> {
-        match self.delivery(&ZoneField::Text("Etc/GMT+12".into())).0 {
-            Delivery::At(t) | Delivery::AfterWindow(t) | Delivery::NextDay(t) => Some(t),
-            Delivery::Now | Delivery::Skip => None,
-        }
+        (-12 * 4..=14 * 4)
+            .filter_map(|quarters| {
+                let offset = jiff::tz::Offset::from_seconds(quarters * 15 * 60).ok()?;
+                match self.delivery_in(&TimeZone::fixed(offset)) {
+                    Delivery::At(t) | Delivery::AfterWindow(t) | Delivery::NextDay(t) => Some(t),
+                    Delivery::Now | Delivery::Skip => None,
+                }
+            })
+            .max()
     }
 }
 

@@ -395,6 +395,14 @@ pub async fn pick(
     let Some(slot_ms) = experiment.decide_at_ms else {
         bail!("{campaign}'s experiment has no decision time recorded: nobody waits for it");
     };
+    if experiment.local_time {
+        eprintln!(
+            "{campaign} delivers at local time: the rest gets {} at each user's local time from {} on, as scheduled",
+            recorded.winner,
+            ops::format_ms(slot_ms.max(0) as u64)
+        );
+        return Ok(());
+    }
     let event = serde_json::to_value(mailflow::stages::get_users::ReleaseEvent {
         release_waiting: mailflow::stages::get_users::Release {
             campaign_id: id,

@@ -370,3 +370,48 @@ fn the_default_weekly_start_reaches_every_zone_at_its_local_time() {
         Delivery::AfterWindow(ms("2026-11-30T22:00:00Z"))
     );
 }
+
+#[test]
+fn the_latest_slot_is_the_last_zones_or_a_passed_zones_next_day() {
+    // Started well before: 09:00 at UTC-12, 21:00 UTC.
+    assert_eq!(
+        monday_nine().latest_slot(),
+        Some(ms("2026-11-30T21:00:00Z"))
+    );
+    // Started at 10:00 UTC on the day with next-day: UTC-00:30's 09:00 has passed (09:30
+    // UTC, beyond the 15 minutes' start grace) and goes the next day, after UTC-12's.
+    let next_day = delivery(
+        "09:00",
+        "2026-11-30",
+        "UTC",
+        PassedTime::NextDay,
+        "2026-11-30T10:00:00Z",
+    );
+    assert_eq!(next_day.latest_slot(), Some(ms("2026-12-01T09:30:00Z")));
+    // Every zone passed with send-now: nobody is held.
+    let late = delivery(
+        "09:00",
+        "2026-11-30",
+        "UTC",
+        PassedTime::SendNow,
+        "2026-12-01T23:00:00Z",
+    );
+    assert_eq!(late.latest_slot(), None);
+    // After a moment, the same local time in the zone: the next one at or after it.
+    let tokyo = zone("Asia/Tokyo").unwrap();
+    let d = monday_nine();
+    assert_eq!(
+        d.next_at_or_after(&tokyo, ms("2026-11-30T00:00:00Z")),
+        ms("2026-11-30T00:00:00Z")
+    );
+    assert_eq!(
+        d.next_at_or_after(&tokyo, ms("2026-11-30T00:00:01Z")),
+        ms("2026-12-01T00:00:00Z")
+    );
+    // Through a DST change: New York's 09:00 after 2026-03-08's spring forward is 13:00 UTC.
+    let new_york = zone("America/New_York").unwrap();
+    assert_eq!(
+        d.next_at_or_after(&new_york, ms("2026-03-07T15:00:00Z")),
+        ms("2026-03-08T13:00:00Z")
+    );
+}

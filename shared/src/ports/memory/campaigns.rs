@@ -157,6 +157,7 @@ impl CampaignStates for MemoryCampaigns {
             topic: Some(topic.to_string()),
             guardrails: Some(guardrails),
             experiment,
+            decision: crate::runtime::lock(&self.decisions).get(id).cloned(),
             ..Default::default()
         })
     }

@@ -18,7 +18,7 @@ use super::CampaignStateCache;
 use crate::config::GetUsersConfig;
 use crate::domain::campaign::{Campaign, CampaignError, Hold, Window};
 use crate::domain::digest::OddFollows;
-use crate::domain::experiment::ExperimentError;
+use crate::domain::experiment::{Experiment, ExperimentError};
 use crate::domain::ledger::epoch_ms;
 use crate::domain::local_time::{self, LocalTimeError};
 use crate::domain::messages::{parse_body, UserMessage};
@@ -288,12 +288,26 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             }
             let initial = run.guardrails.initial(defaults, now_ms as i64);
             // The wait starts when the whole test group has had its email: with local time,
-            // once the last zone's local time has come.
+            // once the last zone's local time has come; after quiet hours that defer it.
             let clock_now = self.clock.now_ms();
+            let quiet_ms = (self.config.quiet_hours)
+                .filter(|q| q.policy == crate::domain::guardrails::QuietPolicy::Defer)
+                .map_or(0, |q| q.length_ms());
             let test_sent_by = (run.delivery.as_ref())
                 .and_then(|d| d.latest_slot())
-                .map_or(clock_now, |last| last.max(clock_now));
-            let experiment = (run.experiment.clone()).map(|e| e.starting_at(test_sent_by));
+                .map_or(clock_now, |last| last.max(clock_now))
+                + quiet_ms;
+            let experiment = (run.experiment.as_deref()).map(|e| {
+                Experiment {
+                    local_time: run.delivery.is_some(),
+                    ..e.clone()
+                }
+                .starting_at(test_sent_by)
+            });
+            // Refused before anything is written: a corrected start begins afresh.
+            if let Some(e) = &experiment {
+                e.check_deadline(&run.campaign.id, initial.deadline_ms, quiet_ms)?;
+            }
             let recorded = states
                 .register(&run.campaign, &initial, experiment.as_ref(), now_ms)
                 .await
@@ -316,18 +330,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 .settle(&run.campaign.id, guardrails, now_ms as i64)?;
             // The rest of an experiment is sent after its decision: a deadline before it would
             // expire them all.
-            if let (Some(e), None) = (&recorded.experiment, &recorded.decision) {
+            if let Some(e) = &recorded.experiment {
                 let deadline = moved.unwrap_or(guardrails).deadline_ms;
-                if let (Some(deadline), Some(decide_at)) = (deadline, e.decide_at_ms) {
-                    if deadline <= decide_at {
-                        return Err(ExperimentError::DeadlineFirst {
-                            campaign: run.campaign.id.clone(),
-                            deadline: crate::domain::local_time::rfc3339_ms(deadline),
-                            decide_at: crate::domain::local_time::rfc3339_ms(decide_at),
-                        }
-                        .into());
-                    }
-                }
+                e.check_deadline(&run.campaign.id, deadline, quiet_ms)?;
             }
             if let Some(moved) = moved {
                 states

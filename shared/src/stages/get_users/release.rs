@@ -108,8 +108,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 match decided {
                     // Not in the lateness figures (`lateMs` is how late the pipeline let a
                     // user go, a health signal): counted as passedSentNow instead.
+                    // The rest of an experiment is counted held, not by its local time.
                     Delivery::Now => {
-                        counts.passed_sent_now += 1;
+                        counts.passed_sent_now += u64::from(held_until.is_none());
                         (now_ms, tz, false)
                     }
                     Delivery::Skip => {
@@ -120,6 +121,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                     | Delivery::AfterWindow(at_ms)
                     | Delivery::At(at_ms) => {
                         match decided {
+                            _ if held_until.is_some() => {}
                             Delivery::NextDay(_) => counts.passed_next_day += 1,
                             Delivery::AfterWindow(_) => counts.next_day_after_window += 1,
                             _ => {}
@@ -246,9 +248,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             .state(release.campaign_id.as_str())
             .await
             .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
-        // An experiment's decision slot goes as soon as the winner is picked by hand.
+        // An experiment's decision slot goes as soon as the winner is picked by hand (with
+        // local time, it is some zone's local time too: it waits for it).
         let picked = state.decision.is_some()
-            && (state.experiment.as_ref()).is_some_and(|e| e.decide_at_ms == Some(release.slot_ms));
+            && (state.experiment.as_ref())
+                .is_some_and(|e| !e.local_time && e.decide_at_ms == Some(release.slot_ms));
         let early_ms = release.schedule().fires_at_ms() - self.clock.now_ms();
         if early_ms > 0 && !picked {
             summary.early = true;

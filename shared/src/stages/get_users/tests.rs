@@ -824,7 +824,7 @@ async fn an_experiment_whose_deadline_comes_before_its_decision_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("comes before its experiment's decision"),
+        err.contains("comes before the rest of its audience can be sent"),
         "{err}"
     );
     assert!(stage.users.bodies().is_empty(), "nothing enqueued");
