@@ -1,3 +1,4 @@
+//! Over 450 lines because each fault of the exactly-once table is one test here, side by side.
 //! SendEmail's exactly-once promise against the local stack: duplicates, overlapping runs,
 //! invocations killed at each step, live leases, throttling, permanent rejections, the next
 //! week's campaign, and the send rate. Faults are injected around the real SES adapter; an

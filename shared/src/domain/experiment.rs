@@ -1,3 +1,5 @@
+//! Over 450 lines because the file's checks and the decision rule with its numerics read
+//! together; the tests are in `experiment/tests.rs`.
 //! A/B experiments (docs/experiments.md): up to five variants of a campaign's subject and/or
 //! template, each a share of a test group; after a wait the variant people clicked most
 //! goes to the rest of the audience. Pure: who is in which group (`Experiment::assign`), the

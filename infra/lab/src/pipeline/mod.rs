@@ -1,3 +1,4 @@
+//! Over 450 lines because the virtual-time model of every stage and port reads as one run.
 //! `mailctl pipeline`: a whole campaign at rates the local stack cannot reach, in virtual
 //! time. The real GetUsers, CreateEmails and SendEmail stages run over in-memory ports: a
 //! synthetic audience behind MongoDB's round trips (`directory`), the users and emails

@@ -1,3 +1,5 @@
+//! Over 450 lines because the shape cache is only trusted beside the test that holds it to
+//! mrml's own output, here at the end.
 //! Rendering: subject, HTML and text in the user's locale, from the template files in
 //! `shared/templates/digest/` (compiled into the binary). The HTML is MJML filled in by
 //! MiniJinja, then rendered to responsive HTML by mrml. Every template of every locale is

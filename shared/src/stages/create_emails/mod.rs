@@ -1,3 +1,5 @@
+//! Over 450 lines because one record's path (parse, held, variant, enrich, render, enqueue)
+//! reads as one; the tests are in `tests.rs`.
 //! CreateEmails: for each user message, enrich from MongoDB, render, and put the email job on
 //! the emails queue. Records are processed concurrently (bounded); jobs go out in
 //! SendMessageBatch calls; every record that did not make it is reported for retry.

@@ -16,9 +16,8 @@ use crate::runtime::Invocation;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::{Deserialize, Serialize};
 
-/// The release of one send slot of a local-time campaign: the event its one-time schedule
-/// invokes GetUsers with (`{"releaseWaiting": {...}}`), and how a release that needs
-/// another invocation (or waits for a resume) continues on the continuation queue.
+/// The release of one send slot (`{"releaseWaiting": {...}}`, as its one-time schedule
+/// invokes GetUsers); one that needs another invocation continues on the continuation queue.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Release {
