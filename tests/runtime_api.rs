@@ -29,7 +29,7 @@ fn sample(name: &str) -> Value {
 }
 
 /// Which Runtime API runs the function.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Host {
     Ours,
     AwsEmulator,
@@ -369,6 +369,42 @@ async fn create_and_send_fail_a_bad_record_alone(host: Host, env: &TestEnv) {
         !run.stderr.contains("u0000001@example.com"),
         "logs must not carry addresses"
     );
+    // Its metrics, one EMF document per invocation on stdout (SAM's log attach is left out:
+    // it has lost lines before).
+    if host != Host::SamLocal {
+        let docs = emf_documents(&run.stderr);
+        let send = docs
+            .iter()
+            .find(|d| d["Function"] == "SendEmail")
+            .unwrap_or_else(|| panic!("no EMF line of SendEmail in:\n{}", run.stderr));
+        assert_eq!(send["Invocations"], 1.0);
+        assert_eq!(send["sent"], 1.0, "{send}");
+        // The malformed job is handed back for a retry (its batch item failure).
+        assert_eq!(send["retried"], 1.0, "{send}");
+        assert!(send["BackendRequests"].as_f64().unwrap() >= 3.0, "{send}");
+        let directive = &send["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(directive["Namespace"], mailflow::runtime::emf::NAMESPACE);
+        let declared: Vec<&str> = directive["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["Name"].as_str())
+            .collect();
+        for name in declared {
+            assert!(
+                send.get(name).is_some_and(|v| v.is_number()),
+                "{name} in {send}"
+            );
+        }
+    }
+}
+
+/// The EMF documents among a function's log lines.
+fn emf_documents(logs: &str) -> Vec<serde_json::Value> {
+    logs.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|doc| doc.get("_aws").is_some())
+        .collect()
 }
 
 /// SesEvents with its sample batch.

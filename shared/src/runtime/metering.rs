@@ -61,13 +61,19 @@ pub fn take() -> BTreeMap<String, u64> {
     std::mem::take(&mut *crate::runtime::lock(&COUNTS))
 }
 
-/// Logs (and resets) the counts: called once at the end of each invocation.
-pub fn log_invocation_requests() {
+/// Logs (and resets) the counts: called once at the end of each invocation. Returns the
+/// requests made (SQS's 64 KiB billing chunks aside).
+pub fn log_invocation_requests() -> u64 {
     let counts = take();
     if !counts.is_empty() {
         let requests = serde_json::to_string(&counts).unwrap_or_default();
         tracing::info!(requests = %requests, "{REQUESTS_LOG_MESSAGE}");
     }
+    counts
+        .iter()
+        .filter(|(key, _)| !key.ends_with(SQS_CHUNKS_SUFFIX))
+        .map(|(_, n)| n)
+        .sum()
 }
 
 /// The SDK interceptor; attach it to every AWS client (see `adapters`).

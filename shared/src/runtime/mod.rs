@@ -1,9 +1,10 @@
 //! What every function needs around its stage: logs (`telemetry`), a failed init reported
-//! (`init_error`), the clock (`clock`), the requests it made (`metering`), the invocation it serves, the SQS partial-batch driver, and `serve`, the one
+//! (`init_error`), the clock (`clock`), the requests it made (`metering`), its metrics (`emf`), the invocation it serves, the SQS partial-batch driver, and `serve`, the one
 //! way a stage is hosted on Lambda.
 
 pub mod batch;
 pub mod clock;
+pub mod emf;
 pub mod function_url;
 pub mod init_error;
 pub mod invocation;

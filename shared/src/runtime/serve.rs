@@ -2,7 +2,7 @@
 //! `assemble::start` (logs, configuration, the SDK's configuration); the local simulator calls the same
 //! `Stage::invoke` (`mailflow_local::pipeline::stage_handler`).
 
-use super::{metering, Invocation};
+use super::{emf, metering, Invocation};
 use lambda_runtime::{service_fn, LambdaEvent};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -12,8 +12,9 @@ use std::future::Future;
 pub trait Stage: Send + Sync {
     type Event: DeserializeOwned + Send;
     type Response: Serialize + Send;
-    /// What one invocation did, for runners that total a campaign (`()`: nothing counted).
-    type Summary: Send;
+    /// What one invocation did, for runners that total a campaign and for its metrics
+    /// (`()`: nothing counted).
+    type Summary: Send + super::emf::Measured;
     type Error: std::error::Error + Send + Sync + 'static;
 
     fn invoke(
@@ -52,13 +53,33 @@ macro_rules! stage {
 pub(crate) use stage;
 
 /// Serves `stage` on the Lambda Runtime API until the environment ends. Every invocation logs
-/// its metering line, whether the stage succeeded or failed.
+/// its metering line and its metrics (EMF: invocations, cold starts, errors, duration,
+/// backend requests, and its summary's counts), whether the stage succeeded or failed.
 pub async fn serve<S: Stage>(stage: S) -> Result<(), lambda_runtime::Error> {
     let stage = &stage;
+    let function = emf::stage_name::<S>();
+    let cold = &std::sync::atomic::AtomicBool::new(true);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<S::Event>| async move {
         let invocation = Invocation::from_context(&event.context);
+        let started = std::time::Instant::now();
         let result = stage.invoke(event.payload, &invocation).await;
-        metering::log_invocation_requests();
+        let requests = metering::log_invocation_requests();
+        let cold_start = cold.swap(false, std::sync::atomic::Ordering::Relaxed);
+        let mut metrics = vec![
+            emf::Metric::count("Invocations", 1.0),
+            emf::Metric::count("ColdStarts", f64::from(u8::from(cold_start))),
+            emf::Metric::count("Errors", f64::from(u8::from(result.is_err()))),
+            emf::Metric::count("BackendRequests", requests as f64),
+            emf::Metric {
+                name: "DurationMs".into(),
+                value: started.elapsed().as_secs_f64() * 1000.0,
+                unit: "Milliseconds",
+            },
+        ];
+        if let Ok((_, summary)) = &result {
+            metrics.extend(emf::Measured::metrics(summary));
+        }
+        emf::emit(function, &metrics);
         result
             .map(|(response, _summary)| response)
             .map_err(lambda_runtime::Error::from)

@@ -46,6 +46,13 @@ macro_rules! summary {
             $($(#[$field_meta])* pub $field: $ty,)*
         }
 
+        /// Every count, as the invocation's metrics (`runtime::emf`).
+        impl $crate::runtime::emf::Measured for $name {
+            fn metrics(&self) -> Vec<$crate::runtime::emf::Metric> {
+                $crate::runtime::emf::counts_of(self)
+            }
+        }
+
         impl $name {
             /// Adds another batch's counts, every field (for runners that total a campaign).
             pub fn absorb(&mut self, other: &Self) {

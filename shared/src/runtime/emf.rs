@@ -1,0 +1,162 @@
+//! Metrics through CloudWatch's Embedded Metric Format: one JSON line per invocation on
+//! stdout, which CloudWatch Logs turns into metrics with no agent, no API call and no
+//! dependency (the format is one JSON object; docs/metrics.md says why no crate). EMF is
+//! at least once and sampled by nothing: the exact counts stay the ledger's.
+//!
+//! Dimensions stay bounded: the stack and the function, never a user or a campaign (a
+//! campaign is found by the time its sends ran, and `mailctl status` has its exact counts).
+
+use serde_json::{json, Map, Value};
+
+/// The namespace every mailflow metric is in.
+pub const NAMESPACE: &str = "Mailflow";
+
+/// One metric of an invocation: its name, value and CloudWatch unit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metric {
+    pub name: String,
+    pub value: f64,
+    pub unit: &'static str,
+}
+
+impl Metric {
+    pub fn count(name: impl Into<String>, value: f64) -> Self {
+        Self {
+            name: name.into(),
+            value,
+            unit: "Count",
+        }
+    }
+}
+
+/// What a stage's summary contributes: every count in it, a map of counts by reason as one
+/// metric per reason (`skipped.held_out`: reasons are a closed set, so names stay bounded).
+pub trait Measured {
+    fn metrics(&self) -> Vec<Metric>;
+}
+
+impl Measured for () {
+    fn metrics(&self) -> Vec<Metric> {
+        Vec::new()
+    }
+}
+
+/// The counts of a summary serialised as JSON (numbers, and objects of numbers).
+pub fn counts_of(summary: &impl serde::Serialize) -> Vec<Metric> {
+    let mut out = Vec::new();
+    if let Ok(Value::Object(fields)) = serde_json::to_value(summary) {
+        for (name, value) in fields {
+            match value {
+                Value::Number(n) => out.extend(n.as_f64().map(|v| Metric::count(name.clone(), v))),
+                Value::Object(by_reason) => {
+                    for (reason, n) in by_reason {
+                        if let Some(v) = n.as_f64() {
+                            out.push(Metric::count(format!("{name}.{reason}"), v));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// The stack a function belongs to, from the name CloudFormation gives it
+/// (`{stack}-{logical id}-{suffix}`); the whole name when it has another shape.
+pub fn stack_of(function_name: &str) -> &str {
+    let mut parts = function_name.rsplitn(3, '-');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(_), Some(_), Some(stack)) if !stack.is_empty() => stack,
+        _ => function_name,
+    }
+}
+
+/// A stage's name from its type (`mailflow::stages::send_email::SendEmail<...>`: `SendEmail`).
+pub fn stage_name<S>() -> &'static str {
+    let full = std::any::type_name::<S>();
+    let bare = full.split('<').next().unwrap_or(full);
+    bare.rsplit("::").next().unwrap_or(bare)
+}
+
+/// One EMF document: the metrics at the root with their dimensions, and the `_aws` block
+/// that declares them.
+pub fn document(stack: &str, function: &str, timestamp_ms: u64, metrics: &[Metric]) -> Value {
+    let declared: Vec<Value> = metrics
+        .iter()
+        .map(|m| json!({"Name": m.name, "Unit": m.unit}))
+        .collect();
+    let mut root = Map::new();
+    root.insert(
+        "_aws".into(),
+        json!({
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": [["Stack", "Function"], ["Function"]],
+                "Metrics": declared,
+            }],
+        }),
+    );
+    root.insert("Stack".into(), stack.into());
+    root.insert("Function".into(), function.into());
+    for m in metrics {
+        root.insert(m.name.clone(), json!(m.value));
+    }
+    Value::Object(root)
+}
+
+/// Writes one invocation's document on stdout as one line (CloudWatch Logs reads it there).
+pub fn emit(function: &str, metrics: &[Metric]) {
+    use std::io::Write;
+    let name = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_default();
+    let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now());
+    let line = document(stack_of(&name), function, now, metrics).to_string();
+    let mut out = std::io::stdout().lock();
+    // A log line that cannot be written loses a metric, never an invocation.
+    let _ = writeln!(out, "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Serialize)]
+    struct Sample {
+        sent: usize,
+        skipped: std::collections::BTreeMap<&'static str, usize>,
+        note: &'static str,
+    }
+
+    #[test]
+    fn a_summary_becomes_counts_and_the_document_declares_each() {
+        let sample = Sample {
+            sent: 3,
+            skipped: [("held_out", 2)].into(),
+            note: "not a count",
+        };
+        let metrics = counts_of(&sample);
+        assert_eq!(
+            metrics,
+            [
+                Metric::count("sent", 3.0),
+                Metric::count("skipped.held_out", 2.0)
+            ]
+        );
+        let doc = document("prod", "SendEmail", 7, &metrics);
+        assert_eq!(doc["Stack"], "prod");
+        assert_eq!(doc["sent"], 3.0);
+        assert_eq!(doc["skipped.held_out"], 2.0);
+        let directive = &doc["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(directive["Namespace"], NAMESPACE);
+        assert_eq!(directive["Metrics"][1]["Name"], "skipped.held_out");
+        assert_eq!(doc["_aws"]["Timestamp"], 7);
+    }
+
+    #[test]
+    fn stack_and_stage_names_are_bounded() {
+        assert_eq!(stack_of("mail-prod-SendEmailFunction-AbC123"), "mail-prod");
+        assert_eq!(stack_of("SendEmailFunction"), "SendEmailFunction");
+        assert_eq!(stage_name::<crate::runtime::Invocation>(), "Invocation");
+    }
+}
