@@ -13,6 +13,7 @@ mod exactly_once;
 mod experiments;
 mod guardrails;
 mod local_time;
+mod metrics;
 mod open_content;
 mod pipeline;
 mod preferences;

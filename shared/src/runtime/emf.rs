@@ -62,8 +62,31 @@ pub fn counts_of(summary: &impl serde::Serialize) -> Vec<Metric> {
     out
 }
 
-/// The stack a function belongs to, from the name CloudFormation gives it
-/// (`{stack}-{logical id}-{suffix}`); the whole name when it has another shape.
+/// The metrics every invocation of every function writes (`runtime::serve`).
+pub const INVOCATION_METRICS: [&str; 5] = [
+    "Invocations",
+    "ColdStarts",
+    "Errors",
+    "BackendRequests",
+    "DurationMs",
+];
+
+/// The stack a function belongs to: from its log group's name as CloudFormation makes it
+/// (`{stack}-{logical id}-{suffix}`, the stack's name whole: a log group's name may be 512
+/// characters, a function's only 64), else from the function's name the same way.
+pub fn stack() -> String {
+    let var = |name| std::env::var(name).unwrap_or_default();
+    let group = var("AWS_LAMBDA_LOG_GROUP_NAME");
+    match group.strip_prefix("/aws/lambda/") {
+        // Lambda's own group, named after the function.
+        Some(function) => stack_of(function).to_owned(),
+        None if !group.is_empty() => stack_of(&group).to_owned(),
+        None => stack_of(&var("AWS_LAMBDA_FUNCTION_NAME")).to_owned(),
+    }
+}
+
+/// The stack in a name CloudFormation generated (`{stack}-{logical id}-{suffix}`); the whole
+/// name when it has another shape.
 pub fn stack_of(function_name: &str) -> &str {
     let mut parts = function_name.rsplitn(3, '-');
     match (parts.next(), parts.next(), parts.next()) {
@@ -109,9 +132,8 @@ pub fn document(stack: &str, function: &str, timestamp_ms: u64, metrics: &[Metri
 /// Writes one invocation's document on stdout as one line (CloudWatch Logs reads it there).
 pub fn emit(function: &str, metrics: &[Metric]) {
     use std::io::Write;
-    let name = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_default();
     let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now());
-    let line = document(stack_of(&name), function, now, metrics).to_string();
+    let line = document(&stack(), function, now, metrics).to_string();
     let mut out = std::io::stdout().lock();
     // A log line that cannot be written loses a metric, never an invocation.
     let _ = writeln!(out, "{line}");

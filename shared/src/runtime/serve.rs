@@ -65,13 +65,15 @@ pub async fn serve<S: Stage>(stage: S) -> Result<(), lambda_runtime::Error> {
         let result = stage.invoke(event.payload, &invocation).await;
         let requests = metering::log_invocation_requests();
         let cold_start = cold.swap(false, std::sync::atomic::Ordering::Relaxed);
+        let [invocations, cold_starts, errors, backend_requests, duration] =
+            emf::INVOCATION_METRICS;
         let mut metrics = vec![
-            emf::Metric::count("Invocations", 1.0),
-            emf::Metric::count("ColdStarts", f64::from(u8::from(cold_start))),
-            emf::Metric::count("Errors", f64::from(u8::from(result.is_err()))),
-            emf::Metric::count("BackendRequests", requests as f64),
+            emf::Metric::count(invocations, 1.0),
+            emf::Metric::count(cold_starts, f64::from(u8::from(cold_start))),
+            emf::Metric::count(errors, f64::from(u8::from(result.is_err()))),
+            emf::Metric::count(backend_requests, requests as f64),
             emf::Metric {
-                name: "DurationMs".into(),
+                name: duration.into(),
                 value: started.elapsed().as_secs_f64() * 1000.0,
                 unit: "Milliseconds",
             },

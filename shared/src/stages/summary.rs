@@ -54,6 +54,16 @@ macro_rules! summary {
         }
 
         impl $name {
+            /// The metric names its counts are written under; a count by reason as
+            /// `field.*` (one metric per reason: `field.held_out`).
+            pub fn metric_names() -> Vec<String> {
+                let every = Self { $($field: $crate::stages::summary::Tally::sample(),)* };
+                $crate::runtime::emf::counts_of(&every)
+                    .into_iter()
+                    .map(|m| m.name.replace(".reason", ".*"))
+                    .collect()
+            }
+
             /// Adds another batch's counts, every field (for runners that total a campaign).
             pub fn absorb(&mut self, other: &Self) {
                 $($crate::stages::summary::Tally::add(&mut self.$field, &other.$field);)*

@@ -68,6 +68,20 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
+    pub const ALL: [SkipReason; 11] = [
+        Self::Vanished,
+        Self::Unsubscribed,
+        Self::LeftTopic,
+        Self::UnknownTopic,
+        Self::Suppressed,
+        Self::NoAddress,
+        Self::NoNewFollowers,
+        Self::InvalidDocument,
+        Self::CampaignCancelled,
+        Self::Unrenderable,
+        Self::UnknownVariant,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Vanished => "vanished",

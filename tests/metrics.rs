@@ -1,0 +1,252 @@
+//! Every metric the dashboard and the alarms of template.yaml name is one a function writes
+//! (EMF, `mailflow::runtime::emf`, under the stack and the function that writes it) or one
+//! AWS publishes for that kind of resource, with the dimension that resource has.
+
+use serde_yaml::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+fn template() -> Value {
+    let path = mailctl::repo_root().join("template.yaml");
+    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn of_type<'a>(t: &'a Value, kind: &'a str) -> impl Iterator<Item = (&'a str, &'a Value)> {
+    t["Resources"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .filter(move |(_, r)| r["Type"].as_str() == Some(kind))
+        .map(|(id, r)| (id.as_str().unwrap(), r))
+}
+
+/// What each function writes: every invocation's metrics, and its summary's counts.
+fn written() -> BTreeMap<&'static str, Vec<String>> {
+    let invocation: Vec<String> = mailflow::runtime::emf::INVOCATION_METRICS
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    let with = |summary: Vec<String>| [invocation.clone(), summary].concat();
+    BTreeMap::from([
+        (
+            "SendEmail",
+            with(mailflow::stages::send_email::Summary::metric_names()),
+        ),
+        (
+            "CreateEmails",
+            with(mailflow::stages::create_emails::Summary::metric_names()),
+        ),
+        (
+            "SesEvents",
+            with(mailflow::stages::ses_events::Summary::metric_names()),
+        ),
+        ("GetUsers", invocation.clone()),
+        ("RateControl", invocation.clone()),
+        ("Unsubscribe", invocation.clone()),
+        ("OpenContent", invocation.clone()),
+        ("ReputationGuard", invocation.clone()),
+    ])
+}
+
+/// The reasons a count by reason can have, per function.
+fn reasons(function: &str) -> Vec<&'static str> {
+    match function {
+        "SendEmail" => mailflow::domain::guardrails::Skip::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect(),
+        "CreateEmails" => mailflow::domain::digest::SkipReason::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// AWS's metrics the template may name, by namespace, and the dimension they need.
+const AWS_METRICS: &[(&str, &[&str], Option<&str>)] = &[
+    (
+        "AWS/SQS",
+        &[
+            "ApproximateNumberOfMessagesVisible",
+            "ApproximateAgeOfOldestMessage",
+            "ApproximateNumberOfMessagesNotVisible",
+        ],
+        Some("QueueName"),
+    ),
+    (
+        "AWS/Lambda",
+        &[
+            "Errors",
+            "Throttles",
+            "Invocations",
+            "Duration",
+            "DestinationDeliveryFailures",
+            "Url4xxCount",
+            "Url5xxCount",
+            "UrlRequestLatency",
+        ],
+        Some("FunctionName"),
+    ),
+    (
+        "AWS/SES",
+        &["Reputation.BounceRate", "Reputation.ComplaintRate"],
+        None,
+    ),
+];
+
+/// One metric the template names: namespace, name, dimensions (value as the template
+/// spells it: `queue:X`, `function:X`, `STACK`, or a literal).
+#[derive(Debug)]
+struct Named {
+    place: String,
+    namespace: String,
+    name: String,
+    dimensions: BTreeMap<String, String>,
+}
+
+fn check(t: &Value, named: &Named) {
+    let queues: BTreeSet<&str> = of_type(t, "AWS::SQS::Queue").map(|(id, _)| id).collect();
+    let functions: BTreeMap<&str, &Value> = of_type(t, "AWS::Serverless::Function").collect();
+    let place = &named.place;
+    if named.namespace == mailflow::runtime::emf::NAMESPACE {
+        assert_eq!(
+            named.dimensions.get("Stack").map(String::as_str),
+            Some("STACK"),
+            "{place}: {named:?} is the stack's own"
+        );
+        let function = named.dimensions.get("Function").expect("a function");
+        let written = written();
+        let names = written
+            .get(function.as_str())
+            .unwrap_or_else(|| panic!("{place}: no function {function}"));
+        let ok = names.iter().any(|n| match n.strip_suffix(".*") {
+            Some(field) => named
+                .name
+                .strip_prefix(&format!("{field}."))
+                .is_some_and(|reason| reasons(function).contains(&reason)),
+            None => *n == named.name,
+        });
+        assert!(
+            ok,
+            "{place}: {function} writes no {} ({names:?})",
+            named.name
+        );
+        return;
+    }
+    let (_, metrics, dimension) = AWS_METRICS
+        .iter()
+        .find(|(ns, _, _)| *ns == named.namespace)
+        .unwrap_or_else(|| panic!("{place}: namespace {} is not known here", named.namespace));
+    assert!(metrics.contains(&named.name.as_str()), "{place}: {named:?}");
+    match dimension {
+        Some("QueueName") => {
+            let queue = named.dimensions["QueueName"]
+                .strip_prefix("queue:")
+                .unwrap_or("");
+            assert!(queues.contains(queue), "{place}: {named:?} names no queue");
+        }
+        Some(_) => {
+            let id = named.dimensions["FunctionName"]
+                .strip_prefix("function:")
+                .unwrap_or("");
+            let function = functions
+                .get(id)
+                .unwrap_or_else(|| panic!("{place}: {named:?} names no function"));
+            if named.name.starts_with("Url") {
+                assert!(
+                    function["Properties"].get("FunctionUrlConfig").is_some(),
+                    "{place}: {id} has no Function URL"
+                );
+            }
+        }
+        None => assert!(named.dimensions.is_empty(), "{place}: {named:?}"),
+    }
+}
+
+/// The dashboard's body with its `!Sub` references spelled as `check` reads them.
+fn dashboard(t: &Value) -> serde_json::Value {
+    let (_, dashboard) = of_type(t, "AWS::CloudWatch::Dashboard")
+        .next()
+        .expect("a dashboard");
+    let Value::Tagged(sub) = &dashboard["Properties"]["DashboardBody"] else {
+        panic!("the body is a !Sub");
+    };
+    let mut body = sub.value.as_str().unwrap().to_owned();
+    while let Some(start) = body.find("${") {
+        let end = start + body[start..].find('}').unwrap();
+        let reference = &body[start + 2..end];
+        let spelled = match reference {
+            "AWS::StackName" => "STACK".to_owned(),
+            "AWS::Region" => "us-east-1".to_owned(),
+            "SendRatePerSecond" => "14".to_owned(),
+            r if r.ends_with(".QueueName") => format!("queue:{}", &r[..r.len() - 10]),
+            r => format!("function:{r}"),
+        };
+        body.replace_range(start..=end, &spelled);
+    }
+    serde_json::from_str(&body).expect("the dashboard's body is JSON")
+}
+
+#[test]
+fn every_metric_the_dashboard_and_alarms_name_is_written_or_published() {
+    let t = template();
+    let mut named = Vec::new();
+    for (i, widget) in dashboard(&t)["widgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        for metric in widget["properties"]["metrics"].as_array().unwrap() {
+            let parts = metric.as_array().unwrap();
+            // An expression over the others.
+            let Some(namespace) = parts[0].as_str() else {
+                continue;
+            };
+            let strings: Vec<&str> = parts.iter().filter_map(|p| p.as_str()).collect();
+            named.push(Named {
+                place: format!("dashboard widget {i}"),
+                namespace: namespace.to_owned(),
+                name: strings[1].to_owned(),
+                dimensions: strings[2..]
+                    .chunks(2)
+                    .map(|kv| (kv[0].to_owned(), kv[1].to_owned()))
+                    .collect(),
+            });
+        }
+    }
+    assert!(named.len() > 20, "{}", named.len());
+    for (id, alarm) in of_type(&t, "AWS::CloudWatch::Alarm") {
+        let p = &alarm["Properties"];
+        let spell = |v: &Value| match v {
+            Value::Tagged(tag) if tag.tag == "!GetAtt" => {
+                let at = tag.value.as_str().unwrap();
+                format!("queue:{}", at.strip_suffix(".QueueName").unwrap_or(at))
+            }
+            Value::Tagged(tag) if tag.tag == "!Ref" => {
+                format!("function:{}", tag.value.as_str().unwrap())
+            }
+            other => other.as_str().unwrap_or_default().to_owned(),
+        };
+        named.push(Named {
+            place: format!("alarm {id}"),
+            namespace: p["Namespace"].as_str().unwrap().to_owned(),
+            name: p["MetricName"].as_str().unwrap().to_owned(),
+            dimensions: p["Dimensions"]
+                .as_sequence()
+                .map(|d| {
+                    d.iter()
+                        .map(|kv| (kv["Name"].as_str().unwrap().to_owned(), spell(&kv["Value"])))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        });
+        assert!(
+            p.get("TreatMissingData").is_some(),
+            "alarm {id}: say how missing data (an idle queue, no invocation) counts"
+        );
+    }
+    for n in &named {
+        check(&t, n);
+    }
+}
