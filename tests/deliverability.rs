@@ -411,6 +411,7 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
             due: None,
             deadline_ms: None,
             variant: None,
+            zone: None,
         };
         ledger.claim(&claim, Default::default()).await.unwrap();
     }

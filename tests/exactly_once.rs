@@ -467,6 +467,7 @@ async fn t5_a_live_lease_returns_the_message_which_is_sent_later() {
         due: None,
         deadline_ms: None,
         variant: None,
+        zone: None,
     };
     ledger.claim(&holder, Default::default()).await.unwrap();
     let lease_ends = Instant::now() + Duration::from_secs(4);

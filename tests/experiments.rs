@@ -199,6 +199,29 @@ async fn the_variant_people_click_goes_to_the_rest_once_each_and_a_pause_holds_t
     for (to, messages) in &sent {
         assert_eq!(messages.len(), 1, "{to} got {} emails", messages.len());
     }
+    // The campaign as `mailctl report` draws it, in a real browser: every plot drawn, nothing
+    // fetched, the counts those of `status`.
+    let html = mailctl::report::render(&done, &records.values().cloned().collect::<Vec<_>>());
+    let page = mailflow_tests::browse("report.mjs", "campaign-report", &html, &[]).await;
+    assert_eq!(page["requests"], json!([]), "the report fetches nothing");
+    let figures = page["figures"].as_array().unwrap();
+    // The rest, held for the decision, is let go with its lateness: a lateness plot too.
+    assert_eq!(
+        figures.len(),
+        5,
+        "rate, outcomes, lateness, opens and clicks, the experiment: {page}"
+    );
+    for figure in figures {
+        assert!(figure["width"].as_f64().unwrap() > 300.0, "{figure}");
+        let drawn = figure["lines"].as_u64().unwrap() + figure["bars"].as_u64().unwrap();
+        assert!(drawn > 0, "{figure}");
+    }
+    assert_eq!(figures[4]["bars"], 3, "one bar per variant");
+    assert_eq!(page["counts"]["sent"], done.sent);
+    assert_eq!(
+        page["counts"]["clicked by people"],
+        done.engagement["humanClicked"]
+    );
     let count_subjects = sent
         .values()
         .flatten()

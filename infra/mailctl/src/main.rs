@@ -193,6 +193,18 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// One campaign as one self-contained HTML file: `status`'s counts and plots (send rate
+    /// against the ceiling, outcomes by reason, local-time lateness by zone, opens and clicks
+    /// by hour, the experiment's variants), drawn inline as SVG; nothing fetched.
+    Report {
+        #[arg(long)]
+        campaign: String,
+        /// Where the file goes (default: CAMPAIGN-report.html).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
     /// Move a dead-letter queue's messages back to its source queue.
     Redrive {
         #[arg(long, value_enum)]
@@ -486,6 +498,11 @@ async fn run() -> Result<()> {
             json,
             target,
         } => commands::status::status(sdk, &campaign, watch, json, &target).await,
+        Command::Report {
+            campaign,
+            out,
+            target,
+        } => commands::status::report(sdk, &campaign, out, &target).await,
         Command::Redrive { queue, target } => commands::status::redrive(sdk, queue, &target).await,
         Command::Preview {
             user,

@@ -199,6 +199,10 @@ impl SendLedger for DynamoLedger {
             update.push_str(", variant = :variant");
             values.insert(":variant".into(), s(variant));
         }
+        if let Some(zone) = &claim.zone {
+            update.push_str(", userZone = :zone");
+            values.insert(":zone".into(), s(zone));
+        }
         update.push_str(" REMOVE skipReason");
         let outcome = self
             .records
@@ -715,6 +719,8 @@ pub struct SendRecord {
     pub reconciled_at_ms: Option<u64>,
     /// The experiment's variant it was sent (or is being sent).
     pub variant: Option<String>,
+    /// The user's zone as the email was claimed (their own, or the campaign's fallback).
+    pub zone: Option<String>,
 }
 
 impl SendRecord {
@@ -742,6 +748,7 @@ impl SendRecord {
                 .collect(),
             reconciled_at_ms: get_n(item, "reconciled"),
             variant: get_s(item, "variant"),
+            zone: get_s(item, "userZone"),
         }
     }
 }

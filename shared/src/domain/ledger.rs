@@ -105,6 +105,8 @@ pub struct Claim {
     pub deadline_ms: Option<i64>,
     /// The experiment's variant the email is (recorded on the claim).
     pub variant: Option<String>,
+    /// The user's zone (recorded on the claim: `mailctl report` draws lateness by zone).
+    pub zone: Option<String>,
 }
 
 /// Final records an operator's resend may claim again (a claim always may take no record,

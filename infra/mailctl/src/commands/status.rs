@@ -1,5 +1,5 @@
-//! `status` and `redrive`: a campaign's state from its records and the queues, and DLQs
-//! moved back to their queues.
+//! `status`, `report` and `redrive`: a campaign's state from its records and the queues (as
+//! text, JSON or an HTML page with plots), and DLQs moved back to their queues.
 
 use super::campaign::fail_on_problems;
 use super::{target, QueueChoice, TargetArgs};
@@ -38,6 +38,24 @@ pub async fn status(
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+}
+
+/// `report`: the campaign's status and records, as one HTML file (`mailctl::report`).
+pub async fn report(
+    sdk: &aws_config::SdkConfig,
+    campaign: &str,
+    out: Option<std::path::PathBuf>,
+    t: &TargetArgs,
+) -> Result<()> {
+    let target = super::target(sdk, t).await?;
+    let status = ops::status(sdk, &target, campaign).await?;
+    let dynamo = aws_sdk_dynamodb::Client::new(sdk);
+    let records =
+        mailflow_local::ledger_scan::records(&dynamo, &target.sends_table, campaign).await?;
+    let path = out.unwrap_or_else(|| format!("{campaign}-report.html").into());
+    std::fs::write(&path, mailctl::report::render(&status, &records))?;
+    println!("{}", path.display());
+    Ok(())
 }
 
 pub async fn redrive(

@@ -406,6 +406,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             due: job.due,
             deadline_ms: None,
             variant: job.variant.clone(),
+            zone: job.zone.clone(),
         };
         let send_errors = match self.ledger.claim(&claim, job.reclaim()).await {
             Ok(ClaimOutcome::Claimed {
