@@ -19,32 +19,42 @@ fn of_type<'a>(t: &'a Value, kind: &'a str) -> impl Iterator<Item = (&'a str, &'
         .map(|(id, r)| (id.as_str().unwrap(), r))
 }
 
-/// What each function writes: every invocation's metrics, and its summary's counts.
+/// What each function writes, under the `Function` its binary names itself by (the stage's
+/// type, as `runtime::serve` reads it): every invocation's metrics, and its summary's counts.
 fn written() -> BTreeMap<&'static str, Vec<String>> {
+    use mailflow::assemble::*;
+    use mailflow::runtime::emf::stage_name;
     let invocation: Vec<String> = mailflow::runtime::emf::INVOCATION_METRICS
         .iter()
         .map(|m| m.to_string())
         .collect();
     let with = |summary: Vec<String>| [invocation.clone(), summary].concat();
-    BTreeMap::from([
+    let functions = BTreeMap::from([
         (
-            "SendEmail",
+            stage_name::<LambdaSendEmail>(),
             with(mailflow::stages::send_email::Summary::metric_names()),
         ),
         (
-            "CreateEmails",
+            stage_name::<LambdaCreateEmails>(),
             with(mailflow::stages::create_emails::Summary::metric_names()),
         ),
         (
-            "SesEvents",
+            stage_name::<LambdaSesEvents>(),
             with(mailflow::stages::ses_events::Summary::metric_names()),
         ),
-        ("GetUsers", invocation.clone()),
-        ("RateControl", invocation.clone()),
-        ("Unsubscribe", invocation.clone()),
-        ("OpenContent", invocation.clone()),
-        ("ReputationGuard", invocation.clone()),
-    ])
+        (stage_name::<LambdaGetUsers>(), invocation.clone()),
+        (stage_name::<LambdaRateControl>(), invocation.clone()),
+        (stage_name::<LambdaUnsubscribe>(), invocation.clone()),
+        (stage_name::<LambdaOpenContent>(), invocation.clone()),
+        (stage_name::<LambdaReputationGuard>(), invocation.clone()),
+    ]);
+    assert_eq!(
+        functions.len(),
+        8,
+        "each its own name: {:?}",
+        functions.keys()
+    );
+    functions
 }
 
 /// The reasons a count by reason can have, per function.
@@ -109,6 +119,12 @@ fn check(t: &Value, named: &Named) {
     let functions: BTreeMap<&str, &Value> = of_type(t, "AWS::Serverless::Function").collect();
     let place = &named.place;
     if named.namespace == mailflow::runtime::emf::NAMESPACE {
+        let keys: Vec<&str> = named.dimensions.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            ["Function", "Stack"],
+            "{place}: {named:?}: the dimensions written"
+        );
         assert_eq!(
             named.dimensions.get("Stack").map(String::as_str),
             Some("STACK"),
@@ -197,12 +213,29 @@ fn every_metric_the_dashboard_and_alarms_name_is_written_or_published() {
         .iter()
         .enumerate()
     {
-        for metric in widget["properties"]["metrics"].as_array().unwrap() {
+        let metrics = widget["properties"]["metrics"].as_array().unwrap();
+        // An expression names only metrics of its widget, by their ids.
+        let ids: BTreeSet<&str> = metrics
+            .iter()
+            .filter_map(|m| m.as_array()?.last()?.get("id")?.as_str())
+            .collect();
+        for metric in metrics {
             let parts = metric.as_array().unwrap();
-            // An expression over the others.
-            let Some(namespace) = parts[0].as_str() else {
+            if let Some(expression) = parts[0].get("expression").and_then(|e| e.as_str()) {
+                let named_ids: Vec<&str> = expression
+                    .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                    .filter(|w| w.chars().next().is_some_and(|c| c.is_ascii_lowercase()))
+                    .collect();
+                assert!(!named_ids.is_empty(), "widget {i}: {expression}");
+                for id in named_ids {
+                    assert!(
+                        ids.contains(id),
+                        "widget {i}: {expression} names no metric {id}"
+                    );
+                }
                 continue;
-            };
+            }
+            let namespace = parts[0].as_str().unwrap();
             let strings: Vec<&str> = parts.iter().filter_map(|p| p.as_str()).collect();
             named.push(Named {
                 place: format!("dashboard widget {i}"),

@@ -376,7 +376,19 @@ const RATE_WINDOW_MS: u64 = 60_000;
 /// A recorded error, grouped: the text before its first parenthesis (which holds details
 /// such as a request id or an attempt count).
 pub fn reason_group(error: &str) -> String {
-    error.split(" (").next().unwrap_or(error).trim().to_owned()
+    let reason = error.split(" (").next().unwrap_or(error).trim();
+    // SES's sandbox names the identities it refused: no address leaves in a report.
+    reason
+        .split(' ')
+        .map(|word| {
+            if word.contains('@') {
+                "<address>"
+            } else {
+                word
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 pub async fn status(

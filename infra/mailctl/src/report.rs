@@ -273,7 +273,13 @@ pub fn render(status: &CampaignStatus, records: &[SendRecord]) -> String {
         .filter(|r| r.status == Some(SendStatus::Sent))
         .filter_map(|r| r.completed_at_ms)
         .collect();
-    let first = sent.iter().min().copied().unwrap_or(0);
+    // From the first email sent, or the first event when no completion time was recorded.
+    let first = sent
+        .iter()
+        .copied()
+        .chain(records.iter().flat_map(|r| r.engagement.values().copied()))
+        .min()
+        .unwrap_or(0);
     let per_minute = histogram(sent.iter().copied(), first, 60_000);
     let rate = Series {
         label: "emails per second (each minute's average)".into(),

@@ -116,7 +116,7 @@ pub fn document(stack: &str, function: &str, timestamp_ms: u64, metrics: &[Metri
             "Timestamp": timestamp_ms,
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
-                "Dimensions": [["Stack", "Function"], ["Function"]],
+                "Dimensions": [["Stack", "Function"]],
                 "Metrics": declared,
             }],
         }),
