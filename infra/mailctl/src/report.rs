@@ -1,3 +1,5 @@
+//! Over 450 lines because the two hand-drawn charts and the five plots made of them read
+//! together: what a plot shows beside how it is drawn.
 //! `mailctl report`: one campaign as one self-contained HTML file: its counts (the same as
 //! `status --json`) and five plots drawn here as inline SVG (no script, no font, nothing
 //! fetched: it opens offline and in a mail attachment). The plots are hand-drawn: a line
