@@ -11,20 +11,56 @@ use serde_json::{json, Map, Value};
 /// The namespace every mailflow metric is in.
 pub const NAMESPACE: &str = "Mailflow";
 
-/// One metric of an invocation: its name, value and CloudWatch unit.
+/// One metric of an invocation: its name, its values (one, or up to `MAX_VALUES` samples
+/// CloudWatch turns into a distribution: percentiles) and its CloudWatch unit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Metric {
     pub name: String,
-    pub value: f64,
+    pub values: Vec<f64>,
     pub unit: &'static str,
 }
 
+/// The most values one metric of one EMF document may carry (CloudWatch's limit).
+pub const MAX_VALUES: usize = 100;
+
 impl Metric {
     pub fn count(name: impl Into<String>, value: f64) -> Self {
+        Self::of(name, value, "Count")
+    }
+
+    pub fn ms(name: impl Into<String>, value: f64) -> Self {
+        Self::of(name, value, "Milliseconds")
+    }
+
+    /// A rate, e.g. emails per second.
+    pub fn per_second(name: impl Into<String>, value: f64) -> Self {
+        Self::of(name, value, "Count/Second")
+    }
+
+    fn of(name: impl Into<String>, value: f64, unit: &'static str) -> Self {
         Self {
             name: name.into(),
-            value,
-            unit: "Count",
+            values: vec![value],
+            unit,
+        }
+    }
+
+    /// Samples of one quantity (the first `MAX_VALUES`), in `unit`.
+    pub fn samples(name: impl Into<String>, mut values: Vec<f64>, unit: &'static str) -> Self {
+        values.truncate(MAX_VALUES);
+        Self {
+            name: name.into(),
+            values,
+            unit,
+        }
+    }
+
+    /// The unit a summary's field is in, by its name: `...Ms` milliseconds, else a count.
+    fn unit_of(name: &str) -> &'static str {
+        if name.ends_with("Ms") {
+            "Milliseconds"
+        } else {
+            "Count"
         }
     }
 }
@@ -41,13 +77,28 @@ impl Measured for () {
     }
 }
 
-/// The counts of a summary serialised as JSON (numbers, and objects of numbers).
+/// Metrics a stage worked out itself (GetUsers' run or release, a Function URL's request).
+impl Measured for Vec<Metric> {
+    fn metrics(&self) -> Vec<Metric> {
+        self.clone()
+    }
+}
+
+/// The counts of a summary serialised as JSON (numbers, objects of numbers, and arrays of
+/// samples, such as SendEmail's `lateMs`).
 pub fn counts_of(summary: &impl serde::Serialize) -> Vec<Metric> {
     let mut out = Vec::new();
     if let Ok(Value::Object(fields)) = serde_json::to_value(summary) {
         for (name, value) in fields {
             match value {
                 Value::Number(n) => out.extend(n.as_f64().map(|v| Metric::count(name.clone(), v))),
+                Value::Array(samples) => {
+                    let values: Vec<f64> = samples.iter().filter_map(Value::as_f64).collect();
+                    if !values.is_empty() {
+                        let unit = Metric::unit_of(&name);
+                        out.push(Metric::samples(name, values, unit));
+                    }
+                }
                 Value::Object(by_reason) => {
                     for (reason, n) in by_reason {
                         if let Some(v) = n.as_f64() {
@@ -124,7 +175,11 @@ pub fn document(stack: &str, function: &str, timestamp_ms: u64, metrics: &[Metri
     root.insert("Stack".into(), stack.into());
     root.insert("Function".into(), function.into());
     for m in metrics {
-        root.insert(m.name.clone(), json!(m.value));
+        let value = match m.values.as_slice() {
+            [one] => json!(one),
+            many => json!(many),
+        };
+        root.insert(m.name.clone(), value);
     }
     Value::Object(root)
 }
@@ -144,9 +199,11 @@ mod tests {
     use super::*;
 
     #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
     struct Sample {
         sent: usize,
         skipped: std::collections::BTreeMap<&'static str, usize>,
+        late_ms: Vec<f64>,
         note: &'static str,
     }
 
@@ -155,12 +212,14 @@ mod tests {
         let sample = Sample {
             sent: 3,
             skipped: [("held_out", 2)].into(),
+            late_ms: vec![1.5, 40.0],
             note: "not a count",
         };
         let metrics = counts_of(&sample);
         assert_eq!(
             metrics,
             [
+                Metric::samples("lateMs", vec![1.5, 40.0], "Milliseconds"),
                 Metric::count("sent", 3.0),
                 Metric::count("skipped.held_out", 2.0)
             ]
@@ -169,9 +228,12 @@ mod tests {
         assert_eq!(doc["Stack"], "prod");
         assert_eq!(doc["sent"], 3.0);
         assert_eq!(doc["skipped.held_out"], 2.0);
+        // Samples as an array: CloudWatch keeps each value (percentiles).
+        assert_eq!(doc["lateMs"], json!([1.5, 40.0]));
         let directive = &doc["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(directive["Namespace"], NAMESPACE);
-        assert_eq!(directive["Metrics"][1]["Name"], "skipped.held_out");
+        assert_eq!(directive["Metrics"][2]["Name"], "skipped.held_out");
+        assert_eq!(directive["Metrics"][0]["Unit"], "Milliseconds");
         assert_eq!(doc["_aws"]["Timestamp"], 7);
     }
 

@@ -22,15 +22,23 @@ pub trait Stage: Send + Sync {
         event: Self::Event,
         invocation: &Invocation,
     ) -> impl Future<Output = Result<(Self::Response, Self::Summary), Self::Error>> + Send;
+
+    /// What the environment holds after an invocation, as metrics (SendEmail: the shared
+    /// rate as it last saw it).
+    fn gauges(&self) -> Vec<emf::Metric> {
+        Vec::new()
+    }
 }
 
 /// Implements `Stage` for a stage type: the event it takes, what it answers (response,
-/// summary, error), and the call that handles one event, `|stage, event, invocation| ...`.
+/// summary, error), the call that handles one event, `|stage, event, invocation| ...`, and
+/// optionally what it holds as metrics, `gauges: |stage| ...`.
 macro_rules! stage {
     (
         impl<$($param:ident: $bound:path),*> for $stage:ty {
             $event:ty => Result<($response:ty, $summary:ty), $error:ty>,
-            |$this:ident, $e:ident, $invocation:ident| $call:expr $(,)?
+            |$this:ident, $e:ident, $invocation:ident| $call:expr
+            $(, gauges: |$held:ident| $gauges:expr)? $(,)?
         }
     ) => {
         impl<$($param: $bound),*> $crate::runtime::Stage for $stage {
@@ -47,6 +55,13 @@ macro_rules! stage {
                 let $this = self;
                 $call
             }
+
+            $(
+                fn gauges(&self) -> Vec<$crate::runtime::emf::Metric> {
+                    let $held = self;
+                    $gauges
+                }
+            )?
         }
     };
 }
@@ -54,7 +69,7 @@ pub(crate) use stage;
 
 /// Serves `stage` on the Lambda Runtime API until the environment ends. Every invocation logs
 /// its metering line and its metrics (EMF: invocations, cold starts, errors, duration,
-/// backend requests, and its summary's counts), whether the stage succeeded or failed.
+/// backend requests, its summary's counts and its gauges), whether the stage succeeded or failed.
 pub async fn serve<S: Stage>(stage: S) -> Result<(), lambda_runtime::Error> {
     let stage = &stage;
     let function = emf::stage_name::<S>();
@@ -72,15 +87,12 @@ pub async fn serve<S: Stage>(stage: S) -> Result<(), lambda_runtime::Error> {
             emf::Metric::count(cold_starts, f64::from(u8::from(cold_start))),
             emf::Metric::count(errors, f64::from(u8::from(result.is_err()))),
             emf::Metric::count(backend_requests, requests as f64),
-            emf::Metric {
-                name: duration.into(),
-                value: started.elapsed().as_secs_f64() * 1000.0,
-                unit: "Milliseconds",
-            },
+            emf::Metric::ms(duration, started.elapsed().as_secs_f64() * 1000.0),
         ];
         if let Ok((_, summary)) = &result {
             metrics.extend(emf::Measured::metrics(summary));
         }
+        metrics.extend(stage.gauges());
         emf::emit(function, &metrics);
         result
             .map(|(response, _summary)| response)

@@ -33,6 +33,35 @@ impl Tally for BTreeMap<&'static str, usize> {
     }
 }
 
+/// Samples of one quantity, one per record (SendEmail's lateness): written as a
+/// distribution, so CloudWatch can give its percentiles. A total keeps the first
+/// `emf::MAX_VALUES`: samples are for metrics, which take no more from one invocation.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(transparent)]
+pub struct Samples(pub Vec<f64>);
+
+impl Eq for Samples {}
+
+impl Samples {
+    pub fn push(&mut self, value: f64) {
+        if self.0.len() < crate::runtime::emf::MAX_VALUES {
+            self.0.push(value);
+        }
+    }
+}
+
+impl Tally for Samples {
+    fn add(&mut self, other: &Self) {
+        for &v in &other.0 {
+            self.push(v);
+        }
+    }
+
+    fn sample() -> Self {
+        Self(vec![1.0])
+    }
+}
+
 /// Declares a stage's `Summary`: the struct (serialised in camelCase for logs and totals)
 /// with `absorb`, which adds every field of another batch's summary.
 macro_rules! summary {
@@ -83,10 +112,11 @@ pub(crate) use summary;
 mod tests {
     use serde_json::Value;
 
-    /// Every number in `value`, which must hold at least one.
+    /// Every number in `value`, which must hold at least one; samples by how many.
     fn numbers(value: &Value) -> Vec<u64> {
         match value {
             Value::Number(n) => vec![n.as_u64().unwrap()],
+            Value::Array(samples) => vec![samples.len() as u64],
             Value::Object(fields) => fields.values().flat_map(numbers).collect(),
             other => panic!("a summary holds only counts, not {other}"),
         }
