@@ -252,6 +252,55 @@ impl HttpResponse {
     }
 }
 
+/// The metrics one public request writes, by its route (a closed set per function, so the
+/// names stay bounded): `served.R` (answered below 400), `refused.R` (4xx: junk, a bad or
+/// expired token, a wrong method), `failed.R` (5xx), and the handler's time, `ms.R`.
+pub fn request_metrics(route: &str, response: &Value, ms: f64) -> Vec<crate::runtime::emf::Metric> {
+    use crate::runtime::emf::Metric;
+    let status = response
+        .get("statusCode")
+        .and_then(Value::as_u64)
+        .unwrap_or(500);
+    let outcome = match status {
+        0..=399 => "served",
+        400..=499 => "refused",
+        _ => "failed",
+    };
+    vec![
+        Metric::count(format!("{outcome}.{route}"), 1.0),
+        Metric::ms(format!("ms.{route}"), ms),
+    ]
+}
+
+/// `answer` awaited, and the metrics of the request it answers (`request_metrics`).
+pub async fn measured(
+    route: &str,
+    answer: impl std::future::Future<Output = Value>,
+) -> (Value, Vec<crate::runtime::emf::Metric>) {
+    let started = std::time::Instant::now();
+    let response = answer.await;
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    let metrics = request_metrics(route, &response, ms);
+    (response, metrics)
+}
+
+/// The names `request_metrics` writes, a route as `*`.
+pub const REQUEST_METRICS: [&str; 4] = ["served.*", "refused.*", "failed.*", "ms.*"];
+
+/// A Function URL event's method (upper case) and path, for its route; empty when absent.
+pub fn method_and_path(event: &Value) -> (String, &str) {
+    let text = |pointer| {
+        event
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    (
+        text("/requestContext/http/method").to_ascii_uppercase(),
+        text("/rawPath"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,5 +423,22 @@ mod tests {
             body: b"<p>hi</p>".to_vec(),
         };
         assert_eq!(page.to_function_url_response()["body"], "<p>hi</p>");
+    }
+
+    #[test]
+    fn a_request_is_counted_by_route_and_outcome() {
+        let names = |status: u64| {
+            request_metrics("pick", &serde_json::json!({"statusCode": status}), 3.0)
+                .into_iter()
+                .map(|m| m.name)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(200), ["served.pick", "ms.pick"]);
+        assert_eq!(names(302)[0], "served.pick");
+        assert_eq!(names(404)[0], "refused.pick");
+        assert_eq!(names(503)[0], "failed.pick");
+        let event =
+            serde_json::json!({"rawPath": "/go", "requestContext": {"http": {"method": "get"}}});
+        assert_eq!(method_and_path(&event), ("GET".to_owned(), "/go"));
     }
 }

@@ -48,7 +48,7 @@ use crate::domain::user_id::UserId;
 use crate::ports::{
     Clock, ContentStoreError, IndexCheck, OpenContentStore, PickDirectory, SendRecordNotes,
 };
-use crate::runtime::function_url::{HttpRequest, HttpResponse};
+use crate::runtime::function_url::{self, HttpRequest, HttpResponse};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
@@ -770,10 +770,30 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
     }
 }
 
+/// The routes a request's metrics are counted by (`function_url::request_metrics`).
+pub const ROUTES: [&str; 5] = ["pick", "badge", "go", "static", "other"];
+
+/// A request's route, from its path as `handle` reads it.
+fn route_of(path: &str) -> &'static str {
+    if path.contains("/static/") {
+        return "static";
+    }
+    match path.rsplit('/').next() {
+        Some("pick") => "pick",
+        Some("badge") => "badge",
+        Some("go") => "go",
+        _ => "other",
+    }
+}
+
 // A Function URL request in, the image, redirect or page out.
 crate::runtime::serve::stage! {
     impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> for OpenContent<S, D, R> {
-        Value => Result<(Value, ()), std::convert::Infallible>,
-        |stage, event, invocation| Ok((stage.handle_function_url(&event, &invocation.request_id).await, ()))
+        Value => Result<(Value, Vec<crate::runtime::emf::Metric>), std::convert::Infallible>,
+        |stage, event, invocation| {
+            let route = route_of(function_url::method_and_path(&event).1);
+            let answer = stage.handle_function_url(&event, &invocation.request_id);
+            Ok(function_url::measured(route, answer).await)
+        }
     }
 }

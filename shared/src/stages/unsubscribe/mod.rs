@@ -39,7 +39,7 @@ use crate::domain::unsubscribe_link::{Signer, Subscription, TokenError};
 use crate::ports::{
     Change, ChangedVia, PendingLeaves, SendRecordNotes, StoreError, SubscriberStore,
 };
-use crate::runtime::function_url::{HttpRequest, HttpResponse};
+use crate::runtime::function_url::{self, HttpRequest, HttpResponse};
 use page::{fill, message, words, Centre};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -512,11 +512,26 @@ fn busy(language: &'static str, err: &crate::ports::StoreError) -> HttpResponse 
     message(503, language, w.busy_title, w.busy_body)
 }
 
+/// The routes a request's metrics are counted by (`function_url::request_metrics`): the
+/// preference centre (GET, HEAD), a form or a mail client's one-click (POST), anything else.
+pub const ROUTES: [&str; 3] = ["page", "form", "other"];
+
+fn route_of(method: &str) -> &'static str {
+    match method {
+        "GET" | "HEAD" => "page",
+        "POST" => "form",
+        _ => "other",
+    }
+}
+
 // A Function URL request in, the page out.
 crate::runtime::serve::stage! {
     impl<S: SubscriberStore, R: Records> for Unsubscribe<S, R> {
-        Value => Result<(Value, ()), std::convert::Infallible>,
-        |stage, event, _invocation| Ok((stage.handle_function_url(&event).await, ()))
+        Value => Result<(Value, Vec<crate::runtime::emf::Metric>), std::convert::Infallible>,
+        |stage, event, _invocation| {
+            let route = route_of(&function_url::method_and_path(&event).0);
+            Ok(function_url::measured(route, stage.handle_function_url(&event)).await)
+        }
     }
 }
 
