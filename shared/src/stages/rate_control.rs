@@ -27,6 +27,8 @@ pub struct Summary {
     /// The ceiling, and where it comes from (configured, SES quota).
     pub ceiling: f64,
     pub source: Option<RateSource>,
+    /// SES's maximum send rate, when read.
+    pub ses_max_send_rate: Option<f64>,
     /// Why SES's quota is not known (the configured rate is the ceiling then).
     pub quota_unknown: Option<String>,
     /// Whether the rate item was changed (a new ceiling, or its first rate).
@@ -41,6 +43,35 @@ pub struct Summary {
     /// The public URLs whose reserved concurrency is below what the ceiling needs
     /// (`domain::public_urls`: first opens at the send rate, junk on top).
     pub public_urls_short: Vec<Short>,
+}
+
+/// Every metric a RateControl invocation may write besides the invocation's own.
+pub const METRIC_NAMES: [&str; 4] = [
+    "ceilingPerSecond",
+    "sesMaxSendRate",
+    "sendEmailEnvironments",
+    "quotaUnknown",
+];
+
+impl Summary {
+    /// The ceiling and the quota it comes from, as metrics: the dashboard draws the send
+    /// rate against them.
+    pub fn metrics(&self) -> Vec<crate::runtime::emf::Metric> {
+        use crate::runtime::emf::Metric;
+        let mut out = vec![
+            Metric::per_second("ceilingPerSecond", self.ceiling),
+            Metric::count("sendEmailEnvironments", f64::from(self.environments)),
+            Metric::count(
+                "quotaUnknown",
+                f64::from(u8::from(self.quota_unknown.is_some())),
+            ),
+        ];
+        out.extend(
+            self.ses_max_send_rate
+                .map(|max| Metric::per_second("sesMaxSendRate", max)),
+        );
+        out
+    }
 }
 
 pub struct RateControl<M, B> {
@@ -110,6 +141,7 @@ impl<M: Mailer, B: RateBucket> RateControl<M, B> {
         let mut summary = Summary {
             ceiling: ceiling.campaign_wide(),
             source: Some(ceiling.source()),
+            ses_max_send_rate: quota.as_ref().ok().map(|q| q.max_send_rate),
             quota_unknown: quota.as_ref().err().map(|e| e.to_string()),
             environments: ceiling.environments(&self.send_email),
             create_emails: Some(composers_for(
@@ -178,8 +210,12 @@ impl<M: Mailer, B: RateBucket> RateControl<M, B> {
 // (Boxed: the SDK's nested futures would otherwise exceed the compiler's layout depth.)
 crate::runtime::serve::stage! {
     impl<M: Mailer, B: RateBucket> for RateControl<M, B> {
-        serde_json::Value => Result<(Summary, ()), ControlFailed>,
-        |stage, _event, _invocation| Ok((Box::pin(stage.handle()).await?, ()))
+        serde_json::Value => Result<(Summary, Vec<crate::runtime::emf::Metric>), ControlFailed>,
+        |stage, _event, _invocation| {
+            let summary = Box::pin(stage.handle()).await?;
+            let metrics = summary.metrics();
+            Ok((summary, metrics))
+        }
     }
 }
 

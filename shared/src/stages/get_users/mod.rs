@@ -10,6 +10,7 @@
 //! checkpoint (the last user id enqueued) that starts the next invocation where it left off.
 
 mod experiment;
+mod metrics;
 mod read_ahead;
 mod release;
 mod request;
@@ -33,6 +34,7 @@ use crate::runtime::batch::batch_response;
 use crate::runtime::Invocation;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
+pub use metrics::METRIC_NAMES;
 pub use release::{Release, ReleaseEvent, ReleaseSummary};
 use release::{When, HOLD_BATCH, PAUSED_LOOK_AGAIN_SECONDS};
 use request::Continuation;
@@ -650,11 +652,15 @@ fn add(
 }
 
 // The event: the schedule's, a manual run, or a batch of checkpoints from the continuation
-// queue. A run's summary travels in its `Response`.
+// queue. A run's summary travels in its `Response`; its counts are the invocation's metrics.
 crate::runtime::serve::stage! {
     impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> for GetUsers<D, Q, S, W> {
-        Value => Result<(Response, ()), GetUsersError>,
-        |stage, event, invocation| Ok((stage.handle(event, invocation).await?, ()))
+        Value => Result<(Response, Vec<crate::runtime::emf::Metric>), GetUsersError>,
+        |stage, event, invocation| {
+            let response = stage.handle(event, invocation).await?;
+            let metrics = response.metrics();
+            Ok((response, metrics))
+        }
     }
 }
 

@@ -1,0 +1,101 @@
+//! What a GetUsers invocation writes as metrics (`runtime::emf`): a run's users enqueued,
+//! held, refused and left out by reason; a release's users let go or dropped; a batch of
+//! checkpoints' failures. Names are a closed set (`METRIC_NAMES`), never a campaign.
+
+use super::Response;
+use crate::runtime::emf::Metric;
+
+/// Every metric a GetUsers invocation may write besides the invocation's own.
+pub const METRIC_NAMES: [&str; 15] = [
+    "usersEnqueued",
+    "usersRefused",
+    "usersHeld",
+    "excluded.unsubscribed",
+    "excluded.suppressed",
+    "excluded.leftTopic",
+    "excluded.unreadableChoice",
+    "passed.sentNow",
+    "passed.skipped",
+    "passed.nextDay",
+    "quietDeferred",
+    "experimentHeld",
+    "usersReleased",
+    "usersDropped",
+    "checkpointsFailed",
+];
+
+impl Response {
+    /// This invocation's counts as metrics.
+    pub fn metrics(&self) -> Vec<Metric> {
+        let count = |name: &str, n: u64| Metric::count(name, n as f64);
+        match self {
+            Response::Run(run) => {
+                let e = &run.excluded;
+                let mut out = vec![
+                    count("usersEnqueued", run.users_enqueued as u64),
+                    count("usersRefused", run.users_refused as u64),
+                    count("excluded.unsubscribed", e.unsubscribed),
+                    count("excluded.suppressed", e.suppressed),
+                    count("excluded.leftTopic", e.left_topic),
+                    count("excluded.unreadableChoice", e.unreadable_choice),
+                ];
+                if let Some(l) = &run.local_time {
+                    out.extend([
+                        count("usersHeld", l.waiting.values().sum()),
+                        count("passed.sentNow", l.passed_sent_now),
+                        count("passed.skipped", l.passed_skipped),
+                        count("passed.nextDay", l.passed_next_day),
+                        count("quietDeferred", l.quiet_deferred),
+                        count("experimentHeld", l.experiment_held),
+                    ]);
+                }
+                out
+            }
+            Response::Release(release) => vec![
+                count("usersReleased", release.users_released),
+                count("usersDropped", release.users_dropped),
+            ],
+            Response::Checkpoints(batch) => vec![count(
+                "checkpointsFailed",
+                batch.batch_item_failures.len() as u64,
+            )],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::local_time::LocalTimeCounts;
+
+    #[test]
+    fn every_metric_written_is_a_named_one() {
+        let run = super::super::Summary {
+            users_enqueued: 7,
+            local_time: Some(LocalTimeCounts {
+                waiting: [(1, 3), (2, 4)].into(),
+                ..LocalTimeCounts::default()
+            }),
+            ..Default::default()
+        };
+        let release = super::super::ReleaseSummary {
+            users_released: 5,
+            ..Default::default()
+        };
+        let written: Vec<Metric> = [
+            Response::Run(run),
+            Response::Release(release),
+            Response::Checkpoints(Default::default()),
+        ]
+        .iter()
+        .flat_map(Response::metrics)
+        .collect();
+        for m in &written {
+            assert!(METRIC_NAMES.contains(&m.name.as_str()), "{}", m.name);
+        }
+        let value = |name: &str| written.iter().find(|m| m.name == name).unwrap().values[0];
+        assert_eq!(value("usersEnqueued"), 7.0);
+        assert_eq!(value("usersHeld"), 7.0);
+        assert_eq!(value("usersReleased"), 5.0);
+    }
+}
