@@ -257,6 +257,12 @@ impl SharedRate {
         }
     }
 
+    /// Whether throttling has pushed it down to its floor (`FLOOR` of the ceiling): SES
+    /// refusing for as long as this lasts is what the rate-at-floor alarm is for.
+    pub fn at_floor(&self) -> bool {
+        self.rate <= (self.ceiling * FLOOR).max(0.1) + 1e-9
+    }
+
     /// What the rate becomes at `now_ms` under `ceiling` (this environment's view of it),
     /// after SES throttled (`throttled`) or not; None when it stays as it is.
     pub fn next(&self, ceiling: &SendRate, now_ms: u64, throttled: bool) -> Option<Self> {
@@ -464,12 +470,16 @@ mod tests {
     fn a_long_refusal_stops_at_the_floor() {
         let ceiling = SendRate::configured(1000.0);
         let mut rate = SharedRate::at(&ceiling, 0);
+        assert!(!rate.at_floor());
         for second in 1..100 {
             if let Some(next) = rate.next(&ceiling, second * 1_000, true) {
                 rate = next;
             }
         }
         assert_eq!(rate.rate, 20.0);
+        // What the rate-at-floor alarm watches; one step up and it is off the floor.
+        assert!(rate.at_floor());
+        assert!(!rate.next(&ceiling, 200_000, false).unwrap().at_floor());
     }
 
     #[test]

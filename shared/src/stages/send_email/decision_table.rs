@@ -483,6 +483,35 @@ async fn an_unparseable_body_fails_alone() {
 }
 
 #[tokio::test]
+async fn a_local_time_email_is_measured_by_its_lateness_and_the_rate_it_went_at() {
+    let mut event = event(ADA, 1, false);
+    let now = crate::domain::ledger::epoch_ms(crate::runtime::clock::now()) as i64;
+    let mut job: serde_json::Value =
+        serde_json::from_str(event.records[0].body.as_deref().unwrap()).unwrap();
+    job["due"] = serde_json::json!({"slotLateMs": 1_200, "releasedAtMs": now});
+    event.records[0].body = Some(job.to_string());
+    let stage = stage(
+        MemoryLedger::default(),
+        ScriptedMailer::default(),
+        MemoryCampaigns::default(),
+    );
+    let (_, summary) = stage.handle(event, &invocation(TIMEOUT)).await;
+    assert_eq!(summary.sent, 1);
+    let late = &summary.late_ms.0;
+    assert!(
+        late.len() == 1 && (1_200.0..61_200.0).contains(&late[0]),
+        "{late:?}"
+    );
+    let gauges = crate::runtime::Stage::gauges(&stage);
+    let gauge = |name: &str| gauges.iter().find(|m| m.name == name).map(|m| m.values[0]);
+    assert!(
+        gauge("sharedRatePerSecond").is_some_and(|r| r > 0.0),
+        "{gauges:?}"
+    );
+    assert_eq!(gauge("rateAtFloor"), Some(0.0));
+}
+
+#[tokio::test]
 async fn a_cancelled_campaign_sends_nothing_more_and_its_records_end_cancelled() {
     for (before, after) in [
         (Before::Nothing, SendStatus::Cancelled),

@@ -20,14 +20,14 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             )
             .await
         {
-            Ok(Ok(())) => Done::Sent,
+            Ok(Ok(())) => Done::Sent(late_ms(claim)),
             Ok(Err(LostClaim {
                 status,
                 ses_message_id: recorded,
                 ..
             })) => {
                 if recorded.as_deref() == Some(ses_message_id) {
-                    return Done::Sent;
+                    return Done::Sent(late_ms(claim));
                 }
                 // Another attempt took over after our lease ended (we were too slow).
                 tracing::error!(
@@ -170,4 +170,10 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             }
         }
     }
+}
+
+/// How late a local-time email went after its user's local time, as its record says.
+fn late_ms(claim: &Claim) -> Option<i64> {
+    let now = crate::domain::ledger::epoch_ms(crate::runtime::clock::now()) as i64;
+    claim.due.map(|due| due.late_ms(now))
 }

@@ -123,7 +123,12 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         let mut failed = Vec::new();
         for (id, result) in results {
             match result {
-                Ok(Done::Sent) => summary.sent += 1,
+                Ok(Done::Sent(late_ms)) => {
+                    summary.sent += 1;
+                    if let Some(ms) = late_ms {
+                        summary.late_ms.push(ms as f64);
+                    }
+                }
                 Ok(Done::Duplicate) => summary.duplicates += 1,
                 Ok(Done::Failed) => summary.failed += 1,
                 Ok(Done::PreviouslyFailed) => summary.previously_failed += 1,
@@ -549,7 +554,8 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
 crate::runtime::serve::stage! {
     impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket> for SendEmail<M, L, Q, S, B> {
         SqsEvent => Result<(SqsBatchResponse, Summary), std::convert::Infallible>,
-        |stage, event, invocation| Ok(stage.handle(event, invocation).await)
+        |stage, event, invocation| Ok(stage.handle(event, invocation).await),
+        gauges: |stage| stage.pacer.gauges()
     }
 }
 

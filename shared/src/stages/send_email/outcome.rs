@@ -40,11 +40,20 @@ summary! {
         pub previously_skipped: usize,
         /// Inside the user's quiet hours: returned, hidden until they end.
         pub deferred: usize,
+        /// How late each local-time email sent went after its user's local time, ms
+        /// (`lateMs` on its record): a distribution, for the dashboard's p50 and p99.
+        #[serde(skip_serializing_if = "is_empty")]
+        pub late_ms: crate::stages::summary::Samples,
     }
 }
 
+fn is_empty(samples: &crate::stages::summary::Samples) -> bool {
+    samples.0.is_empty()
+}
+
 pub(super) enum Done {
-    Sent,
+    /// With how late it went after its user's local time (ms), for a local-time email.
+    Sent(Option<i64>),
     Duplicate,
     Failed,
     PreviouslyFailed,

@@ -17,6 +17,9 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+/// The metrics `Pacer::gauges` writes.
+pub const GAUGE_NAMES: [&str; 3] = ["sharedRatePerSecond", "ceilingPerSecond", "rateAtFloor"];
+
 pub struct Pacer<B> {
     bucket: B,
     /// Records per full batch (`EmailsBatchSize`): its chunks are sized by it.
@@ -99,6 +102,22 @@ impl<B: RateBucket> Pacer<B> {
 
     pub fn throttles(&self) -> u64 {
         self.throttles.load(Ordering::Relaxed)
+    }
+
+    /// The shared rate as this environment last saw it, as metrics: the rate, its ceiling,
+    /// and 1 when throttling holds it at its floor (nothing while another batch holds the
+    /// view, or before the first take).
+    pub fn gauges(&self) -> Vec<crate::runtime::emf::Metric> {
+        use crate::runtime::emf::Metric;
+        let Some(rate) = self.local.try_lock().ok().and_then(|local| local.rate) else {
+            return Vec::new();
+        };
+        let [shared, ceiling, at_floor] = GAUGE_NAMES;
+        vec![
+            Metric::per_second(shared, rate.rate),
+            Metric::per_second(ceiling, rate.ceiling),
+            Metric::count(at_floor, f64::from(u8::from(rate.at_floor()))),
+        ]
     }
 
     /// Waits for this environment's next slot and takes it, `ticket` with it; a slot after
