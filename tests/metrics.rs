@@ -29,10 +29,15 @@ fn written() -> BTreeMap<&'static str, Vec<String>> {
         .map(|m| m.to_string())
         .collect();
     let with = |summary: Vec<String>| [invocation.clone(), summary].concat();
+    let named = |names: &[&str]| with(names.iter().map(|n| n.to_string()).collect());
     let functions = BTreeMap::from([
         (
             stage_name::<LambdaSendEmail>(),
-            with(mailflow::stages::send_email::Summary::metric_names()),
+            [
+                with(mailflow::stages::send_email::Summary::metric_names()),
+                named(&mailflow::stages::send_email::pacing::GAUGE_NAMES),
+            ]
+            .concat(),
         ),
         (
             stage_name::<LambdaCreateEmails>(),
@@ -42,10 +47,22 @@ fn written() -> BTreeMap<&'static str, Vec<String>> {
             stage_name::<LambdaSesEvents>(),
             with(mailflow::stages::ses_events::Summary::metric_names()),
         ),
-        (stage_name::<LambdaGetUsers>(), invocation.clone()),
-        (stage_name::<LambdaRateControl>(), invocation.clone()),
-        (stage_name::<LambdaUnsubscribe>(), invocation.clone()),
-        (stage_name::<LambdaOpenContent>(), invocation.clone()),
+        (
+            stage_name::<LambdaGetUsers>(),
+            named(&mailflow::stages::get_users::METRIC_NAMES),
+        ),
+        (
+            stage_name::<LambdaRateControl>(),
+            named(&mailflow::stages::rate_control::METRIC_NAMES),
+        ),
+        (
+            stage_name::<LambdaUnsubscribe>(),
+            named(&mailflow::runtime::function_url::REQUEST_METRICS),
+        ),
+        (
+            stage_name::<LambdaOpenContent>(),
+            named(&mailflow::runtime::function_url::REQUEST_METRICS),
+        ),
         (stage_name::<LambdaReputationGuard>(), invocation.clone()),
     ]);
     assert_eq!(
@@ -68,6 +85,9 @@ fn reasons(function: &str) -> Vec<&'static str> {
             .iter()
             .map(|s| s.as_str())
             .collect(),
+        // The routes a public request is counted by.
+        "OpenContent" => mailflow::stages::open_content::ROUTES.to_vec(),
+        "Unsubscribe" => mailflow::stages::unsubscribe::ROUTES.to_vec(),
         _ => Vec::new(),
     }
 }
@@ -256,9 +276,10 @@ fn every_metric_the_dashboard_and_alarms_name_is_written_or_published() {
                 let at = tag.value.as_str().unwrap();
                 format!("queue:{}", at.strip_suffix(".QueueName").unwrap_or(at))
             }
-            Value::Tagged(tag) if tag.tag == "!Ref" => {
-                format!("function:{}", tag.value.as_str().unwrap())
-            }
+            Value::Tagged(tag) if tag.tag == "!Ref" => match tag.value.as_str().unwrap() {
+                "AWS::StackName" => "STACK".to_owned(),
+                function => format!("function:{function}"),
+            },
             other => other.as_str().unwrap_or_default().to_owned(),
         };
         named.push(Named {

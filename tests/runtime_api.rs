@@ -293,6 +293,11 @@ async fn get_users_fans_out_and_fails_a_bad_checkpoint_alone(
         "{local}"
     );
     assert_eq!(count("timezoneMissing"), seeded.audience.len() as u64);
+    // Its metrics: the users held, as the summary counts them.
+    if host != Host::SamLocal {
+        let doc = emf_of(&run.stderr, "GetUsers");
+        assert_eq!(doc["usersHeld"].as_f64(), Some(waiting as f64), "{doc}");
+    }
     let run = run_function(
         host,
         "get-users",
@@ -374,16 +379,18 @@ async fn create_and_send_fail_a_bad_record_alone(host: Host, env: &TestEnv) {
     // Its metrics, one EMF document per invocation on stdout (SAM's log attach is left out:
     // it has lost lines before).
     if host != Host::SamLocal {
-        let docs = emf_documents(&run.stderr);
-        let send = docs
-            .iter()
-            .find(|d| d["Function"] == "SendEmail")
-            .unwrap_or_else(|| panic!("no EMF line of SendEmail in:\n{}", run.stderr));
+        let send = emf_of(&run.stderr, "SendEmail");
         assert_eq!(send["Invocations"], 1.0);
         assert_eq!(send["sent"], 1.0, "{send}");
         // The malformed job is handed back for a retry (its batch item failure).
         assert_eq!(send["retried"], 1.0, "{send}");
         assert!(send["BackendRequests"].as_f64().unwrap() >= 3.0, "{send}");
+        // The shared rate it sent at, not held at its floor.
+        assert!(
+            send["sharedRatePerSecond"].as_f64().unwrap() > 0.0,
+            "{send}"
+        );
+        assert_eq!(send["rateAtFloor"], 0.0, "{send}");
         let directive = &send["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(directive["Namespace"], mailflow::runtime::emf::NAMESPACE);
         let declared: Vec<&str> = directive["Metrics"]
@@ -401,12 +408,13 @@ async fn create_and_send_fail_a_bad_record_alone(host: Host, env: &TestEnv) {
     }
 }
 
-/// The EMF documents among a function's log lines.
-fn emf_documents(logs: &str) -> Vec<serde_json::Value> {
+/// `function`'s EMF document among its log lines (the last, one per invocation).
+fn emf_of(logs: &str, function: &str) -> serde_json::Value {
     logs.lines()
+        .rev()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|doc| doc.get("_aws").is_some())
-        .collect()
+        .find(|doc| doc.get("_aws").is_some() && doc["Function"] == function)
+        .unwrap_or_else(|| panic!("no EMF line of {function} in:\n{logs}"))
 }
 
 /// SesEvents with its sample batch.
