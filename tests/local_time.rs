@@ -223,6 +223,31 @@ async fn a_campaign_at_nine_in_every_zone_goes_out_slot_by_slot_exactly_once() {
     let released: u64 = report.releases.iter().map(|r| r.users).sum();
     assert_eq!(released as usize, expected.len());
     eprintln!("{}", local.describe());
+    // The campaign as `mailctl report` draws it, in a real browser: lateness by zone, one
+    // bar for each of the ten zones with the most emails, nothing fetched.
+    let html = mailctl::report::render(&status, &records.values().cloned().collect::<Vec<_>>());
+    let args = ["--name", "local-time-report"];
+    let page = mailflow_tests::browse("report.mjs", "local-time-report", &html, &args).await;
+    assert_eq!(page["requests"], json!([]), "the report fetches nothing");
+    let zones: BTreeSet<_> = records
+        .values()
+        .filter(|r| r.late_ms.is_some())
+        .map(|r| r.zone.clone().expect("each claim records its zone"))
+        .collect();
+    assert!(zones.len() >= 30, "{zones:?}");
+    let lateness = page["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["caption"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("Local-time lateness")
+        })
+        .unwrap_or_else(|| panic!("no lateness plot: {page}"));
+    assert_eq!(lateness["bars"], 10, "{lateness}");
+    assert_eq!(page["counts"]["sent"], status.sent);
     for dlq in names::CAMPAIGN_DLQS {
         assert_eq!(env.depth(dlq).await.unwrap(), 0, "{dlq}");
     }

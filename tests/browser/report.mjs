@@ -1,6 +1,7 @@
 // Opens `mailctl report`'s HTML in headless Chromium: every plot drawn, nothing fetched from
 // anywhere, the counts as the page shows them. Prints one JSON line; the screenshot goes to
-// --shots. Usage: node report.mjs --html FILE --shots DIR
+// --shots, as NAME.png (default campaign-report). Usage: node report.mjs --html FILE --shots DIR
+// [--name NAME]
 import { chromium } from "playwright-core";
 import { pathToFileURL } from "node:url";
 
@@ -35,7 +36,8 @@ try {
   report.counts = await page.$$eval("td[data-count]", (cells) =>
     Object.fromEntries(cells.map((c) => [c.dataset.count, Number(c.textContent)])),
   );
-  await page.screenshot({ path: `${args.shots}/campaign-report.png`, fullPage: true });
+  const name = args.name ?? "campaign-report";
+  await page.screenshot({ path: `${args.shots}/${name}.png`, fullPage: true });
 } finally {
   await browser.close();
 }
