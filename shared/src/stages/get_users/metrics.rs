@@ -55,10 +55,18 @@ impl Response {
                 count("usersReleased", release.users_released),
                 count("usersDropped", release.users_dropped),
             ],
-            Response::Checkpoints(batch) => vec![count(
-                "checkpointsFailed",
-                batch.batch_item_failures.len() as u64,
-            )],
+            // Every segment and release of the batch, added up by name.
+            Response::Checkpoints(batch) => {
+                let failed = batch.response.batch_item_failures.len() as u64;
+                let mut out = vec![count("checkpointsFailed", failed)];
+                for m in batch.done.iter().flat_map(Response::metrics) {
+                    match out.iter_mut().find(|o| o.name == m.name) {
+                        Some(o) => o.values[0] += m.values[0],
+                        None => out.push(m),
+                    }
+                }
+                out
+            }
         }
     }
 }
@@ -82,14 +90,19 @@ mod tests {
             users_released: 5,
             ..Default::default()
         };
-        let written: Vec<Metric> = [
-            Response::Run(run),
-            Response::Release(release),
-            Response::Checkpoints(Default::default()),
-        ]
-        .iter()
-        .flat_map(Response::metrics)
-        .collect();
+        // A batch of checkpoints counts every segment and release in it.
+        let batch = Response::Checkpoints(super::super::Checkpoints {
+            response: Default::default(),
+            done: vec![Response::Run(run.clone()), Response::Run(run.clone())],
+        });
+        let twice = batch.metrics();
+        let total = |name: &str| twice.iter().find(|m| m.name == name).unwrap().values[0];
+        assert_eq!(total("usersEnqueued"), 14.0);
+        assert_eq!(total("checkpointsFailed"), 0.0);
+        let written: Vec<Metric> = [Response::Run(run), Response::Release(release), batch]
+            .iter()
+            .flat_map(Response::metrics)
+            .collect();
         for m in &written {
             assert!(METRIC_NAMES.contains(&m.name.as_str()), "{}", m.name);
         }

@@ -199,17 +199,18 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             }
             Request::Continuations(records) => {
                 let mut failed = Vec::new();
+                let mut done = Vec::new();
                 for (id, body) in records {
                     let result = match parse_body::<Continuation>(body.as_deref()) {
                         Ok(Continuation::Checkpoint(cp)) => self
                             .run(cp.into(), invocation)
                             .await
-                            .map(|_| ())
+                            .map(|run| Some(Response::Run(run)))
                             .map_err(|e| e.to_string()),
                         Ok(Continuation::Release(r)) => self
                             .release(r.release_waiting, invocation)
                             .await
-                            .map(|_| ())
+                            .map(|release| Some(Response::Release(release)))
                             .map_err(|e| e.to_string()),
                         Ok(Continuation::FailedInvocation(failed)) => {
                             self.retry_failed(&id, failed.request_payload, invocation)
@@ -217,12 +218,18 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                         }
                         Err(reason) => Err(reason.to_string()),
                     };
-                    if let Err(reason) = result {
-                        tracing::error!(message_id = %id, %reason, "checkpoint failed; it will be retried");
-                        failed.push(id);
+                    match result {
+                        Ok(response) => done.extend(response),
+                        Err(reason) => {
+                            tracing::error!(message_id = %id, %reason, "checkpoint failed; it will be retried");
+                            failed.push(id);
+                        }
                     }
                 }
-                Ok(Response::Checkpoints(batch_response(failed)))
+                Ok(Response::Checkpoints(Checkpoints {
+                    response: batch_response(failed),
+                    done,
+                }))
             }
         }
     }
@@ -236,23 +243,26 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         message_id: &str,
         event: Value,
         invocation: &Invocation,
-    ) -> Result<(), String> {
+    ) -> Result<Option<Response>, String> {
         let outcome = match parse_request(event, &self.config.local_time, self.clock.now_ms()) {
-            Ok(Request::Run(run)) => self.run(run, invocation).await.map(|_| ()),
-            Ok(Request::Release(release)) => self.release(release, invocation).await.map(|_| ()),
+            Ok(Request::Run(run)) => self.run(run, invocation).await.map(Response::Run),
+            Ok(Request::Release(release)) => self
+                .release(release, invocation)
+                .await
+                .map(Response::Release),
             Ok(Request::Continuations(_)) => Err(GetUsersError::BadRequest(
                 "an SQS batch, which Lambda never invokes asynchronously".into(),
             )),
             Err(err) => Err(err),
         };
         match outcome {
-            Ok(()) => {
+            Ok(response) => {
                 tracing::info!(%message_id, "a failed asynchronous invocation succeeded from the continuation queue");
-                Ok(())
+                Ok(Some(response))
             }
             Err(err) if err.repeats() => {
                 tracing::error!(%message_id, reason = %err, "a failed asynchronous invocation would fail the same way again: dropped");
-                Ok(())
+                Ok(None)
             }
             Err(err) => Err(err.to_string()),
         }
@@ -594,7 +604,17 @@ impl From<StoreError> for GetUsersError {
 pub enum Response {
     Run(Summary),
     Release(ReleaseSummary),
-    Checkpoints(aws_lambda_events::event::sqs::SqsBatchResponse),
+    Checkpoints(Checkpoints),
+}
+
+/// A batch of checkpoints: the partial batch response Lambda reads, and what the runs and
+/// releases in it did (for the invocation's metrics, not part of the answer).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Checkpoints {
+    #[serde(flatten)]
+    pub response: aws_lambda_events::event::sqs::SqsBatchResponse,
+    #[serde(skip)]
+    pub done: Vec<Response>,
 }
 
 impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {

@@ -307,8 +307,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             if cancelled {
                 summary.users_dropped += ids.len() as u64;
             } else {
+                // An experiment's rest let go by a pick before the decision's slot: on time,
+                // not early.
                 let due = Due {
-                    slot_late_ms: self.clock.now_ms() - release.slot_ms,
+                    slot_late_ms: (self.clock.now_ms() - release.slot_ms).max(0),
                     released_at_ms: SystemClock.now_ms(),
                 };
                 let bodies: Vec<String> = bodies

@@ -301,7 +301,8 @@ async fn a_run_out_of_time_continues_from_checkpoints_without_gaps_or_repeats() 
         let checkpoint: Checkpoint = serde_json::from_str(&body).unwrap();
         assert_eq!(checkpoint.segment as usize, segments);
         let records = json!({"Records": [{"messageId": "c", "body": body}]});
-        let Response::Checkpoints(response) = stage.handle(records, &plenty()).await.unwrap()
+        let Response::Checkpoints(Checkpoints { response, .. }) =
+            stage.handle(records, &plenty()).await.unwrap()
         else {
             panic!("expected a batch response");
         };
@@ -327,7 +328,9 @@ async fn a_queue_that_refuses_fails_the_run_and_leaves_no_checkpoint() {
 
 /// The message ids of an SQS batch of continuation records that come back for a retry.
 async fn failed_records(stage: &Stage, records: Value) -> Vec<String> {
-    let Response::Checkpoints(response) = stage.handle(records, &plenty()).await.unwrap() else {
+    let Response::Checkpoints(Checkpoints { response, .. }) =
+        stage.handle(records, &plenty()).await.unwrap()
+    else {
         panic!("expected a batch response");
     };
     response
@@ -445,7 +448,9 @@ async fn a_paused_campaign_parks_its_checkpoint_and_continues_from_it_when_resum
     // checkpoint enqueues the whole audience.
     let resumed = stage("3600");
     let records = json!({"Records": [{"messageId": "parked", "body": parked[0]}]});
-    let Response::Checkpoints(response) = resumed.handle(records, &plenty()).await.unwrap() else {
+    let Response::Checkpoints(Checkpoints { response, .. }) =
+        resumed.handle(records, &plenty()).await.unwrap()
+    else {
         panic!("expected a batch response");
     };
     assert!(response.batch_item_failures.is_empty());

@@ -112,7 +112,9 @@ async fn a_slot_is_released_at_its_instant_never_before_and_not_while_paused() {
     let parked = stage.continuation.bodies().last().cloned().unwrap();
     stage.campaigns.states.resume(campaign().id.as_str());
     let records = json!({"Records": [{"messageId": "r", "body": parked}]});
-    let Response::Checkpoints(response) = stage.handle(records, &plenty()).await.unwrap() else {
+    let Response::Checkpoints(Checkpoints { response, .. }) =
+        stage.handle(records, &plenty()).await.unwrap()
+    else {
         panic!("expected a batch response");
     };
     assert!(response.batch_item_failures.is_empty());
