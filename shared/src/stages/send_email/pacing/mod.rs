@@ -18,7 +18,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 /// The metrics `Pacer::gauges` writes.
-pub const GAUGE_NAMES: [&str; 3] = ["sharedRatePerSecond", "ceilingPerSecond", "rateAtFloor"];
+pub const GAUGE_NAMES: [&str; 2] = ["sharedRatePerSecond", "rateAtFloor"];
 
 pub struct Pacer<B> {
     bucket: B,
@@ -34,6 +34,8 @@ pub struct Pacer<B> {
     deep: AtomicBool,
     /// SES's throttles seen by this environment.
     throttles: AtomicU64,
+    /// A slot was taken since the last `gauges`: the view is this invocation's.
+    sending: AtomicBool,
 }
 
 #[derive(Default)]
@@ -78,6 +80,7 @@ impl<B: RateBucket> Pacer<B> {
             last_began: std::sync::Mutex::new(None),
             deep: AtomicBool::new(false),
             throttles: AtomicU64::new(0),
+            sending: AtomicBool::new(false),
         }
     }
 
@@ -104,18 +107,21 @@ impl<B: RateBucket> Pacer<B> {
         self.throttles.load(Ordering::Relaxed)
     }
 
-    /// The shared rate as this environment last saw it, as metrics: the rate, its ceiling,
-    /// and 1 when throttling holds it at its floor (nothing while another batch holds the
-    /// view, or before the first take).
+    /// The shared rate this environment sent at since the last call, as metrics: the rate
+    /// and 1 when throttling holds it at its floor. Nothing when it took no slot since (a
+    /// paused campaign, duplicates only: a view that old says nothing of SES now), nor while
+    /// another batch holds the view.
     pub fn gauges(&self) -> Vec<crate::runtime::emf::Metric> {
         use crate::runtime::emf::Metric;
+        if !self.sending.swap(false, Ordering::Relaxed) {
+            return Vec::new();
+        }
         let Some(rate) = self.local.try_lock().ok().and_then(|local| local.rate) else {
             return Vec::new();
         };
-        let [shared, ceiling, at_floor] = GAUGE_NAMES;
+        let [shared, at_floor] = GAUGE_NAMES;
         vec![
             Metric::per_second(shared, rate.rate),
-            Metric::per_second(ceiling, rate.ceiling),
             Metric::count(at_floor, f64::from(u8::from(rate.at_floor()))),
         ]
     }
@@ -178,6 +184,7 @@ impl<B: RateBucket> Pacer<B> {
             }
         };
         drop(ticket);
+        self.sending.store(true, Ordering::Relaxed);
         if slot > latest_us {
             // Taken earlier (a chunk's rest) and too late for this invocation: lost.
             let wait = slot.saturating_sub(epoch_us(crate::runtime::clock::now()));
