@@ -245,7 +245,7 @@ impl SendLedger for DynamoLedger {
     }
 
     /// SENT with the SES message id, only while this attempt still holds the claim.
-    async fn mark_sent(&self, claim: &Claim, ses_message_id: &str) -> Marked {
+    async fn mark_sent(&self, claim: &Claim, ses_message_id: &str, late_ms: Option<i64>) -> Marked {
         let mut values = HashMap::from([
             (":sent".into(), s(SendStatus::Sent.as_str())),
             (":id".into(), s(ses_message_id)),
@@ -254,12 +254,8 @@ impl SendLedger for DynamoLedger {
             "SET #status = :sent, sesMessageId = :id, completedAt = :now, updatedAt = :now",
         );
         // A local-time email: how long after its user's local send time it went.
-        if let Some(due) = claim.due {
-            let now = epoch_ms(SystemTime::now()) as i64;
-            values.insert(
-                ":late".into(),
-                AttributeValue::N(due.late_ms(now).to_string()),
-            );
+        if let Some(late) = late_ms {
+            values.insert(":late".into(), AttributeValue::N(late.to_string()));
             set.push_str(", lateMs = :late");
         }
         let update = format!("{set} REMOVE leaseUntil, lastError");

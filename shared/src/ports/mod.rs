@@ -51,9 +51,14 @@ pub trait SendLedger: CapLedger + Send + Sync {
     /// Counts a suppressed duplicate on a SENT record.
     fn note_duplicate(&self, key: &SendKey)
         -> impl Future<Output = Result<(), LedgerError>> + Send;
-    /// SENT with the SES message id, while this attempt holds the claim.
-    fn mark_sent(&self, claim: &Claim, ses_message_id: &str)
-        -> impl Future<Output = Marked> + Send;
+    /// SENT with the SES message id (and, for a local-time email, how late it went), while
+    /// this attempt holds the claim.
+    fn mark_sent(
+        &self,
+        claim: &Claim,
+        ses_message_id: &str,
+        late_ms: Option<i64>,
+    ) -> impl Future<Output = Marked> + Send;
     /// FAILED with the reason, while this attempt holds the claim.
     fn mark_failed(&self, claim: &Claim, reason: &str) -> impl Future<Output = Marked> + Send;
     /// Ends the lease now; `send_error` counts an error the service answered with.

@@ -33,17 +33,15 @@ impl Tally for BTreeMap<&'static str, usize> {
     }
 }
 
-/// Samples of one quantity, one per record (SendEmail's lateness): written as a
+/// Samples of one quantity, one per record (SendEmail's lateness, ms): written as a
 /// distribution, so CloudWatch can give its percentiles. A total keeps the first
 /// `emf::MAX_VALUES`: samples are for metrics, which take no more from one invocation.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(transparent)]
-pub struct Samples(pub Vec<f64>);
-
-impl Eq for Samples {}
+pub struct Samples(pub Vec<i64>);
 
 impl Samples {
-    pub fn push(&mut self, value: f64) {
+    pub fn push(&mut self, value: i64) {
         if self.0.len() < crate::runtime::emf::MAX_VALUES {
             self.0.push(value);
         }
@@ -58,7 +56,7 @@ impl Tally for Samples {
     }
 
     fn sample() -> Self {
-        Self(vec![1.0])
+        Self(vec![1])
     }
 }
 

@@ -75,9 +75,9 @@ impl SendLedger for Slow<MemoryLedger> {
         self.inner.note_duplicate(key).await
     }
 
-    async fn mark_sent(&self, claim: &Claim, ses_message_id: &str) -> Marked {
+    async fn mark_sent(&self, claim: &Claim, ses_message_id: &str, late_ms: Option<i64>) -> Marked {
         self.wait().await;
-        self.inner.mark_sent(claim, ses_message_id).await
+        self.inner.mark_sent(claim, ses_message_id, late_ms).await
     }
 
     async fn mark_failed(&self, claim: &Claim, reason: &str) -> Marked {

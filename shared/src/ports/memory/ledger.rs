@@ -158,7 +158,12 @@ impl SendLedger for MemoryLedger {
         Ok(())
     }
 
-    async fn mark_sent(&self, claim: &Claim, ses_message_id: &str) -> Marked {
+    async fn mark_sent(
+        &self,
+        claim: &Claim,
+        ses_message_id: &str,
+        _late_ms: Option<i64>,
+    ) -> Marked {
         self.finish("mark sent", claim, |r| {
             r.status = Some(SendStatus::Sent);
             r.ses_message_id = Some(ses_message_id.to_owned());

@@ -13,21 +13,23 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         ses_message_id: &str,
         invocation: &Invocation,
     ) -> Done {
+        // Worked out once: the record and the metrics say the same.
+        let late_ms = late_ms(claim);
         match self
             .retry_write(
-                || self.ledger.mark_sent(claim, ses_message_id),
+                || self.ledger.mark_sent(claim, ses_message_id, late_ms),
                 |_| invocation.remaining() > MARK_SENT_MARGIN,
             )
             .await
         {
-            Ok(Ok(())) => Done::Sent(late_ms(claim)),
+            Ok(Ok(())) => Done::Sent(late_ms),
             Ok(Err(LostClaim {
                 status,
                 ses_message_id: recorded,
                 ..
             })) => {
                 if recorded.as_deref() == Some(ses_message_id) {
-                    return Done::Sent(late_ms(claim));
+                    return Done::Sent(late_ms);
                 }
                 // Another attempt took over after our lease ended (we were too slow).
                 tracing::error!(
@@ -172,8 +174,9 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
     }
 }
 
-/// How late a local-time email went after its user's local time, as its record says.
+/// How late an email let go from the waiting room went after its slot (system clock,
+/// as `Due` counts it).
 fn late_ms(claim: &Claim) -> Option<i64> {
-    let now = crate::domain::ledger::epoch_ms(crate::runtime::clock::now()) as i64;
+    let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now()) as i64;
     claim.due.map(|due| due.late_ms(now))
 }

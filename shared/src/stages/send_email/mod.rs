@@ -126,7 +126,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                 Ok(Done::Sent(late_ms)) => {
                     summary.sent += 1;
                     if let Some(ms) = late_ms {
-                        summary.late_ms.push(ms as f64);
+                        summary.late_ms.push(ms);
                     }
                 }
                 Ok(Done::Duplicate) => summary.duplicates += 1,
