@@ -156,6 +156,7 @@ pub fn stage_name<S>() -> &'static str {
 /// One EMF document: the metrics at the root with their dimensions, and the `_aws` block
 /// that declares them.
 pub fn document(stack: &str, function: &str, timestamp_ms: u64, metrics: &[Metric]) -> Value {
+    let metrics = &valid(metrics);
     let declared: Vec<Value> = metrics
         .iter()
         .map(|m| json!({"Name": m.name, "Unit": m.unit}))
@@ -182,6 +183,19 @@ pub fn document(stack: &str, function: &str, timestamp_ms: u64, metrics: &[Metri
         root.insert(m.name.clone(), value);
     }
     Value::Object(root)
+}
+
+/// The metrics CloudWatch takes: finite values (JSON has no NaN: one would be written as
+/// null and the whole document dropped), at least one each.
+fn valid(metrics: &[Metric]) -> Vec<Metric> {
+    metrics
+        .iter()
+        .map(|m| Metric {
+            values: m.values.iter().copied().filter(|v| v.is_finite()).collect(),
+            ..m.clone()
+        })
+        .filter(|m| !m.values.is_empty())
+        .collect()
 }
 
 /// Writes one invocation's document on stdout as one line (CloudWatch Logs reads it there).
@@ -230,6 +244,21 @@ mod tests {
         assert_eq!(doc["skipped.held_out"], 2.0);
         // Samples as an array: CloudWatch keeps each value (percentiles).
         assert_eq!(doc["lateMs"], json!([1.5, 40.0]));
+        // What JSON cannot carry is left out, never written as null.
+        let odd = [
+            Metric::ms("a", f64::NAN),
+            Metric::samples("b", vec![f64::INFINITY, 2.0], "Count"),
+        ];
+        let kept = document("prod", "SendEmail", 7, &odd);
+        assert!(kept.get("a").is_none(), "{kept}");
+        assert_eq!(kept["b"], 2.0);
+        assert_eq!(
+            kept["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
         let directive = &doc["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(directive["Namespace"], NAMESPACE);
         assert_eq!(directive["Metrics"][2]["Name"], "skipped.held_out");

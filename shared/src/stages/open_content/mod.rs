@@ -178,6 +178,46 @@ enum Route {
     Pick,
     Badge,
     Go,
+    /// One of the badge images, by its name under `static/`.
+    Static(&'static Image),
+    Other,
+}
+
+impl Route {
+    /// A request's route from its path: the last segment, or an image under `static/`.
+    fn of(path: &str) -> Self {
+        let images = &*IMAGES;
+        for (name, img) in [
+            ("hot.png", &images.hot),
+            ("popular.png", &images.popular),
+            ("none.png", &images.none),
+            ("fallback.png", &images.fallback),
+        ] {
+            if path
+                .strip_suffix(name)
+                .is_some_and(|p| p.ends_with("/static/"))
+            {
+                return Route::Static(img);
+            }
+        }
+        match path.rsplit('/').next() {
+            Some("pick") => Route::Pick,
+            Some("badge") => Route::Badge,
+            Some("go") => Route::Go,
+            _ => Route::Other,
+        }
+    }
+
+    /// Its name in the metrics (`ROUTES`).
+    fn name(&self) -> &'static str {
+        match self {
+            Route::Pick => "pick",
+            Route::Badge => "badge",
+            Route::Go => "go",
+            Route::Static(_) => "static",
+            Route::Other => "other",
+        }
+    }
 }
 
 /// Generic over its ports: the DynamoDB table of frozen picks and activity, MongoDB's users
@@ -300,26 +340,11 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
         if !matches!(request.method.as_str(), "GET" | "HEAD") {
             return text(405, "Open the email's images and links with GET.");
         }
-        let path = request.path.as_str();
         let images = &*IMAGES;
-        for (name, img) in [
-            ("hot.png", &images.hot),
-            ("popular.png", &images.popular),
-            ("none.png", &images.none),
-            ("fallback.png", &images.fallback),
-        ] {
-            if path
-                .strip_suffix(name)
-                .is_some_and(|p| p.ends_with("/static/"))
-            {
-                return image(200, img, IMMUTABLE);
-            }
-        }
-        let route = match path.rsplit('/').next() {
-            Some("pick") => Route::Pick,
-            Some("badge") => Route::Badge,
-            Some("go") => Route::Go,
-            _ => return text(404, "Not found"),
+        let route = match Route::of(&request.path) {
+            Route::Static(img) => return image(200, img, IMMUTABLE),
+            Route::Other => return text(404, "Not found"),
+            route => route,
         };
         let slot = match request.param("t").map(|t| self.sealer.open(&t)) {
             Some(Ok(slot)) => slot,
@@ -332,7 +357,7 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
                 tracing::warn!(%reason, ?route, "slot refused");
                 return match route {
                     Route::Go => text(404, "This link is not valid."),
-                    Route::Pick | Route::Badge => image(404, &images.pixel, "no-store"),
+                    _ => image(404, &images.pixel, "no-store"),
                 };
             }
         };
@@ -350,7 +375,7 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
             match route {
                 Route::Pick => self.pick(request, &slot, &owner, by).await,
                 Route::Badge => self.badge(&slot, &owner, by).await,
-                Route::Go => self.go(request, &slot, &owner, by).await,
+                _ => self.go(request, &slot, &owner, by).await,
             }
         }
         .instrument(span)
@@ -773,25 +798,12 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
 /// The routes a request's metrics are counted by (`function_url::request_metrics`).
 pub const ROUTES: [&str; 5] = ["pick", "badge", "go", "static", "other"];
 
-/// A request's route, from its path as `handle` reads it.
-fn route_of(path: &str) -> &'static str {
-    if path.contains("/static/") {
-        return "static";
-    }
-    match path.rsplit('/').next() {
-        Some("pick") => "pick",
-        Some("badge") => "badge",
-        Some("go") => "go",
-        _ => "other",
-    }
-}
-
 // A Function URL request in, the image, redirect or page out.
 crate::runtime::serve::stage! {
     impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> for OpenContent<S, D, R> {
         Value => Result<(Value, Vec<crate::runtime::emf::Metric>), std::convert::Infallible>,
         |stage, event, invocation| {
-            let route = route_of(function_url::method_and_path(&event).1);
+            let route = Route::of(function_url::method_and_path(&event).1).name();
             let answer = stage.handle_function_url(&event, &invocation.request_id);
             Ok(function_url::measured(route, answer).await)
         }
