@@ -183,9 +183,16 @@ pub fn bar_chart(title: &str, bars: &[Bar], y_label: &str) -> String {
         escape(title)
     );
     frame(&mut out, y_max, y_label, "");
+    // A label wider than its slot (at about 5 px a character) is cut; the bar's tooltip has
+    // it whole.
+    let fits = ((slot / 5.2) as usize).max(3);
     for (i, b) in bars.iter().enumerate() {
         let x0 = LEFT + slot * i as f64 + slot * 0.15;
         let w = slot * 0.7;
+        let shown = match b.label.chars().count() > fits {
+            true => format!("{}…", b.label.chars().take(fits - 1).collect::<String>()),
+            false => b.label.clone(),
+        };
         let _ = write!(
             out,
             r#"<rect class="bar" x="{x0:.1}" y="{:.1}" width="{w:.1}" height="{:.1}" fill="{}"><title>{}: {}</title></rect><text x="{:.1}" y="{}" font-size="9" text-anchor="middle">{}</text><text x="{:.1}" y="{:.1}" font-size="9" text-anchor="middle">{}</text>"#,
@@ -196,7 +203,7 @@ pub fn bar_chart(title: &str, bars: &[Bar], y_label: &str) -> String {
             format_number(b.value),
             x0 + w / 2.0,
             HEIGHT - BOTTOM + 11.0,
-            escape(&b.label),
+            escape(&shown),
             x0 + w / 2.0,
             y(b.value) - 3.0,
             format_number(b.value)
@@ -344,23 +351,35 @@ pub fn render(status: &CampaignStatus, records: &[SendRecord]) -> String {
     if !by_zone.is_empty() {
         let mut zones: Vec<(String, Vec<i64>)> = by_zone.into_iter().collect();
         zones.sort_by_key(|(_, l)| std::cmp::Reverse(l.len()));
+        zones.truncate(10);
+        // Seconds while every email went within two minutes of its slot, else minutes.
+        let latest = zones
+            .iter()
+            .flat_map(|(_, l)| l)
+            .max()
+            .copied()
+            .unwrap_or(0);
+        let (per, unit) = match latest < 120_000 {
+            true => (1_000.0, "seconds late"),
+            false => (60_000.0, "minutes late"),
+        };
         let bars: Vec<Bar> = zones
             .into_iter()
-            .take(10)
             .map(|(zone, mut late)| {
                 late.sort_unstable();
-                let minutes = |ms: i64| ms.max(0) as f64 / 60_000.0;
+                let scaled = |ms: i64| ms.max(0) as f64 / per;
                 Bar {
-                    label: zone,
-                    value: minutes(late[late.len() / 2]),
-                    interval: Some((minutes(late[0]), minutes(late[late.len() - 1]))),
+                    // The city is enough under the plot (`America/Sao_Paulo`: Sao Paulo).
+                    label: zone.rsplit('/').next().unwrap_or(&zone).replace('_', " "),
+                    value: scaled(late[late.len() / 2]),
+                    interval: Some((scaled(late[0]), scaled(late[late.len() - 1]))),
                 }
             })
             .collect();
         body.push_str(&bar_chart(
             "Local-time lateness by zone: median, and the range",
             &bars,
-            "minutes late",
+            unit,
         ));
     }
 
@@ -398,13 +417,22 @@ pub fn render(status: &CampaignStatus, records: &[SendRecord]) -> String {
             points: hourly(*e),
         })
         .collect();
-    body.push_str(&line_chart(
-        &format!("Opens and clicks by {unit} (each email once)"),
-        &series,
-        &format!("{unit}s since the first email"),
-        "emails",
-        None,
-    ));
+    let title = format!("Opens and clicks by {unit} (each email once)");
+    if records.iter().all(|r| r.engagement.is_empty()) {
+        let _ = write!(
+            body,
+            r#"<p class="empty"><b>{}</b>: none recorded yet (SES's events, the pick slots).</p>"#,
+            escape(&title)
+        );
+    } else {
+        body.push_str(&line_chart(
+            &title,
+            &series,
+            &format!("{unit}s since the first email"),
+            "emails",
+            None,
+        ));
+    }
 
     // 5. The experiment's variants: the rate people clicked (or opened), with its interval.
     if let Some(e) = &status.experiment {
