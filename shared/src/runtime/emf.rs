@@ -85,7 +85,7 @@ impl Measured for Vec<Metric> {
 }
 
 /// The counts of a summary serialised as JSON (numbers, objects of numbers, and arrays of
-/// samples, such as SendEmail's `lateMs`).
+/// samples, such as SendEmail's `lateMs`), those of 0 left out (`nonzero`).
 pub fn counts_of(summary: &impl serde::Serialize) -> Vec<Metric> {
     let mut out = Vec::new();
     if let Ok(Value::Object(fields)) = serde_json::to_value(summary) {
@@ -110,7 +110,18 @@ pub fn counts_of(summary: &impl serde::Serialize) -> Vec<Metric> {
             }
         }
     }
-    out
+    nonzero(out)
+}
+
+/// `metrics` without the counts of 0. CloudWatch bills a custom metric for each hour it
+/// receives data, and a sum over an hour with no datapoint is 0 all the same: a count that
+/// stayed 0 (`busy`, `failed`, most reasons) costs nothing then. Gauges, times and samples
+/// stay whatever their value (a rate at its floor is 0 most of the time, and must say so).
+pub fn nonzero(metrics: Vec<Metric>) -> Vec<Metric> {
+    metrics
+        .into_iter()
+        .filter(|m| m.unit != "Count" || m.values.len() != 1 || m.values[0] != 0.0)
+        .collect()
 }
 
 /// The metrics every invocation of every function writes (`runtime::serve`).
@@ -216,6 +227,7 @@ mod tests {
     #[serde(rename_all = "camelCase")]
     struct Sample {
         sent: usize,
+        busy: usize,
         skipped: std::collections::BTreeMap<&'static str, usize>,
         late_ms: Vec<f64>,
         note: &'static str,
@@ -225,7 +237,8 @@ mod tests {
     fn a_summary_becomes_counts_and_the_document_declares_each() {
         let sample = Sample {
             sent: 3,
-            skipped: [("held_out", 2)].into(),
+            busy: 0,
+            skipped: [("held_out", 2), ("expired", 0)].into(),
             late_ms: vec![1.5, 40.0],
             note: "not a count",
         };

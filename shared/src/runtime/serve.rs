@@ -82,13 +82,13 @@ pub async fn serve<S: Stage>(stage: S) -> Result<(), lambda_runtime::Error> {
         let cold_start = cold.swap(false, std::sync::atomic::Ordering::Relaxed);
         let [invocations, cold_starts, errors, backend_requests, duration] =
             emf::INVOCATION_METRICS;
-        let mut metrics = vec![
+        let mut metrics = emf::nonzero(vec![
             emf::Metric::count(invocations, 1.0),
             emf::Metric::count(cold_starts, f64::from(u8::from(cold_start))),
             emf::Metric::count(errors, f64::from(u8::from(result.is_err()))),
             emf::Metric::count(backend_requests, requests as f64),
             emf::Metric::ms(duration, started.elapsed().as_secs_f64() * 1000.0),
-        ];
+        ]);
         if let Ok((_, summary)) = &result {
             metrics.extend(emf::Measured::metrics(summary));
         }

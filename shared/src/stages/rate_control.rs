@@ -7,6 +7,8 @@
 //! SendEmail environment read the quota and listed the region's mappings every 5 minutes:
 //! with hundreds of environments that used up the Lambda control-plane calls that pausing a
 //! campaign and the reputation guard need, and SES's GetAccount.
+//! Over 450 lines with its tests, which drive the ceiling, both mappings' sizing and their
+//! refusals through the same in-memory ports.
 
 use crate::domain::fan_out::{composers_for, Composer, ComposerSizing};
 use crate::domain::public_urls::{PublicUrls, Short};
@@ -70,7 +72,7 @@ impl Summary {
             self.ses_max_send_rate
                 .map(|max| Metric::per_second("sesMaxSendRate", max)),
         );
-        out
+        crate::runtime::emf::nonzero(out)
     }
 }
 

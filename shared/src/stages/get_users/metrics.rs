@@ -25,8 +25,12 @@ pub const METRIC_NAMES: [&str; 15] = [
 ];
 
 impl Response {
-    /// This invocation's counts as metrics.
+    /// This invocation's counts as metrics (those of 0 left out: `emf::nonzero`).
     pub fn metrics(&self) -> Vec<Metric> {
+        crate::runtime::emf::nonzero(self.all_counts())
+    }
+
+    fn all_counts(&self) -> Vec<Metric> {
         let count = |name: &str, n: u64| Metric::count(name, n as f64);
         match self {
             Response::Run(run) => {
@@ -59,7 +63,7 @@ impl Response {
             Response::Checkpoints(batch) => {
                 let failed = batch.response.batch_item_failures.len() as u64;
                 let mut out = vec![count("checkpointsFailed", failed)];
-                for m in batch.done.iter().flat_map(Response::metrics) {
+                for m in batch.done.iter().flat_map(Response::all_counts) {
                     match out.iter_mut().find(|o| o.name == m.name) {
                         Some(o) => o.values[0] += m.values[0],
                         None => out.push(m),
@@ -98,7 +102,8 @@ mod tests {
         let twice = batch.metrics();
         let total = |name: &str| twice.iter().find(|m| m.name == name).unwrap().values[0];
         assert_eq!(total("usersEnqueued"), 14.0);
-        assert_eq!(total("checkpointsFailed"), 0.0);
+        // A count of 0 is not written.
+        assert!(!twice.iter().any(|m| m.name == "checkpointsFailed"));
         let written: Vec<Metric> = [Response::Run(run), Response::Release(release), batch]
             .iter()
             .flat_map(Response::metrics)
