@@ -63,16 +63,16 @@ impl Summary {
         let mut out = vec![
             Metric::per_second("ceilingPerSecond", self.ceiling),
             Metric::count("sendEmailEnvironments", f64::from(self.environments)),
-            Metric::count(
-                "quotaUnknown",
-                f64::from(u8::from(self.quota_unknown.is_some())),
-            ),
         ];
+        // A count, written only when it happened (`emf::nonzero`).
+        if self.quota_unknown.is_some() {
+            out.push(Metric::count("quotaUnknown", 1.0));
+        }
         out.extend(
             self.ses_max_send_rate
                 .map(|max| Metric::per_second("sesMaxSendRate", max)),
         );
-        crate::runtime::emf::nonzero(out)
+        out
     }
 }
 
