@@ -2,7 +2,7 @@
 //! (the claim's shape) against the local stack, with the SDK as the functions build it and
 //! with some of its per-request machinery turned off. Run with the local stack's
 //! environment: `infra/with-local-stack.sh cargo run --release -p mailflow --example
-//! sdk_request_cost -- 3000`.
+//! sdk_request_cost -- 2000`. Figures: docs/benchmarks.md.
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::types::{
@@ -40,7 +40,7 @@ async fn run(name: &str, round: &str, client: &aws_sdk_dynamodb::Client, n: usiz
     }
     let cpu = cpu_us() - started;
     println!(
-        "{name:<28} {:>6} µs CPU per request, {:>6} µs wall",
+        "{name:<30} {:>6} µs CPU per request, {:>6} µs wall",
         cpu / n as u64,
         wall.elapsed().as_micros() as u64 / n as u64
     );
@@ -91,10 +91,10 @@ async fn main() {
             .build(),
     );
     let clients = [
-        ("as the functions (metered)", &metered),
-        ("plain", &plain),
-        ("no stalled-stream guard", &unstalled),
-        ("no guard, no retries", &no_retry),
+        ("as the functions build it", &metered),
+        ("SDK defaults, no interceptor", &plain),
+        ("stalled-stream guard off", &unstalled),
+        ("that, and retries off", &no_retry),
     ];
     // Warm each (connections, credentials), then measure each twice, interleaved.
     let nonce = std::time::SystemTime::now()

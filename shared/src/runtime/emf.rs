@@ -114,8 +114,8 @@ pub fn counts_of(summary: &impl serde::Serialize) -> Vec<Metric> {
 }
 
 /// `metrics` without the counts of 0. CloudWatch bills a custom metric for each hour it
-/// receives data, and a sum over an hour with no datapoint is 0 all the same: a count that
-/// stayed 0 (`busy`, `failed`, most reasons) costs nothing then. Gauges, times and samples
+/// receives data: a count that stayed 0 (`busy`, `failed`, most reasons) costs nothing then
+/// (the dashboard draws a missing minute as 0 with `FILL`). Gauges, times and samples
 /// stay whatever their value (a rate at its floor is 0 most of the time, and must say so).
 pub fn nonzero(metrics: Vec<Metric>) -> Vec<Metric> {
     metrics
