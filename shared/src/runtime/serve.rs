@@ -24,7 +24,7 @@ pub trait Stage: Send + Sync {
     ) -> impl Future<Output = Result<(Self::Response, Self::Summary), Self::Error>> + Send;
 
     /// What the environment holds after an invocation, as metrics (SendEmail: the shared
-    /// rate as it last saw it).
+    /// rate it sent at).
     fn gauges(&self) -> Vec<emf::Metric> {
         Vec::new()
     }

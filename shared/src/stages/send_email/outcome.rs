@@ -40,8 +40,9 @@ summary! {
         pub previously_skipped: usize,
         /// Inside the user's quiet hours: returned, hidden until they end.
         pub deferred: usize,
-        /// How late each local-time email sent went after its user's local time, ms
-        /// (`lateMs` on its record): a distribution, for the dashboard's p50 and p99.
+        /// How late each email let go from the waiting room went after its slot (its user's
+        /// local time, or an experiment's decision), ms (`lateMs` on its record): a
+        /// distribution, for the dashboard's p50 and p99.
         #[serde(skip_serializing_if = "is_empty")]
         pub late_ms: crate::stages::summary::Samples,
     }
@@ -52,7 +53,7 @@ fn is_empty(samples: &crate::stages::summary::Samples) -> bool {
 }
 
 pub(super) enum Done {
-    /// With how late it went after its user's local time (ms), for a local-time email.
+    /// With how late it went after its slot (ms), for an email let go from the waiting room.
     Sent(Option<i64>),
     Duplicate,
     Failed,
