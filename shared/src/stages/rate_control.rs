@@ -1,3 +1,6 @@
+//! Over 450 lines with its tests, which drive the ceiling, both mappings' sizing and their
+//! refusals through the same in-memory ports.
+//!
 //! RateControl: the one place the stack's send rate is steered from outside SendEmail's hot
 //! path. Once a minute (a schedule) it reads SES's quota, writes the ceiling it gives into
 //! the rate item (SendEmail paces under it: `pacing::trusted`), and sets SendEmail's event
@@ -7,8 +10,6 @@
 //! SendEmail environment read the quota and listed the region's mappings every 5 minutes:
 //! with hundreds of environments that used up the Lambda control-plane calls that pausing a
 //! campaign and the reputation guard need, and SES's GetAccount.
-//! Over 450 lines with its tests, which drive the ceiling, both mappings' sizing and their
-//! refusals through the same in-memory ports.
 
 use crate::domain::fan_out::{composers_for, Composer, ComposerSizing};
 use crate::domain::public_urls::{PublicUrls, Short};

@@ -1,8 +1,10 @@
+//! Over 450 lines because hold, release, sweep and the paused and cancelled releases share
+//! one reading of the waiting room: apart, each would repeat it.
+//!
 //! The local-time half of GetUsers: when each user of a run gets their email (now, with a
 //! short SQS delay, or held for their slot), holding them in the waiting room with the
 //! slot's one-time release schedule, and releasing a slot onto the users queue at its
-//! instant. Over 450 lines because hold, release, sweep and the paused and cancelled
-//! releases share one reading of the waiting room: apart, each would repeat it.
+//! instant.
 
 use super::{GetUsers, GetUsersError, Pending, LOCAL_FUNCTION_ARN};
 use crate::domain::campaign::{Campaign, CampaignId, Hold};
