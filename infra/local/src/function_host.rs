@@ -38,6 +38,9 @@ struct RuntimeApi {
     waiters: Mutex<HashMap<String, oneshot::Sender<Outcome>>>,
     init_error: Mutex<Option<String>>,
     first_next: Mutex<Option<Instant>>,
+    /// The process, and the CPU it had used by its first `next`: its init's.
+    pid: std::sync::OnceLock<u32>,
+    init_cpu: Mutex<Option<CpuTime>>,
 }
 
 /// What the process logged, as CloudWatch would have kept it.
@@ -146,6 +149,8 @@ impl FunctionProcess {
             waiters: Mutex::default(),
             init_error: Mutex::default(),
             first_next: Mutex::default(),
+            pid: std::sync::OnceLock::new(),
+            init_cpu: Mutex::default(),
         });
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
@@ -173,6 +178,7 @@ impl FunctionProcess {
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         let pid = child.id().context("the process has no pid")?;
+        let _ = api.pid.set(pid);
         let logs = Arc::new(Mutex::new(Logs::default()));
         let mut readers = Vec::new();
         if let Some(out) = child.stdout.take() {
@@ -245,6 +251,11 @@ impl FunctionProcess {
         lock(&self.api.first_next).map(|t| t - self.spawned)
     }
 
+    /// The CPU time the process had used by its first `next` request: its init's.
+    pub fn init_cpu_time(&self) -> Option<CpuTime> {
+        *lock(&self.api.init_cpu)
+    }
+
     /// What the function posted to `/init/error`, if it failed to start.
     pub fn init_error(&self) -> Option<String> {
         lock(&self.api.init_error).clone()
@@ -309,7 +320,13 @@ async fn serve_connection(api: Arc<RuntimeApi>, stream: TcpStream) {
         let (method, body) = (request.method, request.body);
         let path = request.target.trim_start_matches("/2018-06-01/runtime");
         if method == "GET" && path == "/invocation/next" {
-            lock(&api.first_next).get_or_insert_with(Instant::now);
+            {
+                let mut first_next = lock(&api.first_next);
+                if first_next.is_none() {
+                    *first_next = Some(Instant::now());
+                    *lock(&api.init_cpu) = api.pid.get().and_then(|&pid| CpuTime::of_process(pid));
+                }
+            }
             // Held until there is an event, as Lambda holds it between invocations.
             let Some((id, event)) = api.next.lock().await.recv().await else {
                 return;

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Default)]
 pub(super) struct Measured {
     pub(super) cpu: CpuTime,
+    /// Of `cpu`, what the process used before its first invocation (init).
+    pub(super) init_cpu: CpuTime,
     pub(super) peak_rss: u64,
     pub(super) cold_start: Option<Duration>,
     pub(super) logs: Logs,
@@ -24,10 +26,12 @@ pub(super) struct Measured {
 
 pub(super) async fn measure(process: FunctionProcess) -> Measured {
     let cpu = process.cpu_time().unwrap_or_default();
+    let init_cpu = process.init_cpu_time().unwrap_or_default();
     let peak_rss = process.peak_rss().unwrap_or_default();
     let cold_start = process.cold_start();
     Measured {
         cpu,
+        init_cpu,
         peak_rss,
         cold_start,
         logs: process.finish().await,

@@ -24,6 +24,9 @@ pub struct StageReport {
     pub cpu_seconds: f64,
     /// The part of `cpu_seconds` spent in the kernel (network I/O, mostly).
     pub system_cpu_seconds: f64,
+    /// The part of `cpu_seconds` the environments spent before their first invocation
+    /// (init: clients, TLS roots, templates), which a longer campaign spreads thinner.
+    pub init_cpu_seconds: f64,
     pub peak_rss_bytes: u64,
     pub cold_start_ms: Option<f64>,
     pub memory_mb: u32,
@@ -120,6 +123,10 @@ pub(super) async fn stage_report(
         wall_seconds: wall.as_secs_f64(),
         cpu_seconds: measured.iter().map(|m| m.cpu.total().as_secs_f64()).sum(),
         system_cpu_seconds: measured.iter().map(|m| m.cpu.system.as_secs_f64()).sum(),
+        init_cpu_seconds: measured
+            .iter()
+            .map(|m| m.init_cpu.total().as_secs_f64())
+            .sum(),
         peak_rss_bytes: measured.iter().map(|m| m.peak_rss).max().unwrap_or(0),
         cold_start_ms: measured
             .iter()
@@ -213,10 +220,10 @@ pub fn markdown(r: &BenchReport) -> String {
         "Machine: {}. Users seeded: {}, eligible: {}, enqueued: {}, emails sent: {}.\n\n",
         r.machine, r.users, r.eligible_users, r.users_enqueued, r.emails_sent
     ));
-    out.push_str("| stage | environments | invocations | records | records failed | wall s | CPU s | of which kernel | CPU µs/email | peak RSS MiB | cold start ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| stage | environments | invocations | records | records failed | wall s | CPU s | of which kernel | of which init | CPU µs/email | peak RSS MiB | cold start ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for s in &r.stages {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.0}% | {:.0} | {:.1} | {} |\n",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.0}% | {:.0}% | {:.0} | {:.1} | {} |\n",
             s.function,
             s.environments,
             s.invocations,
@@ -225,6 +232,7 @@ pub fn markdown(r: &BenchReport) -> String {
             s.wall_seconds,
             s.cpu_seconds,
             100.0 * s.system_cpu_seconds / s.cpu_seconds.max(f64::EPSILON),
+            100.0 * s.init_cpu_seconds / s.cpu_seconds.max(f64::EPSILON),
             r.cpu_micros_per_email
                 .get(&s.function)
                 .copied()
