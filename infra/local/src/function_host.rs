@@ -154,12 +154,6 @@ impl FunctionProcess {
         });
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
-        let server = api.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve_connection(server.clone(), stream));
-            }
-        });
         let spawned = Instant::now();
         let mut child = tokio::process::Command::new(bin)
             .env_clear()
@@ -179,6 +173,14 @@ impl FunctionProcess {
             .with_context(|| format!("starting {}", bin.display()))?;
         let pid = child.id().context("the process has no pid")?;
         let _ = api.pid.set(pid);
+        // Served only once the pid is known, so the first `next` can read the init's CPU (the
+        // listener is bound: the process's connections wait in its backlog until then).
+        let server = api.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(serve_connection(server.clone(), stream));
+            }
+        });
         let logs = Arc::new(Mutex::new(Logs::default()));
         let mut readers = Vec::new();
         if let Some(out) = child.stdout.take() {

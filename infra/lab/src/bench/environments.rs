@@ -25,8 +25,10 @@ pub(super) struct Measured {
 }
 
 pub(super) async fn measure(process: FunctionProcess) -> Measured {
-    let cpu = process.cpu_time().unwrap_or_default();
-    let init_cpu = process.init_cpu_time().unwrap_or_default();
+    let cpu = process.cpu_time();
+    // A process already gone (replaced after a timeout or a crash) counts for neither.
+    let init_cpu = cpu.and(process.init_cpu_time()).unwrap_or_default();
+    let cpu = cpu.unwrap_or_default();
     let peak_rss = process.peak_rss().unwrap_or_default();
     let cold_start = process.cold_start();
     Measured {
