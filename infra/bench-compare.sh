@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The benchmark of this checkout against another revision, on the same machine, one run of
+# each in turn: a figure in µs holds only beside another measured at the same time (this
+# machine's speed wanders by a third within the hour; docs/benchmarks.md). Usage:
+#   infra/bench-compare.sh REV [--runs N] [BENCH ARGS...]   # default: --runs 3 --users 3000
+# REV is checked out once as a git worktree in .local/bench-against/SHA, with its own target/,
+# virtualenv and local stack (a first run builds it: about 10 minutes on two cores, and installs
+# the servers from PyPI). Remove it with `git worktree remove .local/bench-against/SHA`. Each
+# run's JSON report is kept in .local/bench-against/reports/.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+usage() {
+  echo "usage: $0 REV [--runs N] [BENCH ARGS...]" >&2
+  exit 2
+}
+[[ $# -ge 1 && $1 != -* ]] || usage
+rev="$1"
+shift
+runs=3
+if [[ ${1:-} == --runs ]]; then
+  runs="${2:-}"
+  shift 2 || usage
+fi
+[[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "--runs needs a whole number of runs, at least 1" >&2; exit 2; }
+[[ $# -gt 0 ]] || set -- --users 3000
+
+sha="$(git -C "$ROOT" rev-parse --verify --quiet "$rev^{commit}")" ||
+  { echo "$rev is not a commit of this repository" >&2; exit 2; }
+sha="${sha:0:12}"
+other="$ROOT/.local/bench-against/$sha"
+# Both sides start their own local stack on the same ports: one already up would serve one
+# side warm and refuse the other.
+for dir in "$ROOT" "$other"; do
+  if [[ -x $dir/infra/local-stack.sh && $("$dir/infra/local-stack.sh" status 2>/dev/null) == *': running'* ]]; then
+    echo "a local stack is running for $dir: stop it first ($dir/infra/local-stack.sh stop)" >&2
+    exit 1
+  fi
+done
+if [[ ! -d $other ]]; then
+  git -C "$ROOT" worktree prune # forgets a worktree whose directory was deleted by hand
+  git -C "$ROOT" worktree add --quiet --detach "$other" "$sha"
+fi
+here="$(git -C "$ROOT" rev-parse --short=12 HEAD)$(git -C "$ROOT" diff --quiet HEAD || echo '+changes')"
+reports="$ROOT/.local/bench-against/reports"
+mkdir -p "$reports"
+stamp="$(date -u +%Y%m%dT%H%M%SZ)"
+
+# One line per run: which code, the total and each stage's CPU µs per email, requests per email.
+summary() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+name, path = sys.argv[1:3]
+r = json.load(open(path))
+cpu = r["cpuMicrosPerEmail"]
+stages = ", ".join(f"{k.removesuffix('Function')} {v:.0f}" for k, v in sorted(cpu.items()) if k != "total")
+print(f"{name:<32} total {cpu['total']:.0f} µs/email ({stages}); requests/email {r['billableRequestsPerEmail']:.3f}")
+PY
+}
+
+bench() { # SIDE RUN
+  local dir="$ROOT" name="$here"
+  if [[ $1 == other ]]; then dir="$other" name="$sha"; fi
+  local out="$reports/$stamp-run$2-$1.json"
+  "$dir/infra/bench.sh" "${args[@]}" --json >"$out"
+  summary "$name (run $2)" "$out"
+}
+
+args=("$@")
+for i in $(seq "$runs"); do
+  # The order alternates, so that a machine speeding up or slowing down over the runs
+  # favours neither side.
+  if ((i % 2)); then bench this "$i"; bench other "$i"; else bench other "$i"; bench this "$i"; fi
+done
