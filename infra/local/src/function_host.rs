@@ -39,7 +39,7 @@ struct RuntimeApi {
     init_error: Mutex<Option<String>>,
     first_next: Mutex<Option<Instant>>,
     /// The process, and the CPU it had used by its first `next`: its init's.
-    pid: std::sync::OnceLock<u32>,
+    pid: u32,
     init_cpu: Mutex<Option<CpuTime>>,
 }
 
@@ -142,16 +142,6 @@ impl FunctionProcess {
         timeout: Duration,
         memory_mb: u32,
     ) -> Result<Self> {
-        let (next, next_rx) = mpsc::channel(1);
-        let api = Arc::new(RuntimeApi {
-            timeout,
-            next: tokio::sync::Mutex::new(next_rx),
-            waiters: Mutex::default(),
-            init_error: Mutex::default(),
-            first_next: Mutex::default(),
-            pid: std::sync::OnceLock::new(),
-            init_cpu: Mutex::default(),
-        });
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
         let spawned = Instant::now();
@@ -172,9 +162,18 @@ impl FunctionProcess {
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         let pid = child.id().context("the process has no pid")?;
-        let _ = api.pid.set(pid);
         // Served only once the pid is known, so the first `next` can read the init's CPU (the
         // listener is bound: the process's connections wait in its backlog until then).
+        let (next, next_rx) = mpsc::channel(1);
+        let api = Arc::new(RuntimeApi {
+            timeout,
+            next: tokio::sync::Mutex::new(next_rx),
+            waiters: Mutex::default(),
+            init_error: Mutex::default(),
+            first_next: Mutex::default(),
+            pid,
+            init_cpu: Mutex::default(),
+        });
         let server = api.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -326,7 +325,7 @@ async fn serve_connection(api: Arc<RuntimeApi>, stream: TcpStream) {
                 let mut first_next = lock(&api.first_next);
                 if first_next.is_none() {
                     *first_next = Some(Instant::now());
-                    *lock(&api.init_cpu) = api.pid.get().and_then(|&pid| CpuTime::of_process(pid));
+                    *lock(&api.init_cpu) = CpuTime::of_process(api.pid);
                 }
             }
             // Held until there is an event, as Lambda holds it between invocations.
