@@ -56,7 +56,27 @@ pub struct EmulatedFunction {
 impl EmulatedFunction {
     /// Starts the emulator on two free loopback ports with `bin` as the function's bootstrap,
     /// exactly `env` (plus PATH and this process's AWS_* variables), its timeout and memory.
+    /// A port found free can be taken by another process before the emulator binds it (tests
+    /// run in parallel): then it starts again on two other ports, up to three times.
     pub async fn spawn(
+        name: &str,
+        bin: &Path,
+        env: &BTreeMap<String, String>,
+        timeout: Duration,
+        memory_mb: u32,
+    ) -> Result<Self> {
+        let mut attempt = 1;
+        loop {
+            match Self::spawn_once(name, bin, env, timeout, memory_mb).await {
+                Err(e) if attempt < 3 && format!("{e:#}").contains("address already in use") => {
+                    attempt += 1
+                }
+                started => return started,
+            }
+        }
+    }
+
+    async fn spawn_once(
         name: &str,
         bin: &Path,
         env: &BTreeMap<String, String>,
