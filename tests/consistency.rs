@@ -48,7 +48,10 @@ fn every_variable_is_set_in_the_template_and_documented() {
             ]
             .concat(),
         ),
-        ("SendEmailFunction", SendEmailConfig::VARS.to_vec()),
+        (
+            "SendEmailFunction",
+            [MongoConfig::VARS, SendEmailConfig::VARS].concat(),
+        ),
         ("RateControlFunction", RateControlConfig::VARS.to_vec()),
         (
             "UnsubscribeFunction",

@@ -14,7 +14,7 @@ use crate::adapters::rate_item::RateItem;
 use crate::adapters::secrets::SecretError;
 use crate::adapters::ses::SesMailer;
 use crate::adapters::sqs::SqsQueue;
-use crate::adapters::subscribers::Subscribers;
+use crate::adapters::subscribers::{LazySubscribers, Subscribers};
 use crate::adapters::waiting::WaitingTable;
 use crate::adapters::{
     dynamodb_client, lambda_client, mongo, scheduler_client, secrets, sqs_client,
@@ -32,7 +32,7 @@ use crate::stages::get_users::GetUsers;
 use crate::stages::open_content::OpenContent;
 use crate::stages::rate_control::RateControl;
 use crate::stages::reputation_guard::ReputationGuard;
-use crate::stages::send_email::SendEmail;
+use crate::stages::send_email::{SendEmail, Wanted};
 use crate::stages::ses_events::SesEvents;
 use crate::stages::unsubscribe::Unsubscribe;
 use aws_config::SdkConfig;
@@ -85,10 +85,17 @@ pub type LambdaReputationGuard = ReputationGuard<StackSending>;
 pub type LambdaRateControl = RateControl<SesMailer, RateItem>;
 
 /// SendEmail as it runs on Lambda: the DynamoDB ledger, the emails queue, the campaigns table
-/// and the stack's rate item in it, with `mailer` (SES, or a wrapper around it that injects
-/// faults).
-pub type LambdaSendEmail<M = SesMailer> =
-    SendEmail<M, DynamoLedger, SqsQueue, CampaignsTable, RateItem>;
+/// and the stack's rate item in it, the standing read again for an email that waited (the
+/// sends table's pending leaves, MongoDB's users), with `mailer` (SES, or a wrapper around
+/// it that injects faults).
+pub type LambdaSendEmail<M = SesMailer> = SendEmail<
+    M,
+    DynamoLedger,
+    SqsQueue,
+    CampaignsTable,
+    RateItem,
+    Wanted<LazySubscribers, SendRecords>,
+>;
 
 pub async fn get_users(
     config: GetUsersConfig,
@@ -159,7 +166,8 @@ pub fn ses_mailer(config: &SendEmailConfig, sdk: &SdkConfig) -> SesMailer {
 }
 
 /// SendEmail, sending at the stack's shared rate (the rate item in the campaigns table, under
-/// the ceiling RateControl writes there).
+/// the ceiling RateControl writes there). MongoDB is connected at the first standing read,
+/// not here: most emails never need one.
 pub fn send_email<M: Mailer>(
     config: SendEmailConfig,
     sdk: &SdkConfig,
@@ -173,7 +181,11 @@ pub fn send_email<M: Mailer>(
     let queue = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
     let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
     let rate = RateItem::new(dynamodb_client(sdk), &config.campaigns_table_name);
-    SendEmail::new(ledger, mailer, queue, campaigns, rate, config)
+    let standings = Wanted {
+        users: LazySubscribers::new(config.mongo.clone(), sdk, "send-email"),
+        pending: SendRecords::new(dynamodb_client(sdk), &config.sends_table_name),
+    };
+    SendEmail::new(ledger, mailer, queue, campaigns, rate, standings, config)
 }
 
 /// RateControl: SES's quota (read only: the mailer sends nothing), the rate item, and

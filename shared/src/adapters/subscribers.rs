@@ -13,9 +13,9 @@ use mongodb::error::{ErrorKind, WriteFailure};
 use mongodb::{Collection, Database};
 
 use super::preferences::{self, SUBSCRIBED, TOPICS, TOPICS_UNREADABLE};
-use crate::domain::topics::{Preferences, Save, TopicId, Topics};
+use crate::domain::topics::{Preferences, Save, Standing, TopicId, Topics};
 pub use crate::ports::{Change, StoreError, SuppressionReason};
-use crate::ports::{ChangedVia, SubscriberStore};
+use crate::ports::{ChangedVia, SubscriberStore, UserStandings};
 
 #[derive(Clone)]
 pub struct Subscribers {
@@ -110,6 +110,69 @@ impl Subscribers {
         } else {
             Change::NoSuchUser
         })
+    }
+}
+
+impl UserStandings for Subscribers {
+    /// One `find` by `_id`, of the four fields the standing is read from.
+    async fn standing(
+        &self,
+        user_id: &str,
+        topic: &TopicId,
+    ) -> Result<Option<Standing>, StoreError> {
+        let Some(id) = Self::id(user_id) else {
+            return Ok(None);
+        };
+        let user = self
+            .users
+            .find_one(doc! { "_id": id })
+            .projection(preferences::standing_projection(topic))
+            .await?;
+        Ok(user.map(|user| preferences::standing(&user, topic)))
+    }
+}
+
+/// `Subscribers`, connected at its first read rather than at cold start: SendEmail reads a
+/// standing only for an email that waited, and its sending neither waits for MongoDB's
+/// secret nor stops when it cannot be read (a read that fails retries that email alone).
+pub struct LazySubscribers {
+    config: crate::config::MongoConfig,
+    sdk: aws_config::SdkConfig,
+    app_name: &'static str,
+    connected: tokio::sync::OnceCell<Subscribers>,
+}
+
+impl LazySubscribers {
+    pub fn new(
+        config: crate::config::MongoConfig,
+        sdk: &aws_config::SdkConfig,
+        app_name: &'static str,
+    ) -> Self {
+        Self {
+            config,
+            sdk: sdk.clone(),
+            app_name,
+            connected: tokio::sync::OnceCell::new(),
+        }
+    }
+}
+
+impl UserStandings for LazySubscribers {
+    async fn standing(
+        &self,
+        user_id: &str,
+        topic: &TopicId,
+    ) -> Result<Option<Standing>, StoreError> {
+        let subscribers = self
+            .connected
+            .get_or_try_init(|| async {
+                super::mongo::connect(&self.config, &self.sdk, self.app_name)
+                    .await
+                    .map(|db| Subscribers::new(&db))
+                    .map_err(|err| StoreError(err.to_string()))
+            })
+            .await?;
+        subscribers.standing(user_id, topic).await
     }
 }
 

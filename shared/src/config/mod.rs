@@ -208,6 +208,7 @@ mod tests {
         ("VISIBILITY_TIMEOUT_SECONDS", "180"),
         ("FUNCTION_TIMEOUT_SECONDS", "30"),
         ("CAMPAIGNS_TABLE_NAME", "campaigns"),
+        ("MONGODB_URI", "mongodb://127.0.0.1:1/"),
     ];
 
     #[test]

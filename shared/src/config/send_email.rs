@@ -35,6 +35,9 @@ pub struct SendEmailConfig {
     pub quiet_hours: Option<crate::domain::guardrails::QuietHours>,
     /// The zone of users without one (quiet hours and calendar-day caps).
     pub fallback_zone: crate::domain::local_time::ZoneName,
+    /// Where a person's standing is read again for an email that waited since it was
+    /// rendered (connected at the first such read).
+    pub mongo: MongoConfig,
 }
 
 impl SendEmailConfig {
@@ -117,6 +120,7 @@ impl SendEmailConfig {
             })?;
         let record_concurrency = positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize;
         Ok(Self {
+            mongo: MongoConfig::from_source(src)?,
             sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
             campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
             emails_queue_url: required(src, var::EMAILS_QUEUE_URL)?,

@@ -26,14 +26,31 @@ pub enum Skip {
     FrequencyCap,
     /// Due inside the user's quiet hours, and the policy says skip.
     QuietHours,
+    /// The email waited since it was rendered, and read again at the send the person's
+    /// standing no longer lets it go (`Standing::exclusion`, or a pending one-click leave):
+    /// unsubscribed from everything, ...
+    Unsubscribed,
+    /// ... suppressed (a bounce or complaint), ...
+    Suppressed,
+    /// ... out of the campaign's topic, ...
+    LeftTopic,
+    /// ... a choice that holds another type (never guessed), ...
+    UnreadableChoice,
+    /// ... or no such user any more.
+    Vanished,
 }
 
 impl Skip {
-    pub const ALL: [Skip; 4] = [
+    pub const ALL: [Skip; 9] = [
         Self::HeldOut,
         Self::Expired,
         Self::FrequencyCap,
         Self::QuietHours,
+        Self::Unsubscribed,
+        Self::Suppressed,
+        Self::LeftTopic,
+        Self::UnreadableChoice,
+        Self::Vanished,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -42,6 +59,11 @@ impl Skip {
             Self::Expired => "expired",
             Self::FrequencyCap => "frequency_cap",
             Self::QuietHours => "quiet_hours",
+            Self::Unsubscribed => "unsubscribed",
+            Self::Suppressed => "suppressed",
+            Self::LeftTopic => "left_topic",
+            Self::UnreadableChoice => "unreadable_choice",
+            Self::Vanished => "vanished",
         }
     }
 
@@ -52,6 +74,25 @@ impl Skip {
     /// A resend with --include-failed reconsiders it (the holdout would decide the same).
     pub fn reconsidered(self) -> bool {
         self != Self::HeldOut
+    }
+
+    /// Whether an earlier attempt (throttled, paced, deferred) may have counted the email
+    /// towards the frequency caps: then a skip takes it out. Never the held out; a cap
+    /// reached takes out what it finds itself (`send_email::guard`).
+    pub fn may_be_counted(self) -> bool {
+        !matches!(self, Self::HeldOut | Self::FrequencyCap)
+    }
+}
+
+impl From<super::topics::Exclusion> for Skip {
+    fn from(exclusion: super::topics::Exclusion) -> Self {
+        use super::topics::Exclusion;
+        match exclusion {
+            Exclusion::Unsubscribed => Self::Unsubscribed,
+            Exclusion::Suppressed => Self::Suppressed,
+            Exclusion::LeftTopic => Self::LeftTopic,
+            Exclusion::Unreadable => Self::UnreadableChoice,
+        }
     }
 }
 

@@ -78,6 +78,10 @@ pub struct EmailJob {
     pub zone: Option<String>,
     /// See `UserMessage::variant` (SendEmail records it on the claim).
     pub variant: Option<String>,
+    /// When CreateEmails rendered it (ms since the epoch): SendEmail reads the person's
+    /// standing again before sending one that has waited since (None: a job from before
+    /// this field, treated as one that waited).
+    pub rendered_at_ms: Option<i64>,
 }
 
 /// An email job as the emails queue carries it.
@@ -111,6 +115,8 @@ struct WireJob {
     zone: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     variant: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rendered_at: Option<i64>,
 }
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -187,6 +193,7 @@ impl TryFrom<WireJob> for EmailJob {
             topic: w.topic,
             zone: w.zone,
             variant: w.variant,
+            rendered_at_ms: w.rendered_at,
         })
     }
 }
@@ -208,6 +215,7 @@ impl From<EmailJob> for WireJob {
             topic: job.topic,
             zone: job.zone,
             variant: job.variant,
+            rendered_at: job.rendered_at_ms,
         }
     }
 }
@@ -261,6 +269,7 @@ mod tests {
             topic: super::weekly_topic(),
             zone: Some("Asia/Tokyo".into()),
             variant: Some("b".into()),
+            rendered_at_ms: Some(1_796_029_201_900),
         };
         let wire = serde_json::to_string(&job).unwrap();
         assert!(wire.len() < job.html.len() / 4, "{}", wire.len());

@@ -6,7 +6,8 @@
 //! adapters implement them: `adapters::ses::SesMailer` (Mailer), `adapters::dynamo::
 //! DynamoLedger` (SendLedger), `adapters::dynamo::SendRecords` (SendRecordNotes),
 //! `adapters::sqs::SqsQueue` (OutgoingQueue, RetryQueue), `adapters::subscribers::
-//! Subscribers` (SubscriberStore), `adapters::directory::MongoDirectory` (UserDirectory),
+//! Subscribers` (SubscriberStore, UserStandings), `adapters::directory::MongoDirectory`
+//! (UserDirectory),
 //! `adapters::campaigns::CampaignsTable` (CampaignStates), `adapters::rate_item::RateItem`
 //! (RateBucket), `adapters::event_sources::ConsumerMapping` (ConsumerScaling),
 //! `adapters::waiting::WaitingTable` (WaitingRoom), `adapters::open_content::OpenContentTable`
@@ -24,7 +25,7 @@ use crate::domain::ledger::{
 use crate::domain::local_time::{
     LocalDelivery, LocalTimeCounts, SlotRelease, WaitingReport, ZoneField,
 };
-use crate::domain::topics::{ExclusionCounts, Preferences, Save, Topic, TopicId, Topics};
+use crate::domain::topics::{ExclusionCounts, Preferences, Save, Standing, Topic, TopicId, Topics};
 #[cfg(any(test, feature = "memory"))]
 pub mod memory;
 mod open_content;
@@ -274,6 +275,17 @@ pub trait SubscriberStore: Send + Sync {
         detail: &str,
         at_ms: i64,
     ) -> impl Future<Output = Result<Change, StoreError>> + Send;
+}
+
+/// One user's standing as their document says it now: SendEmail reads it again before it
+/// sends an email that waited since it was rendered (`stages::send_email::Wanted`).
+pub trait UserStandings: Send + Sync {
+    /// Their standing for a campaign of `topic` (None: no such user).
+    fn standing(
+        &self,
+        user_id: &str,
+        topic: &TopicId,
+    ) -> impl Future<Output = Result<Option<Standing>, StoreError>> + Send;
 }
 
 /// Who a campaign reaches and what each one's email says (MongoDB's users and follows):

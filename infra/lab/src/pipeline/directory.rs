@@ -7,9 +7,9 @@
 use mailflow::domain::campaign::Window;
 use mailflow::domain::digest::{Digest, Enrichment, OddFollows};
 use mailflow::domain::local_time::ZoneField;
-use mailflow::domain::topics::{ExclusionCounts, Topic};
+use mailflow::domain::topics::{Choice, ExclusionCounts, Overall, Standing, Topic, TopicId};
 use mailflow::domain::user_id::UserId;
-use mailflow::ports::{AudienceMember, AudienceScan, StoreError, UserDirectory};
+use mailflow::ports::{AudienceMember, AudienceScan, StoreError, UserDirectory, UserStandings};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -165,5 +165,26 @@ impl UserDirectory for LabDirectory {
 
     async fn check_indexes(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+/// Every synthetic person stays subscribed (the audience takes them all): a standing read
+/// again at the send costs its one round trip and lets the email go.
+impl UserStandings for LabDirectory {
+    async fn standing(
+        &self,
+        user_id: &str,
+        _topic: &TopicId,
+    ) -> Result<Option<Standing>, StoreError> {
+        self.round_trips(1).await;
+        let known = UserId::parse(user_id)
+            .ok()
+            .and_then(|id| Self::index(&id))
+            .is_some_and(|i| i < self.0.users);
+        Ok(known.then_some(Standing {
+            overall: Overall::Subscribed,
+            suppressed: false,
+            choice: Choice::Unset,
+        }))
     }
 }

@@ -10,7 +10,7 @@
 //! email went, the quota's use second by second, each stage's throughput and which of them
 //! bounds the campaign.
 
-mod directory;
+pub(crate) mod directory;
 
 use crate::rate::item_limit::ItemLimit;
 use crate::rate::latency::{Computing, Cpu, Slow};
@@ -32,7 +32,7 @@ use mailflow::ports::{OutgoingQueue, QueueError, SendReport};
 use mailflow::runtime::Invocation;
 use mailflow::stages::create_emails::CreateEmails;
 use mailflow::stages::get_users::GetUsers;
-use mailflow::stages::send_email::SendEmail;
+use mailflow::stages::send_email::{SendEmail, Wanted};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -499,6 +499,7 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
     let send_config = config(
         SendEmailConfig::from_source,
         &[
+            ("MONGODB_URI", "mongodb://127.0.0.1:1".into()),
             ("SENDS_TABLE_NAME", "lab-sends".into()),
             ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
             ("EMAILS_QUEUE_URL", "lab-emails".into()),
@@ -520,6 +521,12 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
             Slow::new(emails.clone(), store),
             MemoryCampaigns::default(),
             Slow::new(rate_item.clone(), store),
+            // A waited email's standing: one MongoDB round trip (the pending leave's
+            // GetItem is not modelled, as in CreateEmails).
+            Wanted {
+                users: directory.clone(),
+                pending: mailflow::ports::memory::MemoryRecords::default(),
+            },
             send_config.clone(),
         ));
         let invocations = Arc::new(std::sync::atomic::AtomicU64::new(0));

@@ -16,6 +16,7 @@ pub(crate) mod latency;
 pub(crate) mod queue;
 pub(crate) mod standin;
 
+use crate::pipeline::directory::LabDirectory;
 use anyhow::{bail, Result};
 use item_limit::ItemLimit;
 use latency::{Computing, Slow};
@@ -26,7 +27,7 @@ use mailflow::domain::send_rate::{Environment, SendRate, CPU_US_PER_EMAIL, MB_PE
 use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket};
 use mailflow::ports::RateBucket;
 use mailflow::runtime::Invocation;
-use mailflow::stages::send_email::SendEmail;
+use mailflow::stages::send_email::{SendEmail, Wanted};
 use queue::LabQueue;
 use serde::Serialize;
 use standin::{Ses, StandInSes};
@@ -146,6 +147,7 @@ pub struct RunReport {
 
 fn config(rate: f64, environment: &Environment) -> Result<SendEmailConfig> {
     let vars = BTreeMap::from([
+        ("MONGODB_URI", "mongodb://127.0.0.1:1".to_string()),
         ("SENDS_TABLE_NAME", "lab-sends".to_string()),
         ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
         ("EMAILS_QUEUE_URL", "lab-emails".into()),
@@ -178,6 +180,7 @@ fn millis(range: &[u64]) -> Result<(Duration, Duration)> {
 
 fn jobs(count: usize) -> Vec<String> {
     let campaign = CampaignId::parse("lab-rate").expect("a valid id");
+    let now_ms = mailflow::domain::ledger::epoch_ms(mailflow::runtime::clock::now()) as i64;
     (0..count)
         .map(|i| {
             let job = EmailJob {
@@ -194,6 +197,9 @@ fn jobs(count: usize) -> Vec<String> {
                 topic: mailflow::domain::messages::weekly_topic(),
                 zone: None,
                 variant: None,
+                // All rendered at the start: a run longer than the standing's bound reads
+                // each person's standing again, as SendEmail does with a backlog.
+                rendered_at_ms: Some(now_ms),
             };
             serde_json::to_string(&job).expect("a job serialises")
         })
@@ -272,6 +278,10 @@ async fn run_emails(
             Slow::new(queue.clone(), store_latency),
             MemoryCampaigns::default(),
             Slow::new(bucket, store_latency),
+            Wanted {
+                users: LabDirectory::new(emails, store_latency),
+                pending: mailflow::ports::memory::MemoryRecords::default(),
+            },
             config(rate, &environment)?,
         );
         let (queue, done) = (queue.clone(), done.clone());

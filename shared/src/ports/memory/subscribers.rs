@@ -1,8 +1,10 @@
 //! Subscribers: suppressions and subscriptions.
 
 use crate::domain::ledger::SendKey;
-use crate::domain::topics::{Choice, Overall, Preferences, Save, TopicId, Topics};
-use crate::ports::{Change, ChangedVia, StoreError, SubscriberStore, SuppressionReason};
+use crate::domain::topics::{Choice, Overall, Preferences, Save, Standing, TopicId, Topics};
+use crate::ports::{
+    Change, ChangedVia, StoreError, SubscriberStore, SuppressionReason, UserStandings,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -43,6 +45,33 @@ impl MemorySubscribers {
 
     pub fn get(&self, user: &str) -> Option<(bool, Option<SuppressionReason>)> {
         crate::runtime::lock(&self.users).get(user).copied()
+    }
+}
+
+impl UserStandings for MemorySubscribers {
+    async fn standing(
+        &self,
+        user_id: &str,
+        topic: &TopicId,
+    ) -> Result<Option<Standing>, StoreError> {
+        self.called();
+        let Some((subscribed, suppression)) = self.get(user_id) else {
+            return Ok(None);
+        };
+        let choice = match self.topic(user_id, topic.as_str()) {
+            Some((true, _, _)) => Choice::In,
+            Some((false, _, _)) => Choice::Out,
+            None => Choice::Unset,
+        };
+        Ok(Some(Standing {
+            overall: if subscribed {
+                Overall::Subscribed
+            } else {
+                Overall::Unsubscribed
+            },
+            suppressed: suppression.is_some(),
+            choice,
+        }))
     }
 }
 

@@ -247,6 +247,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             topic: message.topic,
             zone: message.zone,
             variant: variant.map(|v| v.name.clone()),
+            rendered_at_ms: Some(
+                crate::domain::ledger::epoch_ms(crate::runtime::clock::now()) as i64,
+            ),
         };
         Ok(Ok((job, locale)))
     }

@@ -8,8 +8,27 @@ use super::*;
 use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::{SendKey, SendStatus};
 use crate::ports::memory::{
-    MemoryCampaigns, MemoryLedger, MemoryQueue, MemoryRateBucket, Record, ScriptedMailer,
+    MemoryCampaigns, MemoryLedger, MemoryQueue, MemoryRateBucket, MemoryRecords, MemorySubscribers,
+    Record, ScriptedMailer,
 };
+
+/// The stage under test, over in-memory ports.
+type Stage = SendEmail<
+    ScriptedMailer,
+    MemoryLedger,
+    MemoryQueue,
+    MemoryCampaigns,
+    MemoryRateBucket,
+    Wanted<MemorySubscribers, MemoryRecords>,
+>;
+
+/// USER, subscribed, with no pending leave.
+fn standings() -> Wanted<MemorySubscribers, MemoryRecords> {
+    Wanted {
+        users: MemorySubscribers::with(&[USER]),
+        pending: MemoryRecords::default(),
+    }
+}
 
 const USER: &str = "oid:65a1f0c2e4b0a1b2c3d4e5f6";
 const CAMPAIGN: &str = "weekly-2026-W47";
@@ -30,6 +49,7 @@ fn config_var(k: &str) -> Option<String> {
             "VISIBILITY_TIMEOUT_SECONDS" => "180",
             "FUNCTION_TIMEOUT_SECONDS" => "30",
             "SEND_RATE_PER_SECOND" => "10000",
+            "MONGODB_URI" => "mongodb://127.0.0.1:1/",
             _ => return None,
         };
         Some(v.to_owned())
@@ -40,6 +60,7 @@ fn event(to: &str, receives: u32, include_failed: bool) -> SqsEvent {
     let job = serde_json::json!({
         "campaignId": CAMPAIGN, "userId": USER, "to": to, "subject": "s", "html": "<p>h</p>",
         "text": "t", "includeFailed": include_failed,
+        "renderedAt": epoch_ms(crate::runtime::clock::now()),
     });
     let mut record = SqsMessage::default();
     record.message_id = Some("m1".into());
@@ -291,17 +312,14 @@ fn first_sends() -> Vec<Case> {
 }
 
 /// SendEmail over in-memory ports, with `ledger` and `campaigns`.
-fn stage(
-    ledger: MemoryLedger,
-    mailer: ScriptedMailer,
-    campaigns: MemoryCampaigns,
-) -> SendEmail<ScriptedMailer, MemoryLedger, MemoryQueue, MemoryCampaigns, MemoryRateBucket> {
+fn stage(ledger: MemoryLedger, mailer: ScriptedMailer, campaigns: MemoryCampaigns) -> Stage {
     SendEmail::new(
         ledger,
         mailer,
         MemoryQueue::default(),
         campaigns,
         MemoryRateBucket::default(),
+        standings(),
         config(),
     )
 }
@@ -603,6 +621,7 @@ async fn a_record_with_no_send_slot_in_time_goes_back_as_a_new_message_not_a_rec
             MemoryQueue::default(),
             MemoryCampaigns::default(),
             MemoryRateBucket::default(),
+            standings(),
             SendEmailConfig::from_source(&vars).unwrap(),
         );
         stage

@@ -4,13 +4,16 @@
 //! and no retry of it is sent later.
 
 use super::outcome::{Again, Done, Retry};
+use super::standing::{self, Standings};
 use super::SendEmail;
 use crate::domain::guardrails::{held_out, CampaignGuardrails, CapCheck, QuietPolicy, Skip};
 use crate::domain::ledger::{epoch_ms, Claim, LedgerError, SendKey};
 use crate::domain::local_time;
 use crate::domain::messages::EmailJob;
-use crate::ports::{CampaignStates, Mailer, RateBucket, RetryQueue, SendLedger};
+use crate::domain::topics::Topics;
+use crate::ports::{CampaignStates, Mailer, RateBucket, RetryQueue, SendLedger, StoreError};
 use aws_lambda_events::event::sqs::SqsMessage;
+use jiff::tz::TimeZone;
 use std::time::Duration;
 
 /// The longest a quiet-hours return hides a message: under SQS's 12 hours from its receive.
@@ -27,17 +30,45 @@ pub(super) enum Verdict {
     Defer(Duration),
 }
 
-impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
-    SendEmail<M, L, Q, S, B>
+/// What quiet hours decide for an email inside them (`QUIET_HOURS_POLICY`).
+pub(super) enum Quiet {
+    Skip,
+    /// Hidden on the queue until they end, this long from now.
+    Defer(Duration),
+}
+
+impl From<Quiet> for Verdict {
+    fn from(quiet: Quiet) -> Self {
+        match quiet {
+            Quiet::Skip => Verdict::Skip(Skip::QuietHours),
+            Quiet::Defer(wait) => Verdict::Defer(wait),
+        }
+    }
+}
+
+/// What stopped the guard from deciding: the record is retried.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum GuardError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// The person's standing (read again for an email that waited) was not read.
+    #[error("standing not read again: {0}")]
+    Standing(#[from] StoreError),
+}
+
+impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, W: Standings>
+    SendEmail<M, L, Q, S, B, W>
 {
     /// `deliverable`: the address is one SES takes (else the email fails, and neither quiet
-    /// hours nor caps are asked).
+    /// hours nor caps are asked). `attempt_ms`: when this attempt claimed the record (a cap
+    /// reservation older than that is an earlier attempt's).
     pub(super) async fn guard(
         &self,
         job: &EmailJob,
         guardrails: &CampaignGuardrails,
         deliverable: bool,
-    ) -> Result<Verdict, LedgerError> {
+        attempt_ms: i64,
+    ) -> Result<Verdict, GuardError> {
         let now_ms = epoch_ms(crate::runtime::clock::now()) as i64;
         if !self.still_before_deadline(job, guardrails).await? {
             return Ok(Verdict::Skip(Skip::Expired));
@@ -49,38 +80,50 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         ) {
             return Ok(Verdict::Skip(Skip::HeldOut));
         }
+        // Read again only for an email that waited since it was rendered: the person may
+        // have chosen since. A topic no longer declared has no default to read it by.
+        if standing::waited(job.rendered_at_ms, now_ms) {
+            if let Some(topic) = Topics::builtin().find(&job.topic) {
+                if let Some(skip) = self.standings.left(&job.user_id, topic).await? {
+                    tracing::info!(campaign = %job.campaign_id, user = %job.user_id, reason = skip.as_str(), "standing changed since the email was rendered; not sent");
+                    return Ok(Verdict::Skip(skip));
+                }
+            }
+        }
         let caps = &self.config.caps;
         let capped = caps.apply_to(job.topic.as_str(), guardrails);
         if !deliverable || (self.config.quiet_hours.is_none() && !capped) {
             return Ok(Verdict::Send);
         }
-        let tz = job
-            .zone
-            .as_deref()
-            .and_then(local_time::zone)
-            .unwrap_or_else(|| self.config.fallback_zone.zone());
+        let tz = self.zone_of(job.zone.as_deref());
         // GetUsers let the user go after their quiet hours; a backlog may still carry the
         // send into the next ones.
-        if let Some(quiet) = &self.config.quiet_hours {
-            if let Some(until) = quiet.quiet_until(now_ms, &tz) {
-                return Ok(match quiet.policy {
-                    QuietPolicy::Skip => Verdict::Skip(Skip::QuietHours),
-                    QuietPolicy::Defer => {
-                        Verdict::Defer(Duration::from_millis((until - now_ms) as u64))
-                    }
-                });
-            }
+        if let Some(quiet) = self.quiet(&tz) {
+            return Ok(quiet.into());
         }
         if !capped {
             return Ok(Verdict::Send);
         }
         let (campaign, topic) = (job.campaign_id.as_str(), job.topic.as_str());
         for _ in 0..CAP_WRITE_ATTEMPTS {
-            let history = self.ledger.cap_history(&job.user_id).await?;
+            let mut history = self.ledger.cap_history(&job.user_id).await?;
+            // A reservation an earlier attempt made did not send (throttled, paced,
+            // deferred): it is no count of a sent email, so the rules are asked again without
+            // it, and the email is counted at this attempt's instant.
+            let stale = history
+                .entries
+                .iter()
+                .any(|e| e.campaign == campaign && e.at_ms < attempt_ms);
+            history
+                .entries
+                .retain(|e| e.campaign != campaign || e.at_ms >= attempt_ms);
             match caps.check(&history, campaign, topic, now_ms, &tz) {
                 CapCheck::Counted => return Ok(Verdict::Send),
                 CapCheck::Capped(rule) => {
                     tracing::info!(campaign, user = %job.user_id, rule, "frequency cap reached; not sent");
+                    if stale {
+                        self.uncount(&job.key()).await;
+                    }
                     return Ok(Verdict::Skip(Skip::FrequencyCap));
                 }
                 // Counted before the send: two campaigns that read the same history cannot
@@ -100,6 +143,27 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             table: self.config.sends_table_name.clone(),
             operation: "write frequency caps",
             detail: format!("{CAP_WRITE_ATTEMPTS} writes in a row lost to other campaigns'"),
+        }
+        .into())
+    }
+
+    /// The user's zone (`EmailJob::zone`): theirs, or the stack's fallback (quiet hours and
+    /// calendar days).
+    pub(super) fn zone_of(&self, zone: Option<&str>) -> TimeZone {
+        zone.and_then(local_time::zone)
+            .unwrap_or_else(|| self.config.fallback_zone.zone())
+    }
+
+    /// What quiet hours say now in `tz` (None: not quiet there, or none set). Asked by the
+    /// guard and again right before each SES call: the wait for a send slot, or a throttled
+    /// send's retries, may have carried the email into them.
+    pub(super) fn quiet(&self, tz: &TimeZone) -> Option<Quiet> {
+        let quiet = self.config.quiet_hours.as_ref()?;
+        let now_ms = self.clock.now_ms();
+        let until = quiet.quiet_until(now_ms, tz)?;
+        Some(match quiet.policy {
+            QuietPolicy::Skip => Quiet::Skip,
+            QuietPolicy::Defer => Quiet::Defer(Duration::from_millis((until - now_ms) as u64)),
         })
     }
 
@@ -115,6 +179,9 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
     ) -> Result<Done, Retry> {
         // Rounded up to the next second, so it never comes back a moment early.
         let wait = Duration::from_secs(wait.as_secs() + 1).min(MAX_QUIET_WAIT);
+        // Not sent for hours: a reservation this or an earlier attempt made would cap the
+        // person's other emails meanwhile; the return counts it again at its own send.
+        self.uncount(&claim.key).await;
         let receives = super::receive_count(record);
         if receives + 1 >= self.config.max_receive_count as usize
             && self

@@ -4,8 +4,8 @@
 use super::*;
 use crate::domain::guardrails::Skip;
 
-impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
-    SendEmail<M, L, Q, S, B>
+impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, W: Standings>
+    SendEmail<M, L, Q, S, B, W>
 {
     pub(super) async fn mark_sent(
         &self,
@@ -91,7 +91,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
     /// Records SKIPPED with a guardrail's reason and acknowledges the record. An earlier
     /// attempt may have counted it towards the caps (then throttled, paced): taken out.
     pub(super) async fn skip(&self, claim: &Claim, skip: Skip) -> Result<Done, Retry> {
-        if matches!(skip, Skip::Expired | Skip::QuietHours) {
+        if skip.may_be_counted() {
             self.uncount(&claim.key).await;
         }
         match self

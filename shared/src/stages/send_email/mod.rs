@@ -12,6 +12,7 @@ mod guard;
 mod ledger_writes;
 mod outcome;
 pub mod pacing;
+pub mod standing;
 
 use super::CampaignStateCache;
 use crate::config::SendEmailConfig;
@@ -22,7 +23,8 @@ use crate::domain::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refu
 use crate::domain::messages::{parse_body, EmailJob};
 use crate::domain::send_rate::SendRate;
 use crate::ports::{
-    CampaignStates, Mailer, Marked, OutgoingEmail, RateBucket, RetryQueue, SendError, SendLedger,
+    CampaignStates, Clock, Mailer, Marked, OutgoingEmail, RateBucket, RetryQueue, SendError,
+    SendLedger, SystemClock,
 };
 use crate::runtime::batch::{batch_response, each_record};
 use crate::runtime::Invocation;
@@ -30,7 +32,9 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 pub use outcome::Summary;
 use outcome::{Again, Done, Retry};
 use pacing::{NoSlot, Pacer, Ticket};
+pub use standing::{Standings, Wanted};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Do not start a send with less time left than this: claim, send and mark must fit.
@@ -41,14 +45,18 @@ const MARK_ATTEMPTS: u32 = 3;
 const MARK_SENT_MARGIN: Duration = Duration::from_secs(1);
 
 /// Generic over its ports: on Lambda the DynamoDB ledger, SES, SQS, the campaigns table and
-/// the stack's rate item in it; in unit tests and the lab their in-memory stand-ins
+/// the stack's rate item in it, and the person's standing (the sends table's pending leaves
+/// and MongoDB's users); in unit tests and the lab their in-memory stand-ins
 /// (`ports::memory`).
-pub struct SendEmail<M, L, Q, S, B> {
+pub struct SendEmail<M, L, Q, S, B, W> {
     ledger: L,
     mailer: M,
     queue: Q,
     campaigns: CampaignStateCache<S>,
     pacer: Pacer<B>,
+    standings: W,
+    /// The time of day quiet hours are read by (the system's; a test's own).
+    clock: Arc<dyn Clock>,
     config: SendEmailConfig,
 }
 
@@ -61,18 +69,21 @@ fn receive_count(record: &SqsMessage) -> usize {
         .unwrap_or(1)
 }
 
-impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
-    SendEmail<M, L, Q, S, B>
+impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, W: Standings>
+    SendEmail<M, L, Q, S, B, W>
 {
     /// `queue` is the emails queue (`config.emails_queue_url`), `campaigns` the campaigns
-    /// table (`config.campaigns_table_name`), `rate` the stack's rate item in it. Every
-    /// environment sends at the shared rate (`pacing`); SES's quota is read through `mailer`.
+    /// table (`config.campaigns_table_name`), `rate` the stack's rate item in it,
+    /// `standings` where a person's standing is read again for an email that waited
+    /// (`standing`). Every environment sends at the shared rate (`pacing`); SES's quota is
+    /// read through `mailer`.
     pub fn new(
         ledger: L,
         mailer: M,
         queue: Q,
         campaigns: S,
         rate: B,
+        standings: W,
         config: SendEmailConfig,
     ) -> Self {
         Self {
@@ -81,8 +92,16 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             queue,
             campaigns: CampaignStateCache::new(campaigns),
             pacer: Pacer::new(rate, config.record_concurrency),
+            standings,
+            clock: Arc::new(SystemClock),
             config,
         }
+    }
+
+    /// Reads the time of day for quiet hours from `clock` instead of the system's.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     pub async fn handle(
@@ -292,7 +311,11 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         // Exactly one mailbox, encoded as SES takes it; anything else never reaches SES (nor
         // counts towards a frequency cap: the guard does not count it).
         let recipient = address::parse(&job.to);
-        match self.guard(&job, &state.guardrails, recipient.is_ok()).await {
+        let attempt_ms = claim.started_at_ms as i64;
+        match self
+            .guard(&job, &state.guardrails, recipient.is_ok(), attempt_ms)
+            .await
+        {
             Ok(guard::Verdict::Send) => {}
             Ok(guard::Verdict::Skip(skip)) => return self.skip(&claim, skip).await,
             Ok(guard::Verdict::Defer(wait)) => return self.defer(&claim, record, wait).await,
@@ -453,27 +476,33 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
 
     /// Sends under the claim. A throttle is a signal, not an error: it lowers the shared
     /// rate, and the email waits for its next slot at the lower rate and goes again, for as
-    /// long as the invocation has time (then back to the queue, still unsent).
+    /// long as the invocation has time (then back to the queue, still unsent). Err: not
+    /// sent, for the user's quiet hours (`zone`: theirs, when quiet hours are set) had begun
+    /// when a slot came.
     async fn send_paced(
         &self,
         email: &OutgoingEmail,
+        zone: Option<&jiff::tz::TimeZone>,
         invocation: &Invocation,
         stop: &AtomicBool,
         deadline_ms: Option<i64>,
-    ) -> Result<String, SendError> {
+    ) -> Result<Result<String, SendError>, guard::Quiet> {
         loop {
+            if let Some(quiet) = zone.and_then(|zone| self.quiet(zone)) {
+                return Err(quiet);
+            }
             let answer = self.mailer.send(email).await;
             if !matches!(answer, Err(SendError::Throttled(_))) {
-                return answer;
+                return Ok(answer);
             }
             // Not again after the campaign's deadline: the next attempt records it expired.
             let now = epoch_ms(crate::runtime::clock::now()) as i64;
             if deadline_ms.is_some_and(|d| now >= d) {
-                return answer;
+                return Ok(answer);
             }
             self.pacer.throttled(&self.ceiling()).await;
             if stop.load(Ordering::SeqCst) || invocation.remaining() < 2 * MIN_TIME_TO_SEND {
-                return answer;
+                return Ok(answer);
             }
             if self
                 .take_slot(self.pacer.ticket(), invocation)
@@ -481,7 +510,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                 .is_err()
                 || invocation.remaining() < MIN_TIME_TO_SEND
             {
-                return answer;
+                return Ok(answer);
             }
         }
     }
@@ -498,10 +527,21 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         send_errors: u64,
     ) -> Result<Done, Retry> {
         let last_receive = receive_count(record) >= self.config.max_receive_count as usize;
-        match self
-            .send_paced(email, invocation, stop, claim.deadline_ms)
+        // Quiet hours are asked again right before each SES call, in the user's zone.
+        let zone = self
+            .config
+            .quiet_hours
+            .is_some()
+            .then(|| self.zone_of(claim.zone.as_deref()));
+        let answer = match self
+            .send_paced(email, zone.as_ref(), invocation, stop, claim.deadline_ms)
             .await
         {
+            Ok(answer) => answer,
+            Err(guard::Quiet::Skip) => return self.skip(claim, Skip::QuietHours).await,
+            Err(guard::Quiet::Defer(wait)) => return self.defer(claim, record, wait).await,
+        };
+        match answer {
             Ok(ses_message_id) => Ok(self.mark_sent(claim, &ses_message_id, invocation).await),
             Err(SendError::Permanent(reason)) => {
                 self.uncount(&claim.key).await;
@@ -552,7 +592,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
 }
 
 crate::runtime::serve::stage! {
-    impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket> for SendEmail<M, L, Q, S, B> {
+    impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, W: Standings> for SendEmail<M, L, Q, S, B, W> {
         SqsEvent => Result<(SqsBatchResponse, Summary), std::convert::Infallible>,
         |stage, event, invocation| Ok(stage.handle(event, invocation).await),
         gauges: |stage| stage.pacer.gauges()

@@ -5,9 +5,13 @@ use super::super::SendEmail;
 use crate::config::SendEmailConfig;
 use crate::domain::guardrails::{CampaignGuardrails, CapEntry, CapHistory};
 use crate::domain::ledger::{epoch_ms, SendStatus};
-use crate::ports::memory::{MemoryCampaigns, MemoryQueue, MemoryRateBucket, ScriptedMailer};
+use crate::ports::memory::{
+    MemoryCampaigns, MemoryQueue, MemoryRateBucket, MemoryRecords, MemorySubscribers,
+    ScriptedMailer,
+};
 use crate::ports::SendError;
 use crate::runtime::Invocation;
+use crate::stages::send_email::Wanted;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use std::time::Duration;
 
@@ -47,10 +51,30 @@ async fn two_campaigns_racing_for_one_user_pass_a_cap_of_one_once() {
 
 const CAMPAIGN: &str = "promo-1";
 
-type Stage =
-    SendEmail<ScriptedMailer, MemoryLedger, MemoryQueue, MemoryCampaigns, MemoryRateBucket>;
+type Standings = Wanted<MemorySubscribers, MemoryRecords>;
+
+type Stage = SendEmail<
+    ScriptedMailer,
+    MemoryLedger,
+    MemoryQueue,
+    MemoryCampaigns,
+    MemoryRateBucket,
+    Standings,
+>;
 
 fn stage(extra: &[(&str, &str)], ledger: MemoryLedger, mailer: ScriptedMailer) -> Stage {
+    stage_with(extra, ledger, mailer, standings(&[]))
+}
+
+/// Subscribed `users` (and no pending leave): whom a standing read again lets through.
+fn standings(users: &[&str]) -> Standings {
+    Wanted {
+        users: MemorySubscribers::with(users),
+        pending: MemoryRecords::default(),
+    }
+}
+
+fn config(extra: &[(&str, &str)]) -> SendEmailConfig {
     let vars: Vec<(String, String)> = [
         ("SENDS_TABLE_NAME", "sends"),
         ("CAMPAIGNS_TABLE_NAME", "campaigns"),
@@ -59,32 +83,48 @@ fn stage(extra: &[(&str, &str)], ledger: MemoryLedger, mailer: ScriptedMailer) -
         ("VISIBILITY_TIMEOUT_SECONDS", "180"),
         ("FUNCTION_TIMEOUT_SECONDS", "30"),
         ("SEND_RATE_PER_SECOND", "10000"),
+        ("MONGODB_URI", "mongodb://127.0.0.1:1/"),
     ]
     .iter()
     .chain(extra)
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    let config = SendEmailConfig::from_source(&|k: &str| {
+    SendEmailConfig::from_source(&|k: &str| {
         vars.iter()
             .rev()
             .find(|(n, _)| n == k)
             .map(|(_, v)| v.clone())
     })
-    .unwrap();
+    .unwrap()
+}
+
+fn stage_with<M: crate::ports::Mailer>(
+    extra: &[(&str, &str)],
+    ledger: MemoryLedger,
+    mailer: M,
+    standings: Standings,
+) -> SendEmail<M, MemoryLedger, MemoryQueue, MemoryCampaigns, MemoryRateBucket, Standings> {
     SendEmail::new(
         ledger,
         mailer,
         MemoryQueue::default(),
         MemoryCampaigns::default(),
         MemoryRateBucket::default(),
-        config,
+        standings,
+        config(extra),
     )
 }
 
 fn event(user: &str, include_failed: bool) -> SqsEvent {
+    rendered_at(user, include_failed, now_ms())
+}
+
+/// A job rendered at `rendered_ms`.
+fn rendered_at(user: &str, include_failed: bool, rendered_ms: i64) -> SqsEvent {
     let job = serde_json::json!({
         "campaignId": CAMPAIGN, "userId": user, "to": "ada@example.com", "subject": "s",
         "html": "<p>h</p>", "text": "t", "includeFailed": include_failed, "topic": "product-news",
+        "renderedAt": rendered_ms,
     });
     let mut record = SqsMessage::default();
     record.message_id = Some(format!("m-{user}"));
@@ -299,4 +339,236 @@ async fn an_email_counted_then_refused_is_taken_out_of_the_caps() {
     let history = stage.ledger.cap_history("u1").await.unwrap();
     assert!(history.entries.is_empty(), "{history:?}");
     assert_eq!(history.version, 2, "counted, then taken out");
+}
+
+/// Whoever chose since the email was rendered, an hour ago, gets it no more: unsubscribed,
+/// out of the topic (by the page, or by a one-click MongoDB did not take), suppressed, or no
+/// such user any more; each recorded SKIPPED with its reason, counted. Under the bound, the
+/// standing is not read again: the email that did not wait costs no read.
+#[tokio::test]
+async fn an_email_that_waited_goes_only_to_whom_still_wants_it() {
+    use crate::domain::topics::TopicId;
+    use crate::ports::{ChangedVia, PendingLeaves, SubscriberStore, SuppressionReason};
+    let people = [
+        "stays",
+        "unsubscribed",
+        "left",
+        "left-by-one-click",
+        "bounced",
+    ];
+    let stage = stage_with(
+        &[],
+        MemoryLedger::default(),
+        ScriptedMailer::default(),
+        standings(&people),
+    );
+    let key = |user: &str| {
+        crate::domain::ledger::SendKey::new(
+            user.to_owned(),
+            crate::domain::campaign::CampaignId::parse(CAMPAIGN).unwrap(),
+        )
+    };
+    let topic = TopicId::parse("product-news").unwrap();
+    let users = &stage.standings.users;
+    users
+        .unsubscribe(&key("unsubscribed"), "weekly-digest", 0)
+        .await
+        .unwrap();
+    users
+        .leave_topic(&key("left"), &topic, ChangedVia::Page, 0)
+        .await
+        .unwrap();
+    users
+        .suppress(&key("bounced"), SuppressionReason::Bounce, "", 0)
+        .await
+        .unwrap();
+    stage
+        .standings
+        .pending
+        .record_leave(&key("left-by-one-click"), &topic, 1)
+        .await
+        .unwrap();
+
+    let an_hour_ago = now_ms() - 3_600_000;
+    let invocation = Invocation::with_timeout("request-1", Duration::from_secs(30));
+    let mut skipped = std::collections::BTreeMap::new();
+    for user in people.iter().chain(&["gone"]) {
+        let summary = stage
+            .handle(rendered_at(user, false, an_hour_ago), &invocation)
+            .await
+            .1;
+        for (reason, n) in summary.skipped {
+            *skipped.entry(reason).or_insert(0) += n;
+        }
+    }
+    assert_eq!(
+        skipped,
+        [
+            ("left_topic", 2),
+            ("suppressed", 1),
+            ("unsubscribed", 1),
+            ("vanished", 1)
+        ]
+        .into()
+    );
+    let sent: Vec<String> = stage
+        .mailer
+        .calls()
+        .iter()
+        .map(|e| e.key.user_id.clone())
+        .collect();
+    assert_eq!(sent, ["stays"]);
+    assert_eq!(
+        status(&stage, "left-by-one-click"),
+        (Some(SendStatus::Skipped), Some("left_topic".into()))
+    );
+
+    // Rendered a moment ago: sent on CreateEmails' reading, without a read of its own.
+    let reads = users.calls.load(std::sync::atomic::Ordering::SeqCst);
+    let summary = stage
+        .handle(event("gone-but-fresh", false), &invocation)
+        .await
+        .1;
+    assert_eq!(summary.sent, 1);
+    assert_eq!(users.calls.load(std::sync::atomic::Ordering::SeqCst), reads);
+}
+
+/// An email counted towards the caps by an attempt that did not send it (throttled, then held
+/// overnight) is counted again when it goes: dated at the send, so another campaign five hours
+/// later meets `1/16h`; and if, meanwhile, another campaign's email went, the rules stop it.
+#[tokio::test]
+async fn a_cap_reservation_of_an_earlier_attempt_is_checked_again_and_dated_at_the_send() {
+    let caps = FrequencyCaps::parse("1/16h", "").unwrap();
+    let utc = jiff::tz::TimeZone::UTC;
+    let reserved_at = now_ms() - 11 * 3_600_000;
+    let ours = CapEntry {
+        campaign: CAMPAIGN.into(),
+        topic: "product-news".into(),
+        at_ms: reserved_at,
+    };
+    let ledger = MemoryLedger::default();
+    let history = CapHistory {
+        version: 0,
+        entries: vec![ours.clone()],
+    };
+    assert!(ledger.write_cap_history("u1", &history, 0).await.unwrap());
+    let first = stage(
+        &[("FREQUENCY_CAPS", "1/16h")],
+        ledger,
+        ScriptedMailer::default(),
+    );
+    let before = now_ms();
+    assert_eq!(handle(&first, "u1", false).await.sent, 1);
+    let history = first.ledger.cap_history("u1").await.unwrap();
+    assert_eq!(history.entries.len(), 1, "{history:?}");
+    assert!(
+        history.entries[0].at_ms >= before,
+        "dated at the send: {history:?}"
+    );
+    // Five hours after the send, another campaign: capped.
+    assert_eq!(
+        caps.check(&history, "other", "digest", before + 5 * 3_600_000, &utc),
+        CapCheck::Capped("1/16h".into())
+    );
+
+    // Another campaign's email went while ours waited: ours is capped now, and its
+    // reservation taken out.
+    let ledger = MemoryLedger::default();
+    let theirs = CapEntry {
+        campaign: "weekly-2026-W47".into(),
+        topic: "digest".into(),
+        at_ms: now_ms() - 3_600_000,
+    };
+    let history = CapHistory {
+        version: 0,
+        entries: vec![ours, theirs.clone()],
+    };
+    assert!(ledger.write_cap_history("u2", &history, 0).await.unwrap());
+    let second = stage(
+        &[("FREQUENCY_CAPS", "1/16h")],
+        ledger,
+        ScriptedMailer::default(),
+    );
+    let summary = handle(&second, "u2", false).await;
+    assert_eq!(summary.skipped.get("frequency_cap"), Some(&1));
+    assert!(second.mailer.calls().is_empty());
+    assert_eq!(
+        second.ledger.cap_history("u2").await.unwrap().entries,
+        [theirs]
+    );
+}
+
+/// A mailer that answers from a script and moves a clock on after each answer: a throttled
+/// send's next slot comes this much later.
+struct Later {
+    inner: ScriptedMailer,
+    clock: std::sync::Arc<crate::ports::memory::MemoryClock>,
+    step_ms: i64,
+}
+
+impl crate::ports::Mailer for Later {
+    async fn send(&self, email: &crate::ports::OutgoingEmail) -> Result<String, SendError> {
+        let answer = self.inner.send(email).await;
+        let now = crate::ports::Clock::now_ms(self.clock.as_ref());
+        self.clock.set(now + self.step_ms);
+        answer
+    }
+}
+
+/// Quiet hours are asked right before each SES call, not only before the wait for a slot: a
+/// send throttled at 20:59:50 whose next slot comes after 21:00 is held until 08:00 (or
+/// skipped), not sent in them; and its cap reservation is taken out meanwhile.
+#[tokio::test]
+async fn quiet_hours_that_begin_while_an_email_waits_to_be_sent_hold_it() {
+    // 2026-11-26 20:59:50 UTC.
+    let evening = 1_795_726_790_000;
+    assert_eq!(
+        jiff::Timestamp::from_millisecond(evening)
+            .unwrap()
+            .to_string(),
+        "2026-11-26T20:59:50Z"
+    );
+    for (policy, skipped) in [("defer", false), ("skip", true)] {
+        let clock = crate::ports::memory::MemoryClock::at(evening);
+        let mailer = Later {
+            inner: ScriptedMailer::answering([Err(SendError::Throttled("slow down".into()))]),
+            clock: clock.clone(),
+            step_ms: 20_000,
+        };
+        let stage = stage_with(
+            &[
+                ("QUIET_HOURS", "21:00-08:00"),
+                ("QUIET_HOURS_POLICY", policy),
+                ("FREQUENCY_CAPS", "1/16h"),
+            ],
+            MemoryLedger::default(),
+            mailer,
+            standings(&[]),
+        )
+        .with_clock(clock);
+        let invocation = Invocation::with_timeout("request-1", Duration::from_secs(30));
+        let summary = stage.handle(event("u1", false), &invocation).await.1;
+        assert_eq!(
+            stage.mailer.inner.calls().len(),
+            1,
+            "{policy}: not sent again in them"
+        );
+        assert_eq!(summary.sent, 0, "{policy}");
+        if skipped {
+            assert_eq!(summary.skipped.get("quiet_hours"), Some(&1));
+        } else {
+            assert_eq!(summary.deferred, 1);
+            let delays = stage.queue.delays();
+            // From 21:00:10, when the next slot came, until 08:00 (rounded up a second).
+            let until = Duration::from_millis((11 * 3_600_000 - 10_000) as u64);
+            assert!(
+                delays.len() == 1
+                    && delays[0].1 >= until
+                    && delays[0].1 <= until + Duration::from_secs(2),
+                "{delays:?}"
+            );
+        }
+        let history = stage.ledger.cap_history("u1").await.unwrap();
+        assert!(history.entries.is_empty(), "{policy}: {history:?}");
+    }
 }
