@@ -178,8 +178,10 @@ pub struct CampaignStatus {
     pub continuation_dlq: Option<u64>,
     /// Users not sent to because the campaign was cancelled (CANCELLED records).
     pub cancelled: usize,
-    /// Users a guardrail decided not to send to (SKIPPED records), by reason: held_out (the
-    /// holdout group), expired (the deadline passed), frequency_cap, quiet_hours.
+    /// Users SendEmail decided not to send to (SKIPPED records), by reason: held_out (the
+    /// holdout group), expired (the deadline passed), frequency_cap, quiet_hours, or the
+    /// person's standing read again for an email that waited (unsubscribed, suppressed,
+    /// left_topic, unreadable_choice, vanished).
     pub skipped: BTreeMap<String, usize>,
     /// Its deadline, holdout (basis points) and cap exemption, as recorded when it started.
     pub guardrails: Option<mailflow::domain::guardrails::CampaignGuardrails>,

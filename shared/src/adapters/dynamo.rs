@@ -699,7 +699,8 @@ pub struct SendRecord {
     pub attempt: u64,
     pub ses_message_id: Option<String>,
     pub last_error: Option<String>,
-    /// A SKIPPED record's guardrail (held_out, expired, frequency_cap, quiet_hours).
+    /// Why a record is SKIPPED (`Skip::as_str`: a guardrail, or the person's standing read
+    /// again at the send).
     pub skip_reason: Option<String>,
     pub lease_until_ms: Option<u64>,
     pub started_at_ms: Option<u64>,

@@ -80,7 +80,7 @@ pub struct EmailJob {
     pub variant: Option<String>,
     /// When CreateEmails rendered it (ms since the epoch): SendEmail reads the person's
     /// standing again before sending one that has waited since (None: a job from before
-    /// this field, treated as one that waited).
+    /// this field, sent on CreateEmails' reading).
     pub rendered_at_ms: Option<i64>,
 }
 

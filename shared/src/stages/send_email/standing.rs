@@ -50,8 +50,9 @@ impl<U: UserStandings, P: PendingLeaves> Standings for Wanted<U, P> {
     }
 }
 
-/// Whether an email rendered at `rendered_at_ms` (None: before the time was carried, so
-/// of unknown age) has waited long enough at `now_ms` to have its standing read again.
+/// Whether an email rendered at `rendered_at_ms` has waited long enough at `now_ms` to have
+/// its standing read again. A job without the time (rendered by a version before it was
+/// carried, in flight at the deploy) is sent on CreateEmails' reading, as it was then.
 pub fn waited(rendered_at_ms: Option<i64>, now_ms: i64) -> bool {
-    rendered_at_ms.is_none_or(|at| now_ms - at > STANDING_CHECK_AFTER.as_millis() as i64)
+    rendered_at_ms.is_some_and(|at| now_ms - at > STANDING_CHECK_AFTER.as_millis() as i64)
 }
