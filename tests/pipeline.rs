@@ -402,6 +402,74 @@ async fn create_emails_fails_bad_records_alone_and_skips_unsubscribed_or_vanishe
     assert_eq!(env.depth(names::EMAILS_QUEUE).await.unwrap(), 1);
 }
 
+/// An email that waited an hour since it was rendered goes only to whom still wants it:
+/// SendEmail reads the person's standing again, MongoDB's document and the pending one-click
+/// leave in the sends table, and records the others SKIPPED with the reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn send_email_reads_again_the_standing_of_an_email_that_waited() {
+    use mailflow::ports::PendingLeaves;
+    let env = test_env("standing", |_| {}).await.unwrap();
+    let seeded = env.seed(60, &campaign()).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let mut audience = seeded
+        .audience
+        .keys()
+        .filter(|u| !seeded.invalid_addresses.contains(*u));
+    let mut next = || audience.next().unwrap().clone();
+    let (stays, unsubscribed, left, gone) = (next(), next(), next(), next());
+    let users = env.db.collection::<Document>("users");
+    users
+        .update_one(
+            doc! {"_id": &unsubscribed},
+            doc! {"$set": {"subscribed": false}},
+        )
+        .await
+        .unwrap();
+    users.delete_one(doc! {"_id": &gone}).await.unwrap();
+    let sends = env.stack.table_name(names::SENDS_TABLE).unwrap();
+    let records = mailflow::adapters::dynamo::SendRecords::new(env.dynamo(), sends);
+    let campaign_id = mailflow::domain::campaign::CampaignId::parse("weekly-2026-W46").unwrap();
+    let key = mailflow::domain::ledger::SendKey::new(left.clone(), campaign_id);
+    let topic = mailflow::domain::messages::weekly_topic();
+    records.record_leave(&key, &topic, 1).await.unwrap();
+
+    let an_hour_ago = time::OffsetDateTime::now_utc().unix_timestamp() * 1000 - 3_600_000;
+    let mut event = SqsEvent::default();
+    for user in [&stays, &unsubscribed, &left, &gone] {
+        let job = serde_json::json!({
+            "campaignId": "weekly-2026-W46", "userId": user, "to": seeded.addresses[user],
+            "subject": "s", "html": "<p>h</p>", "text": "t", "renderedAt": an_hour_ago,
+        });
+        event
+            .records
+            .push(record(&format!("m-{user}"), &job.to_string()));
+    }
+    let (response, summary) = pipeline.send_email[0]
+        .handle(
+            event,
+            &Invocation::with_timeout("r1", Duration::from_secs(30)),
+        )
+        .await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(summary.sent, 1, "{summary:?}");
+    assert_eq!(
+        summary.skipped,
+        BTreeMap::from([("left_topic", 1), ("unsubscribed", 1), ("vanished", 1)])
+    );
+    let statuses: BTreeMap<String, Option<SendStatus>> = ledger_scan::records(
+        &env.dynamo(),
+        env.stack.table_name(names::SENDS_TABLE).unwrap(),
+        "weekly-2026-W46",
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|r| (r.user_id, r.status))
+    .collect();
+    assert_eq!(statuses[&stays], Some(SendStatus::Sent));
+    assert_eq!(statuses[&left], Some(SendStatus::Skipped));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unverified_sender_fails_permanently_without_retry_loops() {
     let env = test_env("unverified", |o| {
