@@ -1,7 +1,9 @@
 //! The guardrails SendEmail applies under its claim, before it takes a send slot: the
-//! campaign's deadline and holdout, the user's quiet hours, and the frequency caps across
-//! campaigns (`domain::guardrails`). Decided once: the record ends SKIPPED with the reason,
-//! and no retry of it is sent later.
+//! campaign's deadline and holdout, the person's standing for an email that waited
+//! (`standing`), the user's quiet hours (asked again right before each SES call), and the
+//! frequency caps across campaigns (`domain::guardrails`), counted by the attempt that
+//! sends. Decided once: the record ends SKIPPED with the reason, and no retry of it is sent
+//! later.
 
 use super::outcome::{Again, Done, Retry};
 use super::standing::{self, Standings};
