@@ -80,6 +80,7 @@ pub async fn provision(
     if let Some(sender) = stack.parameters.get("SenderAddress") {
         verify_identity(sdk, sender).await?;
     }
+    crate::iam::register(&stack).await?;
     Ok(stack)
 }
 
