@@ -22,6 +22,7 @@ Control endpoints, JSON:
 import json
 import re
 import threading
+from email.utils import parseaddr
 from io import BytesIO
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -42,21 +43,30 @@ class Unmodelled(Exception):
 def _wildcard(pattern, ignore_case):
     """IAM's wildcards: `*` any run of characters, `?` one."""
     regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-    return re.compile(f"^{regex}$", re.IGNORECASE if ignore_case else 0)
+    return re.compile(regex, re.IGNORECASE if ignore_case else 0)
 
 
 def _any_matches(patterns, value, ignore_case):
-    return any(_wildcard(p, ignore_case).match(value) for p in patterns)
+    return any(_wildcard(p, ignore_case).fullmatch(value) for p in patterns)
+
+
+# The condition operators the checker evaluates; the simulator refuses any other at
+# registration (infra/local/src/iam.rs), so a Deny it cannot evaluate is never skipped.
+OPERATORS = ("StringEquals", "ForAllValues:StringEquals")
 
 
 def _condition_holds(conditions, context):
     """The operators the template uses, with the keys AWS sets for these requests; anything
     else does not hold (a statement this checker cannot evaluate grants nothing)."""
+    context = {k.lower(): v for k, v in context.items()}
     for operator, keys in conditions.items():
         for key, wanted in keys.items():
             wanted = wanted if isinstance(wanted, list) else [wanted]
-            have = context.get(key)
+            have = context.get(key.lower())
             if have is None:
+                # ForAllValues over no values holds, as on AWS; StringEquals needs the key.
+                if operator == "ForAllValues:StringEquals":
+                    continue
                 return False
             have = have if isinstance(have, list) else [have]
             if operator == "StringEquals":
@@ -104,6 +114,26 @@ def _table_key_value(account, region, table, key):
     return next(iter(value.values()), None) if isinstance(value, dict) else None
 
 
+def _query_leading_key(account, region, params):
+    """The partition key value a Query's KeyConditionExpression names (`#pk = :v`)."""
+    from moto.dynamodb.models import dynamodb_backends
+
+    table = dynamodb_backends[account][region].tables.get(params.get("TableName"))
+    if table is None:
+        return None
+    hash_key = table.hash_key_attr
+    if params.get("IndexName"):
+        for index in table.global_indexes + table.indexes:
+            if index.name == params["IndexName"]:
+                hash_key = next(k["AttributeName"] for k in index.schema if k["KeyType"] == "HASH")
+    names = params.get("ExpressionAttributeNames") or {}
+    values = params.get("ExpressionAttributeValues") or {}
+    for name, value in re.findall(r"([#\w]+)\s*=\s*(:\w+)", params.get("KeyConditionExpression", "")):
+        if names.get(name, name) == hash_key and value in values:
+            return next(iter(values[value].values()), None)
+    return None
+
+
 def _secret_arn(account, region, secret_id):
     from moto.secretsmanager.models import secretsmanager_backends
 
@@ -112,6 +142,18 @@ def _secret_arn(account, region, secret_id):
     secret = secretsmanager_backends[account][region].secrets.get(secret_id)
     # An unknown secret: AWS answers ResourceNotFound after authorizing its name.
     return secret.arn if secret is not None else f"arn:aws:secretsmanager:{region}:{account}:secret:{secret_id}"
+
+
+def _sending_identity(account, region, sender):
+    """The identity SES sends as: the address when it is verified itself, else its domain."""
+    from moto.ses.models import ses_backends
+
+    address = parseaddr(sender)[1]
+    local, _, domain = address.rpartition("@")
+    address = f"{local}@{domain.lower()}"
+    verified = ses_backends[account][region].list_verified_email_addresses()
+    identity = address if address in verified else domain.lower()
+    return f"arn:aws:ses:{region}:{account}:identity/{identity}"
 
 
 def describe(environ, body, region, service, account=DEFAULT_ACCOUNT_ID):
@@ -170,6 +212,8 @@ def describe(environ, body, region, service, account=DEFAULT_ACCOUNT_ID):
                 context["dynamodb:LeadingKeys"] = [
                     str(_table_key_value(account, region, params["TableName"], key))
                 ]
+            elif operation == "Query":
+                context["dynamodb:LeadingKeys"] = [str(_query_leading_key(account, region, params))]
             needs.append((f"dynamodb:{operation}", resource, context))
         else:
             raise Unmodelled(f"dynamodb:{operation} without a table")
@@ -182,9 +226,15 @@ def describe(environ, body, region, service, account=DEFAULT_ACCOUNT_ID):
 
     if service == "ses":
         if method == "POST" and path == "/v2/email/outbound-emails":
-            sender = params.get("FromEmailAddress", "")
-            domain = sender.rsplit("@", 1)[-1].rstrip(">").strip().lower()
-            needs = [("ses:SendEmail", f"arn:aws:ses:{region}:{account}:identity/{domain}", {})]
+            for unmodelled in ("FeedbackForwardingEmailAddressIdentityArn", "ListManagementOptions"):
+                if params.get(unmodelled):
+                    raise Unmodelled(f"ses SendEmail with {unmodelled}")
+            if (params.get("Content") or {}).get("Template"):
+                raise Unmodelled("ses SendEmail with a template")
+            identity = params.get("FromEmailAddressIdentityArn") or _sending_identity(
+                account, region, params.get("FromEmailAddress", "")
+            )
+            needs = [("ses:SendEmail", identity, {})]
             if params.get("ConfigurationSetName"):
                 needs.append((
                     "ses:SendEmail",
@@ -205,7 +255,12 @@ def describe(environ, body, region, service, account=DEFAULT_ACCOUNT_ID):
         invoke = re.fullmatch(r"/2015-03-31/functions/([^/]+)/invocations/?", path)
         if invoke and method == "POST":
             name = invoke.group(1)
+            if name.count(":") not in (0, 6, 7):
+                raise Unmodelled(f"lambda Invoke of a partial ARN {name}")
             arn = name if name.startswith("arn:") else f"arn:aws:lambda:{region}:{account}:function:{name}"
+            qualifier = (query.get("Qualifier") or [None])[0]
+            if qualifier:
+                arn = f"{arn}:{qualifier}"
             return [("lambda:InvokeFunction", arn, {})]
         raise Unmodelled(f"lambda {method} {path}")
 
@@ -250,7 +305,10 @@ def _control(environ, start_response, body):
     method = environ.get("REQUEST_METHOD")
     if method == "POST" and path == "roles":
         roles = json.loads(body)["roles"]
+        stacks = {role["stack"] for role in roles}
         with _lock:
+            # A stack provisioned again starts with no denials (its name may be reused).
+            _denials[:] = [d for d in _denials if d["stack"] not in stacks]
             for role in roles:
                 _roles[role["key"]] = role
         return _json(start_response, "200 OK", {"registered": len(roles)})

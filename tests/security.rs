@@ -287,6 +287,7 @@ fn the_release_schedules_can_only_invoke_get_users() {
     );
     let expected: BTreeSet<(String, String)> = [
         ("lambda:InvokeFunction", "GetUsersFunction.Arn"),
+        ("lambda:InvokeFunction", "${GetUsersFunction.Arn}:*"),
         ("sqs:SendMessage", "ScheduleDLQ.Arn"),
     ]
     .into_iter()

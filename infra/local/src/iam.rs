@@ -1,6 +1,5 @@
 //! IAM on the local stack. template.yaml's role policies are resolved for this stack as
-//! CloudFormation resolves them (names generated as it generates them, so a name pattern that
-//! a long stack name breaks breaks here too) and registered with the local AWS emulator
+//! CloudFormation resolves them and registered with the local AWS emulator
 //! (`infra/moto_iam.py`), which then checks every request signed with a role's key as AWS
 //! does: a request no statement allows fails with AccessDeniedException and is recorded.
 //! Each function signs with its role's key ([`function_sdk`], and `AWS_ACCESS_KEY_ID` in the
@@ -8,6 +7,13 @@
 //! credentials; the local scheduler asks the emulator whether a schedule's role may invoke
 //! its target ([`authorize`]). [`denials`] lists what was refused, and a run that met one
 //! fails (`LocalPipeline::drain`).
+//!
+//! Names: a function's ARN is generated as CloudFormation generates it ([`function_name`]:
+//! the release schedules target GetUsers by it, so a grant by a name pattern that a long
+//! stack name breaks breaks here too). The other resources keep their local names
+//! (`{prefix}-{logical id}`, never shortened), so a pattern over their generated names would
+//! not be caught here; `security::no_grant_names_a_resource_by_the_stacks_name` refuses
+//! every such pattern in the template instead.
 
 use crate::stack::Stack;
 use anyhow::{bail, Context, Result};
@@ -23,6 +29,10 @@ const SECRET: &str = "local-role-secret";
 const SUFFIX_LEN: usize = 12;
 /// Lambda's limit on a function name.
 const FUNCTION_NAME_MAX: usize = 64;
+/// The condition operators `infra/moto_iam.py` evaluates (its `OPERATORS`); a statement with
+/// any other is refused at registration, so that a Deny it could not evaluate is never
+/// skipped.
+const CONDITION_OPERATORS: [&str; 2] = ["StringEquals", "ForAllValues:StringEquals"];
 
 /// The name CloudFormation generates for a function without `FunctionName`:
 /// `{stack}-{logical id}-{suffix}`, shortened to Lambda's 64 characters. CloudFormation does
@@ -214,6 +224,14 @@ fn statements_of(
             Some(c) => condition_json(c, resolve)?,
             None => serde_json::Value::Null,
         };
+        if let Some(operators) = conditions.as_object() {
+            if let Some(other) = operators
+                .keys()
+                .find(|o| !CONDITION_OPERATORS.contains(&o.as_str()))
+            {
+                bail!("{id}: the condition operator {other} is not modelled by the local IAM check (infra/moto_iam.py)");
+            }
+        }
         out.push(Statement {
             sid: statement
                 .get("Sid")
@@ -543,6 +561,21 @@ Resources:
 "#;
         let err = role_statements(template, &|n| n.to_owned()).unwrap_err();
         assert!(format!("{err:#}").contains("NotAction"), "{err:#}");
+        let template = r#"
+Resources:
+  R:
+    Type: AWS::IAM::Role
+    Properties:
+      Policies:
+        - PolicyDocument:
+            Statement:
+              - Effect: Deny
+                Action: "sqs:*"
+                Resource: "*"
+                Condition: {StringNotEquals: {"aws:SourceVpc": "vpc-1"}}
+"#;
+        let err = role_statements(template, &|n| n.to_owned()).unwrap_err();
+        assert!(format!("{err:#}").contains("StringNotEquals"), "{err:#}");
     }
 
     #[test]
