@@ -789,7 +789,7 @@ pub async fn campaign_records(
 }
 
 /// Each variant's results in the test group, from a campaign's records: sent, delivered,
-/// and the people who opened and clicked (each record counted once). The rest, sent the
+/// the people who opened and clicked (each record counted once), and its last email. The rest, sent the
 /// winner, is left out: it would mix the winner's test with its roll-out.
 pub fn experiment_tallies(
     records: &[SendRecord],
@@ -807,6 +807,9 @@ pub fn experiment_tallies(
         t.delivered += u64::from(has(Engagement::Delivered));
         t.human_clicks += u64::from(has(Engagement::HumanClicked));
         t.human_opens += u64::from(has(Engagement::HumanOpened));
+        // Its last email: the latest claim or completion (one still being sent counts).
+        let at = r.completed_at_ms.max(r.started_at_ms).map(|ms| ms as i64);
+        t.last_sent_ms = t.last_sent_ms.max(at);
     }
     tallies
 }
