@@ -124,15 +124,16 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 counts.count_zone(source);
                 let tz = delivery.zone_for(zone).0;
                 match decided {
-                    // Not in the lateness figures (`lateMs` is how late the pipeline let a
-                    // user go, a health signal): counted as passedSentNow instead.
-                    // The rest of an experiment is counted held, not by its local time: it
-                    // goes at its local time after the decision, which has not passed (a
-                    // zone passed at the start is no reason to skip it days later).
+                    // The rest of an experiment goes at its local time after the decision,
+                    // which has not passed: a zone passed at the start is no reason to skip
+                    // it days later.
                     Delivery::Skip if held_until.is_none() => {
                         counts.passed_skipped += 1;
                         return (When::Never, None);
                     }
+                    // Not in the lateness figures (`lateMs` is how late the pipeline let a
+                    // user go, a health signal): counted as passedSentNow instead.
+                    // The rest of an experiment is counted held, not by its local time.
                     Delivery::Now | Delivery::Skip => {
                         counts.passed_sent_now += u64::from(held_until.is_none());
                         (now_ms, tz, false)
