@@ -30,6 +30,10 @@ pub struct GetUsersConfig {
     pub guardrails: crate::domain::guardrails::GuardrailDefaults,
     /// Users whose email would go in their quiet hours wait for their end.
     pub quiet_hours: Option<QuietHours>,
+    /// Consent to per-recipient tracking (parameter TrackOpensAndClicks): without it no
+    /// click or open is noted on a send record, so no experiment can be decided by people
+    /// and a start with one is refused.
+    pub track_opens_and_clicks: bool,
 }
 
 /// Quiet hours (`QUIET_HOURS`, `QUIET_HOURS_POLICY`): GetUsers holds users until they end,
@@ -122,10 +126,17 @@ impl GetUsersConfig {
         var::CAMPAIGN_DEADLINE_HOURS,
         var::QUIET_HOURS,
         var::QUIET_HOURS_POLICY,
+        var::TRACK_OPENS_AND_CLICKS,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         Ok(Self {
+            track_opens_and_clicks: parsed(
+                src,
+                var::TRACK_OPENS_AND_CLICKS,
+                false,
+                "true or false",
+            )?,
             guardrails: guardrail_defaults(src)?,
             quiet_hours: quiet_hours(src)?,
             local_time: LocalTimeConfig::from_source(src)?,
