@@ -274,7 +274,8 @@ where
             }
             // The poller's ReceiveMessage round trip.
             tokio::time::sleep(latency.0).await;
-            let event = queue.receive(batch);
+            // Past the in-flight quota a long poll gets nothing (a short one, OverLimit).
+            let event = queue.receive(batch).unwrap_or_default();
             if event.records.is_empty() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
