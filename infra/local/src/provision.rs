@@ -253,8 +253,8 @@ async fn create_tables(
     Ok(())
 }
 
-/// Generated secrets, configuration sets and Function URLs, by the logical ids the template
-/// refers to them with.
+/// Generated secrets, configuration sets, roles, functions and Function URLs, by the logical
+/// ids the template refers to them with.
 async fn name_other_resources(
     sdk: &aws_config::SdkConfig,
     template: &Template,
@@ -287,6 +287,13 @@ async fn name_other_resources(
     }
     for id in &template.roles {
         let arn = format!("arn:aws:iam::000000000000:role/{}-{id}", options.prefix);
+        stack.names.insert(id.clone(), arn);
+    }
+    // A function's ARN, as a schedule's target: the simulator fires the group's schedules
+    // itself, invoking GetUsers, the one function they target.
+    for function in &template.functions {
+        let id = &function.logical_id;
+        let arn = format!("arn:aws:lambda:local:000000000000:function:{id}");
         stack.names.insert(id.clone(), arn);
     }
     for function in template.functions.iter().filter(|f| f.function_url) {
