@@ -180,6 +180,15 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             // The shared send rate (one item: `send_email_and_rate_control_touch_only_the_rate_item`).
             // SES's quota and the mapping's concurrency are RateControl's.
             pairs.push(("dynamodb:UpdateItem", "CampaignsTable.Arn".into()));
+            // A user met in their quiet hours waits in the waiting room for their end: the
+            // hold and the slot's count, and the slot's schedules run as the scheduler role.
+            pairs.push(("dynamodb:BatchWriteItem", "WaitingTable.Arn".into()));
+            pairs.push(("dynamodb:UpdateItem", "WaitingTable.Arn".into()));
+            pairs.push((
+                "scheduler:CreateSchedule",
+                "arn:${AWS::Partition}:scheduler:${AWS::Region}:${AWS::AccountId}:schedule/${ReleaseScheduleGroup}/*".into(),
+            ));
+            pairs.push(("iam:PassRole", "ReleaseSchedulerRole.Arn".into()));
         }
         "RateControl" => {
             // SES's quota, the rate item, and SendEmail's and CreateEmails' mappings named by

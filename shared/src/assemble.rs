@@ -85,10 +85,10 @@ pub type LambdaReputationGuard = ReputationGuard<StackSending>;
 pub type LambdaRateControl = RateControl<SesMailer, RateItem>;
 
 /// SendEmail as it runs on Lambda: the DynamoDB ledger, the emails queue, the campaigns table
-/// and the stack's rate item in it, with `mailer` (SES, or a wrapper around it that injects
-/// faults).
+/// and the stack's rate item in it, the waiting room, with `mailer` (SES, or a wrapper around
+/// it that injects faults).
 pub type LambdaSendEmail<M = SesMailer> =
-    SendEmail<M, DynamoLedger, SqsQueue, CampaignsTable, RateItem>;
+    SendEmail<M, DynamoLedger, SqsQueue, CampaignsTable, RateItem, WaitingTable>;
 
 pub async fn get_users(
     config: GetUsersConfig,
@@ -173,7 +173,15 @@ pub fn send_email<M: Mailer>(
     let queue = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
     let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
     let rate = RateItem::new(dynamodb_client(sdk), &config.campaigns_table_name);
-    SendEmail::new(ledger, mailer, queue, campaigns, rate, config)
+    let waiting = WaitingTable {
+        dynamodb: dynamodb_client(sdk),
+        scheduler: scheduler_client(sdk),
+        table: config.waiting_table_name.clone(),
+        schedule_group: config.release_schedule_group.clone(),
+        scheduler_role_arn: config.release_scheduler_role_arn.clone(),
+        dead_letter_arn: config.release_dead_letter_arn.clone(),
+    };
+    SendEmail::new(ledger, mailer, queue, campaigns, rate, waiting, config)
 }
 
 /// RateControl: SES's quota (read only: the mailer sends nothing), the rate item, and

@@ -37,7 +37,7 @@ pub struct GetUsersConfig {
 }
 
 /// Quiet hours (`QUIET_HOURS`, `QUIET_HOURS_POLICY`): GetUsers holds users until they end,
-/// SendEmail checks again as it sends.
+/// SendEmail checks again as it sends (and holds them in the waiting room too).
 pub fn quiet_hours(src: &dyn Source) -> Result<Option<QuietHours>, ConfigError> {
     let policy: QuietPolicy = value(src, var::QUIET_HOURS_POLICY)
         .map(|raw| raw.parse())

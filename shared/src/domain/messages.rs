@@ -78,6 +78,10 @@ pub struct EmailJob {
     pub zone: Option<String>,
     /// See `UserMessage::variant` (SendEmail records it on the claim).
     pub variant: Option<String>,
+    /// The campaign's window, so that SendEmail can hand the user back to the waiting room
+    /// (`user_message`) to be rendered again after their quiet hours. None in a job
+    /// rendered before jobs carried it.
+    pub window: Option<Window>,
 }
 
 /// An email job as the emails queue carries it.
@@ -111,6 +115,8 @@ struct WireJob {
     zone: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     variant: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    window: Option<Window>,
 }
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -187,6 +193,7 @@ impl TryFrom<WireJob> for EmailJob {
             topic: w.topic,
             zone: w.zone,
             variant: w.variant,
+            window: w.window,
         })
     }
 }
@@ -208,6 +215,7 @@ impl From<EmailJob> for WireJob {
             topic: job.topic,
             zone: job.zone,
             variant: job.variant,
+            window: job.window,
         }
     }
 }
@@ -224,6 +232,22 @@ impl EmailJob {
             failed: self.include_failed,
             cancelled: self.include_cancelled,
         }
+    }
+
+    /// The users-queue message this email was rendered from (without its `due`: the
+    /// release that lets the user go again sets it), or None for a job without a window.
+    pub fn user_message(&self) -> Option<UserMessage> {
+        Some(UserMessage {
+            campaign_id: self.campaign_id.clone(),
+            user_id: self.user_id.clone(),
+            window: self.window?,
+            topic: self.topic.clone(),
+            include_failed: self.include_failed,
+            include_cancelled: self.include_cancelled,
+            due: None,
+            zone: self.zone.clone(),
+            variant: self.variant.clone(),
+        })
     }
 }
 
@@ -261,6 +285,13 @@ mod tests {
             topic: super::weekly_topic(),
             zone: Some("Asia/Tokyo".into()),
             variant: Some("b".into()),
+            window: Some(
+                crate::domain::campaign::Window::new(
+                    time::macros::datetime!(2026-11-16 0:00 UTC),
+                    time::macros::datetime!(2026-11-23 0:00 UTC),
+                )
+                .unwrap(),
+            ),
         };
         let wire = serde_json::to_string(&job).unwrap();
         assert!(wire.len() < job.html.len() / 4, "{}", wire.len());

@@ -23,7 +23,7 @@ use mailflow::config::SendEmailConfig;
 use mailflow::domain::campaign::CampaignId;
 use mailflow::domain::messages::EmailJob;
 use mailflow::domain::send_rate::{Environment, SendRate, CPU_US_PER_EMAIL, MB_PER_VCPU};
-use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket};
+use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket, MemoryWaitingRoom};
 use mailflow::ports::RateBucket;
 use mailflow::runtime::Invocation;
 use mailflow::stages::send_email::SendEmail;
@@ -145,7 +145,7 @@ pub struct RunReport {
 }
 
 fn config(rate: f64, environment: &Environment) -> Result<SendEmailConfig> {
-    let vars = BTreeMap::from([
+    let mut vars = BTreeMap::from([
         ("SENDS_TABLE_NAME", "lab-sends".to_string()),
         ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
         ("EMAILS_QUEUE_URL", "lab-emails".into()),
@@ -162,9 +162,30 @@ fn config(rate: f64, environment: &Environment) -> Result<SendEmailConfig> {
             environment.memory_mb.to_string(),
         ),
     ]);
+    vars.extend(waiting_room_vars());
     Ok(SendEmailConfig::from_source(&|k: &str| {
         vars.get(k).cloned()
     })?)
+}
+
+/// The waiting room's settings SendEmail reads (users met in their quiet hours wait there).
+pub(crate) fn waiting_room_vars() -> [(&'static str, String); 5] {
+    [
+        ("WAITING_TABLE_NAME", "lab-waiting".into()),
+        ("RELEASE_SCHEDULE_GROUP", "lab-releases".into()),
+        (
+            "RELEASE_SCHEDULER_ROLE_ARN",
+            "arn:aws:iam::000000000000:role/lab".into(),
+        ),
+        (
+            "RELEASE_DEAD_LETTER_ARN",
+            "arn:aws:sqs:us-east-1:000000000000:lab".into(),
+        ),
+        (
+            "RELEASE_FUNCTION_ARN",
+            "arn:aws:lambda:us-east-1:000000000000:function:lab-get-users".into(),
+        ),
+    ]
 }
 
 fn millis(range: &[u64]) -> Result<(Duration, Duration)> {
@@ -176,8 +197,14 @@ fn millis(range: &[u64]) -> Result<(Duration, Duration)> {
     }
 }
 
-fn jobs(count: usize) -> Vec<String> {
+/// `count` email jobs of one campaign, each in the UTC zone of a user without one.
+pub(crate) fn jobs(count: usize) -> Vec<String> {
     let campaign = CampaignId::parse("lab-rate").expect("a valid id");
+    let window = mailflow::domain::campaign::Window::new(
+        time::macros::datetime!(2026-11-16 0:00 UTC),
+        time::macros::datetime!(2026-11-23 0:00 UTC),
+    )
+    .expect("a window");
     (0..count)
         .map(|i| {
             let job = EmailJob {
@@ -194,6 +221,7 @@ fn jobs(count: usize) -> Vec<String> {
                 topic: mailflow::domain::messages::weekly_topic(),
                 zone: None,
                 variant: None,
+                window: Some(window),
             };
             serde_json::to_string(&job).expect("a job serialises")
         })
@@ -272,6 +300,7 @@ async fn run_emails(
             Slow::new(queue.clone(), store_latency),
             MemoryCampaigns::default(),
             Slow::new(bucket, store_latency),
+            MemoryWaitingRoom::default(),
             config(rate, &environment)?,
         );
         let (queue, done) = (queue.clone(), done.clone());
@@ -280,7 +309,8 @@ async fn run_emails(
             while !done.load(Ordering::Relaxed) {
                 // The poller's ReceiveMessage round trip.
                 tokio::time::sleep(store_latency.0).await;
-                let event = queue.receive(batch);
+                // Past the in-flight quota a long poll gets nothing (a short one, OverLimit).
+                let event = queue.receive(batch).unwrap_or_default();
                 if event.records.is_empty() {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;

@@ -247,6 +247,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             topic: message.topic,
             zone: message.zone,
             variant: variant.map(|v| v.name.clone()),
+            window: Some(message.window),
         };
         Ok(Ok((job, locale)))
     }

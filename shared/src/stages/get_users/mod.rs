@@ -35,6 +35,7 @@ use crate::runtime::Invocation;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 pub use metrics::METRIC_NAMES;
+pub(crate) use release::{schedule_slot, DELAY_WITHIN_MS};
 pub use release::{Release, ReleaseEvent, ReleaseSummary};
 use release::{When, HOLD_BATCH, PAUSED_LOOK_AGAIN_SECONDS};
 use request::Continuation;

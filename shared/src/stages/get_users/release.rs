@@ -14,8 +14,8 @@ use crate::domain::guardrails::QuietPolicy;
 use crate::domain::local_time::{self, Delivery, Due, LocalDelivery};
 use crate::domain::messages::UserMessage;
 use crate::ports::{
-    CampaignStates, Clock, OutgoingQueue, ReleasePosition, SendReport, SlotSchedule, SystemClock,
-    UserDirectory, WaitingRoom, MAX_BATCH_ENTRIES, MAX_DELAY_SECONDS,
+    CampaignStates, Clock, OutgoingQueue, ReleasePosition, SendReport, SlotSchedule, StoreError,
+    SystemClock, UserDirectory, WaitingRoom, MAX_BATCH_ENTRIES, MAX_DELAY_SECONDS,
 };
 use crate::runtime::Invocation;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -206,9 +206,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         })
     }
 
-    /// The slot's two one-time schedules, each invoking this function: the release at its
-    /// instant and the sweep after it (idempotent: each segment that holds users in the slot
-    /// makes sure of them once).
+    /// The slot's two one-time schedules, each invoking this function (idempotent: each
+    /// segment that holds users in the slot makes sure of them once).
     pub(super) async fn schedule_slot(
         &self,
         campaign: &CampaignId,
@@ -219,27 +218,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             .function_arn
             .as_deref()
             .unwrap_or(LOCAL_FUNCTION_ARN);
-        for sweep in [false, true] {
-            let event = serde_json::to_value(ReleaseEvent {
-                release_waiting: Release {
-                    campaign_id: campaign.clone(),
-                    slot_ms,
-                    from: ReleasePosition {
-                        backwards: sweep,
-                        ..Default::default()
-                    },
-                    released: 0,
-                    sweep,
-                    decision_waits_until_ms: None,
-                },
-            })
-            .unwrap_or_default();
-            self.waiting
-                .schedule_release(campaign, SlotSchedule { slot_ms, sweep }, target, &event)
-                .await
-                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
-        }
-        Ok(())
+        schedule_slot(&self.waiting, campaign, slot_ms, target)
+            .await
+            .map_err(|e| GetUsersError::Waiting(e.to_string()))
     }
 
     /// Releases one send slot: its waiting users onto the users queue, from where they go
@@ -445,6 +426,38 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
     }
 }
 
+/// A slot's two one-time schedules, each invoking GetUsers (`target`): the release at its
+/// instant and the sweep after it. Creating one that exists is success, so every holder
+/// (GetUsers' run segments, SendEmail handing users back after their quiet hours) makes
+/// sure of them.
+pub(crate) async fn schedule_slot<W: WaitingRoom>(
+    waiting: &W,
+    campaign: &CampaignId,
+    slot_ms: i64,
+    target: &str,
+) -> Result<(), StoreError> {
+    for sweep in [false, true] {
+        let event = serde_json::to_value(ReleaseEvent {
+            release_waiting: Release {
+                campaign_id: campaign.clone(),
+                slot_ms,
+                from: ReleasePosition {
+                    backwards: sweep,
+                    ..Default::default()
+                },
+                released: 0,
+                sweep,
+                decision_waits_until_ms: None,
+            },
+        })
+        .unwrap_or_default();
+        waiting
+            .schedule_release(campaign, SlotSchedule { slot_ms, sweep }, target, &event)
+            .await?;
+    }
+    Ok(())
+}
+
 /// A held user's body with when they were let go, and the experiment's winner if they wait
 /// for it (a body that does not parse, which GetUsers never writes, goes as it is:
 /// CreateEmails refuses it alone).
@@ -465,7 +478,7 @@ fn let_go(body: String, due: Due, winner: Option<&str>) -> String {
 /// instead of into the waiting room. So every hold is decided more than 15 minutes before
 /// its slot, and written before the invocation that decided it ends (Lambda's longest is 15
 /// minutes): a slot's holds are all stored before its release can fire.
-pub(super) const DELAY_WITHIN_MS: i64 = MAX_DELAY_SECONDS as i64 * 1000;
+pub(crate) const DELAY_WITHIN_MS: i64 = MAX_DELAY_SECONDS as i64 * 1000;
 
 /// How often a paused campaign's release or checkpoint looks again should the continuation
 /// queue's consumer still run.

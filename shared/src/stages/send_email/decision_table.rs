@@ -8,7 +8,8 @@ use super::*;
 use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::{SendKey, SendStatus};
 use crate::ports::memory::{
-    MemoryCampaigns, MemoryLedger, MemoryQueue, MemoryRateBucket, Record, ScriptedMailer,
+    MemoryCampaigns, MemoryLedger, MemoryQueue, MemoryRateBucket, MemoryWaitingRoom, Record,
+    ScriptedMailer,
 };
 
 const USER: &str = "oid:65a1f0c2e4b0a1b2c3d4e5f6";
@@ -30,6 +31,11 @@ fn config_var(k: &str) -> Option<String> {
             "VISIBILITY_TIMEOUT_SECONDS" => "180",
             "FUNCTION_TIMEOUT_SECONDS" => "30",
             "SEND_RATE_PER_SECOND" => "10000",
+            "WAITING_TABLE_NAME" => "waiting",
+            "RELEASE_SCHEDULE_GROUP" => "releases",
+            "RELEASE_SCHEDULER_ROLE_ARN" => "arn:aws:iam::000000000000:role/releases",
+            "RELEASE_DEAD_LETTER_ARN" => "arn:aws:sqs:us-east-1:000000000000:schedule-dlq",
+            "RELEASE_FUNCTION_ARN" => "arn:aws:lambda:us-east-1:000000000000:function:get-users",
             _ => return None,
         };
         Some(v.to_owned())
@@ -295,13 +301,21 @@ fn stage(
     ledger: MemoryLedger,
     mailer: ScriptedMailer,
     campaigns: MemoryCampaigns,
-) -> SendEmail<ScriptedMailer, MemoryLedger, MemoryQueue, MemoryCampaigns, MemoryRateBucket> {
+) -> SendEmail<
+    ScriptedMailer,
+    MemoryLedger,
+    MemoryQueue,
+    MemoryCampaigns,
+    MemoryRateBucket,
+    MemoryWaitingRoom,
+> {
     SendEmail::new(
         ledger,
         mailer,
         MemoryQueue::default(),
         campaigns,
         MemoryRateBucket::default(),
+        MemoryWaitingRoom::default(),
         config(),
     )
 }
@@ -603,6 +617,7 @@ async fn a_record_with_no_send_slot_in_time_goes_back_as_a_new_message_not_a_rec
             MemoryQueue::default(),
             MemoryCampaigns::default(),
             MemoryRateBucket::default(),
+            MemoryWaitingRoom::default(),
             SendEmailConfig::from_source(&vars).unwrap(),
         );
         stage

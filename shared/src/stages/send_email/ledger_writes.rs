@@ -4,8 +4,8 @@
 use super::*;
 use crate::domain::guardrails::Skip;
 
-impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
-    SendEmail<M, L, Q, S, B>
+impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, W: WaitingRoom>
+    SendEmail<M, L, Q, S, B, W>
 {
     pub(super) async fn mark_sent(
         &self,

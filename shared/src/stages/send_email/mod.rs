@@ -16,13 +16,14 @@ pub mod pacing;
 use super::CampaignStateCache;
 use crate::config::SendEmailConfig;
 use crate::domain::address;
-use crate::domain::campaign::{Hold, StateChange};
+use crate::domain::campaign::{CampaignId, Hold, StateChange};
 use crate::domain::guardrails::Skip;
 use crate::domain::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
 use crate::domain::messages::{parse_body, EmailJob};
 use crate::domain::send_rate::SendRate;
 use crate::ports::{
     CampaignStates, Mailer, Marked, OutgoingEmail, RateBucket, RetryQueue, SendError, SendLedger,
+    WaitingRoom,
 };
 use crate::runtime::batch::{batch_response, each_record};
 use crate::runtime::Invocation;
@@ -41,14 +42,18 @@ const MARK_ATTEMPTS: u32 = 3;
 const MARK_SENT_MARGIN: Duration = Duration::from_secs(1);
 
 /// Generic over its ports: on Lambda the DynamoDB ledger, SES, SQS, the campaigns table and
-/// the stack's rate item in it; in unit tests and the lab their in-memory stand-ins
+/// the stack's rate item in it, and the waiting room (users met in their quiet hours wait
+/// there for their end); in unit tests and the lab their in-memory stand-ins
 /// (`ports::memory`).
-pub struct SendEmail<M, L, Q, S, B> {
+pub struct SendEmail<M, L, Q, S, B, W> {
     ledger: L,
     mailer: M,
     queue: Q,
     campaigns: CampaignStateCache<S>,
     pacer: Pacer<B>,
+    waiting: W,
+    /// The slots (campaign, instant) whose release schedules this environment made sure of.
+    scheduled: std::sync::Mutex<std::collections::HashSet<(String, i64)>>,
     config: SendEmailConfig,
 }
 
@@ -61,18 +66,20 @@ fn receive_count(record: &SqsMessage) -> usize {
         .unwrap_or(1)
 }
 
-impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
-    SendEmail<M, L, Q, S, B>
+impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, W: WaitingRoom>
+    SendEmail<M, L, Q, S, B, W>
 {
     /// `queue` is the emails queue (`config.emails_queue_url`), `campaigns` the campaigns
-    /// table (`config.campaigns_table_name`), `rate` the stack's rate item in it. Every
-    /// environment sends at the shared rate (`pacing`); SES's quota is read through `mailer`.
+    /// table (`config.campaigns_table_name`), `rate` the stack's rate item in it, `waiting`
+    /// the waiting room (`config.waiting_table_name`). Every environment sends at the shared
+    /// rate (`pacing`); SES's quota is read through `mailer`.
     pub fn new(
         ledger: L,
         mailer: M,
         queue: Q,
         campaigns: S,
         rate: B,
+        waiting: W,
         config: SendEmailConfig,
     ) -> Self {
         Self {
@@ -81,6 +88,8 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             queue,
             campaigns: CampaignStateCache::new(campaigns),
             pacer: Pacer::new(rate, config.record_concurrency),
+            waiting,
+            scheduled: Default::default(),
             config,
         }
     }
@@ -121,8 +130,13 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
             ..Summary::default()
         };
         let mut failed = Vec::new();
+        let mut handed_back: std::collections::HashMap<(CampaignId, i64), u64> = Default::default();
         for (id, result) in results {
             match result {
+                Ok(Done::HandedBack { campaign, slot_ms }) => {
+                    summary.deferred += 1;
+                    *handed_back.entry((campaign, slot_ms)).or_default() += 1;
+                }
                 Ok(Done::Sent(late_ms)) => {
                     summary.sent += 1;
                     if let Some(ms) = late_ms {
@@ -152,6 +166,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
                 }
             }
         }
+        self.count_quiet_holds(handed_back).await;
         tracing::info!(
             sent = summary.sent,
             duplicates = summary.duplicates,
@@ -295,7 +310,9 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
         match self.guard(&job, &state.guardrails, recipient.is_ok()).await {
             Ok(guard::Verdict::Send) => {}
             Ok(guard::Verdict::Skip(skip)) => return self.skip(&claim, skip).await,
-            Ok(guard::Verdict::Defer(wait)) => return self.defer(&claim, record, wait).await,
+            Ok(guard::Verdict::Defer { until_ms }) => {
+                return self.defer(&claim, record, &job, until_ms).await
+            }
             Err(err) => {
                 tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "guardrails not read; will retry");
                 self.give_back(&claim, &err.to_string(), false, last_receive)
@@ -552,7 +569,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
 }
 
 crate::runtime::serve::stage! {
-    impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket> for SendEmail<M, L, Q, S, B> {
+    impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, W: WaitingRoom> for SendEmail<M, L, Q, S, B, W> {
         SqsEvent => Result<(SqsBatchResponse, Summary), std::convert::Infallible>,
         |stage, event, invocation| Ok(stage.handle(event, invocation).await),
         gauges: |stage| stage.pacer.gauges()

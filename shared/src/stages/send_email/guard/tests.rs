@@ -5,8 +5,11 @@ use super::super::SendEmail;
 use crate::config::SendEmailConfig;
 use crate::domain::guardrails::{CampaignGuardrails, CapEntry, CapHistory};
 use crate::domain::ledger::{epoch_ms, SendStatus};
-use crate::ports::memory::{MemoryCampaigns, MemoryQueue, MemoryRateBucket, ScriptedMailer};
-use crate::ports::SendError;
+use crate::domain::messages::UserMessage;
+use crate::ports::memory::{
+    MemoryCampaigns, MemoryQueue, MemoryRateBucket, MemoryWaitingRoom, ScriptedMailer,
+};
+use crate::ports::{SendError, WaitingRoom};
 use crate::runtime::Invocation;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use std::time::Duration;
@@ -47,8 +50,14 @@ async fn two_campaigns_racing_for_one_user_pass_a_cap_of_one_once() {
 
 const CAMPAIGN: &str = "promo-1";
 
-type Stage =
-    SendEmail<ScriptedMailer, MemoryLedger, MemoryQueue, MemoryCampaigns, MemoryRateBucket>;
+type Stage = SendEmail<
+    ScriptedMailer,
+    MemoryLedger,
+    MemoryQueue,
+    MemoryCampaigns,
+    MemoryRateBucket,
+    std::sync::Arc<MemoryWaitingRoom>,
+>;
 
 fn stage(extra: &[(&str, &str)], ledger: MemoryLedger, mailer: ScriptedMailer) -> Stage {
     let vars: Vec<(String, String)> = [
@@ -59,6 +68,20 @@ fn stage(extra: &[(&str, &str)], ledger: MemoryLedger, mailer: ScriptedMailer) -
         ("VISIBILITY_TIMEOUT_SECONDS", "180"),
         ("FUNCTION_TIMEOUT_SECONDS", "30"),
         ("SEND_RATE_PER_SECOND", "10000"),
+        ("WAITING_TABLE_NAME", "waiting"),
+        ("RELEASE_SCHEDULE_GROUP", "releases"),
+        (
+            "RELEASE_SCHEDULER_ROLE_ARN",
+            "arn:aws:iam::000000000000:role/releases",
+        ),
+        (
+            "RELEASE_DEAD_LETTER_ARN",
+            "arn:aws:sqs:us-east-1:000000000000:schedule-dlq",
+        ),
+        (
+            "RELEASE_FUNCTION_ARN",
+            "arn:aws:lambda:us-east-1:000000000000:function:get-users",
+        ),
     ]
     .iter()
     .chain(extra)
@@ -77,14 +100,25 @@ fn stage(extra: &[(&str, &str)], ledger: MemoryLedger, mailer: ScriptedMailer) -
         MemoryQueue::default(),
         MemoryCampaigns::default(),
         MemoryRateBucket::default(),
+        std::sync::Arc::new(MemoryWaitingRoom::default()),
         config,
     )
+}
+
+const RELEASE_FUNCTION: &str = "arn:aws:lambda:us-east-1:000000000000:function:get-users";
+
+fn window() -> crate::domain::campaign::Window {
+    serde_json::from_value(serde_json::json!({
+        "since": "2026-11-16T00:00:00Z", "until": "2026-11-23T00:00:00Z",
+    }))
+    .unwrap()
 }
 
 fn event(user: &str, include_failed: bool) -> SqsEvent {
     let job = serde_json::json!({
         "campaignId": CAMPAIGN, "userId": user, "to": "ada@example.com", "subject": "s",
         "html": "<p>h</p>", "text": "t", "includeFailed": include_failed, "topic": "product-news",
+        "window": window(),
     });
     let mut record = SqsMessage::default();
     record.message_id = Some(format!("m-{user}"));
@@ -172,23 +206,62 @@ fn quiet_now() -> String {
     format!("{hour:02}:00-{:02}:00", (hour + 2) % 24)
 }
 
+/// The end of `quiet_now()` (UTC, the next whole hour but one).
+fn quiet_now_ends() -> i64 {
+    (now_ms() / 3_600_000 + 2) * 3_600_000
+}
+
+/// A user met in their quiet hours is handed back to the waiting room for the slot at their
+/// end, with that slot's release and sweep schedules, and the email is acknowledged: not
+/// hidden on the queue for hours, where it would count in flight.
 #[tokio::test]
-async fn in_quiet_hours_an_email_waits_hidden_until_they_end_or_is_skipped() {
+async fn in_quiet_hours_a_user_waits_in_the_waiting_room_for_their_end_or_is_skipped() {
     let quiet = quiet_now();
     let defer = stage(
         &[("QUIET_HOURS", &quiet)],
         MemoryLedger::default(),
         ScriptedMailer::default(),
     );
-    let summary = handle(&defer, "u1", false).await;
-    assert_eq!(summary.deferred, 1);
+    let invocation = Invocation::with_timeout("request-1", Duration::from_secs(30));
+    let mut batch = event("u1", false);
+    batch.records.extend(event("u2", false).records);
+    let (response, summary) = defer.handle(batch, &invocation).await;
+    assert!(response.batch_item_failures.is_empty(), "acknowledged");
+    assert_eq!(summary.deferred, 2);
     assert!(defer.mailer.calls().is_empty());
-    let delays = defer.queue.delays();
-    assert_eq!(delays.len(), 1, "returned with a delay, not requeued");
+    assert!(defer.queue.delays().is_empty(), "not hidden on the queue");
+    assert!(crate::runtime::lock(&defer.queue.requeued).is_empty());
+    let slot = quiet_now_ends();
+    let held = crate::runtime::lock(&defer.waiting.held).clone();
+    let users = held
+        .get(&(CAMPAIGN.to_string(), slot))
+        .unwrap_or_else(|| panic!("held for the quiet hours' end: {held:?}"));
+    let message: UserMessage = serde_json::from_str(&users["u1"]).unwrap();
+    assert_eq!(message.window, window());
+    assert_eq!(message.topic.as_str(), "product-news");
     assert!(
-        delays[0].1 > Duration::from_secs(3540) && delays[0].1 <= Duration::from_secs(2 * 3600),
-        "{delays:?}"
+        message.due.is_none(),
+        "the release sets when it let the user go"
     );
+    assert!(users.contains_key("u2"));
+    // Its release and its sweep, invoking GetUsers, made sure of once for both users.
+    let schedules = crate::runtime::lock(&defer.waiting.schedules).clone();
+    assert_eq!(schedules.len(), 2, "{schedules:?}");
+    for ((campaign, schedule), (target, event)) in &schedules {
+        assert_eq!((campaign.as_str(), schedule.slot_ms), (CAMPAIGN, slot));
+        assert_eq!(target, RELEASE_FUNCTION);
+        let release: crate::stages::get_users::ReleaseEvent =
+            serde_json::from_value(event.clone()).unwrap();
+        assert_eq!(release.release_waiting.slot_ms, slot);
+        assert_eq!(release.release_waiting.sweep, schedule.sweep);
+    }
+    let report = defer
+        .waiting
+        .report(&crate::domain::campaign::CampaignId::parse(CAMPAIGN).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.quiet_held.get(&slot), Some(&2), "counted for status");
     assert_eq!(
         defer.ledger.get("u1", CAMPAIGN).unwrap().lease_until_ms,
         Some(0),
@@ -205,39 +278,51 @@ async fn in_quiet_hours_an_email_waits_hidden_until_they_end_or_is_skipped() {
     );
 }
 
+/// Quiet hours that end within 15 minutes, and a job without its window (rendered before
+/// jobs carried it): a fresh copy delayed until the end (at most 15 minutes), never hidden,
+/// so never in flight, and never sent to the DLQ whatever its receive count.
 #[tokio::test]
-async fn long_quiet_hours_hide_a_message_under_sqs_limit_and_never_send_it_to_the_dlq() {
-    // Thirteen hours of quiet around now.
-    let hour = (now_ms() / 3_600_000) % 24;
-    let quiet = format!("{hour:02}:00-{:02}:00", (hour + 13) % 24);
-    let stage = stage(
-        &[("QUIET_HOURS", &quiet)],
-        MemoryLedger::default(),
-        ScriptedMailer::default(),
-    );
-    handle(&stage, "u1", false).await;
-    let delays = stage.queue.delays();
-    assert_eq!(delays.len(), 1);
-    assert!(
-        delays[0].1 < Duration::from_secs(12 * 3600),
-        "SQS refuses 12 hours or more: {delays:?}"
-    );
-    // On the message's last receive it goes back as a fresh copy, not to the DLQ.
-    let mut last = event("u2", false);
-    last.records[0]
-        .attributes
-        .insert("ApproximateReceiveCount".into(), "10".into());
-    let invocation = Invocation::with_timeout("request-2", Duration::from_secs(30));
-    let (response, summary) = stage.handle(last, &invocation).await;
-    assert!(response.batch_item_failures.is_empty(), "acknowledged");
-    assert_eq!(summary.deferred, 1);
-    let requeued = crate::runtime::lock(&stage.queue.requeued).clone();
-    assert_eq!(requeued.len(), 1, "{requeued:?}");
-    assert!(requeued[0].1 <= Duration::from_secs(900));
-    assert_ne!(
-        stage.ledger.get("u2", CAMPAIGN).unwrap().status,
-        Some(SendStatus::DeadLettered)
-    );
+async fn quiet_hours_ending_soon_wait_on_the_queue_as_a_delayed_copy() {
+    let minute = now_ms() / 60_000;
+    let hhmm = |m: i64| {
+        let m = m.rem_euclid(24 * 60);
+        format!("{:02}:{:02}", m / 60, m % 60)
+    };
+    let ending_soon = format!("{}-{}", hhmm(minute - 60), hhmm(minute + 3));
+    let long = quiet_now();
+    for (quiet, window) in [(ending_soon.as_str(), true), (long.as_str(), false)] {
+        let stage = stage(
+            &[("QUIET_HOURS", quiet)],
+            MemoryLedger::default(),
+            ScriptedMailer::default(),
+        );
+        let mut last = event("u1", false);
+        if !window {
+            let mut job: serde_json::Value =
+                serde_json::from_str(last.records[0].body.as_deref().unwrap()).unwrap();
+            job.as_object_mut().unwrap().remove("window");
+            last.records[0].body = Some(job.to_string());
+        }
+        last.records[0]
+            .attributes
+            .insert("ApproximateReceiveCount".into(), "10".into());
+        let invocation = Invocation::with_timeout("request-2", Duration::from_secs(30));
+        let (response, summary) = stage.handle(last, &invocation).await;
+        assert!(response.batch_item_failures.is_empty(), "acknowledged");
+        assert_eq!(summary.deferred, 1);
+        assert!(stage.queue.delays().is_empty(), "not hidden on the queue");
+        let requeued = crate::runtime::lock(&stage.queue.requeued).clone();
+        assert_eq!(requeued.len(), 1, "{quiet}: {requeued:?}");
+        assert!(
+            requeued[0].1 >= Duration::from_secs(60) && requeued[0].1 <= Duration::from_secs(900),
+            "{quiet}: {requeued:?}"
+        );
+        assert!(crate::runtime::lock(&stage.waiting.held).is_empty());
+        assert_ne!(
+            stage.ledger.get("u1", CAMPAIGN).unwrap().status,
+            Some(SendStatus::DeadLettered)
+        );
+    }
 }
 
 #[tokio::test]
