@@ -1,4 +1,5 @@
-"""moto's server with ten fixes, started by infra/local-stack.sh. Nothing else changes.
+"""moto's server with ten fixes and IAM (infra/moto_iam.py), started by infra/local-stack.sh.
+Nothing else changes.
 
 Each fix replaces moto 5.2.5's internals (the attribute it patches is named below), so the
 server refuses to start under any other moto version (PATCHED_FOR): check each fix against
@@ -569,7 +570,10 @@ def serve(argv):
     args = parser.parse_args(argv)
     # moto builds some URLs (queue URLs among them) from its own port.
     os.environ.setdefault("MOTO_PORT", str(args.port))
-    app = DomainDispatcherApplication(create_backend_app)
+    from moto_iam import checked
+
+    # Each request signed with a function role's key is checked against that role's policy.
+    app = checked(DomainDispatcherApplication(create_backend_app))
     print(f"moto on http://{args.host}:{args.port} (waitress, keep-alive)", flush=True)
     # Long polls hold a thread each for up to 20 s: the tests, the chaos run and the benchmark
     # keep at most a few dozen open at once.

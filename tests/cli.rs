@@ -336,6 +336,22 @@ fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
         // Said once (the cause's text was repeated after the message that holds it).
         assert_eq!(err.matches(says).count(), 1, "{flag}: {err}");
     }
+    // An experiment without consent to tracking (the stack's default): no click would ever
+    // be noted, so it is refused as its start would be.
+    let ab = std::env::temp_dir().join(format!("{}-ab.json", t.prefix));
+    std::fs::write(
+        &ab,
+        r#"{"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 20, "waitHours": 4}"#,
+    )
+    .unwrap();
+    let ab = ab.to_str().unwrap();
+    let args = ["plan", "--prefix", &t.prefix, "--campaign", &t.campaign];
+    let out = mailctl(&[&args[..], &["--experiment", ab]].concat(), &t.env());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("deploy with TrackOpensAndClicks=true"),
+        "{err}"
+    );
 
     (would_send, would_fail)
 }

@@ -36,6 +36,7 @@ fn experiment() -> serde_json::Value {
         "testPercent": 60,
         "waitHours": 3,
         "minDelivered": 25,
+        "minPeople": 20,
     })
 }
 
@@ -50,7 +51,14 @@ fn click_rate(variant: &str) -> u32 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_variant_people_click_goes_to_the_rest_once_each_and_a_pause_holds_the_rest() {
-    let env = test_env("experiments", |_| {}).await.unwrap();
+    // Consent to per-recipient tracking: without it no click is noted, and GetUsers refuses
+    // the experiment.
+    let env = test_env("experiments", |o| {
+        o.parameters
+            .insert("TrackOpensAndClicks".into(), "true".into());
+    })
+    .await
+    .unwrap();
     let week = Campaign::from_id(WEEK, None).unwrap();
     env.seed(400, &week).await.unwrap();
     let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();

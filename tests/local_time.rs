@@ -492,3 +492,49 @@ async fn users_stranded_by_lost_schedules_are_released_by_mailctl_release() {
     assert!(sent.values().all(|m| m.len() == 1), "nobody twice");
     assert!(emails <= seeded.audience.len());
 }
+
+/// Release schedules invoke GetUsers as their own role, checked on the local stack against
+/// template.yaml's policies with GetUsers named as CloudFormation names it, under a short
+/// stack name and a 40-character one. (Past 34 characters CloudFormation shortens the
+/// generated function name to Lambda's 64, so a `${AWS::StackName}-GetUsersFunction*`
+/// grant stops matching and every release is refused.)
+#[tokio::test(flavor = "multi_thread")]
+async fn releases_reach_get_users_under_a_short_and_a_40_character_stack_name() {
+    for long in [false, true] {
+        let env = test_env("release-iam", |options| {
+            // The unique part ("t<time>p<pid>n<count>"), alone or padded to 40.
+            let unique = options.prefix.split('-').next().unwrap().to_owned();
+            options.prefix = match long {
+                false => unique,
+                true => format!("{unique}-{}", "long-stack-name-".repeat(3))
+                    .chars()
+                    .take(40)
+                    .collect(),
+            };
+        })
+        .await
+        .unwrap();
+        let length = env.stack.prefix.len();
+        assert!(if long { length == 40 } else { length <= 34 }, "{length}");
+        let campaign = Campaign::from_id("weekly-2026-W47", None).unwrap();
+        let seeded = env.seed(12, &campaign).await.unwrap();
+        let ids: Vec<String> = seeded.addresses.keys().cloned().collect();
+        assign_timezones(&env.db, &ids).await.unwrap();
+        let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+        pipeline.clock.set(ms("2026-11-22T18:59:30Z"));
+        let event = json!({"campaignId": campaign.id.as_str(), "localTime": "09:00",
+            "fallbackZone": "America/Sao_Paulo"});
+        pipeline.start(event).await.unwrap();
+        // Fails with the refused request if the schedules' role may not invoke GetUsers.
+        pipeline.drain(Duration::from_secs(600)).await.unwrap();
+        assert!(
+            !pipeline.releases_fired().is_empty(),
+            "{length}: no release"
+        );
+        let sent = env.sent().await.unwrap();
+        for (user, _) in seeded.deliverable() {
+            let emails = sent.get(&seeded.addresses[user]).map_or(0, Vec::len);
+            assert_eq!(emails, 1, "{length}-character stack name: {user}");
+        }
+    }
+}

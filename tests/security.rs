@@ -42,10 +42,22 @@ fn one_or_many(v: &Value) -> Vec<String> {
     }
 }
 
-/// (action, resource) pairs a role allows.
-fn grants(role: &Value) -> BTreeSet<(String, String)> {
+/// (action, resource) pairs a role allows: its inline policies and every `AWS::IAM::Policy`
+/// attached to it.
+fn grants(t: &Value, role_id: &str) -> BTreeSet<(String, String)> {
     let mut pairs = BTreeSet::new();
-    for policy in role["Properties"]["Policies"].as_sequence().unwrap() {
+    let role = &t["Resources"][role_id];
+    let inline = role["Properties"]["Policies"].as_sequence().unwrap().iter();
+    let attached = of_type(t, "AWS::IAM::Policy")
+        .filter(|(_, p)| {
+            p["Properties"]["Roles"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .any(|r| spelled(r) == role_id)
+        })
+        .map(|(_, p)| &p["Properties"]);
+    for policy in inline.chain(attached) {
         for statement in policy["PolicyDocument"]["Statement"].as_sequence().unwrap() {
             assert_eq!(statement["Effect"].as_str(), Some("Allow"));
             for action in one_or_many(&statement["Action"]) {
@@ -168,6 +180,19 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             // The shared send rate (one item: `send_email_and_rate_control_touch_only_the_rate_item`).
             // SES's quota and the mapping's concurrency are RateControl's.
             pairs.push(("dynamodb:UpdateItem", "CampaignsTable.Arn".into()));
+            // A user met in their quiet hours waits in the waiting room for their end: the
+            // hold and the slot's count, and the slot's schedules run as the scheduler role.
+            pairs.push(("dynamodb:BatchWriteItem", "WaitingTable.Arn".into()));
+            pairs.push(("dynamodb:UpdateItem", "WaitingTable.Arn".into()));
+            pairs.push((
+                "scheduler:CreateSchedule",
+                "arn:${AWS::Partition}:scheduler:${AWS::Region}:${AWS::AccountId}:schedule/${ReleaseScheduleGroup}/*".into(),
+            ));
+            pairs.push(("iam:PassRole", "ReleaseSchedulerRole.Arn".into()));
+            // An email that waited since it was rendered: the person's standing read again,
+            // the pending one-click leave (the sends table), then MongoDB.
+            pairs.push(("dynamodb:BatchGetItem", "SendsTable.Arn".into()));
+            pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
         }
         "RateControl" => {
             // SES's quota, the rate item, and SendEmail's and CreateEmails' mappings named by
@@ -241,7 +266,7 @@ fn each_function_role_allows_exactly_what_it_uses() {
             Some("lambda.amazonaws.com"),
             "{id}"
         );
-        let granted = grants(role);
+        let granted = grants(&t, &format!("{name}Role"));
         for (action, resource) in &granted {
             assert!(!action.contains('*'), "{id}: wildcard action {action}");
             if !ACTIONS_WITHOUT_RESOURCES.contains(&action.as_str()) {
@@ -256,8 +281,9 @@ fn each_function_role_allows_exactly_what_it_uses() {
     }
 }
 
-/// The release schedules' role may invoke only GetUsers (by name: GetUsers names the role
-/// in its environment, so `!GetAtt` would be circular) and write only to the schedule DLQ;
+/// The release schedules' role may invoke only GetUsers (by its ARN, in a policy of its own:
+/// GetUsers names the role in its environment, so an inline `!GetAtt` would be circular, and
+/// a name pattern breaks with a long stack name) and write only to the schedule DLQ;
 /// GetUsers may pass it to EventBridge Scheduler and nothing else.
 #[test]
 fn the_release_schedules_can_only_invoke_get_users() {
@@ -273,16 +299,14 @@ fn the_release_schedules_can_only_invoke_get_users() {
         "AWS::AccountId"
     );
     let expected: BTreeSet<(String, String)> = [
-        (
-            "lambda:InvokeFunction",
-            "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AWS::StackName}-GetUsersFunction*",
-        ),
+        ("lambda:InvokeFunction", "GetUsersFunction.Arn"),
+        ("lambda:InvokeFunction", "${GetUsersFunction.Arn}:*"),
         ("sqs:SendMessage", "ScheduleDLQ.Arn"),
     ]
     .into_iter()
     .map(|(a, r)| (a.to_owned(), r.to_owned()))
     .collect();
-    assert_eq!(grants(role), expected);
+    assert_eq!(grants(&t, "ReleaseSchedulerRole"), expected);
     let statements =
         &t["Resources"]["GetUsersRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"];
     let pass = statements
@@ -295,6 +319,34 @@ fn the_release_schedules_can_only_invoke_get_users() {
         pass["Condition"]["StringEquals"]["iam:PassedToService"].as_str(),
         Some("scheduler.amazonaws.com")
     );
+}
+
+/// No grant names a resource by a pattern over the stack's name: CloudFormation shortens the
+/// names it generates (a function's to 64 characters), so such a pattern matches under a
+/// short stack name and silently stops matching under a long one. Grants name resources by
+/// `!GetAtt`/`!Ref` (tests/local_time.rs proves the release schedules' under both lengths).
+#[test]
+fn no_grant_names_a_resource_by_the_stacks_name() {
+    let t = template();
+    let policies = of_type(&t, "AWS::IAM::Role")
+        .flat_map(|(id, r)| {
+            r["Properties"]["Policies"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(move |p| (id, p))
+        })
+        .chain(of_type(&t, "AWS::IAM::Policy").map(|(id, p)| (id, &p["Properties"])));
+    for (id, policy) in policies {
+        for statement in policy["PolicyDocument"]["Statement"].as_sequence().unwrap() {
+            for resource in one_or_many(&statement["Resource"]) {
+                assert!(
+                    !resource.contains("AWS::StackName"),
+                    "{id}: {resource} matches generated names only under short stack names"
+                );
+            }
+        }
+    }
 }
 
 /// SendEmail may write one item of the campaigns table, the rate item, and change only the

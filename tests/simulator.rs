@@ -542,3 +542,88 @@ async fn a_function_url_answers_429_beyond_its_reserved_concurrency() {
     );
     assert_eq!(url_server.throttled(), 2);
 }
+
+/// IAM on the local stack (infra/moto_iam.py): a request signed with a function's role key
+/// is allowed only where template.yaml's policy allows it, conditions included, and refused
+/// as AWS refuses it otherwise; requests with the tests' own key are not checked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_functions_role_may_do_what_its_policy_allows_and_nothing_else() {
+    use aws_sdk_dynamodb::types::AttributeValue::S;
+    let env = test_env("iam", |_| {}).await.unwrap();
+    let stack = &env.stack;
+    let sdk = mailflow_local::iam::function_sdk(&stack.sdk, stack, names::SEND_EMAIL).unwrap();
+    let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+    let sends = stack.table_name(names::SENDS_TABLE).unwrap();
+    let campaigns = stack.table_name(names::CAMPAIGNS_TABLE).unwrap();
+    let waiting = stack.table_name(names::WAITING_TABLE).unwrap();
+    let denied = |err: &dyn std::error::Error| format!("{err:?}").contains("AccessDenied");
+
+    // Allowed: its ledger's items, and the rate item of the campaigns table.
+    dynamo
+        .get_item()
+        .table_name(sends)
+        .key("userId", S("u1".into()))
+        .key("campaignId", S("c1".into()))
+        .send()
+        .await
+        .unwrap();
+    dynamo
+        .update_item()
+        .table_name(campaigns)
+        .key("campaignId", S("#send-rate".into()))
+        .update_expression("SET probe = :v")
+        .expression_attribute_values(":v", S("1".into()))
+        .send()
+        .await
+        .unwrap();
+    // Refused: another item of the campaigns table (the LeadingKeys condition), and a table
+    // it has no grant on.
+    let other_item = dynamo
+        .update_item()
+        .table_name(campaigns)
+        .key("campaignId", S("weekly-2026-W47".into()))
+        .update_expression("SET probe = :v")
+        .expression_attribute_values(":v", S("1".into()))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(denied(&other_item), "{other_item:?}");
+    let other_table = dynamo
+        .put_item()
+        .table_name(waiting)
+        .item("slot", S("x".into()))
+        .item("userId", S("u1".into()))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(denied(&other_table), "{other_table:?}");
+    // The tests' own key is an administrator's: not checked.
+    env.dynamo()
+        .put_item()
+        .table_name(waiting)
+        .item("slot", S("x".into()))
+        .item("userId", S("u1".into()))
+        .send()
+        .await
+        .unwrap();
+
+    let denials = mailflow_local::iam::denials(stack).await.unwrap();
+    let refused: Vec<(&str, &str)> = denials
+        .iter()
+        .map(|d| (d.role.as_str(), d.action.as_str()))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("SendEmailRole", "dynamodb:UpdateItem"),
+            ("SendEmailRole", "dynamodb:PutItem")
+        ]
+    );
+    let err = mailflow_local::iam::ensure_no_denials(stack)
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("SendEmailRole may not dynamodb:PutItem"),
+        "{err:#}"
+    );
+}

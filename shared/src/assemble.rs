@@ -85,15 +85,16 @@ pub type LambdaReputationGuard = ReputationGuard<StackSending>;
 pub type LambdaRateControl = RateControl<SesMailer, RateItem>;
 
 /// SendEmail as it runs on Lambda: the DynamoDB ledger, the emails queue, the campaigns table
-/// and the stack's rate item in it, the standing read again for an email that waited (the
-/// sends table's pending leaves, MongoDB's users), with `mailer` (SES, or a wrapper around
-/// it that injects faults).
+/// and the stack's rate item in it, the waiting room, the standing read again for an email
+/// that waited (the sends table's pending leaves, MongoDB's users), with `mailer` (SES, or a
+/// wrapper around it that injects faults).
 pub type LambdaSendEmail<M = SesMailer> = SendEmail<
     M,
     DynamoLedger,
     SqsQueue,
     CampaignsTable,
     RateItem,
+    WaitingTable,
     Wanted<LazySubscribers, SendRecords>,
 >;
 
@@ -181,11 +182,21 @@ pub fn send_email<M: Mailer>(
     let queue = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
     let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
     let rate = RateItem::new(dynamodb_client(sdk), &config.campaigns_table_name);
+    let waiting = WaitingTable {
+        dynamodb: dynamodb_client(sdk),
+        scheduler: scheduler_client(sdk),
+        table: config.waiting_table_name.clone(),
+        schedule_group: config.release_schedule_group.clone(),
+        scheduler_role_arn: config.release_scheduler_role_arn.clone(),
+        dead_letter_arn: config.release_dead_letter_arn.clone(),
+    };
     let standings = Wanted {
         users: LazySubscribers::new(config.mongo.clone(), sdk, "send-email"),
         pending: SendRecords::new(dynamodb_client(sdk), &config.sends_table_name),
     };
-    SendEmail::new(ledger, mailer, queue, campaigns, rate, standings, config)
+    SendEmail::new(
+        ledger, mailer, queue, campaigns, rate, waiting, standings, config,
+    )
 }
 
 /// RateControl: SES's quota (read only: the mailer sends nothing), the rate item, and

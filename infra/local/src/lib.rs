@@ -17,6 +17,7 @@ pub mod fault_switch;
 pub mod function_host;
 pub mod function_url;
 pub mod http;
+pub mod iam;
 pub mod ledger_scan;
 pub mod log_audit;
 pub mod names;

@@ -194,12 +194,13 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
             Some(url) => crate::fault_switch::through(&stack.sdk, url),
             None => stack.sdk.clone(),
         };
-        let sdk = &functions_sdk;
+        // Each function signs with its role's key, so the emulator checks its role's policy.
+        let role_sdk = |function| crate::iam::function_sdk(&functions_sdk, &stack, function);
         let env = env_for(&stack, &options, GET_USERS)?;
         let config = GetUsersConfig::from_source(&|k: &str| env.get(k).cloned())?;
         let clock = Arc::new(SimClock::default());
         let get_users = Arc::new(
-            assemble::get_users(config, sdk)
+            assemble::get_users(config, &role_sdk(GET_USERS)?)
                 .await?
                 .with_clock(clock.clone()),
         );
@@ -217,7 +218,7 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         };
         let get_users_async = AsyncInvoker::new(
             GET_USERS,
-            get_users_invoke(get_users.clone(), timeout),
+            get_users_invoke(get_users.clone(), timeout, get_users_arn(&stack)),
             function.async_invoke.clone(),
             destination,
             clock.clone(),
@@ -229,20 +230,23 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
 
         let env = env_for(&stack, &options, CREATE_EMAILS)?;
         let config = CreateEmailsConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let create_emails = assemble::create_emails(config, sdk, "create-emails", true).await?;
+        let create_emails =
+            assemble::create_emails(config, &role_sdk(CREATE_EMAILS)?, "create-emails", true)
+                .await?;
 
         let env = env_for(&stack, &options, SEND_EMAIL)?;
         let send_config = SendEmailConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let mailer = mailer(sdk, &send_config);
+        let send_sdk = role_sdk(SEND_EMAIL)?;
+        let mailer = mailer(&send_sdk, &send_config);
         let mut send_email = Vec::new();
         for _ in 0..concurrency(&stack, SEND_EMAIL)? {
-            let stage = assemble::send_email(send_config.clone(), sdk, mailer.clone());
+            let stage = assemble::send_email(send_config.clone(), &send_sdk, mailer.clone());
             send_email.push(Arc::new(stage));
         }
 
         let env = env_for(&stack, &options, SES_EVENTS)?;
         let config = SesEventsConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let ses_events = assemble::ses_events(config, sdk).await?;
+        let ses_events = assemble::ses_events(config, &role_sdk(SES_EVENTS)?).await?;
 
         Ok(Self {
             stack,
@@ -319,7 +323,8 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
 
     /// Invokes GetUsers with `event` (the schedule event or a manual payload).
     pub async fn start(&self, event: Value) -> Result<Value> {
-        let invocation = Invocation::with_timeout("get-users-start", self.timeout(GET_USERS)?);
+        let mut invocation = Invocation::with_timeout("get-users-start", self.timeout(GET_USERS)?);
+        invocation.function_arn = Some(get_users_arn(&self.stack));
         let response = self.get_users.handle(event, &invocation).await?;
         Ok(serde_json::to_value(response)?)
     }
@@ -359,10 +364,12 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
                 tokio::time::sleep(SCHEDULER_TICK).await;
             }
         };
-        tokio::select! {
+        let stats = tokio::select! {
             drained = drained => drained,
             never = ticker => never,
-        }
+        }?;
+        crate::iam::ensure_no_denials(&self.stack).await?;
+        Ok(stats)
     }
 
     /// The queues are quiet: an asynchronous invocation still running or due keeps the run
@@ -391,7 +398,9 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         max_wait: Duration,
     ) -> Result<BTreeMap<String, ConsumerStats>> {
         let sqs = aws_sdk_sqs::Client::new(&self.stack.sdk);
-        runner::run_until_drained(&sqs, self.consumers()?, max_wait).await
+        let stats = runner::run_until_drained(&sqs, self.consumers()?, max_wait).await?;
+        crate::iam::ensure_no_denials(&self.stack).await?;
+        Ok(stats)
     }
 
     /// The next instant something is due: a release schedule or a retry of an asynchronous
@@ -428,7 +437,12 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
                 break;
             }
             let first = lock(&self.fired).insert(due.name.clone());
-            if first {
+            // Scheduler invokes the target as the schedule's role; one its policy does not
+            // allow is retried and then dead-lettered on AWS, never run (recorded, and the
+            // run fails on it).
+            if first && !self.may_invoke(&due).await? {
+                tracing::error!(schedule = %due.name, target = %due.target_arn, "the schedule's role may not invoke its target");
+            } else if first {
                 lock(&self.releases_fired).push(ReleaseFired {
                     schedule: due.name.clone(),
                     at_ms: due.at_ms,
@@ -452,6 +466,23 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
             }
         }
         failed.map_or(Ok(()), Err)
+    }
+
+    /// Whether the schedule's role may invoke its target (`lambda:InvokeFunction`).
+    async fn may_invoke(&self, due: &crate::scheduler::Due) -> Result<bool> {
+        let role = self
+            .stack
+            .template
+            .roles
+            .iter()
+            .find(|id| self.stack.names.get(*id) == Some(&due.role_arn))
+            .with_context(|| {
+                format!(
+                    "schedule {} runs as {}, no role of this stack",
+                    due.name, due.role_arn
+                )
+            })?;
+        crate::iam::authorize(&self.stack, role, "lambda:InvokeFunction", &due.target_arn).await
     }
 
     /// Moves the clock to the next release schedule or retry (if it is ahead), fires what
@@ -503,13 +534,19 @@ pub struct ReleaseFired {
 
 /// GetUsers as Lambda runs an asynchronous invocation of it: with its timeout; an error or a
 /// timeout is a failed attempt.
-fn get_users_invoke(get_users: Arc<assemble::LambdaGetUsers>, timeout: Duration) -> Invoke {
+fn get_users_invoke(
+    get_users: Arc<assemble::LambdaGetUsers>,
+    timeout: Duration,
+    arn: String,
+) -> Invoke {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     Arc::new(move |event| {
         let get_users = get_users.clone();
+        let arn = arn.clone();
         Box::pin(async move {
             let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let invocation = Invocation::with_timeout(format!("get-users-async-{n}"), timeout);
+            let mut invocation = Invocation::with_timeout(format!("get-users-async-{n}"), timeout);
+            invocation.function_arn = Some(arn);
             match tokio::time::timeout(timeout, get_users.handle(event, &invocation)).await {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(err)) => Err(err.to_string()),
@@ -522,11 +559,22 @@ fn get_users_invoke(get_users: Arc<assemble::LambdaGetUsers>, timeout: Duration)
     })
 }
 
+/// GetUsers' ARN, its name generated as CloudFormation generates it for this stack: what
+/// Lambda tells an invocation it was made through, and what release schedules target.
+fn get_users_arn(stack: &Stack) -> String {
+    let region = stack
+        .sdk
+        .region()
+        .map_or("us-east-1".into(), |r| r.to_string());
+    crate::iam::function_arn(&region, &stack.prefix, GET_USERS)
+}
+
 /// The Unsubscribe function as template.yaml configures it on this stack.
 pub async fn unsubscribe(stack: &Stack) -> Result<assemble::LambdaUnsubscribe> {
     let env = stack.env(UNSUBSCRIBE)?;
     let config = UnsubscribeFunctionConfig::from_source(&|k: &str| env.get(k).cloned())?;
-    Ok(assemble::unsubscribe(config, &stack.sdk).await?)
+    let sdk = crate::iam::function_sdk(&stack.sdk, stack, UNSUBSCRIBE)?;
+    Ok(assemble::unsubscribe(config, &sdk).await?)
 }
 
 /// Serves the Unsubscribe function on a local Function URL (`port` 0: any free port).
@@ -544,7 +592,8 @@ pub async fn open_content(
 ) -> Result<assemble::LambdaOpenContent> {
     let env = stack.env(OPEN_CONTENT)?;
     let config = OpenContentFunctionConfig::from_source(&|k: &str| env.get(k).cloned())?;
-    Ok(assemble::open_content(config, &stack.sdk, clock).await?)
+    let sdk = crate::iam::function_sdk(&stack.sdk, stack, OPEN_CONTENT)?;
+    Ok(assemble::open_content(config, &sdk, clock).await?)
 }
 
 /// Serves the OpenContent function (the pick images, badges and links) on a local Function

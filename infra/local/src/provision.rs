@@ -80,6 +80,7 @@ pub async fn provision(
     if let Some(sender) = stack.parameters.get("SenderAddress") {
         verify_identity(sdk, sender).await?;
     }
+    crate::iam::register(&stack).await?;
     Ok(stack)
 }
 
@@ -253,8 +254,8 @@ async fn create_tables(
     Ok(())
 }
 
-/// Generated secrets, configuration sets and Function URLs, by the logical ids the template
-/// refers to them with.
+/// Generated secrets, configuration sets, roles, functions and Function URLs, by the logical
+/// ids the template refers to them with.
 async fn name_other_resources(
     sdk: &aws_config::SdkConfig,
     template: &Template,
@@ -287,6 +288,14 @@ async fn name_other_resources(
     }
     for id in &template.roles {
         let arn = format!("arn:aws:iam::000000000000:role/{}-{id}", options.prefix);
+        stack.names.insert(id.clone(), arn);
+    }
+    // A function's ARN (`!GetAtt X.Arn`), its name generated as CloudFormation generates it:
+    // a schedule's target, which the local scheduler checks the schedule's role may invoke.
+    let region = sdk.region().map_or("us-east-1".into(), |r| r.to_string());
+    for function in &template.functions {
+        let id = &function.logical_id;
+        let arn = crate::iam::function_arn(&region, &options.prefix, id);
         stack.names.insert(id.clone(), arn);
     }
     for function in template.functions.iter().filter(|f| f.function_url) {

@@ -46,6 +46,9 @@ pub struct Due {
     pub name: String,
     pub at_ms: i64,
     pub input: serde_json::Value,
+    /// The target's ARN and the role Scheduler invokes it as.
+    pub target_arn: String,
+    pub role_arn: String,
 }
 
 pub struct LocalScheduler {
@@ -119,15 +122,17 @@ impl LocalScheduler {
                     }
                 };
                 let at = schedule.schedule_expression().and_then(at_ms);
-                let input = schedule
-                    .target()
+                let target = schedule.target();
+                let input = target
                     .and_then(|t| t.input())
                     .and_then(|i| serde_json::from_str(i).ok());
-                let due = match (at, input) {
-                    (Some(at_ms), Some(input)) => Some(Due {
+                let due = match (at, input, target) {
+                    (Some(at_ms), Some(input), Some(target)) => Some(Due {
                         name: name.to_owned(),
                         at_ms,
                         input,
+                        target_arn: target.arn().to_owned(),
+                        role_arn: target.role_arn().to_owned(),
                     }),
                     _ => None,
                 };

@@ -59,10 +59,11 @@ impl Stack {
             .ok_or_else(|| anyhow!("no table {logical_id} in this stack"))
     }
 
-    /// A function's environment exactly as template.yaml sets it, references resolved.
+    /// A function's environment exactly as template.yaml sets it, references resolved, with
+    /// the credentials of its role that Lambda adds (`crate::iam`).
     pub fn env(&self, function: &str) -> Result<BTreeMap<String, String>> {
         let spec = self.template.function(function)?;
-        let mut env = BTreeMap::new();
+        let mut env = crate::iam::role_env(self, function)?;
         for (name, value) in &spec.env {
             let resolved = self
                 .resolve(value)

@@ -75,6 +75,8 @@ pub struct FunctionSpec {
     pub reserved_concurrency: Option<u32>,
     /// What Lambda does with its asynchronous invocations (`EventInvokeConfig`).
     pub async_invoke: AsyncInvokeSpec,
+    /// The logical id of its execution role (`Role: !GetAtt XRole.Arn`).
+    pub role: Option<String>,
 }
 
 /// `EventInvokeConfig`: how often Lambda retries a failed asynchronous invocation (2 unless
@@ -422,6 +424,7 @@ fn function(
             params,
         )?,
         async_invoke: async_invoke(id, props.get("EventInvokeConfig"), params)?,
+        role: props.get("Role").and_then(reference),
     })
 }
 

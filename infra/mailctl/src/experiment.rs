@@ -12,9 +12,11 @@ use serde::Serialize;
 pub struct ExperimentStatus {
     pub metric: Metric,
     pub test_percent: u32,
-    /// When the decision is due (ms).
+    /// When the decision is due (ms): the recorded time, or later while the test group's
+    /// last email is more recent than the wait.
     pub decide_at_ms: Option<i64>,
     pub min_delivered: u64,
+    pub min_people: u64,
     pub win_probability: u32,
     pub variants: Vec<VariantStatus>,
     /// The recorded decision (None: not decided yet).
@@ -71,8 +73,9 @@ pub fn status(
     ExperimentStatus {
         metric: experiment.metric,
         test_percent: experiment.test_percent,
-        decide_at_ms: experiment.decide_at_ms,
+        decide_at_ms: experiment.due_at(&tallies),
         min_delivered: experiment.min_delivered,
+        min_people: experiment.min_people,
         win_probability: experiment.win_probability,
         variants,
         would_decide: decision.is_none().then(|| now.reason.clone()),
@@ -88,10 +91,11 @@ impl ExperimentStatus {
             Metric::Opens => "people who opened",
         };
         let mut out = format!(
-            "  experiment: {} % test group, decided by {metric} per delivered email (a win above {} % with at least {} delivered per variant), due {}\n",
+            "  experiment: {} % test group, decided by {metric} per delivered email (a win above {} % with at least {} delivered per variant and {} people in the test group), due {}\n",
             self.test_percent,
             self.win_probability,
             self.min_delivered,
+            self.min_people,
             self.decide_at_ms
                 .map_or("?".into(), |at| crate::ops::format_ms(at.max(0) as u64)),
         );

@@ -235,7 +235,8 @@ pub struct LocalTimeStatus {
     pub delayed: u64,
     /// Due at the start (or passed within the start grace): sent at once, on time.
     pub due_now: u64,
-    /// Users kept for a later slot, in all; those still waiting, by UTC hour of their slot.
+    /// Users kept for a later slot, in all (SendEmail's quiet-hours holds too); those still
+    /// waiting, by UTC hour of their slot.
     pub held: u64,
     pub still_waiting: u64,
     pub waiting_by_hour: Vec<mailflow::domain::local_time::HourWaiting>,
@@ -607,7 +608,7 @@ async fn local_time_status(
         next_day_after_window: r.counts.next_day_after_window,
         delayed: r.counts.delayed,
         due_now: r.counts.due_now,
-        held: r.counts.waiting.values().sum(),
+        held: r.held(),
         still_waiting: r.still_waiting(),
         waiting_by_hour: r.waiting_by_hour(),
         slots: r.slots(now_ms),

@@ -9,6 +9,7 @@
 use anyhow::{Context, Result};
 use mailflow::assemble::LambdaCreateEmails;
 use mailflow::domain::campaign::Campaign;
+use mailflow::domain::experiment::{Assignment, Experiment};
 use mailflow::domain::fan_out::{composers_for, Composer, ComposerSizing};
 use mailflow::domain::guardrails::{
     held_out, CampaignGuardrails, CapCheck, FrequencyCaps, QuietHours, QuietPolicy,
@@ -106,6 +107,10 @@ pub struct ExperimentPlan {
     pub groups: BTreeMap<String, usize>,
     pub rest: usize,
     pub wait_hours: u32,
+    /// The decision's time (ms): as recorded, or as a start now would record it (the
+    /// earliest: later while the test group still sends). The rest's quiet hours and caps
+    /// are judged then.
+    pub decide_at_ms: i64,
     /// Opens decide it (asked for): what that costs in trust.
     pub warning: Option<String>,
 }
@@ -220,6 +225,15 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
         ..Default::default()
     };
     let now_ms = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
+    let decide_at = guardrails.experiment.as_ref().map(|e| {
+        let quiet_ms = (guardrails.quiet)
+            .filter(|q| q.policy == QuietPolicy::Defer)
+            .map_or(0, |q| q.length_ms());
+        decision_time(e, delivery, quiet_ms, now_ms)
+    });
+    if let (Some(at), Some(e)) = (decide_at, plan.guardrails.experiment.as_mut()) {
+        e.decide_at_ms = at;
+    }
     let capped = guardrails
         .caps
         .apply_to(campaign.topic.as_str(), &guardrails.campaign);
@@ -266,40 +280,46 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
                     plan.would_fail += 1;
                     continue;
                 }
-                // When it would go (now, or its local time) and in which zone.
-                let mut at_ms = now_ms;
+                // The rest of an experiment goes with the winner after the decision.
+                let rest_decision = decide_at.filter(|_| {
+                    (guardrails.experiment.as_ref()).is_some_and(|e| {
+                        e.assign(campaign.id.as_str(), &user.to_string()) == Assignment::Rest
+                    })
+                });
+                // When it would go (now, its local time, or after the decision) and in which
+                // zone: its quiet hours and caps are judged then.
                 let mut tz = member
                     .zone
                     .own_zone()
                     .unwrap_or_else(|| guardrails.fallback_zone.zone());
-                if let (Some(d), Some(l)) = (delivery, local.as_mut()) {
-                    let (user_tz, source) = d.zone_for(&member.zone);
-                    let zone = user_tz.iana_name().unwrap_or("?").to_owned();
-                    tz = user_tz;
+                let decided = delivery.map(|d| d.delivery(&member.zone).0);
+                if let (Some(d), Some(l), Some(decided)) = (delivery, local.as_mut(), decided) {
+                    let source;
+                    (tz, source) = d.zone_for(&member.zone);
                     match source {
                         ZoneSource::Own => {}
                         ZoneSource::FallbackMissing => l.timezone_missing += 1,
                         ZoneSource::FallbackInvalid => l.timezone_invalid += 1,
                     }
-                    let decided = d.delivery(&member.zone).0;
-                    match decided {
-                        Delivery::Skip => {
-                            l.passed_skipped += 1;
-                            continue;
-                        }
-                        Delivery::Now => l.passed_sent_now += 1,
-                        Delivery::NextDay(at) | Delivery::AfterWindow(at) | Delivery::At(at) => {
-                            match decided {
-                                Delivery::NextDay(_) => l.passed_next_day += 1,
-                                Delivery::AfterWindow(_) => l.next_day_after_window += 1,
-                                _ => {}
-                            }
-                            let slot = slots.entry(at).or_default();
-                            slot.0 += 1;
-                            slot.1.insert(zone);
-                            at_ms = at;
+                    // Passed time is the test group's: the rest's is after the decision.
+                    if rest_decision.is_none() {
+                        match decided {
+                            Delivery::Skip => l.passed_skipped += 1,
+                            Delivery::Now => l.passed_sent_now += 1,
+                            Delivery::NextDay(_) => l.passed_next_day += 1,
+                            Delivery::AfterWindow(_) => l.next_day_after_window += 1,
+                            Delivery::At(_) => {}
                         }
                     }
+                }
+                let rest_at = rest_decision.map(|at| Experiment::rest_goes_at(at, delivery, &tz));
+                let Some((at_ms, on_a_slot)) = goes_at(now_ms, decided, rest_at) else {
+                    continue;
+                };
+                if on_a_slot {
+                    let slot = slots.entry(at_ms).or_default();
+                    slot.0 += 1;
+                    slot.1.insert(tz.iana_name().unwrap_or("?").to_owned());
                 }
                 if let Some(quiet) = &guardrails.quiet {
                     if quiet.quiet_until(at_ms.max(now_ms), &tz).is_some() {
@@ -333,7 +353,6 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
                 if let (Some(e), Some(groups)) =
                     (&guardrails.experiment, plan.guardrails.experiment.as_mut())
                 {
-                    use mailflow::domain::experiment::Assignment;
                     match e.assign(campaign.id.as_str(), &user.to_string()) {
                         Assignment::Test(i) => {
                             *groups.groups.entry(e.variants[i].name.clone()).or_default() += 1
@@ -383,6 +402,42 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
         plan.local_time = Some(l);
     }
     Ok(plan)
+}
+
+/// When an experiment's rest gets the winner, as GetUsers dates it: the recorded decision, or
+/// the one a start now would record (`waitHours` after the test group is let go).
+fn decision_time(
+    e: &Experiment,
+    delivery: Option<&LocalDelivery>,
+    quiet_ms: i64,
+    now_ms: i64,
+) -> i64 {
+    e.decide_at_ms.unwrap_or_else(|| {
+        let let_go = Experiment::test_group_let_go_by(
+            delivery.and_then(|d| d.latest_slot()),
+            quiet_ms,
+            now_ms,
+        );
+        e.clone().starting_at(let_go).decide_at_ms.unwrap_or(let_go)
+    })
+}
+
+/// When a user's email would go, as GetUsers lets it go, and whether on a local-time slot:
+/// now, at their local time (`decided`: None without local time), or for the rest of an
+/// experiment when it gets the winner (`rest_at`, `Experiment::rest_goes_at`: whether or not
+/// their local time had passed at the start). None: skipped (their local time passed,
+/// policy skip).
+fn goes_at(now_ms: i64, decided: Option<Delivery>, rest_at: Option<i64>) -> Option<(i64, bool)> {
+    if let Some(at) = rest_at {
+        return Some((at, decided.is_some()));
+    }
+    match decided {
+        None | Some(Delivery::Now) => Some((now_ms, false)),
+        Some(Delivery::Skip) => None,
+        Some(Delivery::NextDay(at) | Delivery::AfterWindow(at) | Delivery::At(at)) => {
+            Some((at, true))
+        }
+    }
 }
 
 /// The plan as an operator reads it.
@@ -566,10 +621,11 @@ fn describe_guardrails(plan: &Plan) -> Option<String> {
     if let Some(e) = &g.experiment {
         let groups: Vec<String> = e.groups.iter().map(|(v, n)| format!("{v} {n}")).collect();
         out.push_str(&format!(
-            "experiment: test group {}; {} get the winner {} h after the test group's last email (with local time, at their local time after that)\n",
+            "experiment: test group {}; {} get the winner {} h after the test group's last email, from {} on (with local time, at their local time after that); their quiet hours and caps are counted then\n",
             groups.join(", "),
             e.rest,
-            e.wait_hours
+            e.wait_hours,
+            mailflow::domain::local_time::rfc3339_ms(e.decide_at_ms)
         ));
         if let Some(warning) = &e.warning {
             out.push_str(&format!("warning: {warning}\n"));
@@ -593,6 +649,71 @@ fn describe_guardrails(plan: &Plan) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rest_is_judged_when_it_gets_the_winner_not_at_the_start() {
+        use mailflow::domain::guardrails::QuietHours;
+        use mailflow::domain::local_time::{
+            parse_date, zone, LocalTime, PassedTime, ZoneField, ZoneName,
+        };
+        let at = |raw: &str| {
+            time::OffsetDateTime::parse(raw, &time::format_description::well_known::Rfc3339)
+                .unwrap()
+                .unix_timestamp()
+                * 1000
+        };
+        let now = at("2026-12-01T12:00:00Z");
+        let experiment = |wait: u32| {
+            Experiment::parse(&format!(
+                r#"{{"variants": [{{"name": "a"}}, {{"name": "b"}}], "testPercent": 20, "waitHours": {wait}}}"#
+            ))
+            .unwrap()
+        };
+        // Without local time: the decision 10 hours after the start, in quiet hours that are
+        // not on at the start. The rest is judged then; the test group now.
+        let quiet = QuietHours::parse("21:00-08:00", QuietPolicy::Defer).unwrap();
+        let utc = zone("UTC").unwrap();
+        let decision = decision_time(&experiment(10), None, 0, now);
+        assert_eq!(decision, at("2026-12-01T22:00:00Z"));
+        assert_eq!(goes_at(now, None, Some(decision)), Some((decision, false)));
+        assert_eq!(goes_at(now, None, None), Some((now, false)));
+        assert!(quiet.quiet_until(decision, &utc).is_some());
+        assert!(quiet.quiet_until(now, &utc).is_none());
+        // Quiet hours that defer hold the test group up to their length: the wait starts then.
+        assert_eq!(
+            decision_time(&experiment(10), None, quiet.length_ms(), now),
+            decision + quiet.length_ms()
+        );
+        // A recorded decision is the one.
+        let recorded = experiment(10).starting_at(now - 3_600_000);
+        assert_eq!(
+            decision_time(&recorded, None, 0, now),
+            at("2026-12-01T21:00:00Z")
+        );
+        // With local time and passedTime skip: Tokyo's 09:00 has passed at noon UTC, so the
+        // test group there is skipped, but the rest gets the winner at Tokyo's 09:00 after the
+        // decision (3 hours after UTC-12's 09:00, 21:00 UTC).
+        let delivery = LocalDelivery {
+            local_time: "09:00".parse::<LocalTime>().unwrap(),
+            send_date: parse_date("2026-12-01").unwrap(),
+            fallback_zone: ZoneName::parse("Asia/Tokyo").unwrap(),
+            passed_time: PassedTime::Skip,
+            started_at_ms: now,
+            window_until_ms: None,
+        };
+        let tokyo = ZoneField::Text("Asia/Tokyo".into());
+        let decided = delivery.delivery(&tokyo).0;
+        assert_eq!(decided, Delivery::Skip);
+        assert_eq!(goes_at(now, Some(decided), None), None);
+        let decision = decision_time(&experiment(3), Some(&delivery), 0, now);
+        assert_eq!(decision, at("2026-12-02T00:00:00Z"));
+        let tz = delivery.zone_for(&tokyo).0;
+        let rest_at = Experiment::rest_goes_at(decision, Some(&delivery), &tz);
+        assert_eq!(
+            goes_at(now, Some(decided), Some(rest_at)),
+            Some((at("2026-12-02T00:00:00Z"), true))
+        );
+    }
 
     #[test]
     fn the_plan_says_when_the_rate_item_would_take_too_many_writes() {

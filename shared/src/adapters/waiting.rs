@@ -10,7 +10,8 @@
 //! (`segment<run started ms>.<N>`, written whole, so a retried segment is never added twice
 //! and a second run's never overwrite the first's), each slot's release and sweep
 //! (`release<slot ms>`, `sweep<slot ms>`) and the delivery the latest run started with
-//! (`delivery`, which `mailctl resend` reuses).
+//! (`delivery`, which `mailctl resend` reuses), and the users SendEmail handed back to a slot
+//! at the end of their quiet hours (`quiet<slot ms>`, a number).
 
 use super::describe;
 use crate::domain::campaign::CampaignId;
@@ -208,6 +209,26 @@ impl WaitingRoom for WaitingTable {
         self.set_report(campaign, &attribute, json).await
     }
 
+    async fn record_quiet_holds(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        users: u64,
+    ) -> Result<(), StoreError> {
+        self.dynamodb
+            .update_item()
+            .table_name(&self.table)
+            .key("slot", AttributeValue::S(report_key(campaign)))
+            .key("userId", AttributeValue::S("-".into()))
+            .update_expression("ADD #a :n")
+            .expression_attribute_names("#a", format!("quiet{at_ms}"))
+            .expression_attribute_values(":n", AttributeValue::N(users.to_string()))
+            .send()
+            .await
+            .map_err(|e| store_error("UpdateItem", describe(&e)))?;
+        Ok(())
+    }
+
     async fn record_release(
         &self,
         campaign: &CampaignId,
@@ -246,6 +267,12 @@ pub async fn read_report(
         };
         let mut report = WaitingReport::default();
         for (name, value) in &item {
+            if let (Some(slot), AttributeValue::N(n)) = (name.strip_prefix("quiet"), value) {
+                if let (Ok(slot), Ok(n)) = (slot.parse::<i64>(), n.parse::<u64>()) {
+                    *report.quiet_held.entry(slot).or_default() += n;
+                }
+                continue;
+            }
             let AttributeValue::S(json) = value else {
                 continue;
             };

@@ -30,10 +30,14 @@ pub struct GetUsersConfig {
     pub guardrails: crate::domain::guardrails::GuardrailDefaults,
     /// Users whose email would go in their quiet hours wait for their end.
     pub quiet_hours: Option<QuietHours>,
+    /// Consent to per-recipient tracking (parameter TrackOpensAndClicks): without it no
+    /// click or open is noted on a send record, so no experiment can be decided by people
+    /// and a start with one is refused.
+    pub track_opens_and_clicks: bool,
 }
 
 /// Quiet hours (`QUIET_HOURS`, `QUIET_HOURS_POLICY`): GetUsers holds users until they end,
-/// SendEmail checks again as it sends.
+/// SendEmail checks again as it sends (and holds them in the waiting room too).
 pub fn quiet_hours(src: &dyn Source) -> Result<Option<QuietHours>, ConfigError> {
     let policy: QuietPolicy = value(src, var::QUIET_HOURS_POLICY)
         .map(|raw| raw.parse())
@@ -122,10 +126,17 @@ impl GetUsersConfig {
         var::CAMPAIGN_DEADLINE_HOURS,
         var::QUIET_HOURS,
         var::QUIET_HOURS_POLICY,
+        var::TRACK_OPENS_AND_CLICKS,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         Ok(Self {
+            track_opens_and_clicks: parsed(
+                src,
+                var::TRACK_OPENS_AND_CLICKS,
+                false,
+                "true or false",
+            )?,
             guardrails: guardrail_defaults(src)?,
             quiet_hours: quiet_hours(src)?,
             local_time: LocalTimeConfig::from_source(src)?,

@@ -209,6 +209,20 @@ mod tests {
         ("FUNCTION_TIMEOUT_SECONDS", "30"),
         ("CAMPAIGNS_TABLE_NAME", "campaigns"),
         ("MONGODB_URI", "mongodb://127.0.0.1:1/"),
+        ("WAITING_TABLE_NAME", "waiting"),
+        ("RELEASE_SCHEDULE_GROUP", "releases"),
+        (
+            "RELEASE_SCHEDULER_ROLE_ARN",
+            "arn:aws:iam::000000000000:role/releases",
+        ),
+        (
+            "RELEASE_DEAD_LETTER_ARN",
+            "arn:aws:sqs:us-east-1:000000000000:schedule-dlq",
+        ),
+        (
+            "RELEASE_FUNCTION_ARN",
+            "arn:aws:lambda:us-east-1:000000000000:function:get-users",
+        ),
     ];
 
     #[test]

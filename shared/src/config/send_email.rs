@@ -38,6 +38,13 @@ pub struct SendEmailConfig {
     /// Where a person's standing is read again for an email that waited since it was
     /// rendered (connected at the first such read).
     pub mongo: MongoConfig,
+    /// Where a user met in their quiet hours waits for their end: the waiting room GetUsers
+    /// holds local-time users in, and the slot schedules that invoke GetUsers to release them.
+    pub waiting_table_name: String,
+    pub release_schedule_group: String,
+    pub release_scheduler_role_arn: String,
+    pub release_dead_letter_arn: String,
+    pub release_function_arn: String,
 }
 
 impl SendEmailConfig {
@@ -61,6 +68,11 @@ impl SendEmailConfig {
         var::QUIET_HOURS,
         var::QUIET_HOURS_POLICY,
         var::FALLBACK_TIME_ZONE,
+        var::WAITING_TABLE_NAME,
+        var::RELEASE_SCHEDULE_GROUP,
+        var::RELEASE_SCHEDULER_ROLE_ARN,
+        var::RELEASE_DEAD_LETTER_ARN,
+        var::RELEASE_FUNCTION_ARN,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
@@ -156,6 +168,11 @@ impl SendEmailConfig {
                 var: var::FALLBACK_TIME_ZONE,
                 problem: e.to_string(),
             })?,
+            waiting_table_name: required(src, var::WAITING_TABLE_NAME)?,
+            release_schedule_group: required(src, var::RELEASE_SCHEDULE_GROUP)?,
+            release_scheduler_role_arn: required(src, var::RELEASE_SCHEDULER_ROLE_ARN)?,
+            release_dead_letter_arn: required(src, var::RELEASE_DEAD_LETTER_ARN)?,
+            release_function_arn: required(src, var::RELEASE_FUNCTION_ARN)?,
         })
     }
 }

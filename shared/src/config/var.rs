@@ -49,6 +49,8 @@ pub const RELEASE_SCHEDULE_GROUP: &str = "RELEASE_SCHEDULE_GROUP";
 pub const RELEASE_DEAD_LETTER_ARN: &str = "RELEASE_DEAD_LETTER_ARN";
 /// The role EventBridge Scheduler assumes to invoke GetUsers at a send slot
 pub const RELEASE_SCHEDULER_ROLE_ARN: &str = "RELEASE_SCHEDULER_ROLE_ARN";
+/// The function a send slot's schedules invoke (GetUsers), for SendEmail's quiet-hours holds
+pub const RELEASE_FUNCTION_ARN: &str = "RELEASE_FUNCTION_ARN";
 /// Email jobs (SendEmail uses it to set retry delays)
 pub const EMAILS_QUEUE_URL: &str = "EMAILS_QUEUE_URL";
 /// SendMessageBatch calls in flight

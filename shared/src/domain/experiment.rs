@@ -21,6 +21,10 @@ pub const MAX_WAIT_HOURS: u32 = 168;
 pub const DEFAULT_WIN_PROBABILITY: u32 = 90;
 /// Klaviyo's minimum of recipients per variant before a winner may be named.
 pub const DEFAULT_MIN_DELIVERED: u64 = 500;
+/// People who clicked (or opened, with `metric: opens`) over the whole test group before a
+/// winner may be named. With few or none, the uniform prior decides: at zero clicks the
+/// variant with the fewest delivered emails looks best (1:10 shares give it 90.9 %).
+pub const DEFAULT_MIN_PEOPLE: u64 = 30;
 
 /// What decides the winner: unique human clicks per delivered email (the default), or
 /// unique human opens (Apple Mail Privacy Protection makes them unreliable: `plan` warns).
@@ -61,13 +65,17 @@ pub struct Experiment {
     pub variants: Vec<Variant>,
     /// The share of the audience in the test group (1-100 %); the rest gets the winner.
     pub test_percent: u32,
-    /// Hours from the campaign's first start to the decision.
+    /// Hours from the test group's last email to the decision.
     pub wait_hours: u32,
     #[serde(default)]
     pub metric: Metric,
     /// Delivered emails every variant needs before one may win.
     #[serde(default = "default_min_delivered")]
     pub min_delivered: u64,
+    /// People who clicked (opened, with `metric: opens`) over the test group before one
+    /// may win.
+    #[serde(default = "default_min_people")]
+    pub min_people: u64,
     /// How sure the rule must be that the winner is the best (percent).
     #[serde(default = "default_win_probability")]
     pub win_probability: u32,
@@ -88,6 +96,10 @@ fn default_min_delivered() -> u64 {
     DEFAULT_MIN_DELIVERED
 }
 
+fn default_min_people() -> u64 {
+    DEFAULT_MIN_PEOPLE
+}
+
 fn default_win_probability() -> u32 {
     DEFAULT_WIN_PROBABILITY
 }
@@ -103,6 +115,8 @@ pub enum ExperimentError {
         decide_at: String,
         rest_by: String,
     },
+    #[error("{0}: an experiment is decided by the people who click, and without consent to per-recipient tracking (TrackOpensAndClicks false, the default) no click is noted on a send record, so none could be decided; deploy with TrackOpensAndClicks=true, or start the campaign without --experiment")]
+    NoConsent(CampaignId),
     #[error("{0} started without an experiment: an experiment is recorded only with a campaign's first start; start it without --experiment, or use another campaign id")]
     Late(CampaignId),
     #[error("{campaign} started with another experiment: an experiment is fixed when the campaign first starts (recorded: {recorded}); start it without --experiment, or use another campaign id")]
@@ -217,6 +231,12 @@ impl Experiment {
                 self.min_delivered
             )));
         }
+        if !(1..=1_000_000).contains(&self.min_people) {
+            return Err(invalid(format!(
+                "minPeople {} is not 1 to 1000000",
+                self.min_people
+            )));
+        }
         if !(51..=99).contains(&self.win_probability) {
             return Err(invalid(format!(
                 "winProbability {} is not 51 to 99 (percent: above an even chance)",
@@ -232,12 +252,46 @@ impl Experiment {
     }
 
     /// As GetUsers records it at the first start: the decision due `wait_hours` after the
-    /// test group's last email (`now_ms`), on a whole second (a one-time schedule's `at()`
-    /// has no finer unit).
+    /// test group's last email is let go (`now_ms`: the start, or the last zone's local time
+    /// and quiet hours), on a whole second (a one-time schedule's `at()` has no finer unit).
+    /// The earliest it is made: `due_at` moves it later while the test group still sends.
     pub fn starting_at(mut self, now_ms: i64) -> Self {
-        let at = now_ms + i64::from(self.wait_hours) * HOUR_MS;
-        self.decide_at_ms = Some((at + 999).div_euclid(1000) * 1000);
+        self.decide_at_ms = Some(self.after_wait(now_ms));
         self
+    }
+
+    /// When the whole test group has been let go, for a start at `now_ms`: at once, or with
+    /// local time at the last zone's (`latest_slot`), then after quiet hours that defer
+    /// (`quiet_ms`, their length). GetUsers dates the decision from it (`starting_at`);
+    /// `plan` judges the rest's quiet hours and caps at that decision.
+    pub fn test_group_let_go_by(latest_slot: Option<i64>, quiet_ms: i64, now_ms: i64) -> i64 {
+        latest_slot.map_or(now_ms, |last| last.max(now_ms)) + quiet_ms
+    }
+
+    /// When a user of the rest gets the winner: at the decision (`decide_at_ms`), or with
+    /// local time at their first local time at or after it (passed or not at the start).
+    pub fn rest_goes_at(
+        decide_at_ms: i64,
+        delivery: Option<&super::local_time::LocalDelivery>,
+        tz: &jiff::tz::TimeZone,
+    ) -> i64 {
+        delivery.map_or(decide_at_ms, |d| d.next_at_or_after(tz, decide_at_ms))
+    }
+
+    /// `wait_hours` after `at_ms`, on a whole second.
+    fn after_wait(&self, at_ms: i64) -> i64 {
+        let at = at_ms + i64::from(self.wait_hours) * HOUR_MS;
+        (at + 999).div_euclid(1000) * 1000
+    }
+
+    /// When the decision may be made on these results: the recorded instant, or
+    /// `wait_hours` after the test group's last email if that is later (the test group goes
+    /// at the send rate: 200,000 at 14/s take 4 hours, a whole wait). None: no decision
+    /// time recorded.
+    pub fn due_at(&self, tallies: &BTreeMap<String, Tally>) -> Option<i64> {
+        let decide_at = self.decide_at_ms?;
+        let last = tallies.values().filter_map(|t| t.last_sent_ms).max();
+        Some(last.map_or(decide_at, |last| decide_at.max(self.after_wait(last))))
     }
 
     /// The experiment as a later start gave it is the one recorded (its decision time
@@ -341,6 +395,10 @@ pub struct Tally {
     pub human_clicks: u64,
     /// People who opened (image proxies and scanners left out), each once.
     pub human_opens: u64,
+    /// When the variant's last email was sent or claimed (ms): the wait counts from the
+    /// test group's last (None: none yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sent_ms: Option<i64>,
 }
 
 impl Tally {
@@ -386,7 +444,8 @@ pub struct Decision {
 /// has the posterior Beta(1 + successes, 1 + failures) (a uniform prior); the probability
 /// that a variant is the best of all is computed by numerical integration (Evan Miller's
 /// closed form for two variants, generalised). A variant wins when every variant has
-/// `min_delivered` delivered emails and its probability reaches `win_probability`;
+/// `min_delivered` delivered emails, the test group has `min_people` people who clicked
+/// (opened) and its probability is above `win_probability`;
 /// otherwise the default goes. `picked`: an operator's choice, recorded as it is.
 pub fn decide(
     experiment: &Experiment,
@@ -427,6 +486,11 @@ pub fn decide(
         .filter(|v| tally(v).delivered < experiment.min_delivered)
         .map(|v| format!("{} {}", v.name, tally(v).delivered))
         .collect();
+    let people: u64 = experiment
+        .variants
+        .iter()
+        .map(|v| tally(v).successes(experiment.metric))
+        .sum();
     let best = (0..p_best.len())
         .max_by(|a, b| p_best[*a].total_cmp(&p_best[*b]))
         .unwrap_or(0);
@@ -445,6 +509,19 @@ pub fn decide(
                 "too few delivered to decide (need {} per variant; have {}): the default {default} goes",
                 experiment.min_delivered,
                 short.join(", ")
+            ),
+        )
+    } else if people < experiment.min_people {
+        let who = match experiment.metric {
+            Metric::Clicks => "clicked",
+            Metric::Opens => "opened",
+        };
+        (
+            default.to_owned(),
+            DecidedBy::Default,
+            format!(
+                "too few people {who} to decide (need {} in the test group; have {people}): the default {default} goes",
+                experiment.min_people
             ),
         )
     } else if p_best[best] > threshold {

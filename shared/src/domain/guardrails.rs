@@ -463,7 +463,8 @@ fn local_date(ms: i64, tz: &TimeZone) -> jiff::civil::Date {
 /// What happens to an email due inside the user's quiet hours.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum QuietPolicy {
-    /// Held until the quiet hours end (GetUsers holds the user for that instant).
+    /// Held until the quiet hours end: in the waiting room for that instant, by GetUsers, or
+    /// by SendEmail when a backlog carried the email into them.
     #[default]
     Defer,
     /// Not sent: recorded SKIPPED, quiet_hours.

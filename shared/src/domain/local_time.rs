@@ -514,9 +514,12 @@ pub struct WaitingReport {
     pub delivery: Option<LocalDelivery>,
     /// Users still in the waiting room, by slot (slots with none are left out).
     pub waiting_now: BTreeMap<i64, u64>,
+    /// Users SendEmail handed back to a slot, the end of their quiet hours, by slot.
+    pub quiet_held: BTreeMap<i64, u64>,
 }
 
-/// A slot as `status` shows it: held = released + swept + still waiting, unless the
+/// A slot as `status` shows it: held (by GetUsers' runs, and by SendEmail at the end of
+/// users' quiet hours) = released + swept + still waiting, unless the
 /// campaign was cancelled (its waiting users are dropped), a resend held a user again (held
 /// counts each run's holds; the table keeps one), or a user was released twice (the ledger
 /// sends once).
@@ -592,6 +595,7 @@ impl WaitingReport {
     pub fn slots_to_count(&self) -> Vec<i64> {
         let mut slots: std::collections::BTreeSet<i64> =
             self.counts.waiting.keys().copied().collect();
+        slots.extend(self.quiet_held.keys().copied());
         slots.extend(self.releases.iter().map(|r| r.slot_ms));
         slots
             .into_iter()
@@ -617,6 +621,7 @@ impl WaitingReport {
     pub fn slots(&self, now_ms: i64) -> Vec<SlotStatus> {
         let mut slots: std::collections::BTreeSet<i64> =
             self.counts.waiting.keys().copied().collect();
+        slots.extend(self.quiet_held.keys().copied());
         slots.extend(self.releases.iter().map(|r| r.slot_ms));
         slots.extend(self.waiting_now.keys().copied());
         slots
@@ -628,7 +633,8 @@ impl WaitingReport {
                 let after_sweep = sweep_ran || now_ms > slot_ms + SWEEP_GIVEN_UP_AFTER_MS;
                 SlotStatus {
                     slot: rfc3339_ms(slot_ms),
-                    held: self.counts.waiting.get(&slot_ms).copied().unwrap_or(0),
+                    held: self.counts.waiting.get(&slot_ms).copied().unwrap_or(0)
+                        + self.quiet_held.get(&slot_ms).copied().unwrap_or(0),
                     released,
                     swept,
                     waiting,
@@ -657,6 +663,11 @@ impl WaitingReport {
             .into_iter()
             .map(|(utc_hour, users)| HourWaiting { utc_hour, users })
             .collect()
+    }
+
+    /// Users held for a slot, in all: by the runs, and by SendEmail for their quiet hours.
+    pub fn held(&self) -> u64 {
+        self.counts.waiting.values().sum::<u64>() + self.quiet_held.values().sum::<u64>()
     }
 
     pub fn still_waiting(&self) -> u64 {

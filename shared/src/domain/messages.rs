@@ -82,6 +82,10 @@ pub struct EmailJob {
     /// standing again before sending one that has waited since (None: a job from before
     /// this field, sent on CreateEmails' reading).
     pub rendered_at_ms: Option<i64>,
+    /// The campaign's window, so that SendEmail can hand the user back to the waiting room
+    /// (`user_message`) to be rendered again after their quiet hours. None in a job
+    /// rendered before jobs carried it.
+    pub window: Option<Window>,
 }
 
 /// An email job as the emails queue carries it.
@@ -117,6 +121,7 @@ struct WireJob {
     variant: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     rendered_at: Option<i64>,
+    window: Option<Window>,
 }
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -194,6 +199,7 @@ impl TryFrom<WireJob> for EmailJob {
             zone: w.zone,
             variant: w.variant,
             rendered_at_ms: w.rendered_at,
+            window: w.window,
         })
     }
 }
@@ -216,6 +222,7 @@ impl From<EmailJob> for WireJob {
             zone: job.zone,
             variant: job.variant,
             rendered_at: job.rendered_at_ms,
+            window: job.window,
         }
     }
 }
@@ -232,6 +239,22 @@ impl EmailJob {
             failed: self.include_failed,
             cancelled: self.include_cancelled,
         }
+    }
+
+    /// The users-queue message this email was rendered from (without its `due`: the
+    /// release that lets the user go again sets it), or None for a job without a window.
+    pub fn user_message(&self) -> Option<UserMessage> {
+        Some(UserMessage {
+            campaign_id: self.campaign_id.clone(),
+            user_id: self.user_id.clone(),
+            window: self.window?,
+            topic: self.topic.clone(),
+            include_failed: self.include_failed,
+            include_cancelled: self.include_cancelled,
+            due: None,
+            zone: self.zone.clone(),
+            variant: self.variant.clone(),
+        })
     }
 }
 
@@ -270,6 +293,13 @@ mod tests {
             zone: Some("Asia/Tokyo".into()),
             variant: Some("b".into()),
             rendered_at_ms: Some(1_796_029_201_900),
+            window: Some(
+                crate::domain::campaign::Window::new(
+                    time::macros::datetime!(2026-11-16 0:00 UTC),
+                    time::macros::datetime!(2026-11-23 0:00 UTC),
+                )
+                .unwrap(),
+            ),
         };
         let wire = serde_json::to_string(&job).unwrap();
         assert!(wire.len() < job.html.len() / 4, "{}", wire.len());

@@ -442,6 +442,14 @@ pub trait WaitingRoom: Send + Sync {
         segment: u32,
         counts: &LocalTimeCounts,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Users SendEmail handed back to the slot at the end of their quiet hours, added to
+    /// the slot's count (a record handed back twice, after a retry, counts twice).
+    fn record_quiet_holds(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        users: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// A slot released: how many users, and when (the clock's time).
     fn record_release(
         &self,
@@ -730,6 +738,81 @@ impl<T: RateBucket> RateBucket for std::sync::Arc<T> {
 
     fn read(&self) -> impl Future<Output = Result<RateView, RateError>> + Send {
         (**self).read()
+    }
+}
+
+/// One waiting room shared by several stages (tests, the lab).
+impl<T: WaitingRoom> WaitingRoom for std::sync::Arc<T> {
+    fn hold(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        users: &[(String, String)],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).hold(campaign, at_ms, users)
+    }
+    fn schedule_release(
+        &self,
+        campaign: &CampaignId,
+        schedule: SlotSchedule,
+        target_arn: &str,
+        event: &serde_json::Value,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).schedule_release(campaign, schedule, target_arn, event)
+    }
+    fn waiting(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        from: &ReleasePosition,
+        limit: usize,
+    ) -> impl Future<Output = Result<WaitingPage, StoreError>> + Send {
+        (**self).waiting(campaign, at_ms, from, limit)
+    }
+    fn let_go(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        user_ids: &[String],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).let_go(campaign, at_ms, user_ids)
+    }
+    fn record_delivery(
+        &self,
+        campaign: &CampaignId,
+        delivery: &LocalDelivery,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).record_delivery(campaign, delivery)
+    }
+    fn record_segment(
+        &self,
+        campaign: &CampaignId,
+        run_started_ms: i64,
+        segment: u32,
+        counts: &LocalTimeCounts,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).record_segment(campaign, run_started_ms, segment, counts)
+    }
+    fn record_quiet_holds(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        users: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).record_quiet_holds(campaign, at_ms, users)
+    }
+    fn record_release(
+        &self,
+        campaign: &CampaignId,
+        release: &SlotRelease,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).record_release(campaign, release)
+    }
+    fn report(
+        &self,
+        campaign: &CampaignId,
+    ) -> impl Future<Output = Result<Option<WaitingReport>, StoreError>> + Send {
+        (**self).report(campaign)
     }
 }
 

@@ -11,6 +11,8 @@
 //! bounds the campaign.
 
 pub(crate) mod directory;
+#[cfg(test)]
+mod quiet_hours;
 
 use crate::rate::item_limit::ItemLimit;
 use crate::rate::latency::{Computing, Cpu, Slow};
@@ -274,7 +276,8 @@ where
             }
             // The poller's ReceiveMessage round trip.
             tokio::time::sleep(latency.0).await;
-            let event = queue.receive(batch);
+            // Past the in-flight quota a long poll gets nothing (a short one, OverLimit).
+            let event = queue.receive(batch).unwrap_or_default();
             if event.records.is_empty() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
@@ -512,7 +515,10 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
                 "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
                 options.send_memory_mb.to_string(),
             ),
-        ],
+        ]
+        .into_iter()
+        .chain(crate::rate::waiting_room_vars())
+        .collect::<Vec<_>>(),
     )?;
     for environment in 0..send_environments {
         let stage = Arc::new(SendEmail::new(
@@ -521,6 +527,7 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
             Slow::new(emails.clone(), store),
             MemoryCampaigns::default(),
             Slow::new(rate_item.clone(), store),
+            MemoryWaitingRoom::default(),
             // A waited email's standing: one MongoDB round trip (the pending leave's
             // GetItem is not modelled, as in CreateEmails).
             Wanted {

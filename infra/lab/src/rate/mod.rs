@@ -24,7 +24,7 @@ use mailflow::config::SendEmailConfig;
 use mailflow::domain::campaign::CampaignId;
 use mailflow::domain::messages::EmailJob;
 use mailflow::domain::send_rate::{Environment, SendRate, CPU_US_PER_EMAIL, MB_PER_VCPU};
-use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket};
+use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket, MemoryWaitingRoom};
 use mailflow::ports::RateBucket;
 use mailflow::runtime::Invocation;
 use mailflow::stages::send_email::{SendEmail, Wanted};
@@ -146,9 +146,9 @@ pub struct RunReport {
 }
 
 fn config(rate: f64, environment: &Environment) -> Result<SendEmailConfig> {
-    let vars = BTreeMap::from([
+    let mut vars = BTreeMap::from([
         ("MONGODB_URI", "mongodb://127.0.0.1:1".to_string()),
-        ("SENDS_TABLE_NAME", "lab-sends".to_string()),
+        ("SENDS_TABLE_NAME", "lab-sends".into()),
         ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
         ("EMAILS_QUEUE_URL", "lab-emails".into()),
         ("SENDER_ADDRESS", "lab@example.com".into()),
@@ -164,9 +164,30 @@ fn config(rate: f64, environment: &Environment) -> Result<SendEmailConfig> {
             environment.memory_mb.to_string(),
         ),
     ]);
+    vars.extend(waiting_room_vars());
     Ok(SendEmailConfig::from_source(&|k: &str| {
         vars.get(k).cloned()
     })?)
+}
+
+/// The waiting room's settings SendEmail reads (users met in their quiet hours wait there).
+pub(crate) fn waiting_room_vars() -> [(&'static str, String); 5] {
+    [
+        ("WAITING_TABLE_NAME", "lab-waiting".into()),
+        ("RELEASE_SCHEDULE_GROUP", "lab-releases".into()),
+        (
+            "RELEASE_SCHEDULER_ROLE_ARN",
+            "arn:aws:iam::000000000000:role/lab".into(),
+        ),
+        (
+            "RELEASE_DEAD_LETTER_ARN",
+            "arn:aws:sqs:us-east-1:000000000000:lab".into(),
+        ),
+        (
+            "RELEASE_FUNCTION_ARN",
+            "arn:aws:lambda:us-east-1:000000000000:function:lab-get-users".into(),
+        ),
+    ]
 }
 
 fn millis(range: &[u64]) -> Result<(Duration, Duration)> {
@@ -178,9 +199,15 @@ fn millis(range: &[u64]) -> Result<(Duration, Duration)> {
     }
 }
 
-fn jobs(count: usize) -> Vec<String> {
+/// `count` email jobs of one campaign, each in the UTC zone of a user without one.
+pub(crate) fn jobs(count: usize) -> Vec<String> {
     let campaign = CampaignId::parse("lab-rate").expect("a valid id");
     let now_ms = mailflow::domain::ledger::epoch_ms(mailflow::runtime::clock::now()) as i64;
+    let window = mailflow::domain::campaign::Window::new(
+        time::macros::datetime!(2026-11-16 0:00 UTC),
+        time::macros::datetime!(2026-11-23 0:00 UTC),
+    )
+    .expect("a window");
     (0..count)
         .map(|i| {
             let job = EmailJob {
@@ -200,6 +227,7 @@ fn jobs(count: usize) -> Vec<String> {
                 // All rendered at the start: a run longer than the standing's bound reads
                 // each person's standing again, as SendEmail does with a backlog.
                 rendered_at_ms: Some(now_ms),
+                window: Some(window),
             };
             serde_json::to_string(&job).expect("a job serialises")
         })
@@ -278,6 +306,7 @@ async fn run_emails(
             Slow::new(queue.clone(), store_latency),
             MemoryCampaigns::default(),
             Slow::new(bucket, store_latency),
+            MemoryWaitingRoom::default(),
             Wanted {
                 users: LabDirectory::new(emails, store_latency),
                 pending: mailflow::ports::memory::MemoryRecords::default(),
@@ -290,7 +319,8 @@ async fn run_emails(
             while !done.load(Ordering::Relaxed) {
                 // The poller's ReceiveMessage round trip.
                 tokio::time::sleep(store_latency.0).await;
-                let event = queue.receive(batch);
+                // Past the in-flight quota a long poll gets nothing (a short one, OverLimit).
+                let event = queue.receive(batch).unwrap_or_default();
                 if event.records.is_empty() {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;

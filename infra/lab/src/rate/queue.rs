@@ -2,8 +2,11 @@
 //! invisible for the visibility timeout, a returned one comes back when its visibility
 //! (ChangeMessageVisibility) ends, each receive counts (ApproximateReceiveCount), after
 //! `max_receive_count` receives a message moves to the DLQ, and a message sent again (with a
-//! delay) is a new one whose count starts at zero. Receives cost O(log n), so that a queue
-//! of a million users stays cheap to the lab.
+//! delay) is a new one whose count starts at zero, and SQS's quota of in-flight messages
+//! (received, neither deleted nor visible again; a delayed message is not in flight): past
+//! it a receive is refused with OverLimit, which a long poll, as Lambda's event source
+//! mapping makes, sees as nothing to receive. Receives cost O(log n), so that a queue of a
+//! million users stays cheap to the lab.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailflow::ports::{OutgoingQueue, QueueError, RetryQueue, SendReport, MAX_DELAY_SECONDS};
@@ -13,16 +16,27 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// SQS's most messages in flight on a standard queue ("approximately 120,000").
+pub const SQS_IN_FLIGHT_LIMIT: usize = 120_000;
+
+/// A receive refused because the queue has its most messages in flight, as SQS answers a
+/// short poll (`OverLimit`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct OverLimit;
+
 struct Message {
     body: String,
     receives: u32,
     /// Bumped at every change of visibility: only the newest entry of a message is valid.
     generation: u64,
+    /// Received and not visible again yet.
+    in_flight: bool,
 }
 
 pub struct LabQueue {
     visibility: Duration,
     max_receive_count: u32,
+    in_flight_limit: usize,
     state: Mutex<State>,
 }
 
@@ -39,6 +53,10 @@ struct State {
     /// Receipt handle -> message id, for the messages in flight.
     receipts: HashMap<String, u64>,
     dead_lettered: usize,
+    /// Messages in flight now, the most there were, and the receives refused for them.
+    in_flight: usize,
+    peak_in_flight: usize,
+    refused_receives: usize,
 }
 
 impl State {
@@ -51,9 +69,24 @@ impl State {
                 body,
                 receives: 0,
                 generation: 0,
+                in_flight: false,
             },
         );
         self.show_at(id, visible_at, now);
+    }
+
+    /// Message `id` is no longer in flight (visible again, or deleted).
+    fn landed(&mut self, id: u64) {
+        if let Some(message) = self.messages.get_mut(&id) {
+            if std::mem::take(&mut message.in_flight) {
+                self.in_flight -= 1;
+            }
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        self.landed(id);
+        self.messages.remove(&id);
     }
 
     /// Makes message `id` visible at `at` (its earlier entries become stale).
@@ -64,6 +97,7 @@ impl State {
         message.generation += 1;
         let generation = message.generation;
         if at <= now {
+            self.landed(id);
             self.ready.push_back((id, generation));
         } else {
             self.later.push(Reverse((at, id, generation)));
@@ -84,6 +118,7 @@ impl State {
             }
             self.later.pop();
             if self.valid(id, generation) {
+                self.landed(id);
                 self.ready.push_back((id, generation));
             }
         }
@@ -95,6 +130,7 @@ impl LabQueue {
         Self {
             visibility,
             max_receive_count,
+            in_flight_limit: SQS_IN_FLIGHT_LIMIT,
             state: Mutex::default(),
         }
     }
@@ -111,13 +147,19 @@ impl LabQueue {
         }
     }
 
-    /// Up to `max` visible messages, as one event source mapping batch.
-    pub fn receive(&self, max: usize) -> SqsEvent {
+    /// Up to `max` visible messages, as one event source mapping batch (no more than the
+    /// in-flight quota leaves room for); refused while the quota is reached.
+    pub fn receive(&self, max: usize) -> Result<SqsEvent, OverLimit> {
         let mut state = self.state();
         let now = Instant::now();
         state.due(now);
+        let room = self.in_flight_limit.saturating_sub(state.in_flight);
+        if room == 0 {
+            state.refused_receives += 1;
+            return Err(OverLimit);
+        }
         let mut records = Vec::new();
-        while records.len() < max {
+        while records.len() < max.min(room) {
             let Some((id, generation)) = state.ready.pop_front() else {
                 break;
             };
@@ -131,6 +173,7 @@ impl LabQueue {
                 continue;
             }
             message.receives += 1;
+            message.in_flight = true;
             let receipt = format!("{id}-{}", message.receives);
             let mut record = SqsMessage::default();
             record.message_id = Some(id.to_string());
@@ -141,12 +184,14 @@ impl LabQueue {
                 message.receives.to_string(),
             );
             records.push(record);
+            state.in_flight += 1;
+            state.peak_in_flight = state.peak_in_flight.max(state.in_flight);
             state.show_at(id, now + self.visibility, now);
             state.receipts.insert(receipt, id);
         }
         let mut event = SqsEvent::default();
         event.records = records;
-        event
+        Ok(event)
     }
 
     /// Deletes the batch's messages except those reported failed (partial batch response).
@@ -157,7 +202,7 @@ impl LabQueue {
             let id = state.receipts.remove(&receipt);
             let message_id = record.message_id.clone().unwrap_or_default();
             if let Some(id) = id.filter(|_| !failed.contains(&message_id)) {
-                state.messages.remove(&id);
+                state.remove(id);
             }
         }
     }
@@ -166,6 +211,14 @@ impl LabQueue {
     pub fn left(&self) -> (usize, usize) {
         let state = self.state();
         (state.messages.len(), state.dead_lettered)
+    }
+
+    /// The most messages that were in flight at once, and the receives refused because the
+    /// quota was reached.
+    #[cfg(test)]
+    pub fn in_flight_peak_and_refusals(&self) -> (usize, usize) {
+        let state = self.state();
+        (state.peak_in_flight, state.refused_receives)
     }
 }
 
@@ -200,7 +253,7 @@ impl RetryQueue for LabQueue {
     async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError> {
         let mut state = self.state();
         if let Some(id) = state.receipts.remove(receipt_handle) {
-            state.messages.remove(&id);
+            state.remove(id);
         }
         Ok(())
     }
@@ -230,5 +283,44 @@ impl OutgoingQueue for LabQueue {
             sent: bodies.len(),
             retried: 0,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Received messages count until deleted or visible again; delayed ones never do; past
+    /// 120,000 a receive is refused, and a deletion makes room again.
+    #[tokio::test(start_paused = true)]
+    async fn receives_stop_at_sqs_in_flight_quota() {
+        let queue = LabQueue::new(Duration::from_secs(180), 10);
+        queue.send((0..SQS_IN_FLIGHT_LIMIT + 5).map(|i| i.to_string()));
+        let delayed = ["later".to_string()];
+        queue.send_batch_delayed(&delayed, 1).await.unwrap();
+        let mut received = Vec::new();
+        while let Ok(event) = queue.receive(10) {
+            assert!(!event.records.is_empty());
+            received.extend(event.records);
+        }
+        assert_eq!(received.len(), SQS_IN_FLIGHT_LIMIT);
+        assert_eq!(
+            queue.in_flight_peak_and_refusals(),
+            (SQS_IN_FLIGHT_LIMIT, 1)
+        );
+        // The delayed message comes due; still no room for it.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(queue.receive(10).map(|e| e.records.len()), Err(OverLimit));
+        let receipt = received[0].receipt_handle.clone().unwrap();
+        queue.delete(&receipt).await.unwrap();
+        assert_eq!(queue.receive(10).map(|e| e.records.len()), Ok(1));
+        // A message made visible again leaves the flight too.
+        let receipt = received[1].receipt_handle.clone().unwrap();
+        queue
+            .change_visibility(&receipt, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(queue.receive(10).map(|e| e.records.len()), Ok(1));
+        assert_eq!(queue.in_flight_peak_and_refusals().1, 2);
     }
 }

@@ -410,6 +410,7 @@ pub async fn pick(
             from: Default::default(),
             released: 0,
             sweep: false,
+            decision_waits_until_ms: None,
         },
     })?;
     let Some(stack) = stack else {

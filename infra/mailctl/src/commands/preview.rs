@@ -6,6 +6,7 @@ use super::{provision_local, TargetArgs};
 use anyhow::{bail, Context, Result};
 use mailflow::config::{CreateEmailsConfig, RateControlConfig, SendEmailConfig};
 use mailflow::domain::campaign::Campaign;
+use mailflow::domain::experiment::ExperimentError;
 use mailflow::domain::send_rate::SendRate;
 use mailflow::ports::UserDirectory;
 use std::collections::BTreeMap;
@@ -158,12 +159,24 @@ pub async fn plan(
         .record(campaign.id.as_str())
         .await?
         .and_then(|r| r.experiment);
-    let guardrails = mailctl::plan::Guardrails {
-        // The experiment recorded with the first start, else the one given.
-        experiment: match recorded {
-            Some(recorded) => Some(recorded),
-            None => options.guardrails.experiment()?,
+    // The experiment recorded with the first start, else the one given: refused as GetUsers
+    // would refuse its start without consent to tracking (no click would ever be noted).
+    let experiment = match recorded {
+        Some(recorded) => Some(recorded),
+        None => match options.guardrails.experiment()? {
+            Some(given) => {
+                let env = get_users_env(sdk, template, t).await?;
+                let consent = mailflow::config::var::TRACK_OPENS_AND_CLICKS;
+                if env.get(consent).map(String::as_str) != Some("true") {
+                    return Err(ExperimentError::NoConsent(campaign.id.clone()).into());
+                }
+                Some(given)
+            }
+            None => None,
         },
+    };
+    let guardrails = mailctl::plan::Guardrails {
+        experiment,
         campaign: campaign_guardrails(sdk, template, t, &campaign, &options.guardrails).await?,
         caps: send.caps.clone(),
         quiet: send.quiet_hours,

@@ -202,6 +202,7 @@ fn tallies(rows: &[(&str, u64, u64)]) -> BTreeMap<String, Tally> {
                     delivered: *delivered,
                     human_clicks: *clicks,
                     human_opens: *delivered,
+                    last_sent_ms: None,
                 },
             )
         })
@@ -252,6 +253,48 @@ fn the_rule_names_a_clear_winner_and_otherwise_the_default_says_why() {
         7,
     );
     assert_eq!((tied.winner.as_str(), tied.by), ("b", DecidedBy::Default));
+}
+
+#[test]
+fn without_enough_people_no_variant_wins_by_the_rule() {
+    // Shares 1:10 and nobody clicked: the prior alone would make the smaller variant the
+    // best with probability 90.9 %.
+    let mut e = two();
+    e.variants[1].share = 10;
+    let none = decide(&e, &tallies(&[("a", 600, 0), ("b", 6000, 0)]), None, 7);
+    assert_eq!((none.winner.as_str(), none.by), ("a", DecidedBy::Default));
+    assert!(
+        none.reason
+            .contains("too few people clicked to decide (need 30 in the test group; have 0)"),
+        "{}",
+        none.reason
+    );
+    let b_first = Experiment {
+        default_variant: Some("b".into()),
+        ..e.clone()
+    };
+    let few = decide(
+        &b_first,
+        &tallies(&[("a", 600, 2), ("b", 6000, 27)]),
+        None,
+        7,
+    );
+    assert_eq!((few.winner.as_str(), few.by), ("b", DecidedBy::Default));
+    assert!(few.reason.contains("have 29"), "{}", few.reason);
+    // Enough people: the rule decides.
+    let enough = decide(
+        &b_first,
+        &tallies(&[("a", 600, 30), ("b", 6000, 30)]),
+        None,
+        7,
+    );
+    assert_eq!((enough.winner.as_str(), enough.by), ("a", DecidedBy::Rule));
+    // The bar is the file's.
+    let bad = experiment(
+        serde_json::json!({"variants": [{"name": "a"}, {"name": "b"}],
+        "testPercent": 20, "waitHours": 4, "minPeople": 0}),
+    );
+    assert!(bad.unwrap_err().to_string().contains("minPeople 0"));
 }
 
 #[test]

@@ -17,6 +17,7 @@ pub struct MemoryWaitingRoom {
     pub schedules: Mutex<BTreeMap<(String, SlotSchedule), (String, Value)>>,
     segments: Mutex<BTreeMap<(String, i64, u32), LocalTimeCounts>>,
     releases: Mutex<BTreeMap<(String, i64, bool), SlotRelease>>,
+    quiet_holds: Mutex<BTreeMap<(String, i64), u64>>,
     deliveries: Mutex<BTreeMap<String, LocalDelivery>>,
 }
 
@@ -114,6 +115,18 @@ impl WaitingRoom for MemoryWaitingRoom {
         Ok(())
     }
 
+    async fn record_quiet_holds(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+        users: u64,
+    ) -> Result<(), StoreError> {
+        *lock(&self.quiet_holds)
+            .entry((campaign.to_string(), at_ms))
+            .or_default() += users;
+        Ok(())
+    }
+
     async fn record_release(
         &self,
         campaign: &CampaignId,
@@ -135,6 +148,12 @@ impl WaitingRoom for MemoryWaitingRoom {
         for ((c, run, _), counts) in lock(&self.segments).iter() {
             if c == campaign.as_str() {
                 report.add_segment(*run, counts);
+                any = true;
+            }
+        }
+        for ((c, slot), users) in lock(&self.quiet_holds).iter() {
+            if c == campaign.as_str() {
+                *report.quiet_held.entry(*slot).or_default() += users;
                 any = true;
             }
         }

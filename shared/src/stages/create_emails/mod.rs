@@ -250,6 +250,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             rendered_at_ms: Some(
                 crate::domain::ledger::epoch_ms(crate::runtime::clock::now()) as i64,
             ),
+            window: Some(message.window),
         };
         Ok(Ok((job, locale)))
     }

@@ -14,6 +14,25 @@ pub(super) struct ExperimentRun {
     experiment: Arc<Experiment>,
     /// The decided winner (None: the rest waits for the decision).
     winner: Option<String>,
+    /// When the rest is let go without a winner yet: the decision's time, or later while the
+    /// test group still sends.
+    decide_at_ms: Option<i64>,
+}
+
+/// What a decision's time finds.
+pub(super) enum Decided {
+    Now(Decision),
+    /// The test group's last email is more recent than the wait: not before this instant.
+    WaitsUntil(i64),
+}
+
+/// What a slot's release lets the rest go with.
+pub(super) enum ReleaseWinner {
+    /// Nothing to decide: no experiment, or a slot of the test group's local times.
+    NoExperiment,
+    Winner(String),
+    /// The decision waits for the test group (`Decided::WaitsUntil`).
+    WaitsUntil(i64),
 }
 
 impl ExperimentRun {
@@ -28,7 +47,7 @@ impl ExperimentRun {
     ) -> (Option<String>, Option<i64>) {
         match self.experiment.assign(campaign.as_str(), user_id) {
             Assignment::Test(i) => (Some(self.experiment.variants[i].name.clone()), None),
-            Assignment::Rest => match (&self.winner, self.experiment.decide_at_ms) {
+            Assignment::Rest => match (&self.winner, self.decide_at_ms) {
                 (Some(winner), _) => (Some(winner.clone()), None),
                 // Released with the winner (`Release`), never before it is decided.
                 (None, Some(decide_at)) => (None, Some(decide_at)),
@@ -60,40 +79,54 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             && experiment
                 .decide_at_ms
                 .is_some_and(|at| at <= self.clock.now_ms());
+        let mut decide_at_ms = experiment.decide_at_ms;
         let winner = match due {
-            true => Some(self.decision(campaign, &state).await?.winner),
+            true => match self.decision(campaign, &state).await? {
+                Decided::Now(decision) => Some(decision.winner),
+                Decided::WaitsUntil(at) => {
+                    decide_at_ms = Some(at);
+                    None
+                }
+            },
             false => state.decision.as_ref().map(|d| d.winner.clone()),
         };
-        Ok(Some(ExperimentRun { experiment, winner }))
+        Ok(Some(ExperimentRun {
+            experiment,
+            winner,
+            decide_at_ms,
+        }))
     }
 
     /// The winner a slot's release lets the rest go with: decided now if the slot is the
-    /// decision's or later and no decision is recorded. None: no experiment, or a slot of
-    /// the test group's local times.
+    /// decision's or later and no decision is recorded.
     pub(super) async fn release_winner(
         &self,
         campaign: &CampaignId,
         state: &CampaignState,
         slot_ms: i64,
-    ) -> Result<Option<String>, GetUsersError> {
+    ) -> Result<ReleaseWinner, GetUsersError> {
         let Some(experiment) = &state.experiment else {
-            return Ok(None);
+            return Ok(ReleaseWinner::NoExperiment);
         };
         if state.decision.is_none() && experiment.decide_at_ms.is_some_and(|at| slot_ms < at) {
-            return Ok(None);
+            return Ok(ReleaseWinner::NoExperiment);
         }
-        Ok(Some(self.decision(campaign, state).await?.winner))
+        Ok(match self.decision(campaign, state).await? {
+            Decided::Now(decision) => ReleaseWinner::Winner(decision.winner),
+            Decided::WaitsUntil(at) => ReleaseWinner::WaitsUntil(at),
+        })
     }
 
     /// The recorded decision, or the rule's on the results so far, recorded (the first
-    /// write wins: the one recorded is returned).
+    /// write wins: the one recorded is returned); or, while the test group's last email is
+    /// more recent than the wait, when to look again.
     async fn decision(
         &self,
         campaign: &CampaignId,
         state: &CampaignState,
-    ) -> Result<Decision, GetUsersError> {
+    ) -> Result<Decided, GetUsersError> {
         if let Some(decision) = &state.decision {
-            return Ok((**decision).clone());
+            return Ok(Decided::Now((**decision).clone()));
         }
         let Some(experiment) = &state.experiment else {
             return Err(GetUsersError::Campaigns(format!(
@@ -105,7 +138,12 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             .tallies(campaign, experiment)
             .await
             .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
-        let decided = experiment::decide(experiment, &tallies, None, self.clock.now_ms());
+        let now_ms = self.clock.now_ms();
+        if let Some(at) = experiment.due_at(&tallies).filter(|at| *at > now_ms) {
+            tracing::info!(%campaign, due = %crate::domain::local_time::rfc3339_ms(at), "experiment not decided yet: the test group's last email is more recent than the wait");
+            return Ok(Decided::WaitsUntil(at));
+        }
+        let decided = experiment::decide(experiment, &tallies, None, now_ms);
         let recorded = self
             .campaigns
             .states()
@@ -113,6 +151,6 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             .await
             .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
         tracing::info!(%campaign, winner = %recorded.winner, by = ?recorded.by, reason = %recorded.reason, "experiment decided");
-        Ok(recorded)
+        Ok(Decided::Now(recorded))
     }
 }

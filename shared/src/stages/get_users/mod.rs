@@ -35,6 +35,7 @@ use crate::runtime::Invocation;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 pub use metrics::METRIC_NAMES;
+pub(crate) use release::{schedule_slot, DELAY_WITHIN_MS};
 pub use release::{Release, ReleaseEvent, ReleaseSummary};
 use release::{When, HOLD_BATCH, PAUSED_LOOK_AGAIN_SECONDS};
 use request::Continuation;
@@ -283,6 +284,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         let odd_follows = if run.segment == 0 {
             run.campaign
                 .may_start(OffsetDateTime::now_utc(), self.config.max_window)?;
+            if run.experiment.is_some() && !self.config.track_opens_and_clicks {
+                return Err(ExperimentError::NoConsent(run.campaign.id.clone()).into());
+            }
             // Known to `mailctl` and the reputation guard from now on.
             let now_ms = epoch_ms(SystemTime::now());
             let states = self.campaigns.states();
@@ -305,10 +309,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             let quiet_ms = (self.config.quiet_hours)
                 .filter(|q| q.policy == crate::domain::guardrails::QuietPolicy::Defer)
                 .map_or(0, |q| q.length_ms());
-            let test_sent_by = (run.delivery.as_ref())
-                .and_then(|d| d.latest_slot())
-                .map_or(clock_now, |last| last.max(clock_now))
-                + quiet_ms;
+            let test_sent_by = Experiment::test_group_let_go_by(
+                run.delivery.as_ref().and_then(|d| d.latest_slot()),
+                quiet_ms,
+                clock_now,
+            );
             let experiment = (run.experiment.as_deref()).map(|e| {
                 Experiment {
                     local_time: run.delivery.is_some(),

@@ -6,14 +6,16 @@
 //! slot's one-time release schedule, and releasing a slot onto the users queue at its
 //! instant.
 
+use super::experiment::ReleaseWinner;
 use super::{GetUsers, GetUsersError, Pending, LOCAL_FUNCTION_ARN};
 use crate::domain::campaign::{Campaign, CampaignId, Hold};
+use crate::domain::experiment::Experiment;
 use crate::domain::guardrails::QuietPolicy;
 use crate::domain::local_time::{self, Delivery, Due, LocalDelivery};
 use crate::domain::messages::UserMessage;
 use crate::ports::{
-    CampaignStates, Clock, OutgoingQueue, ReleasePosition, SendReport, SlotSchedule, SystemClock,
-    UserDirectory, WaitingRoom, MAX_BATCH_ENTRIES, MAX_DELAY_SECONDS,
+    CampaignStates, Clock, OutgoingQueue, ReleasePosition, SendReport, SlotSchedule, StoreError,
+    SystemClock, UserDirectory, WaitingRoom, MAX_BATCH_ENTRIES, MAX_DELAY_SECONDS,
 };
 use crate::runtime::Invocation;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -34,6 +36,10 @@ pub struct Release {
     /// The slot's sweep (`SWEEP_AFTER_MS` after it), not its release.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sweep: bool,
+    /// An experiment's decision waits for the test group's last email: the release looks
+    /// again at this instant (ms), reading nothing before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_waits_until_ms: Option<i64>,
 }
 
 impl Release {
@@ -42,6 +48,13 @@ impl Release {
             slot_ms: self.slot_ms,
             sweep: self.sweep,
         }
+    }
+
+    /// Its instant: the schedule's, or the decision's it waits for.
+    fn not_before_ms(&self) -> i64 {
+        let fires_at = self.schedule().fires_at_ms();
+        self.decision_waits_until_ms
+            .map_or(fires_at, |at| at.max(fires_at))
     }
 }
 
@@ -65,6 +78,9 @@ pub struct ReleaseSummary {
     /// Still to come: the slot is early (never released before its instant), or, for a
     /// sweep, the slot's release is still going.
     pub early: bool,
+    /// An experiment's decision waits for the test group's last email: the slot goes then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision_waits_until: Option<String>,
     pub paused: bool,
     pub cancelled: bool,
     /// A cancelled campaign's waiting users taken out of the waiting room, unsent.
@@ -108,16 +124,19 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 counts.count_zone(source);
                 let tz = delivery.zone_for(zone).0;
                 match decided {
+                    // The rest of an experiment goes at its local time after the decision,
+                    // which has not passed: a zone passed at the start is no reason to skip
+                    // it days later.
+                    Delivery::Skip if held_until.is_none() => {
+                        counts.passed_skipped += 1;
+                        return (When::Never, None);
+                    }
                     // Not in the lateness figures (`lateMs` is how late the pipeline let a
                     // user go, a health signal): counted as passedSentNow instead.
                     // The rest of an experiment is counted held, not by its local time.
-                    Delivery::Now => {
+                    Delivery::Now | Delivery::Skip => {
                         counts.passed_sent_now += u64::from(held_until.is_none());
                         (now_ms, tz, false)
-                    }
-                    Delivery::Skip => {
-                        counts.passed_skipped += 1;
-                        return (When::Never, None);
                     }
                     Delivery::NextDay(at_ms)
                     | Delivery::AfterWindow(at_ms)
@@ -135,10 +154,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         };
         let zone_name = tz.iana_name().map(str::to_owned);
         if let Some(until) = held_until.filter(|until| at_ms < *until) {
-            at_ms = match delivery {
-                Some(delivery) => delivery.next_at_or_after(&tz, until),
-                None => until,
-            };
+            at_ms = Experiment::rest_goes_at(until, delivery, &tz);
         }
         let quiet = self
             .config
@@ -190,9 +206,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         })
     }
 
-    /// The slot's two one-time schedules, each invoking this function: the release at its
-    /// instant and the sweep after it (idempotent: each segment that holds users in the slot
-    /// makes sure of them once).
+    /// The slot's two one-time schedules, each invoking this function (idempotent: each
+    /// segment that holds users in the slot makes sure of them once).
     pub(super) async fn schedule_slot(
         &self,
         campaign: &CampaignId,
@@ -203,26 +218,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             .function_arn
             .as_deref()
             .unwrap_or(LOCAL_FUNCTION_ARN);
-        for sweep in [false, true] {
-            let event = serde_json::to_value(ReleaseEvent {
-                release_waiting: Release {
-                    campaign_id: campaign.clone(),
-                    slot_ms,
-                    from: ReleasePosition {
-                        backwards: sweep,
-                        ..Default::default()
-                    },
-                    released: 0,
-                    sweep,
-                },
-            })
-            .unwrap_or_default();
-            self.waiting
-                .schedule_release(campaign, SlotSchedule { slot_ms, sweep }, target, &event)
-                .await
-                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
-        }
-        Ok(())
+        schedule_slot(&self.waiting, campaign, slot_ms, target)
+            .await
+            .map_err(|e| GetUsersError::Waiting(e.to_string()))
     }
 
     /// Releases one send slot: its waiting users onto the users queue, from where they go
@@ -255,7 +253,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         let picked = state.decision.is_some()
             && (state.experiment.as_ref())
                 .is_some_and(|e| !e.local_time && e.decide_at_ms == Some(release.slot_ms));
-        let early_ms = release.schedule().fires_at_ms() - self.clock.now_ms();
+        let early_ms = release.not_before_ms() - self.clock.now_ms();
         if early_ms > 0 && !picked {
             summary.early = true;
             let seconds = ((early_ms + 999) / 1000).min(i64::from(MAX_DELAY_SECONDS)) as u32;
@@ -277,10 +275,25 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         // has yet); a cancelled campaign decides nothing.
         let winner = match cancelled {
             true => None,
-            false => {
-                self.release_winner(&release.campaign_id, &state, release.slot_ms)
-                    .await?
-            }
+            false => match self
+                .release_winner(&release.campaign_id, &state, release.slot_ms)
+                .await?
+            {
+                ReleaseWinner::NoExperiment => None,
+                ReleaseWinner::Winner(winner) => Some(winner),
+                ReleaseWinner::WaitsUntil(at) => {
+                    let later = Release {
+                        decision_waits_until_ms: Some(at),
+                        ..release
+                    };
+                    let wait_ms = at - self.clock.now_ms();
+                    let seconds = ((wait_ms + 999) / 1000).clamp(0, i64::from(MAX_DELAY_SECONDS));
+                    self.continue_release(&later, seconds as u32).await?;
+                    summary.early = true;
+                    summary.decision_waits_until = Some(local_time::rfc3339_ms(at));
+                    return Ok(summary);
+                }
+            },
         };
         let mut from = Some(release.from.clone());
         let mut released = release.released;
@@ -413,6 +426,38 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
     }
 }
 
+/// A slot's two one-time schedules, each invoking GetUsers (`target`): the release at its
+/// instant and the sweep after it. Creating one that exists is success, so every holder
+/// (GetUsers' run segments, SendEmail handing users back after their quiet hours) makes
+/// sure of them.
+pub(crate) async fn schedule_slot<W: WaitingRoom>(
+    waiting: &W,
+    campaign: &CampaignId,
+    slot_ms: i64,
+    target: &str,
+) -> Result<(), StoreError> {
+    for sweep in [false, true] {
+        let event = serde_json::to_value(ReleaseEvent {
+            release_waiting: Release {
+                campaign_id: campaign.clone(),
+                slot_ms,
+                from: ReleasePosition {
+                    backwards: sweep,
+                    ..Default::default()
+                },
+                released: 0,
+                sweep,
+                decision_waits_until_ms: None,
+            },
+        })
+        .unwrap_or_default();
+        waiting
+            .schedule_release(campaign, SlotSchedule { slot_ms, sweep }, target, &event)
+            .await?;
+    }
+    Ok(())
+}
+
 /// A held user's body with when they were let go, and the experiment's winner if they wait
 /// for it (a body that does not parse, which GetUsers never writes, goes as it is:
 /// CreateEmails refuses it alone).
@@ -433,7 +478,7 @@ fn let_go(body: String, due: Due, winner: Option<&str>) -> String {
 /// instead of into the waiting room. So every hold is decided more than 15 minutes before
 /// its slot, and written before the invocation that decided it ends (Lambda's longest is 15
 /// minutes): a slot's holds are all stored before its release can fire.
-pub(super) const DELAY_WITHIN_MS: i64 = MAX_DELAY_SECONDS as i64 * 1000;
+pub(crate) const DELAY_WITHIN_MS: i64 = MAX_DELAY_SECONDS as i64 * 1000;
 
 /// How often a paused campaign's release or checkpoint looks again should the continuation
 /// queue's consumer still run.

@@ -163,6 +163,7 @@ fn stage_with_results(
         let v = match k {
             "MONGODB_URI" => "mongodb://127.0.0.1:1",
             "USERS_QUEUE_URL" => "http://users",
+            "TRACK_OPENS_AND_CLICKS" => "true",
             "CONTINUATION_QUEUE_URL" => "http://continuation",
             "CAMPAIGNS_TABLE_NAME" => "campaigns",
             "SENDS_TABLE_NAME" => "sends",
@@ -676,7 +677,7 @@ async fn an_experiment_sends_the_test_group_its_variants_and_the_rest_the_winner
     let clock = Arc::new(TestClock(now.into()));
     let stage = stage_with_results(crowd(), "20", &[], results.clone()).with_clock(clock.clone());
     let experiment = json!({"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 50,
-                            "waitHours": 2, "minDelivered": 3});
+                            "waitHours": 2, "minDelivered": 3, "minPeople": 5});
     let start = json!({"campaignId": "weekly-2026-W47", "experiment": experiment});
     stage.handle(start.clone(), &plenty()).await.unwrap();
     let recorded = stage.campaigns.states().experiments.lock().unwrap()["weekly-2026-W47"].clone();
@@ -732,6 +733,7 @@ async fn an_experiment_sends_the_test_group_its_variants_and_the_rest_the_winner
         delivered,
         human_clicks,
         human_opens: 0,
+        last_sent_ms: None,
     };
     results.0.lock().unwrap().insert(
         "weekly-2026-W47".into(),
@@ -748,6 +750,7 @@ async fn an_experiment_sends_the_test_group_its_variants_and_the_rest_the_winner
         from: Default::default(),
         released: 0,
         sweep: false,
+        decision_waits_until_ms: None,
     };
     // Not before its time...
     let early = stage.release(release.clone(), &plenty()).await.unwrap();
@@ -808,6 +811,7 @@ async fn a_variant_picked_by_hand_releases_the_rest_before_the_wait_ends() {
         from: Default::default(),
         released: 0,
         sweep: false,
+        decision_waits_until_ms: None,
     };
     let summary = stage.release(release, &plenty()).await.unwrap();
     assert!(!summary.early && summary.users_released > 30, "{summary:?}");
@@ -878,4 +882,196 @@ async fn with_local_time_the_wait_starts_after_the_last_zone_and_the_rest_goes_a
             assert_eq!(rest, *slot == rest_slot, "{user} at {slot}");
         }
     }
+}
+
+#[tokio::test]
+async fn with_passed_time_skip_the_rest_in_a_passed_zone_still_gets_the_winner_at_its_local_time() {
+    // Noon UTC tomorrow: 09:00 in Tokyo (00:00 UTC) has passed, and the policy skips it.
+    let tomorrow = (time::OffsetDateTime::now_utc() + time::Duration::days(1)).date();
+    let utc = |date: time::Date, hour: u8| {
+        time::OffsetDateTime::new_utc(date, time::Time::from_hms(hour, 0, 0).unwrap())
+            .unix_timestamp()
+            * 1000
+    };
+    let now = utc(tomorrow, 12);
+    let stage = stage_with(crowd(), "20", &[("FALLBACK_TIME_ZONE", "Asia/Tokyo")])
+        .with_clock(Arc::new(TestClock(now.into())));
+    let experiment = json!({"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 50,
+                            "waitHours": 3});
+    stage
+        .handle(
+            json!({"campaignId": "weekly-2026-W47", "experiment": experiment,
+                   "localTime": "09:00", "sendDate": tomorrow.to_string(),
+                   "passedTime": "skip"}),
+            &plenty(),
+        )
+        .await
+        .unwrap();
+    let recorded = stage.campaigns.states().experiments.lock().unwrap()["weekly-2026-W47"].clone();
+    // The test group in Tokyo is skipped (its 09:00 passed at the start); the decision comes
+    // 3 hours after UTC-12's 09:00 (21:00 UTC), and the rest gets the winner at Tokyo's
+    // next 09:00 after it, which nothing has passed.
+    let decide_at = utc(tomorrow, 21) + 3 * 3_600_000;
+    assert_eq!(recorded.decide_at_ms, Some(decide_at));
+    let rest_slot = utc(tomorrow.next_day().unwrap(), 0);
+    assert!(stage.users.bodies().is_empty(), "the test group is skipped");
+    let held = stage.waiting.held.lock().unwrap().clone();
+    let slots: BTreeSet<i64> = held.keys().map(|(_, slot)| *slot).collect();
+    assert_eq!(slots, BTreeSet::from([rest_slot]), "{slots:?}");
+    let rest = (0..60)
+        .filter(|i| recorded.assign("weekly-2026-W47", &format!("c{i:02}")) == Assignment::Rest)
+        .count();
+    assert!(rest > 15, "{rest}");
+    assert_eq!(held[&("weekly-2026-W47".into(), rest_slot)].len(), rest);
+}
+
+#[tokio::test]
+async fn the_wait_counts_from_the_test_groups_last_email_not_the_start() {
+    let results = Arc::new(MemoryResults::default());
+    let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now()) as i64;
+    let clock = Arc::new(TestClock(now.into()));
+    let stage = stage_with_results(crowd(), "20", &[], results.clone()).with_clock(clock.clone());
+    let experiment = json!({"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 50,
+                            "waitHours": 2, "minDelivered": 3, "minPeople": 5});
+    stage
+        .handle(
+            json!({"campaignId": "weekly-2026-W47", "experiment": experiment}),
+            &plenty(),
+        )
+        .await
+        .unwrap();
+    let recorded = stage.campaigns.states().experiments.lock().unwrap()["weekly-2026-W47"].clone();
+    let decide_at = recorded.decide_at_ms.unwrap();
+    let held = stage.waiting.held.lock().unwrap()[&("weekly-2026-W47".into(), decide_at)].len();
+    // The test group went at the rate: its last email 90 minutes after the start, so the
+    // decision is due 2 hours after that, not 2 hours after the start.
+    let last = now + 90 * 60_000;
+    let tally = |delivered, human_clicks| crate::domain::experiment::Tally {
+        sent: delivered,
+        delivered,
+        human_clicks,
+        human_opens: 0,
+        last_sent_ms: Some(last),
+    };
+    results.0.lock().unwrap().insert(
+        "weekly-2026-W47".into(),
+        [
+            ("a".to_string(), tally(20, 1)),
+            ("b".to_string(), tally(20, 15)),
+        ]
+        .into(),
+    );
+    let due = (last + 2 * 3_600_000 + 999) / 1000 * 1000;
+    let release = Release {
+        campaign_id: CampaignId::parse("weekly-2026-W47").unwrap(),
+        slot_ms: decide_at,
+        from: Default::default(),
+        released: 0,
+        sweep: false,
+        decision_waits_until_ms: None,
+    };
+    clock
+        .0
+        .store(decide_at, std::sync::atomic::Ordering::SeqCst);
+    let waits = stage.release(release, &plenty()).await.unwrap();
+    assert!(waits.early && waits.users_released == 0, "{waits:?}");
+    assert_eq!(
+        waits.decision_waits_until,
+        Some(crate::domain::local_time::rfc3339_ms(due))
+    );
+    assert!(stage
+        .campaigns
+        .states()
+        .decisions
+        .lock()
+        .unwrap()
+        .is_empty());
+    // The release looks again then (at most 15 minutes a hop), reading nothing before.
+    let (delay, body) = stage
+        .continuation
+        .delayed
+        .lock()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap();
+    assert_eq!(delay, 900);
+    let again: ReleaseEvent = serde_json::from_str(&body).unwrap();
+    assert_eq!(again.release_waiting.decision_waits_until_ms, Some(due));
+    clock.0.store(due - 1, std::sync::atomic::Ordering::SeqCst);
+    let early = stage
+        .release(again.release_waiting.clone(), &plenty())
+        .await
+        .unwrap();
+    assert!(
+        early.early && early.decision_waits_until.is_none(),
+        "{early:?}"
+    );
+    // A resend meanwhile holds the rest for that instant, not the passed one.
+    let before = stage.waiting.held.lock().unwrap().len();
+    stage
+        .handle(
+            json!({"campaignId": "weekly-2026-W47", "includeFailed": true}),
+            &plenty(),
+        )
+        .await
+        .unwrap();
+    let slots: BTreeSet<i64> = stage
+        .waiting
+        .held
+        .lock()
+        .unwrap()
+        .keys()
+        .map(|(_, s)| *s)
+        .collect();
+    assert_eq!(
+        slots,
+        BTreeSet::from([decide_at, due]),
+        "{before} {slots:?}"
+    );
+    clock.0.store(due, std::sync::atomic::Ordering::SeqCst);
+    let summary = stage
+        .release(again.release_waiting, &plenty())
+        .await
+        .unwrap();
+    assert_eq!(summary.users_released as usize, held);
+    let decision = stage.campaigns.states().decisions.lock().unwrap()["weekly-2026-W47"].clone();
+    assert_eq!(
+        (decision.winner.as_str(), decision.decided_at_ms),
+        ("b", due)
+    );
+}
+
+#[tokio::test]
+async fn without_consent_to_tracking_an_experiment_is_refused_before_anything_is_sent() {
+    let stage = stage_with(crowd(), "20", &[("TRACK_OPENS_AND_CLICKS", "false")]);
+    let experiment = json!({"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 20,
+                            "waitHours": 4});
+    let err = stage
+        .handle(
+            json!({"campaignId": "weekly-2026-W47", "experiment": experiment}),
+            &plenty(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("deploy with TrackOpensAndClicks=true"),
+        "{err}"
+    );
+    assert!(stage.users.bodies().is_empty(), "nothing enqueued");
+    assert!(stage.waiting.held.lock().unwrap().is_empty(), "nobody held");
+    assert!(stage
+        .campaigns
+        .states()
+        .experiments
+        .lock()
+        .unwrap()
+        .is_empty());
+    // Without an experiment the campaign starts as before.
+    stage
+        .handle(json!({"campaignId": "weekly-2026-W47"}), &plenty())
+        .await
+        .unwrap();
+    assert_eq!(stage.users.bodies().len(), 60);
 }

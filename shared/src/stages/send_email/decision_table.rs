@@ -9,7 +9,7 @@ use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::{SendKey, SendStatus};
 use crate::ports::memory::{
     MemoryCampaigns, MemoryLedger, MemoryQueue, MemoryRateBucket, MemoryRecords, MemorySubscribers,
-    Record, ScriptedMailer,
+    MemoryWaitingRoom, Record, ScriptedMailer,
 };
 
 /// The stage under test, over in-memory ports.
@@ -19,6 +19,7 @@ type Stage = SendEmail<
     MemoryQueue,
     MemoryCampaigns,
     MemoryRateBucket,
+    MemoryWaitingRoom,
     Wanted<MemorySubscribers, MemoryRecords>,
 >;
 
@@ -50,6 +51,11 @@ fn config_var(k: &str) -> Option<String> {
             "FUNCTION_TIMEOUT_SECONDS" => "30",
             "SEND_RATE_PER_SECOND" => "10000",
             "MONGODB_URI" => "mongodb://127.0.0.1:1/",
+            "WAITING_TABLE_NAME" => "waiting",
+            "RELEASE_SCHEDULE_GROUP" => "releases",
+            "RELEASE_SCHEDULER_ROLE_ARN" => "arn:aws:iam::000000000000:role/releases",
+            "RELEASE_DEAD_LETTER_ARN" => "arn:aws:sqs:us-east-1:000000000000:schedule-dlq",
+            "RELEASE_FUNCTION_ARN" => "arn:aws:lambda:us-east-1:000000000000:function:get-users",
             _ => return None,
         };
         Some(v.to_owned())
@@ -319,6 +325,7 @@ fn stage(ledger: MemoryLedger, mailer: ScriptedMailer, campaigns: MemoryCampaign
         MemoryQueue::default(),
         campaigns,
         MemoryRateBucket::default(),
+        MemoryWaitingRoom::default(),
         standings(),
         config(),
     )
@@ -621,6 +628,7 @@ async fn a_record_with_no_send_slot_in_time_goes_back_as_a_new_message_not_a_rec
             MemoryQueue::default(),
             MemoryCampaigns::default(),
             MemoryRateBucket::default(),
+            MemoryWaitingRoom::default(),
             standings(),
             SendEmailConfig::from_source(&vars).unwrap(),
         );

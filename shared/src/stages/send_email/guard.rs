@@ -3,23 +3,28 @@
 //! (`standing`), the user's quiet hours (asked again right before each SES call), and the
 //! frequency caps across campaigns (`domain::guardrails`), counted by the attempt that
 //! sends. Decided once: the record ends SKIPPED with the reason, and no retry of it is sent
-//! later.
+//! later; or, in quiet hours that defer, the user waits in the waiting room for their end
+//! (`defer`).
 
 use super::outcome::{Again, Done, Retry};
 use super::standing::{self, Standings};
 use super::SendEmail;
+use crate::domain::campaign::CampaignId;
 use crate::domain::guardrails::{held_out, CampaignGuardrails, CapCheck, QuietPolicy, Skip};
 use crate::domain::ledger::{epoch_ms, Claim, LedgerError, SendKey};
 use crate::domain::local_time;
 use crate::domain::messages::EmailJob;
+use crate::domain::messages::UserMessage;
 use crate::domain::topics::Topics;
-use crate::ports::{CampaignStates, Mailer, RateBucket, RetryQueue, SendLedger, StoreError};
+use crate::ports::{
+    CampaignStates, Mailer, RateBucket, RetryQueue, SendLedger, StoreError, WaitingRoom,
+    MAX_DELAY_SECONDS,
+};
+use crate::stages::get_users::{schedule_slot, DELAY_WITHIN_MS};
 use aws_lambda_events::event::sqs::SqsMessage;
 use jiff::tz::TimeZone;
+use std::collections::HashMap;
 use std::time::Duration;
-
-/// The longest a quiet-hours return hides a message: under SQS's 12 hours from its receive.
-const MAX_QUIET_WAIT: Duration = Duration::from_secs(12 * 3600 - 600);
 
 /// Conditional writes of a user's cap history lost in a row to other campaigns' writes
 /// before the record is retried later (each loss means another email was just counted).
@@ -28,22 +33,26 @@ const CAP_WRITE_ATTEMPTS: u32 = 5;
 pub(super) enum Verdict {
     Send,
     Skip(Skip),
-    /// Inside the user's quiet hours (policy defer): hidden on the queue for this long.
-    Defer(Duration),
+    /// Inside the user's quiet hours (policy defer), which end at `until_ms`.
+    Defer {
+        until_ms: i64,
+    },
 }
 
 /// What quiet hours decide for an email inside them (`QUIET_HOURS_POLICY`).
 pub(super) enum Quiet {
     Skip,
-    /// Hidden on the queue until they end, this long from now.
-    Defer(Duration),
+    /// Held for their end, at `until_ms` (`defer`).
+    Defer {
+        until_ms: i64,
+    },
 }
 
 impl From<Quiet> for Verdict {
     fn from(quiet: Quiet) -> Self {
         match quiet {
             Quiet::Skip => Verdict::Skip(Skip::QuietHours),
-            Quiet::Defer(wait) => Verdict::Defer(wait),
+            Quiet::Defer { until_ms } => Verdict::Defer { until_ms },
         }
     }
 }
@@ -58,8 +67,15 @@ pub(super) enum GuardError {
     Standing(#[from] StoreError),
 }
 
-impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, W: Standings>
-    SendEmail<M, L, Q, S, B, W>
+impl<
+        M: Mailer,
+        L: SendLedger,
+        Q: RetryQueue,
+        S: CampaignStates,
+        B: RateBucket,
+        W: WaitingRoom,
+        P: Standings,
+    > SendEmail<M, L, Q, S, B, W, P>
 {
     /// `deliverable`: the address is one SES takes (else the email fails, and neither quiet
     /// hours nor caps are asked). `attempt_ms`: when this attempt claimed the record (a cap
@@ -165,39 +181,97 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
         let until = quiet.quiet_until(now_ms, tz)?;
         Some(match quiet.policy {
             QuietPolicy::Skip => Quiet::Skip,
-            QuietPolicy::Defer => Quiet::Defer(Duration::from_millis((until - now_ms) as u64)),
+            QuietPolicy::Defer => Quiet::Defer { until_ms: until },
         })
     }
 
-    /// The claim given back and the record hidden until the user's quiet hours end: one
-    /// receive, not a message every 15 minutes. SQS hides a received message for at most
-    /// 12 hours from its receive, and a return must never push it to the DLQ: near the
-    /// receive limit it goes back as a fresh copy (15 minutes at most) instead.
+    /// The claim given back and the user handed back to the waiting room, held for the slot
+    /// at the end of their quiet hours and rendered again then (the slot's schedules, as
+    /// GetUsers makes them, release it). Not hidden on the queue until then: a hidden
+    /// message is in flight, and past SQS's 120,000 in flight per queue no receive returns
+    /// anything, for every campaign on it. An end within 15 minutes (SQS's longest delay)
+    /// waits on the queue instead, as a fresh copy delayed until then (a delayed message is
+    /// not in flight); so does a job rendered before jobs carried their window, 15 minutes at
+    /// a time. Acknowledged only once held or copied: a failure returns the record.
+    /// `message`: the user's users-queue message (`EmailJob::user_message`).
     pub(super) async fn defer(
         &self,
         claim: &Claim,
         record: &SqsMessage,
-        wait: Duration,
+        message: Option<UserMessage>,
+        until_ms: i64,
     ) -> Result<Done, Retry> {
-        // Rounded up to the next second, so it never comes back a moment early.
-        let wait = Duration::from_secs(wait.as_secs() + 1).min(MAX_QUIET_WAIT);
-        // Not sent for hours: a reservation this or an earlier attempt made would cap the
-        // person's other emails meanwhile; the return counts it again at its own send.
+        // Not sent until they end: a reservation this or an earlier attempt made would cap
+        // the person's other emails meanwhile; the return counts it again at its own send.
         self.uncount(&claim.key).await;
-        let receives = super::receive_count(record);
-        if receives + 1 >= self.config.max_receive_count as usize
-            && self
-                .requeue(record, wait.min(Duration::from_secs(900)))
-                .await
-        {
+        // By the clock that found them quiet.
+        let now_ms = self.clock.now_ms();
+        if let Some(message) = message.filter(|_| until_ms - now_ms > DELAY_WITHIN_MS) {
+            let held = self.hand_back(&message, until_ms).await;
             self.give_back(claim, "quiet hours", false, false).await;
+            return match held {
+                Ok(()) => Ok(Done::HandedBack {
+                    campaign: message.campaign_id,
+                    slot_ms: until_ms,
+                }),
+                Err(err) => {
+                    tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "could not hand a user in their quiet hours back to the waiting room; will retry");
+                    Err(Retry::error(Some(self.backoff(record))))
+                }
+            };
+        }
+        // Rounded up to the next second, so it never comes back a moment early.
+        let wait = Duration::from_millis((until_ms - now_ms).max(0) as u64 + 1000)
+            .min(Duration::from_secs(u64::from(MAX_DELAY_SECONDS)));
+        let requeued = self.requeue(record, wait).await;
+        self.give_back(claim, "quiet hours", false, false).await;
+        if requeued {
             return Ok(Done::Requeued);
         }
-        self.give_back(claim, "quiet hours", false, false).await;
         Err(Retry {
             why: Again::Quiet,
             delay: Some(wait),
         })
+    }
+
+    /// Holds the user for `slot_ms`, after making sure of the slot's release and sweep
+    /// schedules (once per slot and environment): a hold is never left without them.
+    async fn hand_back(
+        &self,
+        message: &UserMessage,
+        slot_ms: i64,
+    ) -> Result<(), crate::ports::StoreError> {
+        let campaign = &message.campaign_id;
+        let slot = (campaign.to_string(), slot_ms);
+        if !crate::runtime::lock(&self.scheduled).contains(&slot) {
+            schedule_slot(
+                &self.waiting,
+                campaign,
+                slot_ms,
+                &self.config.release_function_arn,
+            )
+            .await?;
+            crate::runtime::lock(&self.scheduled).insert(slot);
+        }
+        let body = serde_json::to_string(message).unwrap_or_default();
+        self.waiting
+            .hold(campaign, slot_ms, &[(message.user_id.clone(), body)])
+            .await
+    }
+
+    /// Adds a batch's hand-backs to their slots' counts (`mailctl status` shows them held,
+    /// and finds them stranded if no release comes). Best effort: the users are held
+    /// whatever the count says.
+    pub(super) async fn count_quiet_holds(&self, handed_back: HashMap<(CampaignId, i64), u64>) {
+        for ((campaign, slot_ms), users) in handed_back {
+            if let Err(err) = self
+                .waiting
+                .record_quiet_holds(&campaign, slot_ms, users)
+                .await
+            {
+                tracing::warn!(%campaign, slot_ms, users, reason = %err, "could not count the users handed back to the waiting room for their quiet hours");
+            }
+        }
     }
 
     /// Whether the campaign's deadline is still ahead. The cached state may be up to

@@ -4,8 +4,15 @@
 use super::*;
 use crate::domain::guardrails::Skip;
 
-impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, W: Standings>
-    SendEmail<M, L, Q, S, B, W>
+impl<
+        M: Mailer,
+        L: SendLedger,
+        Q: RetryQueue,
+        S: CampaignStates,
+        B: RateBucket,
+        W: WaitingRoom,
+        P: Standings,
+    > SendEmail<M, L, Q, S, B, W, P>
 {
     pub(super) async fn mark_sent(
         &self,

@@ -17,14 +17,14 @@ pub mod standing;
 use super::CampaignStateCache;
 use crate::config::SendEmailConfig;
 use crate::domain::address;
-use crate::domain::campaign::{Hold, StateChange};
+use crate::domain::campaign::{CampaignId, Hold, StateChange};
 use crate::domain::guardrails::Skip;
 use crate::domain::ledger::{self, epoch_ms, Claim, ClaimOutcome, LostClaim, Refusal};
-use crate::domain::messages::{parse_body, EmailJob};
+use crate::domain::messages::{parse_body, EmailJob, UserMessage};
 use crate::domain::send_rate::SendRate;
 use crate::ports::{
     CampaignStates, Clock, Mailer, Marked, OutgoingEmail, RateBucket, RetryQueue, SendError,
-    SendLedger, SystemClock,
+    SendLedger, SystemClock, WaitingRoom,
 };
 use crate::runtime::batch::{batch_response, each_record};
 use crate::runtime::Invocation;
@@ -45,16 +45,19 @@ const MARK_ATTEMPTS: u32 = 3;
 const MARK_SENT_MARGIN: Duration = Duration::from_secs(1);
 
 /// Generic over its ports: on Lambda the DynamoDB ledger, SES, SQS, the campaigns table and
-/// the stack's rate item in it, and the person's standing (the sends table's pending leaves
-/// and MongoDB's users); in unit tests and the lab their in-memory stand-ins
-/// (`ports::memory`).
-pub struct SendEmail<M, L, Q, S, B, W> {
+/// the stack's rate item in it, the waiting room (users met in their quiet hours wait there
+/// for their end), and the person's standing (the sends table's pending leaves and MongoDB's
+/// users); in unit tests and the lab their in-memory stand-ins (`ports::memory`).
+pub struct SendEmail<M, L, Q, S, B, W, P> {
     ledger: L,
     mailer: M,
     queue: Q,
     campaigns: CampaignStateCache<S>,
     pacer: Pacer<B>,
-    standings: W,
+    waiting: W,
+    /// The slots (campaign, instant) whose release schedules this environment made sure of.
+    scheduled: std::sync::Mutex<std::collections::HashSet<(String, i64)>>,
+    standings: P,
     /// The time of day quiet hours are read by (the system's; a test's own).
     clock: Arc<dyn Clock>,
     config: SendEmailConfig,
@@ -69,21 +72,30 @@ fn receive_count(record: &SqsMessage) -> usize {
         .unwrap_or(1)
 }
 
-impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, W: Standings>
-    SendEmail<M, L, Q, S, B, W>
+impl<
+        M: Mailer,
+        L: SendLedger,
+        Q: RetryQueue,
+        S: CampaignStates,
+        B: RateBucket,
+        W: WaitingRoom,
+        P: Standings,
+    > SendEmail<M, L, Q, S, B, W, P>
 {
     /// `queue` is the emails queue (`config.emails_queue_url`), `campaigns` the campaigns
-    /// table (`config.campaigns_table_name`), `rate` the stack's rate item in it,
-    /// `standings` where a person's standing is read again for an email that waited
-    /// (`standing`). Every environment sends at the shared rate (`pacing`); SES's quota is
-    /// read through `mailer`.
+    /// table (`config.campaigns_table_name`), `rate` the stack's rate item in it, `waiting`
+    /// the waiting room (`config.waiting_table_name`), `standings` where a person's standing
+    /// is read again for an email that waited (`standing`). Every environment sends at the
+    /// shared rate (`pacing`); SES's quota is read through `mailer`.
+    #[allow(clippy::too_many_arguments)] // one per port, and the config
     pub fn new(
         ledger: L,
         mailer: M,
         queue: Q,
         campaigns: S,
         rate: B,
-        standings: W,
+        waiting: W,
+        standings: P,
         config: SendEmailConfig,
     ) -> Self {
         Self {
@@ -92,6 +104,8 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
             queue,
             campaigns: CampaignStateCache::new(campaigns),
             pacer: Pacer::new(rate, config.record_concurrency),
+            waiting,
+            scheduled: Default::default(),
             standings,
             clock: Arc::new(SystemClock),
             config,
@@ -140,8 +154,13 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
             ..Summary::default()
         };
         let mut failed = Vec::new();
+        let mut handed_back: std::collections::HashMap<(CampaignId, i64), u64> = Default::default();
         for (id, result) in results {
             match result {
+                Ok(Done::HandedBack { campaign, slot_ms }) => {
+                    summary.deferred += 1;
+                    *handed_back.entry((campaign, slot_ms)).or_default() += 1;
+                }
                 Ok(Done::Sent(late_ms)) => {
                     summary.sent += 1;
                     if let Some(ms) = late_ms {
@@ -171,6 +190,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
                 }
             }
         }
+        self.count_quiet_holds(handed_back).await;
         tracing::info!(
             sent = summary.sent,
             duplicates = summary.duplicates,
@@ -318,7 +338,11 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
         {
             Ok(guard::Verdict::Send) => {}
             Ok(guard::Verdict::Skip(skip)) => return self.skip(&claim, skip).await,
-            Ok(guard::Verdict::Defer(wait)) => return self.defer(&claim, record, wait).await,
+            Ok(guard::Verdict::Defer { until_ms }) => {
+                return self
+                    .defer(&claim, record, job.user_message(), until_ms)
+                    .await
+            }
             Err(err) => {
                 tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "guardrails not read; will retry");
                 self.give_back(&claim, &err.to_string(), false, last_receive)
@@ -379,6 +403,8 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
             }
         }
 
+        // Handed back to the waiting room if quiet hours begin before SES has it.
+        let again = job.user_message();
         let email = OutgoingEmail {
             to: recipient.as_str().to_owned(),
             subject: job.subject,
@@ -387,7 +413,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
             key: claim.key.clone(),
             unsubscribe_url: job.unsubscribe_url,
         };
-        self.deliver(&claim, &email, record, invocation, stop, send_errors)
+        self.deliver(&claim, &email, again, record, invocation, stop, send_errors)
             .await
     }
 
@@ -516,11 +542,14 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
     }
 
     /// Hands the claimed email to SES and decides by its answer: SENT, FAILED, or back to
-    /// the queue (throttled, stopped, not accepted, outcome unknown).
+    /// the queue (throttled, stopped, not accepted, outcome unknown); or, if the user's quiet
+    /// hours began before SES had it, skipped or `again` handed back to the waiting room.
+    #[allow(clippy::too_many_arguments)]
     async fn deliver(
         &self,
         claim: &Claim,
         email: &OutgoingEmail,
+        again: Option<UserMessage>,
         record: &SqsMessage,
         invocation: &Invocation,
         stop: &AtomicBool,
@@ -539,7 +568,9 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
         {
             Ok(answer) => answer,
             Err(guard::Quiet::Skip) => return self.skip(claim, Skip::QuietHours).await,
-            Err(guard::Quiet::Defer(wait)) => return self.defer(claim, record, wait).await,
+            Err(guard::Quiet::Defer { until_ms }) => {
+                return self.defer(claim, record, again, until_ms).await
+            }
         };
         match answer {
             Ok(ses_message_id) => Ok(self.mark_sent(claim, &ses_message_id, invocation).await),
@@ -592,7 +623,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
 }
 
 crate::runtime::serve::stage! {
-    impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, W: Standings> for SendEmail<M, L, Q, S, B, W> {
+    impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, W: WaitingRoom, P: Standings> for SendEmail<M, L, Q, S, B, W, P> {
         SqsEvent => Result<(SqsBatchResponse, Summary), std::convert::Infallible>,
         |stage, event, invocation| Ok(stage.handle(event, invocation).await),
         gauges: |stage| stage.pacer.gauges()

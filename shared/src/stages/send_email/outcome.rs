@@ -38,7 +38,8 @@ summary! {
         pub skipped: std::collections::BTreeMap<&'static str, usize>,
         /// SKIPPED before: acknowledged (a resend with --include-failed reconsiders them).
         pub previously_skipped: usize,
-        /// Inside the user's quiet hours: returned, hidden until they end.
+        /// Inside the user's quiet hours: handed back to the waiting room for their end (or,
+        /// within 15 minutes of it, put back on the queue delayed until then).
         pub deferred: usize,
         /// How late each email let go from the waiting room went after its slot (its user's
         /// local time, or an experiment's decision), ms (`lateMs` on its record): a
@@ -64,9 +65,15 @@ pub(super) enum Done {
     Paced,
     Skipped(crate::domain::guardrails::Skip),
     PreviouslySkipped,
-    /// In the user's quiet hours near its receive limit: acknowledged, a fresh copy comes
-    /// back later.
+    /// In the user's quiet hours, which end within 15 minutes: acknowledged, a fresh copy
+    /// comes back delayed until their end.
     Requeued,
+    /// In the user's quiet hours: acknowledged, the user held in the waiting room for the
+    /// slot at their end, to be rendered again then.
+    HandedBack {
+        campaign: crate::domain::campaign::CampaignId,
+        slot_ms: i64,
+    },
 }
 
 pub(super) enum Again {
@@ -78,7 +85,8 @@ pub(super) enum Again {
     Paced,
     Stopped,
     Error,
-    /// Inside the user's quiet hours: back when they end.
+    /// Inside the user's quiet hours, the queue refused the delayed copy: back when they end
+    /// (within 15 minutes).
     Quiet,
 }
 

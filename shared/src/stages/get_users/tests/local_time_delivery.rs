@@ -2,7 +2,7 @@
 //! their schedules, a slot's release and sweep, and what the waiting room reports.
 
 use super::*;
-use crate::domain::local_time::rfc3339_ms;
+use crate::domain::local_time::{rfc3339_ms, SWEEP_GIVEN_UP_AFTER_MS};
 use crate::ports::memory::MemoryClock;
 
 fn ms(rfc3339: &str) -> i64 {
@@ -347,4 +347,69 @@ async fn bad_local_time_settings_are_refused_before_anything_is_enqueued() {
     assert!(err.contains("go with localTime"), "{err}");
     assert!(enqueued(&stage).is_empty());
     assert!(stage.waiting.held.lock().unwrap().is_empty());
+}
+
+/// A user SendEmail met in their quiet hours, handed back as it does (the slot's schedules,
+/// the user message its email was rendered from, the slot's count): the slot's release lets
+/// them go to be rendered again, and `status` reconciles the slot, or finds it stranded.
+#[tokio::test]
+async fn a_user_handed_back_for_quiet_hours_is_released_at_their_end_and_counted() {
+    let clock = MemoryClock::at(ms("2026-11-23T21:30:00Z"));
+    let stage = stage("20").with_clock(clock.clone());
+    let end = ms("2026-11-24T08:00:00Z");
+    let job = crate::domain::messages::EmailJob {
+        campaign_id: campaign().id,
+        user_id: "u1".into(),
+        to: "ada@example.com".into(),
+        subject: "s".into(),
+        html: "<p>h</p>".into(),
+        text: "t".into(),
+        unsubscribe_url: None,
+        include_failed: false,
+        include_cancelled: false,
+        due: None,
+        topic: crate::domain::messages::weekly_topic(),
+        zone: Some("Europe/London".into()),
+        variant: None,
+        rendered_at_ms: Some(ms("2026-11-23T21:00:00Z")),
+        window: Some(campaign().window),
+    };
+    let message = job.user_message().unwrap();
+    schedule_slot(&stage.waiting, &campaign().id, end, "arn:get-users")
+        .await
+        .unwrap();
+    let body = serde_json::to_string(&message).unwrap();
+    stage
+        .waiting
+        .hold(&campaign().id, end, &[("u1".into(), body)])
+        .await
+        .unwrap();
+    stage
+        .waiting
+        .record_quiet_holds(&campaign().id, end, 1)
+        .await
+        .unwrap();
+    let report = stage.waiting.report(&campaign().id).await.unwrap().unwrap();
+    assert_eq!(report.held(), 1);
+    let slot = &report.slots(end + 60_000)[0];
+    assert_eq!((slot.held, slot.released, slot.waiting), (1, 0, 1));
+    assert_eq!(report.stranded(end + SWEEP_GIVEN_UP_AFTER_MS + 1), 1);
+    // The release its schedule sends, at the end of the quiet hours.
+    let (target, release) = slot_schedule(&stage, "2026-11-24T08:00:00Z", false);
+    assert_eq!(target, "arn:get-users");
+    clock.set(end);
+    let Response::Release(released) = stage.handle(release, &plenty()).await.unwrap() else {
+        panic!("expected a release");
+    };
+    assert_eq!(released.users_released, 1);
+    let sent: UserMessage = serde_json::from_str(&stage.users.bodies()[0]).unwrap();
+    assert_eq!(
+        (sent.user_id.as_str(), sent.window, sent.zone.as_deref()),
+        ("u1", campaign().window, Some("Europe/London"))
+    );
+    assert!(sent.due.is_some(), "let go at the slot");
+    let report = stage.waiting.report(&campaign().id).await.unwrap().unwrap();
+    let slot = &report.slots(end + SWEEP_GIVEN_UP_AFTER_MS + 1)[0];
+    assert_eq!((slot.held, slot.released, slot.waiting), (1, 1, 0));
+    assert!(!slot.stranded);
 }

@@ -5,11 +5,12 @@ use super::super::SendEmail;
 use crate::config::SendEmailConfig;
 use crate::domain::guardrails::{CampaignGuardrails, CapEntry, CapHistory};
 use crate::domain::ledger::{epoch_ms, SendStatus};
+use crate::domain::messages::UserMessage;
 use crate::ports::memory::{
     MemoryCampaigns, MemoryQueue, MemoryRateBucket, MemoryRecords, MemorySubscribers,
-    ScriptedMailer,
+    MemoryWaitingRoom, ScriptedMailer,
 };
-use crate::ports::SendError;
+use crate::ports::{SendError, WaitingRoom};
 use crate::runtime::Invocation;
 use crate::stages::send_email::Wanted;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
@@ -59,6 +60,7 @@ type Stage = SendEmail<
     MemoryQueue,
     MemoryCampaigns,
     MemoryRateBucket,
+    std::sync::Arc<MemoryWaitingRoom>,
     Standings,
 >;
 
@@ -84,6 +86,20 @@ fn config(extra: &[(&str, &str)]) -> SendEmailConfig {
         ("FUNCTION_TIMEOUT_SECONDS", "30"),
         ("SEND_RATE_PER_SECOND", "10000"),
         ("MONGODB_URI", "mongodb://127.0.0.1:1/"),
+        ("WAITING_TABLE_NAME", "waiting"),
+        ("RELEASE_SCHEDULE_GROUP", "releases"),
+        (
+            "RELEASE_SCHEDULER_ROLE_ARN",
+            "arn:aws:iam::000000000000:role/releases",
+        ),
+        (
+            "RELEASE_DEAD_LETTER_ARN",
+            "arn:aws:sqs:us-east-1:000000000000:schedule-dlq",
+        ),
+        (
+            "RELEASE_FUNCTION_ARN",
+            "arn:aws:lambda:us-east-1:000000000000:function:get-users",
+        ),
     ]
     .iter()
     .chain(extra)
@@ -103,16 +119,34 @@ fn stage_with<M: crate::ports::Mailer>(
     ledger: MemoryLedger,
     mailer: M,
     standings: Standings,
-) -> SendEmail<M, MemoryLedger, MemoryQueue, MemoryCampaigns, MemoryRateBucket, Standings> {
+) -> SendEmail<
+    M,
+    MemoryLedger,
+    MemoryQueue,
+    MemoryCampaigns,
+    MemoryRateBucket,
+    std::sync::Arc<MemoryWaitingRoom>,
+    Standings,
+> {
     SendEmail::new(
         ledger,
         mailer,
         MemoryQueue::default(),
         MemoryCampaigns::default(),
         MemoryRateBucket::default(),
+        std::sync::Arc::new(MemoryWaitingRoom::default()),
         standings,
         config(extra),
     )
+}
+
+const RELEASE_FUNCTION: &str = "arn:aws:lambda:us-east-1:000000000000:function:get-users";
+
+fn window() -> crate::domain::campaign::Window {
+    serde_json::from_value(serde_json::json!({
+        "since": "2026-11-16T00:00:00Z", "until": "2026-11-23T00:00:00Z",
+    }))
+    .unwrap()
 }
 
 fn event(user: &str, include_failed: bool) -> SqsEvent {
@@ -125,6 +159,7 @@ fn rendered_at(user: &str, include_failed: bool, rendered_ms: i64) -> SqsEvent {
         "campaignId": CAMPAIGN, "userId": user, "to": "ada@example.com", "subject": "s",
         "html": "<p>h</p>", "text": "t", "includeFailed": include_failed, "topic": "product-news",
         "renderedAt": rendered_ms,
+        "window": window(),
     });
     let mut record = SqsMessage::default();
     record.message_id = Some(format!("m-{user}"));
@@ -212,23 +247,62 @@ fn quiet_now() -> String {
     format!("{hour:02}:00-{:02}:00", (hour + 2) % 24)
 }
 
+/// The end of `quiet_now()` (UTC, the next whole hour but one).
+fn quiet_now_ends() -> i64 {
+    (now_ms() / 3_600_000 + 2) * 3_600_000
+}
+
+/// A user met in their quiet hours is handed back to the waiting room for the slot at their
+/// end, with that slot's release and sweep schedules, and the email is acknowledged: not
+/// hidden on the queue for hours, where it would count in flight.
 #[tokio::test]
-async fn in_quiet_hours_an_email_waits_hidden_until_they_end_or_is_skipped() {
+async fn in_quiet_hours_a_user_waits_in_the_waiting_room_for_their_end_or_is_skipped() {
     let quiet = quiet_now();
     let defer = stage(
         &[("QUIET_HOURS", &quiet)],
         MemoryLedger::default(),
         ScriptedMailer::default(),
     );
-    let summary = handle(&defer, "u1", false).await;
-    assert_eq!(summary.deferred, 1);
+    let invocation = Invocation::with_timeout("request-1", Duration::from_secs(30));
+    let mut batch = event("u1", false);
+    batch.records.extend(event("u2", false).records);
+    let (response, summary) = defer.handle(batch, &invocation).await;
+    assert!(response.batch_item_failures.is_empty(), "acknowledged");
+    assert_eq!(summary.deferred, 2);
     assert!(defer.mailer.calls().is_empty());
-    let delays = defer.queue.delays();
-    assert_eq!(delays.len(), 1, "returned with a delay, not requeued");
+    assert!(defer.queue.delays().is_empty(), "not hidden on the queue");
+    assert!(crate::runtime::lock(&defer.queue.requeued).is_empty());
+    let slot = quiet_now_ends();
+    let held = crate::runtime::lock(&defer.waiting.held).clone();
+    let users = held
+        .get(&(CAMPAIGN.to_string(), slot))
+        .unwrap_or_else(|| panic!("held for the quiet hours' end: {held:?}"));
+    let message: UserMessage = serde_json::from_str(&users["u1"]).unwrap();
+    assert_eq!(message.window, window());
+    assert_eq!(message.topic.as_str(), "product-news");
     assert!(
-        delays[0].1 > Duration::from_secs(3540) && delays[0].1 <= Duration::from_secs(2 * 3600),
-        "{delays:?}"
+        message.due.is_none(),
+        "the release sets when it let the user go"
     );
+    assert!(users.contains_key("u2"));
+    // Its release and its sweep, invoking GetUsers, made sure of once for both users.
+    let schedules = crate::runtime::lock(&defer.waiting.schedules).clone();
+    assert_eq!(schedules.len(), 2, "{schedules:?}");
+    for ((campaign, schedule), (target, event)) in &schedules {
+        assert_eq!((campaign.as_str(), schedule.slot_ms), (CAMPAIGN, slot));
+        assert_eq!(target, RELEASE_FUNCTION);
+        let release: crate::stages::get_users::ReleaseEvent =
+            serde_json::from_value(event.clone()).unwrap();
+        assert_eq!(release.release_waiting.slot_ms, slot);
+        assert_eq!(release.release_waiting.sweep, schedule.sweep);
+    }
+    let report = defer
+        .waiting
+        .report(&crate::domain::campaign::CampaignId::parse(CAMPAIGN).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.quiet_held.get(&slot), Some(&2), "counted for status");
     assert_eq!(
         defer.ledger.get("u1", CAMPAIGN).unwrap().lease_until_ms,
         Some(0),
@@ -245,39 +319,51 @@ async fn in_quiet_hours_an_email_waits_hidden_until_they_end_or_is_skipped() {
     );
 }
 
+/// Quiet hours that end within 15 minutes, and a job without its window (rendered before
+/// jobs carried it): a fresh copy delayed until the end (at most 15 minutes), never hidden,
+/// so never in flight, and never sent to the DLQ whatever its receive count.
 #[tokio::test]
-async fn long_quiet_hours_hide_a_message_under_sqs_limit_and_never_send_it_to_the_dlq() {
-    // Thirteen hours of quiet around now.
-    let hour = (now_ms() / 3_600_000) % 24;
-    let quiet = format!("{hour:02}:00-{:02}:00", (hour + 13) % 24);
-    let stage = stage(
-        &[("QUIET_HOURS", &quiet)],
-        MemoryLedger::default(),
-        ScriptedMailer::default(),
-    );
-    handle(&stage, "u1", false).await;
-    let delays = stage.queue.delays();
-    assert_eq!(delays.len(), 1);
-    assert!(
-        delays[0].1 < Duration::from_secs(12 * 3600),
-        "SQS refuses 12 hours or more: {delays:?}"
-    );
-    // On the message's last receive it goes back as a fresh copy, not to the DLQ.
-    let mut last = event("u2", false);
-    last.records[0]
-        .attributes
-        .insert("ApproximateReceiveCount".into(), "10".into());
-    let invocation = Invocation::with_timeout("request-2", Duration::from_secs(30));
-    let (response, summary) = stage.handle(last, &invocation).await;
-    assert!(response.batch_item_failures.is_empty(), "acknowledged");
-    assert_eq!(summary.deferred, 1);
-    let requeued = crate::runtime::lock(&stage.queue.requeued).clone();
-    assert_eq!(requeued.len(), 1, "{requeued:?}");
-    assert!(requeued[0].1 <= Duration::from_secs(900));
-    assert_ne!(
-        stage.ledger.get("u2", CAMPAIGN).unwrap().status,
-        Some(SendStatus::DeadLettered)
-    );
+async fn quiet_hours_ending_soon_wait_on_the_queue_as_a_delayed_copy() {
+    let minute = now_ms() / 60_000;
+    let hhmm = |m: i64| {
+        let m = m.rem_euclid(24 * 60);
+        format!("{:02}:{:02}", m / 60, m % 60)
+    };
+    let ending_soon = format!("{}-{}", hhmm(minute - 60), hhmm(minute + 3));
+    let long = quiet_now();
+    for (quiet, window) in [(ending_soon.as_str(), true), (long.as_str(), false)] {
+        let stage = stage(
+            &[("QUIET_HOURS", quiet)],
+            MemoryLedger::default(),
+            ScriptedMailer::default(),
+        );
+        let mut last = event("u1", false);
+        if !window {
+            let mut job: serde_json::Value =
+                serde_json::from_str(last.records[0].body.as_deref().unwrap()).unwrap();
+            job.as_object_mut().unwrap().remove("window");
+            last.records[0].body = Some(job.to_string());
+        }
+        last.records[0]
+            .attributes
+            .insert("ApproximateReceiveCount".into(), "10".into());
+        let invocation = Invocation::with_timeout("request-2", Duration::from_secs(30));
+        let (response, summary) = stage.handle(last, &invocation).await;
+        assert!(response.batch_item_failures.is_empty(), "acknowledged");
+        assert_eq!(summary.deferred, 1);
+        assert!(stage.queue.delays().is_empty(), "not hidden on the queue");
+        let requeued = crate::runtime::lock(&stage.queue.requeued).clone();
+        assert_eq!(requeued.len(), 1, "{quiet}: {requeued:?}");
+        assert!(
+            requeued[0].1 >= Duration::from_secs(60) && requeued[0].1 <= Duration::from_secs(900),
+            "{quiet}: {requeued:?}"
+        );
+        assert!(crate::runtime::lock(&stage.waiting.held).is_empty());
+        assert_ne!(
+            stage.ledger.get("u1", CAMPAIGN).unwrap().status,
+            Some(SendStatus::DeadLettered)
+        );
+    }
 }
 
 #[tokio::test]
@@ -516,8 +602,9 @@ impl crate::ports::Mailer for Later {
 }
 
 /// Quiet hours are asked right before each SES call, not only before the wait for a slot: a
-/// send throttled at 20:59:50 whose next slot comes after 21:00 is held until 08:00 (or
-/// skipped), not sent in them; and its cap reservation is taken out meanwhile.
+/// send throttled at 20:59:50 whose next slot comes after 21:00 is handed back to the waiting
+/// room for 08:00 (or skipped), not sent in them; and its cap reservation is taken out
+/// meanwhile.
 #[tokio::test]
 async fn quiet_hours_that_begin_while_an_email_waits_to_be_sent_hold_it() {
     // 2026-11-26 20:59:50 UTC.
@@ -558,14 +645,14 @@ async fn quiet_hours_that_begin_while_an_email_waits_to_be_sent_hold_it() {
             assert_eq!(summary.skipped.get("quiet_hours"), Some(&1));
         } else {
             assert_eq!(summary.deferred, 1);
-            let delays = stage.queue.delays();
-            // From 21:00:10, when the next slot came, until 08:00 (rounded up a second).
-            let until = Duration::from_millis((11 * 3_600_000 - 10_000) as u64);
+            assert!(stage.queue.delays().is_empty(), "not hidden on the queue");
+            // 08:00 the next morning: from 21:00:10, when the next slot came, 10h59m50s on.
+            let morning = evening + 10_000 + 11 * 3_600_000;
+            let held = crate::runtime::lock(&stage.waiting.held).clone();
             assert!(
-                delays.len() == 1
-                    && delays[0].1 >= until
-                    && delays[0].1 <= until + Duration::from_secs(2),
-                "{delays:?}"
+                held.get(&(CAMPAIGN.to_string(), morning))
+                    .is_some_and(|users| users.contains_key("u1")),
+                "held for the quiet hours' end: {held:?}"
             );
         }
         let history = stage.ledger.cap_history("u1").await.unwrap();
