@@ -367,7 +367,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             OddFollows::default()
         };
         let campaign = &run.campaign;
-        let experiment = self.experiment_run(&campaign.id).await?;
+        let mut experiment = self.experiment_run(&campaign.id).await?;
         // A topic a deploy removed while a run was under way: nothing is sent under it.
         let topic = Topics::builtin().get(campaign.topic.as_str())?;
         let mut audience =
@@ -395,6 +395,25 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             if progressed && invocation.remaining() <= self.config.deadline_margin {
                 complete = false;
                 break;
+            }
+            // The decision's instant came during this segment: decided now, so that the rest
+            // goes with the winner from here on.
+            let now_ms = self.clock.now_ms();
+            if experiment
+                .as_ref()
+                .is_some_and(|e| e.awaits_decision(now_ms))
+            {
+                experiment = self.experiment_run(&campaign.id).await?;
+                if experiment
+                    .as_ref()
+                    .is_some_and(|e| e.awaits_decision(now_ms))
+                {
+                    // Paused or cancelled meanwhile (no decision then): the segment stops
+                    // here, its checkpoint parked for the resume, which decides first.
+                    hold = self.hold(campaign).await;
+                    complete = false;
+                    break;
+                }
             }
             // The batches in flight are driven while the next member is awaited: a future
             // is only driven when polled, and a SendMessageBatch not yet started when the

@@ -777,6 +777,54 @@ async fn an_experiment_sends_the_test_group_its_variants_and_the_rest_the_winner
     }
 }
 
+/// A clock that moves on a millisecond at each reading, as a segment's clock does between
+/// users.
+struct Ticking(std::sync::atomic::AtomicI64);
+
+impl Clock for Ticking {
+    fn now_ms(&self) -> i64 {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[tokio::test]
+async fn a_decision_instant_that_passes_during_a_segment_decides_then_and_holds_no_more() {
+    let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now()) as i64;
+    let stage = stage_with(crowd(), "20", &[]).with_clock(Arc::new(TestClock(now.into())));
+    let experiment = json!({"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 20,
+                            "waitHours": 2});
+    let start = json!({"campaignId": "weekly-2026-W47", "experiment": experiment});
+    stage.handle(start, &plenty()).await.unwrap();
+    let recorded = stage.campaigns.states().experiments.lock().unwrap()["weekly-2026-W47"].clone();
+    let decide_at = recorded.decide_at_ms.unwrap();
+    // A resend that starts just before the decision's instant and passes it after a few
+    // users.
+    let stage = stage.with_clock(Arc::new(Ticking((decide_at - 5).into())));
+    let before = stage.users.bodies().len();
+    let resend = json!({"campaignId": "weekly-2026-W47", "includeFailed": true});
+    let Response::Run(summary) = stage.handle(resend, &plenty()).await.unwrap() else {
+        panic!("expected a run");
+    };
+    assert!(summary.complete);
+    let slots: BTreeSet<i64> = (stage.waiting.held.lock().unwrap().keys())
+        .map(|(_, slot)| *slot)
+        .collect();
+    assert_eq!(
+        slots,
+        BTreeSet::from([decide_at]),
+        "one slot, the decision's"
+    );
+    let decision = stage.campaigns.states().decisions.lock().unwrap()["weekly-2026-W47"].clone();
+    let sent_rest: Vec<UserMessage> = messages(&stage.users.bodies()[before..])
+        .into_iter()
+        .filter(|m| recorded.assign("weekly-2026-W47", &m.user_id) == Assignment::Rest)
+        .collect();
+    assert!(sent_rest.len() > 30, "{}", sent_rest.len());
+    assert!(sent_rest
+        .iter()
+        .all(|m| m.variant.as_deref() == Some(decision.winner.as_str())));
+}
+
 #[tokio::test]
 async fn a_variant_picked_by_hand_releases_the_rest_before_the_wait_ends() {
     let results = Arc::new(MemoryResults::default());
