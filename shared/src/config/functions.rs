@@ -30,6 +30,9 @@ pub struct GetUsersConfig {
     pub guardrails: crate::domain::guardrails::GuardrailDefaults,
     /// Users whose email would go in their quiet hours wait for their end.
     pub quiet_hours: Option<QuietHours>,
+    /// The stack's send rate (`SEND_RATE_PER_SECOND`): the end of a fan-out warns when its
+    /// held users could not all be sent before the campaign's deadline at it.
+    pub send_rate_per_second: f64,
 }
 
 /// Quiet hours (`QUIET_HOURS`, `QUIET_HOURS_POLICY`): GetUsers holds users until they end,
@@ -122,11 +125,13 @@ impl GetUsersConfig {
         var::CAMPAIGN_DEADLINE_HOURS,
         var::QUIET_HOURS,
         var::QUIET_HOURS_POLICY,
+        var::SEND_RATE_PER_SECOND,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         Ok(Self {
             guardrails: guardrail_defaults(src)?,
+            send_rate_per_second: super::send_email::send_rate(src)?,
             quiet_hours: quiet_hours(src)?,
             local_time: LocalTimeConfig::from_source(src)?,
             waiting_table_name: required(src, var::WAITING_TABLE_NAME)?,

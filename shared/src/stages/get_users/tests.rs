@@ -889,6 +889,41 @@ async fn an_experiment_whose_deadline_comes_before_its_decision_is_refused() {
 }
 
 #[tokio::test]
+async fn a_rest_that_cannot_be_sent_before_the_deadline_at_the_rate_is_warned_of() {
+    // One email every 100 s: the rest (about 48 users) takes over an hour from the decision.
+    let now = time::OffsetDateTime::now_utc();
+    let clock = || {
+        Arc::new(TestClock(
+            ((now.unix_timestamp_nanos() / 1_000_000) as i64).into(),
+        ))
+    };
+    let stage = stage_with(crowd(), "20", &[("SEND_RATE_PER_SECOND", "0.01")]).with_clock(clock());
+    let experiment = json!({"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 20,
+                            "waitHours": 2});
+    // The decision two hours from now comes before a deadline 30.5 minutes later (the
+    // decision rounded up and the deadline down to their seconds take up to 2 s of it): the
+    // start is not refused, but the rest would go until well after it.
+    let deadline = rfc3339(now + time::Duration::seconds(7200 + 1830));
+    let start = json!({"campaignId": "weekly-2026-W47", "experiment": experiment,
+                       "deadline": deadline});
+    let Response::Run(summary) = stage.handle(start, &plenty()).await.unwrap() else {
+        panic!("expected a run");
+    };
+    let held = summary.local_time.unwrap().experiment_held;
+    assert!(held > 30, "{held}");
+    // About 30.5 minutes at 0.01/s send 18 of them.
+    assert_eq!(summary.users_past_deadline, held - 18);
+    // With the rate the rest needs, nothing is past it.
+    let stage = stage_with(crowd(), "20", &[("SEND_RATE_PER_SECOND", "14")]).with_clock(clock());
+    let start = json!({"campaignId": "weekly-2026-W47", "experiment": experiment,
+                       "deadline": deadline});
+    let Response::Run(summary) = stage.handle(start, &plenty()).await.unwrap() else {
+        panic!("expected a run");
+    };
+    assert_eq!(summary.users_past_deadline, 0);
+}
+
+#[tokio::test]
 async fn with_local_time_the_wait_starts_after_the_last_zone_and_the_rest_goes_at_their_local_time()
 {
     let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now()) as i64;
