@@ -375,6 +375,41 @@ pub fn epoch_us(at: std::time::SystemTime) -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
+/// When the sends would end, one after another at the rate from the instant each may go.
+#[derive(Debug, Default, PartialEq)]
+pub struct SendsAtRate {
+    /// When the last email goes (None: nothing to send).
+    pub last_ms: Option<i64>,
+    /// Emails that would go after the deadline.
+    pub past_deadline: u64,
+}
+
+/// `starts`: emails by the instant their users may go. Each group goes at `rate` from its
+/// instant or once the one before has finished, whichever is later (as
+/// `local_time::slot_loads`). `mailctl plan` and the end of a campaign's fan-out (GetUsers)
+/// weigh a deadline with it.
+pub fn sends_at_rate(
+    starts: &std::collections::BTreeMap<i64, u64>,
+    rate: f64,
+    deadline_ms: Option<i64>,
+) -> SendsAtRate {
+    let ms_per_email = 1000.0 / rate.max(0.001);
+    let mut free_at = f64::MIN;
+    let mut past = 0.0;
+    for (at, emails) in starts {
+        let start = free_at.max(*at as f64);
+        let finish = start + *emails as f64 * ms_per_email;
+        free_at = finish;
+        if let Some(deadline) = deadline_ms.map(|d| d as f64).filter(|d| finish > *d) {
+            past += ((finish - deadline.max(start)) / ms_per_email).min(*emails as f64);
+        }
+    }
+    SendsAtRate {
+        last_ms: (!starts.is_empty()).then(|| free_at.ceil() as i64),
+        past_deadline: past.ceil() as u64,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

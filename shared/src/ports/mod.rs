@@ -415,6 +415,12 @@ pub trait WaitingRoom: Send + Sync {
         at_ms: i64,
         user_ids: &[String],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Users still waiting in the slot (what a completed sweep left: `usersStranded`).
+    fn count(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// The campaign's local-time delivery as its run started (a later resend reuses it).
     fn record_delivery(
         &self,
@@ -764,6 +770,13 @@ impl<T: WaitingRoom> WaitingRoom for std::sync::Arc<T> {
         user_ids: &[String],
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).let_go(campaign, at_ms, user_ids)
+    }
+    fn count(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        (**self).count(campaign, at_ms)
     }
     fn record_delivery(
         &self,

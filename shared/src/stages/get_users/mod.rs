@@ -17,12 +17,13 @@ mod request;
 
 use super::CampaignStateCache;
 use crate::config::GetUsersConfig;
-use crate::domain::campaign::{Campaign, CampaignError, Hold, Window};
+use crate::domain::campaign::{Campaign, CampaignError, CampaignId, Hold, Window};
 use crate::domain::digest::OddFollows;
 use crate::domain::experiment::{Experiment, ExperimentError};
 use crate::domain::ledger::epoch_ms;
 use crate::domain::local_time::{self, LocalTimeError};
 use crate::domain::messages::{parse_body, UserMessage};
+use crate::domain::send_rate::sends_at_rate;
 use crate::domain::topics::{ExclusionCounts, TopicError, Topics};
 use crate::domain::user_id::{check_travels, UserId};
 use crate::ports::MAX_BATCH_ENTRIES;
@@ -124,6 +125,15 @@ pub struct Summary {
     /// A local-time campaign: what this segment decided (zones, passed times, slots).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_time: Option<local_time::LocalTimeCounts>,
+    /// The run's last segment: users it held (for their local time, quiet hours or an
+    /// experiment's decision) that would go after the campaign's deadline at the stack's
+    /// rate, each slot sent from its instant (logged as a warning: they will be expired).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub users_past_deadline: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Generic over the user directory (MongoDB on Lambda), its queues (SQS) and the campaigns
@@ -372,7 +382,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             OddFollows::default()
         };
         let campaign = &run.campaign;
-        let experiment = self.experiment_run(&campaign.id).await?;
+        let mut experiment = self.experiment_run(&campaign.id).await?;
         // A topic a deploy removed while a run was under way: nothing is sent under it.
         let topic = Topics::builtin().get(campaign.topic.as_str())?;
         let mut audience =
@@ -400,6 +410,25 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             if progressed && invocation.remaining() <= self.config.deadline_margin {
                 complete = false;
                 break;
+            }
+            // The decision's instant came during this segment: decided now, so that the rest
+            // goes with the winner from here on.
+            let now_ms = self.clock.now_ms();
+            if experiment
+                .as_ref()
+                .is_some_and(|e| e.awaits_decision(now_ms))
+            {
+                experiment = self.experiment_run(&campaign.id).await?;
+                if experiment
+                    .as_ref()
+                    .is_some_and(|e| e.awaits_decision(now_ms))
+                {
+                    // Paused or cancelled meanwhile (no decision then): the segment stops
+                    // here, its checkpoint parked for the resume, which decides first.
+                    hold = self.hold(campaign).await;
+                    complete = false;
+                    break;
+                }
             }
             // The batches in flight are driven while the next member is awaited: a future
             // is only driven when polled, and a SendMessageBatch not yet started when the
@@ -524,11 +553,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         // A campaign without local time holds users for their quiet hours or an
         // experiment's decision: recorded too, so that `status` and `mailctl release` see them.
         let held = run.delivery.is_some() || counts.quiet_deferred + counts.experiment_held > 0;
+        let run_started = run
+            .delivery
+            .as_ref()
+            .map_or(run.started_at_ms, |d| d.started_at_ms);
         if held && !idle {
-            let run_started = run
-                .delivery
-                .as_ref()
-                .map_or(run.started_at_ms, |d| d.started_at_ms);
             self.waiting
                 .record_segment(&campaign.id, run_started, run.segment, &counts)
                 .await
@@ -542,6 +571,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         let cancelled = matches!(hold, Some(Hold::Cancelled(_)));
         let paused = matches!(hold, Some(Hold::Paused(_)));
         complete &= hold.is_none();
+        // The whole audience is decided: its held users weighed against the deadline.
+        let users_past_deadline = match complete {
+            true => self.held_past_deadline(&campaign.id, run_started).await,
+            false => 0,
+        };
         // Everything up to `last` is on the queue now: only then is it a safe checkpoint.
         if !complete && !cancelled {
             let checkpoint = Checkpoint {
@@ -576,6 +610,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             paused,
             continued_after: if complete || cancelled { None } else { last },
             local_time: held.then_some(counts),
+            users_past_deadline,
         };
         tracing::info!(
             campaign = %summary.campaign_id,
@@ -636,6 +671,47 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             None => {}
         }
         hold
+    }
+
+    /// Users the run (started at `run_started_ms`) held that would go after the campaign's
+    /// deadline at the stack's rate, each slot from its instant; a warning names them. Only
+    /// now is the audience's size known, so the start could not refuse it. 0 when there is
+    /// no deadline, nobody held, or the records could not be read (logged: the run itself
+    /// is done).
+    async fn held_past_deadline(&self, campaign: &CampaignId, run_started_ms: i64) -> u64 {
+        let state = match self.campaigns.state(campaign.as_str()).await {
+            Ok(state) => state,
+            Err(err) => {
+                tracing::warn!(%campaign, reason = %err, "the deadline was not weighed against the held users: the campaign's state was not read");
+                return 0;
+            }
+        };
+        let Some(deadline_ms) = state.guardrails.deadline_ms else {
+            return 0;
+        };
+        let report = match self.waiting.report(campaign).await {
+            Ok(report) => report,
+            Err(err) => {
+                tracing::warn!(%campaign, reason = %err, "the deadline was not weighed against the held users: the waiting room was not read");
+                return 0;
+            }
+        };
+        let Some(counts) = report.as_ref().and_then(|r| r.runs.get(&run_started_ms)) else {
+            return 0;
+        };
+        let rate = self.config.send_rate_per_second;
+        let sends = sends_at_rate(&counts.waiting, rate, Some(deadline_ms));
+        if sends.past_deadline > 0 {
+            tracing::warn!(
+                %campaign,
+                users_past_deadline = sends.past_deadline,
+                deadline = %local_time::rfc3339_ms(deadline_ms),
+                last_send = %local_time::rfc3339_ms(sends.last_ms.unwrap_or_default()),
+                rate,
+                "held users would go after the campaign's deadline at the send rate: they will be recorded expired; give a later --deadline with a resend, or raise the rate"
+            );
+        }
+        sends.past_deadline
     }
 
     /// Logs the window's follows whose followeeId or followerId no user can have, and counts

@@ -44,15 +44,17 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
         deliverable: bool,
     ) -> Result<Verdict, LedgerError> {
         let now_ms = epoch_ms(crate::runtime::clock::now()) as i64;
-        if !self.still_before_deadline(job, guardrails).await? {
-            return Ok(Verdict::Skip(Skip::Expired));
-        }
+        // The holdout first: a held-out user stays held_out after the deadline too (an
+        // `expired` one would be sent by a resend that includes the skipped).
         if held_out(
             job.campaign_id.as_str(),
             &job.user_id,
             guardrails.holdout_bp,
         ) {
             return Ok(Verdict::Skip(Skip::HeldOut));
+        }
+        if !self.still_before_deadline(job, guardrails).await? {
+            return Ok(Verdict::Skip(Skip::Expired));
         }
         let caps = &self.config.caps;
         let capped = caps.apply_to(job.topic.as_str(), guardrails);
