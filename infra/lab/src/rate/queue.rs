@@ -6,7 +6,9 @@
 //! of a million users stays cheap to the lab.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use mailflow::ports::{OutgoingQueue, QueueError, RetryQueue, SendReport, MAX_DELAY_SECONDS};
+use mailflow::ports::{
+    ConsumedQueue, OutgoingQueue, QueueError, RetryQueue, SendReport, MAX_DELAY_SECONDS,
+};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Mutex;
@@ -174,7 +176,7 @@ fn whole_seconds(delay: Duration) -> Duration {
     Duration::from_secs((delay.as_millis().div_ceil(1000) as u64).min(u64::from(MAX_DELAY_SECONDS)))
 }
 
-impl RetryQueue for LabQueue {
+impl ConsumedQueue for LabQueue {
     async fn change_visibility(
         &self,
         receipt_handle: &str,
@@ -187,7 +189,9 @@ impl RetryQueue for LabQueue {
         }
         Ok(())
     }
+}
 
+impl RetryQueue for LabQueue {
     async fn requeue(&self, body: &str, delay: Duration) -> Result<(), QueueError> {
         let mut state = self.state();
         let now = Instant::now();
