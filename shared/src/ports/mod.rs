@@ -632,6 +632,10 @@ pub enum SendError {
     /// The account cannot send (sending paused, account suspended): stop the batch.
     #[error("sending stopped: {0}")]
     Stopped(String),
+    /// The account's 24-hour sending quota is used up: no send goes before its rolling
+    /// window lets one through, whatever the rate.
+    #[error("24-hour quota used up: {0}")]
+    DailyQuota(String),
     /// This email can never be sent as it is (rejected, unverified sender, bad address).
     #[error("rejected: {0}")]
     Permanent(String),

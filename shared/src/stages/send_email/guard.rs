@@ -115,8 +115,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket>
     ) -> Result<Done, Retry> {
         // Rounded up to the next second, so it never comes back a moment early.
         let wait = Duration::from_secs(wait.as_secs() + 1).min(MAX_QUIET_WAIT);
-        let receives = super::receive_count(record);
-        if receives + 1 >= self.config.max_receive_count as usize
+        if self.near_receive_limit(record)
             && self
                 .requeue(record, wait.min(Duration::from_secs(900)))
                 .await

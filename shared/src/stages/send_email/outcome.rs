@@ -40,6 +40,9 @@ summary! {
         pub previously_skipped: usize,
         /// Inside the user's quiet hours: returned, hidden until they end.
         pub deferred: usize,
+        /// SES's 24-hour quota was used up: held on the queue for an hour (or put back as a
+        /// fresh copy near the receive limit), unsent, the shared rate untouched.
+        pub daily_quota_held: usize,
         /// How late each email let go from the waiting room went after its slot (its user's
         /// local time, or an experiment's decision), ms (`lateMs` on its record): a
         /// distribution, for the dashboard's p50 and p99.
@@ -67,6 +70,9 @@ pub(super) enum Done {
     /// In the user's quiet hours near its receive limit: acknowledged, a fresh copy comes
     /// back later.
     Requeued,
+    /// Held for SES's 24-hour quota near its receive limit: acknowledged, a fresh copy comes
+    /// back later.
+    QuotaRequeued,
 }
 
 pub(super) enum Again {
@@ -80,6 +86,8 @@ pub(super) enum Again {
     Error,
     /// Inside the user's quiet hours: back when they end.
     Quiet,
+    /// SES's 24-hour quota is used up: back in an hour.
+    DailyQuota,
 }
 
 /// A record to return, and when it should come back (None: after the queue's visibility).
