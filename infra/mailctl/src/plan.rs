@@ -395,8 +395,7 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
     plan.public_urls = Some(public_urls.check(plan.send_rate));
     match quota {
         Ok(q) => {
-            let left = (q.max_24_hour_send - q.sent_last_24_hours).max(0.0);
-            plan.over_24_hour_quota = (plan.would_send as f64 - left).max(0.0).ceil() as u64;
+            plan.over_24_hour_quota = over_24_hour_quota(plan.would_send, &q);
             plan.ses_quota = Some(q);
         }
         Err(reason) => plan.ses_quota_unknown = Some(reason.to_string()),
@@ -463,6 +462,14 @@ fn goes_at(now_ms: i64, decided: Option<Delivery>, rest_at: Option<i64>) -> Opti
     }
 }
 
+/// Emails of `would_send` beyond what SES's 24-hour quota has left now (0 when it fits or
+/// has no limit).
+pub fn over_24_hour_quota(would_send: usize, quota: &SendQuota) -> u64 {
+    quota
+        .left_24_hours()
+        .map_or(0, |left| (would_send as f64 - left).max(0.0).ceil() as u64)
+}
+
 /// The plan as an operator reads it.
 pub fn describe(plan: &Plan) -> String {
     let list = |m: &BTreeMap<&str, usize>| {
@@ -525,12 +532,13 @@ pub fn describe(plan: &Plan) -> String {
     }
     match (&plan.ses_quota, &plan.ses_quota_unknown) {
         (Some(q), _) if plan.over_24_hour_quota > 0 => out.push_str(&format!(
-            "SES 24-hour quota: {} of {} used; this campaign needs {} more than is left: SES will refuse them until the window rolls\n",
-            q.sent_last_24_hours, q.max_24_hour_send, plan.over_24_hour_quota
+            "SES 24-hour quota: {}; this campaign needs {} more than is left: SES will refuse them until the window rolls, and SendEmail holds them an hour at a time until it does (docs/send-rate.md)\n",
+            q.describe_24_hours(),
+            plan.over_24_hour_quota
         )),
         (Some(q), _) => out.push_str(&format!(
-            "SES 24-hour quota: {} of {} used; the campaign fits\n",
-            q.sent_last_24_hours, q.max_24_hour_send
+            "SES 24-hour quota: {}; the campaign fits\n",
+            q.describe_24_hours()
         )),
         (None, Some(reason)) => out.push_str(&format!("SES quota not known ({reason})\n")),
         (None, None) => {}
@@ -851,5 +859,38 @@ mod tests {
         // Sends that end before the deadline warn of nothing.
         let fits = sends_at_rate(&starts, 50.0, Some(now + 30 * hour));
         assert_eq!(fits.past_deadline, 0);
+    }
+
+    #[test]
+    fn an_unlimited_24_hour_quota_fits_every_campaign() {
+        let quota = |max: f64| SendQuota {
+            max_send_rate: 14.0,
+            max_24_hour_send: max,
+            sent_last_24_hours: 49_500.0,
+        };
+        // SES says -1 for no limit.
+        let unlimited = quota(-1.0);
+        assert_eq!(over_24_hour_quota(1_000_000, &unlimited), 0);
+        assert_eq!(over_24_hour_quota(1_000, &quota(50_000.0)), 500);
+        let described = |q: SendQuota, would_send| {
+            describe(&Plan {
+                would_send,
+                over_24_hour_quota: over_24_hour_quota(would_send, &q),
+                ses_quota: Some(q),
+                ..Plan::default()
+            })
+        };
+        let fits = described(unlimited, 1_000_000);
+        assert!(
+            fits.contains("SES 24-hour quota: unlimited (49500 sent); the campaign fits"),
+            "{fits}"
+        );
+        let over = described(quota(50_000.0), 1_000);
+        assert!(
+            over.contains(
+                "SES 24-hour quota: 49500 of 50000 used; this campaign needs 500 more than is left"
+            ),
+            "{over}"
+        );
     }
 }

@@ -28,6 +28,26 @@ pub struct SendQuota {
     pub sent_last_24_hours: f64,
 }
 
+impl SendQuota {
+    /// Emails the rolling 24 hours still allow; None when there is no limit (SES's
+    /// `Max24HourSend` of -1).
+    pub fn left_24_hours(&self) -> Option<f64> {
+        (self.max_24_hour_send >= 0.0)
+            .then(|| (self.max_24_hour_send - self.sent_last_24_hours).max(0.0))
+    }
+
+    /// The 24-hour quota as an operator reads it: "120 of 50000 used", or "unlimited".
+    pub fn describe_24_hours(&self) -> String {
+        match self.left_24_hours() {
+            Some(_) => format!(
+                "{} of {} used",
+                self.sent_last_24_hours, self.max_24_hour_send
+            ),
+            None => format!("unlimited ({} sent)", self.sent_last_24_hours),
+        }
+    }
+}
+
 /// SendEmail's CPU time per email on one vCPU (docs/benchmarks.md: 1,002-1,702 µs; the
 /// highest, rounded up). Lambda gives a function CPU in proportion to its memory, one vCPU
 /// at `MB_PER_VCPU`: at 128 MB an email takes 25 ms of an environment's time.

@@ -28,8 +28,8 @@ use crate::domain::topics::{ExclusionCounts, TopicError, Topics};
 use crate::domain::user_id::{check_travels, UserId};
 use crate::ports::MAX_BATCH_ENTRIES;
 use crate::ports::{
-    AudienceScan, CampaignStates, Clock, ExperimentResults, OutgoingQueue, QueueError, SendReport,
-    StoreError, SystemClock, UserDirectory, WaitingRoom,
+    AudienceScan, CampaignStates, Clock, ConsumedQueue, ExperimentResults, OutgoingQueue,
+    QueueError, SendReport, StoreError, SystemClock, UserDirectory, WaitingRoom,
 };
 use crate::runtime::batch::batch_response;
 use crate::runtime::Invocation;
@@ -40,12 +40,12 @@ pub(crate) use release::{schedule_slot, DELAY_WITHIN_MS};
 pub use release::{Release, ReleaseEvent, ReleaseSummary};
 use release::{When, HOLD_BATCH, PAUSED_LOOK_AGAIN_SECONDS};
 use request::Continuation;
-pub use request::{parse_request, Checkpoint, Request, Run};
+pub use request::{parse_request, Checkpoint, ContinuationRecord, Request, Run};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use time::OffsetDateTime;
 
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +150,17 @@ pub struct GetUsers<D, Q, S, W> {
     config: GetUsersConfig,
 }
 
+/// When a failed continuation record comes back, by how often SQS has delivered it: 30 s,
+/// then 2, 8 and 30 minutes. A fault of the moment is retried soon, and an outage has about
+/// 40 minutes before the queue's fifth receive (its maxReceiveCount) sends the record to the
+/// DLQ.
+pub fn continuation_backoff(receives: u32) -> Duration {
+    const FIRST: Duration = Duration::from_secs(30);
+    const LONGEST: Duration = Duration::from_secs(30 * 60);
+    let factor = 4u32.saturating_pow(receives.saturating_sub(1));
+    FIRST.saturating_mul(factor).min(LONGEST)
+}
+
 /// The schedule target when the invocation has no ARN (the local simulator, which fires
 /// the group's schedules itself).
 pub const LOCAL_FUNCTION_ARN: &str = "arn:aws:lambda:local:000000000000:function:GetUsersFunction";
@@ -162,7 +173,12 @@ const DELAYED_FLUSH_LEAD_MS: i64 = 5_000;
 /// stops the fan-out within about this many batches).
 const STATE_CHECK_EVERY: usize = 50;
 
-impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
+/// GetUsers' queues: it puts users and checkpoints on them, and consumes the continuation
+/// queue.
+pub trait Queue: OutgoingQueue + ConsumedQueue {}
+impl<T: OutgoingQueue + ConsumedQueue> Queue for T {}
+
+impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
     /// `users`, `continuation`, `campaigns` and `waiting` are the queues, the table and the
     /// waiting room `config` names; `results` the sends table's records by campaign.
     pub fn new(
@@ -211,8 +227,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             Request::Continuations(records) => {
                 let mut failed = Vec::new();
                 let mut done = Vec::new();
-                for (id, body) in records {
-                    let result = match parse_body::<Continuation>(body.as_deref()) {
+                for record in records {
+                    let id = record.message_id.clone();
+                    let result = match parse_body::<Continuation>(record.body.as_deref()) {
                         Ok(Continuation::Checkpoint(cp)) => self
                             .run(cp.into(), invocation)
                             .await
@@ -232,7 +249,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                     match result {
                         Ok(response) => done.extend(response),
                         Err(reason) => {
-                            tracing::error!(message_id = %id, %reason, "checkpoint failed; it will be retried");
+                            let backoff = continuation_backoff(record.receives);
+                            tracing::error!(message_id = %id, %reason, receives = record.receives, backoff_s = backoff.as_secs(), "checkpoint failed; it will be retried");
+                            self.come_back_after(&record, backoff).await;
                             failed.push(id);
                         }
                     }
@@ -242,6 +261,18 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                     done,
                 }))
             }
+        }
+    }
+
+    /// Sets a failed continuation record to come back after `backoff`, not after the queue's
+    /// visibility timeout (90 minutes: six times GetUsers' timeout, as Lambda asks).
+    async fn come_back_after(&self, record: &ContinuationRecord, backoff: Duration) {
+        let Some(receipt) = record.receipt_handle.as_deref() else {
+            return;
+        };
+        if let Err(err) = self.continuation.change_visibility(receipt, backoff).await {
+            // Not fatal: the record still comes back, after the visibility timeout.
+            tracing::warn!(message_id = %record.message_id, reason = %err, "could not set the checkpoint's retry delay");
         }
     }
 
@@ -755,7 +786,7 @@ fn add(
 // The event: the schedule's, a manual run, or a batch of checkpoints from the continuation
 // queue. A run's summary travels in its `Response`; its counts are the invocation's metrics.
 crate::runtime::serve::stage! {
-    impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> for GetUsers<D, Q, S, W> {
+    impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> for GetUsers<D, Q, S, W> {
         Value => Result<(Response, Vec<crate::runtime::emf::Metric>), GetUsersError>,
         |stage, event, invocation| {
             let response = stage.handle(event, invocation).await?;

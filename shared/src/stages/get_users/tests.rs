@@ -402,6 +402,38 @@ async fn an_invocation_lambda_gave_up_on_runs_again_from_the_continuation_queue(
 }
 
 #[tokio::test]
+async fn a_failed_continuation_record_comes_back_after_a_short_backoff_by_its_receives() {
+    assert_eq!(
+        (1..=6).map(continuation_backoff).collect::<Vec<_>>(),
+        [30, 120, 480, 1800, 1800, 1800].map(Duration::from_secs)
+    );
+    let stage = stage("20");
+    stage
+        .users
+        .closed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let record = |id: &str, receives: u32| {
+        json!({
+            "messageId": id,
+            "receiptHandle": format!("receipt-{id}"),
+            "body": failed_invocation(manual()),
+            "attributes": {"ApproximateReceiveCount": receives.to_string()},
+        })
+    };
+    let records = json!({"Records": [record("first", 1), record("third", 3)]});
+    let failed = failed_records(&stage, records).await;
+    assert_eq!(failed, ["first", "third"]);
+    // Set before the response reports them: back in 30 s and 8 minutes, not 90.
+    assert_eq!(
+        *stage.continuation.visibility.lock().unwrap(),
+        [
+            ("receipt-first".to_owned(), Duration::from_secs(30)),
+            ("receipt-third".to_owned(), Duration::from_secs(480)),
+        ]
+    );
+}
+
+#[tokio::test]
 async fn a_cancelled_campaign_is_not_fanned_out_and_leaves_no_checkpoint() {
     let stage = stage("3600");
     stage.campaigns.states.cancel(campaign().id.as_str());

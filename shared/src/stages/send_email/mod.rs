@@ -8,6 +8,7 @@
 //! `outcome`, the shared send rate in `pacing`, and the decision table's tests in
 //! `decision_table`.
 
+mod daily_quota;
 mod guard;
 mod ledger_writes;
 mod outcome;
@@ -28,10 +29,10 @@ use crate::ports::{
 use crate::runtime::batch::{batch_response, each_record};
 use crate::runtime::Invocation;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use daily_quota::{Halt, Halted};
 pub use outcome::Summary;
 use outcome::{Again, Done, Retry};
 use pacing::{NoSlot, Pacer, Ticket};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Do not start a send with less time left than this: claim, send and mark must fit.
@@ -101,7 +102,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
     ) -> (SqsBatchResponse, Summary) {
         let started = std::time::Instant::now();
         let throttles_before = self.pacer.throttles();
-        let stop = AtomicBool::new(false);
+        let stop = Halt::default();
         let stop = &stop;
         // One ticket per record from the start: the demand the first chunk of slots is for.
         self.pacer.batch(event.records.len());
@@ -152,6 +153,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
                 Ok(Done::Skipped(skip)) => *summary.skipped.entry(skip.as_str()).or_default() += 1,
                 Ok(Done::PreviouslySkipped) => summary.previously_skipped += 1,
                 Ok(Done::Requeued) => summary.deferred += 1,
+                Ok(Done::QuotaRequeued) => summary.daily_quota_held += 1,
                 Err(retry) => {
                     match retry.why {
                         Again::Busy => summary.busy += 1,
@@ -161,6 +163,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
                         Again::Stopped => summary.stopped += 1,
                         Again::Error => summary.retried += 1,
                         Again::Quiet => summary.deferred += 1,
+                        Again::DailyQuota => summary.daily_quota_held += 1,
                     }
                     failed.push(id);
                 }
@@ -184,6 +187,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
             skipped = ?summary.skipped,
             previously_skipped = summary.previously_skipped,
             deferred = summary.deferred,
+            daily_quota_held = summary.daily_quota_held,
             duration_ms = started.elapsed().as_millis() as u64,
             "SendEmail batch done"
         );
@@ -196,6 +200,12 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
         delays[receive_count(record)
             .saturating_sub(1)
             .min(delays.len() - 1)]
+    }
+
+    /// A return that hides this record again must not cost it the receive that sends it to
+    /// the DLQ: it goes back as a fresh copy instead.
+    fn near_receive_limit(&self, record: &SqsMessage) -> bool {
+        receive_count(record) + 1 >= self.config.max_receive_count as usize
     }
 
     async fn delay(&self, record: &SqsMessage, delay: Duration) {
@@ -236,7 +246,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
         &self,
         record: &SqsMessage,
         invocation: &Invocation,
-        stop: &AtomicBool,
+        stop: &Halt,
         ticket: Option<Ticket<'_>>,
     ) -> Result<Done, Retry> {
         let message_id = record.message_id.as_deref().unwrap_or_default();
@@ -255,12 +265,14 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
         job: EmailJob,
         record: &SqsMessage,
         invocation: &Invocation,
-        stop: &AtomicBool,
+        stop: &Halt,
         ticket: Ticket<'_>,
     ) -> Result<Done, Retry> {
         let message_id = record.message_id.as_deref().unwrap_or_default();
-        if stop.load(Ordering::SeqCst) {
-            return Err(self.stopped());
+        match stop.get() {
+            Some(Halted::Stopped) => return Err(self.stopped()),
+            Some(Halted::DailyQuota) => return self.hold_for_quota(None, record).await,
+            None => {}
         }
         if invocation.remaining() < MIN_TIME_TO_SEND {
             return Err(Retry::error(Some(Duration::ZERO)));
@@ -351,10 +363,14 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
                 return Err(Retry::error(None));
             }
         }
-        if stop.load(Ordering::SeqCst) {
-            self.give_back(&claim, "sending stopped", false, last_receive)
-                .await;
-            return Err(self.stopped());
+        match stop.get() {
+            Some(Halted::Stopped) => {
+                self.give_back(&claim, "sending stopped", false, last_receive)
+                    .await;
+                return Err(self.stopped());
+            }
+            Some(Halted::DailyQuota) => return self.hold_for_quota(Some(&claim), record).await,
+            None => {}
         }
         if invocation.remaining() < MIN_TIME_TO_SEND {
             self.give_back(&claim, "deadline too near to send", false, last_receive)
@@ -475,7 +491,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
         &self,
         email: &OutgoingEmail,
         invocation: &Invocation,
-        stop: &AtomicBool,
+        stop: &Halt,
         deadline_ms: Option<i64>,
     ) -> Result<String, SendError> {
         loop {
@@ -489,7 +505,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
                 return answer;
             }
             self.pacer.throttled(&self.ceiling()).await;
-            if stop.load(Ordering::SeqCst) || invocation.remaining() < 2 * MIN_TIME_TO_SEND {
+            if stop.get().is_some() || invocation.remaining() < 2 * MIN_TIME_TO_SEND {
                 return answer;
             }
             if self
@@ -511,7 +527,7 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
         email: &OutgoingEmail,
         record: &SqsMessage,
         invocation: &Invocation,
-        stop: &AtomicBool,
+        stop: &Halt,
         send_errors: u64,
     ) -> Result<Done, Retry> {
         let last_receive = receive_count(record) >= self.config.max_receive_count as usize;
@@ -531,8 +547,15 @@ impl<M: Mailer, L: SendLedger, Q: RetryQueue, S: CampaignStates, B: RateBucket, 
                     delay: Some(self.backoff(record)),
                 })
             }
+            Err(SendError::DailyQuota(reason)) => {
+                // Not a rate: the shared rate stays as it is, and the rest of the batch is
+                // held without asking SES again.
+                stop.set(Halted::DailyQuota);
+                tracing::error!(campaign = %claim.key.campaign_id(), %reason, "SES's 24-hour sending quota is used up: holding the batch until its window lets sends through");
+                self.hold_for_quota(Some(claim), record).await
+            }
             Err(SendError::Stopped(reason)) => {
-                stop.store(true, Ordering::SeqCst);
+                stop.set(Halted::Stopped);
                 tracing::error!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, %reason, "SES refuses to send for this account: stopping the batch and returning every unsent record; resolve it in the SES console");
                 self.give_back(claim, &reason, false, last_receive).await;
                 Err(self.stopped())
