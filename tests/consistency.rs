@@ -282,8 +282,8 @@ fn sample_events_are_what_the_handlers_accept() {
     match parse_request(read("continuation-batch.json")) {
         Ok(Request::Continuations(records)) => {
             use mailflow::stages::get_users::Checkpoint;
-            assert!(parse_body::<Checkpoint>(records[0].1.as_deref()).is_ok());
-            assert!(parse_body::<Checkpoint>(records[1].1.as_deref()).is_err());
+            assert!(parse_body::<Checkpoint>(records[0].body.as_deref()).is_ok());
+            assert!(parse_body::<Checkpoint>(records[1].body.as_deref()).is_err());
         }
         _ => panic!("continuation-batch.json is not an SQS batch"),
     }

@@ -126,6 +126,11 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
                 "dynamodb:Query",
                 "${SendsTable.Arn}/index/CampaignShardIndex".into(),
             ));
+            // A failed checkpoint's backoff.
+            pairs.push((
+                "sqs:ChangeMessageVisibility",
+                "ContinuationQueue.Arn".into(),
+            ));
         }
         "CreateEmails" => {
             pairs.push(("sqs:SendMessage", "EmailsQueue.Arn".into()));

@@ -20,7 +20,7 @@ use mailflow::domain::local_time::{
 use mailflow::domain::messages::UserMessage;
 use mailflow::domain::public_urls::{PublicUrls, PublicUrlsCheck, JUNK_PER_SECOND};
 use mailflow::domain::send_rate::{
-    Environment, QuotaUnknown, SendQuota, SendRate, RATE_ITEM_TAKES_PER_SECOND,
+    sends_at_rate, Environment, QuotaUnknown, SendQuota, SendRate, RATE_ITEM_TAKES_PER_SECOND,
 };
 use mailflow::domain::topics::{ExclusionCounts, Topics};
 use mailflow::ports::{AudienceScan, CapLedger, UserDirectory};
@@ -97,6 +97,11 @@ pub struct GuardrailsPlan {
     pub cap_exempt: bool,
     /// The A/B experiment's groups (docs/experiments.md).
     pub experiment: Option<ExperimentPlan>,
+    /// When the last email would go at the rate, each starting when its user may go (now,
+    /// their local time, after quiet hours, or the experiment's decision for the rest).
+    pub last_send_ms: Option<i64>,
+    /// Of those it would send, the emails that would go after the deadline: recorded expired.
+    pub past_deadline: u64,
 }
 
 /// Who an experiment would send what: each variant's test group now, the rest the winner
@@ -155,6 +160,8 @@ pub struct LocalTimePlan {
     pub busiest: Option<SlotLoad>,
     /// Slots whose last email goes more than 30 minutes after their local time.
     pub late: Vec<SlotLoad>,
+    /// Slots whose last email would go after the campaign's deadline.
+    pub past_deadline: Vec<SlotLoad>,
 }
 
 /// SendEmail environments from which `plan` warns: half of an account's default Lambda
@@ -225,6 +232,8 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
         ..Default::default()
     };
     let now_ms = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
+    // Emails by the instant their users may go, for when the last one goes at the rate.
+    let mut starts: BTreeMap<i64, u64> = BTreeMap::new();
     let decide_at = guardrails.experiment.as_ref().map(|e| {
         let quiet_ms = (guardrails.quiet)
             .filter(|q| q.policy == QuietPolicy::Defer)
@@ -321,12 +330,14 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
                     slot.0 += 1;
                     slot.1.insert(tz.iana_name().unwrap_or("?").to_owned());
                 }
+                let mut go_at = at_ms.max(now_ms);
                 if let Some(quiet) = &guardrails.quiet {
-                    if quiet.quiet_until(at_ms.max(now_ms), &tz).is_some() {
+                    if let Some(until) = quiet.quiet_until(go_at, &tz) {
                         plan.guardrails.in_quiet_hours += 1;
                         if quiet.policy == QuietPolicy::Skip {
                             continue;
                         }
+                        go_at = until;
                     }
                 }
                 if capped {
@@ -357,9 +368,11 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
                         Assignment::Test(i) => {
                             *groups.groups.entry(e.variants[i].name.clone()).or_default() += 1
                         }
+                        // Dated after the decision above (`Experiment::rest_goes_at`).
                         Assignment::Rest => groups.rest += 1,
                     }
                 }
+                *starts.entry(go_at).or_default() += 1;
                 if plan.samples.len() < samples {
                     plan.samples.push(crate::compose::describe(&job));
                 }
@@ -376,11 +389,13 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
     plan.records_at_once = environment.records_at_once;
     plan.create_emails = Some(composers_for(plan.send_rate, &composer, composers_ceiling));
     plan.hours = plan.would_send as f64 / plan.send_rate / 3600.0;
+    let sends = sends_at_rate(&starts, plan.send_rate, guardrails.campaign.deadline_ms);
+    plan.guardrails.last_send_ms = sends.last_ms;
+    plan.guardrails.past_deadline = sends.past_deadline;
     plan.public_urls = Some(public_urls.check(plan.send_rate));
     match quota {
         Ok(q) => {
-            let left = (q.max_24_hour_send - q.sent_last_24_hours).max(0.0);
-            plan.over_24_hour_quota = (plan.would_send as f64 - left).max(0.0).ceil() as u64;
+            plan.over_24_hour_quota = over_24_hour_quota(plan.would_send, &q);
             plan.ses_quota = Some(q);
         }
         Err(reason) => plan.ses_quota_unknown = Some(reason.to_string()),
@@ -399,6 +414,13 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
             .filter(|s| s.finishes_after * 1000.0 > LATE_TOLERANCE_MS as f64)
             .cloned()
             .collect();
+        if let Some(deadline) = guardrails.campaign.deadline_ms {
+            l.past_deadline = (l.slots.iter())
+                .zip(slots.keys())
+                .filter(|(s, at)| **at as f64 + s.finishes_after * 1000.0 > deadline as f64)
+                .map(|(s, _)| s.clone())
+                .collect();
+        }
         plan.local_time = Some(l);
     }
     Ok(plan)
@@ -438,6 +460,14 @@ fn goes_at(now_ms: i64, decided: Option<Delivery>, rest_at: Option<i64>) -> Opti
             Some((at, true))
         }
     }
+}
+
+/// Emails of `would_send` beyond what SES's 24-hour quota has left now (0 when it fits or
+/// has no limit).
+pub fn over_24_hour_quota(would_send: usize, quota: &SendQuota) -> u64 {
+    quota
+        .left_24_hours()
+        .map_or(0, |left| (would_send as f64 - left).max(0.0).ceil() as u64)
 }
 
 /// The plan as an operator reads it.
@@ -502,12 +532,13 @@ pub fn describe(plan: &Plan) -> String {
     }
     match (&plan.ses_quota, &plan.ses_quota_unknown) {
         (Some(q), _) if plan.over_24_hour_quota > 0 => out.push_str(&format!(
-            "SES 24-hour quota: {} of {} used; this campaign needs {} more than is left: SES will refuse them until the window rolls\n",
-            q.sent_last_24_hours, q.max_24_hour_send, plan.over_24_hour_quota
+            "SES 24-hour quota: {}; this campaign needs {} more than is left: SES will refuse them until the window rolls, and SendEmail holds them an hour at a time until it does (docs/send-rate.md)\n",
+            q.describe_24_hours(),
+            plan.over_24_hour_quota
         )),
         (Some(q), _) => out.push_str(&format!(
-            "SES 24-hour quota: {} of {} used; the campaign fits\n",
-            q.sent_last_24_hours, q.max_24_hour_send
+            "SES 24-hour quota: {}; the campaign fits\n",
+            q.describe_24_hours()
         )),
         (None, Some(reason)) => out.push_str(&format!("SES quota not known ({reason})\n")),
         (None, None) => {}
@@ -576,6 +607,13 @@ fn describe_local_time(l: &LocalTimePlan) -> String {
             b.seconds / 60.0
         ));
     }
+    if !l.past_deadline.is_empty() {
+        out.push_str(&format!(
+            "{} slots would still be sending after the campaign's deadline ({}): their users after it are recorded expired\n",
+            l.past_deadline.len(),
+            l.past_deadline.iter().map(|s| s.slot.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
     if l.late.is_empty() {
         out.push_str("every slot finishes within 30 minutes of its local time\n");
     } else {
@@ -631,15 +669,16 @@ fn describe_guardrails(plan: &Plan) -> Option<String> {
             out.push_str(&format!("warning: {warning}\n"));
         }
     }
-    if let Some(deadline) = g.deadline_ms {
-        let now = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
-        let left_hours = (deadline - now) as f64 / 3_600_000.0;
-        if plan.hours > left_hours {
-            let late = ((plan.hours - left_hours.max(0.0)) / plan.hours * plan.would_send as f64)
-                .ceil() as u64;
+    if let (Some(deadline), Some(last)) = (g.deadline_ms, g.last_send_ms) {
+        if g.past_deadline > 0 {
+            let now = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
+            let hours = |ms: i64| (ms - now) as f64 / 3_600_000.0;
             out.push_str(&format!(
-                "the deadline is {left_hours:.1} h away and the sends take {:.1} h: about {late} users would be recorded expired (raise the rate, or give a later --deadline)\n",
-                plan.hours
+                "the deadline is {:.1} h away and the last email would go in {:.1} h (each from when its user may go: now, their local time, after quiet hours, or the experiment's decision for the rest; then at {}/s): about {} users would be recorded expired (raise the rate, or give a later --deadline)\n",
+                hours(deadline),
+                hours(last),
+                plan.send_rate,
+                g.past_deadline
             ));
         }
     }
@@ -781,5 +820,77 @@ mod tests {
             ..Plan::default()
         });
         assert!(!fed.contains("CreateEmails needs"), "{fed}");
+    }
+
+    #[test]
+    fn held_users_count_against_the_deadline_from_when_they_go_not_from_now() {
+        let hour = 3_600_000;
+        let now = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
+        // 200,000 now, the rest of an experiment (800,000) an hour before the deadline, at
+        // 50/s: all of it would take 5.6 h from now, well within the 20 h, but the rest
+        // takes 4.4 h from its release.
+        let starts = BTreeMap::from([(now, 200_000), (now + 19 * hour, 800_000)]);
+        let sends = sends_at_rate(&starts, 50.0, Some(now + 20 * hour));
+        assert_eq!(sends.past_deadline, 800_000 - 3600 * 50);
+        assert_eq!(sends.last_ms, Some(now + 19 * hour + 16_000 * 1000));
+        let plan = Plan {
+            send_rate: 50.0,
+            would_send: 1_000_000,
+            hours: 1_000_000.0 / 50.0 / 3600.0,
+            guardrails: GuardrailsPlan {
+                deadline_ms: Some(now + 20 * hour),
+                last_send_ms: sends.last_ms,
+                past_deadline: sends.past_deadline,
+                ..Default::default()
+            },
+            ..Plan::default()
+        };
+        let text = describe(&plan);
+        assert!(
+            text.contains("the last email would go in 23.4 h")
+                && text.contains("about 620000 users would be recorded expired"),
+            "{text}"
+        );
+        // A local-time slot after the deadline is counted whole; one before it is not.
+        let slots = BTreeMap::from([(now + hour, 100), (now + 3 * hour, 100)]);
+        let sends = sends_at_rate(&slots, 50.0, Some(now + 2 * hour));
+        assert_eq!(sends.past_deadline, 100);
+        assert_eq!(sends_at_rate(&slots, 50.0, None).past_deadline, 0);
+        // Sends that end before the deadline warn of nothing.
+        let fits = sends_at_rate(&starts, 50.0, Some(now + 30 * hour));
+        assert_eq!(fits.past_deadline, 0);
+    }
+
+    #[test]
+    fn an_unlimited_24_hour_quota_fits_every_campaign() {
+        let quota = |max: f64| SendQuota {
+            max_send_rate: 14.0,
+            max_24_hour_send: max,
+            sent_last_24_hours: 49_500.0,
+        };
+        // SES says -1 for no limit.
+        let unlimited = quota(-1.0);
+        assert_eq!(over_24_hour_quota(1_000_000, &unlimited), 0);
+        assert_eq!(over_24_hour_quota(1_000, &quota(50_000.0)), 500);
+        let described = |q: SendQuota, would_send| {
+            describe(&Plan {
+                would_send,
+                over_24_hour_quota: over_24_hour_quota(would_send, &q),
+                ses_quota: Some(q),
+                ..Plan::default()
+            })
+        };
+        let fits = described(unlimited, 1_000_000);
+        assert!(
+            fits.contains("SES 24-hour quota: unlimited (49500 sent); the campaign fits"),
+            "{fits}"
+        );
+        let over = described(quota(50_000.0), 1_000);
+        assert!(
+            over.contains(
+                "SES 24-hour quota: 49500 of 50000 used; this campaign needs 500 more than is left"
+            ),
+            "{over}"
+        );
     }
 }

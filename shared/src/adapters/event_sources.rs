@@ -31,24 +31,28 @@ impl EventSourceMappings {
     }
 
     /// Enables or disables every mapping (UpdateEventSourceMapping); Lambda applies it within
-    /// seconds (`wait_for`).
+    /// seconds (`wait_for`). See `switch_each` for what a refusal does.
     pub async fn set_enabled(&self, enabled: bool) -> Result<(), ControlError> {
-        for id in &self.ids {
-            self.client
-                .update_event_source_mapping()
-                .uuid(id)
-                .enabled(enabled)
-                .send()
-                .await
-                .map_err(|e| {
-                    ControlError(format!(
-                        "event source mapping {id}: could not {} it: {}",
-                        if enabled { "enable" } else { "disable" },
-                        describe(&e)
-                    ))
-                })?;
-        }
-        Ok(())
+        // Boxed: the SDK's future nested in the retries is too deep a type for the compiler.
+        switch_each(
+            &self.ids,
+            enabled,
+            |id| -> futures::future::BoxFuture<'_, _> {
+                Box::pin(async move {
+                    use aws_sdk_lambda::error::ProvideErrorMetadata;
+                    (self.client.update_event_source_mapping().uuid(id))
+                        .enabled(enabled)
+                        .send()
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| UpdateRefused {
+                            code: e.code().map(str::to_owned),
+                            detail: describe(&e),
+                        })
+                })
+            },
+        )
+        .await
     }
 
     /// Each mapping's `State` (Enabled, Disabling, Disabled, Enabling, ...).
@@ -84,6 +88,78 @@ impl EventSourceMappings {
     }
 }
 
+/// Attempts at one mapping's update, half a second apart at first and doubling (15.5 s of
+/// waiting in all): Lambda refuses an update while another of the same mapping is in progress
+/// (ResourceInUseException, RateControl setting its MaximumConcurrency every minute) and
+/// throttles bursts of them; both pass within seconds.
+const UPDATE_ATTEMPTS: u32 = 6;
+const FIRST_RETRY: Duration = Duration::from_millis(500);
+
+/// An UpdateEventSourceMapping Lambda refused: its error code (None: no answer came), and
+/// the whole error as text.
+#[derive(Debug)]
+pub struct UpdateRefused {
+    pub code: Option<String>,
+    pub detail: String,
+}
+
+/// Whether a refusal passes by itself: the mapping is being updated, the calls are throttled,
+/// Lambda failed, or no answer came. Any other (not found, access denied) would repeat.
+fn transient(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        None | Some(
+            "ResourceInUseException"
+                | "TooManyRequestsException"
+                | "ThrottlingException"
+                | "ServiceException"
+        )
+    )
+}
+
+/// Switches every mapping in `ids` to `enabled` through `update`, trying a transient refusal
+/// again with backoff. A mapping that still refuses does not stop the others; the error names
+/// each one left in the other state, why, and the command that switches it by hand.
+async fn switch_each<'a, F, Fut>(
+    ids: &'a [String],
+    enabled: bool,
+    update: F,
+) -> Result<(), ControlError>
+where
+    F: Fn(&'a str) -> Fut,
+    Fut: std::future::Future<Output = Result<(), UpdateRefused>>,
+{
+    let (verb, left, flag) = if enabled {
+        ("enable", "disabled", "--enabled")
+    } else {
+        ("disable", "enabled", "--no-enabled")
+    };
+    let mut stuck = Vec::new();
+    for id in ids {
+        let mut attempt = 1;
+        while let Err(refused) = update(id).await {
+            if attempt >= UPDATE_ATTEMPTS || !transient(refused.code.as_deref()) {
+                tracing::error!(mapping = %id, reason = %refused.detail, attempts = attempt, "event source mapping left {left}");
+                stuck.push(format!(
+                    "{id} (could not {verb} it, {attempt} attempt(s): {}; `aws lambda update-event-source-mapping --uuid {id} {flag}`)",
+                    refused.detail
+                ));
+                break;
+            }
+            tracing::warn!(mapping = %id, reason = %refused.detail, attempt, "event source mapping not updated; trying again");
+            tokio::time::sleep(FIRST_RETRY * 2u32.pow(attempt - 1)).await;
+            attempt += 1;
+        }
+    }
+    if stuck.is_empty() {
+        return Ok(());
+    }
+    Err(ControlError(format!(
+        "event source mapping(s) left {left}: {}",
+        stuck.join("; ")
+    )))
+}
+
 /// The stack's sending as an operator (`mailctl pause|resume`) and the reputation guard
 /// switch it: the campaigns table and the campaign queues' mappings.
 pub struct StackSending {
@@ -109,7 +185,11 @@ impl StackSending {
         {
             return Ok(Err(refused));
         }
-        self.mappings.set_enabled(false).await?;
+        (self.mappings.set_enabled(false).await).map_err(|e| {
+            ControlError(format!(
+                "{campaign_id} is recorded PAUSED, but not every consumer is stopped: {e}"
+            ))
+        })?;
         self.settled(DISABLED).await?;
         Ok(Ok(()))
     }
@@ -236,5 +316,102 @@ impl crate::ports::ConsumerScaling for ConsumerMapping {
                 })?;
             Ok(Some(current.unwrap_or(0) as u32))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Lambda as a fake: each mapping refuses its first `busy` updates with `code`.
+    struct Lambda {
+        busy: usize,
+        code: Option<&'static str>,
+        calls: Mutex<Vec<String>>,
+    }
+
+    impl Lambda {
+        fn new(busy: usize, code: Option<&'static str>) -> Self {
+            Self {
+                busy,
+                code,
+                calls: Mutex::default(),
+            }
+        }
+
+        async fn update(&self, id: &str) -> Result<(), UpdateRefused> {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push(id.to_owned());
+            if calls.iter().filter(|c| *c == id).count() <= self.busy {
+                return Err(UpdateRefused {
+                    code: self.code.map(str::to_owned),
+                    detail: format!("{}: busy", self.code.unwrap_or("no answer")),
+                });
+            }
+            Ok(())
+        }
+
+        fn calls_for(&self, id: &str) -> usize {
+            self.calls
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|c| *c == id)
+                .count()
+        }
+    }
+
+    fn ids() -> Vec<String> {
+        ["continuation", "users", "emails"]
+            .map(String::from)
+            .to_vec()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_mapping_in_use_is_disabled_on_a_later_attempt() {
+        let lambda = Lambda::new(3, Some("ResourceInUseException"));
+        let started = tokio::time::Instant::now();
+        switch_each(&ids(), false, |id| lambda.update(id))
+            .await
+            .unwrap();
+        for id in ids() {
+            assert_eq!(lambda.calls_for(&id), 4, "{id}");
+        }
+        // 0.5 + 1 + 2 s of backoff for each (the clock is tokio's, paused).
+        assert_eq!(started.elapsed(), Duration::from_millis(3 * 3_500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_mapping_that_stays_in_use_is_named_and_the_others_still_switch() {
+        let lambda = &Lambda::new(UPDATE_ATTEMPTS as usize, Some("TooManyRequestsException"));
+        let err = switch_each(&ids(), false, |id| async move {
+            // Only the users queue's mapping stays busy.
+            if id == "users" {
+                return lambda.update(id).await;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(lambda.calls_for("users"), UPDATE_ATTEMPTS as usize);
+        assert_eq!(
+            err.to_string(),
+            "event source mapping(s) left enabled: users (could not disable it, 6 attempt(s): TooManyRequestsException: busy; `aws lambda update-event-source-mapping --uuid users --no-enabled`)"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_that_would_repeat_is_not_tried_again() {
+        let lambda = Lambda::new(1, Some("ResourceNotFoundException"));
+        let err = switch_each(&ids(), true, |id| lambda.update(id))
+            .await
+            .unwrap_err();
+        for id in ids() {
+            assert_eq!(lambda.calls_for(&id), 1, "{id}");
+        }
+        let message = err.to_string();
+        assert!(message.starts_with("event source mapping(s) left disabled: continuation (could not enable it, 1 attempt(s)"), "{message}");
+        assert!(message.contains("--uuid emails --enabled"), "{message}");
     }
 }

@@ -144,8 +144,15 @@ fn raw_message_with(
 }
 
 /// Classifies an SES error by its code (the emulator and the service use the same codes).
+/// SES answers both of its quotas with a throttling code; only the message tells the daily
+/// quota ("Daily message quota exceeded") from the rate ("Maximum sending rate exceeded"),
+/// and sending slower does nothing for the former.
 pub fn classify(code: Option<&str>, message: &str, answered: bool) -> SendError {
     let detail = format!("{}: {message}", code.unwrap_or("Error"));
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("daily") && lower.contains("quota") {
+        return SendError::DailyQuota(detail);
+    }
     match code {
         Some(
             "TooManyRequestsException"
@@ -283,6 +290,36 @@ mod tests {
         assert!(matches!(
             classify(Some("SendingPausedException"), "", true),
             SendError::Stopped(_)
+        ));
+        // Both quotas come with a throttling code: the message tells them apart.
+        for code in [
+            "ThrottlingException",
+            "Throttling",
+            "LimitExceededException",
+            "TooManyRequestsException",
+        ] {
+            assert!(
+                matches!(
+                    classify(Some(code), "Daily message quota exceeded.", true),
+                    SendError::DailyQuota(_)
+                ),
+                "{code}"
+            );
+            assert!(
+                matches!(
+                    classify(Some(code), "Maximum sending rate exceeded.", true),
+                    SendError::Throttled(_)
+                ),
+                "{code}"
+            );
+        }
+        assert!(matches!(
+            classify(
+                Some("LimitExceededException"),
+                "Daily sending quota exceeded",
+                true
+            ),
+            SendError::DailyQuota(_)
         ));
         assert!(matches!(
             classify(Some("MessageRejected"), "Email address not verified", true),

@@ -149,8 +149,7 @@ impl SqsQueue {
     }
 }
 
-impl crate::ports::RetryQueue for SqsQueue {
-    /// Makes a received message visible again after `delay` (SQS caps it at 12 hours).
+impl crate::ports::ConsumedQueue for SqsQueue {
     async fn change_visibility(
         &self,
         receipt_handle: &str,
@@ -166,7 +165,9 @@ impl crate::ports::RetryQueue for SqsQueue {
             .map_err(|e| self.call_error("ChangeMessageVisibility", &e))?;
         Ok(())
     }
+}
 
+impl crate::ports::RetryQueue for SqsQueue {
     async fn requeue(&self, body: &str, delay: Duration) -> Result<(), QueueError> {
         // Whole seconds, rounded up (never back before its slot), at least one.
         let seconds = delay

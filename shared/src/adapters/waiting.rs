@@ -240,6 +240,10 @@ impl WaitingRoom for WaitingTable {
             .await
     }
 
+    async fn count(&self, campaign: &CampaignId, at_ms: i64) -> Result<u64, StoreError> {
+        count_waiting(&self.dynamodb, &self.table, campaign, at_ms).await
+    }
+
     async fn report(&self, campaign: &CampaignId) -> Result<Option<WaitingReport>, StoreError> {
         read_report(&self.dynamodb, &self.table, campaign).await
     }

@@ -34,6 +34,9 @@ pub struct GetUsersConfig {
     /// click or open is noted on a send record, so no experiment can be decided by people
     /// and a start with one is refused.
     pub track_opens_and_clicks: bool,
+    /// The stack's send rate (`SEND_RATE_PER_SECOND`): the end of a fan-out warns when its
+    /// held users could not all be sent before the campaign's deadline at it.
+    pub send_rate_per_second: f64,
 }
 
 /// Quiet hours (`QUIET_HOURS`, `QUIET_HOURS_POLICY`): GetUsers holds users until they end,
@@ -127,6 +130,7 @@ impl GetUsersConfig {
         var::QUIET_HOURS,
         var::QUIET_HOURS_POLICY,
         var::TRACK_OPENS_AND_CLICKS,
+        var::SEND_RATE_PER_SECOND,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
@@ -138,6 +142,7 @@ impl GetUsersConfig {
                 "true or false",
             )?,
             guardrails: guardrail_defaults(src)?,
+            send_rate_per_second: super::send_email::send_rate(src)?,
             quiet_hours: quiet_hours(src)?,
             local_time: LocalTimeConfig::from_source(src)?,
             waiting_table_name: required(src, var::WAITING_TABLE_NAME)?,

@@ -178,7 +178,7 @@ impl SendEmailConfig {
 }
 
 /// `SEND_RATE_PER_SECOND`, checked.
-fn send_rate(src: &dyn Source) -> Result<f64, ConfigError> {
+pub(super) fn send_rate(src: &dyn Source) -> Result<f64, ConfigError> {
     let rate: f64 = parsed(
         src,
         var::SEND_RATE_PER_SECOND,

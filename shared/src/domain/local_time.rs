@@ -588,10 +588,10 @@ impl WaitingReport {
         self.runs.entry(run_started_ms).or_default().add(counts);
     }
 
-    /// The slots whose waiting users a reader counts: those not swept yet (a completed
-    /// sweep read the whole slot, and every hold is written before it, so a count there can
-    /// only be 0; the held and released figures need not match, as a resend may hold a
-    /// user again).
+    /// The slots whose waiting users a reader counts: those not swept yet, and those swept
+    /// whose holds outnumber their releases (a hold that landed while the sweep read; a
+    /// resend that held a user again is counted too, at the cost of one count). A swept
+    /// slot whose releases cover its holds is left out: its count can only be 0.
     pub fn slots_to_count(&self) -> Vec<i64> {
         let mut slots: std::collections::BTreeSet<i64> =
             self.counts.waiting.keys().copied().collect();
@@ -599,7 +599,11 @@ impl WaitingReport {
         slots.extend(self.releases.iter().map(|r| r.slot_ms));
         slots
             .into_iter()
-            .filter(|slot| !self.passes(*slot).2)
+            .filter(|slot| {
+                let (released, swept, sweep_ran) = self.passes(*slot);
+                let held = self.counts.waiting.get(slot).copied().unwrap_or(0);
+                !sweep_ran || held > released + swept
+            })
             .collect()
     }
 

@@ -28,6 +28,26 @@ pub struct SendQuota {
     pub sent_last_24_hours: f64,
 }
 
+impl SendQuota {
+    /// Emails the rolling 24 hours still allow; None when there is no limit (SES's
+    /// `Max24HourSend` of -1).
+    pub fn left_24_hours(&self) -> Option<f64> {
+        (self.max_24_hour_send >= 0.0)
+            .then(|| (self.max_24_hour_send - self.sent_last_24_hours).max(0.0))
+    }
+
+    /// The 24-hour quota as an operator reads it: "120 of 50000 used", or "unlimited".
+    pub fn describe_24_hours(&self) -> String {
+        match self.left_24_hours() {
+            Some(_) => format!(
+                "{} of {} used",
+                self.sent_last_24_hours, self.max_24_hour_send
+            ),
+            None => format!("unlimited ({} sent)", self.sent_last_24_hours),
+        }
+    }
+}
+
 /// SendEmail's CPU time per email on one vCPU (docs/benchmarks.md: 1,002-1,702 µs; the
 /// highest, rounded up). Lambda gives a function CPU in proportion to its memory, one vCPU
 /// at `MB_PER_VCPU`: at 128 MB an email takes 25 ms of an environment's time.
@@ -373,6 +393,41 @@ pub fn chunk_for(demand: usize, deep: bool, batch: usize) -> u32 {
 pub fn epoch_us(at: std::time::SystemTime) -> u64 {
     at.duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// When the sends would end, one after another at the rate from the instant each may go.
+#[derive(Debug, Default, PartialEq)]
+pub struct SendsAtRate {
+    /// When the last email goes (None: nothing to send).
+    pub last_ms: Option<i64>,
+    /// Emails that would go after the deadline.
+    pub past_deadline: u64,
+}
+
+/// `starts`: emails by the instant their users may go. Each group goes at `rate` from its
+/// instant or once the one before has finished, whichever is later (as
+/// `local_time::slot_loads`). `mailctl plan` and the end of a campaign's fan-out (GetUsers)
+/// weigh a deadline with it.
+pub fn sends_at_rate(
+    starts: &std::collections::BTreeMap<i64, u64>,
+    rate: f64,
+    deadline_ms: Option<i64>,
+) -> SendsAtRate {
+    let ms_per_email = 1000.0 / rate.max(0.001);
+    let mut free_at = f64::MIN;
+    let mut past = 0.0;
+    for (at, emails) in starts {
+        let start = free_at.max(*at as f64);
+        let finish = start + *emails as f64 * ms_per_email;
+        free_at = finish;
+        if let Some(deadline) = deadline_ms.map(|d| d as f64).filter(|d| finish > *d) {
+            past += ((finish - deadline.max(start)) / ms_per_email).min(*emails as f64);
+        }
+    }
+    SendsAtRate {
+        last_ms: (!starts.is_empty()).then(|| free_at.ceil() as i64),
+        past_deadline: past.ceil() as u64,
+    }
 }
 
 #[cfg(test)]

@@ -427,6 +427,12 @@ pub trait WaitingRoom: Send + Sync {
         at_ms: i64,
         user_ids: &[String],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Users still waiting in the slot (what a completed sweep left: `usersStranded`).
+    fn count(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// The campaign's local-time delivery as its run started (a later resend reuses it).
     fn record_delivery(
         &self,
@@ -576,14 +582,20 @@ pub trait OutgoingQueue: Send + Sync {
 /// SQS's longest message delay: 15 minutes.
 pub const MAX_DELAY_SECONDS: u32 = 900;
 
-/// The queue a record came from, as SendEmail uses it: to set when a returned record comes
-/// back.
-pub trait RetryQueue: Send + Sync {
+/// A queue a stage consumes: when a record it returns comes back (SendEmail's emails queue,
+/// GetUsers' continuation queue).
+pub trait ConsumedQueue: Send + Sync {
+    /// Makes a received message visible again after `delay` (SQS caps it at 12 hours).
     fn change_visibility(
         &self,
         receipt_handle: &str,
         delay: Duration,
     ) -> impl Future<Output = Result<(), QueueError>> + Send;
+}
+
+/// The queue a record came from, as SendEmail uses it: to set when a returned record comes
+/// back, or to put it back as a fresh message.
+pub trait RetryQueue: ConsumedQueue {
     /// Puts `body` on the queue again as a new message, invisible for `delay` (at most
     /// SQS's 15 minutes): its receive count starts again, so waiting costs no receive.
     fn requeue(
@@ -646,6 +658,10 @@ pub enum SendError {
     /// The account cannot send (sending paused, account suspended): stop the batch.
     #[error("sending stopped: {0}")]
     Stopped(String),
+    /// The account's 24-hour sending quota is used up: no send goes before its rolling
+    /// window lets one through, whatever the rate.
+    #[error("24-hour quota used up: {0}")]
+    DailyQuota(String),
     /// This email can never be sent as it is (rejected, unverified sender, bad address).
     #[error("rejected: {0}")]
     Permanent(String),
@@ -776,6 +792,13 @@ impl<T: WaitingRoom> WaitingRoom for std::sync::Arc<T> {
         user_ids: &[String],
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).let_go(campaign, at_ms, user_ids)
+    }
+    fn count(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        (**self).count(campaign, at_ms)
     }
     fn record_delivery(
         &self,

@@ -25,13 +25,19 @@ use std::time::{Duration, Instant};
 /// mappings, disabled by a pause, stop new batches reaching it at all).
 pub const CAMPAIGN_STATE_TTL: Duration = Duration::from_secs(5);
 
+/// The longest a function goes on with the last state it read while the table does not
+/// answer: a pause, a cancellation or a moved deadline made since is not known, so past this
+/// the state is unknown and the caller's to retry (SendEmail sends nothing on it).
+pub const CAMPAIGN_STATE_STALE_AFTER: Duration = Duration::from_secs(5 * 60);
+
 type SeenStates = HashMap<String, (Instant, CampaignState)>;
 
 /// The campaigns table as the pipeline's functions read it: at most once per campaign per
 /// `CAMPAIGN_STATE_TTL` in one execution environment, however many records ask at once (the
-/// first one reads, the others wait for its answer). A read that fails is logged and taken
-/// as "running": a pause or a cancellation stops what has not started, and the ledger, not
-/// this read, is what keeps every send exactly once.
+/// first one reads, the others wait for its answer). A read that fails goes on with the last
+/// state read, up to `CAMPAIGN_STATE_STALE_AFTER` old; without one (or past that), `hold`
+/// takes the campaign as "running": a pause or a cancellation stops what has not started, and
+/// the ledger, not this read, is what keeps every send exactly once.
 pub struct CampaignStateCache<S> {
     states: S,
     // Held across the read, so that concurrent records share one read.
@@ -63,24 +69,41 @@ impl<S: CampaignStates> CampaignStateCache<S> {
 
     /// The campaign's state and guardrails. SendEmail needs them read (a holdout or a
     /// deadline not known is not applied): when the table does not answer, the last state
-    /// read goes on (guardrails are fixed when a campaign starts), and without one the
-    /// read's error is the caller's to retry.
+    /// read goes on (guardrails are fixed when a campaign starts) while it is younger than
+    /// `CAMPAIGN_STATE_STALE_AFTER`; without one, or past that, the read's error is the
+    /// caller's to retry.
     pub async fn state(&self, campaign_id: &str) -> Result<CampaignState, LedgerError> {
+        self.state_as_of(campaign_id, Instant::now()).await
+    }
+
+    /// `state` with the instant it is asked at (the tests' clock).
+    async fn state_as_of(
+        &self,
+        campaign_id: &str,
+        now: Instant,
+    ) -> Result<CampaignState, LedgerError> {
         let mut seen = self.seen.lock().await;
         if let Some((at, state)) = seen.get(campaign_id) {
-            if at.elapsed() < CAMPAIGN_STATE_TTL {
+            if now.saturating_duration_since(*at) < CAMPAIGN_STATE_TTL {
                 return Ok(state.clone());
             }
         }
         match self.states.state(campaign_id).await {
             Ok(state) => {
-                seen.insert(campaign_id.to_owned(), (Instant::now(), state.clone()));
+                seen.insert(campaign_id.to_owned(), (now, state.clone()));
                 Ok(state)
             }
             Err(err) => match seen.get(campaign_id) {
-                Some((_, last)) => {
+                Some((at, last))
+                    if now.saturating_duration_since(*at) < CAMPAIGN_STATE_STALE_AFTER =>
+                {
                     tracing::warn!(reason = %err, "campaign state not read; going on with the last one read");
                     Ok(last.clone())
+                }
+                Some((at, _)) => {
+                    let age_s = now.saturating_duration_since(*at).as_secs();
+                    tracing::error!(reason = %err, age_s, "campaign state not read, and the last one read is too old to go on with: the campaign's state is unknown");
+                    Err(err)
                 }
                 None => Err(err),
             },
@@ -93,15 +116,30 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// Counts its reads; answers "running" after a while, as a real read takes time.
+    /// Counts its reads; answers "paused" after a while, as a real read takes time, until
+    /// it is told to fail.
     #[derive(Default)]
-    struct CountingStates(AtomicUsize);
+    struct CountingStates(AtomicUsize, std::sync::atomic::AtomicBool);
 
     impl CampaignStates for CountingStates {
         async fn state(&self, _: &str) -> Result<CampaignState, LedgerError> {
             self.0.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(20)).await;
-            Ok(CampaignState::default())
+            if self.1.load(Ordering::SeqCst) {
+                return Err(LedgerError {
+                    table: "campaigns".into(),
+                    operation: "GetItem",
+                    detail: "unreachable".into(),
+                });
+            }
+            Ok(CampaignState {
+                hold: Some(Hold::Paused(crate::domain::campaign::StateChange {
+                    at_ms: 1,
+                    by: "ops".into(),
+                    reason: "test".into(),
+                })),
+                ..Default::default()
+            })
         }
 
         async fn register(
@@ -150,11 +188,31 @@ mod tests {
             cache.hold(campaign)
         });
         let answers = futures::future::join_all(asks).await;
-        assert!(answers.iter().all(Option::is_none));
+        assert!(answers.iter().all(Option::is_some));
         assert_eq!(
             cache.states.0.load(Ordering::SeqCst),
             2,
             "one read per campaign"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_table_keeps_the_last_state_only_while_it_is_recent() {
+        let cache = CampaignStateCache::new(CountingStates::default());
+        let read_at = Instant::now();
+        let paused = cache.state_as_of("a", read_at).await.unwrap();
+        assert!(paused.hold.is_some());
+        cache.states.1.store(true, Ordering::SeqCst);
+        let soon = read_at + CAMPAIGN_STATE_TTL + Duration::from_secs(1);
+        assert_eq!(
+            cache.state_as_of("a", soon).await.unwrap().hold,
+            paused.hold,
+            "a short outage goes on with the last state"
+        );
+        let late = read_at + CAMPAIGN_STATE_STALE_AFTER;
+        assert!(
+            cache.state_as_of("a", late).await.is_err(),
+            "past the bound the state is unknown: the caller retries"
         );
     }
 }

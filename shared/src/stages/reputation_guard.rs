@@ -83,8 +83,12 @@ impl<S: SendingSwitch> ReputationGuard<S> {
         if reasons.is_empty() {
             return Ok(summary);
         }
-        // Consumers first: that alone stops every campaign within seconds.
-        summary.consumers_stopped = self.switch.stop_consumers().await?;
+        // Consumers first: that alone stops every campaign within seconds. A consumer that
+        // cannot be stopped keeps no campaign running: each is paused all the same (the
+        // functions hold a paused campaign's records back), and then the error, which names
+        // the consumer left running, has Lambda deliver the alarm again.
+        let stopped = self.switch.stop_consumers().await;
+        summary.consumers_stopped = *stopped.as_ref().unwrap_or(&0);
         let change = StateChange {
             at_ms: epoch_ms(SystemTime::now()),
             by: GUARD.into(),
@@ -94,6 +98,13 @@ impl<S: SendingSwitch> ReputationGuard<S> {
             if self.switch.pause(&campaign, &change).await? {
                 summary.paused.push(campaign);
             }
+        }
+        if let Err(err) = stopped {
+            tracing::error!(paused = ?summary.paused, reason = %err, "SES reputation alarm: campaigns paused, but a consumer of the campaign queues still runs");
+            return Err(ControlError(format!(
+                "campaigns paused ({}), but not every consumer is stopped: {err}",
+                summary.paused.join(", ")
+            )));
         }
         tracing::warn!(
             consumers_stopped = summary.consumers_stopped,
@@ -187,6 +198,49 @@ mod tests {
             other => panic!("a: {other:?}"),
         }
         assert!(matches!(switch.hold_of("gone"), Some(Hold::Cancelled(_))));
+    }
+
+    /// A switch whose consumers cannot all be stopped.
+    struct Stuck(MemoryCampaigns);
+
+    impl SendingSwitch for Stuck {
+        async fn stop_consumers(&self) -> Result<usize, ControlError> {
+            Err(ControlError("event source mapping(s) left enabled: emails (could not disable it, 6 attempt(s): ResourceInUseException)".into()))
+        }
+
+        async fn running_campaigns(&self) -> Result<Vec<String>, ControlError> {
+            self.0.running_campaigns().await
+        }
+
+        async fn pause(&self, id: &str, change: &StateChange) -> Result<bool, ControlError> {
+            SendingSwitch::pause(&self.0, id, change).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_consumer_that_cannot_be_stopped_still_pauses_every_campaign_and_is_named() {
+        let campaigns = MemoryCampaigns::default();
+        for id in ["a", "b"] {
+            campaigns
+                .register(&campaign(id), &Default::default(), None, 1)
+                .await
+                .unwrap();
+        }
+        let guard = ReputationGuard::new(Stuck(campaigns));
+        let err = guard
+            .handle(event(&[notification("ALARM")]))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "campaigns paused (a, b), but not every consumer is stopped: event source mapping(s) left enabled: emails (could not disable it, 6 attempt(s): ResourceInUseException)"
+        );
+        for id in ["a", "b"] {
+            assert!(
+                matches!(guard.switch.0.hold_of(id), Some(Hold::Paused(_))),
+                "{id}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -30,7 +30,7 @@ use mailflow::domain::messages::{parse_body, EmailJob};
 use mailflow::domain::send_rate::{Environment, SendRate, CPU_US_PER_EMAIL, MB_PER_VCPU};
 use mailflow::domain::unsubscribe_link::Signer;
 use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket, MemoryWaitingRoom};
-use mailflow::ports::{OutgoingQueue, QueueError, SendReport};
+use mailflow::ports::{ConsumedQueue, OutgoingQueue, QueueError, SendReport};
 use mailflow::runtime::Invocation;
 use mailflow::stages::create_emails::CreateEmails;
 use mailflow::stages::get_users::GetUsers;
@@ -235,6 +235,16 @@ impl OutgoingQueue for Sending {
             .await?;
         self.timed(bodies.len());
         Ok(report)
+    }
+}
+
+impl ConsumedQueue for Sending {
+    async fn change_visibility(
+        &self,
+        receipt_handle: &str,
+        delay: Duration,
+    ) -> Result<(), QueueError> {
+        self.queue.change_visibility(receipt_handle, delay).await
     }
 }
 

@@ -8,8 +8,8 @@ use mailflow::domain::ledger::{Claim, ClaimOutcome, LedgerError, Reclaim, SendKe
 use mailflow::domain::send_rate::{QuotaUnknown, SendQuota, SharedRate};
 use mailflow::ports::memory::MemoryLedger;
 use mailflow::ports::{
-    CapLedger, Mailer, Marked, OutgoingEmail, QueueError, RateBucket, RateError, RateView,
-    RetryQueue, SendError, SendLedger, SlotRequest, Taken,
+    CapLedger, ConsumedQueue, Mailer, Marked, OutgoingEmail, QueueError, RateBucket, RateError,
+    RateView, RetryQueue, SendError, SendLedger, SlotRequest, Taken,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,7 +127,7 @@ impl<B: RateBucket> RateBucket for Slow<B> {
     }
 }
 
-impl RetryQueue for Slow<LabQueue> {
+impl ConsumedQueue for Slow<LabQueue> {
     async fn change_visibility(
         &self,
         receipt_handle: &str,
@@ -136,7 +136,9 @@ impl RetryQueue for Slow<LabQueue> {
         self.wait().await;
         self.inner.change_visibility(receipt_handle, delay).await
     }
+}
 
+impl RetryQueue for Slow<LabQueue> {
     async fn requeue(&self, body: &str, delay: Duration) -> Result<(), QueueError> {
         self.wait().await;
         self.inner.requeue(body, delay).await

@@ -9,7 +9,9 @@
 //! million users stays cheap to the lab.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use mailflow::ports::{OutgoingQueue, QueueError, RetryQueue, SendReport, MAX_DELAY_SECONDS};
+use mailflow::ports::{
+    ConsumedQueue, OutgoingQueue, QueueError, RetryQueue, SendReport, MAX_DELAY_SECONDS,
+};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Mutex;
@@ -227,7 +229,7 @@ fn whole_seconds(delay: Duration) -> Duration {
     Duration::from_secs((delay.as_millis().div_ceil(1000) as u64).min(u64::from(MAX_DELAY_SECONDS)))
 }
 
-impl RetryQueue for LabQueue {
+impl ConsumedQueue for LabQueue {
     async fn change_visibility(
         &self,
         receipt_handle: &str,
@@ -240,7 +242,9 @@ impl RetryQueue for LabQueue {
         }
         Ok(())
     }
+}
 
+impl RetryQueue for LabQueue {
     async fn requeue(&self, body: &str, delay: Duration) -> Result<(), QueueError> {
         let mut state = self.state();
         let now = Instant::now();

@@ -193,8 +193,9 @@ fn print_status(s: &ops::CampaignStatus) {
     }
     match (&s.ses_quota, &s.ses_quota_unknown) {
         (Some(q), _) => println!(
-            "  SES: at most {}/s for the account (the stack sends at the lower of RateControl's SES_QUOTA_SHARE_PERCENT of this and SEND_RATE_PER_SECOND); 24-hour quota {} of {} used",
-            q.max_send_rate, q.sent_last_24_hours, q.max_24_hour_send
+            "  SES: at most {}/s for the account (the stack sends at the lower of RateControl's SES_QUOTA_SHARE_PERCENT of this and SEND_RATE_PER_SECOND); 24-hour quota {}",
+            q.max_send_rate,
+            q.describe_24_hours()
         ),
         (None, Some(reason)) => println!(
             "  SES quota not known ({reason}): the stack sends under the last ceiling RateControl wrote, or SEND_RATE_PER_SECOND"

@@ -415,3 +415,35 @@ fn the_latest_slot_is_the_last_zones_or_a_passed_zones_next_day() {
         ms("2026-03-08T13:00:00Z")
     );
 }
+
+#[test]
+fn a_swept_slot_is_counted_again_while_its_holds_outnumber_its_releases() {
+    let slot = ms("2026-11-30T09:00:00Z");
+    let pass = |users, sweep| SlotRelease {
+        slot_ms: slot,
+        users,
+        released_at_ms: slot,
+        sweep,
+    };
+    let mut report = WaitingReport::default();
+    report.add_segment(
+        1,
+        &LocalTimeCounts {
+            waiting: [(slot, 3)].into(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(report.slots_to_count(), [slot], "not swept yet");
+    report.releases = vec![pass(2, false), pass(1, true)];
+    assert!(
+        report.slots_to_count().is_empty(),
+        "swept, and every hold released"
+    );
+    // A hold landed while the sweep read: three held, two released, none swept.
+    report.releases = vec![pass(2, false), pass(0, true)];
+    assert_eq!(
+        report.slots_to_count(),
+        [slot],
+        "counted, so that status shows it and mailctl release finds it"
+    );
+}

@@ -1,7 +1,7 @@
 //! In-memory queues: one that records the retry delays SendEmail asks for, one that keeps
 //! what GetUsers and CreateEmails put on it.
 
-use crate::ports::{OutgoingQueue, QueueError, RetryQueue, SendReport};
+use crate::ports::{ConsumedQueue, OutgoingQueue, QueueError, RetryQueue, SendReport};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -22,7 +22,7 @@ impl MemoryQueue {
     }
 }
 
-impl RetryQueue for MemoryQueue {
+impl ConsumedQueue for MemoryQueue {
     async fn change_visibility(
         &self,
         receipt_handle: &str,
@@ -31,7 +31,9 @@ impl RetryQueue for MemoryQueue {
         crate::runtime::lock(&self.delays).push((receipt_handle.to_owned(), delay));
         Ok(())
     }
+}
 
+impl RetryQueue for MemoryQueue {
     async fn requeue(&self, body: &str, delay: Duration) -> Result<(), QueueError> {
         if self
             .refuse_requeue
@@ -55,11 +57,14 @@ impl RetryQueue for MemoryQueue {
 
 /// An outgoing queue that keeps every body put on it; bodies containing a refused marker are
 /// reported as failed entries (as SQS reports them), and a closed outbox refuses every call.
+/// Consumed too (GetUsers' continuation queue): it records the visibility changes asked of it.
 #[derive(Default)]
 pub struct MemoryOutbox {
     pub bodies: Mutex<Vec<String>>,
     /// (delay in seconds, body) of every delayed message (also in `bodies`).
     pub delayed: Mutex<Vec<(u32, String)>>,
+    /// (receipt handle, delay) of every visibility change.
+    pub visibility: Mutex<Vec<(String, Duration)>>,
     pub refused: Mutex<Vec<String>>,
     pub closed: std::sync::atomic::AtomicBool,
 }
@@ -123,5 +128,17 @@ impl OutgoingQueue for MemoryOutbox {
         crate::runtime::lock(&self.delayed)
             .extend(bodies.iter().map(|b| (delay_seconds, b.clone())));
         Ok(report)
+    }
+}
+
+impl ConsumedQueue for MemoryOutbox {
+    async fn change_visibility(
+        &self,
+        receipt_handle: &str,
+        delay: Duration,
+    ) -> Result<(), QueueError> {
+        self.check_open("ChangeMessageVisibility")?;
+        crate::runtime::lock(&self.visibility).push((receipt_handle.to_owned(), delay));
+        Ok(())
     }
 }

@@ -19,6 +19,9 @@ pub struct MemoryWaitingRoom {
     releases: Mutex<BTreeMap<(String, i64, bool), SlotRelease>>,
     quiet_holds: Mutex<BTreeMap<(String, i64), u64>>,
     deliveries: Mutex<BTreeMap<String, LocalDelivery>>,
+    /// Holds that land while a slot is being released (a segment retried late): each
+    /// (campaign, slot, user id, body) is written by the next `let_go` of its slot.
+    pub landing: Mutex<Vec<(String, i64, String, String)>>,
 }
 
 impl WaitingRoom for MemoryWaitingRoom {
@@ -84,12 +87,27 @@ impl WaitingRoom for MemoryWaitingRoom {
         at_ms: i64,
         user_ids: &[String],
     ) -> Result<(), StoreError> {
-        if let Some(slot) = lock(&self.held).get_mut(&(campaign.to_string(), at_ms)) {
+        let mut held = lock(&self.held);
+        if let Some(slot) = held.get_mut(&(campaign.to_string(), at_ms)) {
             for id in user_ids {
                 slot.remove(id);
             }
         }
+        let mut landing = lock(&self.landing);
+        for (c, slot, id, body) in std::mem::take(&mut *landing) {
+            if c == campaign.as_str() && slot == at_ms {
+                held.entry((c, slot)).or_default().insert(id, body);
+            } else {
+                landing.push((c, slot, id, body));
+            }
+        }
         Ok(())
+    }
+
+    async fn count(&self, campaign: &CampaignId, at_ms: i64) -> Result<u64, StoreError> {
+        Ok(lock(&self.held)
+            .get(&(campaign.to_string(), at_ms))
+            .map_or(0, |slot| slot.len() as u64))
     }
 
     async fn record_delivery(

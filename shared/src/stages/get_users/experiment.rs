@@ -36,6 +36,12 @@ pub(super) enum ReleaseWinner {
 }
 
 impl ExperimentRun {
+    /// The decision's instant has passed and this run knows no winner: the rest must not be
+    /// held for it (each would wait for a slot of its own instant).
+    pub(super) fn awaits_decision(&self, now_ms: i64) -> bool {
+        self.winner.is_none() && self.experiment.decide_at_ms.is_some_and(|at| at <= now_ms)
+    }
+
     /// A user's variant, or the instant they wait for: the test group goes in its variants
     /// as decided for them (now, or at their local time); the rest with the winner, or held
     /// until the decision (`GetUsers::when` moves them to it, or to their local time after

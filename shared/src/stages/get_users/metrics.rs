@@ -1,12 +1,13 @@
 //! What a GetUsers invocation writes as metrics (`runtime::emf`): a run's users enqueued,
-//! held, refused and left out by reason; a release's users let go or dropped; a batch of
-//! checkpoints' failures. Names are a closed set (`METRIC_NAMES`), never a campaign.
+//! held, refused and left out by reason; a release's users let go or dropped, and those a
+//! sweep left waiting; a batch of checkpoints' failures. Names are a closed set
+//! (`METRIC_NAMES`), never a campaign.
 
 use super::Response;
 use crate::runtime::emf::Metric;
 
 /// Every metric a GetUsers invocation may write besides the invocation's own.
-pub const METRIC_NAMES: [&str; 15] = [
+pub const METRIC_NAMES: [&str; 16] = [
     "usersEnqueued",
     "usersRefused",
     "usersHeld",
@@ -21,6 +22,7 @@ pub const METRIC_NAMES: [&str; 15] = [
     "experimentHeld",
     "usersReleased",
     "usersDropped",
+    "usersStranded",
     "checkpointsFailed",
 ];
 
@@ -58,6 +60,7 @@ impl Response {
             Response::Release(release) => vec![
                 count("usersReleased", release.users_released),
                 count("usersDropped", release.users_dropped),
+                count("usersStranded", release.users_stranded),
             ],
             // Every segment and release of the batch, added up by name.
             Response::Checkpoints(batch) => {
@@ -92,6 +95,7 @@ mod tests {
         };
         let release = super::super::ReleaseSummary {
             users_released: 5,
+            users_stranded: 2,
             ..Default::default()
         };
         // A batch of checkpoints counts every segment and release in it.
@@ -115,5 +119,6 @@ mod tests {
         assert_eq!(value("usersEnqueued"), 7.0);
         assert_eq!(value("usersHeld"), 7.0);
         assert_eq!(value("usersReleased"), 5.0);
+        assert_eq!(value("usersStranded"), 2.0);
     }
 }

@@ -17,18 +17,19 @@ mod request;
 
 use super::CampaignStateCache;
 use crate::config::GetUsersConfig;
-use crate::domain::campaign::{Campaign, CampaignError, Hold, Window};
+use crate::domain::campaign::{Campaign, CampaignError, CampaignId, Hold, Window};
 use crate::domain::digest::OddFollows;
 use crate::domain::experiment::{Experiment, ExperimentError};
 use crate::domain::ledger::epoch_ms;
 use crate::domain::local_time::{self, LocalTimeError};
 use crate::domain::messages::{parse_body, UserMessage};
+use crate::domain::send_rate::sends_at_rate;
 use crate::domain::topics::{ExclusionCounts, TopicError, Topics};
 use crate::domain::user_id::{check_travels, UserId};
 use crate::ports::MAX_BATCH_ENTRIES;
 use crate::ports::{
-    AudienceScan, CampaignStates, Clock, ExperimentResults, OutgoingQueue, QueueError, SendReport,
-    StoreError, SystemClock, UserDirectory, WaitingRoom,
+    AudienceScan, CampaignStates, Clock, ConsumedQueue, ExperimentResults, OutgoingQueue,
+    QueueError, SendReport, StoreError, SystemClock, UserDirectory, WaitingRoom,
 };
 use crate::runtime::batch::batch_response;
 use crate::runtime::Invocation;
@@ -39,12 +40,12 @@ pub(crate) use release::{schedule_slot, DELAY_WITHIN_MS};
 pub use release::{Release, ReleaseEvent, ReleaseSummary};
 use release::{When, HOLD_BATCH, PAUSED_LOOK_AGAIN_SECONDS};
 use request::Continuation;
-pub use request::{parse_request, Checkpoint, Request, Run};
+pub use request::{parse_request, Checkpoint, ContinuationRecord, Request, Run};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use time::OffsetDateTime;
 
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +125,15 @@ pub struct Summary {
     /// A local-time campaign: what this segment decided (zones, passed times, slots).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_time: Option<local_time::LocalTimeCounts>,
+    /// The run's last segment: users it held (for their local time, quiet hours or an
+    /// experiment's decision) that would go after the campaign's deadline at the stack's
+    /// rate, each slot sent from its instant (logged as a warning: they will be expired).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub users_past_deadline: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Generic over the user directory (MongoDB on Lambda), its queues (SQS) and the campaigns
@@ -140,6 +150,17 @@ pub struct GetUsers<D, Q, S, W> {
     config: GetUsersConfig,
 }
 
+/// When a failed continuation record comes back, by how often SQS has delivered it: 30 s,
+/// then 2, 8 and 30 minutes. A fault of the moment is retried soon, and an outage has about
+/// 40 minutes before the queue's fifth receive (its maxReceiveCount) sends the record to the
+/// DLQ.
+pub fn continuation_backoff(receives: u32) -> Duration {
+    const FIRST: Duration = Duration::from_secs(30);
+    const LONGEST: Duration = Duration::from_secs(30 * 60);
+    let factor = 4u32.saturating_pow(receives.saturating_sub(1));
+    FIRST.saturating_mul(factor).min(LONGEST)
+}
+
 /// The schedule target when the invocation has no ARN (the local simulator, which fires
 /// the group's schedules itself).
 pub const LOCAL_FUNCTION_ARN: &str = "arn:aws:lambda:local:000000000000:function:GetUsersFunction";
@@ -152,7 +173,12 @@ const DELAYED_FLUSH_LEAD_MS: i64 = 5_000;
 /// stops the fan-out within about this many batches).
 const STATE_CHECK_EVERY: usize = 50;
 
-impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
+/// GetUsers' queues: it puts users and checkpoints on them, and consumes the continuation
+/// queue.
+pub trait Queue: OutgoingQueue + ConsumedQueue {}
+impl<T: OutgoingQueue + ConsumedQueue> Queue for T {}
+
+impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
     /// `users`, `continuation`, `campaigns` and `waiting` are the queues, the table and the
     /// waiting room `config` names; `results` the sends table's records by campaign.
     pub fn new(
@@ -201,8 +227,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             Request::Continuations(records) => {
                 let mut failed = Vec::new();
                 let mut done = Vec::new();
-                for (id, body) in records {
-                    let result = match parse_body::<Continuation>(body.as_deref()) {
+                for record in records {
+                    let id = record.message_id.clone();
+                    let result = match parse_body::<Continuation>(record.body.as_deref()) {
                         Ok(Continuation::Checkpoint(cp)) => self
                             .run(cp.into(), invocation)
                             .await
@@ -222,7 +249,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                     match result {
                         Ok(response) => done.extend(response),
                         Err(reason) => {
-                            tracing::error!(message_id = %id, %reason, "checkpoint failed; it will be retried");
+                            let backoff = continuation_backoff(record.receives);
+                            tracing::error!(message_id = %id, %reason, receives = record.receives, backoff_s = backoff.as_secs(), "checkpoint failed; it will be retried");
+                            self.come_back_after(&record, backoff).await;
                             failed.push(id);
                         }
                     }
@@ -232,6 +261,18 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                     done,
                 }))
             }
+        }
+    }
+
+    /// Sets a failed continuation record to come back after `backoff`, not after the queue's
+    /// visibility timeout (90 minutes: six times GetUsers' timeout, as Lambda asks).
+    async fn come_back_after(&self, record: &ContinuationRecord, backoff: Duration) {
+        let Some(receipt) = record.receipt_handle.as_deref() else {
+            return;
+        };
+        if let Err(err) = self.continuation.change_visibility(receipt, backoff).await {
+            // Not fatal: the record still comes back, after the visibility timeout.
+            tracing::warn!(message_id = %record.message_id, reason = %err, "could not set the checkpoint's retry delay");
         }
     }
 
@@ -372,7 +413,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             OddFollows::default()
         };
         let campaign = &run.campaign;
-        let experiment = self.experiment_run(&campaign.id).await?;
+        let mut experiment = self.experiment_run(&campaign.id).await?;
         // A topic a deploy removed while a run was under way: nothing is sent under it.
         let topic = Topics::builtin().get(campaign.topic.as_str())?;
         let mut audience =
@@ -400,6 +441,25 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             if progressed && invocation.remaining() <= self.config.deadline_margin {
                 complete = false;
                 break;
+            }
+            // The decision's instant came during this segment: decided now, so that the rest
+            // goes with the winner from here on.
+            let now_ms = self.clock.now_ms();
+            if experiment
+                .as_ref()
+                .is_some_and(|e| e.awaits_decision(now_ms))
+            {
+                experiment = self.experiment_run(&campaign.id).await?;
+                if experiment
+                    .as_ref()
+                    .is_some_and(|e| e.awaits_decision(now_ms))
+                {
+                    // Paused or cancelled meanwhile (no decision then): the segment stops
+                    // here, its checkpoint parked for the resume, which decides first.
+                    hold = self.hold(campaign).await;
+                    complete = false;
+                    break;
+                }
             }
             // The batches in flight are driven while the next member is awaited: a future
             // is only driven when polled, and a SendMessageBatch not yet started when the
@@ -524,11 +584,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         // A campaign without local time holds users for their quiet hours or an
         // experiment's decision: recorded too, so that `status` and `mailctl release` see them.
         let held = run.delivery.is_some() || counts.quiet_deferred + counts.experiment_held > 0;
+        let run_started = run
+            .delivery
+            .as_ref()
+            .map_or(run.started_at_ms, |d| d.started_at_ms);
         if held && !idle {
-            let run_started = run
-                .delivery
-                .as_ref()
-                .map_or(run.started_at_ms, |d| d.started_at_ms);
             self.waiting
                 .record_segment(&campaign.id, run_started, run.segment, &counts)
                 .await
@@ -542,6 +602,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         let cancelled = matches!(hold, Some(Hold::Cancelled(_)));
         let paused = matches!(hold, Some(Hold::Paused(_)));
         complete &= hold.is_none();
+        // The whole audience is decided: its held users weighed against the deadline.
+        let users_past_deadline = match complete {
+            true => self.held_past_deadline(&campaign.id, run_started).await,
+            false => 0,
+        };
         // Everything up to `last` is on the queue now: only then is it a safe checkpoint.
         if !complete && !cancelled {
             let checkpoint = Checkpoint {
@@ -576,6 +641,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             paused,
             continued_after: if complete || cancelled { None } else { last },
             local_time: held.then_some(counts),
+            users_past_deadline,
         };
         tracing::info!(
             campaign = %summary.campaign_id,
@@ -638,6 +704,47 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         hold
     }
 
+    /// Users the run (started at `run_started_ms`) held that would go after the campaign's
+    /// deadline at the stack's rate, each slot from its instant; a warning names them. Only
+    /// now is the audience's size known, so the start could not refuse it. 0 when there is
+    /// no deadline, nobody held, or the records could not be read (logged: the run itself
+    /// is done).
+    async fn held_past_deadline(&self, campaign: &CampaignId, run_started_ms: i64) -> u64 {
+        let state = match self.campaigns.state(campaign.as_str()).await {
+            Ok(state) => state,
+            Err(err) => {
+                tracing::warn!(%campaign, reason = %err, "the deadline was not weighed against the held users: the campaign's state was not read");
+                return 0;
+            }
+        };
+        let Some(deadline_ms) = state.guardrails.deadline_ms else {
+            return 0;
+        };
+        let report = match self.waiting.report(campaign).await {
+            Ok(report) => report,
+            Err(err) => {
+                tracing::warn!(%campaign, reason = %err, "the deadline was not weighed against the held users: the waiting room was not read");
+                return 0;
+            }
+        };
+        let Some(counts) = report.as_ref().and_then(|r| r.runs.get(&run_started_ms)) else {
+            return 0;
+        };
+        let rate = self.config.send_rate_per_second;
+        let sends = sends_at_rate(&counts.waiting, rate, Some(deadline_ms));
+        if sends.past_deadline > 0 {
+            tracing::warn!(
+                %campaign,
+                users_past_deadline = sends.past_deadline,
+                deadline = %local_time::rfc3339_ms(deadline_ms),
+                last_send = %local_time::rfc3339_ms(sends.last_ms.unwrap_or_default()),
+                rate,
+                "held users would go after the campaign's deadline at the send rate: they will be recorded expired; give a later --deadline with a resend, or raise the rate"
+            );
+        }
+        sends.past_deadline
+    }
+
     /// Logs the window's follows whose followeeId or followerId no user can have, and counts
     /// them.
     async fn report_odd_follows(&self, window: &Window) -> Result<OddFollows, GetUsersError> {
@@ -679,7 +786,7 @@ fn add(
 // The event: the schedule's, a manual run, or a batch of checkpoints from the continuation
 // queue. A run's summary travels in its `Response`; its counts are the invocation's metrics.
 crate::runtime::serve::stage! {
-    impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> for GetUsers<D, Q, S, W> {
+    impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> for GetUsers<D, Q, S, W> {
         Value => Result<(Response, Vec<crate::runtime::emf::Metric>), GetUsersError>,
         |stage, event, invocation| {
             let response = stage.handle(event, invocation).await?;

@@ -86,6 +86,11 @@ pub struct ReleaseSummary {
     /// A cancelled campaign's waiting users taken out of the waiting room, unsent.
     #[serde(skip_serializing_if = "is_zero")]
     pub users_dropped: u64,
+    /// A completed sweep: users still in the slot after it (a hold that landed while it
+    /// read). Nothing releases them but `mailctl release`: the `usersStranded` metric and
+    /// its alarm.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub users_stranded: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -369,6 +374,21 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
         summary.users_released = released - release.released;
         summary.complete = true;
+        if release.sweep {
+            summary.users_stranded = self
+                .waiting
+                .count(&release.campaign_id, release.slot_ms)
+                .await
+                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
+        }
+        if summary.users_stranded > 0 {
+            tracing::error!(
+                campaign = %summary.campaign_id,
+                slot = %summary.slot,
+                users_stranded = summary.users_stranded,
+                "users are still waiting after the slot's sweep: nothing will release them; run mailctl release"
+            );
+        }
         if release.sweep && released > 0 {
             tracing::warn!(
                 campaign = %summary.campaign_id,

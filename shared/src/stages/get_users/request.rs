@@ -113,8 +113,19 @@ pub struct Run {
 pub enum Request {
     Run(Run),
     Release(Release),
-    /// SQS records of the continuation queue: (message id, body).
-    Continuations(Vec<(String, Option<String>)>),
+    /// SQS records of the continuation queue.
+    Continuations(Vec<ContinuationRecord>),
+}
+
+/// A record of the continuation queue: what GetUsers reads of it, and what it needs to set
+/// when a failed one comes back.
+#[derive(Debug)]
+pub struct ContinuationRecord {
+    pub message_id: String,
+    pub body: Option<String>,
+    pub receipt_handle: Option<String>,
+    /// How often SQS has delivered it (1 on the first receive).
+    pub receives: u32,
 }
 
 /// Recognises the four ways GetUsers is started. `local` is the configured local-time
@@ -133,12 +144,16 @@ pub fn parse_request(
         let records = records
             .iter()
             .map(|r| {
-                let id = r
-                    .get("messageId")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let body = r.get("body").and_then(Value::as_str).map(str::to_owned);
-                (id.to_owned(), body)
+                let text = |field: &str| r.get(field).and_then(Value::as_str).map(str::to_owned);
+                ContinuationRecord {
+                    message_id: text("messageId").unwrap_or_default(),
+                    body: text("body"),
+                    receipt_handle: text("receiptHandle"),
+                    receives: (r.pointer("/attributes/ApproximateReceiveCount"))
+                        .and_then(Value::as_str)
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(1),
+                }
             })
             .collect();
         return Ok(Request::Continuations(records));

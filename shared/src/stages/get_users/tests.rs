@@ -402,6 +402,38 @@ async fn an_invocation_lambda_gave_up_on_runs_again_from_the_continuation_queue(
 }
 
 #[tokio::test]
+async fn a_failed_continuation_record_comes_back_after_a_short_backoff_by_its_receives() {
+    assert_eq!(
+        (1..=6).map(continuation_backoff).collect::<Vec<_>>(),
+        [30, 120, 480, 1800, 1800, 1800].map(Duration::from_secs)
+    );
+    let stage = stage("20");
+    stage
+        .users
+        .closed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let record = |id: &str, receives: u32| {
+        json!({
+            "messageId": id,
+            "receiptHandle": format!("receipt-{id}"),
+            "body": failed_invocation(manual()),
+            "attributes": {"ApproximateReceiveCount": receives.to_string()},
+        })
+    };
+    let records = json!({"Records": [record("first", 1), record("third", 3)]});
+    let failed = failed_records(&stage, records).await;
+    assert_eq!(failed, ["first", "third"]);
+    // Set before the response reports them: back in 30 s and 8 minutes, not 90.
+    assert_eq!(
+        *stage.continuation.visibility.lock().unwrap(),
+        [
+            ("receipt-first".to_owned(), Duration::from_secs(30)),
+            ("receipt-third".to_owned(), Duration::from_secs(480)),
+        ]
+    );
+}
+
+#[tokio::test]
 async fn a_cancelled_campaign_is_not_fanned_out_and_leaves_no_checkpoint() {
     let stage = stage("3600");
     stage.campaigns.states.cancel(campaign().id.as_str());
@@ -780,6 +812,54 @@ async fn an_experiment_sends_the_test_group_its_variants_and_the_rest_the_winner
     }
 }
 
+/// A clock that moves on a millisecond at each reading, as a segment's clock does between
+/// users.
+struct Ticking(std::sync::atomic::AtomicI64);
+
+impl Clock for Ticking {
+    fn now_ms(&self) -> i64 {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[tokio::test]
+async fn a_decision_instant_that_passes_during_a_segment_decides_then_and_holds_no_more() {
+    let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now()) as i64;
+    let stage = stage_with(crowd(), "20", &[]).with_clock(Arc::new(TestClock(now.into())));
+    let experiment = json!({"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 20,
+                            "waitHours": 2});
+    let start = json!({"campaignId": "weekly-2026-W47", "experiment": experiment});
+    stage.handle(start, &plenty()).await.unwrap();
+    let recorded = stage.campaigns.states().experiments.lock().unwrap()["weekly-2026-W47"].clone();
+    let decide_at = recorded.decide_at_ms.unwrap();
+    // A resend that starts just before the decision's instant and passes it after a few
+    // users.
+    let stage = stage.with_clock(Arc::new(Ticking((decide_at - 5).into())));
+    let before = stage.users.bodies().len();
+    let resend = json!({"campaignId": "weekly-2026-W47", "includeFailed": true});
+    let Response::Run(summary) = stage.handle(resend, &plenty()).await.unwrap() else {
+        panic!("expected a run");
+    };
+    assert!(summary.complete);
+    let slots: BTreeSet<i64> = (stage.waiting.held.lock().unwrap().keys())
+        .map(|(_, slot)| *slot)
+        .collect();
+    assert_eq!(
+        slots,
+        BTreeSet::from([decide_at]),
+        "one slot, the decision's"
+    );
+    let decision = stage.campaigns.states().decisions.lock().unwrap()["weekly-2026-W47"].clone();
+    let sent_rest: Vec<UserMessage> = messages(&stage.users.bodies()[before..])
+        .into_iter()
+        .filter(|m| recorded.assign("weekly-2026-W47", &m.user_id) == Assignment::Rest)
+        .collect();
+    assert!(sent_rest.len() > 30, "{}", sent_rest.len());
+    assert!(sent_rest
+        .iter()
+        .all(|m| m.variant.as_deref() == Some(decision.winner.as_str())));
+}
+
 #[tokio::test]
 async fn a_variant_picked_by_hand_releases_the_rest_before_the_wait_ends() {
     let results = Arc::new(MemoryResults::default());
@@ -842,6 +922,41 @@ async fn an_experiment_whose_deadline_comes_before_its_decision_is_refused() {
     later["deadline"] = json!(in_hours(30));
     stage.handle(later, &plenty()).await.unwrap();
     assert!(!stage.users.bodies().is_empty());
+}
+
+#[tokio::test]
+async fn a_rest_that_cannot_be_sent_before_the_deadline_at_the_rate_is_warned_of() {
+    // One email every 100 s: the rest (about 48 users) takes over an hour from the decision.
+    let now = time::OffsetDateTime::now_utc();
+    let clock = || {
+        Arc::new(TestClock(
+            ((now.unix_timestamp_nanos() / 1_000_000) as i64).into(),
+        ))
+    };
+    let stage = stage_with(crowd(), "20", &[("SEND_RATE_PER_SECOND", "0.01")]).with_clock(clock());
+    let experiment = json!({"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 20,
+                            "waitHours": 2});
+    // The decision two hours from now comes before a deadline 30.5 minutes later (the
+    // decision rounded up and the deadline down to their seconds take up to 2 s of it): the
+    // start is not refused, but the rest would go until well after it.
+    let deadline = rfc3339(now + time::Duration::seconds(7200 + 1830));
+    let start = json!({"campaignId": "weekly-2026-W47", "experiment": experiment,
+                       "deadline": deadline});
+    let Response::Run(summary) = stage.handle(start, &plenty()).await.unwrap() else {
+        panic!("expected a run");
+    };
+    let held = summary.local_time.unwrap().experiment_held;
+    assert!(held > 30, "{held}");
+    // About 30.5 minutes at 0.01/s send 18 of them.
+    assert_eq!(summary.users_past_deadline, held - 18);
+    // With the rate the rest needs, nothing is past it.
+    let stage = stage_with(crowd(), "20", &[("SEND_RATE_PER_SECOND", "14")]).with_clock(clock());
+    let start = json!({"campaignId": "weekly-2026-W47", "experiment": experiment,
+                       "deadline": deadline});
+    let Response::Run(summary) = stage.handle(start, &plenty()).await.unwrap() else {
+        panic!("expected a run");
+    };
+    assert_eq!(summary.users_past_deadline, 0);
 }
 
 #[tokio::test]

@@ -126,6 +126,8 @@ fn ledger(before: Before, send_errors: u64) -> MemoryLedger {
 enum Ses {
     Accepts,
     Throttled,
+    /// SES's 24-hour quota is used up.
+    DailyQuota,
     Stopped,
     Rejected,
     NotAccepted,
@@ -139,6 +141,9 @@ impl Ses {
         Some(match self {
             Ses::Accepts => return None,
             Ses::Throttled => SendError::Throttled("TooManyRequestsException: x".into()),
+            Ses::DailyQuota => {
+                SendError::DailyQuota("Throttling: Daily message quota exceeded".into())
+            }
             Ses::Stopped => SendError::Stopped("SendingPausedException: x".into()),
             Ses::Rejected => SendError::Permanent("MessageRejected: x".into()),
             Ses::NotAccepted => SendError::NotAccepted("InternalFailure: x".into()),
@@ -200,10 +205,17 @@ struct Case {
 const ADA: &str = "ada@example.com";
 
 /// A first delivery of a record that can be claimed, by SES's answer.
-const FIRST_SEND: [(Ses, Back, After, &str); 6] = [
+const FIRST_SEND: [(Ses, Back, After, &str); 7] = [
     (Ses::Accepts, Back::Never, After::Sent, "sent"),
     // A throttle lowers the shared rate; the email waits for a slot and goes again.
     (Ses::Throttled, Back::Never, After::Sent, "sent"),
+    // The 24-hour quota: held an hour, the rate untouched.
+    (
+        Ses::DailyQuota,
+        Back::In(3600, 3600),
+        After::Released(0),
+        "dailyQuotaHeld",
+    ),
     // The longest retry delay.
     (
         Ses::Stopped,
@@ -270,6 +282,9 @@ const LAST_RECEIVE: &[Case] = &[
            back: Back::Returned, after: After::DeadLettered, ses_calls: 1, counted: "retried" },
     Case { before: Before::Nothing, send_errors: 0, ses: Ses::Stopped, to: ADA, receives: 10, time_left: 30,
            back: Back::Returned, after: After::DeadLettered, ses_calls: 1, counted: "stopped" },
+    // Waiting for the 24-hour quota never sends a record to the DLQ: a fresh copy waits instead.
+    Case { before: Before::Nothing, send_errors: 0, ses: Ses::DailyQuota, to: ADA, receives: 10, time_left: 30,
+           back: Back::Never, after: After::Released(0), ses_calls: 1, counted: "dailyQuotaHeld" },
     // One receive earlier, the same throttling is an ordinary retry, after the backoff.
     Case { before: Before::Nothing, send_errors: 0, ses: Ses::Throttled, to: ADA, receives: 9, time_left: 5,
            back: Back::In(300, 300), after: After::Released(0), ses_calls: 1, counted: "throttled" },
@@ -558,6 +573,67 @@ async fn a_cancelled_campaign_sends_nothing_more_and_its_records_end_cancelled()
         assert!(stage.mailer.calls().is_empty(), "{before:?}: nothing sent");
         let record = stage.ledger.get(USER, CAMPAIGN).unwrap();
         assert_eq!(record.status, Some(after), "{before:?}");
+    }
+}
+
+/// SES's "Daily message quota exceeded" comes with a throttling code, but no slower rate lets
+/// a send through: the batch is held for an hour on the queue (one receive, never the DLQ),
+/// the claims given back, and the shared rate every campaign sends at is left as it was.
+#[tokio::test]
+async fn the_daily_quota_holds_the_batch_and_leaves_the_shared_rate_alone() {
+    let quota = || {
+        crate::adapters::ses::classify(
+            Some("ThrottlingException"),
+            "Daily message quota exceeded.",
+            true,
+        )
+    };
+    let users = [
+        "oid:65a1f0c2e4b0a1b2c3d4e5f1",
+        "oid:65a1f0c2e4b0a1b2c3d4e5f2",
+        USER,
+    ];
+    let mut batch = SqsEvent::default();
+    for (i, user) in users.iter().enumerate() {
+        let mut record = event(ADA, 1, false).records.remove(0);
+        let mut job: serde_json::Value =
+            serde_json::from_str(record.body.as_deref().unwrap()).unwrap();
+        job["userId"] = (*user).into();
+        record.body = Some(job.to_string());
+        record.message_id = Some(format!("m{i}"));
+        record.receipt_handle = Some(format!("r{i}"));
+        batch.records.push(record);
+    }
+    let stage = stage(
+        MemoryLedger::default(),
+        ScriptedMailer::answering(users.map(|_| Err(quota()))),
+        MemoryCampaigns::default(),
+    );
+    let (response, summary) = stage.handle(batch, &invocation(TIMEOUT)).await;
+    assert_eq!(response.batch_item_failures.len(), 3, "returned, unsent");
+    let counts = serde_json::to_value(&summary).unwrap();
+    assert_eq!(counts["dailyQuotaHeld"], 3, "{counts}");
+    assert_eq!(
+        (counts["throttles"].as_u64(), counts["throttled"].as_u64()),
+        (Some(0), Some(0)),
+        "{counts}"
+    );
+    assert_eq!(stage.pacer.throttles(), 0, "the shared rate is not lowered");
+    let mut delays = stage.queue.delays();
+    delays.sort();
+    assert_eq!(
+        delays,
+        ["r0", "r1", "r2"].map(|r| (r.to_owned(), Duration::from_secs(3600)))
+    );
+    for user in users {
+        let record = stage.ledger.get(user, CAMPAIGN);
+        if let Some(record) = record {
+            assert_eq!(
+                (record.status, record.lease_until_ms),
+                (Some(SendStatus::InProgress), Some(0)),
+                "{user}: the claim given back, not dead-lettered"
+            );
+        }
     }
 }
 

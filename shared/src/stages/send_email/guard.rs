@@ -88,15 +88,17 @@ impl<
         attempt_ms: i64,
     ) -> Result<Verdict, GuardError> {
         let now_ms = epoch_ms(crate::runtime::clock::now()) as i64;
-        if !self.still_before_deadline(job, guardrails).await? {
-            return Ok(Verdict::Skip(Skip::Expired));
-        }
+        // The holdout first: a held-out user stays held_out after the deadline too (an
+        // `expired` one would be sent by a resend that includes the skipped).
         if held_out(
             job.campaign_id.as_str(),
             &job.user_id,
             guardrails.holdout_bp,
         ) {
             return Ok(Verdict::Skip(Skip::HeldOut));
+        }
+        if !self.still_before_deadline(job, guardrails).await? {
+            return Ok(Verdict::Skip(Skip::Expired));
         }
         // Read again only for an email that waited since it was rendered: the person may
         // have chosen since. A topic no longer declared has no default to read it by.

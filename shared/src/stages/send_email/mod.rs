@@ -8,6 +8,7 @@
 //! `outcome`, the shared send rate in `pacing`, and the decision table's tests in
 //! `decision_table`.
 
+mod daily_quota;
 mod guard;
 mod ledger_writes;
 mod outcome;
@@ -29,11 +30,11 @@ use crate::ports::{
 use crate::runtime::batch::{batch_response, each_record};
 use crate::runtime::Invocation;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use daily_quota::{Halt, Halted};
 pub use outcome::Summary;
 use outcome::{Again, Done, Retry};
 use pacing::{NoSlot, Pacer, Ticket};
 pub use standing::{Standings, Wanted};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -125,7 +126,7 @@ impl<
     ) -> (SqsBatchResponse, Summary) {
         let started = std::time::Instant::now();
         let throttles_before = self.pacer.throttles();
-        let stop = AtomicBool::new(false);
+        let stop = Halt::default();
         let stop = &stop;
         // One ticket per record from the start: the demand the first chunk of slots is for.
         self.pacer.batch(event.records.len());
@@ -176,6 +177,7 @@ impl<
                 Ok(Done::Skipped(skip)) => *summary.skipped.entry(skip.as_str()).or_default() += 1,
                 Ok(Done::PreviouslySkipped) => summary.previously_skipped += 1,
                 Ok(Done::Requeued) => summary.deferred += 1,
+                Ok(Done::QuotaRequeued) => summary.daily_quota_held += 1,
                 Err(retry) => {
                     match retry.why {
                         Again::Busy => summary.busy += 1,
@@ -185,6 +187,7 @@ impl<
                         Again::Stopped => summary.stopped += 1,
                         Again::Error => summary.retried += 1,
                         Again::Quiet => summary.deferred += 1,
+                        Again::DailyQuota => summary.daily_quota_held += 1,
                     }
                     failed.push(id);
                 }
@@ -208,6 +211,7 @@ impl<
             skipped = ?summary.skipped,
             previously_skipped = summary.previously_skipped,
             deferred = summary.deferred,
+            daily_quota_held = summary.daily_quota_held,
             duration_ms = started.elapsed().as_millis() as u64,
             "SendEmail batch done"
         );
@@ -220,6 +224,12 @@ impl<
         delays[receive_count(record)
             .saturating_sub(1)
             .min(delays.len() - 1)]
+    }
+
+    /// A return that hides this record again must not cost it the receive that sends it to
+    /// the DLQ: it goes back as a fresh copy instead.
+    fn near_receive_limit(&self, record: &SqsMessage) -> bool {
+        receive_count(record) + 1 >= self.config.max_receive_count as usize
     }
 
     async fn delay(&self, record: &SqsMessage, delay: Duration) {
@@ -260,7 +270,7 @@ impl<
         &self,
         record: &SqsMessage,
         invocation: &Invocation,
-        stop: &AtomicBool,
+        stop: &Halt,
         ticket: Option<Ticket<'_>>,
     ) -> Result<Done, Retry> {
         let message_id = record.message_id.as_deref().unwrap_or_default();
@@ -279,12 +289,14 @@ impl<
         job: EmailJob,
         record: &SqsMessage,
         invocation: &Invocation,
-        stop: &AtomicBool,
+        stop: &Halt,
         ticket: Ticket<'_>,
     ) -> Result<Done, Retry> {
         let message_id = record.message_id.as_deref().unwrap_or_default();
-        if stop.load(Ordering::SeqCst) {
-            return Err(self.stopped());
+        match stop.get() {
+            Some(Halted::Stopped) => return Err(self.stopped()),
+            Some(Halted::DailyQuota) => return self.hold_for_quota(None, record).await,
+            None => {}
         }
         if invocation.remaining() < MIN_TIME_TO_SEND {
             return Err(Retry::error(Some(Duration::ZERO)));
@@ -381,10 +393,14 @@ impl<
                 return Err(Retry::error(None));
             }
         }
-        if stop.load(Ordering::SeqCst) {
-            self.give_back(&claim, "sending stopped", false, last_receive)
-                .await;
-            return Err(self.stopped());
+        match stop.get() {
+            Some(Halted::Stopped) => {
+                self.give_back(&claim, "sending stopped", false, last_receive)
+                    .await;
+                return Err(self.stopped());
+            }
+            Some(Halted::DailyQuota) => return self.hold_for_quota(Some(&claim), record).await,
+            None => {}
         }
         if invocation.remaining() < MIN_TIME_TO_SEND {
             self.give_back(&claim, "deadline too near to send", false, last_receive)
@@ -510,7 +526,7 @@ impl<
         email: &OutgoingEmail,
         zone: Option<&jiff::tz::TimeZone>,
         invocation: &Invocation,
-        stop: &AtomicBool,
+        stop: &Halt,
         deadline_ms: Option<i64>,
     ) -> Result<Result<String, SendError>, guard::Quiet> {
         loop {
@@ -527,7 +543,7 @@ impl<
                 return Ok(answer);
             }
             self.pacer.throttled(&self.ceiling()).await;
-            if stop.load(Ordering::SeqCst) || invocation.remaining() < 2 * MIN_TIME_TO_SEND {
+            if stop.get().is_some() || invocation.remaining() < 2 * MIN_TIME_TO_SEND {
                 return Ok(answer);
             }
             if self
@@ -552,7 +568,7 @@ impl<
         again: Option<UserMessage>,
         record: &SqsMessage,
         invocation: &Invocation,
-        stop: &AtomicBool,
+        stop: &Halt,
         send_errors: u64,
     ) -> Result<Done, Retry> {
         let last_receive = receive_count(record) >= self.config.max_receive_count as usize;
@@ -585,8 +601,15 @@ impl<
                     delay: Some(self.backoff(record)),
                 })
             }
+            Err(SendError::DailyQuota(reason)) => {
+                // Not a rate: the shared rate stays as it is, and the rest of the batch is
+                // held without asking SES again.
+                stop.set(Halted::DailyQuota);
+                tracing::error!(campaign = %claim.key.campaign_id(), %reason, "SES's 24-hour sending quota is used up: holding the batch until its window lets sends through");
+                self.hold_for_quota(Some(claim), record).await
+            }
             Err(SendError::Stopped(reason)) => {
-                stop.store(true, Ordering::SeqCst);
+                stop.set(Halted::Stopped);
                 tracing::error!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, %reason, "SES refuses to send for this account: stopping the batch and returning every unsent record; resolve it in the SES console");
                 self.give_back(claim, &reason, false, last_receive).await;
                 Err(self.stopped())

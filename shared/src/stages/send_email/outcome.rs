@@ -41,6 +41,9 @@ summary! {
         /// Inside the user's quiet hours: handed back to the waiting room for their end (or,
         /// within 15 minutes of it, put back on the queue delayed until then).
         pub deferred: usize,
+        /// SES's 24-hour quota was used up: held on the queue for an hour (or put back as a
+        /// fresh copy near the receive limit), unsent, the shared rate untouched.
+        pub daily_quota_held: usize,
         /// How late each email let go from the waiting room went after its slot (its user's
         /// local time, or an experiment's decision), ms (`lateMs` on its record): a
         /// distribution, for the dashboard's p50 and p99.
@@ -74,6 +77,9 @@ pub(super) enum Done {
         campaign: crate::domain::campaign::CampaignId,
         slot_ms: i64,
     },
+    /// Held for SES's 24-hour quota near its receive limit: acknowledged, a fresh copy comes
+    /// back later.
+    QuotaRequeued,
 }
 
 pub(super) enum Again {
@@ -88,6 +94,8 @@ pub(super) enum Again {
     /// Inside the user's quiet hours, the queue refused the delayed copy: back when they end
     /// (within 15 minutes).
     Quiet,
+    /// SES's 24-hour quota is used up: back in an hour.
+    DailyQuota,
 }
 
 /// A record to return, and when it should come back (None: after the queue's visibility).

@@ -235,6 +235,47 @@ async fn the_sweep_releases_a_user_held_after_the_slots_release_and_status_recon
 }
 
 #[tokio::test]
+async fn users_a_sweep_leaves_waiting_are_written_as_stranded() {
+    let (stage, clock) = zoned_stage("2026-11-23T08:59:30Z");
+    stage.handle(local_nine(), &plenty()).await.unwrap();
+    let (_, release) = new_york_schedule(&stage);
+    let (_, sweep) = slot_schedule(&stage, "2026-11-23T14:00:00Z", true);
+    clock.set(ms("2026-11-23T14:00:00Z"));
+    stage.handle(release, &plenty()).await.unwrap();
+    // The sweep releases nobody and finishes with none left: no metric.
+    clock.set(ms("2026-11-23T14:15:00Z"));
+    let Response::Release(clean) = stage.handle(sweep.clone(), &plenty()).await.unwrap() else {
+        panic!("expected a release");
+    };
+    assert_eq!(clean.users_stranded, 0);
+    assert!(!Response::Release(clean)
+        .metrics()
+        .iter()
+        .any(|m| m.name == "usersStranded"));
+    // A hold that lands while the sweep reads (a segment retried late).
+    let new_york = ms("2026-11-23T14:00:00Z");
+    stage
+        .waiting
+        .hold(&campaign().id, new_york, &[("early".into(), "{}".into())])
+        .await
+        .unwrap();
+    stage.waiting.landing.lock().unwrap().push((
+        campaign().id.to_string(),
+        new_york,
+        "late".into(),
+        "{}".into(),
+    ));
+    let Response::Release(swept) = stage.handle(sweep, &plenty()).await.unwrap() else {
+        panic!("expected a release");
+    };
+    assert!(swept.complete);
+    assert_eq!((swept.users_released, swept.users_stranded), (1, 1));
+    let metrics = Response::Release(swept).metrics();
+    let stranded = metrics.iter().find(|m| m.name == "usersStranded").unwrap();
+    assert_eq!(stranded.values, [1.0]);
+}
+
+#[tokio::test]
 async fn a_second_run_keeps_its_counts_apart_from_the_first() {
     let (stage, clock) = zoned_stage("2026-11-23T08:59:30Z");
     stage.handle(local_nine(), &plenty()).await.unwrap();

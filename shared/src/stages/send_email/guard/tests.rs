@@ -241,6 +241,38 @@ async fn after_the_deadline_the_rest_expires_unless_a_start_just_moved_it() {
     assert_eq!(status(&stage, "u1").0, Some(SendStatus::Sent));
 }
 
+#[tokio::test]
+async fn after_the_deadline_the_held_out_stay_held_out_and_a_resend_never_sends_them() {
+    let stage = stage(&[], MemoryLedger::default(), ScriptedMailer::default());
+    let passed = CampaignGuardrails {
+        holdout_bp: 5000,
+        deadline_ms: Some(now_ms() - 1),
+        ..Default::default()
+    };
+    stage.campaigns.states().set_guardrails(CAMPAIGN, passed);
+    let (inside, outside) = users_in_and_out();
+    assert_eq!(
+        handle(&stage, &inside, false).await.skipped.get("held_out"),
+        Some(&1)
+    );
+    assert_eq!(
+        handle(&stage, &outside, false).await.skipped.get("expired"),
+        Some(&1)
+    );
+    assert_eq!(status(&stage, &inside).1.as_deref(), Some("held_out"));
+    // A later deadline and a resend that includes the skipped: the expired one goes, the
+    // held-out one stays out.
+    let moved = CampaignGuardrails {
+        holdout_bp: 5000,
+        deadline_ms: Some(now_ms() + 3_600_000),
+        ..Default::default()
+    };
+    stage.campaigns.states().set_guardrails(CAMPAIGN, moved);
+    assert_eq!(handle(&stage, &outside, true).await.sent, 1);
+    assert_eq!(handle(&stage, &inside, true).await.sent, 0);
+    assert_eq!(stage.mailer.calls().len(), 1, "only the one outside");
+}
+
 /// Quiet hours around the wall clock's hour in UTC (the fallback zone of a job without one).
 fn quiet_now() -> String {
     let hour = (now_ms() / 3_600_000) % 24;
