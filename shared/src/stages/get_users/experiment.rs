@@ -37,9 +37,10 @@ pub(super) enum ReleaseWinner {
 
 impl ExperimentRun {
     /// The decision's instant has passed and this run knows no winner: the rest must not be
-    /// held for it (each would wait for a slot of its own instant).
+    /// held for it (each would wait for a slot of its own instant). The run's instant, which
+    /// is later than the recorded one while the test group still sends.
     pub(super) fn awaits_decision(&self, now_ms: i64) -> bool {
-        self.winner.is_none() && self.experiment.decide_at_ms.is_some_and(|at| at <= now_ms)
+        self.winner.is_none() && self.decide_at_ms.is_some_and(|at| at <= now_ms)
     }
 
     /// A user's variant, or the instant they wait for: the test group goes in its variants
