@@ -68,6 +68,9 @@ impl<
         record: &SqsMessage,
     ) -> Result<Done, Retry> {
         if let Some(claim) = claim {
+            // Not sent for hours: its cap reservation would skip the person's other
+            // campaigns' emails meanwhile; the send that goes counts it again.
+            self.uncount(&claim.key).await;
             self.give_back(claim, "SES 24-hour quota used up", false, false)
                 .await;
         }

@@ -359,7 +359,9 @@ impl<
                 tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "guardrails not read; will retry");
                 self.give_back(&claim, &err.to_string(), false, last_receive)
                     .await;
-                return Err(Retry::error(None));
+                // Backed off by its receives, as the campaign state's read: an outage of the
+                // caps or the standing read does not spend them at the visibility's pace.
+                return Err(Retry::error(Some(self.backoff(record))));
             }
         }
 
@@ -611,6 +613,9 @@ impl<
             Err(SendError::Stopped(reason)) => {
                 stop.set(Halted::Stopped);
                 tracing::error!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, %reason, "SES refuses to send for this account: stopping the batch and returning every unsent record; resolve it in the SES console");
+                // Stopped for as long as the account is: its cap reservation must not skip
+                // the person's other emails meanwhile.
+                self.uncount(&claim.key).await;
                 self.give_back(claim, &reason, false, last_receive).await;
                 Err(self.stopped())
             }

@@ -459,6 +459,32 @@ async fn an_email_counted_then_refused_is_taken_out_of_the_caps() {
     assert_eq!(history.version, 2, "counted, then taken out");
 }
 
+/// An email held for hours (SES's 24-hour quota used up, or the account's sending stopped)
+/// is taken out of the caps while it waits: its reservation would otherwise skip the
+/// person's other campaigns' emails, for good, until it goes.
+#[tokio::test]
+async fn an_email_held_for_the_daily_quota_or_a_stopped_account_is_taken_out_of_the_caps() {
+    let quota = || {
+        crate::adapters::ses::classify(
+            Some("ThrottlingException"),
+            "Daily message quota exceeded.",
+            true,
+        )
+    };
+    let stopped = || SendError::Stopped("SendingPausedException: paused".into());
+    for (why, answer) in [("quota", quota()), ("stopped", stopped())] {
+        let stage = stage(
+            &[("FREQUENCY_CAPS", "1/16h")],
+            MemoryLedger::default(),
+            ScriptedMailer::answering([Err(answer)]),
+        );
+        handle(&stage, "u1", false).await;
+        let history = stage.ledger.cap_history("u1").await.unwrap();
+        assert!(history.entries.is_empty(), "{why}: {history:?}");
+        assert_eq!(history.version, 2, "{why}: counted, then taken out");
+    }
+}
+
 /// Whoever chose since the email was rendered, an hour ago, gets it no more: unsubscribed,
 /// out of the topic (by the page, or by a one-click MongoDB did not take), suppressed, or no
 /// such user any more; each recorded SKIPPED with its reason, counted. Under the bound, the
