@@ -359,9 +359,7 @@ impl<
                 tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "guardrails not read; will retry");
                 self.give_back(&claim, &err.to_string(), false, last_receive)
                     .await;
-                // Backed off by its receives, as the campaign state's read: an outage of the
-                // caps or the standing read does not spend them at the visibility's pace.
-                return Err(Retry::error(Some(self.backoff(record))));
+                return Err(Retry::error(None));
             }
         }
 
