@@ -562,11 +562,8 @@ fn get_users_invoke(
 /// GetUsers' ARN, its name generated as CloudFormation generates it for this stack: what
 /// Lambda tells an invocation it was made through, and what release schedules target.
 fn get_users_arn(stack: &Stack) -> String {
-    let region = stack
-        .sdk
-        .region()
-        .map_or("us-east-1".into(), |r| r.to_string());
-    crate::iam::function_arn(&region, &stack.prefix, GET_USERS)
+    // Recorded at provisioning (`!GetAtt GetUsersFunction.Arn`).
+    stack.names.get(GET_USERS).cloned().unwrap_or_default()
 }
 
 /// The Unsubscribe function as template.yaml configures it on this stack.
