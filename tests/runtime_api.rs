@@ -8,7 +8,7 @@
 //! configuration from template.yaml and init.
 
 use mailflow::domain::campaign::Campaign;
-use mailflow::domain::campaign::Hold;
+use mailflow::domain::campaign_state::Hold;
 use mailflow::domain::send_rate::SendRate;
 use mailflow::ports::RateBucket;
 use mailflow_local::aws_emulator::EmulatedFunction;

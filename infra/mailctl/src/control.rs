@@ -8,7 +8,8 @@ use crate::ops::{self, format_ms, Target};
 use anyhow::{bail, Result};
 use mailflow::adapters::campaigns::{Refused, CANCELLED, PAUSED, RUNNING};
 use mailflow::adapters::event_sources::StackSending;
-use mailflow::domain::campaign::{CampaignId, CampaignRecord, Hold, StateChange};
+use mailflow::domain::campaign::CampaignId;
+use mailflow::domain::campaign_state::{CampaignRecord, Hold, StateChange};
 
 fn change(by: &str, reason: &str) -> StateChange {
     StateChange {

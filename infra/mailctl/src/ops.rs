@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use aws_sdk_sqs::Client as Sqs;
 use mailflow::adapters::event_sources::EventSourceMappings;
 use mailflow::adapters::rate_item::RateItem;
-use mailflow::domain::campaign::Hold;
+use mailflow::domain::campaign_state::Hold;
 use mailflow::domain::ledger::{Engagement, SendStatus};
 use mailflow::ports::RateBucket;
 use mailflow_local::ledger_scan;

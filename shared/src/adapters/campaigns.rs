@@ -5,9 +5,8 @@
 //! The pipeline's functions read it (`CampaignStates`).
 
 use super::describe;
-use crate::domain::campaign::{
-    rfc3339, Campaign, CampaignId, CampaignRecord, CampaignState, Hold, StateChange, Window,
-};
+use crate::domain::campaign::{rfc3339, Campaign, CampaignId, Window};
+use crate::domain::campaign_state::{CampaignRecord, CampaignState, Hold, StateChange};
 use crate::domain::experiment::{Decision, Experiment};
 use crate::domain::guardrails::CampaignGuardrails;
 use crate::domain::ledger::LedgerError;

@@ -5,7 +5,7 @@
 
 use super::campaigns::{CampaignsTable, Refused, PAUSED, RUNNING};
 use super::describe;
-use crate::domain::campaign::StateChange;
+use crate::domain::campaign_state::StateChange;
 use crate::ports::{ControlError, SendingSwitch};
 use std::time::{Duration, Instant};
 

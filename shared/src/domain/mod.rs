@@ -2,6 +2,9 @@
 
 pub mod address;
 pub mod campaign;
+pub mod campaign_start;
+pub mod campaign_state;
+pub mod delivery;
 pub mod digest;
 pub mod experiment;
 pub mod fan_out;

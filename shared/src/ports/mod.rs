@@ -13,9 +13,8 @@
 //! `adapters::waiting::WaitingTable` (WaitingRoom), `adapters::open_content::OpenContentTable`
 //! (OpenContentStore), `adapters::picks::MongoPicks` (PickDirectory).
 
-use crate::domain::campaign::{
-    Campaign, CampaignId, CampaignRecord, CampaignState, StateChange, Window,
-};
+use crate::domain::campaign::{Campaign, CampaignId, Window};
+use crate::domain::campaign_state::{CampaignRecord, CampaignState, StateChange};
 use crate::domain::digest::{Enrichment, OddFollows};
 use crate::domain::experiment::{Decision, Experiment, Tally};
 use crate::domain::guardrails::{CampaignGuardrails, CapHistory, Skip};
@@ -344,9 +343,16 @@ pub struct AudienceMember {
 /// Lambda, a clock the simulator controls locally (so that a day of local times runs in
 /// minutes), never a mode.
 pub trait Clock: Send + Sync {
+    /// Now, as the campaign's decisions read it (slots, deadlines, quiet hours, starts).
     fn now_ms(&self) -> i64;
+    /// Now, as durations are measured (how late an email went): the same instant on AWS.
+    /// The simulator's clock jumps from slot to slot, and a jump is no lateness.
+    fn wall_ms(&self) -> i64 {
+        SystemClock.now_ms()
+    }
 }
 
+/// The clock on Lambda (`runtime::clock`: the lab may make it follow tokio's paused clock).
 pub struct SystemClock;
 
 impl Clock for SystemClock {

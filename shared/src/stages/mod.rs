@@ -14,7 +14,7 @@ pub mod ses_events;
 pub mod summary;
 pub mod unsubscribe;
 
-use crate::domain::campaign::{CampaignState, Hold};
+use crate::domain::campaign_state::{CampaignState, Hold};
 use crate::domain::ledger::LedgerError;
 use crate::ports::CampaignStates;
 use std::collections::HashMap;
@@ -133,7 +133,7 @@ mod tests {
                 });
             }
             Ok(CampaignState {
-                hold: Some(Hold::Paused(crate::domain::campaign::StateChange {
+                hold: Some(Hold::Paused(crate::domain::campaign_state::StateChange {
                     at_ms: 1,
                     by: "ops".into(),
                     reason: "test".into(),
@@ -148,7 +148,7 @@ mod tests {
             _: &crate::domain::guardrails::CampaignGuardrails,
             _: Option<&crate::domain::experiment::Experiment>,
             _: u64,
-        ) -> Result<crate::domain::campaign::CampaignRecord, LedgerError> {
+        ) -> Result<crate::domain::campaign_state::CampaignRecord, LedgerError> {
             Ok(Default::default())
         }
 

@@ -6,7 +6,7 @@
 //! source mappings) and pauses every running campaign, saying why. Only an operator resumes
 //! (`mailctl resume`): an alarm returning to OK changes nothing.
 
-use crate::domain::campaign::StateChange;
+use crate::domain::campaign_state::StateChange;
 use crate::domain::ledger::epoch_ms;
 use crate::ports::{ControlError, SendingSwitch};
 use aws_lambda_events::event::sns::SnsEvent;
@@ -139,7 +139,7 @@ crate::runtime::serve::stage! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::campaign::Hold;
+    use crate::domain::campaign_state::Hold;
     use crate::ports::memory::MemoryCampaigns;
     use crate::ports::CampaignStates;
     use aws_lambda_events::event::sns::SnsRecord;

@@ -7,7 +7,7 @@ use super::runs::{invoke_async, RunOutcome};
 use super::{mongo::MongoServer, ChaosMailer};
 use anyhow::Result;
 use mailflow::adapters::event_sources::StackSending;
-use mailflow::domain::campaign::StateChange;
+use mailflow::domain::campaign_state::StateChange;
 use mailflow_local::pipeline::{lock, LocalPipeline};
 use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -11,9 +11,8 @@ pub mod status;
 
 use anyhow::{bail, Context, Result};
 use mailctl::ops::Target;
-use mailflow::domain::campaign::{
-    rfc3339, Campaign, CampaignError, CampaignId, CampaignRecord, Window,
-};
+use mailflow::domain::campaign::{rfc3339, Campaign, CampaignError, CampaignId, Window};
+use mailflow::domain::campaign_state::CampaignRecord;
 use mailflow_local::names;
 use mailflow_local::provision::{provision, StackOptions};
 use mailflow_local::template::Template;
@@ -207,7 +206,7 @@ pub async fn resolve_campaign(
                 Some(record) => record,
                 None => read_record().await?,
             };
-            campaign.settle(&recorded, false)?;
+            campaign.settle(recorded.window, recorded.topic.as_deref(), false)?;
         }
     }
     Ok(campaign)

@@ -1,8 +1,7 @@
 //! Campaigns and the sending switch, in memory.
 
-use crate::domain::campaign::{
-    Campaign, CampaignId, CampaignRecord, CampaignState, Hold, StateChange, Window,
-};
+use crate::domain::campaign::{Campaign, CampaignId, Window};
+use crate::domain::campaign_state::{CampaignRecord, CampaignState, Hold, StateChange};
 use crate::domain::experiment::{Decision, Experiment, Tally};
 use crate::domain::guardrails::CampaignGuardrails;
 use crate::domain::ledger::LedgerError;

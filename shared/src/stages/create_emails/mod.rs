@@ -11,8 +11,8 @@
 use super::summary::summary;
 use super::CampaignStateCache;
 use crate::config::CreateEmailsConfig;
-use crate::domain::campaign::Hold;
 use crate::domain::campaign::Window;
+use crate::domain::campaign_state::Hold;
 use crate::domain::digest::{Enrichment, Look, Renderer, SkipReason};
 use crate::domain::experiment::Variant;
 use crate::domain::ledger::LedgerError;

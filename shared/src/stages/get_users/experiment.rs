@@ -4,8 +4,10 @@
 //! rest go with it.
 
 use super::{GetUsers, GetUsersError};
-use crate::domain::campaign::{CampaignId, CampaignState};
-use crate::domain::experiment::{self, Assignment, Decision, Experiment};
+use crate::domain::campaign::CampaignId;
+use crate::domain::campaign_state::CampaignState;
+use crate::domain::delivery::ExperimentView;
+use crate::domain::experiment::{self, Decision, Experiment};
 use crate::ports::{CampaignStates, OutgoingQueue, UserDirectory, WaitingRoom};
 use std::sync::Arc;
 
@@ -36,31 +38,12 @@ pub(super) enum ReleaseWinner {
 }
 
 impl ExperimentRun {
-    /// The decision's instant has passed and this run knows no winner: the rest must not be
-    /// held for it (each would wait for a slot of its own instant). The run's instant, which
-    /// is later than the recorded one while the test group still sends.
-    pub(super) fn awaits_decision(&self, now_ms: i64) -> bool {
-        self.winner.is_none() && self.decide_at_ms.is_some_and(|at| at <= now_ms)
-    }
-
-    /// A user's variant, or the instant they wait for: the test group goes in its variants
-    /// as decided for them (now, or at their local time); the rest with the winner, or held
-    /// until the decision (`GetUsers::when` moves them to it, or to their local time after
-    /// it, and applies quiet hours there).
-    pub(super) fn group(
-        &self,
-        campaign: &CampaignId,
-        user_id: &str,
-    ) -> (Option<String>, Option<i64>) {
-        match self.experiment.assign(campaign.as_str(), user_id) {
-            Assignment::Test(i) => (Some(self.experiment.variants[i].name.clone()), None),
-            Assignment::Rest => match (&self.winner, self.decide_at_ms) {
-                (Some(winner), _) => (Some(winner.clone()), None),
-                // Released with the winner (`Release`), never before it is decided.
-                (None, Some(decide_at)) => (None, Some(decide_at)),
-                // Recorded without a decision time (never by GetUsers): the default.
-                (None, None) => (Some(self.experiment.default_name().to_owned()), None),
-            },
+    /// The run's view of the experiment, as the delivery rule asks it (`ExperimentView`).
+    pub(super) fn view(&self) -> ExperimentView<'_> {
+        ExperimentView {
+            experiment: &self.experiment,
+            winner: self.winner.as_deref(),
+            decide_at_ms: self.decide_at_ms,
         }
     }
 }

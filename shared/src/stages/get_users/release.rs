@@ -1,21 +1,17 @@
-//! Over 450 lines because hold, release, sweep and the paused and cancelled releases share
-//! one reading of the waiting room: apart, each would repeat it.
-//!
-//! The local-time half of GetUsers: when each user of a run gets their email (now, with a
-//! short SQS delay, or held for their slot), holding them in the waiting room with the
-//! slot's one-time release schedule, and releasing a slot onto the users queue at its
-//! instant.
+//! The release of a send slot: at its instant (or the experiment's decision it waits for),
+//! its waiting users onto the users queue with the winner, a page at a time; a sweep a
+//! quarter of an hour later for whoever the release did not find; a paused campaign's
+//! release put back until the resume, a cancelled one's users dropped.
 
 use super::experiment::ReleaseWinner;
-use super::{GetUsers, GetUsersError, Pending, LOCAL_FUNCTION_ARN};
-use crate::domain::campaign::{Campaign, CampaignId, Hold};
-use crate::domain::experiment::Experiment;
-use crate::domain::guardrails::QuietPolicy;
-use crate::domain::local_time::{self, Delivery, Due, LocalDelivery};
-use crate::domain::messages::UserMessage;
+use super::hold::let_go;
+use super::{GetUsers, GetUsersError};
+use crate::domain::campaign::CampaignId;
+use crate::domain::campaign_state::{CampaignState, Hold};
+use crate::domain::local_time::{self, Due};
 use crate::ports::{
-    CampaignStates, Clock, OutgoingQueue, ReleasePosition, SendReport, SlotSchedule, StoreError,
-    SystemClock, UserDirectory, WaitingRoom, MAX_BATCH_ENTRIES, MAX_DELAY_SECONDS,
+    CampaignStates, OutgoingQueue, ReleasePosition, SlotSchedule, UserDirectory, WaitingRoom,
+    MAX_BATCH_ENTRIES, MAX_DELAY_SECONDS,
 };
 use crate::runtime::Invocation;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -101,133 +97,6 @@ fn is_zero(n: &u64) -> bool {
 const RELEASE_PAGE: usize = 250;
 
 impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
-    /// When a user of the run gets their email, counted, and their zone's name (SendEmail
-    /// reads quiet hours and calendar-day caps in it). A user whose time falls in their
-    /// quiet hours waits for their end (policy defer). `held_until`: the rest of an A/B
-    /// experiment waits for its decision (at their local time after it, with local time),
-    /// always in the waiting room, whose release gives them the winner.
-    pub(super) fn when(
-        &self,
-        delivery: Option<&LocalDelivery>,
-        zone: &local_time::ZoneField,
-        held_until: Option<i64>,
-        counts: &mut local_time::LocalTimeCounts,
-    ) -> (When, Option<String>) {
-        let now_ms = self.clock.now_ms();
-        let (mut at_ms, tz, on_a_slot) = match delivery {
-            None => {
-                let tz = zone.own_zone();
-                let zone_name = tz.as_ref().and_then(|tz| tz.iana_name()).map(str::to_owned);
-                if self.config.quiet_hours.is_none() && held_until.is_none() {
-                    return (When::Now(None), zone_name);
-                }
-                let tz = tz.unwrap_or_else(|| self.config.local_time.fallback_zone.zone());
-                (now_ms, tz, false)
-            }
-            Some(delivery) => {
-                let (decided, source) = delivery.delivery(zone);
-                counts.count_zone(source);
-                let tz = delivery.zone_for(zone).0;
-                match decided {
-                    // The rest of an experiment goes at its local time after the decision,
-                    // which has not passed: a zone passed at the start is no reason to skip
-                    // it days later.
-                    Delivery::Skip if held_until.is_none() => {
-                        counts.passed_skipped += 1;
-                        return (When::Never, None);
-                    }
-                    // Not in the lateness figures (`lateMs` is how late the pipeline let a
-                    // user go, a health signal): counted as passedSentNow instead.
-                    // The rest of an experiment is counted held, not by its local time.
-                    Delivery::Now | Delivery::Skip => {
-                        counts.passed_sent_now += u64::from(held_until.is_none());
-                        (now_ms, tz, false)
-                    }
-                    Delivery::NextDay(at_ms)
-                    | Delivery::AfterWindow(at_ms)
-                    | Delivery::At(at_ms) => {
-                        match decided {
-                            _ if held_until.is_some() => {}
-                            Delivery::NextDay(_) => counts.passed_next_day += 1,
-                            Delivery::AfterWindow(_) => counts.next_day_after_window += 1,
-                            _ => {}
-                        }
-                        (at_ms, tz, true)
-                    }
-                }
-            }
-        };
-        let zone_name = tz.iana_name().map(str::to_owned);
-        if let Some(until) = held_until.filter(|until| at_ms < *until) {
-            at_ms = Experiment::rest_goes_at(until, delivery, &tz);
-        }
-        let quiet = self
-            .config
-            .quiet_hours
-            .filter(|q| q.policy == QuietPolicy::Defer)
-            .and_then(|q| q.quiet_until(at_ms.max(now_ms), &tz));
-        if let Some(until) = quiet {
-            counts.quiet_deferred += 1;
-            at_ms = until;
-        }
-        let wait_ms = at_ms - now_ms;
-        let when = if held_until.is_some() {
-            // Held even when near: only the release lets them go with the winner (a user
-            // held within 15 minutes of it is found by its sweep, if not by the release).
-            counts.experiment_held += 1;
-            *counts.waiting.entry(at_ms).or_default() += 1;
-            When::Slot(at_ms)
-        } else if wait_ms <= 0 && !on_a_slot {
-            When::Now(None)
-        } else if wait_ms <= 0 {
-            // Its time is now (or passed within the start grace): on time.
-            counts.due_now += 1;
-            When::Now(Some(Due {
-                slot_late_ms: -wait_ms,
-                released_at_ms: SystemClock.now_ms(),
-            }))
-        } else if wait_ms <= DELAY_WITHIN_MS {
-            counts.delayed += 1;
-            When::Delayed(at_ms)
-        } else {
-            *counts.waiting.entry(at_ms).or_default() += 1;
-            When::Slot(at_ms)
-        };
-        (when, zone_name)
-    }
-
-    pub(super) fn hold_users<'a>(
-        &'a self,
-        campaign: &'a Campaign,
-        at_ms: i64,
-        users: Vec<(String, String)>,
-    ) -> Pending<'a> {
-        Box::pin(async move {
-            self.waiting
-                .hold(&campaign.id, at_ms, &users)
-                .await
-                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
-            Ok(SendReport::default())
-        })
-    }
-
-    /// The slot's two one-time schedules, each invoking this function (idempotent: each
-    /// segment that holds users in the slot makes sure of them once).
-    pub(super) async fn schedule_slot(
-        &self,
-        campaign: &CampaignId,
-        slot_ms: i64,
-        invocation: &Invocation,
-    ) -> Result<(), GetUsersError> {
-        let target = invocation
-            .function_arn
-            .as_deref()
-            .unwrap_or(LOCAL_FUNCTION_ARN);
-        schedule_slot(&self.waiting, campaign, slot_ms, target)
-            .await
-            .map_err(|e| GetUsersError::Waiting(e.to_string()))
-    }
-
     /// Releases one send slot: its waiting users onto the users queue, from where they go
     /// through CreateEmails and SendEmail like any other (the ledger keeps them exactly
     /// once), each taken out of the waiting room once it is on the queue. The sweep does the
@@ -253,6 +122,50 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             .state(release.campaign_id.as_str())
             .await
             .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+        if self.not_yet(&release, &state, &mut summary).await? {
+            return Ok(summary);
+        }
+        let cancelled = matches!(state.hold, Some(Hold::Cancelled(_)));
+        // The rest of an experiment's audience goes with the winner (decided now if no one
+        // has yet); a cancelled campaign decides nothing.
+        let winner = match cancelled {
+            true => None,
+            false => match self.winner_for(&release, &state, &mut summary).await? {
+                Some(winner) => winner,
+                None => return Ok(summary),
+            },
+        };
+        let Some(released) = self
+            .let_go_pages(
+                &release,
+                cancelled,
+                winner.as_deref(),
+                &mut summary,
+                invocation,
+            )
+            .await?
+        else {
+            return Ok(summary);
+        };
+        if cancelled {
+            summary.cancelled = true;
+            tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, users_dropped = summary.users_dropped, "campaign cancelled: the slot's waiting users are dropped, not released");
+            return Ok(summary);
+        }
+        self.record_slot_release(&release, released, &mut summary)
+            .await?;
+        Ok(summary)
+    }
+
+    /// Whether the release must wait: before its instant (unless an experiment's decision
+    /// slot whose winner was picked by hand), or while the campaign is paused. Either way it
+    /// is put back on the continuation queue.
+    async fn not_yet(
+        &self,
+        release: &Release,
+        state: &CampaignState,
+        summary: &mut ReleaseSummary,
+    ) -> Result<bool, GetUsersError> {
         // An experiment's decision slot goes as soon as the winner is picked by hand (with
         // local time, it is some zone's local time too: it waits for it).
         let picked = state.decision.is_some()
@@ -262,44 +175,61 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         if early_ms > 0 && !picked {
             summary.early = true;
             let seconds = ((early_ms + 999) / 1000).min(i64::from(MAX_DELAY_SECONDS)) as u32;
-            self.continue_release(&release, seconds).await?;
-            return Ok(summary);
+            self.continue_release(release, seconds).await?;
+            return Ok(true);
         }
-        let hold = state.hold.clone();
-        let cancelled = matches!(hold, Some(Hold::Cancelled(_)));
-        if matches!(hold, Some(Hold::Paused(_))) {
+        if matches!(state.hold, Some(Hold::Paused(_))) {
             summary.paused = true;
             // The pause stopped this queue's consumer; should it still run (a disable not
             // yet applied, or failed), the release looks again in a minute, not at once.
-            self.continue_release(&release, PAUSED_LOOK_AGAIN_SECONDS)
+            self.continue_release(release, PAUSED_LOOK_AGAIN_SECONDS)
                 .await?;
             tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, sweep = release.sweep, "campaign paused: the slot's release waits for the resume");
-            return Ok(summary);
+            return Ok(true);
         }
-        // The rest of an experiment's audience goes with the winner (decided now if no one
-        // has yet); a cancelled campaign decides nothing.
-        let winner = match cancelled {
-            true => None,
-            false => match self
-                .release_winner(&release.campaign_id, &state, release.slot_ms)
-                .await?
-            {
-                ReleaseWinner::NoExperiment => None,
-                ReleaseWinner::Winner(winner) => Some(winner),
-                ReleaseWinner::WaitsUntil(at) => {
-                    let later = Release {
-                        decision_waits_until_ms: Some(at),
-                        ..release
-                    };
-                    let wait_ms = at - self.clock.now_ms();
-                    let seconds = ((wait_ms + 999) / 1000).clamp(0, i64::from(MAX_DELAY_SECONDS));
-                    self.continue_release(&later, seconds as u32).await?;
-                    summary.early = true;
-                    summary.decision_waits_until = Some(local_time::rfc3339_ms(at));
-                    return Ok(summary);
-                }
-            },
-        };
+        Ok(false)
+    }
+
+    /// The winner the slot's users go with (Some(None): no experiment's); None: the decision
+    /// waits for the test group's last email, and the release is put back until then.
+    async fn winner_for(
+        &self,
+        release: &Release,
+        state: &CampaignState,
+        summary: &mut ReleaseSummary,
+    ) -> Result<Option<Option<String>>, GetUsersError> {
+        match self
+            .release_winner(&release.campaign_id, state, release.slot_ms)
+            .await?
+        {
+            ReleaseWinner::NoExperiment => Ok(Some(None)),
+            ReleaseWinner::Winner(winner) => Ok(Some(Some(winner))),
+            ReleaseWinner::WaitsUntil(at) => {
+                let later = Release {
+                    decision_waits_until_ms: Some(at),
+                    ..release.clone()
+                };
+                let wait_ms = at - self.clock.now_ms();
+                let seconds = ((wait_ms + 999) / 1000).clamp(0, i64::from(MAX_DELAY_SECONDS));
+                self.continue_release(&later, seconds as u32).await?;
+                summary.early = true;
+                summary.decision_waits_until = Some(local_time::rfc3339_ms(at));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Lets the slot's waiting users go, a page at a time (a cancelled campaign's are
+    /// dropped): the users released in all, or None when the invocation's time ran short
+    /// and the release goes on from the continuation queue.
+    async fn let_go_pages(
+        &self,
+        release: &Release,
+        cancelled: bool,
+        winner: Option<&str>,
+        summary: &mut ReleaseSummary,
+        invocation: &Invocation,
+    ) -> Result<Option<u64>, GetUsersError> {
         let mut from = Some(release.from.clone());
         let mut released = release.released;
         let mut pages = 0usize;
@@ -312,7 +242,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 };
                 self.continue_release(&rest, 0).await?;
                 summary.users_released = released - release.released;
-                return Ok(summary);
+                return Ok(None);
             }
             let (users, next) = self
                 .waiting
@@ -328,23 +258,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             if cancelled {
                 summary.users_dropped += ids.len() as u64;
             } else {
-                // An experiment's rest let go by a pick before the decision's slot: on time,
-                // not early.
-                let due = Due {
-                    slot_late_ms: (self.clock.now_ms() - release.slot_ms).max(0),
-                    released_at_ms: SystemClock.now_ms(),
-                };
-                let bodies: Vec<String> = bodies
-                    .into_iter()
-                    .map(|b| let_go(b, due, winner.as_deref()))
-                    .collect();
-                let mut in_flight: FuturesUnordered<_> = bodies
-                    .chunks(MAX_BATCH_ENTRIES)
-                    .map(|chunk| self.users.send_batch(chunk))
-                    .collect();
-                while let Some(sent) = in_flight.next().await {
-                    released += sent?.sent as u64;
-                }
+                released += self.send_page(release, bodies, winner).await?;
             }
             // Only once they are on the queue: a release that fails before this finds them
             // again on its retry (and the ledger sends once).
@@ -355,11 +269,42 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             pages += 1;
             from = next;
         }
-        if cancelled {
-            summary.cancelled = true;
-            tracing::info!(campaign = %release.campaign_id, slot = %summary.slot, users_dropped = summary.users_dropped, "campaign cancelled: the slot's waiting users are dropped, not released");
-            return Ok(summary);
+        Ok(Some(released))
+    }
+
+    /// One page of the slot's users onto the users queue, each with when it was let go.
+    async fn send_page(
+        &self,
+        release: &Release,
+        bodies: Vec<String>,
+        winner: Option<&str>,
+    ) -> Result<u64, GetUsersError> {
+        // An experiment's rest let go by a pick before the decision's slot: on time, not
+        // early.
+        let due = Due {
+            slot_late_ms: (self.clock.now_ms() - release.slot_ms).max(0),
+            released_at_ms: self.clock.wall_ms(),
+        };
+        let bodies: Vec<String> = bodies.into_iter().map(|b| let_go(b, due, winner)).collect();
+        let mut in_flight: FuturesUnordered<_> = bodies
+            .chunks(MAX_BATCH_ENTRIES)
+            .map(|chunk| self.users.send_batch(chunk))
+            .collect();
+        let mut released = 0;
+        while let Some(sent) = in_flight.next().await {
+            released += sent?.sent as u64;
         }
+        Ok(released)
+    }
+
+    /// The slot's release recorded (`status` reads it), and for a sweep, whoever is still
+    /// waiting counted as stranded.
+    async fn record_slot_release(
+        &self,
+        release: &Release,
+        released: u64,
+        summary: &mut ReleaseSummary,
+    ) -> Result<(), GetUsersError> {
         self.waiting
             .record_release(
                 &release.campaign_id,
@@ -405,27 +350,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 "send slot released"
             );
         }
-        Ok(summary)
-    }
-
-    /// Users due at `at_ms`, within 15 minutes, onto the users queue invisible until then:
-    /// the delay is worked out as the batch goes (rounded up: never before the instant), so a
-    /// batch that waited for company is not late by its wait.
-    pub(super) fn send_delayed(&self, at_ms: i64, bodies: Vec<String>) -> Pending<'_> {
-        Box::pin(async move {
-            // Past its instant (a slow audience read): no delay, late by that much.
-            let wait_ms = at_ms - self.clock.now_ms();
-            let seconds = ((wait_ms.max(0) + 999) / 1000).min(i64::from(MAX_DELAY_SECONDS));
-            let due = Due {
-                slot_late_ms: seconds * 1000 - wait_ms,
-                released_at_ms: SystemClock.now_ms() + seconds * 1000,
-            };
-            let bodies: Vec<String> = bodies.into_iter().map(|b| let_go(b, due, None)).collect();
-            Ok(self
-                .users
-                .send_batch_delayed(&bodies, seconds as u32)
-                .await?)
-        })
+        Ok(())
     }
 
     /// Puts a release on the continuation queue: to go on where it stopped, to wait for
@@ -446,75 +371,6 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
     }
 }
 
-/// A slot's two one-time schedules, each invoking GetUsers (`target`): the release at its
-/// instant and the sweep after it. Creating one that exists is success, so every holder
-/// (GetUsers' run segments, SendEmail handing users back after their quiet hours) makes
-/// sure of them.
-pub(crate) async fn schedule_slot<W: WaitingRoom>(
-    waiting: &W,
-    campaign: &CampaignId,
-    slot_ms: i64,
-    target: &str,
-) -> Result<(), StoreError> {
-    for sweep in [false, true] {
-        let event = serde_json::to_value(ReleaseEvent {
-            release_waiting: Release {
-                campaign_id: campaign.clone(),
-                slot_ms,
-                from: ReleasePosition {
-                    backwards: sweep,
-                    ..Default::default()
-                },
-                released: 0,
-                sweep,
-                decision_waits_until_ms: None,
-            },
-        })
-        .unwrap_or_default();
-        waiting
-            .schedule_release(campaign, SlotSchedule { slot_ms, sweep }, target, &event)
-            .await?;
-    }
-    Ok(())
-}
-
-/// A held user's body with when they were let go, and the experiment's winner if they wait
-/// for it (a body that does not parse, which GetUsers never writes, goes as it is:
-/// CreateEmails refuses it alone).
-fn let_go(body: String, due: Due, winner: Option<&str>) -> String {
-    match serde_json::from_str::<UserMessage>(&body) {
-        Ok(mut message) => {
-            message.due = Some(due);
-            if message.variant.is_none() {
-                message.variant = winner.map(str::to_owned);
-            }
-            serde_json::to_string(&message).unwrap_or(body)
-        }
-        Err(_) => body,
-    }
-}
-
-/// A user due within this goes onto the users queue with an SQS delay (at most 15 minutes)
-/// instead of into the waiting room. So every hold is decided more than 15 minutes before
-/// its slot, and written before the invocation that decided it ends (Lambda's longest is 15
-/// minutes): a slot's holds are all stored before its release can fire.
-pub(crate) const DELAY_WITHIN_MS: i64 = MAX_DELAY_SECONDS as i64 * 1000;
-
 /// How often a paused campaign's release or checkpoint looks again should the continuation
 /// queue's consumer still run.
 pub(super) const PAUSED_LOOK_AGAIN_SECONDS: u32 = 60;
-
-/// Users held per BatchWriteItem round (four calls of 25).
-pub(super) const HOLD_BATCH: usize = 100;
-
-/// What happens to one user of a run (with when a local-time one is let go).
-pub(super) enum When {
-    Now(Option<Due>),
-    /// Local time within 15 minutes, at this instant: enqueued invisible until it (the
-    /// delay worked out when the batch is sent).
-    Delayed(i64),
-    /// Held until this instant's release.
-    Slot(i64),
-    /// Passed, and the policy says skip.
-    Never,
-}

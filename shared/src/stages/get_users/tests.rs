@@ -1,20 +1,20 @@
-//! Over 450 lines because it is one catalogue of requests and runs (segments, checkpoints,
-//! bad ids) sharing one in-memory fixture; local time's cases are in
-//! `tests/local_time_delivery.rs`.
-//!
-//! GetUsers: its requests, and its runs over the in-memory directory and queues.
+//! GetUsers: its requests, and its runs over the in-memory directory and queues (one
+//! fixture; local time's cases are in `tests/local_time_delivery.rs`).
 
 use super::*;
 use crate::config::LocalTimeConfig;
-use crate::domain::campaign::{rfc3339, CampaignId};
+use crate::domain::campaign::{rfc3339, Campaign, CampaignId};
 use crate::domain::experiment::Assignment;
+use crate::domain::messages::UserMessage;
 use crate::domain::topics::TopicId;
 use crate::ports::memory::directory::{MemoryDirectory, User};
 use crate::ports::memory::{MemoryCampaigns, MemoryOutbox, MemoryResults, MemoryWaitingRoom};
 use crate::ports::SlotSchedule;
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::time::Duration;
+use time::OffsetDateTime;
 
 /// The clock reading parse uses: 2026-11-28T00:00:00Z.
 const NOW_MS: i64 = 1_795_824_000_000;

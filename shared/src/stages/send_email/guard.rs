@@ -10,9 +10,11 @@ use super::outcome::{Again, Done, Retry};
 use super::standing::{self, Standings};
 use super::SendEmail;
 use crate::domain::campaign::CampaignId;
-use crate::domain::guardrails::{held_out, CampaignGuardrails, CapCheck, QuietPolicy, Skip};
-use crate::domain::ledger::{epoch_ms, Claim, LedgerError, SendKey};
-use crate::domain::local_time;
+use crate::domain::delivery::DELAY_WITHIN_MS;
+use crate::domain::delivery::{self, Recipient, Rules};
+use crate::domain::guardrails::{CampaignGuardrails, CapCheck, Skip};
+use crate::domain::ledger::{Claim, LedgerError, SendKey};
+use crate::domain::local_time::{self, ZoneField};
 use crate::domain::messages::EmailJob;
 use crate::domain::messages::UserMessage;
 use crate::domain::topics::Topics;
@@ -20,7 +22,7 @@ use crate::ports::{
     CampaignStates, Mailer, RateBucket, RetryQueue, SendLedger, StoreError, WaitingRoom,
     MAX_DELAY_SECONDS,
 };
-use crate::stages::get_users::{schedule_slot, DELAY_WITHIN_MS};
+use crate::stages::get_users::schedule_slot;
 use aws_lambda_events::event::sqs::SqsMessage;
 use jiff::tz::TimeZone;
 use std::collections::HashMap;
@@ -46,6 +48,15 @@ pub(super) enum Quiet {
     Defer {
         until_ms: i64,
     },
+}
+
+impl From<delivery::Quiet> for Quiet {
+    fn from(quiet: delivery::Quiet) -> Self {
+        match quiet {
+            delivery::Quiet::Skipped => Quiet::Skip,
+            delivery::Quiet::Deferred(until_ms) => Quiet::Defer { until_ms },
+        }
+    }
 }
 
 impl From<Quiet> for Verdict {
@@ -87,14 +98,27 @@ impl<
         deliverable: bool,
         attempt_ms: i64,
     ) -> Result<Verdict, GuardError> {
-        let now_ms = epoch_ms(crate::runtime::clock::now()) as i64;
+        let now_ms = self.clock.now_ms();
+        // The delivery rule at the send: the holdout, and quiet hours now in the user's zone
+        // (GetUsers let the user go after them; a backlog may still carry the send into the
+        // next ones).
+        let zone = job.zone.clone().map_or(ZoneField::Missing, ZoneField::Text);
+        let rules = Rules {
+            local_time: None,
+            quiet_hours: self.config.quiet_hours,
+            fallback_zone: &self.config.fallback_zone,
+            holdout_bp: guardrails.holdout_bp,
+        };
+        let user = Recipient {
+            campaign_id: job.campaign_id.as_str(),
+            user_id: &job.user_id,
+            zone: &zone,
+            rest_until_ms: None,
+        };
+        let decision = delivery::decide(&rules, &user, now_ms);
         // The holdout first: a held-out user stays held_out after the deadline too (an
         // `expired` one would be sent by a resend that includes the skipped).
-        if held_out(
-            job.campaign_id.as_str(),
-            &job.user_id,
-            guardrails.holdout_bp,
-        ) {
+        if decision.held_out {
             return Ok(Verdict::Skip(Skip::HeldOut));
         }
         if !self.still_before_deadline(job, guardrails).await? {
@@ -112,15 +136,13 @@ impl<
         }
         let caps = &self.config.caps;
         let capped = caps.apply_to(job.topic.as_str(), guardrails);
-        if !deliverable || (self.config.quiet_hours.is_none() && !capped) {
+        if !deliverable {
             return Ok(Verdict::Send);
         }
-        let tz = self.zone_of(job.zone.as_deref());
-        // GetUsers let the user go after their quiet hours; a backlog may still carry the
-        // send into the next ones.
-        if let Some(quiet) = self.quiet(&tz) {
-            return Ok(quiet.into());
+        if let Some(quiet) = decision.quiet {
+            return Ok(Quiet::from(quiet).into());
         }
+        let tz = decision.tz;
         if !capped {
             return Ok(Verdict::Send);
         }
@@ -174,17 +196,10 @@ impl<
             .unwrap_or_else(|| self.config.fallback_zone.zone())
     }
 
-    /// What quiet hours say now in `tz` (None: not quiet there, or none set). Asked by the
-    /// guard and again right before each SES call: the wait for a send slot, or a throttled
-    /// send's retries, may have carried the email into them.
+    /// What quiet hours say now in `tz` (None: not quiet there, or none set): the delivery
+    /// rule's (`delivery::quiet_at`), asked by the guard and again right before each SES call.
     pub(super) fn quiet(&self, tz: &TimeZone) -> Option<Quiet> {
-        let quiet = self.config.quiet_hours.as_ref()?;
-        let now_ms = self.clock.now_ms();
-        let until = quiet.quiet_until(now_ms, tz)?;
-        Some(match quiet.policy {
-            QuietPolicy::Skip => Quiet::Skip,
-            QuietPolicy::Defer => Quiet::Defer { until_ms: until },
-        })
+        delivery::quiet_at(self.config.quiet_hours, tz, self.clock.now_ms()).map(Quiet::from)
     }
 
     /// The claim given back and the user handed back to the waiting room, held for the slot
@@ -284,7 +299,7 @@ impl<
         job: &EmailJob,
         cached: &CampaignGuardrails,
     ) -> Result<bool, LedgerError> {
-        let now_ms = epoch_ms(crate::runtime::clock::now()) as i64;
+        let now_ms = self.clock.now_ms();
         if !cached.expired(now_ms) {
             return Ok(true);
         }

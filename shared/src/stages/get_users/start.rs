@@ -1,0 +1,117 @@
+//! A run's first segment: the campaign registered in the campaigns table and settled against
+//! what it first started with (`domain::campaign_start`), its local-time delivery recorded,
+//! and the window's odd follows reported.
+
+use super::request::Run;
+use super::{GetUsers, GetUsersError};
+use crate::domain::campaign::Window;
+use crate::domain::campaign_start::{StartError, StartRequest};
+use crate::domain::digest::OddFollows;
+use crate::domain::experiment::ExperimentError;
+use crate::ports::{CampaignStates, OutgoingQueue, UserDirectory, WaitingRoom};
+use time::OffsetDateTime;
+
+impl From<StartError> for GetUsersError {
+    fn from(err: StartError) -> Self {
+        match err {
+            StartError::Campaign(err) => Self::Campaign(err),
+            StartError::Experiment(err) => Self::Experiment(err),
+        }
+    }
+}
+
+impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
+    /// Registers the run's campaign (known to `mailctl` and the reputation guard from now
+    /// on), settles this start against its record, and records its local-time delivery. A
+    /// start refused is refused before anything is enqueued.
+    pub(super) async fn first_start(&self, run: &mut Run) -> Result<OddFollows, GetUsersError> {
+        let now_ms = self.clock.now_ms();
+        let now = OffsetDateTime::from_unix_timestamp_nanos(i128::from(now_ms) * 1_000_000)
+            .unwrap_or_else(|_| OffsetDateTime::now_utc());
+        run.campaign.may_start(now, self.config.max_window)?;
+        if run.experiment.is_some() && !self.config.track_opens_and_clicks {
+            return Err(ExperimentError::NoConsent(run.campaign.id.clone()).into());
+        }
+        let states = self.campaigns.states();
+        let defaults = self.config.guardrails;
+        // Read only when there are defaults a campaign started before guardrails would
+        // decline.
+        let started_without_guardrails = defaults != Default::default()
+            && states
+                .state(run.campaign.id.as_str())
+                .await
+                .map_err(|e| GetUsersError::Campaigns(e.to_string()))?
+                .started_without_guardrails;
+        let start = StartRequest {
+            guardrails: &run.guardrails,
+            experiment: run.experiment.as_deref(),
+            delivery: run.delivery.as_ref(),
+            quiet_hours: self.config.quiet_hours,
+        };
+        let registration = start.registration(
+            &run.campaign.id,
+            defaults,
+            started_without_guardrails,
+            now_ms,
+        )?;
+        let recorded = states
+            .register(
+                &run.campaign,
+                &registration.guardrails,
+                registration.experiment.as_ref(),
+                now_ms as u64,
+            )
+            .await
+            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+        let settled = start.settle(
+            &mut run.campaign,
+            run.topic_named,
+            &registration,
+            &recorded,
+            now_ms,
+        )?;
+        if let Some(moved) = settled.moved {
+            states
+                .move_deadline(
+                    &run.campaign.id,
+                    &moved,
+                    settled.guardrails.deadline_ms,
+                    now_ms as u64,
+                )
+                .await
+                .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+            tracing::warn!(campaign = %run.campaign.id, from = ?settled.guardrails.deadline_ms, to = ?moved.deadline_ms, "the campaign's deadline is moved by this start");
+        }
+        if let Some(delivery) = &mut run.delivery {
+            // The window as settled (a campaign already started keeps its own).
+            delivery.window_until_ms = Some(run.campaign.window.until.unix_timestamp() * 1000);
+            self.waiting
+                .record_delivery(&run.campaign.id, delivery)
+                .await
+                .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
+        }
+        self.report_odd_follows(&run.campaign.window).await
+    }
+
+    /// Logs the window's follows whose followeeId or followerId no user can have, and counts
+    /// them.
+    async fn report_odd_follows(&self, window: &Window) -> Result<OddFollows, GetUsersError> {
+        let odd = self.directory.odd_follows(window, 20).await?;
+        for follow in &odd.described {
+            tracing::warn!(detail = %follow.reason, "follow skipped: no user can be found through it");
+        }
+        if odd.followees > odd.described.len() as u64 {
+            tracing::warn!(
+                count = odd.followees,
+                "follows skipped in all: their followeeId is not a usable user id"
+            );
+        }
+        if odd.followers > 0 {
+            tracing::warn!(
+                count = odd.followers,
+                "follows skipped: their followerId is not a usable user id, so they make nobody a new follower"
+            );
+        }
+        Ok(odd)
+    }
+}
