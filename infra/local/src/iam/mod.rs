@@ -14,6 +14,9 @@
 //! (`{prefix}-{logical id}`, never shortened), so a pattern over their generated names would
 //! not be caught here; `security::no_grant_names_a_resource_by_the_stacks_name` refuses
 //! every such pattern in the template instead.
+//!
+//! Reading the template's policies is `policies`; the key each role signs with is
+//! `crate::role_keys`.
 
 pub mod policies;
 

@@ -1,7 +1,8 @@
 //! Reads what the local stack needs from `template.yaml`: queues, the sends table and its
 //! index, secrets, the SES configuration set, functions (Timeout, environment, SQS event
 //! sources, Function URL) and parameter defaults. CloudFormation tags (`!Ref`, `!GetAtt`) are
-//! kept as references and resolved against provisioned resources.
+//! kept as references and resolved against provisioned resources. Reading those values is
+//! `values`; reading a function, `functions`.
 
 mod functions;
 mod values;
