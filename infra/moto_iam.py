@@ -6,7 +6,7 @@ every DynamoDB, SES, Lambda, Scheduler and Secrets Manager request is checked ag
 which no least-privilege statement names. So a missing or mismatched grant would only be
 found on AWS; here it fails the request, as AWS does, and is recorded for the tests to read.
 
-The local simulator (infra/local/src/iam.rs) registers each stack's roles and gives each
+The local simulator (infra/local/src/iam/) registers each stack's roles and gives each
 function its role's key, as Lambda gives a function its role's credentials. A request signed
 with any other key (the tests', the operator's, the simulator's) is not checked, as an
 administrator's would not be.
@@ -51,7 +51,7 @@ def _any_matches(patterns, value, ignore_case):
 
 
 # The condition operators the checker evaluates; the simulator refuses any other at
-# registration (infra/local/src/iam.rs), so a Deny it cannot evaluate is never skipped.
+# registration (infra/local/src/iam/policies.rs), so a Deny it cannot evaluate is never skipped.
 OPERATORS = ("StringEquals", "ForAllValues:StringEquals")
 
 

@@ -43,7 +43,7 @@ alive, as AWS does, with enough threads for every long poll the tests hold open 
 
 5. Event source mappings are records, not pollers. moto invokes a mapping's function itself
 (through Docker) whenever a message is sent to its queue. On the local stack the pollers are
-the local runner's (infra/local/src/runner.rs), which reads each mapping's State as Lambda's
+the local runner's (infra/local/src/runner/), which reads each mapping's State as Lambda's
 pollers do, so that `mailctl pause` (UpdateEventSourceMapping Enabled=false) stops them.
 moto keeps every mapping (create, get, list, update) as before; it no longer invokes. And
 the registered functions' Docker client, which moto-api/data.json (the SES record the tests

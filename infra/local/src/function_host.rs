@@ -118,6 +118,45 @@ impl CpuTime {
     }
 }
 
+/// A process being watched: the way to kill it, whether it has ended, and how.
+struct Watched {
+    kill: oneshot::Sender<()>,
+    exited: watch::Receiver<bool>,
+    exit_status: Arc<Mutex<Option<ExitStatus>>>,
+}
+
+/// Collects `child`'s output into `logs` and waits for it to exit (or kills it when told).
+fn watch_process(mut child: tokio::process::Child, logs: &Arc<Mutex<Logs>>) -> Watched {
+    let mut readers = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        readers.push(tokio::spawn(collect_lines(out, logs.clone())));
+    }
+    if let Some(err) = child.stderr.take() {
+        readers.push(tokio::spawn(collect_lines(err, logs.clone())));
+    }
+    let (kill, kill_rx) = oneshot::channel::<()>();
+    let (exited_tx, exited) = watch::channel(false);
+    let exit_status = Arc::new(Mutex::new(None));
+    let status_slot = exit_status.clone();
+    tokio::spawn(async move {
+        let status = tokio::select! {
+            status = child.wait() => status.ok(),
+            _ = kill_rx => child.kill().await.ok().and(None),
+        };
+        *lock(&status_slot) = status;
+        // Every line the process wrote is read before anyone hears it has ended.
+        for reader in readers {
+            let _ = reader.await;
+        }
+        let _ = exited_tx.send(true);
+    });
+    Watched {
+        kill,
+        exited,
+        exit_status,
+    }
+}
+
 /// One function process and its Runtime API.
 pub struct FunctionProcess {
     pub name: String,
@@ -145,7 +184,7 @@ impl FunctionProcess {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
         let spawned = Instant::now();
-        let mut child = tokio::process::Command::new(bin)
+        let child = tokio::process::Command::new(bin)
             .env_clear()
             .envs(inherited_env())
             .envs(env)
@@ -181,29 +220,11 @@ impl FunctionProcess {
             }
         });
         let logs = Arc::new(Mutex::new(Logs::default()));
-        let mut readers = Vec::new();
-        if let Some(out) = child.stdout.take() {
-            readers.push(tokio::spawn(collect_lines(out, logs.clone())));
-        }
-        if let Some(err) = child.stderr.take() {
-            readers.push(tokio::spawn(collect_lines(err, logs.clone())));
-        }
-        let (kill, kill_rx) = oneshot::channel::<()>();
-        let (exited_tx, exited) = watch::channel(false);
-        let exit_status = Arc::new(Mutex::new(None));
-        let status_slot = exit_status.clone();
-        tokio::spawn(async move {
-            let status = tokio::select! {
-                status = child.wait() => status.ok(),
-                _ = kill_rx => child.kill().await.ok().and(None),
-            };
-            *lock(&status_slot) = status;
-            // Every line the process wrote is read before anyone hears it has ended.
-            for reader in readers {
-                let _ = reader.await;
-            }
-            let _ = exited_tx.send(true);
-        });
+        let Watched {
+            kill,
+            exited,
+            exit_status,
+        } = watch_process(child, &logs);
         Ok(Self {
             name: name.to_owned(),
             api,

@@ -1,6 +1,7 @@
 //! The local simulator: what makes template.yaml run on one machine against the local stack
 //! (moto, SecantusDB). It reads the template (`template`), creates its resources under a
-//! prefix (`provision`), seeds users (`seed`), runs the SQS event source mappings
+//! prefix (`provision`), signs each function's requests with its role's key (`role_keys`)
+//! for the local IAM check (`iam`), seeds users (`seed`), runs the SQS event source mappings
 //! (`runner`) over the functions wired as on Lambda (`pipeline`), fires the release schedules
 //! (`scheduler`) as asynchronous invocations (`async_invoke`), fails, hangs or slows chosen
 //! AWS and MongoDB calls for tests (`fault_switch`), serves the Lambda Runtime
@@ -24,6 +25,7 @@ pub mod names;
 pub mod pipeline;
 pub mod provision;
 pub mod queues;
+pub mod role_keys;
 pub mod runner;
 pub mod sam_local;
 pub mod scheduler;

@@ -5,7 +5,7 @@
 
 use crate::names;
 use crate::stack::Stack;
-use crate::template::Template;
+use crate::template::{IndexSpec, Template};
 use anyhow::{anyhow, Context, Result};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
@@ -197,27 +197,7 @@ async fn create_tables(
             );
         }
         for index in &table.indexes {
-            let mut gsi = GlobalSecondaryIndex::builder()
-                .index_name(&index.name)
-                .projection(
-                    Projection::builder()
-                        .projection_type(ProjectionType::All)
-                        .build(),
-                );
-            for (attribute, kind) in std::iter::once((&index.hash_key, KeyType::Hash))
-                .chain(index.range_key.iter().map(|r| (r, KeyType::Range)))
-            {
-                gsi = gsi.key_schema(
-                    KeySchemaElement::builder()
-                        .attribute_name(attribute)
-                        .key_type(kind)
-                        .build()?,
-                );
-                if !attributes.contains(attribute) {
-                    attributes.push(attribute.clone());
-                }
-            }
-            request = request.global_secondary_indexes(gsi.build()?);
+            request = request.global_secondary_indexes(global_index(index, &mut attributes)?);
         }
         for attribute in attributes {
             request = request.attribute_definitions(
@@ -235,22 +215,54 @@ async fn create_tables(
             Err(e) => return Err(e).with_context(|| format!("creating table {name}")),
         }
         if let Some(ttl) = &table.ttl_attribute {
-            dynamo
-                .update_time_to_live()
-                .table_name(&name)
-                .time_to_live_specification(
-                    TimeToLiveSpecification::builder()
-                        .attribute_name(ttl)
-                        .enabled(true)
-                        .build()?,
-                )
-                .send()
-                .await
-                .with_context(|| format!("enabling TTL on {name}"))?;
+            enable_ttl(&dynamo, &name, ttl).await?;
         }
         stack.table_names.insert(table.logical_id.clone(), name);
     }
 
+    Ok(())
+}
+
+/// A global secondary index projecting every attribute; its key attributes are added to
+/// `attributes` (the table's attribute definitions).
+fn global_index(index: &IndexSpec, attributes: &mut Vec<String>) -> Result<GlobalSecondaryIndex> {
+    let mut gsi = GlobalSecondaryIndex::builder()
+        .index_name(&index.name)
+        .projection(
+            Projection::builder()
+                .projection_type(ProjectionType::All)
+                .build(),
+        );
+    for (attribute, kind) in std::iter::once((&index.hash_key, KeyType::Hash))
+        .chain(index.range_key.iter().map(|r| (r, KeyType::Range)))
+    {
+        gsi = gsi.key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(attribute)
+                .key_type(kind)
+                .build()?,
+        );
+        if !attributes.contains(attribute) {
+            attributes.push(attribute.clone());
+        }
+    }
+    Ok(gsi.build()?)
+}
+
+/// Turns on TTL on table `name`, by attribute `ttl`.
+async fn enable_ttl(dynamo: &aws_sdk_dynamodb::Client, name: &str, ttl: &str) -> Result<()> {
+    dynamo
+        .update_time_to_live()
+        .table_name(name)
+        .time_to_live_specification(
+            TimeToLiveSpecification::builder()
+                .attribute_name(ttl)
+                .enabled(true)
+                .build()?,
+        )
+        .send()
+        .await
+        .with_context(|| format!("enabling TTL on {name}"))?;
     Ok(())
 }
 

@@ -102,74 +102,13 @@ pub async fn seed_reporting(
     let span = (millis(options.window.until) - since).max(1) as u64;
     let mut users = Vec::with_capacity(options.users);
     let mut follows = Vec::new();
-    let mut subscribed = vec![false; options.users];
-    let mut new_followers = vec![0u64; options.users];
-    let mut suppressed = vec![false; options.users];
     for i in 0..options.users {
-        let id = user_id(i);
-        subscribed[i] = rng.below(100) < 85;
-        let invalid = i % 101 == 7;
-        let email = if invalid {
-            format!("{id}-at-{}", options.domain)
-        } else {
-            format!("{id}@{}", options.domain)
-        };
-        let name = match i % 53 {
-            0 => format!("<script>alert({i})</script>"),
-            1 => format!("{{{{ name }}}} {i}"),
-            _ => format!("{} {i}", NAMES[rng.below(NAMES.len() as u64) as usize]),
-        };
-        if !subscribed[i] {
-            report.unsubscribed += 1;
+        let user = seed_user(i, &mut rng, options, since, &mut report);
+        let new_followers = draw_follows(i, &mut rng, options, (since, span), &mut follows);
+        if user.subscribed && !user.suppressed && new_followers > 0 {
+            report.audience.insert(user_id(i), new_followers);
         }
-        if invalid {
-            report.invalid_addresses.insert(id.clone());
-        }
-        // By position, not from the generator, so the rest of the data stays as it was.
-        let locale = match i % 10 {
-            3 => "fr-FR",
-            7 => "de",
-            9 => "pt-BR",
-            _ => "en",
-        };
-        report.addresses.insert(id.clone(), email.clone());
-        report.locales.insert(id.clone(), locale.to_owned());
-        let mut user = doc! { "_id": &id, "email": email, "name": name, "subscribed": subscribed[i], "locale": locale };
-        if i % 97 == 11 {
-            suppressed[i] = true;
-            if subscribed[i] {
-                report.suppressed += 1;
-            }
-            user.insert(
-                "suppression",
-                doc! { "reason": "bounce", "at": DateTime::from_millis(since - 86_400_000) },
-            );
-        }
-        users.push(user);
-        if options.users > 1 && rng.below(100) < 70 {
-            // The same follower may be drawn twice (a duplicate follow, as real collections
-            // have): the email counts people, so the report does too.
-            let mut followers = std::collections::BTreeSet::new();
-            for _ in 0..1 + rng.below(6) {
-                let follower =
-                    (i + 1 + rng.below(options.users as u64 - 1) as usize) % options.users;
-                let at = since + rng.below(span) as i64;
-                follows.push(follow(&user_id(follower), &id, at));
-                followers.insert(follower);
-            }
-            new_followers[i] = followers.len() as u64;
-        }
-        // Older follows, outside the window: they must not count.
-        for _ in 0..rng.below(3) {
-            let follower = rng.below(options.users as u64) as usize;
-            let at = since - 1 - rng.below(30 * 86_400_000) as i64;
-            follows.push(follow(&user_id(follower), &id, at));
-        }
-    }
-    for i in 0..options.users {
-        if subscribed[i] && !suppressed[i] && new_followers[i] > 0 {
-            report.audience.insert(user_id(i), new_followers[i]);
-        }
+        users.push(user.document);
     }
     report
         .invalid_addresses
@@ -186,6 +125,100 @@ pub async fn seed_reporting(
     })
     .await?;
     Ok(report)
+}
+
+/// A seeded user's document, and whether they may be mailed.
+struct SeededUser {
+    document: Document,
+    subscribed: bool,
+    suppressed: bool,
+}
+
+/// User `i`: subscribed or not, a valid address or not, an awkward name now and then, a
+/// locale by position, a suppressed address now and then (all noted in `report`).
+fn seed_user(
+    i: usize,
+    rng: &mut Rng,
+    options: &SeedOptions,
+    since: i64,
+    report: &mut SeedReport,
+) -> SeededUser {
+    let id = user_id(i);
+    let subscribed = rng.below(100) < 85;
+    let invalid = i % 101 == 7;
+    let email = if invalid {
+        format!("{id}-at-{}", options.domain)
+    } else {
+        format!("{id}@{}", options.domain)
+    };
+    let name = match i % 53 {
+        0 => format!("<script>alert({i})</script>"),
+        1 => format!("{{{{ name }}}} {i}"),
+        _ => format!("{} {i}", NAMES[rng.below(NAMES.len() as u64) as usize]),
+    };
+    if !subscribed {
+        report.unsubscribed += 1;
+    }
+    if invalid {
+        report.invalid_addresses.insert(id.clone());
+    }
+    // By position, not from the generator, so the rest of the data stays as it was.
+    let locale = match i % 10 {
+        3 => "fr-FR",
+        7 => "de",
+        9 => "pt-BR",
+        _ => "en",
+    };
+    report.addresses.insert(id.clone(), email.clone());
+    report.locales.insert(id.clone(), locale.to_owned());
+    let mut document = doc! { "_id": &id, "email": email, "name": name, "subscribed": subscribed, "locale": locale };
+    let suppressed = i % 97 == 11;
+    if suppressed {
+        if subscribed {
+            report.suppressed += 1;
+        }
+        document.insert(
+            "suppression",
+            doc! { "reason": "bounce", "at": DateTime::from_millis(since - 86_400_000) },
+        );
+    }
+    SeededUser {
+        document,
+        subscribed,
+        suppressed,
+    }
+}
+
+/// User `i`'s follows: new ones within the window (`since`, `span` ms long) for most users,
+/// and a few older ones outside it; how many distinct new followers they have.
+fn draw_follows(
+    i: usize,
+    rng: &mut Rng,
+    options: &SeedOptions,
+    (since, span): (i64, u64),
+    follows: &mut Vec<Document>,
+) -> u64 {
+    let id = user_id(i);
+    let mut new_followers = 0;
+    if options.users > 1 && rng.below(100) < 70 {
+        // The same follower may be drawn twice (a duplicate follow, as real collections
+        // have): the email counts people, so the report does too.
+        let mut followers = std::collections::BTreeSet::new();
+        for _ in 0..1 + rng.below(6) {
+            let follower = (i + 1 + rng.below(options.users as u64 - 1) as usize) % options.users;
+            let at = since + rng.below(span) as i64;
+            follows.push(follow(&user_id(follower), &id, at));
+            followers.insert(follower);
+        }
+        new_followers = followers.len() as u64;
+    }
+    // Older follows, outside the window: they must not count.
+    for _ in 0..rng.below(3) {
+        let follower = rng.below(options.users as u64) as usize;
+        let at = since - 1 - rng.below(30 * 86_400_000) as i64;
+        follows.push(follow(&user_id(follower), &id, at));
+    }
+    new_followers
 }
 
 fn follow(follower: &str, followee: &str, at_ms: i64) -> Document {

@@ -60,10 +60,13 @@ impl Stack {
     }
 
     /// A function's environment exactly as template.yaml sets it, references resolved, with
-    /// the credentials of its role that Lambda adds (`crate::iam`).
+    /// the credentials of its role that Lambda adds (`crate::role_keys`).
     pub fn env(&self, function: &str) -> Result<BTreeMap<String, String>> {
         let spec = self.template.function(function)?;
-        let mut env = crate::iam::role_env(self, function)?;
+        let mut env = match &spec.role {
+            Some(role) => crate::role_keys::role_env(&self.prefix, role),
+            None => BTreeMap::new(),
+        };
         for (name, value) in &spec.env {
             let resolved = self
                 .resolve(value)

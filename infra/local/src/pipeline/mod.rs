@@ -1,23 +1,24 @@
 //! The pipeline on the local stack: the three stages, SesEvents and Unsubscribe built from
 //! the environment template.yaml gives each function (so config wiring is exercised), driven
-//! by the runner (and the local Function URL). Over 450 lines: the drain, the scheduler that
-//! fires during it and the asynchronous invocations it waits for are one loop and read
-//! together; the next split is the Function URL serving (`serve_*`) into a file of its own.
+//! by the runner (and the local Function URL). How each function is built is `wiring`; the
+//! drain, with the release schedules that fire during it, is `releases`.
 
-use crate::async_invoke::{AsyncInvoker, Invoke};
+pub mod releases;
+mod wiring;
+
+use crate::async_invoke::AsyncInvoker;
 use crate::names;
-use crate::runner::{self, Consumer, ConsumerStats, Quiet};
+use crate::runner::{self, Consumer, ConsumerStats};
 use crate::scheduler::{LocalScheduler, SimClock};
 use crate::stack::Stack;
 use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use mailflow::assemble::{self, LambdaSendEmail};
 use mailflow::config::{
-    CreateEmailsConfig, GetUsersConfig, OpenContentFunctionConfig, RateControlConfig,
-    SendEmailConfig, SesEventsConfig, UnsubscribeFunctionConfig,
+    OpenContentFunctionConfig, RateControlConfig, SendEmailConfig, UnsubscribeFunctionConfig,
 };
 use mailflow::domain::send_rate::SendRate;
-use mailflow::ports::{Clock, Mailer};
+use mailflow::ports::Mailer;
 use mailflow::runtime::{Invocation, Stage};
 use mailflow::stages::create_emails;
 use mailflow::stages::send_email;
@@ -166,111 +167,21 @@ pub struct LocalPipeline<M> {
     fired: Mutex<HashSet<String>>,
     /// One look at the schedules at a time (the ticker and a quiet run both look).
     firing: tokio::sync::Mutex<()>,
-    releases_fired: Mutex<Vec<ReleaseFired>>,
+    releases_fired: Mutex<Vec<releases::ReleaseFired>>,
     options: PipelineOptions,
 }
 
-fn env_for(
-    stack: &Stack,
-    options: &PipelineOptions,
-    function: &'static str,
-) -> Result<BTreeMap<String, String>> {
-    let mut env = stack.env(function)?;
-    if let Some(overrides) = options.env.get(function) {
-        env.extend(overrides.clone());
-    }
-    Ok(env)
+/// `function`'s Timeout: the template's, unless `options` sets another.
+fn timeout(stack: &Stack, options: &PipelineOptions, function: &str) -> Result<Duration> {
+    Ok(match options.timeouts.get(function) {
+        Some(t) => *t,
+        None => Duration::from_secs(stack.template.function(function)?.timeout.into()),
+    })
 }
 
 impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
-    /// Builds the stages; `mailer` makes SendEmail's mail service (the real SES adapter, or a
-    /// wrapper around it that injects faults).
-    pub async fn build(
-        stack: Stack,
-        options: PipelineOptions,
-        mailer: impl FnOnce(&aws_config::SdkConfig, &SendEmailConfig) -> M,
-    ) -> Result<Self> {
-        let functions_sdk = match &options.aws_endpoint {
-            Some(url) => crate::fault_switch::through(&stack.sdk, url),
-            None => stack.sdk.clone(),
-        };
-        // Each function signs with its role's key, so the emulator checks its role's policy.
-        let role_sdk = |function| crate::iam::function_sdk(&functions_sdk, &stack, function);
-        let env = env_for(&stack, &options, GET_USERS)?;
-        let config = GetUsersConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let clock = Arc::new(SimClock::default());
-        let get_users = Arc::new(
-            assemble::get_users(config, &role_sdk(GET_USERS)?)
-                .await?
-                .with_clock(clock.clone()),
-        );
-        let function = stack.template.function(GET_USERS)?;
-        let timeout = match options.timeouts.get(GET_USERS) {
-            Some(t) => *t,
-            None => Duration::from_secs(function.timeout.into()),
-        };
-        let destination = match &function.async_invoke.on_failure_queue {
-            Some(queue) => Some((
-                aws_sdk_sqs::Client::new(&stack.sdk),
-                stack.queue_url(queue)?.to_owned(),
-            )),
-            None => None,
-        };
-        let get_users_async = AsyncInvoker::new(
-            GET_USERS,
-            get_users_invoke(get_users.clone(), timeout, get_users_arn(&stack)),
-            function.async_invoke.clone(),
-            destination,
-            clock.clone(),
-        );
-        let scheduler = stack
-            .names
-            .get(names::RELEASE_SCHEDULE_GROUP)
-            .map(|group| LocalScheduler::new(&stack.sdk, group));
-
-        let env = env_for(&stack, &options, CREATE_EMAILS)?;
-        let config = CreateEmailsConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let create_emails =
-            assemble::create_emails(config, &role_sdk(CREATE_EMAILS)?, "create-emails", true)
-                .await?;
-
-        let env = env_for(&stack, &options, SEND_EMAIL)?;
-        let send_config = SendEmailConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let send_sdk = role_sdk(SEND_EMAIL)?;
-        let mailer = mailer(&send_sdk, &send_config);
-        let mut send_email = Vec::new();
-        for _ in 0..concurrency(&stack, SEND_EMAIL)? {
-            let stage = assemble::send_email(send_config.clone(), &send_sdk, mailer.clone());
-            send_email.push(Arc::new(stage));
-        }
-
-        let env = env_for(&stack, &options, SES_EVENTS)?;
-        let config = SesEventsConfig::from_source(&|k: &str| env.get(k).cloned())?;
-        let ses_events = assemble::ses_events(config, &role_sdk(SES_EVENTS)?).await?;
-
-        Ok(Self {
-            stack,
-            get_users,
-            create_emails: Arc::new(create_emails),
-            send_email,
-            send_config,
-            ses_events: Arc::new(ses_events),
-            totals: Arc::default(),
-            clock,
-            get_users_async,
-            scheduler,
-            fired: Mutex::default(),
-            firing: tokio::sync::Mutex::new(()),
-            releases_fired: Mutex::default(),
-            options,
-        })
-    }
-
     fn timeout(&self, function: &'static str) -> Result<Duration> {
-        Ok(match self.options.timeouts.get(function) {
-            Some(t) => *t,
-            None => Duration::from_secs(self.stack.template.function(function)?.timeout.into()),
-        })
+        timeout(&self.stack, &self.options, function)
     }
 
     fn consumer(&self, function: &'static str, handlers: Vec<runner::Handler>) -> Result<Consumer> {
@@ -341,222 +252,6 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
             wall_time: started.elapsed(),
         })
     }
-
-    /// Runs every consumer until the queues drain and nothing is left to release. Release
-    /// schedules fire at their instant on the simulator's clock, whatever the queues are
-    /// doing, as asynchronous invocations of GetUsers (Lambda's retries and on-failure
-    /// destination included); when everything is quiet the clock jumps to the next schedule
-    /// or retry.
-    pub async fn drain(&self, max_wait: Duration) -> Result<BTreeMap<String, ConsumerStats>> {
-        let sqs = aws_sdk_sqs::Client::new(&self.stack.sdk);
-        let drained = runner::run_until_drained_then(
-            &sqs,
-            self.consumers()?,
-            max_wait,
-            || self.get_users_async.busy(),
-            || Box::pin(self.skip_to_next()),
-        );
-        let ticker = async {
-            loop {
-                if let Err(err) = self.fire_due().await {
-                    tracing::warn!(reason = %format!("{err:#}"), "the local scheduler could not read its schedules; trying again");
-                }
-                tokio::time::sleep(SCHEDULER_TICK).await;
-            }
-        };
-        let stats = tokio::select! {
-            drained = drained => drained,
-            never = ticker => never,
-        }?;
-        crate::iam::ensure_no_denials(&self.stack).await?;
-        Ok(stats)
-    }
-
-    /// The queues are quiet: an asynchronous invocation still running or due keeps the run
-    /// going; else the clock moves to the next schedule or retry and fires it; else the run
-    /// is over.
-    async fn skip_to_next(&self) -> Result<Quiet> {
-        if self.get_users_async.busy() {
-            return Ok(Quiet::Waiting);
-        }
-        let Some(next) = self.next_instant().await? else {
-            // A schedule fired while the instant was looked up.
-            return Ok(if self.get_users_async.busy() {
-                Quiet::Waiting
-            } else {
-                Quiet::Done
-            });
-        };
-        self.clock.advance_to(next);
-        self.fire_due().await?;
-        Ok(Quiet::Advanced)
-    }
-
-    /// Runs every consumer until the queues drain, firing no schedule.
-    pub async fn drain_queues(
-        &self,
-        max_wait: Duration,
-    ) -> Result<BTreeMap<String, ConsumerStats>> {
-        let sqs = aws_sdk_sqs::Client::new(&self.stack.sdk);
-        let stats = runner::run_until_drained(&sqs, self.consumers()?, max_wait).await?;
-        crate::iam::ensure_no_denials(&self.stack).await?;
-        Ok(stats)
-    }
-
-    /// The next instant something is due: a release schedule or a retry of an asynchronous
-    /// invocation (`None` when neither is left).
-    async fn next_instant(&self) -> Result<Option<i64>> {
-        let schedule = match &self.scheduler {
-            Some(scheduler) => {
-                let schedules = scheduler.schedules().await?;
-                let fired = lock(&self.fired);
-                schedules
-                    .into_iter()
-                    .find(|d| !fired.contains(&d.name))
-                    .map(|d| d.at_ms)
-            }
-            None => None,
-        };
-        let retry = self.get_users_async.next_retry_ms();
-        Ok(schedule.into_iter().chain(retry).min())
-    }
-
-    /// Fires every release schedule whose instant has come on the simulator's clock (an
-    /// asynchronous invocation of GetUsers, then the schedule is deleted) and starts the
-    /// retries that are due.
-    pub async fn fire_due(&self) -> Result<()> {
-        let _one_look = self.firing.lock().await;
-        self.get_users_async.run_due();
-        let Some(scheduler) = &self.scheduler else {
-            return Ok(());
-        };
-        let now = self.clock.now_ms();
-        let mut failed = None;
-        for due in scheduler.schedules().await? {
-            if due.at_ms > now {
-                break;
-            }
-            let first = lock(&self.fired).insert(due.name.clone());
-            // Scheduler invokes the target as the schedule's role; one its policy does not
-            // allow is retried and then dead-lettered on AWS, never run (recorded, and the
-            // run fails on it).
-            if first && !self.may_invoke(&due).await? {
-                tracing::error!(schedule = %due.name, target = %due.target_arn, "the schedule's role may not invoke its target");
-            } else if first {
-                lock(&self.releases_fired).push(ReleaseFired {
-                    schedule: due.name.clone(),
-                    at_ms: due.at_ms,
-                    fired_at_ms: now,
-                    get_users_running: self.get_users_async.running(),
-                });
-                self.get_users_async.submit(due.input.clone());
-            }
-            // ActionAfterCompletion: DELETE, once the target has the event (a schedule fired
-            // before whose delete did not go through is deleted now); one that fails does
-            // not hold up the next.
-            // Once deleted it is forgotten: GetUsers may make a schedule of the same name again
-            // (a second run holding users for a slot already released), which fires again.
-            match scheduler.delete(&due.name).await {
-                Ok(()) => {
-                    lock(&self.fired).remove(&due.name);
-                }
-                Err(err) => {
-                    failed.get_or_insert(err);
-                }
-            }
-        }
-        failed.map_or(Ok(()), Err)
-    }
-
-    /// Whether the schedule's role may invoke its target (`lambda:InvokeFunction`).
-    async fn may_invoke(&self, due: &crate::scheduler::Due) -> Result<bool> {
-        let role = self
-            .stack
-            .template
-            .roles
-            .iter()
-            .find(|id| self.stack.names.get(*id) == Some(&due.role_arn))
-            .with_context(|| {
-                format!(
-                    "schedule {} runs as {}, no role of this stack",
-                    due.name, due.role_arn
-                )
-            })?;
-        crate::iam::authorize(&self.stack, role, "lambda:InvokeFunction", &due.target_arn).await
-    }
-
-    /// Moves the clock to the next release schedule or retry (if it is ahead), fires what
-    /// is due then and waits for those invocations to end; the instant it moved to, or
-    /// `None` when nothing is left.
-    pub async fn release_next(&self) -> Result<Option<i64>> {
-        let Some(next) = self.next_instant().await? else {
-            return Ok(None);
-        };
-        self.clock.advance_to(next);
-        self.fire_due().await?;
-        // What was started ends; a retry one of them schedules waits for the next call.
-        while self.get_users_async.running() > 0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Ok(Some(next))
-    }
-
-    /// Invokes GetUsers asynchronously with `event`, as the weekly schedule does: accepted at
-    /// once; `drain` waits for it, its retries included.
-    pub fn invoke_async(&self, event: Value) {
-        self.get_users_async.submit(event);
-    }
-
-    /// What became of GetUsers' asynchronous invocations (the release schedules').
-    pub fn async_stats(&self) -> crate::async_invoke::AsyncStats {
-        self.get_users_async.stats()
-    }
-
-    /// Every release schedule fired so far: its instant and the clock when it fired.
-    pub fn releases_fired(&self) -> Vec<ReleaseFired> {
-        lock(&self.releases_fired).clone()
-    }
-}
-
-/// How often the local scheduler looks for due schedules (simulator time runs at real pace
-/// in between).
-const SCHEDULER_TICK: Duration = Duration::from_millis(250);
-
-/// A release schedule the simulator fired.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReleaseFired {
-    pub schedule: String,
-    pub at_ms: i64,
-    pub fired_at_ms: i64,
-    /// GetUsers invocations still running when it fired (a run still holding users, say).
-    pub get_users_running: usize,
-}
-
-/// GetUsers as Lambda runs an asynchronous invocation of it: with its timeout; an error or a
-/// timeout is a failed attempt.
-fn get_users_invoke(
-    get_users: Arc<assemble::LambdaGetUsers>,
-    timeout: Duration,
-    arn: String,
-) -> Invoke {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    Arc::new(move |event| {
-        let get_users = get_users.clone();
-        let arn = arn.clone();
-        Box::pin(async move {
-            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let mut invocation = Invocation::with_timeout(format!("get-users-async-{n}"), timeout);
-            invocation.function_arn = Some(arn);
-            match tokio::time::timeout(timeout, get_users.handle(event, &invocation)).await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(err)) => Err(err.to_string()),
-                Err(_) => Err(format!(
-                    "Task timed out after {} seconds",
-                    timeout.as_secs()
-                )),
-            }
-        })
-    })
 }
 
 /// GetUsers' ARN, its name generated as CloudFormation generates it for this stack: what

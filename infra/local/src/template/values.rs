@@ -1,0 +1,96 @@
+//! CloudFormation values as template.yaml writes them: scalars, whole numbers that may be a
+//! `!Ref` to a parameter, key schemas, and the intrinsic functions (`!Ref`, `!GetAtt`,
+//! `!Join`) kept as references to resolve against a provisioned stack.
+
+use super::EnvValue;
+use anyhow::{Context, Result};
+use serde_yaml::Value;
+use std::collections::BTreeMap;
+
+pub(super) fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// A whole number, literal or `!Ref` to a parameter (resolved with its current value).
+pub(super) fn uint(
+    v: Option<&Value>,
+    what: &str,
+    params: &BTreeMap<String, Option<String>>,
+) -> Result<Option<u32>> {
+    match v {
+        None => Ok(None),
+        Some(Value::Tagged(t)) if t.tag == "!Ref" => {
+            let name = scalar(&t.value).unwrap_or_default();
+            params
+                .get(&name)
+                .cloned()
+                .flatten()
+                .and_then(|s| s.parse().ok())
+                .map(Some)
+                .with_context(|| {
+                    format!("{what} refers to parameter {name}, which has no numeric value")
+                })
+        }
+        Some(v) => scalar(v)
+            .and_then(|s| s.parse().ok())
+            .map(Some)
+            .with_context(|| format!("{what} is not a whole number: {v:?}")),
+    }
+}
+
+/// The attribute of a table's (or index's) `KeySchema` with this KeyType.
+pub(super) fn key(spec: &Value, kind: &str) -> Option<String> {
+    spec.get("KeySchema")
+        .and_then(Value::as_sequence)?
+        .iter()
+        .find(|k| k.get("KeyType").and_then(Value::as_str) == Some(kind))
+        .and_then(|k| k.get("AttributeName").and_then(scalar))
+}
+
+/// The logical id in `!Ref X`, `!GetAtt X.Arn` or `{"Fn::GetAtt": [X, Arn]}`.
+pub(super) fn env_value(v: &Value) -> Option<EnvValue> {
+    if let Some(literal) = scalar(v) {
+        return Some(EnvValue::Literal(literal));
+    }
+    let get_att = match v {
+        Value::Tagged(t) if t.tag == "!GetAtt" => scalar(&t.value),
+        Value::Mapping(m) => m
+            .get("Fn::GetAtt")
+            .and_then(|g| Some(format!("{}.{}", scalar(g.get(0)?)?, scalar(g.get(1)?)?))),
+        _ => None,
+    };
+    if let Some(id) = get_att.as_deref().and_then(|a| a.strip_suffix(".Arn")) {
+        return Some(EnvValue::Arn(id.to_owned()));
+    }
+    if let Some(id) = reference(v) {
+        return Some(EnvValue::Ref(id));
+    }
+    let join = match v {
+        Value::Tagged(t) if t.tag == "!Join" => &t.value,
+        Value::Mapping(m) => m.get("Fn::Join")?,
+        _ => return None,
+    };
+    let separator = scalar(join.get(0)?)?;
+    let parts = join.get(1)?.as_sequence()?;
+    let parts = parts.iter().map(env_value).collect::<Option<Vec<_>>>()?;
+    Some(EnvValue::Join(separator, parts))
+}
+
+pub(super) fn reference(v: &Value) -> Option<String> {
+    match v {
+        Value::Tagged(t) if t.tag == "!Ref" => scalar(&t.value),
+        Value::Tagged(t) if t.tag == "!GetAtt" => {
+            scalar(&t.value).map(|s| s.split('.').next().unwrap_or_default().to_owned())
+        }
+        Value::Mapping(m) => m
+            .get("Ref")
+            .and_then(scalar)
+            .or_else(|| m.get("Fn::GetAtt")?.get(0).and_then(scalar)),
+        _ => None,
+    }
+}
