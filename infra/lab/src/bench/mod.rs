@@ -19,9 +19,11 @@ use mailflow_local::function_host::Outcome;
 use mailflow_local::names;
 use mailflow_local::pipeline::{SeededStack, CREATE_EMAILS, GET_USERS, SEND_EMAIL};
 use mailflow_local::runner::{self};
+use mailflow_local::stack::Stack;
 use report::{binaries, machine, stage_report, PerEmailFigures};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, clap::Args)]
@@ -75,20 +77,7 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
 
     let get_users = Environments::start(stack, &options.bin_dir, GET_USERS, 1).await?;
     let mut consumers = vec![consumer(stack, GET_USERS, get_users.handlers())?];
-    let mut downstream = Vec::new();
-    // With GetUsers alone, the users queue is left to fill.
-    if !options.get_users_only {
-        for function in [CREATE_EMAILS, SEND_EMAIL] {
-            let count = match function {
-                SEND_EMAIL => options.send_environments,
-                _ => concurrency(stack, function)?,
-            };
-            let environments =
-                Environments::start(stack, &options.bin_dir, function, count).await?;
-            consumers.push(consumer(stack, function, environments.handlers())?);
-            downstream.push(environments);
-        }
-    }
+    let downstream = start_downstream(stack, options, &mut consumers).await?;
 
     // The schedule event, then GetUsers' continuations, while the consumers drain the queues.
     let started = Instant::now();
@@ -117,17 +106,12 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
     let users_enqueued = stages[0].users_enqueued;
     let users_enqueued_per_second = users_enqueued as f64 / get_users_wall.as_secs_f64();
 
-    let emails_sent = if options.get_users_only {
-        0
-    } else {
-        emails_sent(&local).await?
-    };
-
     // Per email sent; with GetUsers alone, per user enqueued.
-    let basis = if options.get_users_only {
-        users_enqueued
+    let (emails_sent, basis) = if options.get_users_only {
+        (0, users_enqueued)
     } else {
-        emails_sent
+        let sent = emails_sent(&local).await?;
+        (sent, sent)
     };
     let figures = PerEmailFigures::of(&stages, basis);
     let send_memory = stack.template.function(SEND_EMAIL)?.memory_size;
@@ -150,6 +134,29 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
         stages,
         binaries: binaries(&options.bin_dir),
     })
+}
+
+/// CreateEmails' and SendEmail's environments, their event source mappings added to
+/// `consumers`; none with GetUsers alone (the users queue is left to fill).
+async fn start_downstream(
+    stack: &Stack,
+    options: &BenchOptions,
+    consumers: &mut Vec<runner::Consumer>,
+) -> Result<Vec<Arc<Environments>>> {
+    let mut downstream = Vec::new();
+    if options.get_users_only {
+        return Ok(downstream);
+    }
+    for function in [CREATE_EMAILS, SEND_EMAIL] {
+        let count = match function {
+            SEND_EMAIL => options.send_environments,
+            _ => concurrency(stack, function)?,
+        };
+        let environments = Environments::start(stack, &options.bin_dir, function, count).await?;
+        consumers.push(consumer(stack, function, environments.handlers())?);
+        downstream.push(environments);
+    }
+    Ok(downstream)
 }
 
 /// SENT records of the bench's campaign, which must be every deliverable user.

@@ -1,6 +1,6 @@
 //! What a bench run measured, per stage and per email, and the report as Markdown.
 
-use super::environments::Environments;
+use super::environments::{Environments, Measured};
 use crate::cost::{self, CostPerMillion, PerEmail};
 use anyhow::{bail, Context, Result};
 use mailflow_local::runner::{self};
@@ -80,40 +80,9 @@ pub(super) async fn stage_report(
 ) -> Result<StageReport> {
     let measured = environments.finish().await;
     if let Some(dir) = logs_dir {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        for (i, m) in measured.iter().enumerate() {
-            let path = dir.join(format!("{}-{i}.log", environments.function));
-            let mut text = m.logs.lines.join("\n");
-            text.push('\n');
-            std::fs::write(&path, text)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
+        write_logs(dir, environments.function, &measured)?;
     }
-    let mut requests = BTreeMap::new();
-    for m in &measured {
-        for (k, v) in &m.logs.requests {
-            *requests.entry(k.clone()).or_default() += v;
-        }
-    }
-    if let Some(s) = stats {
-        requests.insert("esm.ReceiveMessage".into(), s.receive_requests as u64);
-        requests.insert(
-            format!(
-                "esm.ReceiveMessage{}",
-                mailflow::runtime::metering::SQS_CHUNKS_SUFFIX
-            ),
-            s.receive_chunks,
-        );
-        requests.insert("esm.DeleteMessageBatch".into(), s.delete_requests as u64);
-        // A DeleteMessageBatch is billed as one request (its payload is far under 64 KiB).
-        requests.insert(
-            format!(
-                "esm.DeleteMessageBatch{}",
-                mailflow::runtime::metering::SQS_CHUNKS_SUFFIX
-            ),
-            s.delete_requests as u64,
-        );
-    }
+    let requests = requests(&measured, stats);
     Ok(StageReport {
         function: environments.function.to_owned(),
         environments: measured.len(),
@@ -155,6 +124,49 @@ pub(super) async fn stage_report(
             .collect(),
         requests,
     })
+}
+
+/// Each process's log lines to `<dir>/<function>-<n>.log`.
+fn write_logs(dir: &Path, function: &str, measured: &[Measured]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (i, m) in measured.iter().enumerate() {
+        let path = dir.join(format!("{function}-{i}.log"));
+        let mut text = m.logs.lines.join("\n");
+        text.push('\n');
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// A stage's requests by `service.Operation`: its processes' own, and its event source
+/// mapping's polling.
+fn requests(measured: &[Measured], stats: Option<&runner::ConsumerStats>) -> BTreeMap<String, u64> {
+    let mut requests = BTreeMap::new();
+    for m in measured {
+        for (k, v) in &m.logs.requests {
+            *requests.entry(k.clone()).or_default() += v;
+        }
+    }
+    if let Some(s) = stats {
+        requests.insert("esm.ReceiveMessage".into(), s.receive_requests as u64);
+        requests.insert(
+            format!(
+                "esm.ReceiveMessage{}",
+                mailflow::runtime::metering::SQS_CHUNKS_SUFFIX
+            ),
+            s.receive_chunks,
+        );
+        requests.insert("esm.DeleteMessageBatch".into(), s.delete_requests as u64);
+        // A DeleteMessageBatch is billed as one request (its payload is far under 64 KiB).
+        requests.insert(
+            format!(
+                "esm.DeleteMessageBatch{}",
+                mailflow::runtime::metering::SQS_CHUNKS_SUFFIX
+            ),
+            s.delete_requests as u64,
+        );
+    }
+    requests
 }
 
 /// Each function binary's size, and the size of the zip Lambda deploys (`bootstrap` alone).
@@ -214,12 +226,44 @@ pub(super) fn machine() -> String {
 
 /// The report as Markdown tables (what docs/benchmarks.md shows).
 pub fn markdown(r: &BenchReport) -> String {
-    let mut out = String::new();
-    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-    out.push_str(&format!(
+    let mut out = format!(
         "Machine: {}. Users seeded: {}, eligible: {}, enqueued: {}, emails sent: {}.\n\n",
         r.machine, r.users, r.eligible_users, r.users_enqueued, r.emails_sent
+    );
+    stage_table(&mut out, r);
+    out.push_str(&format!(
+        "\nCPU per email, all stages: {:.0} µs. GetUsers fan-out: {:.0} users/s.\n",
+        r.cpu_micros_per_email.get("total").copied().unwrap_or(0.0),
+        r.users_enqueued_per_second
     ));
+    out.push_str(&format!(
+        "Log lines written: {}; with an address, a credentialed connection string or a key: {}.\n\n",
+        r.stages.iter().map(|s| s.log_lines).sum::<u64>(),
+        r.stages
+            .iter()
+            .map(|s| s.sensitive_log_lines.len())
+            .sum::<usize>()
+    ));
+    request_table(&mut out, r);
+    out.push_str(&format!(
+        "\nBillable AWS requests per email: {:.3} (SQS 64 KiB chunks {:.3}, DynamoDB writes {:.3}, reads {:.3}, SES {:.3}); MongoDB round trips per email: {:.3}.\n\n",
+        r.billable_requests_per_email,
+        r.per_email.sqs_requests,
+        r.per_email.dynamodb_write_units,
+        r.per_email.dynamodb_read_units,
+        r.per_email.ses_emails,
+        r.mongodb_round_trips_per_email
+    ));
+    binary_and_cost_tables(&mut out, r);
+    out
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// Each stage's environments, invocations, records, time, CPU, memory and cold start.
+fn stage_table(out: &mut String, r: &BenchReport) {
     out.push_str("| stage | environments | invocations | records | records failed | wall s | CPU s | of which kernel | of which init | CPU µs/email | peak RSS MiB | cold start ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for s in &r.stages {
         out.push_str(&format!(
@@ -241,19 +285,10 @@ pub fn markdown(r: &BenchReport) -> String {
             s.cold_start_ms.map_or("-".into(), |c| format!("{c:.1}")),
         ));
     }
-    out.push_str(&format!(
-        "\nCPU per email, all stages: {:.0} µs. GetUsers fan-out: {:.0} users/s.\n",
-        r.cpu_micros_per_email.get("total").copied().unwrap_or(0.0),
-        r.users_enqueued_per_second
-    ));
-    out.push_str(&format!(
-        "Log lines written: {}; with an address, a credentialed connection string or a key: {}.\n\n",
-        r.stages.iter().map(|s| s.log_lines).sum::<u64>(),
-        r.stages
-            .iter()
-            .map(|s| s.sensitive_log_lines.len())
-            .sum::<usize>()
-    ));
+}
+
+/// Every stage's requests, and each per email sent (per user enqueued without emails).
+fn request_table(out: &mut String, r: &BenchReport) {
     let basis = if r.emails_sent > 0 {
         r.emails_sent
     } else {
@@ -270,15 +305,10 @@ pub fn markdown(r: &BenchReport) -> String {
             ));
         }
     }
-    out.push_str(&format!(
-        "\nBillable AWS requests per email: {:.3} (SQS 64 KiB chunks {:.3}, DynamoDB writes {:.3}, reads {:.3}, SES {:.3}); MongoDB round trips per email: {:.3}.\n\n",
-        r.billable_requests_per_email,
-        r.per_email.sqs_requests,
-        r.per_email.dynamodb_write_units,
-        r.per_email.dynamodb_read_units,
-        r.per_email.ses_emails,
-        r.mongodb_round_trips_per_email
-    ));
+}
+
+/// The binaries' sizes, and the cost per million emails, measured and of the seed design.
+fn binary_and_cost_tables(out: &mut String, r: &BenchReport) {
     out.push_str("| binary | size MiB | zipped MiB |\n|---|---|---|\n");
     for b in &r.binaries {
         out.push_str(&format!(
@@ -299,7 +329,6 @@ pub fn markdown(r: &BenchReport) -> String {
             c.lambda, c.sqs, c.dynamodb, c.logs, c.ses, c.total, c.total_without_ses
         ));
     }
-    out
 }
 
 /// The stages' requests and CPU, per email (or per user enqueued: `basis`).

@@ -2,9 +2,10 @@
 //! its progress: MongoDB stopped and restarted, the AWS endpoint unreachable, the operator's
 //! pause and resume, then a manual resend.
 
+use super::faults::ChaosMailer;
+use super::mongo::MongoServer;
 use super::proxy::FaultProxy;
 use super::runs::{invoke_async, RunOutcome};
-use super::{mongo::MongoServer, ChaosMailer};
 use anyhow::Result;
 use mailflow::adapters::event_sources::StackSending;
 use mailflow::domain::campaign_state::StateChange;

@@ -1,6 +1,3 @@
-//! Over 450 lines because the run is one script (stack, faults, three runs, a resend, the
-//! drain and the verdict); its faults, report and disruptions are in their own files.
-//!
 //! The chaos run: one campaign of thousands of users through the local runner while what
 //! production does to a pipeline happens at once: every message on the users and emails
 //! queues delivered twice, two overlapping runs and a manual resend mid-drain, invocations
@@ -9,34 +6,30 @@
 //! flow to SesEvents as on AWS. Then it checks
 //! that nothing was lost and nobody got a second email beyond the one window no key closes.
 //! `mailctl chaos` prints the figures; tests/chaos.rs asserts them.
-//! `faults` injects, `disruptions` is the script of outages and operator actions, `runs` the
-//! GetUsers runs, `report` the checks; the proxy and the restartable MongoDB have their own.
+//! `rig` sets the stack up with its faults, `faults` injects, `disruptions` is the script of
+//! outages and operator actions, `runs` the GetUsers runs and the slot releases, `report`
+//! the checks; the proxy and the restartable MongoDB have their own.
 
 mod disruptions;
 mod faults;
 pub mod mongo;
 pub mod proxy;
 mod report;
+mod rig;
 mod runs;
 
 pub use report::{markdown, ChaosReport, DlqAccount};
 pub use runs::RunOutcome;
 
 use disruptions::{Played, Script, PAUSE_HELD};
-use faults::{ChaosMailer, Injector};
 use report::{account_dead_letters, check};
-use runs::invoke_async;
+use rig::Rig;
+use runs::{invoke_async, release_slots};
 
-use anyhow::{Context, Result};
-use mailflow::adapters::campaigns::CampaignsTable;
-use mailflow::adapters::event_sources::{EventSourceMappings, StackSending};
-use mailflow::adapters::ses::SesMailer;
+use anyhow::Result;
 use mailflow_local::names;
-use mailflow_local::pipeline::{
-    lock, LocalPipeline, PipelineOptions, SeededStack, CREATE_EMAILS, SEND_EMAIL,
-};
-use mailflow_local::provision::StackOptions;
-use mailflow_local::runner::{self, Faults};
+use mailflow_local::pipeline::lock;
+use mailflow_local::runner::{self, ConsumerStats};
 use mailflow_local::seed::Rng;
 use serde::Serialize;
 use serde_json::json;
@@ -45,6 +38,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
 
 #[derive(Clone, Debug, clap::Args, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -102,139 +96,6 @@ fn count_panics() {
     });
 }
 
-/// Short timeouts so that killed invocations come back within seconds, and a send rate that
-/// runs eight SendEmail environments (`SendRate::environments`, at 20/s each) rather than
-/// the default two: every fault multiplies the email jobs (three runs, each message twice),
-/// which would otherwise take the local stack half an hour. The local stack sends below
-/// that rate anyway.
-fn stack_options(mongodb_uri: String, local_time: bool) -> StackOptions {
-    let mut parameters = BTreeMap::from([(names::SEND_RATE_PER_SECOND.into(), "160".into())]);
-    if local_time {
-        // The scheduled run delivers at local time too.
-        parameters.insert(names::LOCAL_SEND_TIME.into(), LOCAL_TIME.into());
-    }
-    StackOptions {
-        parameters,
-        visibility_timeouts: BTreeMap::from([
-            (names::USERS_QUEUE.into(), 12),
-            (names::EMAILS_QUEUE.into(), 8),
-        ]),
-        mongodb_uri: Some(mongodb_uri),
-        ..Default::default()
-    }
-}
-
-fn pipeline_options() -> PipelineOptions {
-    let send_env = [
-        ("FUNCTION_TIMEOUT_SECONDS", "6"),
-        ("VISIBILITY_TIMEOUT_SECONDS", "8"),
-        ("LEASE_CLOCK_SKEW_SECONDS", "1"),
-        ("RETRY_DELAYS_SECONDS", "1,1,2"),
-    ];
-    PipelineOptions {
-        env: BTreeMap::from([(
-            SEND_EMAIL,
-            send_env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )]),
-        timeouts: BTreeMap::from([
-            (SEND_EMAIL, Duration::from_secs(6)),
-            (CREATE_EMAILS, Duration::from_secs(10)),
-        ]),
-        ..Default::default()
-    }
-}
-
-/// The local stack with its faults in place: the seeded campaign, a MongoDB the run can stop,
-/// a proxy that can cut the functions off AWS, and the pipeline behind both.
-struct Rig {
-    local: SeededStack,
-    endpoint: String,
-    mongo: Arc<tokio::sync::Mutex<mongo::MongoServer>>,
-    proxy: Arc<proxy::FaultProxy>,
-    injector: Arc<Injector>,
-    pipeline: Arc<LocalPipeline<ChaosMailer>>,
-}
-
-impl Rig {
-    async fn set_up(template: &std::path::Path, options: &ChaosOptions) -> Result<Self> {
-        let endpoint = mailflow_local::stack_env("AWS_ENDPOINT_URL")?;
-        let mongo = mongo::MongoServer::start(&options.secantusd, &std::env::temp_dir()).await?;
-        let local = SeededStack::create_with(
-            template,
-            "chaos",
-            options.users,
-            options.seed,
-            stack_options(mongo.uri(), options.local_time),
-        )
-        .await?;
-        let upstream = tokio::net::lookup_host(mailflow_local::ses_record::authority(&endpoint)?)
-            .await?
-            .next()
-            .context("resolving AWS_ENDPOINT_URL")?;
-        let proxy = Arc::new(proxy::FaultProxy::start(upstream).await?);
-        let mut stack = local.stack.clone();
-        // Every service of the functions' clients through the proxy (over AWS_ENDPOINT_URL in
-        // the environment, which an endpoint on the SdkConfig alone would not beat): the
-        // outage cuts their connections, and the report counts the cuts.
-        stack.sdk = mailflow_local::fault_switch::through(&stack.sdk, &proxy.url());
-
-        let injector = Arc::new(Injector::new(options));
-        // SES's events travel inside AWS: not through the proxy that cuts the functions off.
-        let events = mailflow_local::ses_event_source::Publisher::new(
-            aws_sdk_sqs::Client::new(&local.stack.sdk),
-            local.stack.queue_url(names::SES_EVENTS_QUEUE)?,
-        );
-        let pipeline = Arc::new(
-            LocalPipeline::build(stack, pipeline_options(), |sdk, config| ChaosMailer {
-                inner: SesMailer::from_config(sdk, config),
-                injector: injector.clone(),
-                events,
-            })
-            .await?,
-        );
-        Ok(Self {
-            local,
-            endpoint,
-            mongo: Arc::new(tokio::sync::Mutex::new(mongo)),
-            proxy,
-            injector,
-            pipeline,
-        })
-    }
-
-    /// Every consumer, with the injector's faults.
-    fn consumers(&self) -> Result<Vec<runner::Consumer>> {
-        let mut consumers = self.pipeline.consumers()?;
-        consumers.push(self.pipeline.ses_events_consumer()?);
-        for consumer in &mut consumers {
-            consumer.faults = Some(self.injector.clone() as Arc<dyn Faults>);
-        }
-        Ok(consumers)
-    }
-
-    /// The operator's pause and resume, straight to AWS (not through the faults).
-    fn operator(&self) -> Result<StackSending> {
-        let stack = &self.local.stack;
-        Ok(StackSending {
-            mappings: EventSourceMappings::new(
-                aws_sdk_lambda::Client::new(&stack.sdk),
-                stack
-                    .event_source_mappings()?
-                    .split(',')
-                    .map(str::to_owned)
-                    .collect(),
-            ),
-            campaigns: CampaignsTable::new(
-                aws_sdk_dynamodb::Client::new(&stack.sdk),
-                stack.table_name(names::CAMPAIGNS_TABLE)?,
-            ),
-        })
-    }
-}
-
 pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<ChaosReport> {
     count_panics();
     let started = Instant::now();
@@ -246,45 +107,7 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         .map(|(id, _)| id.clone())
         .collect();
     let campaign = local.campaign.id.to_string();
-    let mut manual = json!({ "campaignId": campaign });
-    if options.local_time {
-        let ids: Vec<String> = local.seeded.addresses.keys().cloned().collect();
-        mailflow_local::seed::assign_timezones(&local.db, &ids).await?;
-        // Six hours before the send date (the Monday the window ends on) begins: UTC+14's
-        // 09:00 is five hours later, so every user waits for a slot.
-        let send_date_ms = local.campaign.window.until.unix_timestamp() * 1000;
-        rig.pipeline.clock.set(send_date_ms - 6 * 3_600_000);
-        manual["localTime"] = LOCAL_TIME.into();
-    }
-    let first_kill = Duration::from_millis(50 + Rng::new(options.seed).below(250));
-    let mut runs = vec![
-        tokio::spawn(invoke_async(
-            rig.pipeline.clone(),
-            "scheduled",
-            local.schedule_event()?,
-            Some(first_kill),
-        )),
-        tokio::spawn(invoke_async(
-            rig.pipeline.clone(),
-            "overlapping manual run",
-            manual,
-            None,
-        )),
-    ];
-    // Local time: both runs hold everyone first; then a slot is released every
-    // `--slot-seconds` while the faults and the script play.
-    let releases = if options.local_time {
-        while runs.iter().any(|r| !r.is_finished()) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let pipeline = rig.pipeline.clone();
-        let every = Duration::from_secs(options.slot_seconds);
-        Some(tokio::spawn(async move {
-            release_slots(&pipeline, every).await
-        }))
-    } else {
-        None
-    };
+    let (mut runs, releases) = start_runs(&rig, options, &campaign).await?;
     let played = Arc::new(Played::default());
     let script = Script {
         pipeline: rig.pipeline.clone(),
@@ -298,7 +121,6 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         local_time: options.local_time.then_some(LOCAL_TIME),
     };
     let disruptions = tokio::spawn(script.play(played.clone()));
-    let mut report_slots = 0;
     // Lambda's pollers are AWS's own: the outage cuts the functions off, not them (so the
     // connections it cuts are the functions').
     let sqs = aws_sdk_sqs::Client::new(&rig.local.stack.sdk);
@@ -309,28 +131,17 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
             || releases.as_ref().is_some_and(|r| !r.is_finished())
     })
     .await;
-    // A run that did not drain says where it stood.
-    let drained = drained.map_err(|err| {
-        let (enqueued, sent) = {
-            let totals = lock(&rig.pipeline.totals);
-            (totals.create_emails.enqueued, totals.send_email.sent)
-        };
-        let running = runs.iter().filter(|r| !r.is_finished()).count();
-        let releasing = releases.as_ref().is_some_and(|r| !r.is_finished());
-        err.context(format!(
-            "the chaos run stalled: the script was {}; {running} of its first runs still running; \
-             slot releases {}; {enqueued} emails enqueued, {sent} of {} deliverable sent; \
-             {} release schedules fired; GetUsers' asynchronous invocations: {:?}",
-            lock(&played.step),
-            if releasing { "still going" } else { "over" },
-            deliverable.len(),
-            rig.pipeline.releases_fired().len(),
-            rig.pipeline.async_stats(),
-        ))
-    });
-    let mut consumer_stats = match drained {
+    let consumer_stats = match drained {
         Ok(stats) => stats,
         Err(err) => {
+            // A run that did not drain says where it stood.
+            let err = err.context(stalled(
+                &rig,
+                &played,
+                &runs,
+                releases.as_ref(),
+                &deliverable,
+            ));
             for task in runs
                 .iter()
                 .map(|r| r.abort_handle())
@@ -342,47 +153,153 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
             return Err(err);
         }
     };
-    if let Some(releases) = releases {
-        report_slots = releases.await??;
-    }
+    let slots_released = match releases {
+        Some(releases) => releases.await??,
+        None => 0,
+    };
     if !disruptions.is_finished() {
         disruptions.abort();
     }
-    let mut report = ChaosReport {
+    let mut report = counts(options, &rig, &played, slots_released, deliverable.len());
+    runs.push(tokio::spawn(resend(disruptions)));
+    for run in runs {
+        report.runs.push(run.await?);
+    }
+    verdict(report, rig, consumer_stats, &campaign, max_wait, started).await
+}
+
+/// The scheduled run (killed part-way on its first attempt) and an overlapping manual one.
+/// A local-time campaign moves the simulator's clock before its send date first; both runs
+/// hold everyone, then a slot is released every `--slot-seconds` while the faults and the
+/// script play (the second task).
+async fn start_runs(
+    rig: &Rig,
+    options: &ChaosOptions,
+    campaign: &str,
+) -> Result<(
+    Vec<JoinHandle<RunOutcome>>,
+    Option<JoinHandle<Result<usize>>>,
+)> {
+    let local = &rig.local;
+    let mut manual = json!({ "campaignId": campaign });
+    if options.local_time {
+        let ids: Vec<String> = local.seeded.addresses.keys().cloned().collect();
+        mailflow_local::seed::assign_timezones(&local.db, &ids).await?;
+        // Six hours before the send date (the Monday the window ends on) begins: UTC+14's
+        // 09:00 is five hours later, so every user waits for a slot.
+        let send_date_ms = local.campaign.window.until.unix_timestamp() * 1000;
+        rig.pipeline.clock.set(send_date_ms - 6 * 3_600_000);
+        manual["localTime"] = LOCAL_TIME.into();
+    }
+    let first_kill = Duration::from_millis(50 + Rng::new(options.seed).below(250));
+    let runs = vec![
+        tokio::spawn(invoke_async(
+            rig.pipeline.clone(),
+            "scheduled",
+            local.schedule_event()?,
+            Some(first_kill),
+        )),
+        tokio::spawn(invoke_async(
+            rig.pipeline.clone(),
+            "overlapping manual run",
+            manual,
+            None,
+        )),
+    ];
+    if !options.local_time {
+        return Ok((runs, None));
+    }
+    while runs.iter().any(|r| !r.is_finished()) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pipeline = rig.pipeline.clone();
+    let every = Duration::from_secs(options.slot_seconds);
+    let releases = tokio::spawn(async move { release_slots(&pipeline, every).await });
+    Ok((runs, Some(releases)))
+}
+
+/// Where a run that did not drain stood: the script's step, the runs and releases still
+/// going, the emails enqueued and sent, the release schedules fired.
+fn stalled(
+    rig: &Rig,
+    played: &Played,
+    runs: &[JoinHandle<RunOutcome>],
+    releases: Option<&JoinHandle<Result<usize>>>,
+    deliverable: &BTreeSet<String>,
+) -> String {
+    let (enqueued, sent) = {
+        let totals = lock(&rig.pipeline.totals);
+        (totals.create_emails.enqueued, totals.send_email.sent)
+    };
+    let running = runs.iter().filter(|r| !r.is_finished()).count();
+    let releasing = releases.is_some_and(|r| !r.is_finished());
+    format!(
+        "the chaos run stalled: the script was {}; {running} of its first runs still running; \
+         slot releases {}; {enqueued} emails enqueued, {sent} of {} deliverable sent; \
+         {} release schedules fired; GetUsers' asynchronous invocations: {:?}",
+        lock(&played.step),
+        if releasing { "still going" } else { "over" },
+        deliverable.len(),
+        rig.pipeline.releases_fired().len(),
+        rig.pipeline.async_stats(),
+    )
+}
+
+/// The report's counts of the audience and of what the script played.
+fn counts(
+    options: &ChaosOptions,
+    rig: &Rig,
+    played: &Played,
+    slots_released: usize,
+    deliverable: usize,
+) -> ChaosReport {
+    let seeded = &rig.local.seeded;
+    ChaosReport {
         options: Some(options.clone()),
         users: options.users,
-        audience: local.seeded.audience.len(),
-        deliverable: deliverable.len(),
-        invalid_addresses: local.seeded.invalid_addresses.len(),
+        audience: seeded.audience.len(),
+        deliverable,
+        invalid_addresses: seeded.invalid_addresses.len(),
         mongo_restarts: played.mongo_restarts.load(Ordering::SeqCst),
         paused_seconds: PAUSE_HELD.as_secs(),
         sent_while_paused: played.sent_while_paused.load(Ordering::SeqCst),
         aws_outages: played.aws_outages.load(Ordering::SeqCst),
         aws_connections_cut: played.aws_connections_cut.load(Ordering::SeqCst),
         outage_seconds: options.outage_seconds,
-        slots_released: report_slots,
+        slots_released,
+        ..Default::default()
+    }
+}
+
+/// The manual resend the script ends with, or why there was none.
+async fn resend(disruptions: JoinHandle<Result<RunOutcome>>) -> RunOutcome {
+    let failed = |error: String| RunOutcome {
+        name: "manual resend".into(),
+        errors: vec![error],
         ..Default::default()
     };
-    runs.push(tokio::spawn(async move {
-        let failed = |error: String| RunOutcome {
-            name: "manual resend".into(),
-            errors: vec![error],
-            ..Default::default()
-        };
-        match disruptions.await {
-            Ok(Ok(resend)) => resend,
-            Ok(Err(err)) => failed(format!("the disruptions failed before it: {err:#}")),
-            Err(err) => failed(format!("the disruptions task ended: {err}")),
-        }
-    }));
-    for run in runs {
-        report.runs.push(run.await?);
+    match disruptions.await {
+        Ok(Ok(resend)) => resend,
+        Ok(Err(err)) => failed(format!("the disruptions failed before it: {err:#}")),
+        Err(err) => failed(format!("the disruptions task ended: {err}")),
     }
+}
 
-    // What the dead-letter queues hold, then the operator's redrive and a calm drain.
+/// After the drain: what the dead-letter queues hold, the operator's redrive and a calm
+/// drain, then the checks of the ledger and the SES record, the faults' counts and the
+/// panics.
+async fn verdict(
+    mut report: ChaosReport,
+    rig: Rig,
+    mut consumer_stats: BTreeMap<String, ConsumerStats>,
+    campaign: &str,
+    max_wait: Duration,
+    started: Instant,
+) -> Result<ChaosReport> {
+    let local = &rig.local;
     let dynamo = aws_sdk_dynamodb::Client::new(&local.stack.sdk);
     let table = local.stack.table_name(names::SENDS_TABLE)?.to_owned();
-    account_dead_letters(&mut report, local, &dynamo, &table, &campaign).await?;
+    account_dead_letters(&mut report, local, &dynamo, &table, campaign).await?;
     if report.dlq.redriven > 0 {
         let mut calm: Vec<_> = rig.pipeline.consumers()?;
         calm.push(rig.pipeline.ses_events_consumer()?);
@@ -413,7 +330,7 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
         &rig.endpoint,
         &dynamo,
         &table,
-        &campaign,
+        campaign,
         &unrecorded,
     )
     .await?;
@@ -425,37 +342,4 @@ pub async fn run(template: &std::path::Path, options: &ChaosOptions) -> Result<C
     }
     report.wall_seconds = started.elapsed().as_secs_f64();
     Ok(report)
-}
-
-/// Releases every send slot, one every `every` (the simulator's clock moves to each in
-/// turn, and to the retries of a release that failed), until none is left; a call that
-/// fails (the AWS outage) is tried again. Answers the slots released.
-async fn release_slots(pipeline: &LocalPipeline<ChaosMailer>, every: Duration) -> Result<usize> {
-    let mut failures = 0;
-    // Slots' releases, not their sweeps (which, a quarter of an hour after each, find
-    // nobody here and are not waited between).
-    let released = || {
-        let fired = pipeline.releases_fired();
-        let sweep = fired
-            .last()
-            .is_some_and(|f| f.schedule.starts_with("sweep-"));
-        let releases = fired.iter().filter(|f| f.schedule.starts_with("release-"));
-        (releases.count(), sweep)
-    };
-    loop {
-        match pipeline.release_next().await {
-            Ok(Some(_)) => {
-                if released().1 {
-                    continue;
-                }
-            }
-            Ok(None) => return Ok(released().0),
-            Err(err) if failures < 60 => {
-                failures += 1;
-                tracing::warn!(reason = %format!("{err:#}"), "chaos: releasing a slot failed; trying again");
-            }
-            Err(err) => return Err(err.context("releasing the send slots")),
-        }
-        tokio::time::sleep(every).await;
-    }
 }

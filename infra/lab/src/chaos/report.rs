@@ -5,9 +5,12 @@ use super::faults::Unrecorded;
 use super::runs::RunOutcome;
 use super::ChaosOptions;
 use anyhow::Result;
+use mailflow::adapters::dynamo::SendRecord;
+use mailflow::domain::ledger::SendStatus;
 use mailflow_local::names;
 use mailflow_local::pipeline::SeededStack;
 use mailflow_local::runner::ConsumerStats;
+use mailflow_local::seed::SeedReport;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -83,8 +86,6 @@ pub(super) async fn check(
     campaign: &str,
     unrecorded: &Unrecorded,
 ) -> Result<()> {
-    use mailflow::domain::ledger::SendStatus;
-    let seeded = &local.seeded;
     let records: BTreeMap<String, _> =
         mailflow_local::ledger_scan::records(dynamo, table, campaign)
             .await?
@@ -102,7 +103,41 @@ pub(super) async fn check(
             )
             .or_default() += 1;
     }
-    let owner: BTreeMap<&str, &str> = seeded
+    let emails = emails_by_user(report, local, endpoint).await?;
+    let mut problems = deliverable_problems(report, &local.seeded, &records, &emails, unrecorded);
+    problems.extend(eligibility_problems(
+        report,
+        &local.seeded,
+        &records,
+        &emails,
+    ));
+    if report.sent_while_paused > 0 {
+        problems.push(format!(
+            "{} emails sent while the campaign was paused (after its in-hand batches)",
+            report.sent_while_paused
+        ));
+    }
+    if !problems.is_empty() {
+        let shown = problems.len().min(20);
+        report.violations.push(format!(
+            "{} users wrong: {}{}",
+            problems.len(),
+            problems[..shown].join("; "),
+            if problems.len() > shown { "; ..." } else { "" }
+        ));
+    }
+    Ok(())
+}
+
+/// Emails in the SES record, by the user their address was seeded for (the address itself
+/// where none was), counted in `report.emails` too.
+async fn emails_by_user(
+    report: &mut ChaosReport,
+    local: &SeededStack,
+    endpoint: &str,
+) -> Result<BTreeMap<String, usize>> {
+    let owner: BTreeMap<&str, &str> = local
+        .seeded
         .addresses
         .iter()
         .map(|(user, address)| (address.as_str(), user.as_str()))
@@ -115,7 +150,19 @@ pub(super) async fn check(
             *emails.entry(user.to_owned()).or_default() += 1;
         }
     }
-    let mut problems: Vec<String> = Vec::new();
+    Ok(emails)
+}
+
+/// Every deliverable user must have a SENT record and an email, and no more emails beyond
+/// the first than the SES calls the faults left unrecorded for them.
+fn deliverable_problems(
+    report: &mut ChaosReport,
+    seeded: &SeedReport,
+    records: &BTreeMap<String, SendRecord>,
+    emails: &BTreeMap<String, usize>,
+    unrecorded: &Unrecorded,
+) -> Vec<String> {
+    let mut problems = Vec::new();
     for (user, _) in seeded.deliverable() {
         let status = records.get(user).and_then(|r| r.status);
         let got = emails.get(user).copied().unwrap_or(0);
@@ -135,6 +182,18 @@ pub(super) async fn check(
             ));
         }
     }
+    problems
+}
+
+/// An invalid address is FAILED with a reason; nobody outside the audience (or with an
+/// invalid address) gets an email, and nobody outside it a send record.
+fn eligibility_problems(
+    report: &mut ChaosReport,
+    seeded: &SeedReport,
+    records: &BTreeMap<String, SendRecord>,
+    emails: &BTreeMap<String, usize>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
     for user in &seeded.invalid_addresses {
         let record = records.get(user);
         let failed_with_reason = record.is_some_and(|r| {
@@ -147,7 +206,7 @@ pub(super) async fn check(
             ));
         }
     }
-    for (user, n) in &emails {
+    for (user, n) in emails {
         if !seeded.audience.contains_key(user) || seeded.invalid_addresses.contains(user) {
             report.ineligible_emailed += 1;
             problems.push(format!("{user} is not eligible but got {n} emails"));
@@ -160,61 +219,65 @@ pub(super) async fn check(
             ));
         }
     }
-    if report.sent_while_paused > 0 {
-        problems.push(format!(
-            "{} emails sent while the campaign was paused (after its in-hand batches)",
-            report.sent_while_paused
-        ));
-    }
-    if !problems.is_empty() {
-        let shown = problems.len().min(20);
-        report.violations.push(format!(
-            "{} users wrong: {}{}",
-            problems.len(),
-            problems[..shown].join("; "),
-            if problems.len() > shown { "; ..." } else { "" }
-        ));
-    }
-    Ok(())
+    problems
 }
 
 /// The report as Markdown, for docs/reliability.md.
 pub fn markdown(r: &ChaosReport) -> String {
-    let mut out = String::new();
-    let line = |out: &mut String, k: &str, v: String| out.push_str(&format!("| {k} | {v} |\n"));
-    out.push_str("| Chaos run | |\n|---|---|\n");
+    let mut out = String::from("| Chaos run | |\n|---|---|\n");
+    setup_rows(&mut out, r);
+    fault_rows(&mut out, r);
+    outcome_rows(&mut out, r);
+    if r.violations.is_empty() {
+        out.push_str("\nPassed: nothing lost, no duplicate beyond the bound.\n");
+    } else {
+        out.push_str("\nFAILED:\n");
+        for v in &r.violations {
+            out.push_str(&format!("- {v}\n"));
+        }
+    }
+    out
+}
+
+/// One row of the report's table.
+fn line(out: &mut String, k: &str, v: String) {
+    out.push_str(&format!("| {k} | {v} |\n"));
+}
+
+/// The audience, the slots released, the pause, and the GetUsers runs.
+fn setup_rows(out: &mut String, r: &ChaosReport) {
     line(
-        &mut out,
+        out,
         "users seeded / audience / deliverable",
         format!("{} / {} / {}", r.users, r.audience, r.deliverable),
     );
     line(
-        &mut out,
+        out,
         "invalid addresses in the audience",
         r.invalid_addresses.to_string(),
     );
     if r.slots_released > 0 {
         line(
-            &mut out,
+            out,
             "local time: send slots released one by one during the faults",
             r.slots_released.to_string(),
         );
     }
     line(
-        &mut out,
+        out,
         "paused part-way (pause, then resume), emails sent while paused",
         format!("{} s, {}", r.paused_seconds, r.sent_while_paused),
     );
     for (function, n) in &r.second_deliveries {
         line(
-            &mut out,
+            out,
             &format!("messages delivered twice ({function})"),
             n.to_string(),
         );
     }
     for run in &r.runs {
         line(
-            &mut out,
+            out,
             &format!("GetUsers run: {}", run.name),
             format!(
                 "{} attempts{}, {}, {} users enqueued",
@@ -229,35 +292,43 @@ pub fn markdown(r: &ChaosReport) -> String {
             ),
         );
     }
+}
+
+/// The kills, SES's throttles and silences, its events, and the outages.
+fn fault_rows(out: &mut String, r: &ChaosReport) {
     for (point, n) in &r.kills {
-        line(&mut out, &format!("killed: {point}"), n.to_string());
+        line(out, &format!("killed: {point}"), n.to_string());
     }
-    line(&mut out, "SES calls throttled", r.throttles.to_string());
+    line(out, "SES calls throttled", r.throttles.to_string());
     line(
-        &mut out,
+        out,
         "SES calls without an answer",
         r.unknown_outcomes.to_string(),
     );
     line(
-        &mut out,
+        out,
         "SES SEND events / records they reconciled (IN_PROGRESS made SENT)",
         format!("{} / {}", r.send_events, r.reconciled),
     );
     line(
-        &mut out,
+        out,
         "MongoDB stopped and restarted",
         format!("{} x {} s", r.mongo_restarts, r.outage_seconds),
     );
     line(
-        &mut out,
+        out,
         "AWS endpoint unreachable (open connections cut)",
         format!(
             "{} x {} s ({})",
             r.aws_outages, r.outage_seconds, r.aws_connections_cut
         ),
     );
+}
+
+/// The dead letters, the records and emails, and what went wrong.
+fn outcome_rows(out: &mut String, r: &ChaosReport) {
     line(
-        &mut out,
+        out,
         "dead-letter messages (spare copies / redriven)",
         format!(
             "{} ({} / {})",
@@ -265,30 +336,21 @@ pub fn markdown(r: &ChaosReport) -> String {
         ),
     );
     let records: Vec<String> = r.records.iter().map(|(s, n)| format!("{s} {n}")).collect();
-    line(&mut out, "send records", records.join(", "));
-    line(&mut out, "emails in the SES record", r.emails.to_string());
-    line(&mut out, "emails lost", r.lost.to_string());
+    line(out, "send records", records.join(", "));
+    line(out, "emails in the SES record", r.emails.to_string());
+    line(out, "emails lost", r.lost.to_string());
     line(
-        &mut out,
+        out,
         "duplicate emails (bound: SES calls in invocations cut short, or unanswered)",
         format!("{} (<= {})", r.extra_emails, r.extra_email_bound),
     );
     line(
-        &mut out,
+        out,
         "ineligible users emailed",
         r.ineligible_emailed.to_string(),
     );
-    line(&mut out, "panics", r.panics.to_string());
-    line(&mut out, "wall time", format!("{:.0} s", r.wall_seconds));
-    if r.violations.is_empty() {
-        out.push_str("\nPassed: nothing lost, no duplicate beyond the bound.\n");
-    } else {
-        out.push_str("\nFAILED:\n");
-        for v in &r.violations {
-            out.push_str(&format!("- {v}\n"));
-        }
-    }
-    out
+    line(out, "panics", r.panics.to_string());
+    line(out, "wall time", format!("{:.0} s", r.wall_seconds));
 }
 
 /// What the dead-letter queues hold after the drain, accounted by whose send each message
@@ -301,15 +363,12 @@ pub(super) async fn account_dead_letters(
     campaign: &str,
 ) -> Result<()> {
     let sqs = aws_sdk_sqs::Client::new(&local.stack.sdk);
-    let settled: BTreeSet<String> =
-        mailflow_local::ledger_scan::records(dynamo, table, campaign)
-            .await?
-            .into_iter()
-            .filter(|r| {
-                matches!(r.status, Some(s) if s != mailflow::domain::ledger::SendStatus::InProgress)
-            })
-            .map(|r| r.user_id)
-            .collect();
+    let settled: BTreeSet<String> = mailflow_local::ledger_scan::records(dynamo, table, campaign)
+        .await?
+        .into_iter()
+        .filter(|r| matches!(r.status, Some(s) if s != SendStatus::InProgress))
+        .map(|r| r.user_id)
+        .collect();
     for (dlq, source) in [
         (names::USERS_DLQ, names::USERS_QUEUE),
         (names::EMAILS_DLQ, names::EMAILS_QUEUE),

@@ -1,5 +1,8 @@
-//! GetUsers runs as EventBridge and `mailctl run` make them: asynchronous, retried twice.
+//! GetUsers runs as EventBridge and `mailctl run` make them: asynchronous, retried twice;
+//! and the release of a local-time campaign's send slots, one after another.
 
+use super::faults::ChaosMailer;
+use anyhow::Result;
 use mailflow::ports::Mailer;
 use mailflow_local::pipeline::LocalPipeline;
 use serde::Serialize;
@@ -59,4 +62,40 @@ pub(super) async fn invoke_async<M: Mailer + Clone + 'static>(
         }
     }
     outcome
+}
+
+/// Releases every send slot, one every `every` (the simulator's clock moves to each in
+/// turn, and to the retries of a release that failed), until none is left; a call that
+/// fails (the AWS outage) is tried again. Answers the slots released.
+pub(super) async fn release_slots(
+    pipeline: &LocalPipeline<ChaosMailer>,
+    every: Duration,
+) -> Result<usize> {
+    let mut failures = 0;
+    // Slots' releases, not their sweeps (which, a quarter of an hour after each, find
+    // nobody here and are not waited between).
+    let released = || {
+        let fired = pipeline.releases_fired();
+        let sweep = fired
+            .last()
+            .is_some_and(|f| f.schedule.starts_with("sweep-"));
+        let releases = fired.iter().filter(|f| f.schedule.starts_with("release-"));
+        (releases.count(), sweep)
+    };
+    loop {
+        match pipeline.release_next().await {
+            Ok(Some(_)) => {
+                if released().1 {
+                    continue;
+                }
+            }
+            Ok(None) => return Ok(released().0),
+            Err(err) if failures < 60 => {
+                failures += 1;
+                tracing::warn!(reason = %format!("{err:#}"), "chaos: releasing a slot failed; trying again");
+            }
+            Err(err) => return Err(err.context("releasing the send slots")),
+        }
+        tokio::time::sleep(every).await;
+    }
 }

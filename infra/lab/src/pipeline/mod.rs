@@ -1,44 +1,35 @@
-//! Over 450 lines because the virtual-time model of every stage and port reads as one run.
 //! `mailctl pipeline`: a whole campaign at rates the local stack cannot reach, in virtual
 //! time. The real GetUsers, CreateEmails and SendEmail stages run over in-memory ports: a
 //! synthetic audience behind MongoDB's round trips (`directory`), the users and emails
 //! queues with SQS's semantics, the ledger and rate item behind DynamoDB's, and the SES
 //! stand-in that throttles beyond its quota. Each execution environment has the CPU share
 //! its memory buys (Lambda's 1,769 MB a vCPU) and spends each stage's measured CPU per
-//! email on it, one at a time; the event source mappings add environments as Lambda's do
-//! (five at first, then up to 300 more a minute). It reports when the first and the last
-//! email went, the quota's use second by second, each stage's throughput and which of them
-//! bounds the campaign.
+//! email on it, one at a time (`sending`); the event source mappings add environments as
+//! Lambda's do (five at first, then up to 300 more a minute; `polling`). `stages` wires
+//! the three stages to one campaign's ports. It reports when the first and the last email
+//! went, the quota's use second by second, each stage's throughput and which of them bounds
+//! the campaign (`markdown`).
 
 pub(crate) mod directory;
+mod markdown;
+pub(crate) mod polling;
 #[cfg(test)]
 mod quiet_hours;
+mod sending;
+mod stages;
 
-use crate::rate::item_limit::ItemLimit;
-use crate::rate::latency::{Computing, Cpu, Slow};
+pub use markdown::markdown;
+
+use crate::rate::latency::millis;
 use crate::rate::queue::LabQueue;
-use crate::rate::standin::{Ses, StandInSes};
 use anyhow::{bail, Context, Result};
-use aws_lambda_events::event::sqs::SqsEvent;
 use directory::LabDirectory;
-use mailflow::config::{CreateEmailsConfig, GetUsersConfig, SendEmailConfig};
-use mailflow::domain::digest::Renderer;
-use mailflow::domain::fan_out::{
-    composers_for, Composer, CREATE_CPU_US_PER_EMAIL, GET_USERS_CPU_US_PER_USER,
-};
-use mailflow::domain::messages::{parse_body, EmailJob};
-use mailflow::domain::send_rate::{Environment, SendRate, CPU_US_PER_EMAIL, MB_PER_VCPU};
-use mailflow::domain::unsubscribe_link::Signer;
-use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket, MemoryWaitingRoom};
-use mailflow::ports::{ConsumedQueue, OutgoingQueue, QueueError, SendReport};
-use mailflow::runtime::Invocation;
-use mailflow::stages::create_emails::CreateEmails;
-use mailflow::stages::get_users::GetUsers;
-use mailflow::stages::send_email::{SendEmail, Wanted};
+use mailflow::domain::fan_out::{CREATE_CPU_US_PER_EMAIL, GET_USERS_CPU_US_PER_USER};
+use mailflow::domain::send_rate::CPU_US_PER_EMAIL;
+use sending::cpu_time;
 use serde::Serialize;
-use std::collections::BTreeMap;
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use stages::{start_create_emails, start_get_users, start_send_email, Rig, Sizing};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -95,7 +86,7 @@ pub struct PipelineOptions {
 }
 
 impl PipelineOptions {
-    /// The template's sizing before issue 40: GetUsers at 256 MB with 8 batches in flight,
+    /// The template's earlier sizing: GetUsers at 256 MB with 8 batches in flight,
     /// CreateEmails at 256 MB in batches of 10 on at most 5 environments.
     pub fn before(mut self) -> Self {
         self.get_users_memory_mb = 256;
@@ -154,220 +145,6 @@ pub struct PipelineReport {
     pub dead_lettered: usize,
 }
 
-fn millis(range: &[u64]) -> Result<(Duration, Duration)> {
-    match range {
-        [low, high] if low <= high => {
-            Ok((Duration::from_millis(*low), Duration::from_millis(*high)))
-        }
-        other => bail!("a latency range is two numbers of ms, low then high: not {other:?}"),
-    }
-}
-
-/// The CPU a given memory buys, per email, for work that takes `us` on a whole vCPU.
-fn cpu_time(us: f64, memory_mb: u32) -> Duration {
-    Duration::from_secs_f64(us / 1e6 * MB_PER_VCPU / f64::from(memory_mb.max(1)))
-}
-
-/// A queue as a stage sends to it: each message costs the sending environment `per_message`
-/// of its CPU (one piece of work at a time), the call takes SQS's round trip, and each
-/// message sent is timed. An emails queue keeps only what SendEmail needs of each job (its
-/// rendered parts are dropped once made: a million of them would not fit in memory; their
-/// cost to SendEmail is in its modelled CPU).
-struct Sending {
-    queue: Arc<LabQueue>,
-    cpu: Arc<Cpu>,
-    per_message: Duration,
-    latency: (Duration, Duration),
-    slim: bool,
-    sent: Arc<Mutex<Vec<Instant>>>,
-}
-
-impl Sending {
-    async fn charge(&self, messages: usize) {
-        self.cpu.spend(self.per_message * messages as u32).await;
-        let (low, high) = self.latency;
-        let spread = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos()) as f64
-            / 1e9;
-        tokio::time::sleep(low + (high - low).mul_f64(spread)).await;
-    }
-
-    fn bodies(&self, bodies: &[String]) -> Vec<String> {
-        if !self.slim {
-            return bodies.to_vec();
-        }
-        bodies
-            .iter()
-            .map(|body| match parse_body::<EmailJob>(Some(body)) {
-                Ok(mut job) => {
-                    job.html = "<p>(rendered)</p>".into();
-                    job.text = "(rendered)".into();
-                    serde_json::to_string(&job).unwrap_or_else(|_| body.clone())
-                }
-                Err(_) => body.clone(),
-            })
-            .collect()
-    }
-
-    fn timed(&self, n: usize) {
-        let now = Instant::now();
-        mailflow::runtime::lock(&self.sent).extend(std::iter::repeat_n(now, n));
-    }
-}
-
-impl OutgoingQueue for Sending {
-    async fn send_batch(&self, bodies: &[String]) -> Result<SendReport, QueueError> {
-        self.charge(bodies.len()).await;
-        let report = self.queue.send_batch(&self.bodies(bodies)).await?;
-        self.timed(bodies.len());
-        Ok(report)
-    }
-
-    async fn send_batch_delayed(
-        &self,
-        bodies: &[String],
-        delay_seconds: u32,
-    ) -> Result<SendReport, QueueError> {
-        self.charge(bodies.len()).await;
-        let report = (self.queue)
-            .send_batch_delayed(&self.bodies(bodies), delay_seconds)
-            .await?;
-        self.timed(bodies.len());
-        Ok(report)
-    }
-}
-
-impl ConsumedQueue for Sending {
-    async fn change_visibility(
-        &self,
-        receipt_handle: &str,
-        delay: Duration,
-    ) -> Result<(), QueueError> {
-        self.queue.change_visibility(receipt_handle, delay).await
-    }
-}
-
-/// Lambda's scaling of an SQS event source mapping: five concurrent batches at first, then
-/// up to 300 more a minute, never above MaximumConcurrency.
-#[derive(Clone, Copy)]
-struct Ramp {
-    started: Instant,
-    ramp: bool,
-}
-
-impl Ramp {
-    fn allows(&self, environment: u32) -> bool {
-        let more = (self.started.elapsed().as_secs_f64() * 5.0).floor() as u32;
-        !self.ramp || environment < 5 + more
-    }
-}
-
-/// One environment's poller: receives a batch, invokes, settles (partial batch response),
-/// until `done`.
-fn poll<F, Fut>(
-    queue: Arc<LabQueue>,
-    batch: usize,
-    environment: u32,
-    ramp: Ramp,
-    latency: (Duration, Duration),
-    done: Arc<AtomicBool>,
-    invoke: F,
-) -> tokio::task::JoinHandle<()>
-where
-    F: Fn(SqsEvent) -> Fut + Send + 'static,
-    Fut: Future<Output = Vec<String>> + Send,
-{
-    tokio::spawn(async move {
-        while !done.load(Ordering::Relaxed) {
-            if !ramp.allows(environment) {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-            // The poller's ReceiveMessage round trip.
-            tokio::time::sleep(latency.0).await;
-            // Past the in-flight quota a long poll gets nothing (a short one, OverLimit).
-            let event = queue.receive(batch).unwrap_or_default();
-            if event.records.is_empty() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-            let failed = invoke(event.clone()).await;
-            queue.settle(&event, &failed);
-        }
-    })
-}
-
-fn config<T>(
-    parse: fn(&dyn mailflow::config::Source) -> Result<T, mailflow::config::ConfigError>,
-    vars: &[(&str, String)],
-) -> Result<T> {
-    let vars: BTreeMap<&str, String> = vars.iter().cloned().collect();
-    Ok(parse(&|k: &str| vars.get(k).cloned())?)
-}
-
-/// GetUsers' one invocation, spawned: its users go to `users` (each costing `per_user` of
-/// its CPU, each SendMessageBatch `sqs` away), timed in `enqueued`.
-fn start_get_users(
-    options: &PipelineOptions,
-    directory: LabDirectory,
-    users: Arc<LabQueue>,
-    enqueued: Arc<Mutex<Vec<Instant>>>,
-    per_user: Duration,
-    sqs: (Duration, Duration),
-) -> Result<tokio::task::JoinHandle<Result<(), mailflow::stages::get_users::GetUsersError>>> {
-    let cpu = Arc::new(Cpu::default());
-    let queue = |queue: Arc<LabQueue>, per_message, sent: Arc<Mutex<Vec<Instant>>>| Sending {
-        queue,
-        cpu: cpu.clone(),
-        per_message,
-        latency: sqs,
-        slim: false,
-        sent,
-    };
-    let stage = GetUsers::new(
-        directory,
-        queue(users, per_user, enqueued),
-        queue(
-            Arc::new(LabQueue::new(Duration::from_secs(900), 5)),
-            Duration::ZERO,
-            Arc::default(),
-        ),
-        MemoryCampaigns::default(),
-        MemoryWaitingRoom::default(),
-        Arc::new(mailflow::ports::memory::MemoryResults::default()),
-        config(
-            GetUsersConfig::from_source,
-            &[
-                ("MONGODB_URI", "mongodb://127.0.0.1:1".into()),
-                ("USERS_QUEUE_URL", "lab-users".into()),
-                ("CONTINUATION_QUEUE_URL", "lab-continuation".into()),
-                ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
-                ("SENDS_TABLE_NAME", "lab-sends".into()),
-                ("WAITING_TABLE_NAME", "lab-waiting".into()),
-                ("RELEASE_SCHEDULE_GROUP", "lab-releases".into()),
-                (
-                    "RELEASE_SCHEDULER_ROLE_ARN",
-                    "arn:aws:iam::000000000000:role/lab".into(),
-                ),
-                (
-                    "RELEASE_DEAD_LETTER_ARN",
-                    "arn:aws:sqs:us-east-1:000000000000:lab".into(),
-                ),
-                (
-                    "ENQUEUE_CONCURRENCY",
-                    options.enqueue_concurrency.to_string(),
-                ),
-            ],
-        )?,
-    );
-    Ok(tokio::spawn(async move {
-        let invocation = Invocation::with_timeout("get-users-1", Duration::from_secs(900));
-        let event = serde_json::json!({ "campaignId": "weekly-2026-W47" });
-        stage.handle(event, &invocation).await.map(|_| ())
-    }))
-}
-
 /// GetUsers alone: users per second from its start to its last user enqueued.
 pub async fn fan_out_rate(options: &PipelineOptions) -> Result<f64> {
     let [get_cpu, ..] = options.cpu_us[..] else {
@@ -390,201 +167,40 @@ pub async fn fan_out_rate(options: &PipelineOptions) -> Result<f64> {
     Ok(done as f64 / started.elapsed().as_secs_f64().max(1e-9))
 }
 
-fn failures(response: &aws_lambda_events::event::sqs::SqsBatchResponse) -> Vec<String> {
-    (response.batch_item_failures.iter())
-        .map(|f| f.item_identifier.clone())
-        .collect()
-}
-
-const SECRET: &str = "a-lab-secret-long-enough-for-the-signer-0123456789";
-
 /// One campaign through the three stages.
 pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineReport> {
     let [get_cpu, create_cpu, send_cpu] = options.cpu_us[..] else {
         bail!("--cpu-us takes three figures: GetUsers, CreateEmails, SendEmail");
     };
-    let (sqs, store, mongo, ses_latency) = (
-        millis(&options.sqs_latency_ms)?,
-        millis(&options.store_latency_ms)?,
-        millis(&options.mongo_latency_ms)?,
-        millis(&options.ses_latency_ms)?,
-    );
-    let quota = options.quota;
-    let composer = Composer {
-        batch: options.users_batch,
-        memory_mb: options.create_memory_mb,
-    };
-    let create_environments = match options.create_concurrency {
-        0 => composers_for(quota, &composer, options.create_ceiling).environments,
-        n => n,
-    };
-    let send_batch = match options.send_batch {
-        0 => Environment::batch_for(quota),
-        n => n,
-    };
-    let sender = Environment {
-        records_at_once: send_batch,
-        memory_mb: options.send_memory_mb,
-    };
-    let send_environments = match options.send_concurrency {
-        0 => SendRate::configured(quota).environments(&sender),
-        n => n,
-    };
-
-    let directory = LabDirectory::new(options.users, mongo);
-    // Visibility timeouts and receive counts as the template sets them.
-    let users = Arc::new(LabQueue::new(Duration::from_secs(360), 5));
-    let emails = Arc::new(LabQueue::new(Duration::from_secs(180), 10));
+    let sizing = Sizing::of(options);
+    let started = Instant::now();
+    let rig = Rig::new(options, seed, started)?;
     let enqueued = Arc::new(Mutex::new(Vec::new()));
     let composed = Arc::new(Mutex::new(Vec::new()));
-    let ses = Arc::new(StandInSes::new(quota, ses_latency, seed));
-    let ledger = Arc::new(MemoryLedger::default());
-    let rate_item = Arc::new(ItemLimit::new(MemoryRateBucket::default(), seed));
-    let done = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let ramp = Ramp {
-        started,
-        ramp: !options.no_ramp,
-    };
-    let mut tasks = Vec::new();
 
     // GetUsers: one invocation, started by the schedule.
     let get_users = start_get_users(
         options,
-        directory.clone(),
-        users.clone(),
+        rig.directory.clone(),
+        rig.users.clone(),
         enqueued.clone(),
         cpu_time(get_cpu, options.get_users_memory_mb),
-        sqs,
+        rig.sqs,
     )?;
-
-    // CreateEmails' environments on the users queue.
-    for environment in 0..create_environments {
-        let cpu = Arc::new(Cpu::default());
-        let stage = Arc::new(CreateEmails::new(
-            directory.clone(),
-            Sending {
-                queue: emails.clone(),
-                cpu,
-                per_message: cpu_time(create_cpu, options.create_memory_mb),
-                latency: sqs,
-                slim: true,
-                sent: composed.clone(),
-            },
-            MemoryCampaigns::default(),
-            // No pending one-click unsubscribes (their one BatchGetItem per batch is not
-            // modelled).
-            mailflow::ports::memory::MemoryRecords::default(),
-            Renderer::new("en")?,
-            Signer::new(SECRET, "weekly-digest")?,
-            config(
-                CreateEmailsConfig::from_source,
-                &[
-                    ("MONGODB_URI", "mongodb://127.0.0.1:1".into()),
-                    ("EMAILS_QUEUE_URL", "lab-emails".into()),
-                    ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
-                    ("SENDS_TABLE_NAME", "lab-sends".into()),
-                    ("UNSUBSCRIBE_SECRET", SECRET.into()),
-                    (
-                        "UNSUBSCRIBE_BASE_URL",
-                        "https://u.example/unsubscribe".into(),
-                    ),
-                    ("OPEN_CONTENT_BASE_URL", "https://o.example/".into()),
-                    ("RECORD_CONCURRENCY", options.users_batch.to_string()),
-                ],
-            )?,
-        ));
-        tasks.push(poll(
-            users.clone(),
-            options.users_batch,
-            environment,
-            ramp,
-            sqs,
-            done.clone(),
-            move |event| {
-                let stage = stage.clone();
-                async move { failures(&stage.handle(event).await.0) }
-            },
-        ));
-    }
-
-    // SendEmail's environments on the emails queue, sharing the rate item.
-    let send_config = config(
-        SendEmailConfig::from_source,
-        &[
-            ("MONGODB_URI", "mongodb://127.0.0.1:1".into()),
-            ("SENDS_TABLE_NAME", "lab-sends".into()),
-            ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
-            ("EMAILS_QUEUE_URL", "lab-emails".into()),
-            ("SENDER_ADDRESS", "lab@example.com".into()),
-            ("SEND_RATE_PER_SECOND", quota.to_string()),
-            ("VISIBILITY_TIMEOUT_SECONDS", "180".into()),
-            ("FUNCTION_TIMEOUT_SECONDS", "30".into()),
-            ("RECORD_CONCURRENCY", send_batch.to_string()),
-            (
-                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
-                options.send_memory_mb.to_string(),
-            ),
-        ]
-        .into_iter()
-        .chain(crate::rate::waiting_room_vars())
-        .collect::<Vec<_>>(),
+    let mut tasks = start_create_emails(
+        &rig,
+        options,
+        sizing.create_environments,
+        cpu_time(create_cpu, options.create_memory_mb),
+        composed.clone(),
     )?;
-    for environment in 0..send_environments {
-        let stage = Arc::new(SendEmail::new(
-            Slow::new(ledger.clone(), store),
-            Computing::new(Ses(ses.clone()), cpu_time(send_cpu, options.send_memory_mb)),
-            Slow::new(emails.clone(), store),
-            MemoryCampaigns::default(),
-            Slow::new(rate_item.clone(), store),
-            MemoryWaitingRoom::default(),
-            // A waited email's standing: one MongoDB round trip (the pending leave's
-            // GetItem is not modelled, as in CreateEmails).
-            Wanted {
-                users: directory.clone(),
-                pending: mailflow::ports::memory::MemoryRecords::default(),
-            },
-            send_config.clone(),
-        ));
-        let invocations = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        tasks.push(poll(
-            emails.clone(),
-            send_batch,
-            environment,
-            ramp,
-            sqs,
-            done.clone(),
-            move |event| {
-                let (stage, invocations) = (stage.clone(), invocations.clone());
-                async move {
-                    let n = invocations.fetch_add(1, Ordering::Relaxed);
-                    let invocation = Invocation::with_timeout(
-                        format!("send{environment}-{n}"),
-                        Duration::from_secs(30),
-                    );
-                    failures(&stage.handle(event, &invocation).await.0)
-                }
-            },
-        ));
-    }
+    let per_send = cpu_time(send_cpu, options.send_memory_mb);
+    tasks.extend(start_send_email(&rig, options, &sizing, per_send, seed)?);
 
     // Until every email is accepted (or the time limit), sampling the queues each second.
-    let limit = Duration::from_secs_f64(options.users as f64 / quota * 10.0 + 300.0);
-    let (mut users_queued, mut emails_queued) = (Vec::new(), Vec::new());
-    let mut next_sample = started;
-    loop {
-        let accepted = ses.accepted_count();
-        if accepted >= options.users || started.elapsed() > limit {
-            break;
-        }
-        if Instant::now() >= next_sample {
-            users_queued.push(users.left().0);
-            emails_queued.push(emails.left().0);
-            next_sample += Duration::from_secs(1);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    done.store(true, Ordering::Relaxed);
+    let limit = Duration::from_secs_f64(options.users as f64 / options.quota * 10.0 + 300.0);
+    let (users_queued, emails_queued) = rig.sample_until_sent(options.users, started, limit).await;
+    rig.done.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await?;
     }
@@ -592,13 +208,51 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
         .await?
         .map_err(|e| anyhow::anyhow!("GetUsers failed: {e}"))?;
 
-    let seen = ses.seen();
-    let mut times: Vec<Instant> = seen.accepted.values().flatten().copied().collect();
-    times.sort();
-    if times.is_empty() {
+    let seen = rig.ses.seen();
+    let mut sent: Vec<Instant> = seen.accepted.values().flatten().copied().collect();
+    sent.sort();
+    if sent.is_empty() {
         bail!("no email was sent in {:.0} s", limit.as_secs_f64());
     }
-    let at = |share: f64| times[((times.len() - 1) as f64 * share).round() as usize];
+    let enqueued = mailflow::runtime::lock(&enqueued).clone();
+    let composed = mailflow::runtime::lock(&composed).clone();
+    Ok(report(
+        options,
+        &sizing,
+        Observed {
+            started,
+            rates: steady_rates(&sent, &enqueued, &composed),
+            fan_out: enqueued.last().copied(),
+            users_queued,
+            emails_queued,
+            throttles: seen.throttled.len(),
+            lost: options.users.saturating_sub(seen.accepted.len()),
+            sent_twice: seen.accepted.values().filter(|t| t.len() > 1).count(),
+            dead_lettered: rig.emails.left().1,
+            sent,
+        },
+    ))
+}
+
+/// What a campaign's run saw: its acceptances in order (at least one), each stage's
+/// throughput, when GetUsers was done, the queues each second and the counts.
+struct Observed {
+    started: Instant,
+    sent: Vec<Instant>,
+    rates: StageRates,
+    fan_out: Option<Instant>,
+    users_queued: Vec<usize>,
+    emails_queued: Vec<usize>,
+    throttles: usize,
+    lost: usize,
+    sent_twice: usize,
+    dead_lettered: usize,
+}
+
+/// Each stage's throughput over the steady state (the 10th to the 90th percentile of the
+/// acceptances `sent`, in order), from the times it enqueued or composed.
+fn steady_rates(sent: &[Instant], enqueued: &[Instant], composed: &[Instant]) -> StageRates {
+    let at = |share: f64| sent[((sent.len() - 1) as f64 * share).round() as usize];
     let (from, to) = (at(0.1), at(0.9));
     // A stage's throughput over the steady state, or none where it was done before the
     // steady state ended (it ran ahead of the emails, so it held nothing back).
@@ -607,45 +261,47 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
         let working = events.last().is_some_and(|last| *last >= to);
         working.then(|| n as f64 / (to - from).as_secs_f64().max(1e-9))
     };
-    let enqueued = mailflow::runtime::lock(&enqueued).clone();
-    let composed = mailflow::runtime::lock(&composed).clone();
-    let rates = StageRates {
-        get_users: rate_between(&enqueued),
-        create_emails: rate_between(&composed),
-        send_email: rate_between(&times).unwrap_or_default(),
-    };
-    let secs = |t: Instant| (t - started).as_secs_f64();
-    let mut quota_use = vec![0.0; secs(*times.last().expect("sent")).ceil() as usize + 1];
-    for t in &times {
+    StageRates {
+        get_users: rate_between(enqueued),
+        create_emails: rate_between(composed),
+        send_email: rate_between(sent).unwrap_or_default(),
+    }
+}
+
+fn report(options: &PipelineOptions, sizing: &Sizing, seen: Observed) -> PipelineReport {
+    let quota = options.quota;
+    let secs = |t: Instant| (t - seen.started).as_secs_f64();
+    let (first, last) = (seen.sent[0], *seen.sent.last().expect("sent"));
+    let mut quota_use = vec![0.0; secs(last).ceil() as usize + 1];
+    for t in &seen.sent {
         quota_use[secs(*t) as usize] += 1.0 / quota;
     }
-    let (_, dead_lettered) = emails.left();
-    Ok(PipelineReport {
+    PipelineReport {
         users: options.users,
         quota,
         get_users_memory_mb: options.get_users_memory_mb,
         enqueue_concurrency: options.enqueue_concurrency,
         create_memory_mb: options.create_memory_mb,
         users_batch: options.users_batch,
-        create_environments,
+        create_environments: sizing.create_environments,
         send_memory_mb: options.send_memory_mb,
-        send_batch,
-        send_environments,
-        first_email_s: secs(times[0]),
-        last_email_s: secs(*times.last().expect("sent")),
-        first_to_last_s: (*times.last().expect("sent") - times[0]).as_secs_f64(),
-        fan_out_s: enqueued.last().map_or(0.0, |t| secs(*t)),
-        steady_share: rates.send_email / quota,
-        bound: bound(&rates, quota).to_string(),
-        rates,
+        send_batch: sizing.send_batch,
+        send_environments: sizing.send_environments,
+        first_email_s: secs(first),
+        last_email_s: secs(last),
+        first_to_last_s: (last - first).as_secs_f64(),
+        fan_out_s: seen.fan_out.map_or(0.0, secs),
+        steady_share: seen.rates.send_email / quota,
+        bound: bound(&seen.rates, quota).to_string(),
+        rates: seen.rates,
         quota_use,
-        users_queued,
-        emails_queued,
-        throttles: seen.throttled.len(),
-        lost: options.users.saturating_sub(seen.accepted.len()),
-        sent_twice: seen.accepted.values().filter(|t| t.len() > 1).count(),
-        dead_lettered,
-    })
+        users_queued: seen.users_queued,
+        emails_queued: seen.emails_queued,
+        throttles: seen.throttles,
+        lost: seen.lost,
+        sent_twice: seen.sent_twice,
+        dead_lettered: seen.dead_lettered,
+    }
 }
 
 /// The stage that holds the campaign back: SES's quota when the emails go at it; otherwise
@@ -687,95 +343,6 @@ pub async fn run(options: &PipelineOptions) -> Result<Vec<PipelineReport>> {
         })
     })
     .await?
-}
-
-fn range(values: impl Iterator<Item = f64>, digits: usize) -> String {
-    let values: Vec<f64> = values.collect();
-    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let (low, high) = (format!("{low:.digits$}"), format!("{high:.digits$}"));
-    if low == high {
-        low
-    } else {
-        format!("{low}-{high}")
-    }
-}
-
-/// The runs as Markdown: a table of the figures (ranges over runs) and the first run's
-/// quota use, second by second.
-pub fn markdown(reports: &[PipelineReport]) -> String {
-    let Some(first) = reports.first() else {
-        return String::new();
-    };
-    let f = |get: fn(&PipelineReport) -> f64, digits| range(reports.iter().map(get), digits);
-    let mut out = format!(
-        "{} users at {}/s, {} run(s). GetUsers {} MB, {} batches in flight; CreateEmails {} MB, batches of {}, {} environments; SendEmail {} MB, batches of {}, {} environments.\n\n",
-        first.users,
-        first.quota,
-        reports.len(),
-        first.get_users_memory_mb,
-        first.enqueue_concurrency,
-        first.create_memory_mb,
-        first.users_batch,
-        first.create_environments,
-        first.send_memory_mb,
-        first.send_batch,
-        first.send_environments,
-    );
-    out.push_str("| figure | value |\n|---|---|\n");
-    let rows: [(&str, String); 12] = [
-        ("first email (s from the start)", f(|r| r.first_email_s, 1)),
-        ("last email (s from the start)", f(|r| r.last_email_s, 1)),
-        ("first to last email (s)", f(|r| r.first_to_last_s, 1)),
-        ("GetUsers done (s)", f(|r| r.fan_out_s, 1)),
-        ("steady send rate / quota", f(|r| r.steady_share, 2)),
-        (
-            "GetUsers users/s (steady; 0: done before it ended)",
-            f(|r| r.rates.get_users.unwrap_or_default(), 0),
-        ),
-        (
-            "CreateEmails emails/s (steady; 0: done before it ended)",
-            f(|r| r.rates.create_emails.unwrap_or_default(), 0),
-        ),
-        ("SendEmail emails/s (steady)", f(|r| r.rates.send_email, 0)),
-        ("SES throttles", f(|r| r.throttles as f64, 0)),
-        (
-            "lost / sent twice / dead-lettered",
-            format!(
-                "{} / {} / {}",
-                f(|r| r.lost as f64, 0),
-                f(|r| r.sent_twice as f64, 0),
-                f(|r| r.dead_lettered as f64, 0)
-            ),
-        ),
-        ("bound", {
-            let mut bounds: Vec<&str> = reports.iter().map(|r| r.bound.as_str()).collect();
-            bounds.dedup();
-            bounds.join(", ")
-        }),
-        (
-            "peak users queued / emails queued",
-            format!(
-                "{} / {}",
-                f(
-                    |r| r.users_queued.iter().copied().max().unwrap_or(0) as f64,
-                    0
-                ),
-                f(
-                    |r| r.emails_queued.iter().copied().max().unwrap_or(0) as f64,
-                    0
-                )
-            ),
-        ),
-    ];
-    for (name, value) in rows {
-        out.push_str(&format!("| {name} | {value} |\n"));
-    }
-    out.push_str("\nQuota use each second (first run): ");
-    let shares: Vec<String> = first.quota_use.iter().map(|s| format!("{s:.2}")).collect();
-    out.push_str(&shares.join(" "));
-    out.push('\n');
-    out
 }
 
 #[cfg(test)]

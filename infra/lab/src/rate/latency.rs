@@ -3,6 +3,7 @@
 //! bounded as it is on Lambda; and the CPU an environment has (`Computing`).
 
 use super::queue::LabQueue;
+use anyhow::{bail, Result};
 use mailflow::domain::guardrails::{CapHistory, Skip};
 use mailflow::domain::ledger::{Claim, ClaimOutcome, LedgerError, Reclaim, SendKey};
 use mailflow::domain::send_rate::{QuotaUnknown, SendQuota, SharedRate};
@@ -13,6 +14,16 @@ use mailflow::ports::{
 };
 use std::sync::Arc;
 use std::time::Duration;
+
+/// A latency range from the command line: two numbers of ms, low then high.
+pub(crate) fn millis(range: &[u64]) -> Result<(Duration, Duration)> {
+    match range {
+        [low, high] if low <= high => {
+            Ok((Duration::from_millis(*low), Duration::from_millis(*high)))
+        }
+        other => bail!("a latency range is two numbers of ms, low then high: not {other:?}"),
+    }
+}
 
 /// `inner`, `latency` later (a low and a high; drawn evenly between them per call).
 pub struct Slow<T> {

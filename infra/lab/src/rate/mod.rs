@@ -1,6 +1,3 @@
-//! Over 450 lines because the claims docs/benchmarks.md makes of the matrix are tested here,
-//! beside the run and its table (about a fifth of it).
-//!
 //! `mailctl rate`: the send rate under SES's own enforcement, at rates the local stack
 //! cannot reach. The real SendEmail stage runs in N execution environments over in-memory
 //! ports with round-trip latencies (`latency`): an emails queue with SQS's semantics
@@ -9,20 +6,25 @@
 //! the quota and reports the achieved rate over the steady state, the throttles, what was lost
 //! or sent twice, the time to the first email and for the last 1 %, and the rate item's
 //! requests per email; `static` runs the same with the old split (each environment at quota /
-//! N, nothing shared) for comparison.
+//! N, nothing shared) for comparison. `campaign` holds SendEmail's settings and the backlog,
+//! `markdown` the table; the claims docs/benchmarks.md makes of the matrix are tested here.
 
+pub(crate) mod campaign;
 pub(crate) mod item_limit;
 pub(crate) mod latency;
+pub(crate) mod markdown;
 pub(crate) mod queue;
 pub(crate) mod standin;
 
+pub use markdown::markdown;
+
 use crate::pipeline::directory::LabDirectory;
-use anyhow::{bail, Result};
+use crate::pipeline::polling::{failures, poll, Ramp};
+use anyhow::Result;
+use campaign::{config, jobs};
 use item_limit::ItemLimit;
-use latency::{Computing, Slow};
+use latency::{millis, Computing, Slow};
 use mailflow::config::SendEmailConfig;
-use mailflow::domain::campaign::CampaignId;
-use mailflow::domain::messages::EmailJob;
 use mailflow::domain::send_rate::{Environment, SendRate, CPU_US_PER_EMAIL, MB_PER_VCPU};
 use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket, MemoryWaitingRoom};
 use mailflow::ports::RateBucket;
@@ -31,10 +33,10 @@ use mailflow::stages::send_email::{SendEmail, Wanted};
 use queue::LabQueue;
 use serde::Serialize;
 use standin::{Ses, StandInSes};
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 #[derive(Clone, Debug, clap::Args)]
@@ -145,95 +147,6 @@ pub struct RunReport {
     pub final_rate_share: Option<f64>,
 }
 
-fn config(rate: f64, environment: &Environment) -> Result<SendEmailConfig> {
-    let mut vars = BTreeMap::from([
-        ("MONGODB_URI", "mongodb://127.0.0.1:1".to_string()),
-        ("SENDS_TABLE_NAME", "lab-sends".into()),
-        ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
-        ("EMAILS_QUEUE_URL", "lab-emails".into()),
-        ("SENDER_ADDRESS", "lab@example.com".into()),
-        ("SEND_RATE_PER_SECOND", rate.to_string()),
-        ("VISIBILITY_TIMEOUT_SECONDS", "180".into()),
-        ("FUNCTION_TIMEOUT_SECONDS", "30".into()),
-        (
-            "RECORD_CONCURRENCY",
-            environment.records_at_once.to_string(),
-        ),
-        (
-            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
-            environment.memory_mb.to_string(),
-        ),
-    ]);
-    vars.extend(waiting_room_vars());
-    Ok(SendEmailConfig::from_source(&|k: &str| {
-        vars.get(k).cloned()
-    })?)
-}
-
-/// The waiting room's settings SendEmail reads (users met in their quiet hours wait there).
-pub(crate) fn waiting_room_vars() -> [(&'static str, String); 5] {
-    [
-        ("WAITING_TABLE_NAME", "lab-waiting".into()),
-        ("RELEASE_SCHEDULE_GROUP", "lab-releases".into()),
-        (
-            "RELEASE_SCHEDULER_ROLE_ARN",
-            "arn:aws:iam::000000000000:role/lab".into(),
-        ),
-        (
-            "RELEASE_DEAD_LETTER_ARN",
-            "arn:aws:sqs:us-east-1:000000000000:lab".into(),
-        ),
-        (
-            "RELEASE_FUNCTION_ARN",
-            "arn:aws:lambda:us-east-1:000000000000:function:lab-get-users".into(),
-        ),
-    ]
-}
-
-fn millis(range: &[u64]) -> Result<(Duration, Duration)> {
-    match range {
-        [low, high] if low <= high => {
-            Ok((Duration::from_millis(*low), Duration::from_millis(*high)))
-        }
-        other => bail!("a latency range is two numbers of ms, low then high: not {other:?}"),
-    }
-}
-
-/// `count` email jobs of one campaign, each in the UTC zone of a user without one.
-pub(crate) fn jobs(count: usize) -> Vec<String> {
-    let campaign = CampaignId::parse("lab-rate").expect("a valid id");
-    let now_ms = mailflow::domain::ledger::epoch_ms(mailflow::runtime::clock::now()) as i64;
-    let window = mailflow::domain::campaign::Window::new(
-        time::macros::datetime!(2026-11-16 0:00 UTC),
-        time::macros::datetime!(2026-11-23 0:00 UTC),
-    )
-    .expect("a window");
-    (0..count)
-        .map(|i| {
-            let job = EmailJob {
-                campaign_id: campaign.clone(),
-                user_id: format!("u{i:07}"),
-                to: format!("user{i}@example.com"),
-                subject: "Your week".into(),
-                html: "<p>Hello</p>".into(),
-                text: "Hello".into(),
-                unsubscribe_url: None,
-                include_failed: false,
-                include_cancelled: false,
-                due: None,
-                topic: mailflow::domain::messages::weekly_topic(),
-                zone: None,
-                variant: None,
-                // All rendered at the start: a run longer than the standing's bound reads
-                // each person's standing again, as SendEmail does with a backlog.
-                rendered_at_ms: Some(now_ms),
-                window: Some(window),
-            };
-            serde_json::to_string(&job).expect("a job serialises")
-        })
-        .collect()
-}
-
 /// One run: `quota` emails/s, `environments` SendEmail environments, `mode`; `seconds` of
 /// sending at the quota (at least 200 emails).
 pub async fn run_one(
@@ -245,6 +158,17 @@ pub async fn run_one(
 ) -> Result<RunReport> {
     let emails = ((quota * options.seconds).round() as usize).max(200);
     run_emails(options, quota, environments, mode, seed, emails).await
+}
+
+/// A run's shape: its quota, its SendEmail environments and their batch, its pacing, the
+/// emails it sends, and when it started.
+struct Run {
+    quota: f64,
+    environments: u32,
+    batch: usize,
+    mode: Mode,
+    emails: usize,
+    started: Instant,
 }
 
 async fn run_emails(
@@ -263,7 +187,6 @@ async fn run_emails(
     if let [from, to] = options.outage_seconds[..] {
         ses.refuse_between = Some((Duration::from_secs_f64(from), Duration::from_secs_f64(to)));
     }
-    let ses = Arc::new(ses);
     let batch = match options.batch {
         0 => Environment::batch_for(quota),
         batch => batch,
@@ -285,76 +208,124 @@ async fn run_emails(
     };
     let queue = Arc::new(LabQueue::new(Duration::from_secs(20), 10));
     queue.send(jobs(emails));
-    let ledger = Arc::new(MemoryLedger::default());
     let shared = Arc::new(ItemLimit::new(MemoryRateBucket::default(), seed));
-    let mut buckets = Vec::new();
-    let done = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for environment_number in 0..environments {
-        let (bucket, rate) = match mode {
-            Mode::Shared => (shared.clone(), quota),
-            Mode::Static => (
-                Arc::new(ItemLimit::new(MemoryRateBucket::fixed(), seed)),
-                quota / f64::from(environments),
-            ),
-        };
-        buckets.push(bucket.clone());
-        let stage = SendEmail::new(
-            Slow::new(ledger.clone(), store_latency),
-            Computing::new(Ses(ses.clone()), cpu_per_email),
-            Slow::new(queue.clone(), store_latency),
+    let (buckets, rate) = match mode {
+        Mode::Shared => (vec![shared.clone()], quota),
+        Mode::Static => (
+            (0..environments)
+                .map(|_| Arc::new(ItemLimit::new(MemoryRateBucket::fixed(), seed)))
+                .collect(),
+            quota / f64::from(environments),
+        ),
+    };
+    let senders = Senders {
+        queue,
+        ses: Arc::new(ses),
+        ledger: Arc::new(MemoryLedger::default()),
+        store_latency,
+        cpu_per_email,
+        users: emails,
+        batch,
+        config: config(rate, &environment)?,
+        done: Arc::new(AtomicBool::new(false)),
+    };
+    let run = Run {
+        quota,
+        environments,
+        batch,
+        mode,
+        emails,
+        started: Instant::now(),
+    };
+    let tasks: Vec<_> = (0..environments)
+        .map(|number| senders.start(number, buckets[number as usize % buckets.len()].clone()))
+        .collect();
+    let limit = Duration::from_secs_f64(options.seconds * 20.0 + 120.0);
+    while senders.queue.left().0 > 0 && run.started.elapsed() < limit {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    senders.done.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await?;
+    }
+    report(options, &run, &senders, &buckets).await
+}
+
+/// What a run's SendEmail environments share: the emails queue, SES, the ledger, the round
+/// trips of DynamoDB and SQS, the CPU an email costs, their batch and settings, and the stop.
+struct Senders {
+    queue: Arc<LabQueue>,
+    ses: Arc<StandInSes>,
+    ledger: Arc<MemoryLedger>,
+    store_latency: (Duration, Duration),
+    cpu_per_email: Duration,
+    /// The audience the waited emails' standings are read from.
+    users: usize,
+    batch: usize,
+    config: SendEmailConfig,
+    done: Arc<AtomicBool>,
+}
+
+impl Senders {
+    /// Environment `number`, paced by `bucket`, polling the queue until the run is done.
+    fn start(&self, number: u32, bucket: Arc<ItemLimit<MemoryRateBucket>>) -> JoinHandle<()> {
+        let store_latency = self.store_latency;
+        let stage = Arc::new(SendEmail::new(
+            Slow::new(self.ledger.clone(), store_latency),
+            Computing::new(Ses(self.ses.clone()), self.cpu_per_email),
+            Slow::new(self.queue.clone(), store_latency),
             MemoryCampaigns::default(),
             Slow::new(bucket, store_latency),
             MemoryWaitingRoom::default(),
             Wanted {
-                users: LabDirectory::new(emails, store_latency),
+                users: LabDirectory::new(self.users, store_latency),
                 pending: mailflow::ports::memory::MemoryRecords::default(),
             },
-            config(rate, &environment)?,
-        );
-        let (queue, done) = (queue.clone(), done.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut invocations = 0u64;
-            while !done.load(Ordering::Relaxed) {
-                // The poller's ReceiveMessage round trip.
-                tokio::time::sleep(store_latency.0).await;
-                // Past the in-flight quota a long poll gets nothing (a short one, OverLimit).
-                let event = queue.receive(batch).unwrap_or_default();
-                if event.records.is_empty() {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
+            self.config.clone(),
+        ));
+        let invocations = Arc::new(AtomicU64::new(0));
+        let everyone_at_once = Ramp {
+            started: Instant::now(),
+            ramp: false,
+        };
+        poll(
+            self.queue.clone(),
+            self.batch,
+            number,
+            everyone_at_once,
+            store_latency,
+            self.done.clone(),
+            move |event| {
+                let (stage, invocations) = (stage.clone(), invocations.clone());
+                async move {
+                    let n = invocations.fetch_add(1, Ordering::Relaxed) + 1;
+                    let invocation = Invocation::with_timeout(
+                        format!("env{number}-{n}"),
+                        Duration::from_secs(30),
+                    );
+                    failures(&stage.handle(event, &invocation).await.0)
                 }
-                invocations += 1;
-                let invocation = Invocation::with_timeout(
-                    format!("env{environment_number}-{invocations}"),
-                    Duration::from_secs(30),
-                );
-                let (response, _) = stage.handle(event.clone(), &invocation).await;
-                let failed: Vec<String> = (response.batch_item_failures.iter())
-                    .map(|f| f.item_identifier.clone())
-                    .collect();
-                queue.settle(&event, &failed);
-            }
-        }));
+            },
+        )
     }
-    let limit = Duration::from_secs_f64(options.seconds * 20.0 + 120.0);
-    while queue.left().0 > 0 && started.elapsed() < limit {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    done.store(true, Ordering::Relaxed);
-    for task in tasks {
-        task.await?;
-    }
-    let (left, dead_lettered) = queue.left();
+}
+
+/// The run's figures, from what SES saw, what the queue kept and the rate items' counts.
+async fn report(
+    options: &RateOptions,
+    run: &Run,
+    senders: &Senders,
+    items: &[Arc<ItemLimit<MemoryRateBucket>>],
+) -> Result<RunReport> {
+    let (left, dead_lettered) = senders.queue.left();
     if left > 0 {
         tracing::warn!(
             left,
             "the run's time limit passed with messages still queued"
         );
     }
-
-    let seen = ses.seen();
+    let (quota, emails) = (run.quota, run.emails);
+    let seen = senders.ses.seen();
     let mut times: Vec<Instant> = seen.accepted.values().flatten().copied().collect();
     times.sort();
     let sent_twice = seen.accepted.values().filter(|t| t.len() > 1).count();
@@ -368,26 +339,22 @@ async fn run_emails(
         .iter()
         .filter(|t| **t >= from && **t <= to)
         .count();
-    let items = match mode {
-        Mode::Shared => vec![shared.clone()],
-        Mode::Static => buckets,
-    };
     let total = |get: fn(&ItemLimit<MemoryRateBucket>) -> u64| -> u64 {
         items.iter().map(|item| get(item)).sum()
     };
     let requests = total(|item| item.inner.requests.load(Ordering::Relaxed));
     let write_units = total(|item| item.write_units.load(Ordering::Relaxed));
     let item_throttles = total(|item| item.throttles.load(Ordering::Relaxed));
-    let final_rate = match mode {
-        Mode::Shared => shared.inner.read().await?.rate.map(|r| r.rate / quota),
+    let final_rate = match run.mode {
+        Mode::Shared => items[0].inner.read().await?.rate.map(|r| r.rate / quota),
         Mode::Static => None,
     };
     Ok(RunReport {
         quota,
-        environments,
-        batch,
+        environments: run.environments,
+        batch: run.batch,
         memory_mb: options.memory_mb,
-        mode,
+        mode: run.mode,
         emails,
         steady_share: steady_emails.saturating_sub(1) as f64 / steady.max(1e-9) / quota,
         throttles: seen.throttled.len(),
@@ -395,9 +362,9 @@ async fn run_emails(
         lost,
         sent_twice,
         dead_lettered,
-        first_email_ms: (times[0] - started).as_secs_f64() * 1000.0,
+        first_email_ms: (times[0] - run.started).as_secs_f64() * 1000.0,
         last_1pct_s: (*times.last().expect("sent") - at(0.99)).as_secs_f64(),
-        total_s: (*times.last().expect("sent") - started).as_secs_f64(),
+        total_s: (*times.last().expect("sent") - run.started).as_secs_f64(),
         rate_requests_per_email: requests as f64 / emails as f64,
         item_write_units_per_email: write_units as f64 / emails as f64,
         item_throttles,
@@ -453,67 +420,6 @@ async fn matrix(options: &RateOptions) -> Result<Vec<RunReport>> {
         }
     }
     Ok(reports)
-}
-
-fn range(values: impl Iterator<Item = f64>, digits: usize) -> String {
-    let values: Vec<f64> = values.collect();
-    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let (low, high) = (format!("{low:.digits$}"), format!("{high:.digits$}"));
-    if low == high {
-        low
-    } else {
-        format!("{low}-{high}")
-    }
-}
-
-/// The runs as a Markdown table, one row per quota x environments x mode, ranges over runs.
-pub fn markdown(reports: &[RunReport]) -> String {
-    if !reports.is_empty() && reports.iter().all(|r| r.quota == 0.0) {
-        return format!(
-            "| one environment, no quota | emails per run | emails/s over the steady state |\n|---|---|---|\n| {} runs | {} | {} |\n",
-            reports.len(),
-            reports[0].emails,
-            range(reports.iter().map(|r| r.steady_share), 1)
-        );
-    }
-    let mut out = String::from(
-        "| quota/s | environments | batch | memory (MB) | pacing | emails | steady rate / quota | throttles / 1,000 (steady) | throttles (all) | lost | sent twice | DLQ | first email (ms) | last 1 % (s) | rate-item requests / email | rate-item write units / email | rate-item throttles |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-    );
-    let mut groups: Vec<(f64, u32, Mode)> = Vec::new();
-    for r in reports {
-        if !groups.contains(&(r.quota, r.environments, r.mode)) {
-            groups.push((r.quota, r.environments, r.mode));
-        }
-    }
-    for (quota, environments, mode) in groups {
-        let runs: Vec<&RunReport> = (reports.iter())
-            .filter(|r| (r.quota, r.environments, r.mode) == (quota, environments, mode))
-            .collect();
-        let f = |get: fn(&RunReport) -> f64, digits| range(runs.iter().map(|r| get(r)), digits);
-        out.push_str(&format!(
-            "| {quota} | {environments} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            runs[0].batch,
-            runs[0].memory_mb.map_or("-".to_string(), |m| m.to_string()),
-            match mode {
-                Mode::Shared => "shared",
-                Mode::Static => "static split",
-            },
-            runs[0].emails,
-            f(|r| r.steady_share, 2),
-            f(|r| r.steady_throttles_per_1000, 1),
-            f(|r| r.throttles as f64, 0),
-            f(|r| r.lost as f64, 0),
-            f(|r| r.sent_twice as f64, 0),
-            f(|r| r.dead_lettered as f64, 0),
-            f(|r| r.first_email_ms, 0),
-            f(|r| r.last_1pct_s, 2),
-            f(|r| r.rate_requests_per_email, 3),
-            f(|r| r.item_write_units_per_email, 4),
-            f(|r| r.item_throttles as f64, 0),
-        ));
-    }
-    out
 }
 
 #[cfg(test)]

@@ -13,8 +13,13 @@
 //!
 //! Latencies are per invocation as the Runtime API sees them; CPU from /proc; requests from
 //! the metering line each invocation logs. Nothing is asserted: it reports.
+//!
+//! `report` holds the figures, their cost and their Markdown.
 
-use crate::cost;
+mod report;
+
+pub use report::{Kind, Latency, OpensReport};
+
 use anyhow::{bail, Result};
 use mailflow::domain::campaign::CampaignId;
 use mailflow::domain::open_content::{SlotSealer, SlotUrls};
@@ -23,7 +28,7 @@ use mailflow_local::function_host::{FunctionProcess, Logs, Outcome};
 use mailflow_local::names;
 use mailflow_local::stack::Stack;
 use mongodb::bson::{doc, DateTime, Document};
-use serde::Serialize;
+use report::cost_per_million;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -43,73 +48,6 @@ pub struct OpensOptions {
     /// Where the function binaries are.
     #[arg(long, default_value_os_t = mailflow_local::repo_root().join("target/release"))]
     pub bin_dir: PathBuf,
-}
-
-/// Latency percentiles of one kind of request, in milliseconds.
-#[derive(Clone, Debug, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Latency {
-    pub requests: usize,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub max_ms: f64,
-}
-
-impl Latency {
-    fn of(mut samples: Vec<Duration>) -> Self {
-        samples.sort();
-        let at = |q: f64| {
-            samples
-                .get(((samples.len() as f64 * q).ceil() as usize).saturating_sub(1))
-                .map_or(0.0, |d| (d.as_secs_f64() * 10_000.0).round() / 10.0)
-        };
-        Self {
-            requests: samples.len(),
-            p50_ms: at(0.50),
-            p99_ms: at(0.99),
-            max_ms: at(1.0),
-        }
-    }
-}
-
-/// One kind of request, measured on its own environment.
-#[derive(Clone, Debug, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Kind {
-    pub latency: Latency,
-    /// CPU time of the environment per request (user + system), in milliseconds.
-    pub cpu_ms_per_request: f64,
-    /// Backend requests per request, by service and operation.
-    pub backend_per_request: BTreeMap<String, f64>,
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OpensReport {
-    pub emails: usize,
-    pub followers: usize,
-    pub first_open: Kind,
-    /// Another slot's card on an environment without the email in memory.
-    pub other_slot: Kind,
-    pub warm_open: Kind,
-    pub badge: Kind,
-    pub click: Kind,
-    /// Warm opens one environment answered per second, one at a time.
-    pub warm_opens_per_second: f64,
-    /// Every slot's image and badge of an email at once, over six environments.
-    pub concurrent_emails: usize,
-    pub concurrent_requests: usize,
-    /// Computations that froze (one per email means the lock held) and fallbacks.
-    pub concurrent_frozen: u64,
-    pub concurrent_fallbacks: u64,
-    /// Cards that differed between requests of the same slot (0: consistent).
-    pub concurrent_inconsistent: usize,
-    pub peak_rss_mb: f64,
-    pub cold_start_ms: f64,
-    /// Dollars per million emails opened (first open: three cards and three badges) and per
-    /// million clicks, at 128 MB on arm64 (cost.rs).
-    pub cost_per_million_opens: f64,
-    pub cost_per_million_clicks: f64,
 }
 
 struct Env {
@@ -286,33 +224,68 @@ pub async fn opens(template: &Path, options: &OpensOptions) -> Result<OpensRepor
     report.badge = run(slot(0, |s| &s.badge)).await?.0;
     report.click = run(slot(0, |s| &s.link)).await?.0;
 
-    // Warm: one environment opens the same emails over and over for `seconds`.
-    let mut warm = Env::spawn(stack, &binary, &env).await?;
+    let (warm_open, per_second) =
+        warm_opens(stack, &binary, &env, measured, options.seconds).await?;
+    report.warm_open = warm_open;
+    report.warm_opens_per_second = per_second;
+
+    concurrent_opens(&mut report, stack, &binary, &env, &campaign, concurrent).await?;
+    report.cost_per_million_opens = cost_per_million(&[
+        (&report.first_open, 1.0),
+        (&report.other_slot, 2.0),
+        (&report.badge, 3.0),
+    ]);
+    report.cost_per_million_clicks = cost_per_million(&[(&report.click, 1.0)]);
+    Ok(report)
+}
+
+/// Warm opens: one environment opens the same emails over and over for `seconds` (their
+/// first slots, each email opened once before to have its picks in memory). Its measurements
+/// and the opens it answered per second.
+async fn warm_opens(
+    stack: &Stack,
+    binary: &Path,
+    env: &BTreeMap<String, String>,
+    measured: &[Vec<SlotUrls>],
+    seconds: u64,
+) -> Result<(Kind, f64)> {
+    let mut warm = Env::spawn(stack, binary, env).await?;
     for s in measured {
         warm.call(event(&s[0].image)).await?;
     }
     warm.samples.clear();
     let started = Instant::now();
     let mut n = 0usize;
-    while started.elapsed() < Duration::from_secs(options.seconds) {
+    while started.elapsed() < Duration::from_secs(seconds) {
         warm.call(event(&measured[n % measured.len()][0].image))
             .await?;
         n += 1;
     }
-    report.warm_opens_per_second = (n as f64 / started.elapsed().as_secs_f64()).round();
-    report.warm_open = warm.finish().await.0;
+    let per_second = (n as f64 / started.elapsed().as_secs_f64()).round();
+    Ok((warm.finish().await.0, per_second))
+}
 
-    // Every slot of an email at once, over six environments.
+/// Every slot's image and badge of each email of `concurrent` at once, over six
+/// environments, then again: the computations that froze, the fallbacks, and the cards that
+/// differed between the two rounds, into `report`.
+async fn concurrent_opens(
+    report: &mut OpensReport,
+    stack: &Stack,
+    binary: &Path,
+    env: &BTreeMap<String, String>,
+    campaign: &CampaignId,
+    concurrent: &[Vec<SlotUrls>],
+) -> Result<()> {
     let mut six = Vec::new();
     for _ in 0..6 {
-        six.push(Env::spawn(stack, &binary, &env).await?);
+        six.push(Env::spawn(stack, binary, env).await?);
     }
     let store = mailflow::adapters::open_content::OpenContentTable::new(
         mailflow::adapters::dynamodb_client(&stack.sdk),
         stack.table_name(names::OPEN_CONTENT_TABLE)?,
     );
     let before = store
-        .counters(&campaign)
+        .counters(campaign)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     for email in concurrent {
@@ -337,7 +310,7 @@ pub async fn opens(template: &Path, options: &OpensOptions) -> Result<OpensRepor
     }
     report.concurrent_emails = concurrent.len();
     let after = store
-        .counters(&campaign)
+        .counters(campaign)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     report.concurrent_frozen = after.picks_frozen - before.picks_frozen;
@@ -345,85 +318,5 @@ pub async fn opens(template: &Path, options: &OpensOptions) -> Result<OpensRepor
     for e in six {
         e.finish().await;
     }
-    report.cost_per_million_opens = cost_per_million(&[
-        (&report.first_open, 1.0),
-        (&report.other_slot, 2.0),
-        (&report.badge, 3.0),
-    ]);
-    report.cost_per_million_clicks = cost_per_million(&[(&report.click, 1.0)]);
-    Ok(report)
-}
-
-/// Dollars per million of `parts` (a kind of request, how many of it): Lambda invocations
-/// and GB-seconds at 128 MB (billed by the millisecond, at least 1 ms), DynamoDB units (an
-/// item under 1 KiB is one unit; GetItem eventually consistent, half a read unit).
-fn cost_per_million(parts: &[(&Kind, f64)]) -> f64 {
-    let per_one: f64 = parts
-        .iter()
-        .map(|(kind, n)| {
-            let lambda = cost::LAMBDA_PER_REQUEST
-                + kind.latency.p50_ms.max(1.0) / 1000.0 * 0.125 * cost::LAMBDA_ARM64_PER_GB_SECOND;
-            let dynamo: f64 = kind
-                .backend_per_request
-                .iter()
-                .map(|(op, count)| {
-                    count
-                        * match op.as_str() {
-                            "dynamodb.UpdateItem" | "dynamodb.PutItem" => {
-                                cost::DYNAMODB_PER_WRITE_UNIT
-                            }
-                            "dynamodb.GetItem" => cost::DYNAMODB_PER_READ_UNIT / 2.0,
-                            "dynamodb.Query" => cost::DYNAMODB_PER_READ_UNIT,
-                            "dynamodb.BatchGetItem" => 2.0 * cost::DYNAMODB_PER_READ_UNIT / 2.0,
-                            _ => 0.0,
-                        }
-                })
-                .sum();
-            n * (lambda + dynamo)
-        })
-        .sum();
-    (per_one * 1e6 * 100.0).round() / 100.0
-}
-
-impl OpensReport {
-    /// The report as the Markdown rows docs/benchmarks.md keeps.
-    pub fn markdown(&self) -> String {
-        let row = |name: &str, k: &Kind| {
-            let backend: Vec<String> = k
-                .backend_per_request
-                .iter()
-                .map(|(op, n)| format!("{op} {n}"))
-                .collect();
-            format!(
-                "| {name} | {} | {} | {} | {} | {} |\n",
-                k.latency.requests,
-                k.latency.p50_ms,
-                k.latency.p99_ms,
-                k.cpu_ms_per_request,
-                backend.join(", ")
-            )
-        };
-        let mut out = String::from(
-            "| request | n | p50 ms | p99 ms | CPU ms/request | backend requests per request |\n|---|---|---|---|---|---|\n",
-        );
-        out += &row("first open (choose, freeze)", &self.first_open);
-        out += &row("another slot, another environment", &self.other_slot);
-        out += &row("open, warm environment (counted)", &self.warm_open);
-        out += &row("badge", &self.badge);
-        out += &row("click", &self.click);
-        out += &format!(
-            "\nwarm opens/s, one environment: {} | every slot at once: {} emails, {} requests, {} computations froze ({} fallbacks), {} inconsistent cards | peak RSS {} MB, cold start {} ms | ${} per million opens, ${} per million clicks\n",
-            self.warm_opens_per_second,
-            self.concurrent_emails,
-            self.concurrent_requests,
-            self.concurrent_frozen,
-            self.concurrent_fallbacks,
-            self.concurrent_inconsistent,
-            self.peak_rss_mb,
-            self.cold_start_ms,
-            self.cost_per_million_opens,
-            self.cost_per_million_clicks,
-        );
-        out
-    }
+    Ok(())
 }

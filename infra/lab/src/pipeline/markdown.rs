@@ -1,0 +1,82 @@
+//! A pipeline run's reports as Markdown: the figures as ranges over the runs, and the first
+//! run's use of the quota, second by second.
+
+use super::PipelineReport;
+use crate::rate::markdown::range;
+
+/// The runs as Markdown: a table of the figures (ranges over runs) and the first run's
+/// quota use, second by second.
+pub fn markdown(reports: &[PipelineReport]) -> String {
+    let Some(first) = reports.first() else {
+        return String::new();
+    };
+    let f = |get: fn(&PipelineReport) -> f64, digits| range(reports.iter().map(get), digits);
+    let mut out = format!(
+        "{} users at {}/s, {} run(s). GetUsers {} MB, {} batches in flight; CreateEmails {} MB, batches of {}, {} environments; SendEmail {} MB, batches of {}, {} environments.\n\n",
+        first.users,
+        first.quota,
+        reports.len(),
+        first.get_users_memory_mb,
+        first.enqueue_concurrency,
+        first.create_memory_mb,
+        first.users_batch,
+        first.create_environments,
+        first.send_memory_mb,
+        first.send_batch,
+        first.send_environments,
+    );
+    out.push_str("| figure | value |\n|---|---|\n");
+    let rows: [(&str, String); 12] = [
+        ("first email (s from the start)", f(|r| r.first_email_s, 1)),
+        ("last email (s from the start)", f(|r| r.last_email_s, 1)),
+        ("first to last email (s)", f(|r| r.first_to_last_s, 1)),
+        ("GetUsers done (s)", f(|r| r.fan_out_s, 1)),
+        ("steady send rate / quota", f(|r| r.steady_share, 2)),
+        (
+            "GetUsers users/s (steady; 0: done before it ended)",
+            f(|r| r.rates.get_users.unwrap_or_default(), 0),
+        ),
+        (
+            "CreateEmails emails/s (steady; 0: done before it ended)",
+            f(|r| r.rates.create_emails.unwrap_or_default(), 0),
+        ),
+        ("SendEmail emails/s (steady)", f(|r| r.rates.send_email, 0)),
+        ("SES throttles", f(|r| r.throttles as f64, 0)),
+        (
+            "lost / sent twice / dead-lettered",
+            format!(
+                "{} / {} / {}",
+                f(|r| r.lost as f64, 0),
+                f(|r| r.sent_twice as f64, 0),
+                f(|r| r.dead_lettered as f64, 0)
+            ),
+        ),
+        ("bound", {
+            let mut bounds: Vec<&str> = reports.iter().map(|r| r.bound.as_str()).collect();
+            bounds.dedup();
+            bounds.join(", ")
+        }),
+        (
+            "peak users queued / emails queued",
+            format!(
+                "{} / {}",
+                f(
+                    |r| r.users_queued.iter().copied().max().unwrap_or(0) as f64,
+                    0
+                ),
+                f(
+                    |r| r.emails_queued.iter().copied().max().unwrap_or(0) as f64,
+                    0
+                )
+            ),
+        ),
+    ];
+    for (name, value) in rows {
+        out.push_str(&format!("| {name} | {value} |\n"));
+    }
+    out.push_str("\nQuota use each second (first run): ");
+    let shares: Vec<String> = first.quota_use.iter().map(|s| format!("{s:.2}")).collect();
+    out.push_str(&shares.join(" "));
+    out.push('\n');
+    out
+}

@@ -1,0 +1,68 @@
+//! Lambda's event source mappings over the lab's queues: one poller per execution
+//! environment, receiving, invoking and settling, and the scaling that lets the
+//! environments in (`Ramp`).
+
+use crate::rate::queue::LabQueue;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Lambda's scaling of an SQS event source mapping: five concurrent batches at first, then
+/// up to 300 more a minute, never above MaximumConcurrency.
+#[derive(Clone, Copy)]
+pub(crate) struct Ramp {
+    pub(crate) started: Instant,
+    pub(crate) ramp: bool,
+}
+
+impl Ramp {
+    fn allows(&self, environment: u32) -> bool {
+        let more = (self.started.elapsed().as_secs_f64() * 5.0).floor() as u32;
+        !self.ramp || environment < 5 + more
+    }
+}
+
+/// One environment's poller: receives a batch, invokes, settles (partial batch response),
+/// until `done`.
+pub(crate) fn poll<F, Fut>(
+    queue: Arc<LabQueue>,
+    batch: usize,
+    environment: u32,
+    ramp: Ramp,
+    latency: (Duration, Duration),
+    done: Arc<AtomicBool>,
+    invoke: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(SqsEvent) -> Fut + Send + 'static,
+    Fut: Future<Output = Vec<String>> + Send,
+{
+    tokio::spawn(async move {
+        while !done.load(Ordering::Relaxed) {
+            if !ramp.allows(environment) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            // The poller's ReceiveMessage round trip.
+            tokio::time::sleep(latency.0).await;
+            // Past the in-flight quota a long poll gets nothing (a short one, OverLimit).
+            let event = queue.receive(batch).unwrap_or_default();
+            if event.records.is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            let failed = invoke(event.clone()).await;
+            queue.settle(&event, &failed);
+        }
+    })
+}
+
+/// The records a partial batch response hands back for a retry.
+pub(crate) fn failures(response: &SqsBatchResponse) -> Vec<String> {
+    (response.batch_item_failures.iter())
+        .map(|f| f.item_identifier.clone())
+        .collect()
+}

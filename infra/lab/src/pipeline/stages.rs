@@ -1,0 +1,338 @@
+//! The three real stages on the lab's ports, configured and sized as the template does:
+//! GetUsers' one invocation, CreateEmails' environments on the users queue and SendEmail's
+//! on the emails queue, sharing the ports of one campaign (`Rig`).
+
+use super::directory::LabDirectory;
+use super::polling::{failures, poll, Ramp};
+use super::sending::Sending;
+use super::PipelineOptions;
+use crate::rate::item_limit::ItemLimit;
+use crate::rate::latency::{millis, Computing, Cpu, Slow};
+use crate::rate::queue::LabQueue;
+use crate::rate::standin::{Ses, StandInSes};
+use anyhow::Result;
+use mailflow::config::{CreateEmailsConfig, GetUsersConfig, SendEmailConfig};
+use mailflow::domain::digest::Renderer;
+use mailflow::domain::fan_out::{composers_for, Composer};
+use mailflow::domain::send_rate::{Environment, SendRate};
+use mailflow::domain::unsubscribe_link::Signer;
+use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket, MemoryWaitingRoom};
+use mailflow::runtime::Invocation;
+use mailflow::stages::create_emails::CreateEmails;
+use mailflow::stages::get_users::GetUsers;
+use mailflow::stages::send_email::{SendEmail, Wanted};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// The environments and batches of CreateEmails and SendEmail: as given, or (0) as
+/// RateControl sizes them for the quota.
+pub(super) struct Sizing {
+    pub(super) create_environments: u32,
+    pub(super) send_batch: usize,
+    pub(super) send_environments: u32,
+}
+
+impl Sizing {
+    pub(super) fn of(options: &PipelineOptions) -> Self {
+        let quota = options.quota;
+        let composer = Composer {
+            batch: options.users_batch,
+            memory_mb: options.create_memory_mb,
+        };
+        let create_environments = match options.create_concurrency {
+            0 => composers_for(quota, &composer, options.create_ceiling).environments,
+            n => n,
+        };
+        let send_batch = match options.send_batch {
+            0 => Environment::batch_for(quota),
+            n => n,
+        };
+        let sender = Environment {
+            records_at_once: send_batch,
+            memory_mb: options.send_memory_mb,
+        };
+        let send_environments = match options.send_concurrency {
+            0 => SendRate::configured(quota).environments(&sender),
+            n => n,
+        };
+        Self {
+            create_environments,
+            send_batch,
+            send_environments,
+        }
+    }
+}
+
+/// One campaign's ports, shared by its stages: the audience, the users and emails queues
+/// (visibility timeouts and receive counts as the template sets them), SES, the round trips
+/// of SQS and DynamoDB, and the pollers' scaling and stop.
+pub(super) struct Rig {
+    pub(super) directory: LabDirectory,
+    pub(super) users: Arc<LabQueue>,
+    pub(super) emails: Arc<LabQueue>,
+    pub(super) ses: Arc<StandInSes>,
+    pub(super) sqs: (Duration, Duration),
+    pub(super) store: (Duration, Duration),
+    pub(super) ramp: Ramp,
+    pub(super) done: Arc<AtomicBool>,
+}
+
+impl Rig {
+    pub(super) fn new(options: &PipelineOptions, seed: u64, started: Instant) -> Result<Self> {
+        let (sqs, store, mongo, ses_latency) = (
+            millis(&options.sqs_latency_ms)?,
+            millis(&options.store_latency_ms)?,
+            millis(&options.mongo_latency_ms)?,
+            millis(&options.ses_latency_ms)?,
+        );
+        Ok(Self {
+            directory: LabDirectory::new(options.users, mongo),
+            users: Arc::new(LabQueue::new(Duration::from_secs(360), 5)),
+            emails: Arc::new(LabQueue::new(Duration::from_secs(180), 10)),
+            ses: Arc::new(StandInSes::new(options.quota, ses_latency, seed)),
+            sqs,
+            store,
+            ramp: Ramp {
+                started,
+                ramp: !options.no_ramp,
+            },
+            done: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Until `emails` are accepted or `limit` has passed since `started`: the users and the
+    /// jobs waiting on their queues, each second.
+    pub(super) async fn sample_until_sent(
+        &self,
+        emails: usize,
+        started: Instant,
+        limit: Duration,
+    ) -> (Vec<usize>, Vec<usize>) {
+        let (mut users_queued, mut emails_queued) = (Vec::new(), Vec::new());
+        let mut next_sample = started;
+        loop {
+            let accepted = self.ses.accepted_count();
+            if accepted >= emails || started.elapsed() > limit {
+                break;
+            }
+            if Instant::now() >= next_sample {
+                users_queued.push(self.users.left().0);
+                emails_queued.push(self.emails.left().0);
+                next_sample += Duration::from_secs(1);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        (users_queued, emails_queued)
+    }
+}
+
+fn config<T>(
+    parse: fn(&dyn mailflow::config::Source) -> Result<T, mailflow::config::ConfigError>,
+    vars: &[(&str, String)],
+) -> Result<T> {
+    let vars: BTreeMap<&str, String> = vars.iter().cloned().collect();
+    Ok(parse(&|k: &str| vars.get(k).cloned())?)
+}
+
+/// GetUsers' one invocation, spawned: its users go to `users` (each costing `per_user` of
+/// its CPU, each SendMessageBatch `sqs` away), timed in `enqueued`.
+pub(super) fn start_get_users(
+    options: &PipelineOptions,
+    directory: LabDirectory,
+    users: Arc<LabQueue>,
+    enqueued: Arc<Mutex<Vec<Instant>>>,
+    per_user: Duration,
+    sqs: (Duration, Duration),
+) -> Result<tokio::task::JoinHandle<Result<(), mailflow::stages::get_users::GetUsersError>>> {
+    let cpu = Arc::new(Cpu::default());
+    let queue = |queue: Arc<LabQueue>, per_message, sent: Arc<Mutex<Vec<Instant>>>| Sending {
+        queue,
+        cpu: cpu.clone(),
+        per_message,
+        latency: sqs,
+        slim: false,
+        sent,
+    };
+    let stage = GetUsers::new(
+        directory,
+        queue(users, per_user, enqueued),
+        queue(
+            Arc::new(LabQueue::new(Duration::from_secs(900), 5)),
+            Duration::ZERO,
+            Arc::default(),
+        ),
+        MemoryCampaigns::default(),
+        MemoryWaitingRoom::default(),
+        Arc::new(mailflow::ports::memory::MemoryResults::default()),
+        config(
+            GetUsersConfig::from_source,
+            &[
+                ("MONGODB_URI", "mongodb://127.0.0.1:1".into()),
+                ("USERS_QUEUE_URL", "lab-users".into()),
+                ("CONTINUATION_QUEUE_URL", "lab-continuation".into()),
+                ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
+                ("SENDS_TABLE_NAME", "lab-sends".into()),
+                ("WAITING_TABLE_NAME", "lab-waiting".into()),
+                ("RELEASE_SCHEDULE_GROUP", "lab-releases".into()),
+                (
+                    "RELEASE_SCHEDULER_ROLE_ARN",
+                    "arn:aws:iam::000000000000:role/lab".into(),
+                ),
+                (
+                    "RELEASE_DEAD_LETTER_ARN",
+                    "arn:aws:sqs:us-east-1:000000000000:lab".into(),
+                ),
+                (
+                    "ENQUEUE_CONCURRENCY",
+                    options.enqueue_concurrency.to_string(),
+                ),
+            ],
+        )?,
+    );
+    Ok(tokio::spawn(async move {
+        let invocation = Invocation::with_timeout("get-users-1", Duration::from_secs(900));
+        let event = serde_json::json!({ "campaignId": "weekly-2026-W47" });
+        stage.handle(event, &invocation).await.map(|_| ())
+    }))
+}
+
+const SECRET: &str = "a-lab-secret-long-enough-for-the-signer-0123456789";
+
+/// CreateEmails' environments on the users queue, each costing `per_email` of its CPU per
+/// job it sends, timed in `composed`.
+pub(super) fn start_create_emails(
+    rig: &Rig,
+    options: &PipelineOptions,
+    environments: u32,
+    per_email: Duration,
+    composed: Arc<Mutex<Vec<Instant>>>,
+) -> Result<Vec<JoinHandle<()>>> {
+    let mut tasks = Vec::new();
+    for environment in 0..environments {
+        let cpu = Arc::new(Cpu::default());
+        let stage = Arc::new(CreateEmails::new(
+            rig.directory.clone(),
+            Sending {
+                queue: rig.emails.clone(),
+                cpu,
+                per_message: per_email,
+                latency: rig.sqs,
+                slim: true,
+                sent: composed.clone(),
+            },
+            MemoryCampaigns::default(),
+            // No pending one-click unsubscribes (their one BatchGetItem per batch is not
+            // modelled).
+            mailflow::ports::memory::MemoryRecords::default(),
+            Renderer::new("en")?,
+            Signer::new(SECRET, "weekly-digest")?,
+            config(
+                CreateEmailsConfig::from_source,
+                &[
+                    ("MONGODB_URI", "mongodb://127.0.0.1:1".into()),
+                    ("EMAILS_QUEUE_URL", "lab-emails".into()),
+                    ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
+                    ("SENDS_TABLE_NAME", "lab-sends".into()),
+                    ("UNSUBSCRIBE_SECRET", SECRET.into()),
+                    (
+                        "UNSUBSCRIBE_BASE_URL",
+                        "https://u.example/unsubscribe".into(),
+                    ),
+                    ("OPEN_CONTENT_BASE_URL", "https://o.example/".into()),
+                    ("RECORD_CONCURRENCY", options.users_batch.to_string()),
+                ],
+            )?,
+        ));
+        tasks.push(poll(
+            rig.users.clone(),
+            options.users_batch,
+            environment,
+            rig.ramp,
+            rig.sqs,
+            rig.done.clone(),
+            move |event| {
+                let stage = stage.clone();
+                async move { failures(&stage.handle(event).await.0) }
+            },
+        ));
+    }
+    Ok(tasks)
+}
+
+/// SendEmail's environments on the emails queue, sharing the ledger and the rate item (behind
+/// DynamoDB's per-item limit), each spending `per_email` of its CPU on each send.
+pub(super) fn start_send_email(
+    rig: &Rig,
+    options: &PipelineOptions,
+    sizing: &Sizing,
+    per_email: Duration,
+    seed: u64,
+) -> Result<Vec<JoinHandle<()>>> {
+    let ledger = Arc::new(MemoryLedger::default());
+    let rate_item = Arc::new(ItemLimit::new(MemoryRateBucket::default(), seed));
+    let send_config = config(
+        SendEmailConfig::from_source,
+        &[
+            ("MONGODB_URI", "mongodb://127.0.0.1:1".into()),
+            ("SENDS_TABLE_NAME", "lab-sends".into()),
+            ("CAMPAIGNS_TABLE_NAME", "lab-campaigns".into()),
+            ("EMAILS_QUEUE_URL", "lab-emails".into()),
+            ("SENDER_ADDRESS", "lab@example.com".into()),
+            ("SEND_RATE_PER_SECOND", options.quota.to_string()),
+            ("VISIBILITY_TIMEOUT_SECONDS", "180".into()),
+            ("FUNCTION_TIMEOUT_SECONDS", "30".into()),
+            ("RECORD_CONCURRENCY", sizing.send_batch.to_string()),
+            (
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+                options.send_memory_mb.to_string(),
+            ),
+        ]
+        .into_iter()
+        .chain(crate::rate::campaign::waiting_room_vars())
+        .collect::<Vec<_>>(),
+    )?;
+    let store = rig.store;
+    let mut tasks = Vec::new();
+    for environment in 0..sizing.send_environments {
+        let stage = Arc::new(SendEmail::new(
+            Slow::new(ledger.clone(), store),
+            Computing::new(Ses(rig.ses.clone()), per_email),
+            Slow::new(rig.emails.clone(), store),
+            MemoryCampaigns::default(),
+            Slow::new(rate_item.clone(), store),
+            MemoryWaitingRoom::default(),
+            // A waited email's standing: one MongoDB round trip (the pending leave's
+            // GetItem is not modelled, as in CreateEmails).
+            Wanted {
+                users: rig.directory.clone(),
+                pending: mailflow::ports::memory::MemoryRecords::default(),
+            },
+            send_config.clone(),
+        ));
+        let invocations = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        tasks.push(poll(
+            rig.emails.clone(),
+            sizing.send_batch,
+            environment,
+            rig.ramp,
+            rig.sqs,
+            rig.done.clone(),
+            move |event| {
+                let (stage, invocations) = (stage.clone(), invocations.clone());
+                async move {
+                    let n = invocations.fetch_add(1, Ordering::Relaxed);
+                    let invocation = Invocation::with_timeout(
+                        format!("send{environment}-{n}"),
+                        Duration::from_secs(30),
+                    );
+                    failures(&stage.handle(event, &invocation).await.0)
+                }
+            },
+        ));
+    }
+    Ok(tasks)
+}
