@@ -427,7 +427,7 @@ async fn send_email_reads_again_the_standing_of_an_email_that_waited() {
         .unwrap();
     users.delete_one(doc! {"_id": &gone}).await.unwrap();
     let sends = env.stack.table_name(names::SENDS_TABLE).unwrap();
-    let records = mailflow::adapters::dynamo::SendRecords::new(env.dynamo(), sends);
+    let records = mailflow::adapters::sends::SendRecords::new(env.dynamo(), sends);
     let campaign_id = mailflow::domain::campaign::CampaignId::parse("weekly-2026-W46").unwrap();
     let key = mailflow::domain::ledger::SendKey::new(left.clone(), campaign_id);
     let topic = mailflow::domain::messages::weekly_topic();
