@@ -1,6 +1,6 @@
 """The sends table's writes, as SendEmail makes them, against one DynamoDB endpoint.
 
-For every user: the claim (the conditional UpdateItem of shared/src/adapters/dynamo.rs,
+For every user: the claim (the conditional UpdateItem of shared/src/adapters/sends/ledger.rs,
 ReturnValues ALL_NEW, ReturnValuesOnConditionCheckFailure ALL_OLD), SENT while the claim
 holds, then a second delivery's claim, refused. THREADS users at a time, as several SendEmail
 environments do. Prints one JSON line: the requests, the wall seconds, and the requests the

@@ -5,7 +5,7 @@
 //! deliveries, opens, clicks; twice, out of order, malformed) through the SesEvents queue,
 //! and the next campaign leaving out whoever unsubscribed or was suppressed.
 
-use mailflow::adapters::dynamo::DynamoLedger;
+use mailflow::adapters::sends::SendsLedger;
 use mailflow::adapters::ses::SesMailer;
 use mailflow::domain::campaign::{Campaign, CampaignId};
 use mailflow::domain::ledger::{epoch_ms, Claim, Engagement, SendKey, SendStatus};
@@ -396,7 +396,7 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
     );
 
     // Two sends whose attempts died after SES accepted, before SENT (the crash window).
-    let ledger = DynamoLedger::new(
+    let ledger = SendsLedger::new(
         env.dynamo(),
         env.stack.table_name(names::SENDS_TABLE).unwrap(),
         90,

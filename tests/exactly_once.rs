@@ -8,7 +8,7 @@
 //! the one fixture they share.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use mailflow::adapters::dynamo::DynamoLedger;
+use mailflow::adapters::sends::SendsLedger;
 use mailflow::adapters::ses::SesMailer;
 use mailflow::domain::campaign::CampaignId;
 use mailflow::domain::ledger::{epoch_ms, Claim, SendKey, SendStatus};
@@ -452,7 +452,7 @@ async fn t5_a_live_lease_returns_the_message_which_is_sent_later() {
         pipeline,
     } = Scenario::new("live-lease", Timing::Template, pass).await;
     // Another attempt holds the claim for four more seconds.
-    let ledger = DynamoLedger::new(
+    let ledger = SendsLedger::new(
         env.dynamo(),
         env.stack.table_name(names::SENDS_TABLE).unwrap(),
         90,

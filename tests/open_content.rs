@@ -793,7 +793,8 @@ async fn a_cold_start_without_mongodb_serves_what_needs_none() {
 /// hint: the planner picks them).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_picks_read_through_indexes() {
-    use mailflow::adapters::picks::{followed_back, newest_follows, FOLLOW_BACK_INDEX};
+    use mailflow::adapters::mongo::FOLLOW_BACK_INDEX;
+    use mailflow::adapters::picks::{followed_back, newest_follows};
     let env = test_env("picks-explain", |_| {}).await.unwrap();
     env.seed(50, &Campaign::from_id(W47, None).unwrap())
         .await
@@ -804,8 +805,8 @@ async fn the_picks_read_through_indexes() {
     for (find, index) in [
         (
             doc! {"find": "follows", "filter": filter, "sort": sort, "limit": 50,
-            "hint": mailflow::adapters::directory::FOLLOWS_INDEX},
-            mailflow::adapters::directory::FOLLOWS_INDEX,
+            "hint": mailflow::adapters::mongo::FOLLOWS_INDEX},
+            mailflow::adapters::mongo::FOLLOWS_INDEX,
         ),
         (
             doc! {"find": "follows", "filter": followed_back(&me, &candidates)},

@@ -149,7 +149,7 @@ async fn end_to_end_every_eligible_user_gets_exactly_one_correct_email() {
 async fn audience_query_is_an_index_scan() {
     let env = test_env("explain", |_| {}).await.unwrap();
     env.seed(50, &campaign()).await.unwrap();
-    mailflow::adapters::directory::create_indexes(&env.db)
+    mailflow::adapters::mongo::create_indexes(&env.db)
         .await
         .unwrap();
     let hint = match Audience::follows_hint() {
@@ -179,7 +179,7 @@ async fn audience_query_is_an_index_scan() {
             "plan: {plan}"
         );
         assert!(
-            plan.contains(mailflow::adapters::directory::FOLLOWS_INDEX),
+            plan.contains(mailflow::adapters::mongo::FOLLOWS_INDEX),
             "plan: {plan}"
         );
         // The users side of the join: an `_id` range whatever the topic (the audience rule
@@ -427,7 +427,7 @@ async fn send_email_reads_again_the_standing_of_an_email_that_waited() {
         .unwrap();
     users.delete_one(doc! {"_id": &gone}).await.unwrap();
     let sends = env.stack.table_name(names::SENDS_TABLE).unwrap();
-    let records = mailflow::adapters::dynamo::SendRecords::new(env.dynamo(), sends);
+    let records = mailflow::adapters::sends::SendRecords::new(env.dynamo(), sends);
     let campaign_id = mailflow::domain::campaign::CampaignId::parse("weekly-2026-W46").unwrap();
     let key = mailflow::domain::ledger::SendKey::new(left.clone(), campaign_id);
     let topic = mailflow::domain::messages::weekly_topic();
@@ -573,7 +573,7 @@ async fn a_function_without_its_index_refuses_to_start_and_says_what_to_run() {
     let env = test_env("no-index", |_| {}).await.unwrap();
     // provision() created the index, as a deployment does; a team that skipped it:
     env.db
-        .collection::<mongodb::bson::Document>(mailflow::adapters::directory::FOLLOWS)
+        .collection::<mongodb::bson::Document>(mailflow::adapters::mongo::FOLLOWS)
         .drop_indexes()
         .await
         .unwrap();
@@ -589,7 +589,7 @@ async fn a_function_without_its_index_refuses_to_start_and_says_what_to_run() {
         "{err}"
     );
     // Created as docs/deploying.md says, it starts.
-    mailflow::adapters::directory::create_indexes(&env.db)
+    mailflow::adapters::mongo::create_indexes(&env.db)
         .await
         .unwrap();
     let config =

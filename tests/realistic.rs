@@ -711,7 +711,7 @@ async fn a_campaign_over_real_world_data_sends_exactly_the_right_emails() {
     let mut world = generate(2026, 400, &window, &env.domain);
     insert(&env, "users", &world.users).await;
     insert(&env, "follows", &world.follows).await;
-    mailflow::adapters::directory::create_indexes(&env.db)
+    mailflow::adapters::mongo::create_indexes(&env.db)
         .await
         .unwrap();
     let audience = audience(&world, &window);

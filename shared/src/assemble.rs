@@ -5,13 +5,13 @@
 
 use crate::adapters::campaigns::CampaignsTable;
 use crate::adapters::directory::MongoDirectory;
-use crate::adapters::dynamo::{DynamoLedger, SendRecords};
 use crate::adapters::event_sources::{ConsumerMapping, EventSourceMappings, StackSending};
 use crate::adapters::mongo::MongoConnectError;
 use crate::adapters::open_content::OpenContentTable;
 use crate::adapters::picks::MongoPicks;
 use crate::adapters::rate_item::RateItem;
 use crate::adapters::secrets::SecretError;
+use crate::adapters::sends::{SendRecords, SendsLedger};
 use crate::adapters::ses::SesMailer;
 use crate::adapters::sqs::SqsQueue;
 use crate::adapters::subscribers::{LazySubscribers, Subscribers};
@@ -90,7 +90,7 @@ pub type LambdaRateControl = RateControl<SesMailer, RateItem>;
 /// wrapper around it that injects faults).
 pub type LambdaSendEmail<M = SesMailer> = SendEmail<
     M,
-    DynamoLedger,
+    SendsLedger,
     SqsQueue,
     CampaignsTable,
     RateItem,
@@ -174,7 +174,7 @@ pub fn send_email<M: Mailer>(
     sdk: &SdkConfig,
     mailer: M,
 ) -> LambdaSendEmail<M> {
-    let ledger = DynamoLedger::new(
+    let ledger = SendsLedger::new(
         dynamodb_client(sdk),
         &config.sends_table_name,
         config.retention_days,

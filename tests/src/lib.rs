@@ -2,7 +2,7 @@
 //! table, database and mail domain (unique prefix), so tests run in parallel.
 
 use anyhow::Result;
-use mailflow::adapters::dynamo::SendRecord;
+use mailflow::adapters::sends::SendRecord;
 use mailflow::domain::campaign::Campaign;
 use mailflow::ports::Mailer;
 use mailflow_local::names;

@@ -3,11 +3,11 @@
 //! campaigns), and counts by status.
 
 use anyhow::Result;
-use mailflow::adapters::dynamo::SendRecord;
+use mailflow::adapters::sends::SendRecord;
 use mailflow::domain::ledger::SendStatus;
 use std::collections::BTreeMap;
 
-pub use mailflow::adapters::dynamo::CAMPAIGN_INDEX;
+pub use mailflow::adapters::sends::CAMPAIGN_INDEX;
 
 /// Every record of one campaign.
 pub async fn records(
@@ -15,7 +15,7 @@ pub async fn records(
     table: &str,
     campaign: &str,
 ) -> Result<Vec<SendRecord>> {
-    Ok(mailflow::adapters::dynamo::campaign_records(dynamo, table, campaign).await?)
+    Ok(mailflow::adapters::sends::campaign_records(dynamo, table, campaign).await?)
 }
 
 /// Emails per second over the steady state: the SENT records' completion times between the

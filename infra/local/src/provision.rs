@@ -98,7 +98,7 @@ async fn create_indexes(
             .await
             .context("connecting to MongoDB to create the indexes")?
             .database(database);
-        mailflow::adapters::directory::create_indexes(&db)
+        mailflow::adapters::mongo::create_indexes(&db)
             .await
             .with_context(|| format!("creating the indexes in MongoDB database {database}"))?;
     }

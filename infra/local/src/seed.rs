@@ -116,11 +116,11 @@ pub async fn seed_reporting(
     report.follows = follows.len();
     let total = users.len() + follows.len();
     let users_done = users.len();
-    insert(db, mailflow::adapters::directory::USERS, users, |n| {
+    insert(db, mailflow::adapters::mongo::USERS, users, |n| {
         inserted(n, total)
     })
     .await?;
-    insert(db, mailflow::adapters::directory::FOLLOWS, follows, |n| {
+    insert(db, mailflow::adapters::mongo::FOLLOWS, follows, |n| {
         inserted(users_done + n, total)
     })
     .await?;
@@ -247,7 +247,7 @@ async fn insert(
 /// data); the report of what was seeded, if anything was.
 pub async fn seed_if_empty(db: &Database, options: &SeedOptions) -> Result<Option<SeedReport>> {
     let users = db
-        .collection::<Document>(mailflow::adapters::directory::USERS)
+        .collection::<Document>(mailflow::adapters::mongo::USERS)
         .estimated_document_count()
         .await?;
     if users > 0 {

@@ -3,7 +3,7 @@
 //! probability of being the best now; the decision once made, or what the rule would say
 //! now.
 
-use mailflow::adapters::dynamo::{experiment_tallies, SendRecord};
+use mailflow::adapters::sends::{experiment_tallies, SendRecord};
 use mailflow::domain::experiment::{self, Decision, Experiment, Metric};
 use serde::Serialize;
 

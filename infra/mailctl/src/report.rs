@@ -7,7 +7,7 @@
 //! font stack into the operator tool for them.
 
 use crate::ops::CampaignStatus;
-use mailflow::adapters::dynamo::SendRecord;
+use mailflow::adapters::sends::SendRecord;
 use mailflow::domain::ledger::{Engagement, SendStatus};
 use std::collections::BTreeMap;
 use std::fmt::Write;

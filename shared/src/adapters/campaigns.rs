@@ -5,6 +5,7 @@
 //! The pipeline's functions read it (`CampaignStates`).
 
 use super::describe;
+use super::item::{n, number, s, Item};
 use crate::domain::campaign::{rfc3339, Campaign, CampaignId, Window};
 use crate::domain::campaign_state::{CampaignRecord, CampaignState, Hold, StateChange};
 use crate::domain::experiment::{Decision, Experiment};
@@ -39,20 +40,9 @@ pub struct CampaignsTable {
     table: String,
 }
 
-type Item = HashMap<String, AttributeValue>;
-
-fn number(item: &Item, key: &str) -> Option<u64> {
-    match item.get(key) {
-        Some(AttributeValue::N(v)) => v.parse().ok(),
-        _ => None,
-    }
-}
-
+/// A string attribute, empty when absent.
 fn text(item: &Item, key: &str) -> String {
-    match item.get(key) {
-        Some(AttributeValue::S(v)) => v.clone(),
-        _ => String::new(),
-    }
+    super::item::text(item, key).unwrap_or_default()
 }
 
 /// The window the campaign was first started with, as recorded.
@@ -68,7 +58,7 @@ fn window(item: &Item) -> Option<Window> {
 }
 
 fn record(item: &Item) -> CampaignRecord {
-    let last_change = number(item, "stateAt").map(|at_ms| StateChange {
+    let last_change = number::<u64>(item, "stateAt").map(|at_ms| StateChange {
         at_ms,
         by: text(item, "stateBy"),
         reason: text(item, "stateReason"),
@@ -90,11 +80,11 @@ fn record(item: &Item) -> CampaignRecord {
         experiment: serde_json::from_str(&text(item, EXPERIMENT)).ok(),
         decision: serde_json::from_str(&text(item, DECISION)).ok(),
         guardrails: serde_json::from_str(&text(item, "guardrails")).ok(),
-        deadline_moved: number(item, "deadlineMovedAt").map(|at| {
+        deadline_moved: number::<u64>(item, "deadlineMovedAt").map(|at| {
             let from = text(item, "deadlineMovedFrom").parse().ok();
             (at, from)
         }),
-        started_at_ms: number(item, "startedAt"),
+        started_at_ms: number::<u64>(item, "startedAt"),
         window: window(item),
         topic: Some(text(item, "topic")).filter(|t| !t.is_empty()),
         excluded,
@@ -126,7 +116,7 @@ impl CampaignsTable {
             .client
             .get_item()
             .table_name(&self.table)
-            .key("campaignId", AttributeValue::S(campaign_id.into()))
+            .key("campaignId", s(campaign_id))
             .consistent_read(true)
             .send()
             .await
@@ -145,17 +135,17 @@ impl CampaignsTable {
     ) -> Result<Result<(), Refused>, LedgerError> {
         let mut conditions = Vec::new();
         let mut values = HashMap::from([
-            (":to".to_owned(), AttributeValue::S(to.into())),
-            (":at".into(), AttributeValue::N(change.at_ms.to_string())),
-            (":by".into(), AttributeValue::S(change.by.clone())),
-            (":why".into(), AttributeValue::S(change.reason.clone())),
+            (":to".to_owned(), s(to)),
+            (":at".into(), n(change.at_ms)),
+            (":by".into(), s(change.by.clone())),
+            (":why".into(), s(change.reason.clone())),
         ]);
         for (i, state) in from.iter().enumerate() {
             match state {
                 None => conditions.push("attribute_not_exists(campaignId)".to_owned()),
                 Some(state) => {
                     conditions.push(format!("#s = :from{i}"));
-                    values.insert(format!(":from{i}"), AttributeValue::S((*state).into()));
+                    values.insert(format!(":from{i}"), s(*state));
                 }
             }
         }
@@ -163,7 +153,7 @@ impl CampaignsTable {
             .client
             .update_item()
             .table_name(&self.table)
-            .key("campaignId", AttributeValue::S(campaign_id.into()))
+            .key("campaignId", s(campaign_id))
             .update_expression("SET #s = :to, stateAt = :at, stateBy = :by, stateReason = :why")
             .condition_expression(conditions.join(" OR "))
             .expression_attribute_names("#s", "state")
@@ -193,7 +183,7 @@ impl CampaignsTable {
                 .table_name(&self.table)
                 .filter_expression("#s = :state")
                 .expression_attribute_names("#s", "state")
-                .expression_attribute_values(":state", AttributeValue::S(state.into()))
+                .expression_attribute_values(":state", s(state))
                 .projection_expression("campaignId")
                 .consistent_read(true)
                 .set_exclusive_start_key(start.take())
@@ -250,28 +240,22 @@ impl CampaignStates for CampaignsTable {
                 .expression_attribute_names("#e", EXPERIMENT)
                 .expression_attribute_values(
                     ":e",
-                    AttributeValue::S(serde_json::to_string(experiment).unwrap_or_default()),
+                    s(serde_json::to_string(experiment).unwrap_or_default()),
                 );
         }
         let result = request
             .table_name(&self.table)
-            .key("campaignId", AttributeValue::S(campaign.id.to_string()))
+            .key("campaignId", s(campaign.id.to_string()))
             .update_expression(update)
             .expression_attribute_names("#s", "state")
-            .expression_attribute_values(":at", AttributeValue::N(at_ms.to_string()))
-            .expression_attribute_values(":running", AttributeValue::S(RUNNING.into()))
-            .expression_attribute_values(
-                ":since",
-                AttributeValue::S(rfc3339(campaign.window.since)),
-            )
-            .expression_attribute_values(
-                ":until",
-                AttributeValue::S(rfc3339(campaign.window.until)),
-            )
-            .expression_attribute_values(":topic", AttributeValue::S(campaign.topic.to_string()))
+            .expression_attribute_values(":at", n(at_ms))
+            .expression_attribute_values(":running", s(RUNNING))
+            .expression_attribute_values(":since", s(rfc3339(campaign.window.since)))
+            .expression_attribute_values(":until", s(rfc3339(campaign.window.until)))
+            .expression_attribute_values(":topic", s(campaign.topic.to_string()))
             .expression_attribute_values(
                 ":guardrails",
-                AttributeValue::S(serde_json::to_string(guardrails).unwrap_or_default()),
+                s(serde_json::to_string(guardrails).unwrap_or_default()),
             )
             .return_values(ReturnValue::AllNew)
             .send()
@@ -297,18 +281,18 @@ impl CampaignStates for CampaignsTable {
         self.client
             .update_item()
             .table_name(&self.table)
-            .key("campaignId", AttributeValue::S(campaign.to_string()))
+            .key("campaignId", s(campaign.to_string()))
             .update_expression(
                 "SET guardrails = :guardrails, deadlineMovedAt = :at, deadlineMovedFrom = :from",
             )
             .expression_attribute_values(
                 ":guardrails",
-                AttributeValue::S(serde_json::to_string(guardrails).unwrap_or_default()),
+                s(serde_json::to_string(guardrails).unwrap_or_default()),
             )
-            .expression_attribute_values(":at", AttributeValue::N(at_ms.to_string()))
+            .expression_attribute_values(":at", n(at_ms))
             .expression_attribute_values(
                 ":from",
-                AttributeValue::S(from.map_or_else(|| "none".into(), |d| d.to_string())),
+                s(from.map_or_else(|| "none".into(), |d| d.to_string())),
             )
             .send()
             .await
@@ -326,13 +310,13 @@ impl CampaignStates for CampaignsTable {
             .client
             .update_item()
             .table_name(&self.table)
-            .key("campaignId", AttributeValue::S(campaign.to_string()))
+            .key("campaignId", s(campaign.to_string()))
             .update_expression("SET #d = :d")
             .condition_expression("attribute_exists(campaignId) AND attribute_not_exists(#d)")
             .expression_attribute_names("#d", DECISION)
             .expression_attribute_values(
                 ":d",
-                AttributeValue::S(serde_json::to_string(decision).unwrap_or_default()),
+                s(serde_json::to_string(decision).unwrap_or_default()),
             )
             .send()
             .await;
@@ -364,12 +348,12 @@ impl CampaignStates for CampaignsTable {
         self.client
             .update_item()
             .table_name(&self.table)
-            .key("campaignId", AttributeValue::S(campaign.to_string()))
+            .key("campaignId", s(campaign.to_string()))
             .update_expression("SET #segment = :counts")
             .expression_attribute_names("#segment", format!("{EXCLUDED_PREFIX}{segment}"))
             .expression_attribute_values(
                 ":counts",
-                AttributeValue::S(serde_json::to_string(counts).unwrap_or_default()),
+                s(serde_json::to_string(counts).unwrap_or_default()),
             )
             .send()
             .await

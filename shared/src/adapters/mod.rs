@@ -2,17 +2,19 @@
 //! ports (`crate::ports`) and translates its SDK's errors into our error kinds once, so the
 //! stages never match on SDK or driver types.
 
+pub mod batch_get;
 pub mod bson_ids;
 pub mod campaigns;
 pub mod directory;
-pub mod dynamo;
 pub mod event_sources;
+pub mod item;
 pub mod mongo;
 pub mod open_content;
 pub mod picks;
 pub mod preferences;
 pub mod rate_item;
 pub mod secrets;
+pub mod sends;
 pub mod ses;
 pub mod sqs;
 pub mod subscribers;

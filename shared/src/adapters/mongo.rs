@@ -1,8 +1,95 @@
-//! The MongoDB client: built once per execution environment, pool bounded by config.
+//! MongoDB: the names the adapters read and write it by (collections, fields, indexes,
+//! named once here), the follows indexes' creation, and the client, built once per
+//! execution environment with its pool bounded by config.
+//!
+//! Data model: `users {_id, email, name, subscribed: bool, locale?, timezone?, suppression?,
+//! topics?}` (`topics`: `preferences`) and `follows {followerId, followeeId, createdAt:
+//! date}`, where every id is a string or an ObjectId (`crate::domain::user_id` says how they
+//! travel outside MongoDB, `bson_ids` converts).
 
 use crate::config::{MongoConfig, SecretRef};
+use mongodb::bson::{doc, Document};
 use mongodb::options::ClientOptions;
-use mongodb::{Client, Database};
+use mongodb::{Client, Database, IndexModel};
+
+/// The users collection: one document per person.
+pub const USERS: &str = "users";
+/// The follows collection: one document per follow.
+pub const FOLLOWS: &str = "follows";
+
+/// A user's email address.
+pub const EMAIL: &str = "email";
+/// A user's name (shown in the digests and picks of their followers).
+pub const NAME: &str = "name";
+/// A user's language (a BCP 47 tag), for the digest and the preference centre.
+pub const LOCALE: &str = "locale";
+/// The user document's IANA time zone (local-time delivery); read by the audience scan.
+pub const TIMEZONE: &str = "timezone";
+/// Whether the user takes email at all.
+pub const SUBSCRIBED: &str = "subscribed";
+/// Why an address is never emailed again (a bounce, a complaint), when it is not.
+pub const SUPPRESSION: &str = "suppression";
+/// When the user last unsubscribed.
+pub const UNSUBSCRIBED_AT: &str = "unsubscribedAt";
+/// Each topic's choice (`preferences`).
+pub const TOPICS: &str = "topics";
+/// Where a `topics` value that is not a document (a string, an array, a number) is moved,
+/// as it was, when a choice is first written (`Subscribers`: MongoDB cannot write
+/// `topics.<id>` through it). Its presence keeps every topic without a choice of its own
+/// unreadable, as it was before the move: writing one choice consents to nothing else.
+pub const TOPICS_UNREADABLE: &str = "topicsUnreadable";
+
+/// A follow's follower (who follows).
+pub const FOLLOWER_ID: &str = "followerId";
+/// A follow's followee (who is followed: the user the digest is for).
+pub const FOLLOWEE_ID: &str = "followeeId";
+/// When the follow was made.
+pub const CREATED_AT: &str = "createdAt";
+
+/// Serves both the audience scan (followees in id order, window on createdAt) and the
+/// per-user enrichment and picks (one followee's newest follows in the window).
+pub const FOLLOWS_INDEX: &str = "followeeId_1_createdAt_1";
+/// Whom a user follows among some users: the follow-back check of the picks.
+pub const FOLLOW_BACK_INDEX: &str = "followerId_1_followeeId_1";
+
+/// `FOLLOWS_INDEX`'s keys.
+pub fn follows_index_keys() -> Document {
+    doc! { FOLLOWEE_ID: 1, CREATED_AT: 1 }
+}
+
+/// `FOLLOW_BACK_INDEX`'s keys.
+pub fn follow_back_keys() -> Document {
+    doc! { FOLLOWER_ID: 1, FOLLOWEE_ID: 1 }
+}
+
+/// Creates the indexes the queries rely on (idempotent; cheap when they exist): the follows
+/// index, and the follow-back index of the open-time picks (`adapters::picks`); at
+/// provisioning and deploy time (`mailctl provision`, `mailctl create-indexes`), never at a
+/// function's cold start.
+pub async fn create_indexes(db: &Database) -> mongodb::error::Result<()> {
+    let started = std::time::Instant::now();
+    for (keys, name) in [
+        (follows_index_keys(), FOLLOWS_INDEX),
+        (follow_back_keys(), FOLLOW_BACK_INDEX),
+    ] {
+        let index = IndexModel::builder()
+            .keys(keys)
+            .options(
+                mongodb::options::IndexOptions::builder()
+                    .name(name.to_string())
+                    .build(),
+            )
+            .build();
+        db.collection::<Document>(FOLLOWS)
+            .create_index(index)
+            .await?;
+    }
+    tracing::info!(
+        duration_ms = started.elapsed().as_millis() as u64,
+        "follows indexes created (or there already)"
+    );
+    Ok(())
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum MongoConnectError {

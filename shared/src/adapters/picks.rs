@@ -10,26 +10,17 @@
 //! request its bound, never its answer.
 
 use super::bson_ids as ids;
-use super::directory::{FOLLOWS, USERS};
+use super::mongo::{
+    follow_back_keys, follows_index_keys, CREATED_AT, FOLLOWEE_ID, FOLLOWER_ID, FOLLOWS, NAME,
+    SUBSCRIBED, SUPPRESSION, USERS,
+};
 use crate::domain::open_content::picks::Follower;
 use crate::domain::user_id::UserId;
 use crate::ports::{IndexCheck, PickDirectory, StoreError};
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
-use mongodb::{Database, IndexModel};
+use mongodb::Database;
 use std::collections::{HashMap, HashSet};
-
-/// Whom a user follows among some users: the follow-back check of the picks.
-pub const FOLLOW_BACK_INDEX: &str = "followerId_1_followeeId_1";
-
-fn follow_back_keys() -> Document {
-    doc! { "followerId": 1, "followeeId": 1 }
-}
-
-/// `directory::FOLLOWS_INDEX`'s keys: the recipient's newest follows.
-fn follows_keys() -> Document {
-    doc! { "followeeId": 1, "createdAt": 1 }
-}
 
 #[derive(Clone)]
 pub struct MongoPicks {
@@ -42,35 +33,18 @@ impl MongoPicks {
     }
 }
 
-/// Creates the follow-back index (idempotent): with the follows index, at provisioning and
-/// deploy time (`mailctl provision`, `mailctl create-indexes`).
-pub async fn create_index(db: &Database) -> mongodb::error::Result<()> {
-    let index = IndexModel::builder()
-        .keys(follow_back_keys())
-        .options(
-            mongodb::options::IndexOptions::builder()
-                .name(FOLLOW_BACK_INDEX.to_string())
-                .build(),
-        )
-        .build();
-    db.collection::<Document>(FOLLOWS)
-        .create_index(index)
-        .await
-        .map(|_| ())
-}
-
 /// The recipient's follows, newest first: a backwards range of the follows index.
 pub fn newest_follows(recipient: &Bson) -> (Document, Document) {
     (
-        doc! { "followeeId": recipient.clone() },
-        doc! { "followeeId": -1, "createdAt": -1 },
+        doc! { FOLLOWEE_ID: recipient.clone() },
+        doc! { FOLLOWEE_ID: -1, CREATED_AT: -1 },
     )
 }
 
 /// Which of `candidates` the recipient follows: a range of the follow-back index per
 /// candidate.
 pub fn followed_back(recipient: &Bson, candidates: &[Bson]) -> Document {
-    doc! { "followerId": recipient.clone(), "followeeId": { "$in": candidates.to_vec() } }
+    doc! { FOLLOWER_ID: recipient.clone(), FOLLOWEE_ID: { "$in": candidates.to_vec() } }
 }
 
 impl PickDirectory for MongoPicks {
@@ -86,10 +60,10 @@ impl PickDirectory for MongoPicks {
             .find(filter)
             .sort(sort)
             .limit(i64::try_from(limit).unwrap_or(i64::MAX))
-            .projection(doc! { "_id": 0, "followerId": 1 })
+            .projection(doc! { "_id": 0, FOLLOWER_ID: 1 })
             .await?
             // A follower id no user can have (a number, null, an array) is nobody to pick.
-            .try_filter_map(|d| async move { Ok(d.get("followerId").and_then(ids::from_bson)) })
+            .try_filter_map(|d| async move { Ok(d.get(FOLLOWER_ID).and_then(ids::from_bson)) })
             .try_collect()
             .await?;
         let wanted: Vec<Bson> = {
@@ -106,10 +80,10 @@ impl PickDirectory for MongoPicks {
         let back = async {
             follows
                 .find(followed_back(&me, &wanted))
-                .projection(doc! { "_id": 0, "followeeId": 1 })
+                .projection(doc! { "_id": 0, FOLLOWEE_ID: 1 })
                 .await?
                 .try_filter_map(|d| async move {
-                    Ok(d.get("followeeId")
+                    Ok(d.get(FOLLOWEE_ID)
                         .and_then(ids::from_bson)
                         .map(|id| id.to_string()))
                 })
@@ -120,12 +94,12 @@ impl PickDirectory for MongoPicks {
             self.db
                 .collection::<Document>(USERS)
                 .find(doc! { "_id": { "$in": wanted.clone() } })
-                .projection(doc! { "name": 1 })
+                .projection(doc! { NAME: 1 })
                 .await?
                 .try_filter_map(|d| async move {
                     Ok(d.get("_id").and_then(ids::from_bson).map(|id| {
                         // A name of another type is no name.
-                        (id, d.get_str("name").ok().map(str::to_owned))
+                        (id, d.get_str(NAME).ok().map(str::to_owned))
                     }))
                 })
                 .try_collect::<HashMap<UserId, Option<String>>>()
@@ -151,10 +125,10 @@ impl PickDirectory for MongoPicks {
             .db
             .collection::<Document>(USERS)
             .find_one(doc! { "_id": ids::to_bson(recipient) })
-            .projection(doc! { "subscribed": 1, "suppression": 1 })
+            .projection(doc! { SUBSCRIBED: 1, SUPPRESSION: 1 })
             .await?;
         Ok(user.is_some_and(|u| {
-            u.get_bool("subscribed").unwrap_or(false) && !u.contains_key("suppression")
+            u.get_bool(SUBSCRIBED).unwrap_or(false) && !u.contains_key(SUPPRESSION)
         }))
     }
 
@@ -181,7 +155,7 @@ impl PickDirectory for MongoPicks {
             Err(e) => return Err(e.into()),
         };
         let missing: Vec<String> = [
-            (follows_keys(), "the audience scan, the enrichment and the picks"),
+            (follows_index_keys(), "the audience scan, the enrichment and the picks"),
             (follow_back_keys(), "the follow-back picks"),
         ]
         .into_iter()

@@ -7,17 +7,9 @@
 //! earlier `topics` that was not a document was moved aside to `topicsUnreadable`: then it
 //! stays unreadable (not sent) until the user chooses.
 
+use super::mongo::{SUBSCRIBED, SUPPRESSION, TOPICS, TOPICS_UNREADABLE};
 use crate::domain::topics::{Choice, Overall, Preferences, Standing, TopicId, Topics};
 use mongodb::bson::{doc, Bson, Document};
-
-pub const SUBSCRIBED: &str = "subscribed";
-pub const SUPPRESSION: &str = "suppression";
-pub const TOPICS: &str = "topics";
-/// Where a `topics` value that is not a document (a string, an array, a number) is moved,
-/// as it was, when a choice is first written (`Subscribers`: MongoDB cannot write
-/// `topics.<id>` through it). Its presence keeps every topic without a choice of its own
-/// unreadable, as it was before the move: writing one choice consents to nothing else.
-pub const TOPICS_UNREADABLE: &str = "topicsUnreadable";
 
 /// `topics.<id>.subscribed`: the field a topic's choice is kept in.
 pub fn choice_field(topic: &TopicId) -> String {

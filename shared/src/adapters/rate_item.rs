@@ -17,34 +17,21 @@
 //! SendEmail outruns its queue and most batches are partial (docs/benchmarks.md).
 
 use super::describe;
+use super::item::{n, number, s, Item};
 use crate::domain::send_rate::{RateSource, SharedRate, Slots};
 use crate::ports::{RateBucket, RateError, RateView, SlotRequest, Taken};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
-use std::collections::HashMap;
 
 /// The item's key in the campaigns table.
 pub const RATE_ITEM_KEY: &str = "#send-rate";
-
-type Item = HashMap<String, AttributeValue>;
 
 #[derive(Clone)]
 pub struct RateItem {
     client: Client,
     table: String,
-}
-
-fn n(value: impl ToString) -> AttributeValue {
-    AttributeValue::N(value.to_string())
-}
-
-fn number<T: std::str::FromStr>(item: &Item, key: &str) -> Option<T> {
-    match item.get(key) {
-        Some(AttributeValue::N(v)) => v.parse().ok(),
-        _ => None,
-    }
 }
 
 fn view(item: &Item) -> RateView {
@@ -115,7 +102,7 @@ impl RateItem {
         self.client
             .update_item()
             .table_name(&self.table)
-            .key("campaignId", AttributeValue::S(RATE_ITEM_KEY.into()))
+            .key("campaignId", s(RATE_ITEM_KEY))
             .return_values(ReturnValue::AllNew)
     }
 }
@@ -210,7 +197,7 @@ impl RateBucket for RateItem {
             .expression_attribute_values(":lowered", n(next.lowered_at_ms))
             .expression_attribute_values(":rate", n(next.rate))
             .expression_attribute_values(":ceiling", n(next.ceiling))
-            .expression_attribute_values(":source", AttributeValue::S(next.source.as_str().into()))
+            .expression_attribute_values(":source", s(next.source.as_str()))
             .expression_attribute_values(":at", n(next.changed_at_ms));
         let request = match seen {
             None => request.condition_expression("attribute_not_exists(rateChangedAt)"),
@@ -230,7 +217,7 @@ impl RateBucket for RateItem {
             .client
             .get_item()
             .table_name(&self.table)
-            .key("campaignId", AttributeValue::S(RATE_ITEM_KEY.into()))
+            .key("campaignId", s(RATE_ITEM_KEY))
             .consistent_read(true)
             .send()
             .await

@@ -67,6 +67,30 @@ impl OutgoingQueue for SqsQueue {
 }
 
 impl SqsQueue {
+    /// The SendMessageBatch entries of the `pending` bodies, each id its index in `bodies`.
+    fn entries(
+        &self,
+        bodies: &[String],
+        pending: &[usize],
+        delay_seconds: u32,
+    ) -> Result<Vec<SendMessageBatchRequestEntry>, QueueError> {
+        pending
+            .iter()
+            .map(|&i| {
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(&bodies[i])
+                    .set_delay_seconds((delay_seconds > 0).then_some(delay_seconds as i32))
+                    .build()
+                    .map_err(|e| QueueError::Call {
+                        queue: self.url.clone(),
+                        operation: "SendMessageBatch",
+                        detail: e.to_string(),
+                    })
+            })
+            .collect()
+    }
+
     async fn send_entries(
         &self,
         bodies: &[String],
@@ -83,21 +107,7 @@ impl SqsQueue {
                 report.retried += pending.len();
                 tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
             }
-            let entries = pending
-                .iter()
-                .map(|&i| {
-                    SendMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .message_body(&bodies[i])
-                        .set_delay_seconds((delay_seconds > 0).then_some(delay_seconds as i32))
-                        .build()
-                        .map_err(|e| QueueError::Call {
-                            queue: self.url.clone(),
-                            operation: "SendMessageBatch",
-                            detail: e.to_string(),
-                        })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+            let entries = self.entries(bodies, &pending, delay_seconds)?;
             let out = match self
                 .client
                 .send_message_batch()

@@ -5,14 +5,16 @@
 //! idempotent: a repeated request or event finds it done and keeps the first time and
 //! reason.
 
-use super::directory::USERS;
+use super::mongo::{
+    LOCALE, SUBSCRIBED, SUPPRESSION, TOPICS, TOPICS_UNREADABLE, UNSUBSCRIBED_AT, USERS,
+};
 use crate::domain::ledger::SendKey;
 use crate::domain::user_id::UserId;
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::error::{ErrorKind, WriteFailure};
 use mongodb::{Collection, Database};
 
-use super::preferences::{self, SUBSCRIBED, TOPICS, TOPICS_UNREADABLE};
+use super::preferences;
 use crate::domain::topics::{Preferences, Save, Standing, TopicId, Topics};
 pub use crate::ports::{Change, StoreError, SuppressionReason};
 use crate::ports::{ChangedVia, SubscriberStore, UserStandings};
@@ -186,10 +188,10 @@ impl SubscriberStore for Subscribers {
     ) -> Result<Change, StoreError> {
         self.change(
             key.user_id(),
-            doc! { "subscribed": { "$ne": false } },
+            doc! { SUBSCRIBED: { "$ne": false } },
             doc! {
-                "subscribed": false,
-                "unsubscribedAt": DateTime::from_millis(at_ms),
+                SUBSCRIBED: false,
+                UNSUBSCRIBED_AT: DateTime::from_millis(at_ms),
                 "unsubscribedFrom": { "list": list, "campaignId": key.campaign_id() },
             },
         )
@@ -224,10 +226,10 @@ impl SubscriberStore for Subscribers {
         let user = self
             .users
             .find_one(doc! { "_id": id })
-            .projection(doc! { SUBSCRIBED: 1, TOPICS: 1, TOPICS_UNREADABLE: 1, "locale": 1 })
+            .projection(doc! { SUBSCRIBED: 1, TOPICS: 1, TOPICS_UNREADABLE: 1, LOCALE: 1 })
             .await?;
         Ok(user.map(|user| {
-            let locale = user.get_str("locale").ok().map(str::to_owned);
+            let locale = user.get_str(LOCALE).ok().map(str::to_owned);
             (preferences::preferences(&user, topics), locale)
         }))
     }
@@ -274,9 +276,9 @@ impl SubscriberStore for Subscribers {
     ) -> Result<Change, StoreError> {
         self.change(
             key.user_id(),
-            doc! { "suppression": { "$exists": false } },
+            doc! { SUPPRESSION: { "$exists": false } },
             doc! {
-                "suppression": {
+                SUPPRESSION: {
                     "reason": reason.as_str(),
                     "detail": detail,
                     "campaignId": key.campaign_id(),

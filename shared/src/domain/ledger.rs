@@ -1,5 +1,5 @@
 //! The sends ledger: the exactly-once state machine (docs/exactly-once.md), as pure types.
-//! `adapters::dynamo` stores it in DynamoDB with conditional writes.
+//! `adapters::sends` stores it in DynamoDB with conditional writes.
 //!
 //! ```text
 //!   (none) --claim--> IN_PROGRESS --mark_sent--> SENT        (final)

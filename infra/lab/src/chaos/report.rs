@@ -5,7 +5,7 @@ use super::faults::Unrecorded;
 use super::runs::RunOutcome;
 use super::ChaosOptions;
 use anyhow::Result;
-use mailflow::adapters::dynamo::SendRecord;
+use mailflow::adapters::sends::SendRecord;
 use mailflow::domain::ledger::SendStatus;
 use mailflow_local::names;
 use mailflow_local::pipeline::SeededStack;

@@ -374,7 +374,7 @@ pub async fn pick(
             let records =
                 mailflow_local::ledger_scan::records(&dynamo, &target.sends_table, campaign)
                     .await?;
-            let tallies = mailflow::adapters::dynamo::experiment_tallies(&records, &experiment);
+            let tallies = mailflow::adapters::sends::experiment_tallies(&records, &experiment);
             let now_ms = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
             let decided =
                 mailflow::domain::experiment::decide(&experiment, &tallies, variant, now_ms);

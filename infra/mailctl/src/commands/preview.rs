@@ -181,7 +181,7 @@ pub async fn plan(
         caps: send.caps.clone(),
         quiet: send.quiet_hours,
         fallback_zone: send.fallback_zone.clone(),
-        history: mailflow::adapters::dynamo::DynamoLedger::new(
+        history: mailflow::adapters::sends::SendsLedger::new(
             aws_sdk_dynamodb::Client::new(sdk),
             &send.sends_table_name,
             send.retention_days,

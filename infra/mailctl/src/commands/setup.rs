@@ -53,7 +53,7 @@ pub async fn create_indexes(sdk: &aws_config::SdkConfig, database: String) -> Re
     };
     let db = mailflow::adapters::mongo::connect(&mongo, sdk, "mailctl").await?;
     let started = std::time::Instant::now();
-    mailflow::adapters::directory::create_indexes(&db).await?;
+    mailflow::adapters::mongo::create_indexes(&db).await?;
     mailflow::adapters::directory::check_indexes(&db).await?;
     println!(
         "indexes of {} in place ({} ms): the functions will find them",

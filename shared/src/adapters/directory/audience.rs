@@ -11,8 +11,11 @@
 //! after a checkpoint (the last user id enqueued), which is how GetUsers continues a large
 //! audience in a fresh invocation.
 
-use super::{follows_index_keys, window_filter, FOLLOWS, TIMEZONE, USERS};
+use super::window_filter;
 use crate::adapters::bson_ids::{self as ids, from_bson, type_name};
+use crate::adapters::mongo::{
+    follows_index_keys, CREATED_AT, FOLLOWEE_ID, FOLLOWS, TIMEZONE, USERS,
+};
 use crate::adapters::preferences;
 use crate::domain::campaign::Window;
 use crate::domain::digest::{OddFollow, OddFollows};
@@ -84,7 +87,7 @@ const CURSOR_BATCH: u32 = 1000;
 impl Audience {
     /// The audience filter on follows for one id type, exposed so a test can `explain` it.
     pub fn follows_filter(window: &Window, kind: IdType, after: Option<&UserId>) -> Document {
-        doc! { "followeeId": kind.range(after), "createdAt": window_filter(window) }
+        doc! { FOLLOWEE_ID: kind.range(after), CREATED_AT: window_filter(window) }
     }
 
     /// The users filter for one id type (an `_id` range only: the audience rule is applied
@@ -142,8 +145,8 @@ impl Audience {
         let followees = db
             .collection::<Document>(FOLLOWS)
             .find(Self::follows_filter(window, kind, after))
-            .sort(doc! { "followeeId": 1 })
-            .projection(doc! { "_id": 0, "followeeId": 1 })
+            .sort(doc! { FOLLOWEE_ID: 1 })
+            .projection(doc! { "_id": 0, FOLLOWEE_ID: 1 })
             .hint(Self::follows_hint())
             .batch_size(CURSOR_BATCH)
             .await?;
@@ -211,7 +214,7 @@ impl Audience {
             ] }
         };
         let pipeline = [
-            doc! { "$match": { "createdAt": window_filter(window) } },
+            doc! { "$match": { CREATED_AT: window_filter(window) } },
             doc! { "$group": {
                 "_id": Bson::Null,
                 "followees": { "$sum": { "$cond": [usable("$followeeId"), 0, 1] } },
@@ -234,21 +237,21 @@ impl Audience {
             return Ok(odd);
         }
         let filter = doc! {
-            "createdAt": window_filter(window),
+            CREATED_AT: window_filter(window),
             // `$type` matches an array by its elements: arrays are named on their own.
             "$or": [
-                { "followeeId": { "$not": { "$type": ["string", "objectId"] } } },
-                { "followeeId": { "$type": "array" } },
-                { "followeeId": "" },
+                { FOLLOWEE_ID: { "$not": { "$type": ["string", "objectId"] } } },
+                { FOLLOWEE_ID: { "$type": "array" } },
+                { FOLLOWEE_ID: "" },
             ],
         };
         let described = follows
             .find(filter)
-            .projection(doc! { "_id": 1, "followeeId": 1 })
+            .projection(doc! { "_id": 1, FOLLOWEE_ID: 1 })
             .limit(limit)
             .await?
             .map_ok(|d| OddFollow {
-                reason: ids::bad_field(FOLLOWS, &d, "followeeId", "a string or an ObjectId"),
+                reason: ids::bad_field(FOLLOWS, &d, FOLLOWEE_ID, "a string or an ObjectId"),
             })
             .try_collect()
             .await?;
@@ -307,7 +310,7 @@ impl Pass {
     /// The next distinct followee (follows arrive sorted, so duplicates are adjacent).
     async fn next_followee(&mut self) -> mongodb::error::Result<Option<UserId>> {
         while let Some(key) = self.followees.try_next().await? {
-            let Some(id) = self.id_of(&key, "followeeId", FOLLOWS) else {
+            let Some(id) = self.id_of(&key, FOLLOWEE_ID, FOLLOWS) else {
                 continue;
             };
             if self.last_followee.as_ref() != Some(&id) {

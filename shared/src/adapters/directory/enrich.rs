@@ -1,8 +1,11 @@
 //! Enrichment: everything one user's email needs, read afresh from MongoDB (the queue message
 //! is trusted for nothing but the user id and the window).
 
-use super::{window_filter, FOLLOWS, USERS};
+use super::window_filter;
 use crate::adapters::bson_ids as ids;
+use crate::adapters::mongo::{
+    CREATED_AT, EMAIL, FOLLOWEE_ID, FOLLOWER_ID, FOLLOWS, LOCALE, NAME, SUBSCRIBED, USERS,
+};
 use crate::adapters::preferences;
 use crate::domain::campaign::Window;
 use crate::domain::digest::{printable_name, Digest, Enrichment, SkipReason};
@@ -32,33 +35,7 @@ pub(super) async fn enrich_many(
     topic: &Topic,
     shown: u32,
 ) -> mongodb::error::Result<Vec<Enrichment>> {
-    let wanted: Vec<Bson> = user_ids.iter().map(ids::to_bson).collect();
-    let documents: HashMap<UserId, Document> = db
-        .collection::<Document>(USERS)
-        .find(doc! { "_id": { "$in": wanted } })
-        .await?
-        .try_filter_map(
-            |d| async move { Ok(d.get("_id").and_then(ids::from_bson).map(|id| (id, d))) },
-        )
-        .try_collect()
-        .await?;
-    // Each user's profile, or why they get nothing.
-    let profiles: Vec<Result<Profile, SkipReason>> = user_ids
-        .iter()
-        .map(|id| {
-            let Some(user) = documents.get(id) else {
-                return Err(SkipReason::Vanished);
-            };
-            match Profile::read(user, topic) {
-                Ok(read) => read,
-                Err(detail) => {
-                    // Names the collection, the document and the field; never the address.
-                    tracing::warn!(%detail, "user skipped: a field of the wrong type");
-                    Err(SkipReason::InvalidDocument)
-                }
-            }
-        })
-        .collect();
+    let profiles = profiles(db, user_ids, topic).await?;
     let sendable: Vec<UserId> = user_ids
         .iter()
         .zip(&profiles)
@@ -86,30 +63,12 @@ pub(super) async fn enrich_many(
             enrichments.push(Enrichment::Skip(SkipReason::NoNewFollowers));
             continue;
         }
-        let mut recent: Vec<String> = newest
-            .iter()
-            .filter_map(|id| named.get(id).cloned())
-            .take(shown as usize)
-            .collect();
-        // Fewer named than wanted among the first page, and more followers than it held.
-        let mut skip = newest.len();
-        while recent.len() < shown as usize && (skip as u64) < count {
-            let page = newest_followers(db, std::slice::from_ref(user_id), window, skip).await?;
-            let page = page
-                .get(user_id)
-                .map(|(_, p)| p.clone())
-                .unwrap_or_default();
-            if page.is_empty() {
-                break;
-            }
-            skip += page.len();
-            let page_names = names(db, &page).await?;
-            recent.extend(
-                page.iter()
-                    .filter_map(|id| page_names.get(id).cloned())
-                    .take(shown as usize - recent.len()),
-            );
-        }
+        let followers = Followers {
+            count,
+            newest: &newest,
+            named: &named,
+        };
+        let recent = recent_names(db, user_id, window, followers, shown).await?;
         enrichments.push(Enrichment::Ready(Digest {
             user_id: user_id.to_string(),
             email: profile.email,
@@ -120,6 +79,87 @@ pub(super) async fn enrich_many(
         }));
     }
     Ok(enrichments)
+}
+
+/// Each user's profile, in their order, or why they get nothing: one `$in` over their
+/// documents.
+async fn profiles(
+    db: &Database,
+    user_ids: &[UserId],
+    topic: &Topic,
+) -> mongodb::error::Result<Vec<Result<Profile, SkipReason>>> {
+    let wanted: Vec<Bson> = user_ids.iter().map(ids::to_bson).collect();
+    let documents: HashMap<UserId, Document> = db
+        .collection::<Document>(USERS)
+        .find(doc! { "_id": { "$in": wanted } })
+        .await?
+        .try_filter_map(
+            |d| async move { Ok(d.get("_id").and_then(ids::from_bson).map(|id| (id, d))) },
+        )
+        .try_collect()
+        .await?;
+    Ok(user_ids
+        .iter()
+        .map(|id| {
+            let Some(user) = documents.get(id) else {
+                return Err(SkipReason::Vanished);
+            };
+            match Profile::read(user, topic) {
+                Ok(read) => read,
+                Err(detail) => {
+                    // Names the collection, the document and the field; never the address.
+                    tracing::warn!(%detail, "user skipped: a field of the wrong type");
+                    Err(SkipReason::InvalidDocument)
+                }
+            }
+        })
+        .collect())
+}
+
+/// One user's new followers as the batch read them: how many, the first page of the
+/// newest, and the names found among the batch's.
+struct Followers<'a> {
+    count: u64,
+    newest: &'a [UserId],
+    named: &'a HashMap<UserId, String>,
+}
+
+/// The newest `shown` followers who can be named: from the batch's first page, then, when
+/// fewer were named than wanted and the user has more followers, from further pages of
+/// their own.
+async fn recent_names(
+    db: &Database,
+    user_id: &UserId,
+    window: &Window,
+    followers: Followers<'_>,
+    shown: u32,
+) -> mongodb::error::Result<Vec<String>> {
+    let mut recent: Vec<String> = followers
+        .newest
+        .iter()
+        .filter_map(|id| followers.named.get(id).cloned())
+        .take(shown as usize)
+        .collect();
+    // Fewer named than wanted among the first page, and more followers than it held.
+    let mut skip = followers.newest.len();
+    while recent.len() < shown as usize && (skip as u64) < followers.count {
+        let page = newest_followers(db, std::slice::from_ref(user_id), window, skip).await?;
+        let page = page
+            .get(user_id)
+            .map(|(_, p)| p.clone())
+            .unwrap_or_default();
+        if page.is_empty() {
+            break;
+        }
+        skip += page.len();
+        let page_names = names(db, &page).await?;
+        recent.extend(
+            page.iter()
+                .filter_map(|id| page_names.get(id).cloned())
+                .take(shown as usize - recent.len()),
+        );
+    }
+    Ok(recent)
 }
 
 /// For each of `followees`: how many distinct followers (with a usable id, themselves
@@ -137,9 +177,9 @@ async fn newest_followers(
     let wanted: Vec<Bson> = followees.iter().map(ids::to_bson).collect();
     let pipeline = [
         doc! { "$match": {
-            "followeeId": { "$in": wanted },
-            "createdAt": window_filter(window),
-            "followerId": { "$type": ["string", "objectId"], "$ne": "" },
+            FOLLOWEE_ID: { "$in": wanted },
+            CREATED_AT: window_filter(window),
+            FOLLOWER_ID: { "$type": ["string", "objectId"], "$ne": "" },
         } },
         // `$type` and `$in` above also match an array holding such a value: only a follow
         // whose ids are themselves a string or an ObjectId counts, and following oneself
@@ -198,11 +238,11 @@ async fn names(
     let wanted: Vec<Bson> = wanted.iter().map(ids::to_bson).collect();
     db.collection::<Document>(USERS)
         .find(doc! { "_id": { "$in": wanted } })
-        .projection(doc! { "name": 1 })
+        .projection(doc! { NAME: 1 })
         .await?
         .try_filter_map(|d| async move {
             let id = d.get("_id").and_then(ids::from_bson);
-            let name = match d.get("name") {
+            let name = match d.get(NAME) {
                 Some(Bson::String(n)) => printable_name(n),
                 _ => None,
             };
@@ -231,24 +271,24 @@ impl Profile {
             Some(Exclusion::Suppressed) => return Ok(Err(SkipReason::Suppressed)),
             Some(Exclusion::LeftTopic) => return Ok(Err(SkipReason::LeftTopic)),
             Some(Exclusion::Unreadable) => {
-                let field = match user.get(preferences::SUBSCRIBED) {
+                let field = match user.get(SUBSCRIBED) {
                     Some(Bson::Boolean(_) | Bson::Null) | None => {
                         preferences::choice_field(&topic.id)
                     }
-                    Some(_) => preferences::SUBSCRIBED.to_owned(),
+                    Some(_) => SUBSCRIBED.to_owned(),
                 };
                 return Err(bad(&field, "true or false"));
             }
         }
-        let email = match optional_text(user, "email") {
+        let email = match optional_text(user, EMAIL) {
             Ok(Some(email)) => email,
             Ok(None) => return Ok(Err(SkipReason::NoAddress)),
-            Err(()) => return Err(bad("email", "a string")),
+            Err(()) => return Err(bad(EMAIL, "a string")),
         };
-        let name = optional_text(user, "name")
-            .map_err(|()| bad("name", "a string"))?
+        let name = optional_text(user, NAME)
+            .map_err(|()| bad(NAME, "a string"))?
             .and_then(|name| printable_name(&name));
-        let locale = optional_text(user, "locale").map_err(|()| bad("locale", "a string"))?;
+        let locale = optional_text(user, LOCALE).map_err(|()| bad(LOCALE, "a string"))?;
         Ok(Ok(Self {
             email,
             name,

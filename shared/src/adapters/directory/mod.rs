@@ -1,35 +1,20 @@
 //! The user directory on MongoDB (`ports::UserDirectory`): the audience (`audience`) and
 //! each user's digest (`enrich`), read from two collections.
-//!
-//! Data model: `users {_id, email, name, subscribed: bool, locale?, suppression?, topics?}`
-//! (`topics`: `crate::adapters::preferences`) and
-//! `follows {followerId, followeeId, createdAt: date}`, where every id is a string or an
-//! ObjectId (`crate::domain::user_id` says how they travel outside MongoDB, `bson_ids` converts).
+//! The collections, their fields and the indexes are named in `adapters::mongo`.
 
 mod audience;
 mod enrich;
 
 pub use audience::{Audience, IdType};
 
+use super::mongo::{follows_index_keys, FOLLOWS};
 use crate::domain::campaign::Window;
 use crate::domain::digest::{Enrichment, OddFollows};
 use crate::domain::topics::Topic;
 use crate::domain::user_id::UserId;
 use crate::ports::{StoreError, UserDirectory};
 use mongodb::bson::doc;
-use mongodb::{Database, IndexModel};
-
-pub const USERS: &str = "users";
-pub const FOLLOWS: &str = "follows";
-/// The user document's IANA time zone (local-time delivery); read by the audience scan.
-pub const TIMEZONE: &str = "timezone";
-/// Serves both the audience scan (followees in id order, window on createdAt) and the
-/// per-user enrichment (one followee's newest follows in the window).
-pub const FOLLOWS_INDEX: &str = "followeeId_1_createdAt_1";
-
-fn follows_index_keys() -> mongodb::bson::Document {
-    doc! { "followeeId": 1, "createdAt": 1 }
-}
+use mongodb::Database;
 
 /// The users and follows collections of one database.
 #[derive(Clone)]
@@ -118,31 +103,6 @@ pub async fn check_indexes(db: &Database) -> Result<(), StoreError> {
         "the index {wanted} on {}.{FOLLOWS} is missing: the audience scan and the enrichment need it; create it before a campaign with `mailctl create-indexes` (see docs/deploying.md) or as `db.{FOLLOWS}.createIndex({wanted})`",
         db.name()
     )))
-}
-
-/// Creates the indexes the queries rely on (idempotent; cheap when they exist): the follows
-/// index, and the follow-back index of the open-time picks (`adapters::picks`); at
-/// provisioning and deploy time (`mailctl provision`, `mailctl create-indexes`), never at a
-/// function's cold start.
-pub async fn create_indexes(db: &Database) -> mongodb::error::Result<()> {
-    let index = IndexModel::builder()
-        .keys(follows_index_keys())
-        .options(
-            mongodb::options::IndexOptions::builder()
-                .name(FOLLOWS_INDEX.to_string())
-                .build(),
-        )
-        .build();
-    let started = std::time::Instant::now();
-    db.collection::<mongodb::bson::Document>(FOLLOWS)
-        .create_index(index)
-        .await?;
-    crate::adapters::picks::create_index(db).await?;
-    tracing::info!(
-        duration_ms = started.elapsed().as_millis() as u64,
-        "follows indexes created (or there already)"
-    );
-    Ok(())
 }
 
 fn bson_time(t: time::OffsetDateTime) -> mongodb::bson::DateTime {

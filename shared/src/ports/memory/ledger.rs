@@ -1,4 +1,4 @@
-//! A ledger with the same conditions as the DynamoDB one (`adapters::dynamo`).
+//! A ledger with the same conditions as the DynamoDB one (`adapters::sends`).
 
 use crate::domain::guardrails::{CapHistory, Skip};
 use crate::domain::ledger::{

@@ -1,5 +1,5 @@
 //! In-memory stand-ins for the ports, for unit tests of the stages' decisions: a ledger
-//! with the same conditions as the DynamoDB one (`adapters::dynamo`), a mailer that answers
+//! with the same conditions as the DynamoDB one (`adapters::sends`), a mailer that answers
 //! from a script, a queue that records the retry delays it is asked for, an outbox that
 //! keeps what is put on it, send records and subscribers for the SES events, and a user
 //! directory (`directory`), and the stack's rate item (`rate`). The lab's rate runs use them

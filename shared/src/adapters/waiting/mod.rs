@@ -13,14 +13,18 @@
 //! (`delivery`, which `mailctl resend` reuses), and the users SendEmail handed back to a slot
 //! at the end of their quiet hours (`quiet<slot ms>`, a number).
 
+mod report;
+mod schedules;
+
+pub use report::read_report;
+
 use super::describe;
+use super::item::{n, s, text};
 use crate::domain::campaign::CampaignId;
 use crate::domain::local_time::{LocalDelivery, LocalTimeCounts, SlotRelease, WaitingReport};
 use crate::ports::{ReleasePosition, SlotSchedule, StoreError, WaitingPage, WaitingRoom};
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, PutRequest, Select, WriteRequest};
+use aws_sdk_dynamodb::types::{DeleteRequest, PutRequest, Select, WriteRequest};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::time::Duration;
 
 /// Shards per slot: BatchWriteItem spreads a slot's users over this many partitions.
@@ -56,21 +60,6 @@ fn shard_of(user_id: &str) -> u8 {
     (hash % u32::from(SHARDS)) as u8
 }
 
-/// A schedule's name: at most 64 characters, unique per campaign, slot and kind.
-pub fn schedule_name(campaign: &CampaignId, schedule: SlotSchedule) -> String {
-    let digest = Sha256::digest(campaign.as_str().as_bytes());
-    let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
-    let kind = if schedule.sweep { "sweep" } else { "release" };
-    format!("{kind}-{hex}-{}", schedule.slot_ms)
-}
-
-/// `at(...)`, the one-time schedule expression: whole seconds, UTC, never before `at_ms`.
-pub fn at_expression(at_ms: i64) -> String {
-    let seconds = at_ms.div_euclid(1000) + i64::from(at_ms.rem_euclid(1000) > 0);
-    let at = jiff::Timestamp::from_second(seconds).unwrap_or(jiff::Timestamp::MAX);
-    format!("at({})", at.strftime("%Y-%m-%dT%H:%M:%S"))
-}
-
 fn store_error(what: &str, detail: String) -> StoreError {
     StoreError(format!("waiting table: {what} failed: {detail}"))
 }
@@ -85,12 +74,9 @@ impl WaitingRoom for WaitingTable {
         let mut requests: Vec<WriteRequest> = Vec::with_capacity(users.len());
         for (user_id, body) in users {
             let put = PutRequest::builder()
-                .item(
-                    "slot",
-                    AttributeValue::S(slot_key(campaign, at_ms, shard_of(user_id))),
-                )
-                .item("userId", AttributeValue::S(user_id.clone()))
-                .item("body", AttributeValue::S(body.clone()))
+                .item("slot", s(slot_key(campaign, at_ms, shard_of(user_id))))
+                .item("userId", s(user_id.clone()))
+                .item("body", s(body.clone()))
                 .build()
                 .map_err(|e| store_error("BatchWriteItem", e.to_string()))?;
             requests.push(WriteRequest::builder().put_request(put).build());
@@ -107,11 +93,8 @@ impl WaitingRoom for WaitingTable {
         let mut requests: Vec<WriteRequest> = Vec::with_capacity(user_ids.len());
         for user_id in user_ids {
             let delete = DeleteRequest::builder()
-                .key(
-                    "slot",
-                    AttributeValue::S(slot_key(campaign, at_ms, shard_of(user_id))),
-                )
-                .key("userId", AttributeValue::S(user_id.clone()))
+                .key("slot", s(slot_key(campaign, at_ms, shard_of(user_id))))
+                .key("userId", s(user_id.clone()))
                 .build()
                 .map_err(|e| store_error("BatchWriteItem", e.to_string()))?;
             requests.push(WriteRequest::builder().delete_request(delete).build());
@@ -148,14 +131,11 @@ impl WaitingRoom for WaitingTable {
             .consistent_read(true)
             .limit(limit.clamp(1, 1000) as i32)
             .projection_expression("userId, body")
-            .expression_attribute_values(
-                ":slot",
-                AttributeValue::S(slot_key(campaign, at_ms, physical)),
-            );
+            .expression_attribute_values(":slot", s(slot_key(campaign, at_ms, physical)));
         query = match &from.after {
             Some(after) => query
                 .key_condition_expression("slot = :slot AND userId > :after")
-                .expression_attribute_values(":after", AttributeValue::S(after.clone())),
+                .expression_attribute_values(":after", s(after.clone())),
             None => query.key_condition_expression("slot = :slot"),
         };
         let out = query
@@ -163,10 +143,6 @@ impl WaitingRoom for WaitingTable {
             .await
             .map_err(|e| store_error("Query", describe(&e)))?;
         let items = out.items.unwrap_or_default();
-        let text = |item: &HashMap<String, AttributeValue>, key: &str| match item.get(key) {
-            Some(AttributeValue::S(s)) => Some(s.clone()),
-            _ => None,
-        };
         let users: Vec<(String, String)> = items
             .iter()
             .filter_map(|i| Some((text(i, "userId")?, text(i, "body")?)))
@@ -218,11 +194,11 @@ impl WaitingRoom for WaitingTable {
         self.dynamodb
             .update_item()
             .table_name(&self.table)
-            .key("slot", AttributeValue::S(report_key(campaign)))
-            .key("userId", AttributeValue::S("-".into()))
+            .key("slot", s(report_key(campaign)))
+            .key("userId", s("-"))
             .update_expression("ADD #a :n")
             .expression_attribute_names("#a", format!("quiet{at_ms}"))
-            .expression_attribute_values(":n", AttributeValue::N(users.to_string()))
+            .expression_attribute_values(":n", n(users))
             .send()
             .await
             .map_err(|e| store_error("UpdateItem", describe(&e)))?;
@@ -246,73 +222,6 @@ impl WaitingRoom for WaitingTable {
 
     async fn report(&self, campaign: &CampaignId) -> Result<Option<WaitingReport>, StoreError> {
         read_report(&self.dynamodb, &self.table, campaign).await
-    }
-}
-
-/// What the waiting table records of a campaign's local-time delivery (`mailctl status`),
-/// with the users still waiting in each slot.
-pub async fn read_report(
-    dynamodb: &aws_sdk_dynamodb::Client,
-    table: &str,
-    campaign: &CampaignId,
-) -> Result<Option<WaitingReport>, StoreError> {
-    {
-        let out = dynamodb
-            .get_item()
-            .table_name(table)
-            .key("slot", AttributeValue::S(report_key(campaign)))
-            .key("userId", AttributeValue::S("-".into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem", describe(&e)))?;
-        let Some(item) = out.item else {
-            return Ok(None);
-        };
-        let mut report = WaitingReport::default();
-        for (name, value) in &item {
-            if let (Some(slot), AttributeValue::N(n)) = (name.strip_prefix("quiet"), value) {
-                if let (Ok(slot), Ok(n)) = (slot.parse::<i64>(), n.parse::<u64>()) {
-                    *report.quiet_held.entry(slot).or_default() += n;
-                }
-                continue;
-            }
-            let AttributeValue::S(json) = value else {
-                continue;
-            };
-            if name == "delivery" {
-                report.delivery = serde_json::from_str(json).ok();
-            } else if let Some(key) = name.strip_prefix("segment") {
-                if let Ok(counts) = serde_json::from_str::<LocalTimeCounts>(json) {
-                    // `segment<run started ms>.<N>`; `segment<N>` from before runs were
-                    // kept apart counts as a run of its own (0).
-                    let run = key
-                        .split_once('.')
-                        .and_then(|(run, _)| run.parse().ok())
-                        .unwrap_or(0);
-                    report.add_segment(run, &counts);
-                }
-            } else if name.starts_with("release") || name.starts_with("sweep") {
-                if let Ok(release) = serde_json::from_str::<SlotRelease>(json) {
-                    report.releases.push(release);
-                }
-            }
-        }
-        report.releases.sort_by_key(|r| (r.slot_ms, r.sweep));
-        // Counted a few at once: every slot but those swept and reconciled (a slot whose
-        // release looks complete may still hold a hold that landed late).
-        use futures::stream::{self, StreamExt, TryStreamExt};
-        let counted: Vec<(i64, u64)> = stream::iter(report.slots_to_count())
-            .map(|slot| async move {
-                Ok::<_, StoreError>((slot, count_waiting(dynamodb, table, campaign, slot).await?))
-            })
-            .buffer_unordered(8)
-            .try_collect()
-            .await?;
-        report
-            .waiting_now
-            .extend(counted.into_iter().filter(|(_, n)| *n > 0));
-        Ok(Some(report))
     }
 }
 
@@ -353,88 +262,6 @@ impl WaitingTable {
         }
         Ok(())
     }
-
-    async fn create_schedule(
-        &self,
-        campaign: &CampaignId,
-        schedule: SlotSchedule,
-        target_arn: &str,
-        event: &Value,
-    ) -> Result<(), StoreError> {
-        use aws_sdk_scheduler::types::{
-            ActionAfterCompletion, DeadLetterConfig, FlexibleTimeWindow, FlexibleTimeWindowMode,
-            RetryPolicy, Target,
-        };
-        // Retried for a day (Scheduler's longest), then on the DLQ and its alarm: a slot is
-        // never dropped silently.
-        let retry = RetryPolicy::builder()
-            .maximum_event_age_in_seconds(86_400)
-            .maximum_retry_attempts(185)
-            .build();
-        let target = Target::builder()
-            .arn(target_arn)
-            .role_arn(&self.scheduler_role_arn)
-            .input(event.to_string())
-            .retry_policy(retry)
-            .dead_letter_config(
-                DeadLetterConfig::builder()
-                    .arn(&self.dead_letter_arn)
-                    .build(),
-            )
-            .build()
-            .map_err(|e| store_error("CreateSchedule", e.to_string()))?;
-        let window = FlexibleTimeWindow::builder()
-            .mode(FlexibleTimeWindowMode::Off)
-            .build()
-            .map_err(|e| store_error("CreateSchedule", e.to_string()))?;
-        let created = self
-            .scheduler
-            .create_schedule()
-            .name(schedule_name(campaign, schedule))
-            .group_name(&self.schedule_group)
-            .schedule_expression(at_expression(schedule.fires_at_ms()))
-            .schedule_expression_timezone("UTC")
-            .flexible_time_window(window)
-            .target(target)
-            .action_after_completion(ActionAfterCompletion::Delete)
-            .send()
-            .await;
-        match created {
-            Ok(_) => Ok(()),
-            // Another segment (or a retry) created it: the slot is scheduled.
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conflict_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(StoreError(format!(
-                "scheduling the release of a send slot in schedule group {} failed: {}",
-                self.schedule_group,
-                describe(&e)
-            ))),
-        }
-    }
-
-    async fn set_report(
-        &self,
-        campaign: &CampaignId,
-        attribute: &str,
-        json: String,
-    ) -> Result<(), StoreError> {
-        self.dynamodb
-            .update_item()
-            .table_name(&self.table)
-            .key("slot", AttributeValue::S(report_key(campaign)))
-            .key("userId", AttributeValue::S("-".into()))
-            .update_expression("SET #a = :v")
-            .expression_attribute_names("#a", attribute)
-            .expression_attribute_values(":v", AttributeValue::S(json))
-            .send()
-            .await
-            .map_err(|e| store_error("UpdateItem", describe(&e)))?;
-        Ok(())
-    }
 }
 
 /// Users still waiting in one slot (a COUNT query per shard).
@@ -454,10 +281,7 @@ pub async fn count_waiting(
                 .consistent_read(true)
                 .select(Select::Count)
                 .key_condition_expression("slot = :slot")
-                .expression_attribute_values(
-                    ":slot",
-                    AttributeValue::S(slot_key(campaign, at_ms, shard)),
-                )
+                .expression_attribute_values(":slot", s(slot_key(campaign, at_ms, shard)))
                 .set_exclusive_start_key(start)
                 .send()
                 .await
@@ -475,18 +299,6 @@ pub async fn count_waiting(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn schedules_are_named_within_the_limit_and_never_fire_early() {
-        let id = CampaignId::parse(&"c".repeat(64)).unwrap();
-        let at = |slot_ms, sweep| SlotSchedule { slot_ms, sweep };
-        let name = schedule_name(&id, at(1_796_029_200_000, true));
-        assert!(name.len() <= 64, "{name}");
-        assert_ne!(name, schedule_name(&id, at(1_796_029_260_000, true)));
-        assert_ne!(name, schedule_name(&id, at(1_796_029_200_000, false)));
-        assert_eq!(at_expression(1_796_029_200_000), "at(2026-11-30T09:00:00)");
-        assert_eq!(at_expression(1_796_029_200_001), "at(2026-11-30T09:00:01)");
-    }
 
     #[test]
     fn users_spread_over_every_shard() {

@@ -1,0 +1,62 @@
+//! The user directory: a campaign's audience, scanned one user at a time, and each
+//! user's digest.
+
+use super::StoreError;
+use crate::domain::campaign::Window;
+use crate::domain::digest::{Enrichment, OddFollows};
+use crate::domain::local_time::ZoneField;
+use crate::domain::topics::{ExclusionCounts, Topic};
+use crate::domain::user_id::UserId;
+use std::future::Future;
+
+/// Who a campaign reaches and what each one's email says (MongoDB's users and follows):
+/// what GetUsers and CreateEmails read.
+pub trait UserDirectory: Send + Sync {
+    type Audience: AudienceScan + 'static;
+    /// The audience of a campaign of `topic` over `window` after `after` (a checkpoint): the
+    /// users with at least one new follower whom the topic's audience rule lets in
+    /// (`Standing::exclusion`), each once, in ascending id order (`UserId`'s order).
+    fn audience(&self, window: &Window, topic: &Topic, after: Option<UserId>) -> Self::Audience;
+    /// The window's follows whose followeeId or followerId no user can have: how many of
+    /// each, and up to `limit` of the first kind described.
+    fn odd_follows(
+        &self,
+        window: &Window,
+        limit: i64,
+    ) -> impl Future<Output = Result<OddFollows, StoreError>> + Send;
+    /// One user's digest for `window`, read afresh, naming up to `shown` recent followers (or
+    /// why they get none, the audience rule of `topic` among the reasons).
+    fn enrich(
+        &self,
+        user_id: &UserId,
+        window: &Window,
+        topic: &Topic,
+        shown: u32,
+    ) -> impl Future<Output = Result<Enrichment, StoreError>> + Send;
+    /// `enrich` for several users of one window at once (an SQS batch), in their order; a
+    /// failure fails them all (the caller then reads them one by one).
+    fn enrich_many(
+        &self,
+        user_ids: &[UserId],
+        window: &Window,
+        topic: &Topic,
+        shown: u32,
+    ) -> impl Future<Output = Result<Vec<Enrichment>, StoreError>> + Send;
+    /// Cold-start check that the queries' indexes exist (an error says how to create them).
+    fn check_indexes(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// The audience, one user at a time, never held in memory.
+pub trait AudienceScan: Send {
+    fn next(&mut self) -> impl Future<Output = Result<Option<AudienceMember>, StoreError>> + Send;
+    /// The users with new followers left out so far, by reason.
+    fn excluded(&self) -> &ExclusionCounts;
+}
+
+/// One user of the audience: their id, and their time zone field as the document holds it
+/// (read by the same scan, so local-time delivery costs no extra read).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AudienceMember {
+    pub id: UserId,
+    pub zone: ZoneField,
+}
