@@ -467,7 +467,9 @@ async fn run() -> Result<()> {
                     variant,
                     target,
                 },
-        } => commands::campaign::pick(sdk, template, &campaign, variant.as_deref(), &target).await,
+        } => {
+            commands::experiment::pick(sdk, template, &campaign, variant.as_deref(), &target).await
+        }
         Command::Release { campaign, target } => {
             commands::campaign::release(sdk, template, &campaign, &target).await
         }
