@@ -475,7 +475,7 @@ async fn users_stranded_by_lost_schedules_are_released_by_mailctl_release() {
     .unwrap()
     .unwrap();
     let now_ms = mailflow::ports::Clock::now_ms(pipeline.clock.as_ref());
-    let events = mailctl::ops::release_events("weekly-2026-W47", &report, now_ms);
+    let events = mailctl::local_time::release_events("weekly-2026-W47", &report, now_ms);
     assert!(!events.is_empty());
     for event in events {
         pipeline.start(event).await.unwrap();

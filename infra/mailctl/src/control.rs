@@ -4,7 +4,8 @@
 //! stop and start consumption. The queues are shared, so the mappings stay disabled while any
 //! campaign is paused.
 
-use crate::ops::{self, format_ms, Target};
+use crate::format::format_ms;
+use crate::ops::{self, Target};
 use anyhow::{bail, Result};
 use mailflow::adapters::campaigns::{Refused, CANCELLED, PAUSED, RUNNING};
 use mailflow::adapters::event_sources::StackSending;

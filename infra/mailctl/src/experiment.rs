@@ -1,11 +1,52 @@
-//! What `status` shows of a campaign's A/B experiment (docs/experiments.md): each variant's
-//! sent, delivered, people who clicked (and opened), the rate with its 95 % interval and its
-//! probability of being the best now; the decision once made, or what the rule would say
-//! now.
+//! A campaign's A/B experiment (docs/experiments.md), as `plan` and `status` show it. The
+//! plan: who would get which variant now and who the winner later. The status: each
+//! variant's sent, delivered, people who clicked (and opened), the rate with its 95 %
+//! interval and its probability of being the best now; the decision once made, or what the
+//! rule would say now.
 
+use crate::format::format_ms;
 use mailflow::adapters::sends::{experiment_tallies, SendRecord};
 use mailflow::domain::experiment::{self, Decision, Experiment, Metric};
 use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Who an experiment would send what: each variant's test group now, the rest the winner
+/// after the wait.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExperimentPlan {
+    pub groups: BTreeMap<String, usize>,
+    pub rest: usize,
+    pub wait_hours: u32,
+    /// The decision's time (ms): as recorded, or as a start now would record it (the
+    /// earliest: later while the test group still sends). The rest's quiet hours and caps
+    /// are judged then.
+    pub decide_at_ms: i64,
+    /// Opens decide it (asked for): what that costs in trust.
+    pub warning: Option<String>,
+}
+
+/// Why opens decide poorly (`plan` warns when an experiment asks for them).
+pub const OPENS_WARNING: &str = "opens decide this experiment: Apple Mail Privacy Protection opens every email it delivers and image proxies open on their own schedule, so opens measure mail clients more than people; clicks are the default for that reason";
+
+impl ExperimentPlan {
+    /// The plan's experiment lines: the groups, when the rest gets the winner, the warning.
+    pub fn describe(&self) -> String {
+        let e = self;
+        let groups: Vec<String> = e.groups.iter().map(|(v, n)| format!("{v} {n}")).collect();
+        let mut out = format!(
+            "experiment: test group {}; {} get the winner {} h after the test group's last email, from {} on (with local time, at their local time after that); their quiet hours and caps are counted then\n",
+            groups.join(", "),
+            e.rest,
+            e.wait_hours,
+            mailflow::domain::local_time::rfc3339_ms(e.decide_at_ms)
+        );
+        if let Some(warning) = &e.warning {
+            out.push_str(&format!("warning: {warning}\n"));
+        }
+        out
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -97,7 +138,7 @@ impl ExperimentStatus {
             self.min_delivered,
             self.min_people,
             self.decide_at_ms
-                .map_or("?".into(), |at| crate::ops::format_ms(at.max(0) as u64)),
+                .map_or("?".into(), |at| format_ms(at.max(0) as u64)),
         );
         for v in &self.variants {
             let rate = match (v.rate, v.interval) {
@@ -119,7 +160,7 @@ impl ExperimentStatus {
                 "    winner {} ({:?}), decided {}: {}\n",
                 d.winner,
                 d.by,
-                crate::ops::format_ms(d.decided_at_ms.max(0) as u64),
+                format_ms(d.decided_at_ms.max(0) as u64),
                 d.reason
             )),
             (None, Some(now)) => {

@@ -114,7 +114,7 @@ pub async fn release(
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .with_context(|| format!("{campaign} is not a local-time campaign: nobody waits"))?;
     let now_ms = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
-    let events = ops::release_events(campaign, &report, now_ms);
+    let events = mailctl::local_time::release_events(campaign, &report, now_ms);
     if events.is_empty() {
         println!(
             "{campaign}: no slot whose sweep time has passed has users waiting; nothing to release"
@@ -162,7 +162,7 @@ async fn recorded_delivery(
 }
 
 /// Invokes the deployed GetUsers with `event` and waits for its answer (its summary).
-async fn invoke_get_users(
+pub(super) async fn invoke_get_users(
     sdk: &aws_config::SdkConfig,
     target: &Target,
     event: &serde_json::Value,
@@ -312,7 +312,7 @@ async fn drain_with_progress(
 
 /// Exit status 1 (with the counts) when a campaign ended with users not sent to: FAILED,
 /// dead-lettered, or messages left in a DLQ.
-pub fn fail_on_problems(s: &ops::CampaignStatus) -> Result<()> {
+pub fn fail_on_problems(s: &mailctl::status::CampaignStatus) -> Result<()> {
     if s.problems() == 0 {
         return Ok(());
     }
@@ -326,104 +326,4 @@ pub fn fail_on_problems(s: &ops::CampaignStatus) -> Result<()> {
         s.continuation_dlq.unwrap_or(0),
         s.stranded()
     )
-}
-
-/// `experiment pick`: decides a campaign's A/B experiment now, by its rule on the results so
-/// far or for the variant named, records the decision (a decision is final: the first one
-/// recorded stands) and releases the rest of the audience with the winner at once. On AWS
-/// it invokes GetUsers with the decision slot's release; with --prefix it runs the pipeline
-/// to the end.
-pub async fn pick(
-    sdk: &aws_config::SdkConfig,
-    template: &std::path::Path,
-    campaign: &str,
-    variant: Option<&str>,
-    t: &TargetArgs,
-) -> Result<()> {
-    use mailflow::ports::CampaignStates;
-    let id = mailflow::domain::campaign::CampaignId::parse(campaign)?;
-    let stack = match &t.prefix {
-        Some(prefix) => Some(provision_local(sdk, template, prefix, &t.database).await?),
-        None => None,
-    };
-    let target = super::target(sdk, t).await?;
-    // Paused: its release would wait for the resume; cancelled: nobody is left to send to.
-    mailctl::control::refuse_if_held(sdk, &target, campaign).await?;
-    let dynamo = aws_sdk_dynamodb::Client::new(sdk);
-    let table = ops::campaigns_table(&dynamo, &target);
-    let record = table.record(campaign).await?;
-    let Some(experiment) = record.as_ref().and_then(|r| r.experiment.clone()) else {
-        bail!("{campaign} has no experiment: it is given with the campaign's first start (`mailctl run --experiment FILE`)");
-    };
-    if let Some(name) = variant {
-        if experiment.index_of(name).is_none() {
-            let names: Vec<&str> = experiment
-                .variants
-                .iter()
-                .map(|v| v.name.as_str())
-                .collect();
-            bail!(
-                "{campaign}'s experiment has no variant {name:?} (it has {})",
-                names.join(", ")
-            );
-        }
-    }
-    let recorded = match record.and_then(|r| r.decision) {
-        Some(decision) => decision,
-        None => {
-            let records =
-                mailflow_local::ledger_scan::records(&dynamo, &target.sends_table, campaign)
-                    .await?;
-            let tallies = mailflow::adapters::sends::experiment_tallies(&records, &experiment);
-            let now_ms = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
-            let decided =
-                mailflow::domain::experiment::decide(&experiment, &tallies, variant, now_ms);
-            table.record_decision(&id, &decided).await?
-        }
-    };
-    if variant.is_some_and(|name| name != recorded.winner) {
-        bail!(
-            "{campaign} was already decided: winner {} ({}); a decision is final",
-            recorded.winner,
-            recorded.reason
-        );
-    }
-    eprintln!(
-        "{campaign}: winner {} ({:?}): {}",
-        recorded.winner, recorded.by, recorded.reason
-    );
-    let Some(slot_ms) = experiment.decide_at_ms else {
-        bail!("{campaign}'s experiment has no decision time recorded: nobody waits for it");
-    };
-    if experiment.local_time {
-        eprintln!(
-            "{campaign} delivers at local time: the rest gets {} at each user's local time from {} on, as scheduled",
-            recorded.winner,
-            ops::format_ms(slot_ms.max(0) as u64)
-        );
-        return Ok(());
-    }
-    let event = serde_json::to_value(mailflow::stages::get_users::ReleaseEvent {
-        release_waiting: mailflow::stages::get_users::Release {
-            campaign_id: id,
-            slot_ms,
-            from: Default::default(),
-            released: 0,
-            sweep: false,
-            decision_waits_until_ms: None,
-        },
-    })?;
-    let Some(stack) = stack else {
-        println!("{}", invoke_get_users(sdk, &target, &event).await?);
-        return Ok(());
-    };
-    let pipeline =
-        LocalPipeline::build(stack, PipelineOptions::default(), SesMailer::from_config).await?;
-    println!("{}", pipeline.start(event).await?);
-    pipeline.drain_queues(Duration::from_secs(3600)).await?;
-    let status = ops::status(sdk, &target, campaign).await?;
-    if let Some(experiment) = &status.experiment {
-        eprint!("{}", experiment.describe());
-    }
-    fail_on_problems(&status)
 }

@@ -41,13 +41,7 @@ pub async fn demo(
     .await?;
     let by_status = ledger_scan::count_by_status(&records);
     let recorded = ses_record::sent_to_domain(&endpoint, &domain).await?.len();
-    let sqs = aws_sdk_sqs::Client::new(&pipeline.stack.sdk);
-    let mut dlq = 0;
-    for q in names::CAMPAIGN_DLQS {
-        let (visible, invisible) =
-            mailflow_local::queues::depth(&sqs, pipeline.stack.queue_url(q)?).await?;
-        dlq += visible + invisible;
-    }
+    let dlq = dlq_messages(&pipeline.stack).await?;
     let send = &report.totals.send_email;
     let secs = report.wall_time.as_secs_f64();
     let summary = serde_json::json!({
@@ -68,10 +62,32 @@ pub async fn demo(
         "steadySendRatePerSecond": ledger_scan::steady_send_rate(&records)
             .map(|r| (r * 100.0).round() / 100.0),
     });
+    print_summary(&summary, campaign.id.as_str(), seeded.users, json);
+    let sent = by_status.get("SENT").copied().unwrap_or(0);
+    let expected = seeded.deliverable().count();
+    if sent != recorded || sent != expected || dlq > 0 {
+        bail!("the campaign is inconsistent: {sent} SENT records, {recorded} emails in the SES record, {expected} deliverable users, {dlq} messages in DLQs");
+    }
+    Ok(())
+}
+
+/// Messages left in the campaign DLQs.
+async fn dlq_messages(stack: &mailflow_local::stack::Stack) -> Result<u64> {
+    let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+    let mut dlq = 0;
+    for q in names::CAMPAIGN_DLQS {
+        let (visible, invisible) = mailflow_local::queues::depth(&sqs, stack.queue_url(q)?).await?;
+        dlq += visible + invisible;
+    }
+    Ok(dlq)
+}
+
+/// The summary as one JSON object, or as a table under the campaign and its users seeded.
+fn print_summary(summary: &serde_json::Value, campaign: &str, users: usize, json: bool) {
     if json {
         println!("{summary}");
     } else {
-        println!("campaign {} ({} users seeded)", campaign.id, seeded.users);
+        println!("campaign {} ({} users seeded)", campaign, users);
         for key in [
             "eligibleUsers",
             "enqueued",
@@ -89,10 +105,4 @@ pub async fn demo(
         }
         println!("  {:<22} {}", "skipped", summary["skipped"]);
     }
-    let sent = by_status.get("SENT").copied().unwrap_or(0);
-    let expected = seeded.deliverable().count();
-    if sent != recorded || sent != expected || dlq > 0 {
-        bail!("the campaign is inconsistent: {sent} SENT records, {recorded} emails in the SES record, {expected} deliverable users, {dlq} messages in DLQs");
-    }
-    Ok(())
 }

@@ -3,6 +3,7 @@
 
 pub mod campaign;
 pub mod demo;
+pub mod experiment;
 pub mod lab;
 pub mod preview;
 pub mod sam;

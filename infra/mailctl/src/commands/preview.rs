@@ -154,29 +154,8 @@ pub async fn plan(
     let control = RateControlConfig::from_source(&|k: &str| envs.control.get(k).cloned())?;
     let quota = mailflow::adapters::ses::send_quota(sdk).await;
     let send = SendEmailConfig::from_source(&|k: &str| envs.send.get(k).cloned())?;
-    let target = super::target(sdk, t).await?;
-    let recorded = mailctl::ops::campaigns_table(&aws_sdk_dynamodb::Client::new(sdk), &target)
-        .record(campaign.id.as_str())
-        .await?
-        .and_then(|r| r.experiment);
-    // The experiment recorded with the first start, else the one given: refused as GetUsers
-    // would refuse its start without consent to tracking (no click would ever be noted).
-    let experiment = match recorded {
-        Some(recorded) => Some(recorded),
-        None => match options.guardrails.experiment()? {
-            Some(given) => {
-                let env = get_users_env(sdk, template, t).await?;
-                let consent = mailflow::config::var::TRACK_OPENS_AND_CLICKS;
-                if env.get(consent).map(String::as_str) != Some("true") {
-                    return Err(ExperimentError::NoConsent(campaign.id.clone()).into());
-                }
-                Some(given)
-            }
-            None => None,
-        },
-    };
-    let guardrails = mailctl::plan::Guardrails {
-        experiment,
+    let guardrails = mailctl::guardrails::Guardrails {
+        experiment: plan_experiment(sdk, template, t, &campaign, &options.guardrails).await?,
         campaign: campaign_guardrails(sdk, template, t, &campaign, &options.guardrails).await?,
         caps: send.caps.clone(),
         quiet: send.quiet_hours,
@@ -192,7 +171,7 @@ pub async fn plan(
         &directory,
         &campaign,
         options.samples,
-        mailctl::plan::Sending {
+        mailctl::send_rate::Sending {
             rate: SendRate::with_quota_share(
                 control.send_rate_per_second,
                 control.ses_quota_share,
@@ -211,9 +190,38 @@ pub async fn plan(
     if options.json {
         println!("{}", serde_json::to_string(&plan)?);
     } else {
-        print!("{}", mailctl::plan::describe(&plan));
+        print!("{}", mailctl::plan::view::describe(&plan));
     }
     Ok(())
+}
+
+/// The experiment `plan` counts with: the one recorded with the first start, else the one
+/// given, refused as GetUsers would refuse its start without consent to tracking (no click
+/// would ever be noted).
+async fn plan_experiment(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    t: &TargetArgs,
+    campaign: &Campaign,
+    args: &super::GuardrailArgs,
+) -> Result<Option<mailflow::domain::experiment::Experiment>> {
+    let target = super::target(sdk, t).await?;
+    let recorded = mailctl::ops::campaigns_table(&aws_sdk_dynamodb::Client::new(sdk), &target)
+        .record(campaign.id.as_str())
+        .await?
+        .and_then(|r| r.experiment);
+    if recorded.is_some() {
+        return Ok(recorded);
+    }
+    let Some(given) = args.experiment()? else {
+        return Ok(None);
+    };
+    let env = get_users_env(sdk, template, t).await?;
+    let consent = mailflow::config::var::TRACK_OPENS_AND_CLICKS;
+    if env.get(consent).map(String::as_str) != Some("true") {
+        return Err(ExperimentError::NoConsent(campaign.id.clone()).into());
+    }
+    Ok(Some(given))
 }
 
 /// The campaign's guardrails as recorded when it first started, or as a start now would

@@ -1,0 +1,261 @@
+//! Delivery at each user's local time, as `plan` and `status` show it: what it would do
+//! with the emails a campaign would send (zones, passed times, each send slot's load), and
+//! what it did (who was held, released, swept, is still waiting or stranded, how late).
+
+use mailflow::adapters::sends::SendRecord;
+use mailflow::domain::local_time::{
+    HourWaiting, Lateness, LocalTimeCounts, SlotLoad, SlotStatus, WaitingReport,
+};
+use serde::Serialize;
+
+/// What local-time delivery would do with the emails that would be sent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalTimePlan {
+    pub local_time: String,
+    pub send_date: String,
+    pub fallback_zone: String,
+    pub passed_time: &'static str,
+    pub timezone_missing: u64,
+    pub timezone_invalid: u64,
+    /// Local time passed at the start: sent at once, or skipped (then not counted in
+    /// `wouldSend`).
+    pub passed_sent_now: u64,
+    pub passed_skipped: u64,
+    /// Local time passed at the start: held for the same time the next day (policy next-day).
+    pub passed_next_day: u64,
+    /// Local time before the campaign's window closed: the same time the next day.
+    pub next_day_after_window: u64,
+    /// Emails per send slot (its instant, the zones in it), in time order, with how long
+    /// each takes at the effective rate and when its last email goes.
+    pub slots: Vec<SlotLoad>,
+    /// The slot with the most emails.
+    pub busiest: Option<SlotLoad>,
+    /// Slots whose last email goes more than 30 minutes after their local time.
+    pub late: Vec<SlotLoad>,
+    /// Slots whose last email would go after the campaign's deadline.
+    pub past_deadline: Vec<SlotLoad>,
+}
+
+impl LocalTimePlan {
+    /// The local-time lines of the plan: the settings, the zones replaced, each slot (its
+    /// UTC instant, emails, zones), the busiest, and the late ones.
+    pub fn describe(&self) -> String {
+        let l = self;
+        let mut out = format!(
+            "local time {} on {} in each user's zone (fallback {} for {} without a zone and {} with an unknown one); {} on the next day because their local time came before the window closed; local time already passed: {} sent at once, {} moved to the next day, {} skipped ({})\n",
+            l.local_time, l.send_date, l.fallback_zone, l.timezone_missing, l.timezone_invalid, l.next_day_after_window, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.passed_time
+        );
+        for s in &l.slots {
+            out.push_str(&format!(
+                "  {} {:>7} emails, {:.0} s of sending, last at +{:.0} s  {}\n",
+                s.slot,
+                s.emails,
+                s.seconds,
+                s.finishes_after,
+                s.zones.join(" ")
+            ));
+        }
+        if let Some(b) = &l.busiest {
+            out.push_str(&format!(
+                "busiest slot {}: {} emails take {:.1} min at the effective rate\n",
+                b.slot,
+                b.emails,
+                b.seconds / 60.0
+            ));
+        }
+        let slot_names = |slots: &[SlotLoad]| {
+            slots
+                .iter()
+                .map(|s| s.slot.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if !l.past_deadline.is_empty() {
+            out.push_str(&format!(
+                "{} slots would still be sending after the campaign's deadline ({}): their users after it are recorded expired\n",
+                l.past_deadline.len(),
+                slot_names(&l.past_deadline)
+            ));
+        }
+        if l.late.is_empty() {
+            out.push_str("every slot finishes within 30 minutes of its local time\n");
+        } else {
+            out.push_str(&format!(
+                "{} slots finish more than 30 minutes after their local time ({}): raise the send rate (and the SES quota) or accept the lateness\n",
+                l.late.len(),
+                slot_names(&l.late)
+            ));
+        }
+        out
+    }
+}
+
+/// What `status` shows of a local-time campaign.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalTimeStatus {
+    /// Users given the fallback zone: no usable `timezone`, or one the IANA database does
+    /// not know.
+    pub timezone_missing: u64,
+    pub timezone_invalid: u64,
+    /// Local time passed at the start: sent at once, or skipped (by the campaign's policy).
+    pub passed_sent_now: u64,
+    pub passed_skipped: u64,
+    /// Local time passed at the start: held for the same time the next day.
+    pub passed_next_day: u64,
+    /// Local time before the campaign's window closed: held for the same time the next day.
+    pub next_day_after_window: u64,
+    /// Due within 15 minutes of the decision: enqueued with an SQS delay.
+    pub delayed: u64,
+    /// Due at the start (or passed within the start grace): sent at once, on time.
+    pub due_now: u64,
+    /// Users kept for a later slot, in all (SendEmail's quiet-hours holds too); those still
+    /// waiting, by UTC hour of their slot.
+    pub held: u64,
+    pub still_waiting: u64,
+    pub waiting_by_hour: Vec<HourWaiting>,
+    /// Each slot: held, released at the instant, released by the sweep, still waiting.
+    pub slots: Vec<SlotStatus>,
+    /// Each run's own counts (a resend or a re-run is a run of its own), in start order.
+    pub runs: Vec<RunCounts>,
+    /// Users still waiting although their slot's sweep has passed: nothing will release
+    /// them (a problem, like a DLQ message).
+    pub stranded: u64,
+    pub slots_released: usize,
+    /// Slots' release minus their instant, over released users (p50, p99, max).
+    pub release_lateness: Option<Lateness>,
+    /// Sent minus the user's local send time, over the emails sent (p50, p99, max): what a
+    /// recipient sees.
+    pub lateness: Option<Lateness>,
+}
+
+/// One run of a local-time campaign, as `status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunCounts {
+    pub started_at: String,
+    pub counts: LocalTimeCounts,
+}
+
+impl LocalTimeStatus {
+    /// The waiting room's record of the campaign and its sends, at `now_ms`.
+    pub fn of(r: &WaitingReport, records: &[SendRecord], now_ms: i64) -> Self {
+        LocalTimeStatus {
+            timezone_missing: r.counts.timezone_missing,
+            timezone_invalid: r.counts.timezone_invalid,
+            passed_sent_now: r.counts.passed_sent_now,
+            passed_skipped: r.counts.passed_skipped,
+            passed_next_day: r.counts.passed_next_day,
+            next_day_after_window: r.counts.next_day_after_window,
+            delayed: r.counts.delayed,
+            due_now: r.counts.due_now,
+            held: r.held(),
+            still_waiting: r.still_waiting(),
+            waiting_by_hour: r.waiting_by_hour(),
+            slots: r.slots(now_ms),
+            runs: r
+                .runs
+                .iter()
+                .map(|(started, counts)| RunCounts {
+                    started_at: if *started > 0 {
+                        mailflow::domain::local_time::rfc3339_ms(*started)
+                    } else {
+                        "before runs were kept apart".into()
+                    },
+                    counts: counts.clone(),
+                })
+                .collect(),
+            stranded: r.stranded(now_ms),
+            slots_released: r.slots_released(),
+            release_lateness: r.release_lateness(),
+            lateness: Lateness::of(
+                records
+                    .iter()
+                    .filter_map(|r| r.late_ms)
+                    .map(|l| (l, 1))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Its lines of `mailctl status`.
+    pub fn describe(&self) -> String {
+        let l = self;
+        let mut out = format!(
+        "  local time: {} held for their slot, {} still waiting; {} on the next day (local time before the window closed); {} sent at once, {} moved to the next day and {} skipped (local time passed at the start), {} delayed under 15 minutes, {} due at the start | fallback zone for {} without a zone and {} with an unknown one\n",
+        l.held, l.still_waiting, l.next_day_after_window, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.delayed, l.due_now, l.timezone_missing, l.timezone_invalid
+    );
+        if l.runs.len() > 1 {
+            for run in &l.runs {
+                let c = &run.counts;
+                out.push_str(&format!(
+                    "    run started {}: {} held, {} on the next day (before the window closed); {} sent at once, {} moved to the next day, {} skipped; {} delayed\n",
+                    run.started_at,
+                    c.waiting.values().sum::<u64>(),
+                    c.next_day_after_window,
+                    c.passed_sent_now,
+                    c.passed_next_day,
+                    c.passed_skipped,
+                    c.delayed
+                ));
+            }
+        }
+        for slot in &l.slots {
+            out.push_str(&format!(
+                "    slot {}: held {} | released {} | swept {} | still waiting {}{}\n",
+                slot.slot,
+                slot.held,
+                slot.released,
+                slot.swept,
+                slot.waiting,
+                if slot.stranded {
+                    " STRANDED: its sweep has passed; `mailctl release` releases them"
+                } else {
+                    ""
+                }
+            ));
+        }
+        let seconds = |ms: i64| ms as f64 / 1000.0;
+        if let Some(late) = &l.lateness {
+            out.push_str(&format!(
+                "  sent after the local time: p50 {:.1}s p99 {:.1}s max {:.1}s\n",
+                seconds(late.p50_ms),
+                seconds(late.p99_ms),
+                seconds(late.max_ms)
+            ));
+        }
+        if let Some(late) = &l.release_lateness {
+            out.push_str(&format!(
+                "  {} slots released, after their instant: p50 {:.1}s p99 {:.1}s max {:.1}s\n",
+                l.slots_released,
+                seconds(late.p50_ms),
+                seconds(late.p99_ms),
+                seconds(late.max_ms)
+            ));
+        }
+        out
+    }
+}
+
+/// The release events (`mailctl release`) for a local-time campaign's slots whose sweep time
+/// has passed by `now_ms` and that still hold users: each the sweep its schedule would send
+/// (an earlier one would only wait for that time).
+pub fn release_events(
+    campaign: &str,
+    report: &mailflow::domain::local_time::WaitingReport,
+    now_ms: i64,
+) -> Vec<serde_json::Value> {
+    report
+        .waiting_now
+        .iter()
+        .filter(|(slot_ms, waiting)| {
+            **slot_ms + mailflow::domain::local_time::SWEEP_AFTER_MS <= now_ms && **waiting > 0
+        })
+        .map(|(slot_ms, _)| {
+            serde_json::json!({"releaseWaiting": {
+                "campaignId": campaign, "slotMs": slot_ms, "sweep": true,
+            }})
+        })
+        .collect()
+}
