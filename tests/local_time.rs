@@ -205,7 +205,7 @@ async fn a_campaign_at_nine_in_every_zone_goes_out_slot_by_slot_exactly_once() {
     assert_eq!(local.slots_released, slots.len());
     assert_eq!(local.held as usize, expected.len());
     assert_eq!(
-        (local.timezone_missing, local.timezone_invalid),
+        (local.counts.timezone_missing, local.counts.timezone_invalid),
         (missing, invalid)
     );
     let late = local.lateness.clone().unwrap();

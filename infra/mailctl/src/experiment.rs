@@ -26,6 +26,18 @@ pub struct ExperimentPlan {
     pub warning: Option<String>,
 }
 
+impl ExperimentPlan {
+    /// The experiment's groups, nobody counted yet.
+    pub fn of(e: &Experiment) -> Self {
+        ExperimentPlan {
+            groups: e.variants.iter().map(|v| (v.name.clone(), 0)).collect(),
+            wait_hours: e.wait_hours,
+            warning: (e.metric == Metric::Opens).then(|| OPENS_WARNING.to_owned()),
+            ..Default::default()
+        }
+    }
+}
+
 /// Why opens decide poorly (`plan` warns when an experiment asks for them).
 pub const OPENS_WARNING: &str = "opens decide this experiment: Apple Mail Privacy Protection opens every email it delivers and image proxies open on their own schedule, so opens measure mail clients more than people; clicks are the default for that reason";
 

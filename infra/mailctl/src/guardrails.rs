@@ -4,7 +4,7 @@
 
 use crate::experiment::ExperimentPlan;
 use crate::format::format_ms;
-use mailflow::domain::guardrails::{CampaignGuardrails, FrequencyCaps, QuietHours};
+use mailflow::domain::guardrails::{CampaignGuardrails, FrequencyCaps, QuietHours, QuietPolicy};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -46,6 +46,21 @@ pub struct Guardrails<C> {
 }
 
 impl GuardrailsPlan {
+    /// The guardrails a plan starts from, nobody counted yet.
+    pub fn of<C>(guardrails: &Guardrails<C>) -> Self {
+        GuardrailsPlan {
+            holdout_bp: guardrails.campaign.holdout_bp,
+            deadline_ms: guardrails.campaign.deadline_ms,
+            quiet_policy: guardrails.quiet.map(|q| match q.policy {
+                QuietPolicy::Defer => "defer",
+                QuietPolicy::Skip => "skip",
+            }),
+            cap_exempt: guardrails.campaign.cap_exempt,
+            experiment: guardrails.experiment.as_ref().map(ExperimentPlan::of),
+            ..Default::default()
+        }
+    }
+
     /// The plan's guardrail lines: who they would hold back, the experiment's groups, and a
     /// deadline the sends would not meet at `send_rate`.
     pub fn describe(&self, send_rate: f64) -> Option<String> {

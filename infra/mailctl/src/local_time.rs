@@ -4,9 +4,11 @@
 
 use mailflow::adapters::sends::SendRecord;
 use mailflow::domain::local_time::{
-    HourWaiting, Lateness, LocalTimeCounts, SlotLoad, SlotStatus, WaitingReport,
+    slot_loads, HourWaiting, Lateness, LocalDelivery, LocalTimeCounts, SlotLoad, SlotStatus,
+    WaitingReport, LATE_TOLERANCE_MS,
 };
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// What local-time delivery would do with the emails that would be sent.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -16,16 +18,10 @@ pub struct LocalTimePlan {
     pub send_date: String,
     pub fallback_zone: String,
     pub passed_time: &'static str,
-    pub timezone_missing: u64,
-    pub timezone_invalid: u64,
-    /// Local time passed at the start: sent at once, or skipped (then not counted in
-    /// `wouldSend`).
-    pub passed_sent_now: u64,
-    pub passed_skipped: u64,
-    /// Local time passed at the start: held for the same time the next day (policy next-day).
-    pub passed_next_day: u64,
-    /// Local time before the campaign's window closed: the same time the next day.
-    pub next_day_after_window: u64,
+    /// What the delivery rule decided for the emails that would be sent (zones replaced,
+    /// passed local times, holds), as a run's segments count it.
+    #[serde(flatten)]
+    pub counts: LocalTimeCounts,
     /// Emails per send slot (its instant, the zones in it), in time order, with how long
     /// each takes at the effective rate and when its last email goes.
     pub slots: Vec<SlotLoad>,
@@ -38,13 +34,47 @@ pub struct LocalTimePlan {
 }
 
 impl LocalTimePlan {
+    /// The plan of `delivery`, nothing counted yet.
+    pub fn of(delivery: &LocalDelivery) -> Self {
+        LocalTimePlan {
+            local_time: delivery.local_time.to_string(),
+            send_date: delivery.send_date.to_string(),
+            fallback_zone: delivery.fallback_zone.as_str().to_owned(),
+            passed_time: delivery.passed_time.as_str(),
+            ..Default::default()
+        }
+    }
+
+    /// Each slot's load at `rate` (emails and zones by instant), the busiest, the late ones
+    /// and those still sending after `deadline_ms`.
+    pub fn set_slots(
+        &mut self,
+        slots: &BTreeMap<i64, (u64, Vec<String>)>,
+        rate: f64,
+        deadline_ms: Option<i64>,
+    ) {
+        self.slots = slot_loads(slots, rate);
+        self.busiest = self.slots.iter().max_by_key(|s| s.emails).cloned();
+        self.late = (self.slots.iter())
+            .filter(|s| s.finishes_after * 1000.0 > LATE_TOLERANCE_MS as f64)
+            .cloned()
+            .collect();
+        if let Some(deadline) = deadline_ms {
+            self.past_deadline = (self.slots.iter())
+                .zip(slots.keys())
+                .filter(|(s, at)| **at as f64 + s.finishes_after * 1000.0 > deadline as f64)
+                .map(|(s, _)| s.clone())
+                .collect();
+        }
+    }
+
     /// The local-time lines of the plan: the settings, the zones replaced, each slot (its
     /// UTC instant, emails, zones), the busiest, and the late ones.
     pub fn describe(&self) -> String {
         let l = self;
         let mut out = format!(
             "local time {} on {} in each user's zone (fallback {} for {} without a zone and {} with an unknown one); {} on the next day because their local time came before the window closed; local time already passed: {} sent at once, {} moved to the next day, {} skipped ({})\n",
-            l.local_time, l.send_date, l.fallback_zone, l.timezone_missing, l.timezone_invalid, l.next_day_after_window, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.passed_time
+            l.local_time, l.send_date, l.fallback_zone, l.counts.timezone_missing, l.counts.timezone_invalid, l.counts.next_day_after_window, l.counts.passed_sent_now, l.counts.passed_next_day, l.counts.passed_skipped, l.passed_time
         );
         for s in &l.slots {
             out.push_str(&format!(
@@ -95,21 +125,11 @@ impl LocalTimePlan {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LocalTimeStatus {
-    /// Users given the fallback zone: no usable `timezone`, or one the IANA database does
-    /// not know.
-    pub timezone_missing: u64,
-    pub timezone_invalid: u64,
-    /// Local time passed at the start: sent at once, or skipped (by the campaign's policy).
-    pub passed_sent_now: u64,
-    pub passed_skipped: u64,
-    /// Local time passed at the start: held for the same time the next day.
-    pub passed_next_day: u64,
-    /// Local time before the campaign's window closed: held for the same time the next day.
-    pub next_day_after_window: u64,
-    /// Due within 15 minutes of the decision: enqueued with an SQS delay.
-    pub delayed: u64,
-    /// Due at the start (or passed within the start grace): sent at once, on time.
-    pub due_now: u64,
+    /// What the runs' segments decided, added up: users given the fallback zone (no usable
+    /// `timezone`, or one the IANA database does not know), passed local times, holds,
+    /// delays.
+    #[serde(flatten)]
+    pub counts: LocalTimeCounts,
     /// Users kept for a later slot, in all (SendEmail's quiet-hours holds too); those still
     /// waiting, by UTC hour of their slot.
     pub held: u64,
@@ -142,14 +162,7 @@ impl LocalTimeStatus {
     /// The waiting room's record of the campaign and its sends, at `now_ms`.
     pub fn of(r: &WaitingReport, records: &[SendRecord], now_ms: i64) -> Self {
         LocalTimeStatus {
-            timezone_missing: r.counts.timezone_missing,
-            timezone_invalid: r.counts.timezone_invalid,
-            passed_sent_now: r.counts.passed_sent_now,
-            passed_skipped: r.counts.passed_skipped,
-            passed_next_day: r.counts.passed_next_day,
-            next_day_after_window: r.counts.next_day_after_window,
-            delayed: r.counts.delayed,
-            due_now: r.counts.due_now,
+            counts: r.counts.clone(),
             held: r.held(),
             still_waiting: r.still_waiting(),
             waiting_by_hour: r.waiting_by_hour(),
@@ -184,7 +197,7 @@ impl LocalTimeStatus {
         let l = self;
         let mut out = format!(
         "  local time: {} held for their slot, {} still waiting; {} on the next day (local time before the window closed); {} sent at once, {} moved to the next day and {} skipped (local time passed at the start), {} delayed under 15 minutes, {} due at the start | fallback zone for {} without a zone and {} with an unknown one\n",
-        l.held, l.still_waiting, l.next_day_after_window, l.passed_sent_now, l.passed_next_day, l.passed_skipped, l.delayed, l.due_now, l.timezone_missing, l.timezone_invalid
+        l.held, l.still_waiting, l.counts.next_day_after_window, l.counts.passed_sent_now, l.counts.passed_next_day, l.counts.passed_skipped, l.counts.delayed, l.counts.due_now, l.counts.timezone_missing, l.counts.timezone_invalid
     );
         if l.runs.len() > 1 {
             for run in &l.runs {

@@ -48,11 +48,8 @@ pub struct Settled {
 }
 
 impl StartRequest<'_> {
-    /// How long quiet hours that defer hold an email back (0 without them).
     fn quiet_ms(&self) -> i64 {
-        (self.quiet_hours)
-            .filter(|q| q.policy == QuietPolicy::Defer)
-            .map_or(0, |q| q.length_ms())
+        quiet_ms(self.quiet_hours)
     }
 
     /// What to register at `now_ms`. `defaults` are the stack's guardrails; a campaign
@@ -71,20 +68,8 @@ impl StartRequest<'_> {
             false => defaults,
         };
         let guardrails = self.guardrails.initial(defaults, now_ms);
-        // The wait starts when the whole test group has had its email: with local time, once
-        // the last zone's local time has come; after quiet hours that defer it.
-        let test_sent_by = Experiment::test_group_let_go_by(
-            self.delivery.and_then(|d| d.latest_slot()),
-            self.quiet_ms(),
-            now_ms,
-        );
-        let experiment = self.experiment.map(|e| {
-            Experiment {
-                local_time: self.delivery.is_some(),
-                ..e.clone()
-            }
-            .starting_at(test_sent_by)
-        });
+        let experiment =
+            (self.experiment).map(|e| dated_experiment(e, self.delivery, self.quiet_hours, now_ms));
         if let Some(e) = &experiment {
             e.check_deadline(id, guardrails.deadline_ms, self.quiet_ms())?;
         }
@@ -123,6 +108,34 @@ impl StartRequest<'_> {
         }
         Ok(Settled { guardrails, moved })
     }
+}
+
+/// How long quiet hours that defer hold an email back (0 without them).
+fn quiet_ms(quiet_hours: Option<QuietHours>) -> i64 {
+    quiet_hours
+        .filter(|q| q.policy == QuietPolicy::Defer)
+        .map_or(0, |q| q.length_ms())
+}
+
+/// The experiment as a start at `now_ms` records it: its wait starts when the whole test
+/// group has had its email (with local time, once the last zone's local time has come; after
+/// quiet hours that defer it). `mailctl plan` dates an unstarted campaign's decision by it.
+pub fn dated_experiment(
+    experiment: &Experiment,
+    delivery: Option<&LocalDelivery>,
+    quiet_hours: Option<QuietHours>,
+    now_ms: i64,
+) -> Experiment {
+    let test_sent_by = Experiment::test_group_let_go_by(
+        delivery.and_then(|d| d.latest_slot()),
+        quiet_ms(quiet_hours),
+        now_ms,
+    );
+    Experiment {
+        local_time: delivery.is_some(),
+        ..experiment.clone()
+    }
+    .starting_at(test_sent_by)
 }
 
 #[cfg(test)]

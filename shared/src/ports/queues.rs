@@ -104,6 +104,32 @@ pub struct SendReport {
     pub retried: usize,
 }
 
+impl<T: OutgoingQueue> OutgoingQueue for std::sync::Arc<T> {
+    fn send_batch(
+        &self,
+        bodies: &[String],
+    ) -> impl Future<Output = Result<SendReport, QueueError>> + Send {
+        (**self).send_batch(bodies)
+    }
+    fn send_batch_delayed(
+        &self,
+        bodies: &[String],
+        delay_seconds: u32,
+    ) -> impl Future<Output = Result<SendReport, QueueError>> + Send {
+        (**self).send_batch_delayed(bodies, delay_seconds)
+    }
+}
+
+impl<T: ConsumedQueue> ConsumedQueue for std::sync::Arc<T> {
+    fn change_visibility(
+        &self,
+        receipt_handle: &str,
+        delay: Duration,
+    ) -> impl Future<Output = Result<(), QueueError>> + Send {
+        (**self).change_visibility(receipt_handle, delay)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
