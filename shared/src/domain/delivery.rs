@@ -155,51 +155,8 @@ pub fn decide(rules: &Rules, user: &Recipient, now_ms: i64) -> Decision {
         rest,
         held_out,
     };
-    let (mut at_ms, on_a_slot) = match rules.local_time {
-        None => {
-            let own = user.zone.own_zone();
-            decision.zone_name = own
-                .as_ref()
-                .and_then(|tz| tz.iana_name())
-                .map(str::to_owned);
-            decision.tz = own.unwrap_or_else(|| rules.fallback_zone.zone());
-            if rules.quiet_hours.is_none() && !rest {
-                return decision;
-            }
-            decision.zone_name = decision.tz.iana_name().map(str::to_owned);
-            (now_ms, false)
-        }
-        Some(local) => {
-            let (decided, source) = local.delivery(user.zone);
-            decision.zone_source = Some(source);
-            decision.tz = local.zone_for(user.zone).0;
-            decision.zone_name = decision.tz.iana_name().map(str::to_owned);
-            match decided {
-                // The rest of an experiment goes at its local time after the decision, which
-                // has not passed: a zone passed at the start is no reason to skip it days
-                // later.
-                Delivery::Skip if !rest => {
-                    decision.passed = Some(Passed::Skipped);
-                    decision.place = Place::Never;
-                    return decision;
-                }
-                // Not in the lateness figures (`lateMs` is how late the pipeline let a user
-                // go, a health signal): counted as passedSentNow instead.
-                Delivery::Now | Delivery::Skip => {
-                    decision.passed = (!rest).then_some(Passed::SentNow);
-                    (now_ms, false)
-                }
-                Delivery::NextDay(at) | Delivery::AfterWindow(at) | Delivery::At(at) => {
-                    decision.passed = match decided {
-                        _ if rest => None,
-                        Delivery::NextDay(_) => Some(Passed::NextDay),
-                        Delivery::AfterWindow(_) => Some(Passed::AfterWindow),
-                        _ => None,
-                    };
-                    (at, true)
-                }
-            }
-        }
+    let Some((mut at_ms, on_a_slot)) = own_time(rules, user, now_ms, &mut decision) else {
+        return decision;
     };
     if let Some(until) = user.rest_until_ms.filter(|until| at_ms < *until) {
         at_ms = Experiment::rest_goes_at(until, rules.local_time, &decision.tz);
@@ -226,6 +183,65 @@ pub fn decide(rules: &Rules, user: &Recipient, now_ms: i64) -> Decision {
         Place::Slot(at_ms)
     };
     decision
+}
+
+/// When the user's own time is, before the experiment's wait and quiet hours: now, or their
+/// local time's instant (and whether that is a slot); None when that already settles it
+/// (no rule to apply, or their local time passed and the policy skips). Sets the zone, its
+/// source and the passed-time outcome on `decision`.
+fn own_time(
+    rules: &Rules,
+    user: &Recipient,
+    now_ms: i64,
+    decision: &mut Decision,
+) -> Option<(i64, bool)> {
+    let rest = decision.rest;
+    match rules.local_time {
+        None => {
+            let own = user.zone.own_zone();
+            decision.zone_name = own
+                .as_ref()
+                .and_then(|tz| tz.iana_name())
+                .map(str::to_owned);
+            decision.tz = own.unwrap_or_else(|| rules.fallback_zone.zone());
+            if rules.quiet_hours.is_none() && !rest {
+                return None;
+            }
+            decision.zone_name = decision.tz.iana_name().map(str::to_owned);
+            Some((now_ms, false))
+        }
+        Some(local) => {
+            let (decided, source) = local.delivery(user.zone);
+            decision.zone_source = Some(source);
+            decision.tz = local.zone_for(user.zone).0;
+            decision.zone_name = decision.tz.iana_name().map(str::to_owned);
+            match decided {
+                // The rest of an experiment goes at its local time after the decision, which
+                // has not passed: a zone passed at the start is no reason to skip it days
+                // later.
+                Delivery::Skip if !rest => {
+                    decision.passed = Some(Passed::Skipped);
+                    decision.place = Place::Never;
+                    None
+                }
+                // Not in the lateness figures (`lateMs` is how late the pipeline let a user
+                // go, a health signal): counted as passedSentNow instead.
+                Delivery::Now | Delivery::Skip => {
+                    decision.passed = (!rest).then_some(Passed::SentNow);
+                    Some((now_ms, false))
+                }
+                Delivery::NextDay(at) | Delivery::AfterWindow(at) | Delivery::At(at) => {
+                    decision.passed = match decided {
+                        _ if rest => None,
+                        Delivery::NextDay(_) => Some(Passed::NextDay),
+                        Delivery::AfterWindow(_) => Some(Passed::AfterWindow),
+                        _ => None,
+                    };
+                    Some((at, true))
+                }
+            }
+        }
+    }
 }
 
 /// What quiet hours say of an email going at `at_ms` in `tz` (None: not quiet there, or

@@ -1,5 +1,8 @@
 use super::*;
 use jiff::tz::TimeZone;
+use jiff::Timestamp;
+
+const HOUR_MS: i64 = 3_600_000;
 
 fn ms(rfc3339: &str) -> i64 {
     rfc3339.parse::<Timestamp>().unwrap().as_millisecond()

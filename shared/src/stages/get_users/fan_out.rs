@@ -77,20 +77,8 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
             {
                 break;
             }
-            // The batches in flight are driven while the next member is awaited: a future
-            // is only driven when polled, and a SendMessageBatch not yet started when the
-            // read-ahead runs dry would wait for it (with MongoDB and SQS 10-20 ms away,
-            // 13,800 users/s instead of 16,300 before the read-ahead: `mailctl pipeline`).
-            let next = audience.next();
-            tokio::pin!(next);
-            let member = loop {
-                tokio::select! {
-                    biased;
-                    member = &mut next => break member?,
-                    done = in_flight.next(), if !in_flight.is_empty() => add(&mut segment.report, done)?,
-                }
-            };
-            let Some(member) = member else {
+            let Some(member) = next_member(&mut audience, &mut in_flight, &mut segment).await?
+            else {
                 break;
             };
             let user_id = member.id.to_string();
@@ -221,6 +209,26 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
             }
             Batch::Delayed(at_ms, bodies) => self.send_delayed(at_ms, bodies),
             Batch::Held(at_ms, users) => self.hold_users(campaign, at_ms, users),
+        }
+    }
+}
+
+/// The next member of the audience. The batches in flight are driven while it is awaited: a
+/// future is only driven when polled, and a SendMessageBatch not yet started when the
+/// read-ahead runs dry would wait for it (with MongoDB and SQS 10-20 ms away, 13,800 users/s
+/// instead of 16,300 before the read-ahead: `mailctl pipeline`).
+async fn next_member(
+    audience: &mut ReadAhead,
+    in_flight: &mut FuturesUnordered<Pending<'_>>,
+    segment: &mut Segment,
+) -> Result<Option<AudienceMember>, GetUsersError> {
+    let next = audience.next();
+    tokio::pin!(next);
+    loop {
+        tokio::select! {
+            biased;
+            member = &mut next => return Ok(member?),
+            done = in_flight.next(), if !in_flight.is_empty() => add(&mut segment.report, done)?,
         }
     }
 }

@@ -134,18 +134,28 @@ impl<
                 }
             }
         }
-        let caps = &self.config.caps;
-        let capped = caps.apply_to(job.topic.as_str(), guardrails);
         if !deliverable {
             return Ok(Verdict::Send);
         }
         if let Some(quiet) = decision.quiet {
             return Ok(Quiet::from(quiet).into());
         }
-        let tz = decision.tz;
-        if !capped {
+        if !self.config.caps.apply_to(job.topic.as_str(), guardrails) {
             return Ok(Verdict::Send);
         }
+        self.count_in_caps(job, &decision.tz, now_ms, attempt_ms)
+            .await
+    }
+
+    /// Counts the email in the user's cap history before the send, or skips it capped.
+    async fn count_in_caps(
+        &self,
+        job: &EmailJob,
+        tz: &TimeZone,
+        now_ms: i64,
+        attempt_ms: i64,
+    ) -> Result<Verdict, GuardError> {
+        let caps = &self.config.caps;
         let (campaign, topic) = (job.campaign_id.as_str(), job.topic.as_str());
         for _ in 0..CAP_WRITE_ATTEMPTS {
             let mut history = self.ledger.cap_history(&job.user_id).await?;
@@ -159,7 +169,7 @@ impl<
             history
                 .entries
                 .retain(|e| e.campaign != campaign || e.at_ms >= attempt_ms);
-            match caps.check(&history, campaign, topic, now_ms, &tz) {
+            match caps.check(&history, campaign, topic, now_ms, tz) {
                 CapCheck::Counted => return Ok(Verdict::Send),
                 CapCheck::Capped(rule) => {
                     tracing::info!(campaign, user = %job.user_id, rule, "frequency cap reached; not sent");
