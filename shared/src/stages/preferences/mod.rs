@@ -1,10 +1,10 @@
 //! Over 450 lines because every request (page, form, one-click) shares one bounded path to
 //! the stores and its answers; the page's HTML is in `page.rs`.
 //!
-//! Unsubscribe: the preference centre and one-click unsubscribe (RFC 8058), served by a
-//! Lambda Function URL. Every link carries a token this deployment signed for one user and
-//! one campaign of one topic (`unsubscribe_link`); nothing else in a request says whose
-//! preferences change.
+//! The preference centre and one-click unsubscribe (RFC 8058): the Unsubscribe function's
+//! stage, served by a Lambda Function URL. Every link carries a token this deployment signed
+//! for one user and one campaign of one topic (`unsubscribe_link`); nothing else in a
+//! request says whose preferences change.
 //!
 //! - A mail client's one-click POST (`List-Unsubscribe=One-Click`) leaves the campaign's
 //!   topic at once, recorded with when and from which campaign.
@@ -120,7 +120,8 @@ fn understand(form: &[(String, String)], topics: &Topics) -> Result<Request, Str
     }
 }
 
-/// Generic over its ports: MongoDB's users and the DynamoDB send records on Lambda.
+/// Generic over its ports: MongoDB's users and the DynamoDB send records on Lambda. Named
+/// after the function: the type's name is its metrics' `function` dimension.
 pub struct Unsubscribe<S, R> {
     signer: Signer,
     subscribers: S,
