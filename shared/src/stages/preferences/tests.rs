@@ -6,9 +6,11 @@
 
 use super::*;
 use crate::domain::campaign::CampaignId;
+use crate::domain::ledger::Engagement;
 use crate::domain::ledger::{SendKey, SendStatus};
 use crate::ports::memory::subscribers::MemorySubscribers;
 use crate::ports::memory::MemoryRecords;
+use crate::ports::PendingLeaves;
 
 const KEY: &str = "0123456789abcdef0123456789abcdef";
 const CAMPAIGN: &str = "weekly-2026-W47";
