@@ -1,6 +1,3 @@
-//! Over 450 lines because it is one catalogue of the preference centre's requests and refusals,
-//! and the bounds when MongoDB hangs, over one in-memory fixture.
-//!
 //! The preference centre over in-memory ports: what each request changes, and every refusal
 //! (which changes nothing).
 
