@@ -87,7 +87,7 @@ fn reasons(function: &str) -> Vec<&'static str> {
             .collect(),
         // The routes a public request is counted by.
         "OpenContent" => mailflow::stages::open_content::ROUTES.to_vec(),
-        "Unsubscribe" => mailflow::stages::unsubscribe::ROUTES.to_vec(),
+        "Unsubscribe" => mailflow::stages::preferences::ROUTES.to_vec(),
         _ => Vec::new(),
     }
 }

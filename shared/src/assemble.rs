@@ -30,11 +30,11 @@ use crate::runtime::telemetry;
 use crate::stages::create_emails::CreateEmails;
 use crate::stages::get_users::GetUsers;
 use crate::stages::open_content::OpenContent;
+use crate::stages::preferences::Unsubscribe;
 use crate::stages::rate_control::RateControl;
 use crate::stages::reputation_guard::ReputationGuard;
 use crate::stages::send_email::{SendEmail, Wanted};
 use crate::stages::ses_events::SesEvents;
-use crate::stages::unsubscribe::Unsubscribe;
 use aws_config::SdkConfig;
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 //! Unsubscribe Lambda (behind a Function URL): wiring only; the logic is
-//! `mailflow::stages::unsubscribe`.
+//! `mailflow::stages::preferences`.
 
 use mailflow::assemble::start;
 use mailflow::config::UnsubscribeFunctionConfig;

@@ -76,60 +76,10 @@ impl SendEmailConfig {
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
-        let max_receive_count = positive_u32(src, var::EMAILS_MAX_RECEIVE_COUNT, 10)?;
-        let max_send_errors = positive_u32(src, var::MAX_SEND_ERRORS, 3)?;
-        if max_send_errors >= max_receive_count {
-            return Err(ConfigError {
-                var: var::MAX_SEND_ERRORS,
-                problem: format!(
-                    "{max_send_errors} must be below EMAILS_MAX_RECEIVE_COUNT ({max_receive_count}), \
-                     or a refused email reaches the DLQ before it is recorded FAILED"
-                ),
-            });
-        }
+        let (max_receive_count, max_send_errors) = receive_limits(src)?;
         let rate = send_rate(src)?;
-        let visibility = parsed(
-            src,
-            var::VISIBILITY_TIMEOUT_SECONDS,
-            0u64,
-            "a number of seconds",
-        )?;
-        let timeout = parsed(
-            src,
-            var::FUNCTION_TIMEOUT_SECONDS,
-            0u64,
-            "a number of seconds",
-        )?;
-        if value(src, var::VISIBILITY_TIMEOUT_SECONDS).is_none() {
-            required(src, var::VISIBILITY_TIMEOUT_SECONDS)?;
-        }
-        if value(src, var::FUNCTION_TIMEOUT_SECONDS).is_none() {
-            required(src, var::FUNCTION_TIMEOUT_SECONDS)?;
-        }
-        // The lease is only safe if SQS cannot hand the message to someone else while the
-        // invocation that holds it may still be running.
-        if visibility <= timeout {
-            return Err(ConfigError {
-                var: var::VISIBILITY_TIMEOUT_SECONDS,
-                problem: format!(
-                    "{visibility}s must be greater than FUNCTION_TIMEOUT_SECONDS ({timeout}s); \
-                     raise the emails queue's VisibilityTimeout (AWS recommends 6x the timeout)"
-                ),
-            });
-        }
-        let delays = value(src, var::RETRY_DELAYS_SECONDS).unwrap_or_else(|| "2,10,60,300".into());
-        let retry_delays = delays
-            .split(',')
-            .map(|d| d.trim().parse::<u64>().map(Duration::from_secs))
-            .collect::<Result<Vec<_>, _>>()
-            .ok()
-            .filter(|v| !v.is_empty() && v.iter().all(|d| d.as_secs() <= 43_200))
-            .ok_or_else(|| ConfigError {
-                var: var::RETRY_DELAYS_SECONDS,
-                problem: format!(
-                    "{delays:?} is not a comma-separated list of seconds (each at most 43200), e.g. 2,10,60,300"
-                ),
-            })?;
+        let (visibility, timeout) = timeouts(src)?;
+        let retry_delays = retry_delays(src)?;
         let record_concurrency = positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize;
         Ok(Self {
             mongo: MongoConfig::from_source(src)?,
@@ -152,22 +102,9 @@ impl SendEmailConfig {
             record_concurrency,
             max_send_errors,
             max_receive_count,
-            caps: crate::domain::guardrails::FrequencyCaps::parse(
-                &value(src, var::FREQUENCY_CAPS).unwrap_or_default(),
-                &value(src, var::FREQUENCY_CAP_EXEMPT_TOPICS).unwrap_or_default(),
-            )
-            .map_err(|e| ConfigError {
-                var: var::FREQUENCY_CAPS,
-                problem: e.to_string(),
-            })?,
+            caps: frequency_caps(src)?,
             quiet_hours: super::functions::quiet_hours(src)?,
-            fallback_zone: crate::domain::local_time::ZoneName::parse(
-                &value(src, var::FALLBACK_TIME_ZONE).unwrap_or_else(|| "UTC".into()),
-            )
-            .map_err(|e| ConfigError {
-                var: var::FALLBACK_TIME_ZONE,
-                problem: e.to_string(),
-            })?,
+            fallback_zone: fallback_zone(src)?,
             waiting_table_name: required(src, var::WAITING_TABLE_NAME)?,
             release_schedule_group: required(src, var::RELEASE_SCHEDULE_GROUP)?,
             release_scheduler_role_arn: required(src, var::RELEASE_SCHEDULER_ROLE_ARN)?,
@@ -175,6 +112,99 @@ impl SendEmailConfig {
             release_function_arn: required(src, var::RELEASE_FUNCTION_ARN)?,
         })
     }
+}
+
+/// `EMAILS_MAX_RECEIVE_COUNT` and `MAX_SEND_ERRORS`, the second below the first.
+fn receive_limits(src: &dyn Source) -> Result<(u32, u32), ConfigError> {
+    let max_receive_count = positive_u32(src, var::EMAILS_MAX_RECEIVE_COUNT, 10)?;
+    let max_send_errors = positive_u32(src, var::MAX_SEND_ERRORS, 3)?;
+    if max_send_errors >= max_receive_count {
+        return Err(ConfigError {
+            var: var::MAX_SEND_ERRORS,
+            problem: format!(
+                "{max_send_errors} must be below EMAILS_MAX_RECEIVE_COUNT ({max_receive_count}), \
+                 or a refused email reaches the DLQ before it is recorded FAILED"
+            ),
+        });
+    }
+    Ok((max_receive_count, max_send_errors))
+}
+
+/// The emails queue's visibility timeout and the function's timeout (seconds), the first
+/// longer than the second.
+fn timeouts(src: &dyn Source) -> Result<(u64, u64), ConfigError> {
+    let visibility = parsed(
+        src,
+        var::VISIBILITY_TIMEOUT_SECONDS,
+        0u64,
+        "a number of seconds",
+    )?;
+    let timeout = parsed(
+        src,
+        var::FUNCTION_TIMEOUT_SECONDS,
+        0u64,
+        "a number of seconds",
+    )?;
+    if value(src, var::VISIBILITY_TIMEOUT_SECONDS).is_none() {
+        required(src, var::VISIBILITY_TIMEOUT_SECONDS)?;
+    }
+    if value(src, var::FUNCTION_TIMEOUT_SECONDS).is_none() {
+        required(src, var::FUNCTION_TIMEOUT_SECONDS)?;
+    }
+    // The lease is only safe if SQS cannot hand the message to someone else while the
+    // invocation that holds it may still be running.
+    if visibility <= timeout {
+        return Err(ConfigError {
+            var: var::VISIBILITY_TIMEOUT_SECONDS,
+            problem: format!(
+                "{visibility}s must be greater than FUNCTION_TIMEOUT_SECONDS ({timeout}s); \
+                 raise the emails queue's VisibilityTimeout (AWS recommends 6x the timeout)"
+            ),
+        });
+    }
+    Ok((visibility, timeout))
+}
+
+/// `RETRY_DELAYS_SECONDS`: the backoff by receive.
+fn retry_delays(src: &dyn Source) -> Result<Vec<Duration>, ConfigError> {
+    let delays = value(src, var::RETRY_DELAYS_SECONDS).unwrap_or_else(|| "2,10,60,300".into());
+    delays
+        .split(',')
+        .map(|d| d.trim().parse::<u64>().map(Duration::from_secs))
+        .collect::<Result<Vec<_>, _>>()
+        .ok()
+        .filter(|v| !v.is_empty() && v.iter().all(|d| d.as_secs() <= 43_200))
+        .ok_or_else(|| ConfigError {
+            var: var::RETRY_DELAYS_SECONDS,
+            problem: format!(
+                "{delays:?} is not a comma-separated list of seconds (each at most 43200), e.g. 2,10,60,300"
+            ),
+        })
+}
+
+/// `FREQUENCY_CAPS` and `FREQUENCY_CAP_EXEMPT_TOPICS`.
+fn frequency_caps(
+    src: &dyn Source,
+) -> Result<crate::domain::guardrails::FrequencyCaps, ConfigError> {
+    crate::domain::guardrails::FrequencyCaps::parse(
+        &value(src, var::FREQUENCY_CAPS).unwrap_or_default(),
+        &value(src, var::FREQUENCY_CAP_EXEMPT_TOPICS).unwrap_or_default(),
+    )
+    .map_err(|e| ConfigError {
+        var: var::FREQUENCY_CAPS,
+        problem: e.to_string(),
+    })
+}
+
+/// `FALLBACK_TIME_ZONE`: the zone of a user without one (UTC unless set).
+fn fallback_zone(src: &dyn Source) -> Result<crate::domain::local_time::ZoneName, ConfigError> {
+    crate::domain::local_time::ZoneName::parse(
+        &value(src, var::FALLBACK_TIME_ZONE).unwrap_or_else(|| "UTC".into()),
+    )
+    .map_err(|e| ConfigError {
+        var: var::FALLBACK_TIME_ZONE,
+        problem: e.to_string(),
+    })
 }
 
 /// `SEND_RATE_PER_SECOND`, checked.

@@ -7,12 +7,12 @@
 pub mod create_emails;
 pub mod get_users;
 pub mod open_content;
+pub mod preferences;
 pub mod rate_control;
 pub mod reputation_guard;
 pub mod send_email;
 pub mod ses_events;
 pub mod summary;
-pub mod unsubscribe;
 
 use crate::domain::campaign_state::{CampaignState, Hold};
 use crate::domain::ledger::LedgerError;

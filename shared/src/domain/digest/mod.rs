@@ -5,8 +5,12 @@
 //! these types' contents, the templates and that adapter's queries.
 
 mod render;
+mod shape;
+mod templates;
+mod values;
 
-pub use render::{check_subject, Look, RenderError, Rendered, Renderer, BODY_VARIANTS, LOCALES};
+pub use render::{Look, Rendered, Renderer};
+pub use templates::{check_subject, RenderError, BODY_VARIANTS, LOCALES};
 
 /// Text from the user's data as an email may show it: names are data, never template source,
 /// and control characters are neither (a NUL makes the MJML unparseable), so whitespace ones

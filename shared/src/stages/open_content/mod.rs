@@ -1,8 +1,7 @@
-//! Over 450 lines because one Function URL's routes (card, click, badge) share the token
-//! check, the frozen picks and the bounded counting; the card, the badge and the picking
-//! rules are in `domain::open_content`.
-//!
-//! OpenContent: the pick slots of sent emails, served by a Lambda Function URL.
+//! OpenContent: the pick slots of sent emails, served by a Lambda Function URL. Its routes
+//! share the token check here; how an email's picks are found is in `picks`, the bounded
+//! counting in `counting`, its images and redirects in `answers`; the card, the badge and
+//! the picking rules are in `domain::open_content`.
 //!
 //! - `GET /pick?t=` the slot's card (PNG). The first request of an email chooses its picks
 //!   and freezes them (`picks`); the first slot's request is the email's open.
@@ -32,6 +31,9 @@
 //! the default) no open or click is noted against a recipient, logs included; what remains
 //! is pseudonymous (the first fetch of an email's picks; keyed marks in the sketches).
 
+mod answers;
+mod counting;
+mod picks;
 #[cfg(test)]
 mod tests;
 
@@ -49,11 +51,13 @@ use crate::ports::{
     Clock, ContentStoreError, IndexCheck, OpenContentStore, PickDirectory, SendRecordNotes,
 };
 use crate::runtime::function_url::{self, HttpRequest, HttpResponse};
+use answers::{image, redirect, text, FROZEN, IMAGES, IMMUTABLE};
+use counting::Counts;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -84,77 +88,6 @@ impl Deadline {
     /// An earlier deadline, `reserve` before this one.
     fn before(self, reserve: Duration) -> Self {
         Self(self.0.checked_sub(reserve).unwrap_or(self.0))
-    }
-}
-
-/// What a request counts for the campaign, and how much.
-type Counts = Vec<(OpenCount, u64)>;
-
-/// How often a request waiting for another's choice looks again.
-const WAIT_STEP: Duration = Duration::from_millis(100);
-/// Frozen picks kept per environment (an email's slots and badges come to one environment
-/// within moments; a frozen set never changes).
-const CACHED_EMAILS: usize = 10_000;
-/// A frozen card and the static images: their URL's content never changes.
-const IMMUTABLE: &str = "public, max-age=31536000, immutable";
-/// A card from a token's URL: the same for ever, but only this email's.
-const FROZEN: &str = "private, max-age=31536000, immutable";
-
-struct Images {
-    hot: Image,
-    popular: Image,
-    none: Image,
-    fallback: Image,
-    pixel: Image,
-}
-
-static IMAGES: LazyLock<Images> = LazyLock::new(|| Images {
-    hot: card::hot_badge(),
-    popular: card::popular_badge(),
-    none: card::no_badge(),
-    fallback: card::fallback_card(),
-    pixel: card::transparent_pixel(),
-});
-
-fn image(status: u16, image: &Image, cache: &str) -> HttpResponse {
-    HttpResponse {
-        status,
-        headers: vec![
-            ("content-type", Image::CONTENT_TYPE.to_owned()),
-            ("cache-control", cache.to_owned()),
-            ("x-content-type-options", "nosniff".to_owned()),
-        ],
-        body: image.bytes.clone(),
-    }
-}
-
-fn redirect(location: String) -> HttpResponse {
-    HttpResponse {
-        status: 307,
-        headers: vec![
-            ("location", location),
-            // Decided at each request: no cache may keep the answer.
-            ("cache-control", "no-store".to_owned()),
-            // The token is in the URL: the destination must not see it.
-            ("referrer-policy", "no-referrer".to_owned()),
-            ("content-type", "text/plain; charset=utf-8".to_owned()),
-        ],
-        body: Vec::new(),
-    }
-}
-
-fn text(status: u16, body: &str) -> HttpResponse {
-    let mut headers = vec![
-        ("content-type", "text/plain; charset=utf-8".to_owned()),
-        ("cache-control", "no-store".to_owned()),
-    ];
-    if status == 405 {
-        headers.push(("allow", "GET, HEAD".to_owned()));
-    }
-    HttpResponse {
-        status,
-        headers,
-        body: body.as_bytes().to_vec(),
     }
 }
 
@@ -234,33 +167,6 @@ pub struct OpenContent<S, D, R> {
     /// it need not try to raise it).
     tops: Mutex<HashMap<CampaignId, u64>>,
     requests: AtomicU64,
-}
-
-/// An email's picks as a request found them.
-struct Looked {
-    picks: Picks,
-    /// Frozen: every open shows them (else the fallback shown now, never cached).
-    frozen: bool,
-    /// What this request's choice counts (`Frozen`, `Fallback`), if it froze.
-    counts: Counts,
-}
-
-impl Looked {
-    fn unfrozen(picks: Picks) -> Self {
-        Self {
-            picks,
-            frozen: false,
-            counts: Vec::new(),
-        }
-    }
-
-    fn frozen(picks: Picks) -> Self {
-        Self {
-            picks,
-            frozen: true,
-            counts: Vec::new(),
-        }
-    }
 }
 
 /// `f` within `bound`, or an error saying so.
@@ -510,288 +416,6 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
             Some(pick) => profile_url(&self.config.profile_url_template, &pick.id),
             None => self.config.fallback_url.clone(),
         })
-    }
-
-    /// The clicking person's mark on the pick's sketches: the minute's first (a repeat
-    /// within the minute stops there), then the campaign's; what it adds to the unique
-    /// clicks (the pick's new people), and the pick's people if they may top the campaign.
-    async fn mark_click(&self, slot: &SlotRef, pick: &Pick) -> (Counts, Option<u64>) {
-        let campaign = &slot.campaign_id;
-        let mark = self.sealer.mark(campaign, &pick.id, &slot.user_id);
-        let minute = minute_of(self.now_ms());
-        match self
-            .store
-            .mark_minute(campaign, &pick.id, minute, mark)
-            .await
-        {
-            Ok(true) => {}
-            // Counted in this minute already, so in the campaign too.
-            Ok(false) => return (Vec::new(), None),
-            Err(err) => {
-                tracing::warn!(reason = %err, "click minute not recorded");
-                return (Vec::new(), None);
-            }
-        }
-        match self.store.mark_total(campaign, &pick.id, mark).await {
-            Ok(Some(rise)) if rise.after > rise.before => {
-                let top = (rise.after > self.known_top(campaign)).then_some(rise.after);
-                (
-                    vec![(OpenCount::UniqueClick, rise.after - rise.before)],
-                    top,
-                )
-            }
-            Ok(_) => (Vec::new(), None),
-            Err(err) => {
-                tracing::warn!(reason = %err, "click not added to the pick's people");
-                (Vec::new(), None)
-            }
-        }
-    }
-
-    fn known_top(&self, campaign: &CampaignId) -> u64 {
-        self.tops
-            .lock()
-            .ok()
-            .and_then(|t| t.get(campaign).copied())
-            .unwrap_or(0)
-    }
-
-    fn saw_top(&self, campaign: &CampaignId, people: u64) {
-        if let Ok(mut tops) = self.tops.lock() {
-            let top = tops.entry(campaign.clone()).or_default();
-            *top = (*top).max(people);
-        }
-    }
-
-    /// What must be left of the deadline once the picks are found: the counting writes and a
-    /// badge's read (the subscription check runs while the picks are looked up).
-    fn after_picks(&self) -> Duration {
-        self.config.count_timeout + READ_TIMEOUT
-    }
-
-    /// The email's picks, and whether they are frozen. The first request computes and
-    /// freezes; a concurrent one waits for that answer, and takes over when the first one's
-    /// lease runs out (it died); when everything fails, the fallback, not frozen. Every
-    /// request to the table is bounded by `READ_TIMEOUT`, and all of it ends `after_picks`
-    /// before the request's deadline (then the fallback, not frozen).
-    async fn picks(&self, slot: &SlotRef, owner: &str, by: Deadline) -> Looked {
-        let email = slot.email();
-        if let Some(picks) = self.cached(&email) {
-            return Looked::frozen(picks);
-        }
-        let by = by.before(self.after_picks());
-        let out_of_time = || {
-            tracing::warn!(
-                "picks not found within the request's deadline; the fallback is shown, not frozen"
-            );
-            Looked::unfrozen(Picks::fallback(self.now_ms()))
-        };
-        match within(by.cap(READ_TIMEOUT), self.store.frozen(&email)).await {
-            Ok(Some(picks)) => return Looked::frozen(self.keep(&email, picks)),
-            Ok(None) => {}
-            Err(err) => {
-                tracing::error!(reason = %err, "frozen picks not read; the fallback is shown");
-                return Looked::unfrozen(Picks::fallback(self.now_ms()));
-            }
-        }
-        let lease = self.config.compute_timeout + Duration::from_secs(1);
-        // Long enough to outlast a dead winner's lease and take over, within the deadline.
-        let give_up = (Instant::now() + lease * 2).min(by.0);
-        loop {
-            if by.left().is_zero() {
-                return out_of_time();
-            }
-            let now = self.now_ms();
-            let claim = self
-                .store
-                .claim(&email, owner, now, now + lease.as_millis() as u64);
-            match within(by.cap(READ_TIMEOUT), claim).await {
-                Ok(FreezeClaim::Frozen(picks)) => return Looked::frozen(self.keep(&email, picks)),
-                Ok(FreezeClaim::Won) => return self.choose_and_freeze(slot, now, by).await,
-                Ok(FreezeClaim::Busy { lease_until_ms }) => {
-                    // Wait for the holder's answer until its lease ends, then claim again.
-                    loop {
-                        if Instant::now() >= give_up {
-                            tracing::warn!("picks still being chosen elsewhere; the fallback is shown, not frozen");
-                            return Looked::unfrozen(Picks::fallback(self.now_ms()));
-                        }
-                        tokio::time::sleep(by.cap(WAIT_STEP)).await;
-                        if let Ok(Some(picks)) =
-                            within(by.cap(READ_TIMEOUT), self.store.frozen(&email)).await
-                        {
-                            return Looked::frozen(self.keep(&email, picks));
-                        }
-                        if self.now_ms() >= lease_until_ms {
-                            break;
-                        }
-                    }
-                }
-                Err(err) => {
-                    tracing::error!(reason = %err, "picks not claimed; the fallback is shown");
-                    return Looked::unfrozen(Picks::fallback(now));
-                }
-            }
-        }
-    }
-
-    /// The winner's work: choose within the time bound (else the fallback) and freeze. Who
-    /// froze first wins, so what comes back is what every open shows. The choice ends a
-    /// `READ_TIMEOUT` before `by`, leaving the freeze its time; a choice the deadline cut
-    /// short (not its own bound) is shown but not frozen, so a later open chooses again.
-    async fn choose_and_freeze(&self, slot: &SlotRef, now: u64, by: Deadline) -> Looked {
-        let email = slot.email();
-        let bound = by.before(READ_TIMEOUT).cap(self.config.compute_timeout);
-        let chosen = self.choose(slot, now, bound).await;
-        if chosen.fallback && bound < self.config.compute_timeout {
-            tracing::warn!(
-                "picks not chosen within the request's deadline; the fallback is shown, not frozen"
-            );
-            return Looked::unfrozen(chosen);
-        }
-        match within(by.cap(READ_TIMEOUT), self.store.freeze(&email, &chosen)).await {
-            Ok(frozen) => {
-                let mut counts = Vec::new();
-                if frozen == chosen {
-                    counts.push((OpenCount::Frozen, 1));
-                    if chosen.fallback {
-                        counts.push((OpenCount::Fallback, 1));
-                    }
-                }
-                Looked {
-                    picks: self.keep(&email, frozen),
-                    frozen: true,
-                    counts,
-                }
-            }
-            Err(err) => {
-                tracing::error!(reason = %err, "picks chosen but not frozen; shown, not cached");
-                Looked::unfrozen(chosen)
-            }
-        }
-    }
-
-    async fn choose(&self, slot: &SlotRef, now: u64, bound: Duration) -> Picks {
-        let Ok(recipient) = UserId::parse(&slot.user_id) else {
-            return Picks::fallback(now);
-        };
-        let read = self
-            .directory
-            .followers(&recipient, self.config.follows_read);
-        match tokio::time::timeout(bound, read).await {
-            Ok(Ok((followers, followed_back))) => Picks {
-                items: choose(
-                    &slot.user_id,
-                    &followers,
-                    &followed_back,
-                    usize::from(self.config.slots),
-                ),
-                fallback: false,
-                frozen_at_ms: now,
-            },
-            Ok(Err(err)) => {
-                tracing::warn!(reason = %err, "picks not chosen; the fallback is frozen");
-                Picks::fallback(now)
-            }
-            Err(_) => {
-                tracing::warn!(
-                    timeout_ms = bound.as_millis() as u64,
-                    "picks not chosen in time; the fallback"
-                );
-                Picks::fallback(now)
-            }
-        }
-    }
-
-    fn cached(&self, email: &SendKey) -> Option<Picks> {
-        self.frozen.lock().ok()?.get(email).cloned()
-    }
-
-    fn keep(&self, email: &SendKey, picks: Picks) -> Picks {
-        if let Ok(mut cache) = self.frozen.lock() {
-            if cache.len() >= CACHED_EMAILS {
-                cache.clear();
-            }
-            cache.insert(email.clone(), picks.clone());
-        }
-        picks
-    }
-
-    /// Whether this email's reader may still be counted (an unsubscribed or suppressed
-    /// person's old email still works, and counts nothing new). When MongoDB cannot say
-    /// within `COUNT_TIMEOUT_MS`, nothing is counted.
-    async fn may_count(&self, slot: &SlotRef, by: Deadline) -> bool {
-        let Ok(id) = UserId::parse(&slot.user_id) else {
-            return false;
-        };
-        match tokio::time::timeout(
-            by.cap(self.config.count_timeout),
-            self.directory.may_count(&id),
-        )
-        .await
-        {
-            Ok(Ok(may)) => may,
-            Ok(Err(err)) => {
-                tracing::warn!(reason = %err, "subscription not read; nothing counted");
-                false
-            }
-            Err(_) => {
-                tracing::warn!(
-                    timeout_ms = self.config.count_timeout.as_millis() as u64,
-                    "subscription not read in time; nothing counted"
-                );
-                false
-            }
-        }
-    }
-
-    /// The request's counting, within `COUNT_TIMEOUT_MS`: `work` decides what to count (it may
-    /// write the sketches), then one write adds the counts, and at the same time the send
-    /// record is noted (with consent only) and the campaign's top raised.
-    async fn counted(
-        &self,
-        slot: &SlotRef,
-        by: Deadline,
-        work: impl Future<Output = (Counts, Option<Engagement>, Option<u64>)>,
-    ) {
-        let email = slot.email();
-        let all = async {
-            let (counts, note, top) = work.await;
-            let note = async {
-                match note {
-                    Some(what) if self.config.track_opens_and_clicks => {
-                        if let Err(err) = self.records.note(&email, what, self.now_ms()).await {
-                            tracing::warn!(reason = %err, ?what, "not noted on the send record");
-                        }
-                    }
-                    _ => {}
-                }
-            };
-            let top = async {
-                if let Some(people) = top {
-                    match self.store.raise_top(&slot.campaign_id, people).await {
-                        Ok(()) => self.saw_top(&slot.campaign_id, people),
-                        Err(err) => tracing::warn!(reason = %err, "campaign's top not raised"),
-                    }
-                }
-            };
-            let count = async {
-                if !counts.is_empty() {
-                    if let Err(err) = self.store.count(&email, &counts).await {
-                        tracing::warn!(reason = %err, ?counts, "not counted");
-                    }
-                }
-            };
-            tokio::join!(count, note, top);
-        };
-        if tokio::time::timeout(by.cap(self.config.count_timeout), all)
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                timeout_ms = self.config.count_timeout.as_millis() as u64,
-                "counting not done in time; the rest is not counted"
-            );
-        }
     }
 }
 

@@ -1,6 +1,3 @@
-//! Over 450 lines because it is one catalogue of the freeze protocol's cases over one
-//! in-memory fixture.
-//!
 //! The freeze protocol, the badges, the clicks and the refusals, over the in-memory ports.
 
 use super::*;

@@ -1,7 +1,9 @@
 //! What one record's send came to: done (acknowledged) or again (returned, with when), and
 //! the batch's counts of both.
 
+use crate::domain::campaign::CampaignId;
 use crate::stages::summary::summary;
+use std::collections::HashMap;
 use std::time::Duration;
 
 summary! {
@@ -74,7 +76,7 @@ pub(super) enum Done {
     /// In the user's quiet hours: acknowledged, the user held in the waiting room for the
     /// slot at their end, to be rendered again then.
     HandedBack {
-        campaign: crate::domain::campaign::CampaignId,
+        campaign: CampaignId,
         slot_ms: i64,
     },
     /// Held for SES's 24-hour quota near its receive limit: acknowledged, a fresh copy comes
@@ -110,5 +112,104 @@ impl Retry {
             why: Again::Error,
             delay,
         }
+    }
+}
+
+/// A batch's results counted: the summary, the records to return, and how many emails were
+/// handed back to the waiting room per (campaign, slot).
+pub(super) struct Tally {
+    pub summary: Summary,
+    pub failed: Vec<String>,
+    pub handed_back: HashMap<(CampaignId, i64), u64>,
+}
+
+impl Tally {
+    /// Counts every record's result; `throttles` is how many throttles SES answered.
+    pub fn of(results: Vec<(String, Result<Done, Retry>)>, throttles: usize) -> Self {
+        let mut tally = Tally {
+            summary: Summary {
+                throttles,
+                ..Summary::default()
+            },
+            failed: Vec::new(),
+            handed_back: HashMap::new(),
+        };
+        for (id, result) in results {
+            match result {
+                Ok(done) => tally.done(done),
+                Err(retry) => {
+                    tally.again(retry.why);
+                    tally.failed.push(id);
+                }
+            }
+        }
+        tally
+    }
+
+    fn done(&mut self, done: Done) {
+        let summary = &mut self.summary;
+        match done {
+            Done::HandedBack { campaign, slot_ms } => {
+                summary.deferred += 1;
+                *self.handed_back.entry((campaign, slot_ms)).or_default() += 1;
+            }
+            Done::Sent(late_ms) => {
+                summary.sent += 1;
+                if let Some(ms) = late_ms {
+                    summary.late_ms.push(ms);
+                }
+            }
+            Done::Duplicate => summary.duplicates += 1,
+            Done::Failed => summary.failed += 1,
+            Done::PreviouslyFailed => summary.previously_failed += 1,
+            Done::Unrecorded => summary.unrecorded += 1,
+            Done::Cancelled => summary.cancelled += 1,
+            Done::Paced => summary.paced += 1,
+            Done::Skipped(skip) => *summary.skipped.entry(skip.as_str()).or_default() += 1,
+            Done::PreviouslySkipped => summary.previously_skipped += 1,
+            Done::Requeued => summary.deferred += 1,
+            Done::QuotaRequeued => summary.daily_quota_held += 1,
+        }
+    }
+
+    fn again(&mut self, why: Again) {
+        let summary = &mut self.summary;
+        match why {
+            Again::Busy => summary.busy += 1,
+            Again::Paused => summary.paused += 1,
+            Again::Throttled => summary.throttled += 1,
+            Again::Paced => summary.paced += 1,
+            Again::Stopped => summary.stopped += 1,
+            Again::Error => summary.retried += 1,
+            Again::Quiet => summary.deferred += 1,
+            Again::DailyQuota => summary.daily_quota_held += 1,
+        }
+    }
+}
+
+impl Summary {
+    /// The batch's one log line.
+    pub(super) fn log(&self, duration: Duration) {
+        tracing::info!(
+            sent = self.sent,
+            duplicates = self.duplicates,
+            failed = self.failed,
+            busy = self.busy,
+            throttled = self.throttled,
+            throttles = self.throttles,
+            paced = self.paced,
+            stopped = self.stopped,
+            paused = self.paused,
+            retried = self.retried,
+            previously_failed = self.previously_failed,
+            unrecorded = self.unrecorded,
+            cancelled = self.cancelled,
+            skipped = ?self.skipped,
+            previously_skipped = self.previously_skipped,
+            deferred = self.deferred,
+            daily_quota_held = self.daily_quota_held,
+            duration_ms = duration.as_millis() as u64,
+            "SendEmail batch done"
+        );
     }
 }

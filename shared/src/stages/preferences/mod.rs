@@ -1,10 +1,7 @@
-//! Over 450 lines because every request (page, form, one-click) shares one bounded path to
-//! the stores and its answers; the page's HTML is in `page.rs`.
-//!
-//! Unsubscribe: the preference centre and one-click unsubscribe (RFC 8058), served by a
-//! Lambda Function URL. Every link carries a token this deployment signed for one user and
-//! one campaign of one topic (`unsubscribe_link`); nothing else in a request says whose
-//! preferences change.
+//! The preference centre and one-click unsubscribe (RFC 8058): the Unsubscribe function's
+//! stage, served by a Lambda Function URL. Every link carries a token this deployment signed
+//! for one user and one campaign of one topic (`unsubscribe_link`); nothing else in a
+//! request says whose preferences change.
 //!
 //! - A mail client's one-click POST (`List-Unsubscribe=One-Click`) leaves the campaign's
 //!   topic at once, recorded with when and from which campaign.
@@ -16,7 +13,7 @@
 //!   `action=unsubscribe-all`; the answer says what changed. A form with anything else is
 //!   refused whole, and nothing changes.
 //!
-//! Each change is also noted on the campaign's send record (its analytics).
+//! Each change is also noted on the campaign's send record (its analytics, `records`).
 //!
 //! Every store call has a bound well under the function's 10 s timeout (`STORE_TIMEOUT`,
 //! `RECORD_TIMEOUT`, `NOTE_TIMEOUT`; at most 8 s in all on any path), where the MongoDB
@@ -31,35 +28,26 @@
 //! at cold start, and neither MongoDB nor DynamoDB is asked (`tests.rs`,
 //! `junk_is_answered_from_memory`). Junk costs an invocation, never a store's capacity.
 
+mod form;
 mod page;
+mod records;
 
-use crate::domain::ledger::{epoch_ms, Engagement};
+use crate::domain::ledger::epoch_ms;
 use crate::domain::topics::{Overall, Preferences, Save, Topic, TopicId, Topics};
 use crate::domain::unsubscribe_link::{Signer, Subscription, TokenError};
-use crate::ports::{
-    Change, ChangedVia, PendingLeaves, SendRecordNotes, StoreError, SubscriberStore,
-};
+use crate::ports::{Change, ChangedVia, StoreError, SubscriberStore};
 use crate::runtime::function_url::{self, HttpRequest, HttpResponse};
+use form::{understand, Request, MAX_FORM_BYTES};
 use page::{fill, message, words, Centre};
+pub use records::Records;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 use tracing::Instrument;
 
-/// What the function writes in the sends table: analytics notes and pending leaves.
-pub trait Records: SendRecordNotes + PendingLeaves {}
-impl<T: SendRecordNotes + PendingLeaves> Records for T {}
-
 /// The longest a MongoDB call waits (its driver would wait 30 s to select a server).
 const STORE_TIMEOUT: Duration = Duration::from_secs(3);
-/// The longest the record of a one-click MongoDB did not take waits (DynamoDB): the last
-/// chance not to lose the leave, so it gets most of what the function's 10 s leave after
-/// MongoDB's 3 s and the note's 1 s (a throttled table's retries back off for seconds).
-const RECORD_TIMEOUT: Duration = Duration::from_secs(4);
-/// The longest an analytics note or a rejoin waits (DynamoDB; neither decides the answer).
-const NOTE_TIMEOUT: Duration = Duration::from_secs(1);
-
 /// A MongoDB call within `STORE_TIMEOUT`, or the store error it is taken for.
 async fn bounded<T>(call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
     tokio::time::timeout(STORE_TIMEOUT, call)
@@ -67,60 +55,8 @@ async fn bounded<T>(call: impl Future<Output = Result<T, StoreError>>) -> Result
         .unwrap_or_else(|_| Err(StoreError(format!("no answer within {STORE_TIMEOUT:?}"))))
 }
 
-/// The largest form a POST may carry: a one-click is under 200 bytes, the page's save under
-/// 1 KiB. A bigger body is refused before it is parsed or the token read (the function has
-/// 128 MB).
-const MAX_FORM_BYTES: usize = 8 * 1024;
-
-/// What a POST asks for, once its form is understood whole.
-#[derive(Debug, PartialEq, Eq)]
-enum Request {
-    /// RFC 8058's one-click, from a mail client.
-    OneClick,
-    /// The page's "unsubscribe from this topic" button.
-    Leave,
-    /// The page's save: the topics ticked.
-    Save(BTreeSet<TopicId>),
-    UnsubscribeAll,
-}
-
-/// The form understood, or what in it is not (quoted for the page, never trusted).
-fn understand(form: &[(String, String)], topics: &Topics) -> Result<Request, String> {
-    let quoted = |s: &str| crate::domain::quoted(s);
-    // However the receiver encoded it (a trailing line break, the field repeated), and
-    // nothing else in the form.
-    let one_click = |(name, value): &(String, String)| {
-        name.trim().eq_ignore_ascii_case("List-Unsubscribe")
-            && value.trim().eq_ignore_ascii_case("One-Click")
-    };
-    if !form.is_empty() && form.iter().all(one_click) {
-        return Ok(Request::OneClick);
-    }
-    let mut action = None;
-    let mut ticked = BTreeSet::new();
-    for (name, value) in form {
-        match name.as_str() {
-            "action" if action.is_none() => action = Some(value.as_str()),
-            "topic" => {
-                let topic = topics
-                    .get(value)
-                    .map_err(|_| format!("topic {}", quoted(value)))?;
-                ticked.insert(topic.id.clone());
-            }
-            other => return Err(format!("field {}", quoted(other))),
-        }
-    }
-    match action {
-        Some("save") => Ok(Request::Save(ticked)),
-        Some("leave") if ticked.is_empty() => Ok(Request::Leave),
-        Some("unsubscribe-all") if ticked.is_empty() => Ok(Request::UnsubscribeAll),
-        Some(other @ ("leave" | "unsubscribe-all")) => Err(format!("topic with action {other}")),
-        Some(other) => Err(format!("action {}", quoted(other))),
-        None => Err("no action".to_owned()),
-    }
-}
-
-/// Generic over its ports: MongoDB's users and the DynamoDB send records on Lambda.
+/// Generic over its ports: MongoDB's users and the DynamoDB send records on Lambda. Named
+/// after the function: the type's name is its metrics' `function` dimension.
 pub struct Unsubscribe<S, R> {
     signer: Signer,
     subscribers: S,
@@ -283,7 +219,7 @@ impl<S: SubscriberStore, R: Records> Unsubscribe<S, R> {
         };
         let key = subscription.key();
         let now = SystemTime::now();
-        let at_ms = i64::try_from(epoch_ms(now)).unwrap_or(i64::MAX);
+        let at_ms = at_ms(now);
         // The one-click comes from a mail client: one write, no read first. Mail clients
         // never retry it, so a MongoDB that does not take it in time does not lose it.
         if asked == Request::OneClick {
@@ -303,7 +239,6 @@ impl<S: SubscriberStore, R: Records> Unsubscribe<S, R> {
             Ok(read) => read,
             Err(page) => return page,
         };
-        let w = words(language);
         match asked {
             Request::OneClick | Request::Leave => {
                 let change = bounded(self.subscribers.leave_topic(
@@ -316,50 +251,81 @@ impl<S: SubscriberStore, R: Records> Unsubscribe<S, R> {
                 self.left(subscription, token, change, language, now).await
             }
             Request::UnsubscribeAll => {
-                match bounded(
-                    self.subscribers
-                        .unsubscribe(&key, self.signer.list(), at_ms),
-                )
-                .await
-                {
-                    Ok(Change::NoSuchUser) => gone(language),
-                    Ok(change) => {
-                        tracing::info!(?change, "unsubscribed from everything");
-                        self.note(subscription, now).await;
-                        page::confirmation(language, token, w.all_title, &[w.all_body.to_owned()])
-                    }
-                    Err(err) => busy(language, &err),
-                }
+                self.unsubscribe_all(subscription, token, language, now)
+                    .await
             }
             Request::Save(wanted) => {
-                let save = preferences.save(topics, &wanted);
-                let lines = what_changed(topics, &preferences, &save, language);
-                match bounded(self.subscribers.save_preferences(&key, &save, at_ms)).await {
-                    Ok(Change::NoSuchUser) => gone(language),
-                    Ok(change) => {
-                        tracing::info!(
-                            ?change,
-                            topics = save.changes.len(),
-                            resubscribed = save.resubscribe,
-                            "preferences saved"
-                        );
-                        // A one-click MongoDB did not take stands until the topic is
-                        // chosen again here.
-                        for (topic, _) in save.changes.iter().filter(|(_, on)| *on) {
-                            self.rejoined(subscription, topic, at_ms).await;
-                        }
-                        let left_this = save
-                            .changes
-                            .iter()
-                            .any(|(t, on)| *t == subscription.topic && !on);
-                        if left_this {
-                            self.note(subscription, now).await;
-                        }
-                        page::confirmation(language, token, w.saved_title, &lines)
-                    }
-                    Err(err) => busy(language, &err),
-                }
+                self.save(subscription, token, &preferences, &wanted, language, now)
+                    .await
             }
+        }
+    }
+
+    /// The page's "unsubscribe from all".
+    async fn unsubscribe_all(
+        &self,
+        subscription: &Subscription,
+        token: &str,
+        language: &'static str,
+        now: SystemTime,
+    ) -> HttpResponse {
+        let w = words(language);
+        let key = subscription.key();
+        let unsubscribe = self
+            .subscribers
+            .unsubscribe(&key, self.signer.list(), at_ms(now));
+        match bounded(unsubscribe).await {
+            Ok(Change::NoSuchUser) => gone(language),
+            Ok(change) => {
+                tracing::info!(?change, "unsubscribed from everything");
+                self.note(subscription, now).await;
+                page::confirmation(language, token, w.all_title, &[w.all_body.to_owned()])
+            }
+            Err(err) => busy(language, &err),
+        }
+    }
+
+    /// The page's save: the topics ticked, against the preferences read before.
+    async fn save(
+        &self,
+        subscription: &Subscription,
+        token: &str,
+        preferences: &Preferences,
+        wanted: &BTreeSet<TopicId>,
+        language: &'static str,
+        now: SystemTime,
+    ) -> HttpResponse {
+        let topics = Topics::builtin();
+        let w = words(language);
+        let at_ms = at_ms(now);
+        let save = preferences.save(topics, wanted);
+        let lines = what_changed(topics, preferences, &save, language);
+        let key = subscription.key();
+        let saved = self.subscribers.save_preferences(&key, &save, at_ms);
+        match bounded(saved).await {
+            Ok(Change::NoSuchUser) => gone(language),
+            Ok(change) => {
+                tracing::info!(
+                    ?change,
+                    topics = save.changes.len(),
+                    resubscribed = save.resubscribe,
+                    "preferences saved"
+                );
+                // A one-click MongoDB did not take stands until the topic is chosen again
+                // here.
+                for (topic, _) in save.changes.iter().filter(|(_, on)| *on) {
+                    self.rejoined(subscription, topic, at_ms).await;
+                }
+                let left_this = save
+                    .changes
+                    .iter()
+                    .any(|(t, on)| *t == subscription.topic && !on);
+                if left_this {
+                    self.note(subscription, now).await;
+                }
+                page::confirmation(language, token, w.saved_title, &lines)
+            }
+            Err(err) => busy(language, &err),
         }
     }
 
@@ -389,75 +355,11 @@ impl<S: SubscriberStore, R: Records> Unsubscribe<S, R> {
             Err(err) => busy(language, &err),
         }
     }
+}
 
-    /// A one-click MongoDB did not take (`err`): recorded in the sends table, where
-    /// CreateEmails honours it, and answered 202; 503 only if that fails too.
-    async fn pending(
-        &self,
-        subscription: &Subscription,
-        token: &str,
-        err: &StoreError,
-        language: &'static str,
-        at: SystemTime,
-    ) -> HttpResponse {
-        let key = subscription.key();
-        let recorded = tokio::time::timeout(
-            RECORD_TIMEOUT,
-            self.records
-                .record_leave(&key, &subscription.topic, epoch_ms(at)),
-        )
-        .await;
-        match recorded {
-            Ok(Ok(())) => {
-                tracing::warn!(reason = %err, "MongoDB did not take the one-click; recorded as a pending leave, which every later campaign honours");
-                let mut page = self
-                    .left(subscription, token, Ok(Change::Made), language, at)
-                    .await;
-                page.status = 202;
-                page
-            }
-            Ok(Err(record)) => {
-                tracing::error!(reason = %record, "the pending leave could not be recorded either");
-                busy(language, err)
-            }
-            Err(_) => {
-                tracing::error!("the pending leave could not be recorded in time either");
-                busy(language, err)
-            }
-        }
-    }
-
-    /// The topic chosen again on the page: a pending one-click of it no longer stands.
-    async fn rejoined(&self, subscription: &Subscription, topic: &TopicId, at_ms: i64) {
-        let at_ms = u64::try_from(at_ms).unwrap_or(0);
-        let rejoined = self.records.rejoined(&subscription.user_id, topic, at_ms);
-        match tokio::time::timeout(NOTE_TIMEOUT, rejoined).await {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => {
-                tracing::error!(reason = %err, %topic, "topic chosen again, but an earlier pending one-click of it could not be lifted")
-            }
-            Err(_) => {
-                tracing::error!(%topic, "topic chosen again, but an earlier pending one-click of it could not be lifted in time")
-            }
-        }
-    }
-
-    /// For the campaign analytics; the change itself is already saved.
-    async fn note(&self, subscription: &Subscription, at: SystemTime) {
-        let key = subscription.key();
-        let note = self
-            .records
-            .note(&key, Engagement::Unsubscribed, epoch_ms(at));
-        match tokio::time::timeout(NOTE_TIMEOUT, note).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => {
-                tracing::warn!(reason = %err, "unsubscribe saved, but not counted in the campaign analytics")
-            }
-            Err(_) => tracing::warn!(
-                "unsubscribe saved, but not counted in the campaign analytics in time"
-            ),
-        }
-    }
+/// A change's time as the user's document records it.
+fn at_ms(at: SystemTime) -> i64 {
+    i64::try_from(epoch_ms(at)).unwrap_or(i64::MAX)
 }
 
 /// A topic's label, or its id when this build no longer declares it.

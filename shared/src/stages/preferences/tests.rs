@@ -1,14 +1,13 @@
-//! Over 450 lines because it is one catalogue of the preference centre's requests and refusals,
-//! and the bounds when MongoDB hangs, over one in-memory fixture.
-//!
 //! The preference centre over in-memory ports: what each request changes, and every refusal
 //! (which changes nothing).
 
 use super::*;
 use crate::domain::campaign::CampaignId;
+use crate::domain::ledger::Engagement;
 use crate::domain::ledger::{SendKey, SendStatus};
 use crate::ports::memory::subscribers::MemorySubscribers;
 use crate::ports::memory::MemoryRecords;
+use crate::ports::PendingLeaves;
 
 const KEY: &str = "0123456789abcdef0123456789abcdef";
 const CAMPAIGN: &str = "weekly-2026-W47";
