@@ -1,7 +1,9 @@
-//! The wall clock every send decision reads (slots, leases, deadlines). On Lambda it is the
-//! system clock; with the `virtual-clock` feature the lab may make it follow tokio's clock
-//! instead, which it pauses, so that a stack sending 20,000 emails/s runs in virtual time on
-//! a two-core machine.
+//! The wall clock. Stages read time through `ports::Clock` (`SystemClock` reads this):
+//! `now_ms` for decisions by the time of day and deadlines, `wall_ms` for durations; leases,
+//! invocation deadlines and the pacing of sends (in microseconds) read it directly. On
+//! Lambda it is the system clock; with the `virtual-clock` feature the lab may make it follow
+//! tokio's clock instead, which it pauses, so that a stack sending 20,000 emails/s runs in
+//! virtual time on a two-core machine.
 
 use std::time::SystemTime;
 

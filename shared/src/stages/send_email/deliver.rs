@@ -3,11 +3,11 @@
 //! decides for the record.
 
 use super::daily_quota::{Halt, Halted};
-use super::guard;
 use super::outcome::{Again, Done, Retry};
 use super::pacing::{NoSlot, Ticket};
 use super::standing::Standings;
 use super::{SendEmail, MIN_TIME_TO_SEND};
+use crate::domain::delivery::Quiet;
 use crate::domain::guardrails::Skip;
 use crate::domain::ledger::{epoch_ms, Claim};
 use crate::domain::messages::UserMessage;
@@ -108,7 +108,7 @@ impl<
         invocation: &Invocation,
         stop: &Halt,
         deadline_ms: Option<i64>,
-    ) -> Result<Result<String, SendError>, guard::Quiet> {
+    ) -> Result<Result<String, SendError>, Quiet> {
         loop {
             if let Some(quiet) = zone.and_then(|zone| self.quiet(zone)) {
                 return Err(quiet);
@@ -118,7 +118,7 @@ impl<
                 return Ok(answer);
             }
             // Not again after the campaign's deadline: the next attempt records it expired.
-            let now = epoch_ms(crate::runtime::clock::now()) as i64;
+            let now = self.clock.now_ms();
             if deadline_ms.is_some_and(|d| now >= d) {
                 return Ok(answer);
             }
@@ -165,10 +165,8 @@ impl<
                 self.answered(claim, answer, record, invocation, stop, send_errors)
                     .await
             }
-            Err(guard::Quiet::Skip) => self.skip(claim, Skip::QuietHours).await,
-            Err(guard::Quiet::Defer { until_ms }) => {
-                self.defer(claim, record, again, until_ms).await
-            }
+            Err(Quiet::Skipped) => self.skip(claim, Skip::QuietHours).await,
+            Err(Quiet::Deferred(until_ms)) => self.defer(claim, record, again, until_ms).await,
         }
     }
 

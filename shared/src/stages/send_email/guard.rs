@@ -11,7 +11,7 @@ use super::standing::{self, Standings};
 use super::SendEmail;
 use crate::domain::campaign::CampaignId;
 use crate::domain::delivery::DELAY_WITHIN_MS;
-use crate::domain::delivery::{self, Recipient, Rules};
+use crate::domain::delivery::{self, Quiet, Recipient, Rules};
 use crate::domain::guardrails::{CampaignGuardrails, CapCheck, Skip};
 use crate::domain::ledger::{Claim, LedgerError, SendKey};
 use crate::domain::local_time::{self, ZoneField};
@@ -41,29 +41,11 @@ pub(super) enum Verdict {
     },
 }
 
-/// What quiet hours decide for an email inside them (`QUIET_HOURS_POLICY`).
-pub(super) enum Quiet {
-    Skip,
-    /// Held for their end, at `until_ms` (`defer`).
-    Defer {
-        until_ms: i64,
-    },
-}
-
-impl From<delivery::Quiet> for Quiet {
-    fn from(quiet: delivery::Quiet) -> Self {
-        match quiet {
-            delivery::Quiet::Skipped => Quiet::Skip,
-            delivery::Quiet::Deferred(until_ms) => Quiet::Defer { until_ms },
-        }
-    }
-}
-
 impl From<Quiet> for Verdict {
     fn from(quiet: Quiet) -> Self {
         match quiet {
-            Quiet::Skip => Verdict::Skip(Skip::QuietHours),
-            Quiet::Defer { until_ms } => Verdict::Defer { until_ms },
+            Quiet::Skipped => Verdict::Skip(Skip::QuietHours),
+            Quiet::Deferred(until_ms) => Verdict::Defer { until_ms },
         }
     }
 }
@@ -138,7 +120,7 @@ impl<
             return Ok(Verdict::Send);
         }
         if let Some(quiet) = decision.quiet {
-            return Ok(Quiet::from(quiet).into());
+            return Ok(quiet.into());
         }
         if !self.config.caps.apply_to(job.topic.as_str(), guardrails) {
             return Ok(Verdict::Send);
@@ -209,7 +191,7 @@ impl<
     /// What quiet hours say now in `tz` (None: not quiet there, or none set): the delivery
     /// rule's (`delivery::quiet_at`), asked by the guard and again right before each SES call.
     pub(super) fn quiet(&self, tz: &TimeZone) -> Option<Quiet> {
-        delivery::quiet_at(self.config.quiet_hours, tz, self.clock.now_ms()).map(Quiet::from)
+        delivery::quiet_at(self.config.quiet_hours, tz, self.clock.now_ms())
     }
 
     /// The claim given back and the user handed back to the waiting room, held for the slot
