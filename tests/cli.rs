@@ -1,5 +1,3 @@
-//! Over 450 lines because each test drives the built binary through a whole operator story
-//! on one local stack.
 //! The operator CLI against the local stack: provision, seed, run, status, resend, redrive,
 //! preview, and one-line errors for bad input.
 

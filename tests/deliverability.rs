@@ -1,4 +1,3 @@
-//! Over 450 lines because each test is one of a sender's duties, end to end on one stack.
 //! Being a good sender, against the local stack: one-click unsubscribe over real HTTP
 //! leaving the campaign's topic (good, forged, altered and other users' tokens), campaigns
 //! of each topic reaching exactly their audience, SES events (bounces, complaints,

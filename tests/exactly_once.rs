@@ -1,11 +1,9 @@
-//! Over 450 lines because each fault of the exactly-once table is one test here, side by side.
 //! SendEmail's exactly-once promise against the local stack: duplicates, overlapping runs,
 //! invocations killed at each step, live leases, throttling, permanent rejections, the next
 //! week's campaign, and the send rate. Faults are injected around the real SES adapter; an
 //! invocation is "killed" the way Lambda does it, by ending it at its Timeout.
 //! Each test is a `Scenario`: a stack of its own, its timeouts, and a plan for the fault
-//! injector. Over 400 lines on purpose: the catalogue of exactly-once faults (t1 to t12) and
-//! the one fixture they share.
+//! injector: the catalogue of exactly-once faults (t1 to t12) shares this one fixture.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailflow::adapters::sends::SendsLedger;

@@ -1,6 +1,3 @@
-//! Over 450 lines because each test checks a whole day of slots, user by user, and then
-//! the campaign's status and report.
-//!
 //! Local-time delivery on the local stack: a campaign at 09:00 in every user's own zone,
 //! over every UTC offset from +14 to -12, through the waiting table and the release
 //! schedules, on the simulator's clock (it jumps to the next schedule when the queues are

@@ -1,6 +1,5 @@
 //! Pipeline core against the local stack: the audience index, each stage's handling of bad
 //! input, GetUsers checkpoints, and a 1,000-user campaign end to end.
-//! Over 450 lines on purpose: the pipeline's integration scenarios share their setup.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mailflow::adapters::directory::{Audience, IdType};

@@ -11,8 +11,6 @@
 //! through the real stages on the local stack and every user is checked.
 //!
 //! Part of the `integration` test binary (`tests/integration.rs`).
-//! Over 400 lines on purpose: the generator, the independent model of what must happen and
-//! the checks are one scenario, best read top to bottom.
 
 use mailflow::domain::campaign::{Campaign, Window};
 use mailflow::domain::ledger::SendStatus;

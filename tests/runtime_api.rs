@@ -1,5 +1,3 @@
-//! Over 450 lines because every function's sample events are checked here in one run of each
-//! host (our Runtime API, AWS's emulator, `sam local invoke`), side by side.
 //! The function binaries, run as Lambda runs them, under three Runtime API implementations:
 //! ours (`function_host`, which also measures), AWS's own emulator (`aws-lambda-rie`, from the
 //! SAM CLI's wheel) and `sam local invoke` of template.yaml (AWS's emulator inside the Lambda

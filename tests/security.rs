@@ -1,5 +1,3 @@
-//! Over 450 lines because it reads the template's IAM, the logs and the public endpoints as
-//! an attacker would, one check each.
 //! What template.yaml grants and protects: each function's role allows exactly the actions
 //! the function makes, on its own resources only; queues, table and logs are encrypted; the
 //! MongoDB URI and the unsubscribe signing key reach the functions through Secrets Manager,

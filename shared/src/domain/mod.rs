@@ -18,6 +18,8 @@ pub mod public_urls;
 pub mod send_rate;
 pub mod ses_event;
 pub mod ses_tags;
+pub mod signing;
+pub mod text;
 pub mod topics;
 pub mod unsubscribe_link;
 pub mod user_id;

@@ -10,6 +10,7 @@
 //! The secret holds one or more keys separated by whitespace: the first signs, every one
 //! verifies, so a key can be rotated without breaking the links already sent.
 
+use super::signing::{signing_keys, KeyError, MAX_TOKEN_BYTES};
 use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::SendKey;
 use crate::domain::messages::weekly_topic;
@@ -20,10 +21,6 @@ use hmac::{KeyInit, Mac};
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
-/// Shorter keys are refused: a signing key must not be guessable.
-pub const MIN_KEY_BYTES: usize = 32;
-/// Longer tokens are refused before any work (a user id is at most 512 bytes).
-pub const MAX_TOKEN_BYTES: usize = 2048;
 const VERSION: &str = "v2";
 const VERSION_BEFORE_TOPICS: &str = "v1";
 
@@ -54,20 +51,6 @@ pub enum TokenError {
     OtherList,
 }
 
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum KeyError {
-    #[error("the signing secret holds no key")]
-    Empty,
-    #[error("every signing key must be at least {MIN_KEY_BYTES} bytes (one is {0})")]
-    TooShort(usize),
-    #[error(
-        "the unsubscribe base URL {0:?} must be an http(s) URL without spaces, quotes, <, > or #"
-    )]
-    BadBaseUrl(String),
-    #[error("the list name {0:?} must be 1-64 characters from a-z 0-9 -")]
-    BadList(String),
-}
-
 /// Signs and verifies unsubscribe tokens for one list.
 #[derive(Clone)]
 pub struct Signer {
@@ -83,22 +66,6 @@ impl std::fmt::Debug for Signer {
             .field("list", &self.list)
             .finish()
     }
-}
-
-/// The keys of a signing secret: whitespace-separated, the first signs, every one verifies.
-/// The open-time content's slot tokens are sealed under keys derived from the same secret.
-pub fn signing_keys(secret: &str) -> Result<Vec<Vec<u8>>, KeyError> {
-    let keys: Vec<Vec<u8>> = secret
-        .split_whitespace()
-        .map(|k| k.as_bytes().to_vec())
-        .collect();
-    if keys.is_empty() {
-        return Err(KeyError::Empty);
-    }
-    if let Some(short) = keys.iter().find(|k| k.len() < MIN_KEY_BYTES) {
-        return Err(KeyError::TooShort(short.len()));
-    }
-    Ok(keys)
 }
 
 /// Checks the base URL links are made from (the Unsubscribe function's URL).

@@ -6,9 +6,6 @@
 //! also notes its engagement on the send record for the campaign analytics. All of it is
 //! idempotent and order-free: events may arrive twice and in any order. A bad record fails
 //! alone (partial batch response) and reaches the DLQ.
-//!
-//! Over 400 lines on purpose: the handling and its unit tests (one per event's effect)
-//! together.
 
 use super::summary::summary;
 use crate::config::SesEventsConfig;

@@ -8,7 +8,8 @@ use crate::adapters::mongo::{
 };
 use crate::adapters::preferences;
 use crate::domain::campaign::Window;
-use crate::domain::digest::{printable_name, Digest, Enrichment, SkipReason};
+use crate::domain::digest::{Digest, Enrichment, SkipReason};
+use crate::domain::text::printable_name;
 use crate::domain::topics::{Exclusion, Topic};
 use crate::domain::user_id::UserId;
 use futures::TryStreamExt;

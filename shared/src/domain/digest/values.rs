@@ -37,8 +37,12 @@ impl<'a> Values<'a> {
             .map(|p| context! { image => &p.image, badge => &p.badge, link => &p.link })
             .collect();
         // Whatever the directory read, no control character reaches a template.
-        let name = super::printable(&digest.name);
-        let recent: Vec<String> = digest.recent.iter().map(|n| super::printable(n)).collect();
+        let name = crate::domain::text::printable(&digest.name);
+        let recent: Vec<String> = digest
+            .recent
+            .iter()
+            .map(|n| crate::domain::text::printable(n))
+            .collect();
         let others = digest
             .new_followers
             .saturating_sub(digest.recent.len() as u64);

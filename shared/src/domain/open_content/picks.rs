@@ -89,7 +89,7 @@ pub fn choose(
             name: f
                 .name
                 .as_deref()
-                .and_then(crate::domain::digest::printable_name),
+                .and_then(crate::domain::text::printable_name),
         })
         .collect()
 }

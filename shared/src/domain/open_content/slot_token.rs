@@ -11,7 +11,7 @@
 use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::SendKey;
 use crate::domain::open_content::people::Mark;
-use crate::domain::unsubscribe_link::{signing_keys, KeyError, MAX_TOKEN_BYTES};
+use crate::domain::signing::{signing_keys, KeyError, MAX_TOKEN_BYTES};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{KeyInit, Mac};

@@ -3,10 +3,9 @@
 //! id order (those left out counted by reason); a digest counts distinct followers and names the newest nameable ones.
 
 use crate::domain::campaign::Window;
-use crate::domain::digest::{
-    printable_name, Digest, Enrichment, OddFollow, OddFollows, SkipReason,
-};
+use crate::domain::digest::{Digest, Enrichment, OddFollow, OddFollows, SkipReason};
 use crate::domain::local_time::ZoneField;
+use crate::domain::text::printable_name;
 use crate::domain::topics::{
     Choice, Exclusion, ExclusionCounts, Overall, Standing, Topic, TopicId,
 };
