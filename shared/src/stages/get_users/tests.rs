@@ -676,6 +676,31 @@ async fn guardrails_are_fixed_when_a_campaign_first_starts_and_only_its_deadline
     assert_eq!(recorded("legacy-1"), Default::default());
 }
 
+/// The stack's default deadline (`CAMPAIGN_DEADLINE_HOURS`) counts from the wall clock at
+/// the start, as SendEmail judges it: a decision clock days behind (the simulator's, set to
+/// a campaign's local times) does not date the deadline days early.
+#[tokio::test]
+async fn a_start_dates_its_default_deadline_and_registration_by_the_wall_clock() {
+    let behind =
+        crate::domain::ledger::epoch_ms(std::time::SystemTime::now()) as i64 - 3 * 86_400_000;
+    let stage = stage_with(directory(), "20", &[("CAMPAIGN_DEADLINE_HOURS", "48")])
+        .with_clock(crate::ports::memory::MemoryClock::at(behind));
+    stage.handle(manual(), &plenty()).await.unwrap();
+    let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now()) as i64;
+    let deadline = stage.campaigns.states().guardrails.lock().unwrap()["weekly-2026-W47"]
+        .deadline_ms
+        .unwrap();
+    assert!(
+        (now + 47 * 3_600_000..=now + 48 * 3_600_000).contains(&deadline),
+        "deadline {deadline} is not 48 h after the wall clock's {now}"
+    );
+    let registered = stage.campaigns.states().registered.lock().unwrap()["weekly-2026-W47"];
+    assert!(
+        (now - 60_000..=now).contains(&(registered as i64)),
+        "registered at {registered}, not at the wall clock's {now}"
+    );
+}
+
 /// A clock the test moves.
 struct TestClock(std::sync::atomic::AtomicI64);
 

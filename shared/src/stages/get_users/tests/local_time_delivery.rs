@@ -454,3 +454,13 @@ async fn a_user_handed_back_for_quiet_hours_is_released_at_their_end_and_counted
     assert_eq!((slot.held, slot.released, slot.waiting), (1, 1, 0));
     assert!(!slot.stranded);
 }
+
+/// The simulator's clock (SimClock), set to six hours before Tokyo's slot as the local
+/// stack's tests set it, is before the window of weekly-2026-W47 closes: a start was judged
+/// by the wall clock, which says the window is over, and was never refused for it.
+#[tokio::test]
+async fn a_start_is_judged_by_the_wall_clock_whatever_the_decision_clock_says() {
+    let (stage, _clock) = zoned_stage("2026-11-22T18:00:00Z");
+    let run = stage.handle(local_nine(), &plenty()).await;
+    assert!(run.is_ok(), "{:?}", run.err().map(|e| e.to_string()));
+}

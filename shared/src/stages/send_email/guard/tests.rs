@@ -241,6 +241,23 @@ async fn after_the_deadline_the_rest_expires_unless_a_start_just_moved_it() {
     assert_eq!(status(&stage, "u1").0, Some(SendStatus::Sent));
 }
 
+/// The campaign's deadline is recorded by the wall clock (GetUsers' start, `mailctl`), and
+/// the guard judged it by the wall clock: a clock given for quiet hours (`with_clock`) that
+/// is behind does not send past the deadline.
+#[tokio::test]
+async fn the_deadline_is_judged_by_the_wall_clock_not_the_quiet_hours_clock() {
+    let behind = crate::ports::memory::MemoryClock::at(now_ms() - 86_400_000);
+    let stage = stage(&[], MemoryLedger::default(), ScriptedMailer::default()).with_clock(behind);
+    let passed = CampaignGuardrails {
+        deadline_ms: Some(now_ms() - 1),
+        ..Default::default()
+    };
+    stage.campaigns.states().set_guardrails(CAMPAIGN, passed);
+    let summary = handle(&stage, "u1", false).await;
+    assert_eq!(summary.skipped.get("expired"), Some(&1));
+    assert_eq!(summary.sent, 0);
+}
+
 #[tokio::test]
 async fn after_the_deadline_the_held_out_stay_held_out_and_a_resend_never_sends_them() {
     let stage = stage(&[], MemoryLedger::default(), ScriptedMailer::default());
