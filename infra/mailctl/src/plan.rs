@@ -34,6 +34,8 @@ pub struct Prediction<'a> {
     pub rules: Rules<'a>,
     pub campaign_id: &'a str,
     pub experiment: Option<ExperimentView<'a>>,
+    /// When the experiment's rest gets the winner (None: no experiment).
+    pub decide_at_ms: Option<i64>,
 }
 
 impl<'a> Prediction<'a> {
@@ -43,10 +45,14 @@ impl<'a> Prediction<'a> {
         guardrails: &'a Guardrails<C>,
         now_ms: i64,
     ) -> Self {
+        let decide_at_ms = (guardrails.experiment.as_ref())
+            .map(|e| decision_time(e, delivery, guardrails.quiet, now_ms));
+        // A decision whose time has passed is made by the run's start, which then lets the
+        // rest go with the winner at their own time: held for it only while it is ahead.
         let experiment = guardrails.experiment.as_ref().map(|e| ExperimentView {
             experiment: e,
             winner: None,
-            decide_at_ms: Some(decision_time(e, delivery, guardrails.quiet, now_ms)),
+            decide_at_ms: decide_at_ms.filter(|at| *at > now_ms),
         });
         Self {
             rules: Rules {
@@ -57,12 +63,8 @@ impl<'a> Prediction<'a> {
             },
             campaign_id: campaign.id.as_str(),
             experiment,
+            decide_at_ms,
         }
-    }
-
-    /// When the experiment's rest gets the winner (None: no experiment).
-    pub fn decide_at_ms(&self) -> Option<i64> {
-        self.experiment.as_ref().and_then(|e| e.decide_at_ms)
     }
 
     /// What the rule decides for `member` at `now_ms`.
@@ -120,7 +122,7 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
     let mut plan = Plan::of(campaign, delivery, &guardrails);
     let now_ms = mailflow::ports::Clock::now_ms(&mailflow::ports::SystemClock);
     let predict = Prediction::new(campaign, delivery, &guardrails, now_ms);
-    if let (Some(at), Some(e)) = (predict.decide_at_ms(), plan.guardrails.experiment.as_mut()) {
+    if let (Some(at), Some(e)) = (predict.decide_at_ms, plan.guardrails.experiment.as_mut()) {
         e.decide_at_ms = at;
     }
     let mut loads = Loads::default();

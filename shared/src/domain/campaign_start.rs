@@ -52,24 +52,27 @@ impl StartRequest<'_> {
         quiet_ms(self.quiet_hours)
     }
 
-    /// What to register at `now_ms`. `defaults` are the stack's guardrails; a campaign
-    /// started before guardrails were recorded (`started_without_guardrails`) takes none of
-    /// them: its resend owes everyone not yet sent an email. An experiment whose deadline
-    /// would expire its rest is refused before anything is written.
+    /// What to register at `now_ms` (the wall clock: the default deadline counts from it).
+    /// `defaults` are the stack's guardrails; a campaign started before guardrails were
+    /// recorded (`started_without_guardrails`) takes none of them: its resend owes everyone
+    /// not yet sent an email. The experiment's wait is dated from `clock_ms`, the campaign's
+    /// clock its slots are on. An experiment whose deadline would expire its rest is refused
+    /// before anything is written.
     pub fn registration(
         &self,
         id: &CampaignId,
         defaults: GuardrailDefaults,
         started_without_guardrails: bool,
         now_ms: i64,
+        clock_ms: i64,
     ) -> Result<Registration, StartError> {
         let defaults = match started_without_guardrails {
             true => GuardrailDefaults::default(),
             false => defaults,
         };
         let guardrails = self.guardrails.initial(defaults, now_ms);
-        let experiment =
-            (self.experiment).map(|e| dated_experiment(e, self.delivery, self.quiet_hours, now_ms));
+        let experiment = (self.experiment)
+            .map(|e| dated_experiment(e, self.delivery, self.quiet_hours, clock_ms));
         if let Some(e) = &experiment {
             e.check_deadline(id, guardrails.deadline_ms, self.quiet_ms())?;
         }

@@ -4,10 +4,12 @@
 /// Lambda, a clock the simulator controls locally (so that a day of local times runs in
 /// minutes), never a mode.
 pub trait Clock: Send + Sync {
-    /// Now, as the campaign's decisions read it (slots, deadlines, quiet hours, starts).
+    /// Now, as decisions by the time of day read it (slots, quiet hours, an experiment's
+    /// wait).
     fn now_ms(&self) -> i64;
-    /// Now, as durations are measured (how late an email went): the same instant on AWS.
-    /// The simulator's clock jumps from slot to slot, and a jump is no lateness.
+    /// Now by the wall clock: durations (how late an email went), deadlines, caps and a
+    /// campaign's start. The same instant on AWS; the simulator's clock jumps from slot to
+    /// slot, and a jump is no lateness and moves no deadline.
     fn wall_ms(&self) -> i64 {
         SystemClock.now_ms()
     }

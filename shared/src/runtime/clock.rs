@@ -1,5 +1,6 @@
 //! The wall clock. Stages read time through `ports::Clock` (`SystemClock` reads this):
-//! `now_ms` for decisions by the time of day and deadlines, `wall_ms` for durations; leases,
+//! `now_ms` for decisions by the time of day (slots, quiet hours, an experiment's wait),
+//! `wall_ms` for durations, deadlines, caps and a campaign's start; leases,
 //! invocation deadlines and the pacing of sends (in microseconds) read it directly. On
 //! Lambda it is the system clock; with the `virtual-clock` feature the lab may make it follow
 //! tokio's clock instead, which it pauses, so that a stack sending 20,000 emails/s runs in

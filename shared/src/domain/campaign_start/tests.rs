@@ -35,12 +35,12 @@ fn a_first_start_takes_the_stacks_defaults_unless_it_started_before_guardrails()
     let given = GuardrailRequest::default();
     let id = campaign().id;
     let first = request(&given)
-        .registration(&id, DEFAULTS, false, NOW)
+        .registration(&id, DEFAULTS, false, NOW, NOW)
         .unwrap();
     assert_eq!(first.guardrails.holdout_bp, 500);
     assert_eq!(first.guardrails.deadline_ms, Some(NOW + 48 * HOUR));
     let older = request(&given)
-        .registration(&id, DEFAULTS, true, NOW)
+        .registration(&id, DEFAULTS, true, NOW, NOW)
         .unwrap();
     assert_eq!(older.guardrails, CampaignGuardrails::default());
 }
@@ -56,7 +56,7 @@ fn an_experiment_is_dated_from_the_test_groups_last_email_and_its_deadline_check
         ..request(&given)
     };
     let id = campaign().id;
-    let registered = start.registration(&id, DEFAULTS, false, NOW).unwrap();
+    let registered = start.registration(&id, DEFAULTS, false, NOW, NOW).unwrap();
     let decide_at = registered.experiment.unwrap().decide_at_ms.unwrap();
     // Quiet hours of nine hours (ten with a DST change) hold the test group back first.
     assert_eq!(decide_at, NOW + quiet.length_ms() + 4 * HOUR);
@@ -68,7 +68,7 @@ fn an_experiment_is_dated_from_the_test_groups_last_email_and_its_deadline_check
         guardrails: &early,
         ..start
     }
-    .registration(&id, DEFAULTS, false, NOW);
+    .registration(&id, DEFAULTS, false, NOW, NOW);
     assert!(matches!(
         refused,
         Err(StartError::Experiment(
@@ -82,7 +82,7 @@ fn a_later_start_keeps_what_the_record_fixed_and_may_move_the_deadline() {
     let given = GuardrailRequest::default();
     let mut c = campaign();
     let registered = request(&given)
-        .registration(&c.id, DEFAULTS, false, NOW)
+        .registration(&c.id, DEFAULTS, false, NOW, NOW)
         .unwrap();
     let recorded = CampaignRecord {
         window: Some(c.window),
@@ -130,7 +130,9 @@ fn an_experiment_given_to_a_campaign_started_without_one_is_refused() {
         ..request(&given)
     };
     let mut c = campaign();
-    let registered = start.registration(&c.id, DEFAULTS, false, NOW).unwrap();
+    let registered = start
+        .registration(&c.id, DEFAULTS, false, NOW, NOW)
+        .unwrap();
     let recorded = CampaignRecord::default();
     assert!(matches!(
         start.settle(&mut c, false, &registered, &recorded, NOW),

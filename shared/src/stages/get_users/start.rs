@@ -25,7 +25,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
     /// on), settles this start against its record, and records its local-time delivery. A
     /// start refused is refused before anything is enqueued.
     pub(super) async fn first_start(&self, run: &mut Run) -> Result<OddFollows, GetUsersError> {
-        let now_ms = self.clock.now_ms();
+        // A start is judged, registered and dated by the wall clock (the deadline SendEmail
+        // checks is on it); the experiment's wait by the campaign's, as its slots are.
+        let now_ms = self.clock.wall_ms();
         let now = OffsetDateTime::from_unix_timestamp_nanos(i128::from(now_ms) * 1_000_000)
             .unwrap_or_else(|_| OffsetDateTime::now_utc());
         run.campaign.may_start(now, self.config.max_window)?;
@@ -53,6 +55,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             defaults,
             started_without_guardrails,
             now_ms,
+            self.clock.now_ms(),
         )?;
         let recorded = states
             .register(

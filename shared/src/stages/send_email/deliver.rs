@@ -118,7 +118,7 @@ impl<
                 return Ok(answer);
             }
             // Not again after the campaign's deadline: the next attempt records it expired.
-            let now = self.clock.now_ms();
+            let now = self.clock.wall_ms();
             if deadline_ms.is_some_and(|d| now >= d) {
                 return Ok(answer);
             }

@@ -80,7 +80,9 @@ impl<
         deliverable: bool,
         attempt_ms: i64,
     ) -> Result<Verdict, GuardError> {
-        let now_ms = self.clock.now_ms();
+        // Deadlines, the standing's wait and the caps are on the wall clock (the claim's
+        // `attempt_ms` is); quiet hours on the campaign's clock, as GetUsers reads them.
+        let now_ms = self.clock.wall_ms();
         // The delivery rule at the send: the holdout, and quiet hours now in the user's zone
         // (GetUsers let the user go after them; a backlog may still carry the send into the
         // next ones).
@@ -97,7 +99,7 @@ impl<
             zone: &zone,
             rest_until_ms: None,
         };
-        let decision = delivery::decide(&rules, &user, now_ms);
+        let decision = delivery::decide(&rules, &user, self.clock.now_ms());
         // The holdout first: a held-out user stays held_out after the deadline too (an
         // `expired` one would be sent by a resend that includes the skipped).
         if decision.held_out {
@@ -291,7 +293,7 @@ impl<
         job: &EmailJob,
         cached: &CampaignGuardrails,
     ) -> Result<bool, LedgerError> {
-        let now_ms = self.clock.now_ms();
+        let now_ms = self.clock.wall_ms();
         if !cached.expired(now_ms) {
             return Ok(true);
         }
