@@ -1,5 +1,7 @@
 //! One stage per function: the three pipeline stages (GetUsers, CreateEmails, SendEmail),
-//! the two that handle what comes back (SES events, unsubscribes) and the reputation guard.
+//! the two that handle what comes back (SES events; unsubscribes and the preference centre,
+//! `preferences`), the open-time content (OpenContent), the reputation guard and the send
+//! rate's control (RateControl).
 //! Each is a struct built once at init (by `assemble`) and generic over its ports, with a
 //! `handle` method that `runtime::serve` (or the local simulator) calls; stages import no
 //! adapter.

@@ -1,6 +1,6 @@
 //! RateControl: the one place the stack's send rate is steered from outside SendEmail's hot
 //! path. Once a minute (a schedule) it reads SES's quota, writes the ceiling it gives into
-//! the rate item (SendEmail paces under it: `pacing::trusted`), and sets SendEmail's event
+//! the rate item (SendEmail paces under it: `send_rate::trusted`), and sets SendEmail's event
 //! source mapping's MaximumConcurrency to the environments the rate needs, and CreateEmails'
 //! to what keeps that rate fed (`fan_out::composers_for`, within the operator's ceiling on
 //! MongoDB connections). Before, every

@@ -31,7 +31,7 @@ impl<
     > SendEmail<M, L, Q, S, B, W, P>
 {
     /// The configured rate: SES's quota is RateControl's to read, and the ceiling it gives is
-    /// in the rate item, which the pacer honours (`pacing::trusted`).
+    /// in the rate item, which the pacer honours (`send_rate::trusted`).
     fn ceiling(&self) -> SendRate {
         SendRate::configured(self.config.send_rate_per_second)
     }
