@@ -311,7 +311,7 @@ async fn one_click_leaves_the_campaigns_topic_and_only_that_topics_campaigns_ski
     assert_eq!(status["topic"], "product-news");
     assert_eq!(status["excluded"]["leftTopic"], 0, "{status}");
 
-    // Every document shape the audience accepts can leave a topic (issue 41): `topics` null, a
+    // Every document shape the audience accepts can leave a topic: `topics` null, a
     // string, an array (written by another tool) used to fail the one-click with a 503 and
     // the mail client never retries. The choice is written; an odd value is kept aside.
     // (The two arrays: MongoDB's `$type` query would match them by their elements.)

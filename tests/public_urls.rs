@@ -1,4 +1,4 @@
-//! The two public Function URLs under junk (issue 41, point 4), on the local stack with the
+//! The two public Function URLs under junk, on the local stack with the
 //! template's defaults: the local Function URL throttles each function as Lambda does (429
 //! beyond its ReservedConcurrentExecutions, or ten requests per second per environment), so
 //! a URL sized too small shows here as it would on AWS.

@@ -106,7 +106,7 @@ enum Command {
     Pipeline {
         #[command(flatten)]
         options: mailflow_lab::pipeline::PipelineOptions,
-        /// The template's sizing before issue 40 (GetUsers at 256 MB with 8 batches in flight,
+        /// The template's earlier fixed sizing (GetUsers at 256 MB with 8 batches in flight,
         /// CreateEmails at 256 MB, batches of 10, 5 environments), for comparison.
         #[arg(long)]
         before: bool,

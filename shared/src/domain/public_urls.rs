@@ -1,5 +1,5 @@
 //! How much concurrency the two public Function URLs (Unsubscribe, OpenContent) need at a
-//! send rate, with junk on top (issue 41, point 4; docs/open-time-content.md, "Capacity").
+//! send rate, with junk on top (docs/open-time-content.md, "Capacity").
 //!
 //! Lambda answers a Function URL request that finds every reserved environment busy with a
 //! 429, and it also refuses more than 10 requests per second per reserved environment: a
@@ -32,7 +32,7 @@ pub const THROTTLED_AT_MOST: f64 = 0.001;
 const Z_ONE_IN_1000: f64 = 3.09;
 
 /// Junk each URL is sized to take on top of its real load: twice the hundred a second at
-/// which issue 41 found one-click POSTs failing with the old 10 environments.
+/// which one-click POSTs failed with the old 10 environments.
 pub const JUNK_PER_SECOND: f64 = 200.0;
 /// Our CPU for a junk request on a whole core, rounded up: the stage's part (the event
 /// parsed, refused, answered, its log line) measured 5-12 µs with the release build, and the
@@ -350,7 +350,7 @@ mod tests {
         );
         assert_eq!(check.unsubscribe.needed, 26);
         assert!(check.short().is_empty(), "{:?}", check.short());
-        // The old 10 fell short at the issue's hundred junk requests a second already.
+        // The old 10 fell short at a hundred junk requests a second already.
         assert_eq!(unsubscribe(14.0, 100.0, 128).needed, 14);
     }
 

@@ -95,7 +95,7 @@ pub struct PipelineOptions {
 }
 
 impl PipelineOptions {
-    /// The template's sizing before issue 40: GetUsers at 256 MB with 8 batches in flight,
+    /// The template's earlier fixed sizing: GetUsers at 256 MB with 8 batches in flight,
     /// CreateEmails at 256 MB in batches of 10 on at most 5 environments.
     pub fn before(mut self) -> Self {
         self.get_users_memory_mb = 256;

@@ -493,7 +493,7 @@ fn destinations_are_the_configured_page_with_the_id_encoded() {
     );
 }
 
-// ---- Issue 41: people, not requests (2); stores that hang (3); consent (6). ----
+// ---- People, not requests; stores that hang; consent. ----
 
 const MINUTE: i64 = 60_000;
 
