@@ -279,7 +279,7 @@ fn ses_event() -> impl Strategy<Value = String> {
         })
 }
 
-/// Named cases the issue lists, each with its documented outcome.
+/// Named malformed bodies, each with its documented outcome.
 #[test]
 fn named_bad_bodies_are_rejected_with_a_reason() {
     let valid: BTreeMap<&str, Value> = BTreeMap::from([

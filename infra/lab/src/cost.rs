@@ -1,8 +1,8 @@
 //! Dollars per million emails from measured request counts and durations.
 //!
 //! Prices: AWS list prices, us-east-1, standard tiers past the free tier, as published on
-//! the services' pricing pages (aws.amazon.com/<service>/pricing) and last read by us in
-//! 2025; check them before budgeting. Lambda bills the init phase as well as invocations.
+//! the services' pricing pages (aws.amazon.com/<service>/pricing) and last read in 2025;
+//! check them before budgeting. Lambda bills the init phase as well as invocations.
 
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -350,7 +350,7 @@ mod tests {
         );
         assert_eq!(check.unsubscribe.needed, 26);
         assert!(check.short().is_empty(), "{:?}", check.short());
-        // The old 10 fell short at the hundred junk requests a second already.
+        // The old 10 fell short at a hundred junk requests a second already.
         assert_eq!(unsubscribe(14.0, 100.0, 128).needed, 14);
     }
 
