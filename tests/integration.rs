@@ -12,6 +12,7 @@ mod deliverability;
 mod exactly_once;
 mod experiments;
 mod guardrails;
+mod layout;
 mod local_time;
 mod metrics;
 mod open_content;
