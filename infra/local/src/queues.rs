@@ -3,30 +3,12 @@
 //! it, receive / send / delete where it does not).
 
 use anyhow::{bail, Context, Result};
-use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 use aws_sdk_sqs::Client;
 use std::time::Duration;
 
-/// Messages in a queue: visible, and in flight or delayed (a local-time user due within a
-/// minute waits on the users queue with a delay).
-pub async fn depth(sqs: &Client, url: &str) -> Result<(u64, u64)> {
-    let attrs = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
-        .send()
-        .await?
-        .attributes
-        .unwrap_or_default();
-    let get = |k: &QueueAttributeName| attrs.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
-    Ok((
-        get(&QueueAttributeName::ApproximateNumberOfMessages),
-        get(&QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-            + get(&QueueAttributeName::ApproximateNumberOfMessagesDelayed),
-    ))
-}
+/// A queue's depth: the shared adapter's reading.
+pub use mailflow::adapters::sqs::queue_depth as depth;
 
 /// Moves every message of `dlq` back to `source`. Uses StartMessageMoveTask where the service
 /// supports it; otherwise see `redrive_inspecting`.

@@ -6,7 +6,6 @@
 
 use crate::status::{CampaignStatus, StatusFacts};
 use anyhow::Result;
-use aws_sdk_sqs::types::QueueAttributeName;
 use aws_sdk_sqs::Client as Sqs;
 use mailflow::adapters::event_sources::EventSourceMappings;
 use mailflow::adapters::rate_item::RateItem;
@@ -101,24 +100,10 @@ async fn consumer_states(sdk: &aws_config::SdkConfig, target: &Target) -> BTreeM
     states
 }
 
-/// Messages in a queue, visible, in flight or delayed (a local-time user due within a
-/// minute waits on the users queue with a delay).
+/// Messages in a queue, visible, in flight or delayed.
 async fn queue_depth(sqs: &Sqs, url: &str) -> Result<u64> {
-    let attrs = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
-        .send()
-        .await?
-        .attributes
-        .unwrap_or_default();
-    let get =
-        |k: QueueAttributeName| -> u64 { attrs.get(&k).and_then(|v| v.parse().ok()).unwrap_or(0) };
-    Ok(get(QueueAttributeName::ApproximateNumberOfMessages)
-        + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        + get(QueueAttributeName::ApproximateNumberOfMessagesDelayed))
+    let (visible, invisible) = mailflow::adapters::sqs::queue_depth(sqs, url).await?;
+    Ok(visible + invisible)
 }
 
 /// The campaign's status now, from what the stores hold of it.

@@ -206,3 +206,29 @@ impl crate::ports::RetryQueue for SqsQueue {
         Ok(())
     }
 }
+/// Messages in a queue: visible, and in flight or delayed (a local-time user due within 15
+/// minutes waits on the users queue with a delay). Read the same on AWS and on the local
+/// emulator; `mailctl status` and the simulator's drain both count by it.
+pub async fn queue_depth(sqs: &Client, url: &str) -> Result<(u64, u64), QueueError> {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let attrs = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(A::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await
+        .map_err(|err| QueueError::Call {
+            queue: url.to_owned(),
+            operation: "GetQueueAttributes",
+            detail: super::describe(&err),
+        })?
+        .attributes
+        .unwrap_or_default();
+    let get = |k: A| attrs.get(&k).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Ok((
+        get(A::ApproximateNumberOfMessages),
+        get(A::ApproximateNumberOfMessagesNotVisible) + get(A::ApproximateNumberOfMessagesDelayed),
+    ))
+}
