@@ -4,6 +4,7 @@ pub mod address;
 pub mod campaign;
 pub mod campaign_start;
 pub mod campaign_state;
+pub mod definition;
 pub mod delivery;
 pub mod digest;
 pub mod experiment;
