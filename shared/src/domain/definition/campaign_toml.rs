@@ -9,8 +9,7 @@ use toml::Spanned;
 #[cfg(feature = "schema")]
 use schemars::JsonSchema;
 
-/// A campaign definition's settings, queries and skip rules (docs/campaigns.md, "Your own
-/// campaign").
+/// A campaign definition's settings, queries and skip rules (docs/campaigns.md).
 #[derive(Debug, Deserialize)]
 #[cfg_attr(
     feature = "schema",
@@ -37,8 +36,7 @@ pub struct CampaignToml {
     /// The language folder (templates/<lang>/) of users whose language has none.
     #[cfg_attr(feature = "schema", schemars(with = "String", required))]
     pub default_language: Option<Spanned<String>>,
-    /// When it runs on its own: an EventBridge Scheduler expression (`cron(0 9 ? * MON *)`,
-    /// `rate(7 days)`).
+    /// When it runs on its own: an EventBridge Scheduler expression, `cron(0 9 ? * MON *)`.
     #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub schedule: Option<Spanned<String>>,
     /// The window is the last full `window_days` days (UTC).
