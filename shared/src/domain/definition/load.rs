@@ -69,6 +69,13 @@ pub fn parse(text: &str) -> Result<CampaignToml, Vec<String>> {
                 .filter_map(|piece| CampaignToml::deserialize(piece.into_deserializer()).err())
                 .map(|e| toml_error(text, &e, &index))
                 .collect();
+            // In the file's order (the parts came in the keys' order).
+            errors.sort_by_key(|e| {
+                e.split(':')
+                    .nth(1)
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .unwrap_or(0)
+            });
             errors.dedup();
             if errors.is_empty() {
                 errors.push(toml_error(text, &first, &index));
@@ -167,7 +174,12 @@ fn toml_error(text: &str, e: &toml::de::Error, index: &Index) -> String {
                 .replace('`', "");
             format!("unknown key {key:?}; the keys here are {expected}")
         }
-        None if message.starts_with("invalid type") => format!("{message}; fix the value"),
+        None if message.starts_with("invalid type") => {
+            let message = message
+                .replace("expected i64", "expected a whole number")
+                .replace("expected u32", "expected a whole number");
+            format!("{message}; fix the value")
+        }
         None => message,
     };
     match path {
