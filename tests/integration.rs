@@ -4,6 +4,7 @@
 //! domain, so they run in parallel.
 
 mod bad_records;
+mod campaign_check;
 mod campaign_control;
 mod chaos;
 mod cli;

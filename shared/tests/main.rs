@@ -2,4 +2,5 @@
 //! input under property tests, and the rendered emails against their snapshots.
 
 mod bad_input;
+mod definition;
 mod templates;

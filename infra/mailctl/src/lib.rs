@@ -10,6 +10,7 @@
 
 pub mod compose;
 pub mod control;
+pub mod definition;
 pub mod experiment;
 pub mod format;
 pub mod guardrails;

@@ -14,10 +14,29 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("mailctl: {}", one_line(&err));
-            std::process::ExitCode::FAILURE
+            match err.downcast_ref::<Exit>() {
+                Some(exit) => std::process::ExitCode::from(exit.code),
+                None => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }
+
+/// An error with an exit status of its own (`campaign check`: 2 for a definition with
+/// problems, told apart from a command that could not run).
+#[derive(Debug)]
+pub struct Exit {
+    pub code: u8,
+    pub message: String,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Exit {}
 
 /// The error and its causes on one line, no backtrace: this is for operators. A cause whose
 /// text ends the line already (an error that says its source in its own message, "...: {0}")

@@ -243,12 +243,13 @@ mod tests {
             note: "not a count",
         };
         let metrics = counts_of(&sample);
+        // In the summary's order of fields (serde_json keeps it).
         assert_eq!(
             metrics,
             [
-                Metric::samples("lateMs", vec![1.5, 40.0], "Milliseconds"),
                 Metric::count("sent", 3.0),
-                Metric::count("skipped.held_out", 2.0)
+                Metric::count("skipped.held_out", 2.0),
+                Metric::samples("lateMs", vec![1.5, 40.0], "Milliseconds")
             ]
         );
         let doc = document("prod", "SendEmail", 7, &metrics);
@@ -274,8 +275,8 @@ mod tests {
         );
         let directive = &doc["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(directive["Namespace"], NAMESPACE);
-        assert_eq!(directive["Metrics"][2]["Name"], "skipped.held_out");
-        assert_eq!(directive["Metrics"][0]["Unit"], "Milliseconds");
+        assert_eq!(directive["Metrics"][1]["Name"], "skipped.held_out");
+        assert_eq!(directive["Metrics"][2]["Unit"], "Milliseconds");
         assert_eq!(doc["_aws"]["Timestamp"], 7);
     }
 

@@ -3,6 +3,7 @@
 
 mod campaign;
 mod control;
+mod definition;
 mod inspect;
 mod lab;
 mod preview;
@@ -34,6 +35,8 @@ pub enum Command {
     #[command(flatten)]
     Campaign(campaign::CampaignCommand),
     #[command(flatten)]
+    Definition(definition::DefinitionCommand),
+    #[command(flatten)]
     Control(control::ControlCommand),
     #[command(flatten)]
     Inspect(inspect::InspectCommand),
@@ -53,6 +56,7 @@ impl Cli {
             }
             Command::Setup(setup) => setup.run(&aws_sdk().await?, template).await,
             Command::Campaign(campaign) => campaign.run(&aws_sdk().await?, template).await,
+            Command::Definition(definition) => definition.run(),
             Command::Control(control) => control.run(&aws_sdk().await?).await,
             Command::Inspect(inspect) => inspect.run(&aws_sdk().await?).await,
             Command::Preview(preview) => preview.run(&aws_sdk().await?, template).await,

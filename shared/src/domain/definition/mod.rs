@@ -18,6 +18,13 @@
 //!
 //! This module holds the types every part agrees on; `load` parses and checks them.
 
+pub mod campaign_toml;
+pub mod files;
+mod load;
+pub mod pipeline;
+
+pub use load::{line_of, parse, CAMPAIGN_TOML, DATA_VARIABLE, DEFAULT_WINDOW_DAYS, VARIABLES};
+
 use std::collections::BTreeMap;
 
 /// A definition's files: path relative to the folder (`/`-separated) → contents.
@@ -42,6 +49,21 @@ pub struct Definition {
     /// The campaign's parameters: `$$<name>` in queries, `params.<name>` in templates.
     pub params: BTreeMap<String, serde_json::Value>,
     pub templates: Templates,
+    /// The field of the audience's collection that holds the user id (`_id` unless given).
+    pub audience_by: String,
+    /// When it runs on its own: an EventBridge Scheduler expression.
+    pub schedule: Option<String>,
+    /// The window is the last full `window_days` days (7 unless given).
+    pub window_days: u32,
+    /// Where open-time picks come from, if its emails show any.
+    pub open_content: Option<PicksSource>,
+}
+
+/// A source of open-time picks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PicksSource {
+    /// The digest's: people who followed the user, to follow back.
+    FollowBack,
 }
 
 /// Field paths (dotted, MongoDB's) into the users collection.
