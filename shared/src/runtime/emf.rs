@@ -173,7 +173,7 @@ pub const MAX_DIMENSIONS: usize = 30;
 /// The dimensions every metric is written under (one set).
 pub const DIMENSIONS: [&str; 2] = ["Stack", "Function"];
 /// Keys at a document's root that are not metrics (the dimensions are the others).
-const RESERVED: [&str; 1] = ["_aws"];
+const RESERVED: [&str; 2] = ["_aws", "level"];
 const _: () = assert!(DIMENSIONS.len() <= MAX_DIMENSIONS);
 
 /// The EMF documents of one invocation: one, or one more for each further `MAX_METRICS`
@@ -241,15 +241,36 @@ fn valid(metrics: &[Metric]) -> Vec<Metric> {
         .collect()
 }
 
+/// The lines of one invocation's documents, each with the `level` Lambda's log filter keeps
+/// (`telemetry::metrics_level`: a line without one is INFO to Lambda, and dropped under WARN).
+pub fn lines(
+    level: crate::runtime::telemetry::LambdaLevel,
+    stack: &str,
+    function: &str,
+    timestamp_ms: u64,
+    metrics: &[Metric],
+) -> Vec<String> {
+    documents(stack, function, timestamp_ms, metrics)
+        .into_iter()
+        .map(|mut document| {
+            if let Value::Object(root) = &mut document {
+                root.insert("level".into(), level.as_str().into());
+            }
+            document.to_string()
+        })
+        .collect()
+}
+
 /// Writes one invocation's documents on stdout, each as one line (CloudWatch Logs reads
 /// them there).
 pub fn emit(function: &str, metrics: &[Metric]) {
     use std::io::Write;
     let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now());
+    let level = crate::runtime::telemetry::metrics_level();
     let mut out = std::io::stdout().lock();
-    for document in documents(&stack(), function, now, metrics) {
+    for line in lines(level, &stack(), function, now, metrics) {
         // A log line that cannot be written loses a metric, never an invocation.
-        let _ = writeln!(out, "{document}");
+        let _ = writeln!(out, "{line}");
     }
 }
 
