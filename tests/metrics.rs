@@ -2,12 +2,12 @@
 //! (EMF, `mailflow::runtime::emf`, under the stack and the function that writes it) or one
 //! AWS publishes for that kind of resource, with the dimension that resource has.
 
-use serde_yaml::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use yaml_serde::Value;
 
 fn template() -> Value {
     let path = mailctl::repo_root().join("template.yaml");
-    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    yaml_serde::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 fn of_type<'a>(t: &'a Value, kind: &'a str) -> impl Iterator<Item = (&'a str, &'a Value)> {
