@@ -201,6 +201,84 @@ mod tests {
         assert_eq!(parsed.from_name, None);
     }
 
+    fn email() -> mailflow::ports::OutgoingEmail {
+        mailflow::ports::OutgoingEmail {
+            to: "ada@example.com".into(),
+            subject: "hi".into(),
+            html: "<p>hi</p>".into(),
+            text: "hi".into(),
+            key: mailflow::domain::ledger::SendKey::new(
+                "u",
+                mailflow::domain::campaign::CampaignId::parse("c").unwrap(),
+            ),
+            unsubscribe_url: None,
+        }
+    }
+
+    /// The From header SendEmail writes for a sender, as a mailbox reads it: the display
+    /// name back whole, the address in ASCII, nothing 8-bit on the wire.
+    #[test]
+    fn the_from_header_reads_back_in_an_independent_parser() {
+        let long = format!("{} Équipe", "日本語のニュース".repeat(12));
+        let cases = [
+            ("news@example.com", None, "news@example.com"),
+            (
+                "Équipe <news@example.com>",
+                Some("Équipe"),
+                "news@example.com",
+            ),
+            (
+                "Mailflow News <news@example.com>",
+                Some("Mailflow News"),
+                "news@example.com",
+            ),
+            (
+                "Acme, Inc. <n@example.com>",
+                Some("Acme, Inc."),
+                "n@example.com",
+            ),
+            (
+                r#"Say "hi" \ bye <n@example.com>"#,
+                Some(r#"Say "hi" \ bye"#),
+                "n@example.com",
+            ),
+            (
+                "\"Dr. Ünal\" <n@example.com>",
+                Some("Dr. Ünal"),
+                "n@example.com",
+            ),
+            (
+                "Café <news@café.example>",
+                Some("Café"),
+                "news@xn--caf-dma.example",
+            ),
+            (
+                "<b>Bold</b> <n@example.com>",
+                Some("<b>Bold</b>"),
+                "n@example.com",
+            ),
+        ];
+        let long_sender = format!("{long} <n@example.com>");
+        let cases =
+            cases
+                .into_iter()
+                .chain([(long_sender.as_str(), Some(long.as_str()), "n@example.com")]);
+        for (sender, name, address) in cases {
+            let raw = mailflow::adapters::ses::raw_message(sender, &email()).unwrap();
+            assert!(raw.is_ascii(), "{sender}: 8-bit on the wire");
+            let head = raw.split("\r\n\r\n").next().unwrap();
+            assert!(head.lines().all(|l| l.len() <= 78), "{sender}: {head}");
+            let parsed = SentMessage::parse(RawRecord {
+                id: "m".into(),
+                source: None,
+                destinations: vec![],
+                raw_data: raw,
+            });
+            assert_eq!(parsed.from_name.as_deref(), name, "{sender}");
+            assert_eq!(parsed.from_address.as_deref(), Some(address), "{sender}");
+        }
+    }
+
     #[test]
     fn a_message_that_is_not_mime_is_read_without_failing() {
         for raw in [
