@@ -329,14 +329,32 @@ async fn one_click_leaves_the_campaigns_topic_and_only_that_topics_campaigns_ski
             .unwrap();
         let done = one_click(link(who)).await;
         assert_eq!(done.status, 200, "topics {odd:?}: {}", done.text());
+        // Like any other reader's: the same answer, the choice with how and when, the
+        // engagement on the send record, and a second click that changes nothing.
+        assert!(
+            done.text()
+                .contains("You are unsubscribed from “Weekly digest of your new followers”"),
+            "topics {odd:?}: {}",
+            done.text()
+        );
         let after = user(&env, who).await;
         assert_eq!(
-            choice(&after, "digest").map(|c| c.0),
-            Some(false),
+            choice(&after, "digest"),
+            Some((false, "one-click".into(), W46.into())),
             "topics {odd:?}: {after:?}"
         );
+        assert_eq!(choice(&after, "product-news"), None, "{after:?}");
+        assert_eq!(after.get_bool("subscribed").ok(), Some(true), "{after:?}");
         let aside = (odd != Bson::Null).then_some(&odd);
         assert_eq!(after.get("topicsUnreadable"), aside, "{after:?}");
+        assert!(
+            env.records(W46).await.unwrap()[who]
+                .engagement
+                .contains_key(&Engagement::Unsubscribed),
+            "topics {odd:?}"
+        );
+        assert_eq!(one_click(link(who)).await.status, 200, "topics {odd:?}");
+        assert_eq!(user(&env, who).await, after, "topics {odd:?}: idempotent");
     }
     // And the page's save, over a `topics` that is a number: what was ticked is written, the
     // topics left as they were stay unreadable (not sent), not their defaults.

@@ -2,12 +2,12 @@
 //! (EMF, `mailflow::runtime::emf`, under the stack and the function that writes it) or one
 //! AWS publishes for that kind of resource, with the dimension that resource has.
 
-use serde_yaml::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use yaml_serde::Value;
 
 fn template() -> Value {
     let path = mailctl::repo_root().join("template.yaml");
-    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    yaml_serde::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 fn of_type<'a>(t: &'a Value, kind: &'a str) -> impl Iterator<Item = (&'a str, &'a Value)> {
@@ -302,5 +302,64 @@ fn every_metric_the_dashboard_and_alarms_name_is_written_or_published() {
     }
     for n in &named {
         check(&t, n);
+    }
+}
+
+/// Every metric a function can write in one invocation, at once (each count by reason with
+/// every reason it has), stays within what CloudWatch takes from an EMF line: each written,
+/// under the longest stack name CloudFormation allows.
+#[test]
+fn every_functions_emf_lines_stay_within_cloudwatchs_limits() {
+    use mailflow::runtime::emf::{self, Metric};
+    let stack = "s".repeat(128);
+    for (function, names) in written() {
+        let every: Vec<String> = names
+            .iter()
+            .flat_map(|n| match n.strip_suffix(".*") {
+                Some(field) => reasons(function)
+                    .iter()
+                    .map(|r| format!("{field}.{r}"))
+                    .collect::<Vec<_>>(),
+                None => vec![n.clone()],
+            })
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let metrics: Vec<Metric> = every
+            .iter()
+            .map(|n| Metric::samples(n.clone(), vec![1.0; emf::MAX_VALUES + 5], "Count"))
+            .collect();
+        let docs = emf::documents(&stack, function, 7, &metrics);
+        let mut declared = Vec::new();
+        for doc in &docs {
+            let line = doc.to_string();
+            assert!(!line.contains('\n'));
+            for directive in doc["_aws"]["CloudWatchMetrics"].as_array().unwrap() {
+                let metrics = directive["Metrics"].as_array().unwrap();
+                assert!(
+                    metrics.len() <= emf::MAX_METRICS,
+                    "{function}: {}",
+                    metrics.len()
+                );
+                for set in directive["Dimensions"].as_array().unwrap() {
+                    let set = set.as_array().unwrap();
+                    assert!((1..=emf::MAX_DIMENSIONS).contains(&set.len()), "{function}");
+                    for d in set {
+                        let value = doc[d.as_str().unwrap()].as_str().unwrap();
+                        assert!((1..=1024).contains(&value.len()) && value.is_ascii());
+                    }
+                }
+                for m in metrics {
+                    let name = m["Name"].as_str().unwrap();
+                    assert!(
+                        (1..=emf::MAX_NAME_CHARS).contains(&name.chars().count()),
+                        "{function}: {name}"
+                    );
+                    assert!(doc[name].as_array().unwrap().len() <= emf::MAX_VALUES);
+                    declared.push(name.to_owned());
+                }
+            }
+        }
+        assert_eq!(declared, every, "{function}: every metric written once");
     }
 }

@@ -4,12 +4,12 @@
 //! never as plain parameters; the one public endpoint is bounded.
 
 use mailflow_local::names;
-use serde_yaml::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use yaml_serde::Value;
 
 fn template() -> Value {
     let path = mailctl::repo_root().join("template.yaml");
-    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    yaml_serde::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 fn resources(t: &Value) -> impl Iterator<Item = (&str, &Value)> {

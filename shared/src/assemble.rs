@@ -268,10 +268,61 @@ pub async fn open_content(
 /// Nothing is read at cold start: the guard runs seldom, and only its first call pays.
 pub fn reputation_guard(config: ReputationGuardConfig, sdk: &SdkConfig) -> LambdaReputationGuard {
     ReputationGuard::new(StackSending {
-        mappings: EventSourceMappings::new(
-            aws_sdk_lambda::Client::new(sdk),
-            config.event_source_mapping_ids,
-        ),
+        mappings: EventSourceMappings::new(lambda_client(sdk), config.event_source_mapping_ids),
         campaigns: CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_lambda_events::event::sns::{SnsEvent, SnsRecord};
+
+    /// An SDK configuration whose every request fails at once: nothing listens on port 9 of
+    /// 127.0.0.1, and nothing is retried, so each call is exactly one attempt.
+    async fn unreachable_sdk() -> SdkConfig {
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("eu-west-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .credentials_provider(aws_sdk_lambda::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .retry_config(aws_config::retry::RetryConfig::disabled())
+            .load()
+            .await
+    }
+
+    // Paused: the mapping's update is attempted again over 15 s of backoff, skipped here.
+    #[tokio::test(start_paused = true)]
+    async fn the_reputation_guards_lambda_calls_are_metered() {
+        let guard = reputation_guard(
+            ReputationGuardConfig {
+                campaigns_table_name: "campaigns".into(),
+                event_source_mapping_ids: vec!["esm-1".into()],
+            },
+            &unreachable_sdk().await,
+        );
+        let mut record = SnsRecord::default();
+        record.sns.message = serde_json::json!({
+            "AlarmName": "mailflow-BounceRate",
+            "NewStateValue": "ALARM",
+        })
+        .to_string();
+        let mut event = SnsEvent::default();
+        event.records.push(record);
+        let _ = crate::runtime::metering::take();
+        // Fails (nothing answers), but every attempt went through the meter.
+        assert!(guard.handle(event).await.is_err());
+        let counts = crate::runtime::metering::take();
+        let lambda: u64 = counts
+            .iter()
+            .filter(|(key, _)| key.starts_with("lambda."))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(lambda >= 1, "no Lambda request metered: {counts:?}");
+        assert!(
+            counts.keys().any(|k| k.starts_with("dynamodb.")),
+            "{counts:?}"
+        );
+    }
 }

@@ -1,10 +1,10 @@
 //! The SES emulator's record of sent messages (moto: `GET /moto-api/data.json`, `ses` ->
-//! `RawMessage`), read with `crate::http`'s minimal client. SendEmail
-//! sends raw MIME; each message is parsed back into its headers and parts here, so tests see
-//! exactly what a mailbox would get.
+//! `RawMessage`), read with `crate::http`'s minimal client. SendEmail sends raw MIME; each
+//! message is parsed back here by `mail-parser`, a maintained MIME parser written by other
+//! hands than the encoder (`mailflow::domain::mime`), so tests see what a mailbox would get.
 
 use anyhow::{bail, Context, Result};
-use base64::Engine;
+use mail_parser::{MessageParser, PartType};
 use serde::Deserialize;
 
 /// What the emulator records of a raw email.
@@ -28,6 +28,9 @@ pub struct SentMessage {
     pub headers: Vec<(String, String)>,
     /// The subject, decoded.
     pub subject: Option<String>,
+    /// The From header's display name (decoded) and address.
+    pub from_name: Option<String>,
+    pub from_address: Option<String>,
     pub text: Option<String>,
     pub html: Option<String>,
 }
@@ -35,34 +38,45 @@ pub struct SentMessage {
 impl SentMessage {
     /// The first header of that name (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        find_header(&self.headers, name)
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     fn parse(record: RawRecord) -> Self {
-        let (head, body) = split_head(&record.raw_data);
-        let headers = parse_headers(head);
-        let find = |name: &str| find_header(&headers, name).map(str::to_owned);
+        let raw = record.raw_data.as_bytes();
+        let message = MessageParser::default().parse(raw);
+        let mut headers = Vec::new();
+        let (mut subject, mut from_name, mut from_address) = (None, None, None);
         let (mut text, mut html) = (None, None);
-        let content_type = find("Content-Type").unwrap_or_default();
-        let parts = match boundary(&content_type) {
-            Some(boundary) => split_parts(body, &boundary),
-            None => vec![(
-                content_type.clone(),
-                find("Content-Transfer-Encoding"),
-                body.to_owned(),
-            )],
-        };
-        for (kind, encoding, content) in parts {
-            let decoded = match encoding.as_deref() {
-                Some(e) if e.eq_ignore_ascii_case("quoted-printable") => {
-                    decode_quoted_printable(&content)
+        if let Some(message) = &message {
+            for h in message.headers() {
+                let value = raw
+                    .get(h.offset_start as usize..h.offset_end as usize)
+                    .map(|v| {
+                        String::from_utf8_lossy(v)
+                            .replace("\r\n", "")
+                            .replace('\n', "")
+                    })
+                    .unwrap_or_default();
+                headers.push((h.name().to_owned(), value.trim().to_owned()));
+            }
+            subject = message.subject().map(str::to_owned);
+            if let Some(from) = message.from().and_then(|f| f.first()) {
+                from_name = from.name.as_deref().map(str::to_owned);
+                from_address = from.address.as_deref().map(str::to_owned);
+            }
+            for part in &message.parts {
+                match &part.body {
+                    PartType::Html(body) if html.is_none() => {
+                        html = Some(body.replace("\r\n", "\n"));
+                    }
+                    PartType::Text(body) if text.is_none() => {
+                        text = Some(body.replace("\r\n", "\n"));
+                    }
+                    _ => {}
                 }
-                _ => content,
-            };
-            if kind.starts_with("text/html") {
-                html = Some(decoded);
-            } else if kind.starts_with("text/plain") {
-                text = Some(decoded);
             }
         }
         // moto lists the destination and then the To header's addresses again: one each.
@@ -73,118 +87,26 @@ impl SentMessage {
             }
         }
         if to.is_empty() {
-            to.extend(find("To"));
+            let addresses = message.as_ref().and_then(|m| m.to());
+            to.extend(
+                addresses
+                    .into_iter()
+                    .flat_map(|a| a.iter())
+                    .filter_map(|a| a.address.as_deref().map(str::to_owned)),
+            );
         }
         Self {
             id: record.id,
             source: record.source,
             to,
-            subject: find("Subject").map(|s| decode_words(&s)),
             headers,
+            subject,
+            from_name,
+            from_address,
             text,
             html,
         }
     }
-}
-
-fn split_head(raw: &str) -> (&str, &str) {
-    raw.split_once("\r\n\r\n")
-        .or_else(|| raw.split_once("\n\n"))
-        .unwrap_or((raw, ""))
-}
-
-/// Headers, with continuation lines joined to the header they continue.
-fn parse_headers(head: &str) -> Vec<(String, String)> {
-    let mut headers: Vec<(String, String)> = Vec::new();
-    for line in head.lines() {
-        if line.starts_with([' ', '\t']) {
-            if let Some((_, value)) = headers.last_mut() {
-                value.push_str(line);
-            }
-        } else if let Some((name, value)) = line.split_once(':') {
-            headers.push((name.trim().to_owned(), value.trim().to_owned()));
-        }
-    }
-    headers
-}
-
-fn boundary(content_type: &str) -> Option<String> {
-    let at = content_type.find("boundary=")? + "boundary=".len();
-    let rest = &content_type[at..];
-    Some(match rest.strip_prefix('"') {
-        Some(quoted) => quoted.split('"').next()?.to_owned(),
-        None => rest.split(';').next()?.trim().to_owned(),
-    })
-}
-
-/// The first header of that name (case-insensitive).
-fn find_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.as_str())
-}
-
-/// (Content-Type, Content-Transfer-Encoding, content) of each part.
-fn split_parts(body: &str, boundary: &str) -> Vec<(String, Option<String>, String)> {
-    let delimiter = format!("--{boundary}");
-    body.split(delimiter.as_str())
-        .skip(1)
-        .filter(|part| !part.starts_with("--"))
-        .map(|part| {
-            let (head, content) = split_head(part.trim_start_matches(['\r', '\n']));
-            let headers = parse_headers(head);
-            let find = |name: &str| find_header(&headers, name).map(str::to_owned);
-            let content = content.strip_suffix("\r\n").unwrap_or(content).to_owned();
-            (
-                find("Content-Type").unwrap_or_default(),
-                find("Content-Transfer-Encoding"),
-                content,
-            )
-        })
-        .collect()
-}
-
-fn decode_quoted_printable(encoded: &str) -> String {
-    let joined = encoded.replace("=\r\n", "").replace("=\n", "");
-    let bytes = joined.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = joined
-            .get(i + 1..i + 3)
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'=', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).replace("\r\n", "\n")
-}
-
-/// RFC 2047 `=?UTF-8?B?...?=` words (what SendEmail writes for a non-ASCII subject).
-fn decode_words(value: &str) -> String {
-    let engine = base64::engine::general_purpose::STANDARD;
-    let words: Vec<&str> = value.split_whitespace().collect();
-    let encoded = !words.is_empty()
-        && words
-            .iter()
-            .all(|w| w.starts_with("=?UTF-8?B?") && w.ends_with("?="));
-    if !encoded {
-        return value.to_owned();
-    }
-    let bytes: Vec<u8> = words
-        .iter()
-        .filter_map(|w| engine.decode(&w[10..w.len() - 2]).ok())
-        .flatten()
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// `host:port` of an `http://host:port[/]` endpoint.
@@ -275,5 +197,104 @@ mod tests {
             Some("List-Unsubscribe=One-Click")
         );
         assert_eq!(parsed.to, ["ada@example.com"]);
+        assert_eq!(parsed.from_address.as_deref(), Some("news@example.com"));
+        assert_eq!(parsed.from_name, None);
+    }
+
+    fn email() -> mailflow::ports::OutgoingEmail {
+        mailflow::ports::OutgoingEmail {
+            to: "ada@example.com".into(),
+            subject: "hi".into(),
+            html: "<p>hi</p>".into(),
+            text: "hi".into(),
+            key: mailflow::domain::ledger::SendKey::new(
+                "u",
+                mailflow::domain::campaign::CampaignId::parse("c").unwrap(),
+            ),
+            unsubscribe_url: None,
+        }
+    }
+
+    /// The From header SendEmail writes for a sender, as a mailbox reads it: the display
+    /// name back whole, the address in ASCII, nothing 8-bit on the wire.
+    #[test]
+    fn the_from_header_reads_back_in_an_independent_parser() {
+        let long = format!("{} Équipe", "日本語のニュース".repeat(12));
+        let cases = [
+            ("news@example.com", None, "news@example.com"),
+            (
+                "Équipe <news@example.com>",
+                Some("Équipe"),
+                "news@example.com",
+            ),
+            (
+                "Mailflow News <news@example.com>",
+                Some("Mailflow News"),
+                "news@example.com",
+            ),
+            (
+                "Acme, Inc. <n@example.com>",
+                Some("Acme, Inc."),
+                "n@example.com",
+            ),
+            (
+                r#"Say "hi" \ bye <n@example.com>"#,
+                Some(r#"Say "hi" \ bye"#),
+                "n@example.com",
+            ),
+            (
+                "\"Dr. Ünal\" <n@example.com>",
+                Some("Dr. Ünal"),
+                "n@example.com",
+            ),
+            (
+                "Café <news@café.example>",
+                Some("Café"),
+                "news@xn--caf-dma.example",
+            ),
+            (
+                "<b>Bold</b> <n@example.com>",
+                Some("<b>Bold</b>"),
+                "n@example.com",
+            ),
+        ];
+        let long_sender = format!("{long} <n@example.com>");
+        let cases =
+            cases
+                .into_iter()
+                .chain([(long_sender.as_str(), Some(long.as_str()), "n@example.com")]);
+        for (sender, name, address) in cases {
+            let raw = mailflow::adapters::ses::raw_message(sender, &email()).unwrap();
+            assert!(raw.is_ascii(), "{sender}: 8-bit on the wire");
+            let head = raw.split("\r\n\r\n").next().unwrap();
+            assert!(head.lines().all(|l| l.len() <= 78), "{sender}: {head}");
+            let parsed = SentMessage::parse(RawRecord {
+                id: "m".into(),
+                source: None,
+                destinations: vec![],
+                raw_data: raw,
+            });
+            assert_eq!(parsed.from_name.as_deref(), name, "{sender}");
+            assert_eq!(parsed.from_address.as_deref(), Some(address), "{sender}");
+        }
+    }
+
+    #[test]
+    fn a_message_that_is_not_mime_is_read_without_failing() {
+        for raw in [
+            "",
+            "\r\n\r\n",
+            "no headers at all",
+            "From: <\r\n\r\n=?UTF-8?B?@@@?=",
+        ] {
+            let parsed = SentMessage::parse(RawRecord {
+                id: "m".into(),
+                source: None,
+                destinations: vec![],
+                raw_data: raw.into(),
+            });
+            assert_eq!(parsed.subject, None, "{raw:?}");
+            assert!(parsed.html.is_none() && parsed.to.is_empty(), "{raw:?}");
+        }
     }
 }

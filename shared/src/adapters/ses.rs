@@ -17,7 +17,10 @@ use aws_sdk_sesv2::Client;
 #[derive(Clone)]
 pub struct SesMailer {
     client: Client,
+    /// The sender as configured (the MIME writer encodes it).
     from: String,
+    /// The same in 7-bit ASCII, as SES takes `FromEmailAddress` (`mime::from_header`).
+    from_address: String,
     configuration_set: Option<String>,
 }
 
@@ -45,6 +48,8 @@ impl SesMailer {
             .build();
         Self {
             client: Client::from_conf(config),
+            // SendEmail's sender was checked at cold start; RateControl's mailer sends nothing.
+            from_address: mime::from_header(&from).unwrap_or_else(|_| from.clone()),
             from,
             configuration_set,
         }
@@ -241,7 +246,7 @@ impl SesMailer {
         let out = self
             .client
             .send_email()
-            .from_email_address(&self.from)
+            .from_email_address(&self.from_address)
             .destination(Destination::builder().to_addresses(&email.to).build())
             .content(EmailContent::builder().raw(content).build())
             .set_email_tags(Some(tags))

@@ -252,6 +252,26 @@ mod tests {
     }
 
     #[test]
+    fn a_sender_that_cannot_be_a_from_header_is_refused_at_cold_start() {
+        for (sender, says) in [
+            ("Équipe <équipe@example.com>", "not ASCII"),
+            ("Équipe news@example.com>", "Name <address>"),
+            ("news", "no @"),
+        ] {
+            let mut pairs = SEND.to_vec();
+            pairs[2] = ("SENDER_ADDRESS", sender);
+            let err = SendEmailConfig::from_source(&src(&pairs)).unwrap_err();
+            assert_eq!(err.var, "SENDER_ADDRESS");
+            let line = err.to_string();
+            assert!(line.contains(says) && !line.contains('\n'), "{line}");
+        }
+        let mut pairs = SEND.to_vec();
+        pairs[2] = ("SENDER_ADDRESS", "Équipe <news@bücher.example>");
+        let c = SendEmailConfig::from_source(&src(&pairs)).unwrap();
+        assert_eq!(c.sender_address, "Équipe <news@bücher.example>");
+    }
+
+    #[test]
     fn refuses_visibility_not_above_timeout() {
         let mut pairs = SEND.to_vec();
         pairs[3] = ("VISIBILITY_TIMEOUT_SECONDS", "30");

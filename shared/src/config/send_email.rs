@@ -86,7 +86,7 @@ impl SendEmailConfig {
             sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
             campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
             emails_queue_url: required(src, var::EMAILS_QUEUE_URL)?,
-            sender_address: required(src, var::SENDER_ADDRESS)?,
+            sender_address: sender(src)?,
             configuration_set: value(src, var::SES_CONFIGURATION_SET),
             send_rate_per_second: rate,
             visibility_timeout: Duration::from_secs(visibility),
@@ -112,6 +112,17 @@ impl SendEmailConfig {
             release_function_arn: required(src, var::RELEASE_FUNCTION_ARN)?,
         })
     }
+}
+
+/// `SENDER_ADDRESS`, refused at cold start when it cannot be written as a From header (a
+/// non-ASCII local part, a malformed address), rather than at each email.
+fn sender(src: &dyn Source) -> Result<String, ConfigError> {
+    let sender = required(src, var::SENDER_ADDRESS)?;
+    crate::domain::mime::from_header(&sender).map_err(|why| ConfigError {
+        var: var::SENDER_ADDRESS,
+        problem: format!("{why} (e.g. `Mailflow News <news@example.com>`)"),
+    })?;
+    Ok(sender)
 }
 
 /// `EMAILS_MAX_RECEIVE_COUNT` and `MAX_SEND_ERRORS`, the second below the first.

@@ -37,6 +37,8 @@ pub enum MimeError {
     LineBreak(String),
     #[error("header {0} is longer than the 998 characters a mail line may hold")]
     TooLong(String),
+    #[error("the sender cannot be written as a From header: {0}")]
+    Sender(String),
 }
 
 /// A quoted-printable part can never contain `=_` (an `=` is always followed by two hex
@@ -64,10 +66,98 @@ fn encode_subject(subject: &str) -> String {
     if subject.bytes().all(|b| (0x20..0x7f).contains(&b)) && subject.len() <= 900 {
         return subject.to_owned();
     }
+    encoded_words(subject)
+}
+
+/// The From header's value for a configured sender (`news@example.com`,
+/// `Équipe <news@example.com>`, `"Acme, Inc." <news@example.com>`), in 7-bit ASCII as SES
+/// takes raw mail: a display name of atoms as it is, one with specials (`,` `.` `"` ...) as a
+/// quoted string, one with any other character as RFC 2047 encoded words; an
+/// internationalised domain in its ASCII form (punycode). A local part that is not ASCII
+/// is refused: it needs SMTPUTF8, which SES does not offer. SendEmail checks its sender with
+/// this at cold start (`config::send_email`).
+pub fn from_header(sender: &str) -> Result<String, String> {
+    let sender = sender.trim();
+    if sender.chars().any(char::is_control) {
+        return Err("it contains a control character or a line break".into());
+    }
+    let (name, address) = match sender.strip_suffix('>').and_then(|s| s.rsplit_once('<')) {
+        Some((name, address)) => (unquote(name.trim()), address.trim()),
+        None if sender.contains(['<', '>']) => {
+            return Err("write it as `Name <address>` or as the address alone".into());
+        }
+        None => (String::new(), sender),
+    };
+    let address = ascii_address(address)?;
+    if name.is_empty() {
+        return Ok(address);
+    }
+    let atoms = name.split(' ').all(|atom| {
+        !atom.is_empty()
+            && atom
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-/=?^_`{|}~".contains(&b))
+    });
+    let name = if atoms && !name.starts_with("=?") {
+        name
+    } else if name.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        format!("\"{}\"", name.replace('\\', "\\\\").replace('"', "\\\""))
+    } else {
+        encoded_words(&name)
+    };
+    // The address on a line of its own when the name's last line leaves no room for it
+    // (78 characters a line, `From: ` included).
+    let last = name.rsplit("\r\n ").next().unwrap_or(&name).len();
+    let gap = if last + address.len() + 3 > 72 {
+        "\r\n "
+    } else {
+        " "
+    };
+    Ok(format!("{name}{gap}<{address}>"))
+}
+
+/// A display name as written: a quoted string's content unescaped, else as it is.
+fn unquote(name: &str) -> String {
+    match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+        Some(quoted) => {
+            let mut out = String::with_capacity(quoted.len());
+            let mut chars = quoted.chars();
+            while let Some(c) = chars.next() {
+                out.push(if c == '\\' {
+                    chars.next().unwrap_or(c)
+                } else {
+                    c
+                });
+            }
+            out
+        }
+        None => name.to_owned(),
+    }
+}
+
+/// The address with its domain in ASCII, or why SES could not send from it.
+fn ascii_address(address: &str) -> Result<String, String> {
+    let Some((local, domain)) = address.rsplit_once('@') else {
+        return Err(format!("{address:?} is not an email address (no @)"));
+    };
+    if !local.is_ascii() {
+        return Err("the address's local part is not ASCII: SES sends only from 7-bit ASCII addresses (no SMTPUTF8); use an ASCII address, the name may be in any script".into());
+    }
+    let domain = idna::domain_to_ascii(domain)
+        .map_err(|_| format!("the address's domain {domain:?} is not a valid domain name"))?;
+    let address = format!("{local}@{domain}");
+    if !email_address::EmailAddress::is_valid(&address) {
+        return Err(format!("{address:?} is not a valid email address"));
+    }
+    Ok(address)
+}
+
+/// RFC 2047 B-encoded UTF-8 words of at most 75 characters, folded onto continuation lines.
+fn encoded_words(text: &str) -> String {
     let engine = base64::engine::general_purpose::STANDARD;
     let mut words = Vec::new();
     let mut chunk = String::new();
-    for c in subject.chars() {
+    for c in text.chars() {
         // 45 bytes are 60 base64 characters: 12 more for `=?UTF-8?B?` and `?=` make 72.
         if chunk.len() + c.len_utf8() > 45 {
             words.push(format!("=?UTF-8?B?{}?=", engine.encode(&chunk)));
@@ -181,7 +271,9 @@ fn write_qp_line(line: &str, out: &mut String) {
 pub fn build(message: &Message<'_>) -> Result<String, MimeError> {
     let mut out =
         String::with_capacity(qp_capacity(message.html) + qp_capacity(message.text) + 1024);
-    header(&mut out, "From", message.from)?;
+    out.push_str("From: ");
+    out.push_str(&from_header(message.from).map_err(MimeError::Sender)?);
+    out.push_str("\r\n");
     header(&mut out, "To", message.to)?;
     if message.subject.contains(['\r', '\n']) {
         return Err(MimeError::LineBreak("Subject".into()));
@@ -388,6 +480,80 @@ mod tests {
             ..message
         };
         assert!(build(&subject).is_err());
+    }
+
+    #[test]
+    fn the_sender_is_written_in_ascii() {
+        let from = |s: &str| from_header(s);
+        assert_eq!(from("news@example.com").unwrap(), "news@example.com");
+        assert_eq!(
+            from(" Mailflow News <news@example.com> ").unwrap(),
+            "Mailflow News <news@example.com>"
+        );
+        assert_eq!(from("<news@example.com>").unwrap(), "news@example.com");
+        // Specials: a quoted string, with its quotes and backslashes escaped.
+        assert_eq!(
+            from("Acme, Inc. <n@example.com>").unwrap(),
+            "\"Acme, Inc.\" <n@example.com>"
+        );
+        assert_eq!(
+            from("\"Acme, Inc.\" <n@example.com>").unwrap(),
+            "\"Acme, Inc.\" <n@example.com>"
+        );
+        assert_eq!(
+            from(r#"Say "hi" \ bye <n@example.com>"#).unwrap(),
+            r#""Say \"hi\" \\ bye" <n@example.com>"#
+        );
+        // What looks like an encoded word is quoted, never decoded by a reader.
+        assert_eq!(
+            from("=?UTF-8?B?QQ==?= <n@example.com>").unwrap(),
+            "\"=?UTF-8?B?QQ==?=\" <n@example.com>"
+        );
+        // Non-ASCII: encoded words, nothing 8-bit.
+        let encoded = from("Équipe <news@example.com>").unwrap();
+        assert!(
+            encoded.is_ascii() && encoded.starts_with("=?UTF-8?B?"),
+            "{encoded}"
+        );
+        assert!(encoded.ends_with(" <news@example.com>"));
+        let long = from(&format!("{} <news@example.com>", "日本".repeat(40))).unwrap();
+        assert!(long.is_ascii());
+        assert!(long.split("\r\n ").all(|l| l.len() <= 76), "{long}");
+        // An internationalised domain in punycode.
+        assert_eq!(
+            from("Café <news@café.example>")
+                .unwrap()
+                .rsplit_once(' ')
+                .unwrap()
+                .1,
+            "<news@xn--caf-dma.example>"
+        );
+    }
+
+    #[test]
+    fn a_sender_that_cannot_be_written_is_refused() {
+        for bad in [
+            "",
+            "Name <>",
+            "no-at-sign",
+            "Name <news@example.com",
+            "Name news@example.com>",
+            "a\r\nBcc: x@example.com <news@example.com>",
+            "Équipe <équipe@example.com>",
+            "news@exa mple.com",
+        ] {
+            assert!(from_header(bad).is_err(), "{bad:?} accepted");
+        }
+        let raw = build(&Message {
+            from: "x <\u{e9}@example.com>",
+            to: "ada@example.com",
+            subject: "hi",
+            text: "",
+            html: "",
+            unsubscribe_url: None,
+            headers: &[],
+        });
+        assert!(matches!(raw, Err(MimeError::Sender(_))), "{raw:?}");
     }
 
     #[test]

@@ -164,10 +164,29 @@ pub fn stage_name<S>() -> &'static str {
     bare.rsplit("::").next().unwrap_or(bare)
 }
 
-/// One EMF document: the metrics at the root with their dimensions, and the `_aws` block
-/// that declares them.
-pub fn document(stack: &str, function: &str, timestamp_ms: u64, metrics: &[Metric]) -> Value {
-    let metrics = &valid(metrics);
+/// CloudWatch's limits on one EMF metric directive: the metrics it declares, the characters
+/// of a metric's name, the dimensions of one dimension set.
+pub const MAX_METRICS: usize = 100;
+pub const MAX_NAME_CHARS: usize = 255;
+pub const MAX_DIMENSIONS: usize = 30;
+
+/// The dimensions every metric is written under (one set).
+pub const DIMENSIONS: [&str; 2] = ["Stack", "Function"];
+/// Keys at a document's root that are not metrics (the dimensions are the others).
+const RESERVED: [&str; 2] = ["_aws", "level"];
+const _: () = assert!(DIMENSIONS.len() <= MAX_DIMENSIONS);
+
+/// The EMF documents of one invocation: one, or one more for each further `MAX_METRICS`
+/// metrics (CloudWatch drops a directive that declares more, with every metric in it). Each
+/// carries the dimensions and the `_aws` block that declares its metrics.
+pub fn documents(stack: &str, function: &str, timestamp_ms: u64, metrics: &[Metric]) -> Vec<Value> {
+    valid(metrics)
+        .chunks(MAX_METRICS)
+        .map(|chunk| document(stack, function, timestamp_ms, chunk))
+        .collect()
+}
+
+fn document(stack: &str, function: &str, timestamp_ms: u64, metrics: &[Metric]) -> Value {
     let declared: Vec<Value> = metrics
         .iter()
         .map(|m| json!({"Name": m.name, "Unit": m.unit}))
@@ -179,13 +198,13 @@ pub fn document(stack: &str, function: &str, timestamp_ms: u64, metrics: &[Metri
             "Timestamp": timestamp_ms,
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
-                "Dimensions": [["Stack", "Function"]],
+                "Dimensions": [DIMENSIONS],
                 "Metrics": declared,
             }],
         }),
     );
-    root.insert("Stack".into(), stack.into());
-    root.insert("Function".into(), function.into());
+    root.insert(DIMENSIONS[0].into(), stack.into());
+    root.insert(DIMENSIONS[1].into(), function.into());
     for m in metrics {
         let value = match m.values.as_slice() {
             [one] => json!(one),
@@ -197,26 +216,62 @@ pub fn document(stack: &str, function: &str, timestamp_ms: u64, metrics: &[Metri
 }
 
 /// The metrics CloudWatch takes: finite values (JSON has no NaN: one would be written as
-/// null and the whole document dropped), at least one each.
+/// null and the whole document dropped), at least one each; a name of 1 to `MAX_NAME_CHARS`
+/// characters that is not a dimension's or the `_aws` block's (it would overwrite them), and
+/// each name once. A metric refused is logged and the others written.
 fn valid(metrics: &[Metric]) -> Vec<Metric> {
+    let mut seen = std::collections::BTreeSet::new();
     metrics
         .iter()
+        .filter(|m| {
+            let chars = m.name.chars().count();
+            let reserved = RESERVED.contains(&m.name.as_str()) || DIMENSIONS.contains(&m.name.as_str());
+            let ok = (1..=MAX_NAME_CHARS).contains(&chars) && !reserved && seen.insert(&m.name);
+            if !ok {
+                let shown: String = m.name.chars().take(80).collect();
+                tracing::warn!(metric = %shown, chars, "metric not written: its name is empty, longer than CloudWatch takes (255), reserved or repeated");
+            }
+            ok
+        })
         .map(|m| Metric {
-            values: m.values.iter().copied().filter(|v| v.is_finite()).collect(),
+            values: m.values.iter().copied().filter(|v| v.is_finite()).take(MAX_VALUES).collect(),
             ..m.clone()
         })
         .filter(|m| !m.values.is_empty())
         .collect()
 }
 
-/// Writes one invocation's document on stdout as one line (CloudWatch Logs reads it there).
+/// The lines of one invocation's documents, each with the `level` Lambda's log filter keeps
+/// (`telemetry::metrics_level`: a line without one is INFO to Lambda, and dropped under WARN).
+pub fn lines(
+    level: crate::runtime::telemetry::LambdaLevel,
+    stack: &str,
+    function: &str,
+    timestamp_ms: u64,
+    metrics: &[Metric],
+) -> Vec<String> {
+    documents(stack, function, timestamp_ms, metrics)
+        .into_iter()
+        .map(|mut document| {
+            if let Value::Object(root) = &mut document {
+                root.insert("level".into(), level.as_str().into());
+            }
+            document.to_string()
+        })
+        .collect()
+}
+
+/// Writes one invocation's documents on stdout, each as one line (CloudWatch Logs reads
+/// them there).
 pub fn emit(function: &str, metrics: &[Metric]) {
     use std::io::Write;
     let now = crate::domain::ledger::epoch_ms(std::time::SystemTime::now());
-    let line = document(&stack(), function, now, metrics).to_string();
+    let level = crate::runtime::telemetry::metrics_level();
     let mut out = std::io::stdout().lock();
-    // A log line that cannot be written loses a metric, never an invocation.
-    let _ = writeln!(out, "{line}");
+    for line in lines(level, &stack(), function, now, metrics) {
+        // A log line that cannot be written loses a metric, never an invocation.
+        let _ = writeln!(out, "{line}");
+    }
 }
 
 #[cfg(test)]
@@ -252,7 +307,9 @@ mod tests {
                 Metric::samples("lateMs", vec![1.5, 40.0], "Milliseconds")
             ]
         );
-        let doc = document("prod", "SendEmail", 7, &metrics);
+        let [doc] = documents("prod", "SendEmail", 7, &metrics)
+            .try_into()
+            .unwrap();
         assert_eq!(doc["Stack"], "prod");
         assert_eq!(doc["sent"], 3.0);
         assert_eq!(doc["skipped.held_out"], 2.0);
@@ -263,7 +320,7 @@ mod tests {
             Metric::ms("a", f64::NAN),
             Metric::samples("b", vec![f64::INFINITY, 2.0], "Count"),
         ];
-        let kept = document("prod", "SendEmail", 7, &odd);
+        let [kept] = documents("prod", "SendEmail", 7, &odd).try_into().unwrap();
         assert!(kept.get("a").is_none(), "{kept}");
         assert_eq!(kept["b"], 2.0);
         assert_eq!(
@@ -278,6 +335,81 @@ mod tests {
         assert_eq!(directive["Metrics"][1]["Name"], "skipped.held_out");
         assert_eq!(directive["Metrics"][2]["Unit"], "Milliseconds");
         assert_eq!(doc["_aws"]["Timestamp"], 7);
+    }
+
+    /// Every directive of `docs` within CloudWatch's limits; the names declared, in order.
+    fn within_limits(docs: &[Value]) -> Vec<String> {
+        let mut names = Vec::new();
+        for doc in docs {
+            let directives = doc["_aws"]["CloudWatchMetrics"].as_array().unwrap();
+            for directive in directives {
+                let declared = directive["Metrics"].as_array().unwrap();
+                assert!(declared.len() <= MAX_METRICS, "{} metrics", declared.len());
+                for set in directive["Dimensions"].as_array().unwrap() {
+                    let set = set.as_array().unwrap();
+                    assert!((1..=MAX_DIMENSIONS).contains(&set.len()));
+                    for d in set {
+                        assert!(doc[d.as_str().unwrap()].is_string(), "{d} has no value");
+                    }
+                }
+                for m in declared {
+                    let name = m["Name"].as_str().unwrap();
+                    assert!(
+                        (1..=MAX_NAME_CHARS).contains(&name.chars().count()),
+                        "{name}"
+                    );
+                    let values = &doc[name];
+                    assert!(
+                        values.is_number()
+                            || values.as_array().is_some_and(|v| v.len() <= MAX_VALUES)
+                    );
+                    names.push(name.to_owned());
+                }
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn more_than_a_directive_takes_is_split_across_documents() {
+        let metrics: Vec<Metric> = (0..250)
+            .map(|i| Metric::count(format!("m{i}"), 1.0))
+            .collect();
+        let docs = documents("prod", "SendEmail", 7, &metrics);
+        assert_eq!(docs.len(), 3);
+        let names = within_limits(&docs);
+        let wanted: Vec<String> = metrics.iter().map(|m| m.name.clone()).collect();
+        assert_eq!(names, wanted, "each metric once, in order");
+        for doc in &docs {
+            assert_eq!(doc["Stack"], "prod");
+            assert_eq!(doc["Function"], "SendEmail");
+        }
+        // Exactly a directive's worth: one document.
+        assert_eq!(documents("p", "f", 7, &metrics[..MAX_METRICS]).len(), 1);
+        assert!(documents("p", "f", 7, &[]).len() <= 1);
+    }
+
+    #[test]
+    fn names_cloudwatch_would_refuse_are_left_out_and_the_rest_written() {
+        let long = "x".repeat(MAX_NAME_CHARS + 1);
+        let longest = "é".repeat(MAX_NAME_CHARS);
+        let metrics = [
+            Metric::count(long.clone(), 1.0),
+            Metric::count("", 1.0),
+            Metric::count("Stack", 1.0),
+            Metric::count("Function", 1.0),
+            Metric::count("_aws", 1.0),
+            Metric::count("sent", 1.0),
+            Metric::count("sent", 2.0),
+            Metric::count(longest.clone(), 1.0),
+            Metric::samples("lateMs", vec![1.0; 500], "Milliseconds"),
+        ];
+        let docs = documents("prod", "SendEmail", 7, &metrics);
+        assert_eq!(within_limits(&docs), ["sent", longest.as_str(), "lateMs"]);
+        assert_eq!(docs[0]["sent"], 1.0, "the first of a repeated name");
+        assert_eq!(docs[0]["Stack"], "prod");
+        assert_eq!(docs[0]["Function"], "SendEmail");
+        assert!(docs[0].get(&long).is_none());
     }
 
     #[test]

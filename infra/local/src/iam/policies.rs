@@ -4,8 +4,8 @@
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use serde_yaml::Value;
 use std::collections::BTreeMap;
+use yaml_serde::Value;
 
 /// The condition operators `infra/moto_iam.py` evaluates (its `OPERATORS`); a statement with
 /// any other is refused at registration, so that a Deny it could not evaluate is never
@@ -29,7 +29,7 @@ pub fn role_statements(
     template: &str,
     resolve: &dyn Fn(&str) -> String,
 ) -> Result<BTreeMap<String, Vec<Statement>>> {
-    let doc: Value = serde_yaml::from_str(template).context("template.yaml")?;
+    let doc: Value = yaml_serde::from_str(template).context("template.yaml")?;
     let resources = doc
         .get("Resources")
         .and_then(Value::as_mapping)

@@ -5,8 +5,8 @@
 use super::values::{env_value, reference, scalar, uint};
 use super::{AsyncInvokeSpec, EnvValue, FunctionSpec, SqsEventSpec};
 use anyhow::{bail, Context, Result};
-use serde_yaml::Value;
 use std::collections::BTreeMap;
+use yaml_serde::Value;
 
 pub(super) fn function(
     id: &str,

@@ -8,10 +8,10 @@ mod functions;
 mod values;
 
 use anyhow::{bail, Context, Result};
-use serde_yaml::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 use values::{key, reference, scalar, uint};
+use yaml_serde::Value;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct QueueSpec {
@@ -135,7 +135,7 @@ impl Template {
 
     /// Parses with parameter values over the defaults (numbers given as `!Ref` follow them).
     pub fn parse_with(text: &str, overrides: &BTreeMap<String, String>) -> Result<Self> {
-        let doc: Value = serde_yaml::from_str(text)?;
+        let doc: Value = yaml_serde::from_str(text)?;
         let mut template = Template {
             source: text.to_owned(),
             parameters: parameters(&doc, overrides)?,

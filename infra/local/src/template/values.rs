@@ -4,8 +4,8 @@
 
 use super::EnvValue;
 use anyhow::{Context, Result};
-use serde_yaml::Value;
 use std::collections::BTreeMap;
+use yaml_serde::Value;
 
 pub(super) fn scalar(v: &Value) -> Option<String> {
     match v {

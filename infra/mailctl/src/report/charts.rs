@@ -22,35 +22,67 @@ pub fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// A round upper bound for an axis.
-fn nice_max(max: f64) -> f64 {
-    if max <= 0.0 {
-        return 1.0;
-    }
-    let magnitude = 10f64.powf(max.log10().floor());
-    [1.0, 2.0, 2.5, 5.0, 10.0]
-        .iter()
-        .map(|m| m * magnitude)
-        .find(|m| *m >= max)
-        .unwrap_or(max)
+/// The most intervals an axis is cut into (its ticks, 0 included, one more).
+const MAX_INTERVALS: u32 = 5;
+
+/// An axis from 0 with ticks at round values: the step is 1, 2 or 5 times a power of ten
+/// (0, 10, 20 ... or 0, 0.2, 0.4 ..., never 12.5), the smallest such step that covers `max`
+/// in at most `MAX_INTERVALS` intervals; the axis ends at the first tick at or above `max`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Axis {
+    step: f64,
+    intervals: u32,
 }
 
-fn frame(out: &mut String, y_max: f64, y_label: &str, x_label: &str) {
+impl Axis {
+    fn covering(max: f64) -> Axis {
+        // Nothing to show (or nothing sane): one unit, in one step.
+        let max = if max.is_finite() && max > 0.0 {
+            max
+        } else {
+            1.0
+        };
+        let raw = max / f64::from(MAX_INTERVALS);
+        let magnitude = 10f64.powf(raw.log10().floor());
+        let step = [1.0, 2.0, 5.0, 10.0]
+            .iter()
+            .map(|m| m * magnitude)
+            // A hair of slack: 0.1 * 3 is not quite 0.3 in floating point.
+            .find(|step| step * f64::from(MAX_INTERVALS) >= max * (1.0 - 1e-9))
+            .unwrap_or(10.0 * magnitude);
+        let intervals = ((max / step) - 1e-9).ceil().max(1.0) as u32;
+        Axis { step, intervals }
+    }
+
+    fn top(self) -> f64 {
+        self.step * f64::from(self.intervals)
+    }
+
+    /// Every tick's value and its label, 0 first; each label as precise as the step.
+    fn ticks(self) -> impl Iterator<Item = (f64, String)> {
+        // The slack keeps 0.1 (log10 a hair under -1) at one decimal.
+        let decimals = (-(self.step.log10() + 1e-9).floor()).max(0.0) as usize;
+        (0..=self.intervals).map(move |i| {
+            let v = self.step * f64::from(i);
+            (v, format!("{v:.decimals$}"))
+        })
+    }
+}
+
+fn frame(out: &mut String, y_axis: Axis, y_label: &str, x_label: &str) {
     let plot_h = HEIGHT - BOTTOM - TOP;
     let _ = write!(
         out,
         r##"<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{b}" stroke="#444"/><line x1="{LEFT}" y1="{b}" x2="{WIDTH}" y2="{b}" stroke="#444"/>"##,
         b = HEIGHT - BOTTOM
     );
-    for i in 0..=4 {
-        let v = y_max * f64::from(i) / 4.0;
-        let y = HEIGHT - BOTTOM - plot_h * f64::from(i) / 4.0;
+    for (v, label) in y_axis.ticks() {
+        let y = HEIGHT - BOTTOM - plot_h * v / y_axis.top();
         let _ = write!(
             out,
-            r##"<text x="{}" y="{}" font-size="10" text-anchor="end">{}</text><line x1="{LEFT}" y1="{y}" x2="{WIDTH}" y2="{y}" stroke="#eee"/>"##,
+            r##"<text x="{}" y="{}" font-size="10" text-anchor="end">{label}</text><line x1="{LEFT}" y1="{y}" x2="{WIDTH}" y2="{y}" stroke="#eee"/>"##,
             LEFT - 4.0,
             y + 3.0,
-            format_number(v)
         );
     }
     let _ = write!(
@@ -87,16 +119,20 @@ pub fn line_chart(
     y_label: &str,
     reference: Option<(f64, &str)>,
 ) -> String {
-    let x_max = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.0))
-        .fold(1.0f64, f64::max);
+    let x_axis = Axis::covering(
+        series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0))
+            .fold(1.0f64, f64::max),
+    );
+    let x_max = x_axis.top();
     let y_top = series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
         .chain(reference.map(|r| r.0))
         .fold(0.0f64, f64::max);
-    let y_max = nice_max(y_top * 1.05);
+    let y_axis = Axis::covering(y_top * 1.05);
+    let y_max = y_axis.top();
     let (plot_w, plot_h) = (WIDTH - LEFT - 8.0, HEIGHT - BOTTOM - TOP);
     let x = |v: f64| LEFT + plot_w * v / x_max;
     let y = |v: f64| HEIGHT - BOTTOM - plot_h * v / y_max;
@@ -105,7 +141,7 @@ pub fn line_chart(
         escape(title),
         escape(title)
     );
-    frame(&mut out, y_max, y_label, x_label);
+    frame(&mut out, y_axis, y_label, x_label);
     if let Some((value, label)) = reference {
         let _ = write!(
             out,
@@ -117,13 +153,12 @@ pub fn line_chart(
             r = y(value)
         );
     }
-    for tick in [0.0, x_max / 2.0, x_max] {
+    for (tick, label) in x_axis.ticks() {
         let _ = write!(
             out,
-            r#"<text x="{:.1}" y="{}" font-size="10" text-anchor="middle">{}</text>"#,
+            r#"<text x="{:.1}" y="{}" font-size="10" text-anchor="middle">{label}</text>"#,
             x(tick),
             HEIGHT - BOTTOM + 11.0,
-            format_number(tick)
         );
     }
     for (i, s) in series.iter().enumerate() {
@@ -167,7 +202,8 @@ pub fn bar_chart(title: &str, bars: &[Bar], y_label: &str) -> String {
         .iter()
         .map(|b| b.interval.map_or(b.value, |i| i.1.max(b.value)))
         .fold(0.0f64, f64::max);
-    let y_max = nice_max(y_top * 1.05);
+    let y_axis = Axis::covering(y_top * 1.05);
+    let y_max = y_axis.top();
     let (plot_w, plot_h) = (WIDTH - LEFT - 8.0, HEIGHT - BOTTOM - TOP);
     let slot = plot_w / bars.len().max(1) as f64;
     let y = |v: f64| HEIGHT - BOTTOM - plot_h * v / y_max;
@@ -176,7 +212,7 @@ pub fn bar_chart(title: &str, bars: &[Bar], y_label: &str) -> String {
         escape(title),
         escape(title)
     );
-    frame(&mut out, y_max, y_label, "");
+    frame(&mut out, y_axis, y_label, "");
     // A label wider than its slot (at about 5 px a character) is cut; the bar's tooltip has
     // it whole.
     let fits = ((slot / 5.2) as usize).max(3);

@@ -8,18 +8,46 @@ use crate::runtime::function_url::HttpResponse;
 /// The languages the pages speak (the email templates' languages).
 pub const LANGUAGES: [&str; 3] = ["en", "de", "fr"];
 
-/// The closest language of ours to a stored locale or an `Accept-Language` header.
+/// The closest language of ours to a stored locale or an `Accept-Language` header: the
+/// range with the highest q-value (RFC 9110 12.5.4) that names one of ours, the first of
+/// equals; q=0 means "not this one". A q that is not a q-value (`q=high`, `q=1.5`) is
+/// ignored, as if absent (weight 1): a browser's typo must not lose the reader's language.
 pub fn language(preferred: &str) -> &'static str {
-    preferred
-        .split(',')
-        .filter_map(|tag| tag.split(';').next())
-        .filter_map(|tag| tag.trim().split(['-', '_']).next())
-        .find_map(|primary| {
-            LANGUAGES
-                .into_iter()
-                .find(|l| l.eq_ignore_ascii_case(primary))
-        })
-        .unwrap_or("en")
+    let mut best: Option<(&'static str, u16)> = None;
+    for range in preferred.split(',') {
+        let mut parts = range.split(';');
+        let tag = parts.next().unwrap_or("").trim();
+        let primary = tag.split(['-', '_']).next().unwrap_or("");
+        let Some(ours) = LANGUAGES
+            .into_iter()
+            .find(|l| l.eq_ignore_ascii_case(primary))
+        else {
+            continue;
+        };
+        let q = parts
+            .filter_map(|param| param.split_once('='))
+            .find(|(name, _)| name.trim().eq_ignore_ascii_case("q"))
+            .and_then(|(_, value)| qvalue(value.trim()))
+            .unwrap_or(1000);
+        if q > 0 && best.is_none_or(|(_, b)| q > b) {
+            best = Some((ours, q));
+        }
+    }
+    best.map_or("en", |(l, _)| l)
+}
+
+/// A q-value in thousandths: `0`, `0.5`, `0.125`, `1`, `1.000`; None for anything else.
+fn qvalue(text: &str) -> Option<u16> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    if fraction.len() > 3 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let thousandths = format!("{fraction:0<3}").parse::<u16>().ok()?;
+    match whole {
+        "0" => Some(thousandths),
+        "1" if thousandths == 0 => Some(1000),
+        _ => None,
+    }
 }
 
 /// Every sentence the pages say, in one language.
@@ -306,6 +334,49 @@ mod tests {
         assert_eq!(language("es-ES,fr;q=0.8,en;q=0.5"), "fr");
         assert_eq!(language("pt-BR"), "en");
         assert_eq!(language(""), "en");
+    }
+
+    #[test]
+    fn the_highest_q_value_wins() {
+        assert_eq!(language("fr;q=0.1, de;q=0.9"), "de");
+        assert_eq!(language("en;q=0.5,fr;q=0.8"), "fr");
+        // No q is q=1; spacing and the parameter's case do not matter.
+        assert_eq!(language("de;q=0.999, fr"), "fr");
+        assert_eq!(language("de ; Q = 0.7 , fr;q=0.6"), "de");
+        // A range not ours weighs nothing, whatever its q.
+        assert_eq!(language("es;q=1, de;q=0.2"), "de");
+        assert_eq!(language("*;q=0.9, fr;q=0.1"), "fr");
+    }
+
+    #[test]
+    fn equal_q_values_keep_the_header_order() {
+        assert_eq!(language("fr;q=0.5, de;q=0.5"), "fr");
+        assert_eq!(language("de, fr"), "de");
+        assert_eq!(language("fr;q=1.000, de"), "fr");
+    }
+
+    #[test]
+    fn q_zero_is_not_acceptable() {
+        assert_eq!(language("fr;q=0, de;q=0.1"), "de");
+        assert_eq!(language("de;q=0.000"), "en");
+        assert_eq!(language("fr;q=0,de;q=0"), "en");
+    }
+
+    #[test]
+    fn a_malformed_q_is_ignored_safely() {
+        // As if absent: weight 1, never a panic, never a lost range.
+        for q in [
+            "", "abc", "1.5", "2", "-1", "0.1234", "0.", ".5", "NaN", "1e-3", "0,5",
+        ] {
+            let header = format!("fr;q={q}, de;q=0.9");
+            let _ = language(&header);
+        }
+        assert_eq!(language("fr;q=high, de;q=0.9"), "fr");
+        assert_eq!(language("fr;q=1.5, de;q=0.9"), "fr");
+        assert_eq!(language("de;q=0.9, fr;q="), "fr");
+        assert_eq!(language("fr;q;x=1, de;q=0.5"), "fr");
+        assert_eq!(language(";;,,=;q=, de;q=0.3"), "de");
+        assert_eq!(language("fr;q=0.\u{e9}, de"), "fr");
     }
 
     #[test]
