@@ -201,8 +201,9 @@ async fn a_campaign_at_nine_in_every_zone_goes_out_slot_by_slot_exactly_once() {
     assert_eq!(local.still_waiting, 0);
     assert_eq!(local.slots_released, slots.len());
     assert_eq!(local.held as usize, expected.len());
+    let run = &local.latest_run.as_ref().unwrap().counts;
     assert_eq!(
-        (local.counts.timezone_missing, local.counts.timezone_invalid),
+        (run.timezone_missing, run.timezone_invalid),
         (missing, invalid)
     );
     let late = local.lateness.clone().unwrap();
@@ -273,6 +274,101 @@ async fn a_campaign_at_nine_in_every_zone_goes_out_slot_by_slot_exactly_once() {
         );
         pipeline.drain(Duration::from_secs(900)).await.unwrap();
         assert_eq!(emails(&env.sent().await.unwrap()), before);
+    }
+}
+
+/// Three runs of one campaign: the first skips the users whose 09:00 had passed, a re-run
+/// and a resend send them at once. `status` then counts the campaign, never the runs added
+/// up: sent and held as the sends and waiting tables have them, the first run's skips
+/// shown as that run's only.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_counts_the_campaign_not_its_runs_added_up() {
+    let Zoned {
+        env,
+        campaign,
+        seeded,
+        pipeline,
+        target,
+        ..
+    } = zoned("local-time-runs", 200).await;
+    let id = campaign.id.as_str();
+    // 10:16 UTC: 09:00 has passed from UTC-1 east; the next slot (UTC-2) is 44 minutes
+    // away, so nobody goes with an SQS delay (it runs at real pace on this stack).
+    pipeline.clock.set(ms("2026-11-23T10:16:00Z"));
+    let run = |policy: &str, resend: bool| {
+        let mut event = json!({"campaignId": id, "localTime": "09:00",
+            "fallbackZone": "America/Sao_Paulo", "passedTime": policy});
+        if resend {
+            event["includeFailed"] = json!(true);
+        }
+        event
+    };
+    let first = pipeline.start(run("skip", false)).await.unwrap();
+    let skipped = first["localTime"]["passedSkipped"].as_u64().unwrap();
+    assert!(skipped > 0, "{first}");
+    pipeline.drain(Duration::from_secs(900)).await.unwrap();
+    for again in [run("send-now", false), run("send-now", true)] {
+        let summary = pipeline.start(again).await.unwrap();
+        assert_eq!(summary["localTime"]["passedSkipped"], 0, "{summary}");
+        pipeline.drain(Duration::from_secs(900)).await.unwrap();
+    }
+
+    // Every deliverable user has their one email: the first run's skips were sent later.
+    let sent = env.sent().await.unwrap();
+    for (user, _) in seeded.deliverable() {
+        let emails = sent.get(&seeded.addresses[user]).map_or(0, Vec::len);
+        assert_eq!(emails, 1, "{user}");
+    }
+    let records = env.records(id).await.unwrap();
+    let sent_records = (records.values())
+        .filter(|r| r.status == Some(SendStatus::Sent))
+        .count();
+    assert_eq!(sent_records, seeded.deliverable().count());
+
+    let status = mailctl::ops::status(&env.stack.sdk, &target, id)
+        .await
+        .unwrap();
+    assert_eq!(status.state, "finished", "{status:?}");
+    assert_eq!(status.sent, sent_records);
+    let local = status.local_time.clone().unwrap();
+    assert_eq!(local.sent as usize, sent_records);
+    assert_eq!(local.still_waiting, 0);
+    assert_eq!(local.runs.len(), 3, "{local:?}");
+    // Held: the users the waiting table had, each once a slot, all released.
+    let report = mailflow::adapters::waiting::read_report(
+        &env.dynamo(),
+        &target.waiting_table,
+        &campaign.id,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let released: u64 = report.releases.iter().map(|r| r.users).sum();
+    assert_eq!(local.held, released, "{local:?}");
+    assert!(local.held as usize <= sent_records);
+    let held_by = |run: &mailctl::local_time::RunCounts| run.counts.waiting.values().sum::<u64>();
+    if local.runs[1..].iter().all(|r| held_by(r) == 0) {
+        assert_eq!(local.held, held_by(&local.runs[0]), "{local:?}");
+    }
+    // The latest run's decisions are its own; the first run's skips are labelled as its.
+    let latest = &local.latest_run.as_ref().unwrap().counts;
+    assert_eq!(latest.passed_skipped, 0);
+    let text = mailctl::status::view::describe(&status);
+    eprintln!("{text}");
+    assert!(
+        text.contains(&format!(
+            "  local time, the campaign: {sent_records} sent, "
+        )),
+        "{text}"
+    );
+    for line in text
+        .lines()
+        .filter(|l| l.contains(&format!("{skipped} skipped")))
+    {
+        assert!(line.starts_with("    earlier run (started "), "{line}");
+    }
+    for dlq in names::CAMPAIGN_DLQS {
+        assert_eq!(env.depth(dlq).await.unwrap(), 0, "{dlq}");
     }
 }
 

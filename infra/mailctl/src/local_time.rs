@@ -121,23 +121,25 @@ impl LocalTimePlan {
     }
 }
 
-/// What `status` shows of a local-time campaign.
+/// What `status` shows of a local-time campaign. The campaign's figures come from the sends
+/// table and the waiting table, which keep one record a user whatever runs came before;
+/// what GetUsers decided is a run's (each run decides the whole audience again, users an
+/// earlier run sent among them), shown as that run's.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LocalTimeStatus {
-    /// What the runs' segments decided, added up: users given the fallback zone (no usable
-    /// `timezone`, or one the IANA database does not know), passed local times, holds,
-    /// delays.
-    #[serde(flatten)]
-    pub counts: LocalTimeCounts,
-    /// Users kept for a later slot, in all (SendEmail's quiet-hours holds too); those still
-    /// waiting, by UTC hour of their slot.
+    /// Users with a SENT record.
+    pub sent: u64,
+    /// Users the waiting table held for a slot (SendEmail's quiet-hours holds too), once a
+    /// slot however many runs held them; those still waiting, by UTC hour of their slot.
     pub held: u64,
     pub still_waiting: u64,
     pub waiting_by_hour: Vec<HourWaiting>,
     /// Each slot: held, released at the instant, released by the sweep, still waiting.
     pub slots: Vec<SlotStatus>,
-    /// Each run's own counts (a resend or a re-run is a run of its own), in start order.
+    /// The latest run's decisions: zones replaced, passed local times, holds, delays.
+    pub latest_run: Option<RunCounts>,
+    /// Each run's own decisions (a resend or a re-run is a run of its own), in start order.
     pub runs: Vec<RunCounts>,
     /// Users still waiting although their slot's sweep has passed: nothing will release
     /// them (a problem, like a DLQ message).
@@ -150,7 +152,7 @@ pub struct LocalTimeStatus {
     pub lateness: Option<Lateness>,
 }
 
-/// One run of a local-time campaign, as `status` shows it.
+/// One run of a local-time campaign, as `status` shows it: what it decided.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunCounts {
@@ -158,26 +160,51 @@ pub struct RunCounts {
     pub counts: LocalTimeCounts,
 }
 
+impl RunCounts {
+    fn of(started: i64, counts: &LocalTimeCounts) -> Self {
+        RunCounts {
+            started_at: if started > 0 {
+                mailflow::domain::local_time::rfc3339_ms(started)
+            } else {
+                "before runs were kept apart".into()
+            },
+            counts: counts.clone(),
+        }
+    }
+
+    /// What the run decided, in words.
+    fn describe(&self) -> String {
+        let c = &self.counts;
+        format!(
+            "{} held for a slot, {} on the next day (local time before the window closed); local time passed at its start: {} sent at once, {} moved to the next day, {} skipped; {} delayed under 15 minutes, {} due at its start | fallback zone for {} without a zone and {} with an unknown one",
+            c.waiting.values().sum::<u64>(),
+            c.next_day_after_window,
+            c.passed_sent_now,
+            c.passed_next_day,
+            c.passed_skipped,
+            c.delayed,
+            c.due_now,
+            c.timezone_missing,
+            c.timezone_invalid
+        )
+    }
+}
+
 impl LocalTimeStatus {
     /// The waiting room's record of the campaign and its sends, at `now_ms`.
     pub fn of(r: &WaitingReport, records: &[SendRecord], now_ms: i64) -> Self {
+        let sent = (records.iter())
+            .filter(|r| r.status == Some(mailflow::domain::ledger::SendStatus::Sent))
+            .count() as u64;
         LocalTimeStatus {
-            counts: r.counts.clone(),
-            held: r.held(),
+            sent,
+            held: r.held(now_ms),
             still_waiting: r.still_waiting(),
             waiting_by_hour: r.waiting_by_hour(),
             slots: r.slots(now_ms),
-            runs: r
-                .runs
-                .iter()
-                .map(|(started, counts)| RunCounts {
-                    started_at: if *started > 0 {
-                        mailflow::domain::local_time::rfc3339_ms(*started)
-                    } else {
-                        "before runs were kept apart".into()
-                    },
-                    counts: counts.clone(),
-                })
+            latest_run: r.latest_run().map(|(at, c)| RunCounts::of(at, c)),
+            runs: (r.runs.iter())
+                .map(|(at, c)| RunCounts::of(*at, c))
                 .collect(),
             stranded: r.stranded(now_ms),
             slots_released: r.slots_released(),
@@ -192,25 +219,33 @@ impl LocalTimeStatus {
         }
     }
 
-    /// Its lines of `mailctl status`.
+    /// Its lines of `mailctl status`: the campaign's figures first, then what each run
+    /// decided, labelled as that run's.
     pub fn describe(&self) -> String {
         let l = self;
         let mut out = format!(
-        "  local time: {} held for their slot, {} still waiting; {} on the next day (local time before the window closed); {} sent at once, {} moved to the next day and {} skipped (local time passed at the start), {} delayed under 15 minutes, {} due at the start | fallback zone for {} without a zone and {} with an unknown one\n",
-        l.held, l.still_waiting, l.counts.next_day_after_window, l.counts.passed_sent_now, l.counts.passed_next_day, l.counts.passed_skipped, l.counts.delayed, l.counts.due_now, l.counts.timezone_missing, l.counts.timezone_invalid
-    );
+            "  local time, the campaign: {} sent, {} held for their slot (a user once a slot, however many runs held them), {} still waiting\n",
+            l.sent, l.held, l.still_waiting
+        );
+        if let Some(latest) = &l.latest_run {
+            let earlier = match l.runs.len() {
+                0 | 1 => String::new(),
+                n => format!(
+                    " (of {n} runs; each decides the whole audience again, users an earlier run sent among them)"
+                ),
+            };
+            out.push_str(&format!(
+                "  local time, the latest run (started {}){earlier}: {}\n",
+                latest.started_at,
+                latest.describe()
+            ));
+        }
         if l.runs.len() > 1 {
-            for run in &l.runs {
-                let c = &run.counts;
+            for run in &l.runs[..l.runs.len() - 1] {
                 out.push_str(&format!(
-                    "    run started {}: {} held, {} on the next day (before the window closed); {} sent at once, {} moved to the next day, {} skipped; {} delayed\n",
+                    "    earlier run (started {}): {}\n",
                     run.started_at,
-                    c.waiting.values().sum::<u64>(),
-                    c.next_day_after_window,
-                    c.passed_sent_now,
-                    c.passed_next_day,
-                    c.passed_skipped,
-                    c.delayed
+                    run.describe()
                 ));
             }
         }

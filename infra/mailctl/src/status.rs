@@ -127,8 +127,11 @@ pub struct CampaignStatus {
     pub open_content: OpenCounters,
     /// The campaign's topic, as it first started (None: recorded before topics).
     pub topic: Option<String>,
-    /// Users with new followers its audience left out, by reason (every GetUsers segment).
+    /// Users with new followers its audience left out, by reason: the latest run's (each run
+    /// reads the whole audience again), over its segments.
     pub excluded: mailflow::domain::topics::ExclusionCounts,
+    /// When that run started (ms; 0: not known).
+    pub excluded_run_ms: i64,
     /// Its A/B experiment: each variant's results and the decision.
     pub experiment: Option<ExperimentStatus>,
 }
@@ -243,6 +246,7 @@ impl CampaignStatus {
         self.started_at_ms = record.started_at_ms;
         self.topic = record.topic.clone();
         self.excluded = record.excluded.clone();
+        self.excluded_run_ms = record.excluded_run_ms;
         match &record.hold {
             Some(Hold::Cancelled(c)) => {
                 self.cancelled_at_ms = Some(c.at_ms);

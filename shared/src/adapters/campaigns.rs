@@ -23,7 +23,8 @@ use std::sync::Arc;
 pub const RUNNING: &str = "RUNNING";
 pub const PAUSED: &str = "PAUSED";
 pub const CANCELLED: &str = "CANCELLED";
-/// Each run segment's users left out of the audience: `excluded0`, `excluded1`...
+/// Each run segment's users left out of the audience: `excluded<run started ms>.<segment>`
+/// (`excluded<segment>` from before runs were kept apart: a run of its own, started at 0).
 const EXCLUDED_PREFIX: &str = "excluded";
 
 /// The experiment as first started, and its decision (JSON).
@@ -68,14 +69,7 @@ fn record(item: &Item) -> CampaignRecord {
         (CANCELLED, Some(c)) => Some(Hold::Cancelled(c.clone())),
         _ => None,
     };
-    let mut excluded = ExclusionCounts::default();
-    for (key, value) in item {
-        if let (Some(_), AttributeValue::S(json)) = (key.strip_prefix(EXCLUDED_PREFIX), value) {
-            if let Ok(counts) = serde_json::from_str::<ExclusionCounts>(json) {
-                excluded.merge(&counts);
-            }
-        }
-    }
+    let (excluded_run_ms, excluded) = latest_run_exclusions(item);
     CampaignRecord {
         experiment: serde_json::from_str(&text(item, EXPERIMENT)).ok(),
         decision: serde_json::from_str(&text(item, DECISION)).ok(),
@@ -88,9 +82,28 @@ fn record(item: &Item) -> CampaignRecord {
         window: window(item),
         topic: Some(text(item, "topic")).filter(|t| !t.is_empty()),
         excluded,
+        excluded_run_ms,
         hold,
         last_change,
     }
+}
+
+/// The latest run's users left out of the audience, over its segments, and when it started:
+/// each run reads the whole audience again, so adding runs up would count users twice.
+fn latest_run_exclusions(item: &Item) -> (i64, ExclusionCounts) {
+    let mut runs: std::collections::BTreeMap<i64, ExclusionCounts> = Default::default();
+    for (key, value) in item {
+        if let (Some(key), AttributeValue::S(json)) = (key.strip_prefix(EXCLUDED_PREFIX), value) {
+            if let Ok(counts) = serde_json::from_str::<ExclusionCounts>(json) {
+                let run = key
+                    .split_once('.')
+                    .and_then(|(run, _)| run.parse().ok())
+                    .unwrap_or(0);
+                runs.entry(run).or_default().merge(&counts);
+            }
+        }
+    }
+    runs.pop_last().unwrap_or_default()
 }
 
 impl CampaignsTable {
@@ -342,6 +355,7 @@ impl CampaignStates for CampaignsTable {
     async fn record_exclusions(
         &self,
         campaign: &CampaignId,
+        run_started_ms: i64,
         segment: u32,
         counts: &ExclusionCounts,
     ) -> Result<(), LedgerError> {
@@ -350,7 +364,10 @@ impl CampaignStates for CampaignsTable {
             .table_name(&self.table)
             .key("campaignId", s(campaign.to_string()))
             .update_expression("SET #segment = :counts")
-            .expression_attribute_names("#segment", format!("{EXCLUDED_PREFIX}{segment}"))
+            .expression_attribute_names(
+                "#segment",
+                format!("{EXCLUDED_PREFIX}{run_started_ms}.{segment}"),
+            )
             .expression_attribute_values(
                 ":counts",
                 s(serde_json::to_string(counts).unwrap_or_default()),
@@ -359,5 +376,35 @@ impl CampaignStates for CampaignsTable {
             .await
             .map_err(|e| self.error("record exclusions", describe(&e)))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exclusions_are_the_latest_run_s_never_runs_added_up() {
+        let counts = |n: u64| {
+            s(serde_json::to_string(&ExclusionCounts {
+                unsubscribed: n,
+                ..Default::default()
+            })
+            .unwrap())
+        };
+        let mut item: Item = [("campaignId".to_owned(), s("weekly-2026-W47"))].into();
+        // Before runs were kept apart, then two runs of two segments and one.
+        item.insert("excluded0".into(), counts(7));
+        item.insert("excluded1000.0".into(), counts(3));
+        item.insert("excluded1000.1".into(), counts(4));
+        item.insert("excluded2000.0".into(), counts(6));
+        item.insert("excluded2000.1".into(), counts(1));
+        item.insert("excludedjunk".into(), s("not json"));
+        let r = record(&item);
+        assert_eq!((r.excluded_run_ms, r.excluded.unsubscribed), (2000, 7));
+        // Only records from before: that one run.
+        let old: Item = [("excluded0".to_owned(), counts(7))].into();
+        let r = record(&old);
+        assert_eq!((r.excluded_run_ms, r.excluded.unsubscribed), (0, 7));
     }
 }

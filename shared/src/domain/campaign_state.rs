@@ -47,8 +47,11 @@ pub struct CampaignRecord {
     pub window: Option<Window>,
     /// Its topic as first started (None for campaigns recorded before topics were).
     pub topic: Option<String>,
-    /// Users left out of its audience, by reason, over every run segment.
+    /// Users left out of its audience by its latest run, by reason, over that run's
+    /// segments (each run reads the whole audience again: runs are not added up).
     pub excluded: ExclusionCounts,
+    /// When that run started (ms; 0: recorded before runs were kept apart, or none).
+    pub excluded_run_ms: i64,
     pub hold: Option<Hold>,
     /// The last change of state (a resume leaves one with `hold` None).
     pub last_change: Option<StateChange>,

@@ -44,10 +44,11 @@ pub trait CampaignStates: Send + Sync {
         decision: &Decision,
     ) -> impl Future<Output = Result<Decision, LedgerError>> + Send;
     /// Users of a run segment left out of the audience, by reason (written whole: a retried
-    /// segment repeats them harmlessly).
+    /// segment repeats them harmlessly), under the run that started at `run_started_ms`.
     fn record_exclusions(
         &self,
         campaign: &CampaignId,
+        run_started_ms: i64,
         segment: u32,
         counts: &ExclusionCounts,
     ) -> impl Future<Output = Result<(), LedgerError>> + Send;

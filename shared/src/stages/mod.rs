@@ -175,6 +175,7 @@ mod tests {
         async fn record_exclusions(
             &self,
             _: &crate::domain::campaign::CampaignId,
+            _: i64,
             _: u32,
             _: &crate::domain::topics::ExclusionCounts,
         ) -> Result<(), LedgerError> {

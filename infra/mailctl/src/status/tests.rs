@@ -166,3 +166,88 @@ fn the_view_shows_the_bar_the_holds_and_the_failures() {
         "Rejected <address>"
     );
 }
+
+/// A local-time campaign of 286 users run three times: first with passed-time policy skip
+/// (72 skipped, 214 held and released at their slots), then a re-run and a resend with
+/// send-now, which sent the 72. Every user is SENT.
+fn three_runs() -> StatusFacts {
+    use mailflow::domain::local_time::{LocalTimeCounts, SlotRelease};
+    let slot = NOW as i64 - 2 * DAY;
+    let (first, rerun, resend) = (slot - DAY, NOW as i64 - 3_600_000, NOW as i64 - 60_000);
+    let mut room = WaitingReport::default();
+    room.add_segment(
+        first,
+        &LocalTimeCounts {
+            passed_skipped: 72,
+            timezone_missing: 5,
+            waiting: [(slot, 214)].into(),
+            ..Default::default()
+        },
+    );
+    for run in [rerun, resend] {
+        room.add_segment(
+            run,
+            &LocalTimeCounts {
+                passed_sent_now: 286,
+                timezone_missing: 5,
+                ..Default::default()
+            },
+        );
+    }
+    room.releases = vec![SlotRelease {
+        slot_ms: slot,
+        users: 214,
+        released_at_ms: slot + 2_000,
+        sweep: false,
+    }];
+    let mut f = facts((0..286).map(|_| sent_at(NOW - 30_000)).collect());
+    f.waiting = Some(room);
+    f.record = Some(CampaignRecord {
+        started_at_ms: Some(first as u64),
+        topic: Some("digest".into()),
+        excluded: mailflow::domain::topics::ExclusionCounts {
+            unsubscribed: 4,
+            ..Default::default()
+        },
+        excluded_run_ms: resend,
+        ..Default::default()
+    });
+    f
+}
+
+#[test]
+fn no_line_claims_a_run_s_skips_for_the_campaign_after_later_runs_sent_them() {
+    let status = CampaignStatus::of(&three_runs(), NOW);
+    let local = status.local_time.as_ref().unwrap();
+    // The campaign's figures, from the records and the waiting table.
+    assert_eq!((local.sent, local.held, local.still_waiting), (286, 214, 0));
+    assert_eq!(local.slots[0].held, 214, "{:?}", local.slots);
+    assert_eq!(local.runs.len(), 3);
+    let latest = &local.latest_run.as_ref().unwrap().counts;
+    assert_eq!((latest.passed_sent_now, latest.passed_skipped), (286, 0));
+    let text = crate::status::view::describe(&status);
+    // Only the first run's own line says 72 skipped, and says it is that run's.
+    let skipped: Vec<&str> = text.lines().filter(|l| l.contains("72 skipped")).collect();
+    assert_eq!(skipped.len(), 1, "{text}");
+    assert!(
+        skipped[0].starts_with("    earlier run (started "),
+        "{text}"
+    );
+    assert!(
+        text.contains("  local time, the campaign: 286 sent, 214 held for their slot"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  local time, the latest run (started ") && text.contains("(of 3 runs;"),
+        "{text}"
+    );
+    // No sum over runs anywhere: 72 skipped once, 5 fallback zones a run, 286 sent once.
+    for sum in ["858", "572", "15 without a zone", "428"] {
+        assert!(!text.contains(sum), "{sum}: {text}");
+    }
+    // The topic line: the latest run's exclusions, labelled as its.
+    assert!(
+        text.contains("  topic digest | left out of the audience by the latest run (started "),
+        "{text}"
+    );
+}

@@ -19,7 +19,10 @@ pub fn describe(s: &CampaignStatus) -> String {
     let mut out = String::new();
     push_line(&mut out, &headline(s));
     if let Some(topic) = &s.topic {
-        push_line(&mut out, &crate::topics::status_line(topic, &s.excluded));
+        push_line(
+            &mut out,
+            &crate::topics::status_line(topic, &s.excluded, s.excluded_run_ms),
+        );
     }
     if let Some(line) = crate::public_urls::status_line(&s.open_content) {
         push_line(&mut out, &line);

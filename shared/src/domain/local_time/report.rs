@@ -30,7 +30,8 @@ pub struct SlotRelease {
 /// and sweep, and who is still in the waiting room.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WaitingReport {
-    /// Every run's counts added up.
+    /// Every run's counts added up: not the campaign's figures (a re-run or a resend
+    /// decides the same users again), only which slots were ever held.
     pub counts: LocalTimeCounts,
     /// Each run's own, by when it started (ms; 0 for counts recorded before runs were kept
     /// apart).
@@ -45,11 +46,10 @@ pub struct WaitingReport {
     pub quiet_held: BTreeMap<i64, u64>,
 }
 
-/// A slot as `status` shows it: held (by GetUsers' runs, and by SendEmail at the end of
-/// users' quiet hours) = released + swept + still waiting, unless the
-/// campaign was cancelled (its waiting users are dropped), a resend held a user again (held
-/// counts each run's holds; the table keeps one), or a user was released twice (the ledger
-/// sends once).
+/// A slot as `status` shows it: held = released + swept + still waiting, the users the
+/// waiting table had in it (one row a user, however many runs held them; by GetUsers, and
+/// by SendEmail at the end of users' quiet hours). A cancelled campaign's waiting users are
+/// dropped, and leave the count.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SlotStatus {
@@ -164,8 +164,7 @@ impl WaitingReport {
                 let after_sweep = sweep_ran || now_ms > slot_ms + SWEEP_GIVEN_UP_AFTER_MS;
                 SlotStatus {
                     slot: rfc3339_ms(slot_ms),
-                    held: self.counts.waiting.get(&slot_ms).copied().unwrap_or(0)
-                        + self.quiet_held.get(&slot_ms).copied().unwrap_or(0),
+                    held: released + swept + waiting,
                     released,
                     swept,
                     waiting,
@@ -196,9 +195,16 @@ impl WaitingReport {
             .collect()
     }
 
-    /// Users held for a slot, in all: by the runs, and by SendEmail for their quiet hours.
-    pub fn held(&self) -> u64 {
-        self.counts.waiting.values().sum::<u64>() + self.quiet_held.values().sum::<u64>()
+    /// Users held for a slot, in all, as the waiting table had them (`SlotStatus::held`): by
+    /// the runs, and by SendEmail for their quiet hours, each user once however many runs
+    /// held them for the slot.
+    pub fn held(&self, now_ms: i64) -> u64 {
+        self.slots(now_ms).iter().map(|s| s.held).sum()
+    }
+
+    /// The latest run's counts, and when it started (None: no run recorded any).
+    pub fn latest_run(&self) -> Option<(i64, &LocalTimeCounts)> {
+        self.runs.last_key_value().map(|(at, c)| (*at, c))
     }
 
     pub fn still_waiting(&self) -> u64 {

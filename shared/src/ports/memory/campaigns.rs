@@ -36,7 +36,7 @@ pub struct MemoryCampaigns {
     /// The window and topic each campaign was first started with.
     pub windows: Mutex<HashMap<String, (Window, TopicId)>>,
     /// Users left out of the audience, per campaign and run segment.
-    pub excluded: Mutex<HashMap<(String, u32), ExclusionCounts>>,
+    pub excluded: Mutex<HashMap<(String, i64, u32), ExclusionCounts>>,
     pub holds: Mutex<HashMap<String, Hold>>,
     /// Each campaign's guardrails as recorded.
     pub guardrails: Mutex<HashMap<String, CampaignGuardrails>>,
@@ -164,11 +164,14 @@ impl CampaignStates for MemoryCampaigns {
     async fn record_exclusions(
         &self,
         campaign: &CampaignId,
+        run_started_ms: i64,
         segment: u32,
         counts: &ExclusionCounts,
     ) -> Result<(), LedgerError> {
-        crate::runtime::lock(&self.excluded)
-            .insert((campaign.to_string(), segment), counts.clone());
+        crate::runtime::lock(&self.excluded).insert(
+            (campaign.to_string(), run_started_ms, segment),
+            counts.clone(),
+        );
         Ok(())
     }
 }

@@ -47,7 +47,7 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
         }
         self.campaigns
             .states()
-            .record_exclusions(&campaign.id, run.segment, &segment.excluded)
+            .record_exclusions(&campaign.id, run_started, run.segment, &segment.excluded)
             .await
             .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
         let cancelled = matches!(segment.hold, Some(Hold::Cancelled(_)));
