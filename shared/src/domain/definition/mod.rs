@@ -42,6 +42,21 @@ pub struct Definition {
     /// The campaign's parameters: `$$<name>` in queries, `params.<name>` in templates.
     pub params: BTreeMap<String, serde_json::Value>,
     pub templates: Templates,
+    /// The field of the audience's collection that holds the user id (`_id` unless given).
+    pub audience_by: String,
+    /// When it runs on its own: an EventBridge Scheduler expression.
+    pub schedule: Option<String>,
+    /// The window is the last full `window_days` days (7 unless given).
+    pub window_days: u32,
+    /// Where open-time picks come from, if its emails show any.
+    pub open_content: Option<PicksSource>,
+}
+
+/// A source of open-time picks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PicksSource {
+    /// The digest's: people who followed the user, to follow back.
+    FollowBack,
 }
 
 /// Field paths (dotted, MongoDB's) into the users collection.
@@ -107,6 +122,26 @@ pub struct Templates {
     pub default_language: String,
     /// The experiment bodies every language has (`<lang>/<variant>/body.*`).
     pub variants: Vec<String>,
+}
+
+/// One user of a batch as the definition's queries found them: their email's inputs, or
+/// why they get none (a skip rule's reason, or one of `SkipReason`'s, counted alike).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prepared {
+    Ready(EmailData),
+    Skip(String),
+}
+
+/// What one email is made of, read from MongoDB: the recipient's fields and each data
+/// query's result (relaxed Extended JSON, strings printable).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmailData {
+    pub user_id: crate::domain::user_id::UserId,
+    pub email: String,
+    pub name: Option<String>,
+    pub language: Option<String>,
+    pub zone: Option<String>,
+    pub data: BTreeMap<String, serde_json::Value>,
 }
 
 /// A date or time from the data as the templates see it: printed as RFC 3339
