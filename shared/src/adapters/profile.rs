@@ -38,7 +38,9 @@ impl ProfileFields {
         &USERS_FIELDS
     }
 
-    /// Every path `Profile::read` reads for `topic`, for a projection.
+    /// The fields `Profile::read` reads for `topic`, for a projection: each path's top
+    /// field whole, since projecting `contact.email` would drop a `contact` of the wrong
+    /// type (read as missing, where it is invalid).
     pub fn projection(&self, topic: &Topic) -> Document {
         let standing = self.standing.paths(&topic.id);
         let own = [
@@ -51,7 +53,7 @@ impl ProfileFields {
             standing
                 .iter()
                 .chain(own.into_iter().flatten())
-                .map(String::as_str),
+                .map(|path| path.split('.').next().unwrap_or(path)),
         )
     }
 }
