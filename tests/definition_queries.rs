@@ -661,3 +661,49 @@ async fn runtime_errors_are_the_definitions_or_the_stores() {
     assert_eq!(scan.definition_fault(), None);
     assert!(matches!(run.prepare(&batch).await, Err(RunError::Store(_))));
 }
+
+/// GetUsers' audience scan on 100,000 seeded users (seed 42), today's (`directory::Audience`)
+/// and the digest definition's, three runs each, alternating; prints a Markdown table
+/// (docs/benchmarks.md). Ignored: minutes of seeding.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn audience_scan_timing() {
+    let users: usize = std::env::var("MAILFLOW_BENCH_USERS")
+        .ok()
+        .and_then(|u| u.parse().ok())
+        .unwrap_or(100_000);
+    let db = fresh_db("scan-timing").await;
+    let campaign = campaign();
+    let started = std::time::Instant::now();
+    let report = mailflow_local::seed::seed(
+        &db,
+        &mailflow_local::seed::SeedOptions {
+            users,
+            seed: 42,
+            domain: "example.com".into(),
+            window: campaign.window,
+        },
+    )
+    .await
+    .unwrap();
+    println!(
+        "seeded {users} users, {} follows in {:.0} s",
+        report.follows,
+        started.elapsed().as_secs_f64()
+    );
+    let digest = topic("digest");
+    let directory = MongoDirectory::new(db.clone());
+    let run = run_of(&db, digest_definition(), &campaign.window);
+    println!("| Run | today's scan s | definition's scan s | members (both) |");
+    println!("|---|---|---|---|");
+    for n in 1..=3 {
+        let t = std::time::Instant::now();
+        let (today, _) = drain(directory.audience(&campaign.window, &digest, None)).await;
+        let today_s = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let (defined, _) = drain(run.audience(None)).await;
+        let defined_s = t.elapsed().as_secs_f64();
+        assert_eq!(today, defined);
+        println!("| {n} | {today_s:.1} | {defined_s:.1} | {} |", today.len());
+    }
+}
