@@ -208,4 +208,32 @@ mod tests {
         );
         assert_eq!(choice_field(&digest), "topics.digest.subscribed");
     }
+
+    #[test]
+    fn a_definitions_paths_read_as_one_standing() {
+        let digest = TopicId::parse("digest").unwrap();
+        let fields = StandingFields::at("prefs.subscribed", "flags.suppression", "prefs.topics");
+        assert_eq!(fields.topics_unreadable, "prefs.topicsUnreadable");
+        assert_eq!(
+            fields.choice_field(&digest),
+            "prefs.topics.digest.subscribed"
+        );
+        let read = |d: Document| fields.standing(&d, &digest);
+        let nested = doc! { "prefs": { "subscribed": true, "topics": { "digest": { "subscribed": false } } } };
+        assert_eq!(
+            (read(nested.clone()).overall, read(nested).choice),
+            (Overall::Subscribed, Choice::Out)
+        );
+        // An ancestor of the wrong type is never read as a choice.
+        let blocked = read(doc! { "prefs": "yes", "flags": 1 });
+        assert_eq!(blocked.overall, Overall::Unreadable);
+        assert_eq!(blocked.choice, Choice::Unreadable);
+        assert!(blocked.suppressed);
+        assert!(!read(doc! { "prefs": { "subscribed": true } }).suppressed);
+        // Ours, at the top level, as before.
+        assert_eq!(
+            StandingFields::users(),
+            &StandingFields::at("subscribed", "suppression", "topics")
+        );
+    }
 }
