@@ -9,6 +9,7 @@ mod campaign_control;
 mod chaos;
 mod cli;
 mod consistency;
+mod definition_queries;
 mod deliverability;
 mod exactly_once;
 mod experiments;

@@ -5,13 +5,16 @@
 pub mod batch_get;
 pub mod bson_ids;
 pub mod campaigns;
+pub mod definition;
 pub mod directory;
 pub mod event_sources;
+pub mod field_path;
 pub mod item;
 pub mod mongo;
 pub mod open_content;
 pub mod picks;
 pub mod preferences;
+pub mod profile;
 pub mod rate_item;
 pub mod secrets;
 pub mod sends;

@@ -51,6 +51,12 @@ pub trait AudienceScan: Send {
     fn next(&mut self) -> impl Future<Output = Result<Option<AudienceMember>, StoreError>> + Send;
     /// The users with new followers left out so far, by reason.
     fn excluded(&self) -> &ExclusionCounts;
+    /// Why the scan failed when the campaign's definition is at fault (a query MongoDB
+    /// refuses): the run fails once with it; a retry would fail the same way. None: any
+    /// error `next` returned was the store's, and retrying may help.
+    fn definition_fault(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// One user of the audience: their id, and their time zone field as the document holds it

@@ -50,6 +50,10 @@ pub enum SetupCommand {
         /// unknown one (for local-time campaigns).
         #[arg(long)]
         timezones: bool,
+        /// Seed the orders example definition (campaigns/orders) instead: --users customers
+        /// and their orders, with the awkward cases real data has.
+        #[arg(long, conflicts_with = "timezones")]
+        orders: bool,
     },
 }
 
@@ -68,6 +72,18 @@ impl SetupCommand {
                 database,
                 domain,
                 timezones,
+                orders: true,
+            } => {
+                let _ = timezones;
+                commands::setup::seed_orders(sdk, users, seed, database, domain).await
+            }
+            Self::Seed {
+                users,
+                seed,
+                database,
+                domain,
+                timezones,
+                orders: false,
             } => commands::setup::seed(sdk, users, seed, database, domain, timezones).await,
             Self::SamInvoke {
                 function,

@@ -63,6 +63,41 @@ pub async fn create_indexes(sdk: &aws_config::SdkConfig, database: String) -> Re
     Ok(())
 }
 
+/// Inserts `customers` customers and their orders (the orders example definition) for this
+/// week's campaign window.
+pub async fn seed_orders(
+    sdk: &aws_config::SdkConfig,
+    customers: usize,
+    s: u64,
+    database: String,
+    domain: String,
+) -> Result<()> {
+    let mongo = mailflow::config::MongoConfig {
+        uri: SecretRef::Plain(env("MONGODB_URI")?),
+        database,
+        max_pool_size: 4,
+    };
+    let db = mailflow::adapters::mongo::connect(&mongo, sdk, "mailctl").await?;
+    let campaign = Campaign::for_schedule(time::OffsetDateTime::now_utc());
+    let options = mailflow_local::seed::OrdersOptions {
+        customers,
+        seed: s,
+        domain,
+        window: campaign.window,
+    };
+    let report = mailflow_local::seed::seed_orders(&db, &options).await?;
+    let with_orders = report.audience.values().filter(|e| e.is_ok()).count();
+    println!(
+        "seeded {} customers and {} orders for {}: audience {}, with paid orders that week {}",
+        report.customers,
+        report.orders,
+        campaign.id,
+        report.audience.len(),
+        with_orders
+    );
+    Ok(())
+}
+
 /// Inserts `users` synthetic users and their follows for this week's campaign window.
 pub async fn seed(
     sdk: &aws_config::SdkConfig,

@@ -13,10 +13,10 @@
 
 use super::window_filter;
 use crate::adapters::bson_ids::{self as ids, from_bson, type_name};
-use crate::adapters::mongo::{
-    follows_index_keys, CREATED_AT, FOLLOWEE_ID, FOLLOWS, TIMEZONE, USERS,
-};
+use crate::adapters::field_path::{self, Field};
+use crate::adapters::mongo::{follows_index_keys, CREATED_AT, FOLLOWEE_ID, FOLLOWS};
 use crate::adapters::preferences;
+use crate::adapters::profile::ProfileFields;
 use crate::domain::campaign::Window;
 use crate::domain::digest::{OddFollow, OddFollows};
 use crate::domain::local_time::ZoneField;
@@ -28,6 +28,7 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::Hint;
 use mongodb::{Cursor, Database};
+use std::sync::{Arc, LazyLock};
 
 /// The id types the audience can hold, in MongoDB's sort order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -37,9 +38,9 @@ pub enum IdType {
 }
 
 impl IdType {
-    const ALL: [IdType; 2] = [IdType::Text, IdType::ObjectId];
+    pub(crate) const ALL: [IdType; 2] = [IdType::Text, IdType::ObjectId];
 
-    fn of(id: &UserId) -> Self {
+    pub(crate) fn of(id: &UserId) -> Self {
         match id {
             UserId::Text(_) => Self::Text,
             UserId::ObjectId(_) => Self::ObjectId,
@@ -55,7 +56,7 @@ impl IdType {
         }
     }
 
-    fn range(self, after: Option<&UserId>) -> Document {
+    pub(crate) fn range(self, after: Option<&UserId>) -> Document {
         match after {
             Some(after) if IdType::of(after) == self => doc! { "$gt": ids::to_bson(after) },
             _ => self.all_of_type(),
@@ -73,16 +74,52 @@ pub struct Audience {
     current: Option<Pass>,
 }
 
-struct Pass {
+/// One id type's merge join: documents whose `by` field names a user, in that order (the
+/// follows, or a definition's audience), against the users in `_id` order. Shared by the
+/// digest's audience and a definition's (`adapters::definition`).
+pub(crate) struct Pass {
     kind: IdType,
-    followees: Cursor<Document>,
+    keys: Cursor<Document>,
     users: Cursor<Document>,
-    last_followee: Option<UserId>,
+    join: Arc<Join>,
+    last_key: Option<UserId>,
     /// The users cursor's current user, and why they are left out (None: they are in).
     user_head: Option<(AudienceMember, Option<Exclusion>)>,
 }
 
-const CURSOR_BATCH: u32 = 1000;
+/// Where the join reads: the keys' collection and field, and the users' fields.
+pub(crate) struct Join {
+    pub keys_collection: String,
+    pub by: String,
+    pub users: ProfileFields,
+}
+
+pub(crate) const CURSOR_BATCH: u32 = 1000;
+
+/// The users of one id type after `after`, in `_id` order, with the fields the audience
+/// rule and local-time delivery read.
+pub(crate) async fn users_cursor(
+    db: &Database,
+    fields: &ProfileFields,
+    topic: &TopicId,
+    kind: IdType,
+    after: Option<&UserId>,
+) -> mongodb::error::Result<Cursor<Document>> {
+    let standing = fields.standing.paths(topic);
+    let projection = field_path::projection(
+        ["_id"]
+            .into_iter()
+            .chain(standing.iter().map(String::as_str))
+            .chain(fields.zone.as_deref()),
+    );
+    db.collection::<Document>(&fields.collection)
+        .find(Audience::users_filter(kind, after))
+        .sort(doc! { "_id": 1 })
+        .projection(projection)
+        .hint(Hint::Keys(doc! { "_id": 1 }))
+        .batch_size(CURSOR_BATCH)
+        .await
+}
 
 impl Audience {
     /// The audience filter on follows for one id type, exposed so a test can `explain` it.
@@ -152,23 +189,15 @@ impl Audience {
             .await?;
         // Every user of the range: the rule is applied here, so that those it leaves out
         // are counted by reason (the documents were fetched for a filter before anyway).
-        let mut projection = Self::users_projection(&topic.id);
-        projection.insert(TIMEZONE, 1);
-        let users = db
-            .collection::<Document>(USERS)
-            .find(Self::users_filter(kind, after))
-            .sort(doc! { "_id": 1 })
-            .projection(projection)
-            .hint(Hint::Keys(doc! { "_id": 1 }))
-            .batch_size(CURSOR_BATCH)
-            .await?;
-        Ok(Pass {
-            kind,
-            followees,
-            users,
-            last_followee: None,
-            user_head: None,
-        })
+        let users = users_cursor(db, ProfileFields::users(), &topic.id, kind, after).await?;
+        static JOIN: LazyLock<Arc<Join>> = LazyLock::new(|| {
+            Arc::new(Join {
+                keys_collection: FOLLOWS.into(),
+                by: FOLLOWEE_ID.into(),
+                users: ProfileFields::users().clone(),
+            })
+        });
+        Ok(Pass::new(kind, followees, users, JOIN.clone()))
     }
 
     /// The next user of the audience, in ascending id order (strings, then ObjectIds).
@@ -271,50 +300,72 @@ impl AudienceScan for Audience {
 }
 
 impl Pass {
-    /// The next user with a new follower, and why they are left out (None: they are in).
-    async fn next(
+    pub(crate) fn new(
+        kind: IdType,
+        keys: Cursor<Document>,
+        users: Cursor<Document>,
+        join: Arc<Join>,
+    ) -> Self {
+        Self {
+            kind,
+            keys,
+            users,
+            join,
+            last_key: None,
+            user_head: None,
+        }
+    }
+
+    /// The next user with a key (a new follower), and why they are left out (None: in).
+    pub(crate) async fn next(
         &mut self,
         topic: &Topic,
     ) -> mongodb::error::Result<Option<(AudienceMember, Option<Exclusion>)>> {
         loop {
-            let Some(followee) = self.next_followee().await? else {
+            let Some(key) = self.next_key().await? else {
                 return Ok(None);
             };
-            // Advance the users cursor to the first user >= followee.
+            // Advance the users cursor to the first user >= key.
             loop {
                 match &self.user_head {
-                    Some((user, _)) if user.id >= followee => break,
+                    Some((user, _)) if user.id >= key => break,
                     _ => match self.users.try_next().await? {
-                        Some(user) => match self.id_of(&user, "_id", USERS) {
-                            Some(id) => {
-                                let member = AudienceMember {
-                                    id,
-                                    zone: zone_field(user.get(TIMEZONE)),
-                                };
-                                let exclusion =
-                                    preferences::standing(&user, &topic.id).exclusion(topic);
-                                self.user_head = Some((member, exclusion));
-                            }
-                            None => continue,
-                        },
+                        Some(user) => {
+                            let collection = self.join.users.collection.as_str();
+                            let Some(id) = self.id_of(&user, "_id", collection) else {
+                                continue;
+                            };
+                            let fields = &self.join.users;
+                            let zone = fields.zone.as_deref().map_or(ZoneField::Missing, |path| {
+                                match field_path::get(&user, path) {
+                                    Field::Blocked { found, .. } => zone_field(Some(found)),
+                                    field => zone_field(field.value()),
+                                }
+                            });
+                            let member = AudienceMember { id, zone };
+                            let exclusion =
+                                fields.standing.standing(&user, &topic.id).exclusion(topic);
+                            self.user_head = Some((member, exclusion));
+                        }
                         None => return Ok(None),
                     },
                 }
             }
-            if let Some(head) = self.user_head.as_ref().filter(|(u, _)| u.id == followee) {
+            if let Some(head) = self.user_head.as_ref().filter(|(u, _)| u.id == key) {
                 return Ok(Some(head.clone()));
             }
         }
     }
 
-    /// The next distinct followee (follows arrive sorted, so duplicates are adjacent).
-    async fn next_followee(&mut self) -> mongodb::error::Result<Option<UserId>> {
-        while let Some(key) = self.followees.try_next().await? {
-            let Some(id) = self.id_of(&key, FOLLOWEE_ID, FOLLOWS) else {
+    /// The next distinct key (they arrive sorted, so duplicates are adjacent).
+    async fn next_key(&mut self) -> mongodb::error::Result<Option<UserId>> {
+        while let Some(doc) = self.keys.try_next().await? {
+            let join = self.join.clone();
+            let Some(id) = self.id_of(&doc, &join.by, &join.keys_collection) else {
                 continue;
             };
-            if self.last_followee.as_ref() != Some(&id) {
-                self.last_followee = Some(id.clone());
+            if self.last_key.as_ref() != Some(&id) {
+                self.last_key = Some(id.clone());
                 return Ok(Some(id));
             }
         }
@@ -325,7 +376,7 @@ impl Pass {
     /// return another value when the field is an array (each element is a key) or an empty
     /// string: those are skipped, once each, with a warning.
     fn id_of(&self, doc: &Document, field: &str, collection: &str) -> Option<UserId> {
-        let value = doc.get(field);
+        let value = field_path::get(doc, field).value();
         match value.and_then(from_bson) {
             Some(id) if IdType::of(&id) == self.kind => Some(id),
             _ => {
@@ -342,7 +393,7 @@ impl Pass {
 }
 
 /// The time zone field as local-time delivery reads it.
-fn zone_field(value: Option<&Bson>) -> ZoneField {
+pub(crate) fn zone_field(value: Option<&Bson>) -> ZoneField {
     match value {
         None | Some(Bson::Null) => ZoneField::Missing,
         Some(Bson::String(s)) if s.trim().is_empty() => ZoneField::Missing,

@@ -3,14 +3,12 @@
 
 use super::window_filter;
 use crate::adapters::bson_ids as ids;
-use crate::adapters::mongo::{
-    CREATED_AT, EMAIL, FOLLOWEE_ID, FOLLOWER_ID, FOLLOWS, LOCALE, NAME, SUBSCRIBED, USERS,
-};
-use crate::adapters::preferences;
+use crate::adapters::mongo::{CREATED_AT, FOLLOWEE_ID, FOLLOWER_ID, FOLLOWS, NAME, USERS};
+use crate::adapters::profile::{Profile, ProfileFields};
 use crate::domain::campaign::Window;
 use crate::domain::digest::{Digest, Enrichment, SkipReason};
 use crate::domain::text::printable_name;
-use crate::domain::topics::{Exclusion, Topic};
+use crate::domain::topics::Topic;
 use crate::domain::user_id::UserId;
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
@@ -74,7 +72,7 @@ pub(super) async fn enrich_many(
             user_id: user_id.to_string(),
             email: profile.email,
             name: profile.name.unwrap_or_else(|| "there".into()),
-            locale: profile.locale,
+            locale: profile.language,
             new_followers: count,
             recent,
         }));
@@ -105,14 +103,7 @@ async fn profiles(
             let Some(user) = documents.get(id) else {
                 return Err(SkipReason::Vanished);
             };
-            match Profile::read(user, topic) {
-                Ok(read) => read,
-                Err(detail) => {
-                    // Names the collection, the document and the field; never the address.
-                    tracing::warn!(%detail, "user skipped: a field of the wrong type");
-                    Err(SkipReason::InvalidDocument)
-                }
-            }
+            Profile::read(user, ProfileFields::users(), topic)
         })
         .collect())
 }
@@ -251,59 +242,4 @@ async fn names(
         })
         .try_collect()
         .await
-}
-
-/// What the email needs from the user's own document.
-struct Profile {
-    email: String,
-    name: Option<String>,
-    locale: Option<String>,
-}
-
-impl Profile {
-    /// The profile, a reason to send nothing, or (Err) a one-line description of the field
-    /// that holds the wrong type.
-    fn read(user: &Document, topic: &Topic) -> Result<Result<Self, SkipReason>, String> {
-        let bad = |field: &str, expected: &str| ids::bad_field(USERS, user, field, expected);
-        // The audience rule GetUsers applied, again: the person may have chosen since.
-        match preferences::standing(user, &topic.id).exclusion(topic) {
-            None => {}
-            Some(Exclusion::Unsubscribed) => return Ok(Err(SkipReason::Unsubscribed)),
-            Some(Exclusion::Suppressed) => return Ok(Err(SkipReason::Suppressed)),
-            Some(Exclusion::LeftTopic) => return Ok(Err(SkipReason::LeftTopic)),
-            Some(Exclusion::Unreadable) => {
-                let field = match user.get(SUBSCRIBED) {
-                    Some(Bson::Boolean(_) | Bson::Null) | None => {
-                        preferences::choice_field(&topic.id)
-                    }
-                    Some(_) => SUBSCRIBED.to_owned(),
-                };
-                return Err(bad(&field, "true or false"));
-            }
-        }
-        let email = match optional_text(user, EMAIL) {
-            Ok(Some(email)) => email,
-            Ok(None) => return Ok(Err(SkipReason::NoAddress)),
-            Err(()) => return Err(bad(EMAIL, "a string")),
-        };
-        let name = optional_text(user, NAME)
-            .map_err(|()| bad(NAME, "a string"))?
-            .and_then(|name| printable_name(&name));
-        let locale = optional_text(user, LOCALE).map_err(|()| bad(LOCALE, "a string"))?;
-        Ok(Ok(Self {
-            email,
-            name,
-            locale,
-        }))
-    }
-}
-
-/// A string field as stored; None when missing, null or blank; Err for any other type.
-fn optional_text(doc: &Document, field: &str) -> Result<Option<String>, ()> {
-    match doc.get(field) {
-        None | Some(Bson::Null) => Ok(None),
-        Some(Bson::String(s)) if s.trim().is_empty() => Ok(None),
-        Some(Bson::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(()),
-    }
 }

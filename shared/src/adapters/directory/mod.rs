@@ -5,6 +5,7 @@
 mod audience;
 mod enrich;
 
+pub(crate) use audience::{users_cursor, Join, Pass, CURSOR_BATCH};
 pub use audience::{Audience, IdType};
 
 use super::mongo::{follows_index_keys, FOLLOWS};
@@ -105,7 +106,7 @@ pub async fn check_indexes(db: &Database) -> Result<(), StoreError> {
     )))
 }
 
-fn bson_time(t: time::OffsetDateTime) -> mongodb::bson::DateTime {
+pub(crate) fn bson_time(t: time::OffsetDateTime) -> mongodb::bson::DateTime {
     mongodb::bson::DateTime::from_millis((t.unix_timestamp_nanos() / 1_000_000) as i64)
 }
 

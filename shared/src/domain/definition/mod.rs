@@ -131,6 +131,26 @@ pub struct Templates {
     pub variants: Vec<String>,
 }
 
+/// One user of a batch as the definition's queries found them: their email's inputs, or
+/// why they get none (a skip rule's reason, or one of `SkipReason`'s, counted alike).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prepared {
+    Ready(EmailData),
+    Skip(String),
+}
+
+/// What one email is made of, read from MongoDB: the recipient's fields and each data
+/// query's result (relaxed Extended JSON, strings printable).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmailData {
+    pub user_id: crate::domain::user_id::UserId,
+    pub email: String,
+    pub name: Option<String>,
+    pub language: Option<String>,
+    pub zone: Option<String>,
+    pub data: BTreeMap<String, serde_json::Value>,
+}
+
 /// A date or time from the data as the templates see it: printed as RFC 3339
 /// (`2026-11-23T09:30:00Z`), with `year`, `month`, `day`, `hour`, `minute`, `second` and
 /// `iso` to format it otherwise (each language's `dates` partial names the months).

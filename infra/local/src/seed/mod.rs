@@ -3,6 +3,10 @@
 //! without new followers, invalid addresses, names that look like HTML or template code,
 //! locales with and without templates).
 
+mod orders;
+
+pub use orders::{customer_id, seed_orders, OrdersOptions, OrdersReport, CUSTOMERS, ORDERS};
+
 use anyhow::{Context, Result};
 use mailflow::domain::campaign::Window;
 use mailflow::domain::local_time::ZoneField;

@@ -1,0 +1,101 @@
+//! A definition's query failed: its own fault, or the store's.
+
+use crate::ports::StoreError;
+use mongodb::error::{Error, ErrorKind};
+
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum RunError {
+    /// MongoDB refused a query of the definition (an unknown stage, an undefined variable,
+    /// a type error, `maxTimeMS` exceeded): the same query fails the same way every time, so
+    /// the run fails once with this reason.
+    #[error("campaign definition {name}: {reason}")]
+    Definition { name: String, reason: String },
+    /// The store did not answer (network, no primary, shutting down): retried.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl RunError {
+    pub(super) fn definition(name: &str, reason: impl Into<String>) -> Self {
+        Self::Definition {
+            name: name.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    pub fn is_definition(&self) -> bool {
+        matches!(self, Self::Definition { .. })
+    }
+}
+
+/// Server codes that say the store, not the query, failed: a retry may succeed. (MongoDB's
+/// own retryable-read codes, lock and overload codes.)
+const TRANSIENT_CODES: &[i32] = &[
+    6,     // HostUnreachable
+    7,     // HostNotFound
+    24,    // LockTimeout
+    43,    // CursorNotFound (the cursor was reaped: read again)
+    46,    // LockBusy
+    89,    // NetworkTimeout
+    91,    // ShutdownInProgress
+    112,   // WriteConflict
+    134,   // ReadConcernMajorityNotAvailableYet
+    189,   // PrimarySteppedDown
+    262,   // ExceededTimeLimit (a server's own limit, not maxTimeMS)
+    9001,  // SocketException
+    10107, // NotWritablePrimary
+    11600, // InterruptedAtShutdown
+    11602, // InterruptedDueToReplStateChange
+    13435, // NotPrimaryNoSecondaryOk
+    13436, // NotPrimaryOrSecondary
+    16500, // request rate too large (Cosmos DB's MongoDB API)
+];
+
+const TRANSIENT_LABELS: &[&str] = &[
+    "TransientTransactionError",
+    "RetryableError",
+    "SystemOverloadedError",
+    "RetryableWriteError",
+];
+
+/// Which of the two a driver error of `query` (`audience`, `data.followers`) is.
+pub(super) fn classify(definition: &str, query: &str, err: Error) -> RunError {
+    let transient = TRANSIENT_LABELS.iter().any(|l| err.contains_label(l));
+    match err.kind.as_ref() {
+        ErrorKind::Command(c) if !transient && !TRANSIENT_CODES.contains(&c.code) => {
+            let what = match c.code {
+                50 => "took longer than its time limit (maxTimeMS): narrow it, or give it an index",
+                17276 => "uses a variable that is not defined",
+                40324 => "has a stage MongoDB does not know",
+                _ => "was refused by MongoDB",
+            };
+            let message = c.message.lines().next().unwrap_or_default();
+            RunError::definition(
+                definition,
+                format!(
+                    "{query} {what} (code {} {}: {message}); fix campaign.toml and push it again",
+                    c.code, c.code_name
+                ),
+            )
+        }
+        // Our own refusals of what the pipeline asked (a value BSON cannot hold).
+        ErrorKind::InvalidArgument { message, .. } => {
+            RunError::definition(definition, format!("{query}: {message}"))
+        }
+        ErrorKind::BsonSerialization(e) => {
+            RunError::definition(definition, format!("{query}: {e}"))
+        }
+        _ => RunError::Store(err.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_the_definitions_and_the_network_is_the_stores() {
+        let io: Error = std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
+        assert!(!classify("d", "audience", io).is_definition());
+    }
+}

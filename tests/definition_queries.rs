@@ -1,0 +1,709 @@
+//! Campaign definitions against the local stack's MongoDB (`adapters::definition`): the
+//! digest written as a definition (campaigns/digest) reaches exactly today's audience and
+//! finds exactly today's enrichment on hostile data, resumes from a checkpoint of either id
+//! type, the orders example (campaigns/orders) reads nested fields, ObjectIds and decimals,
+//! and MongoDB's refusals are told apart from a store that does not answer.
+
+use mailflow::adapters::definition::{DefinitionRun, RunError};
+use mailflow::adapters::directory::MongoDirectory;
+use mailflow::domain::campaign::{Campaign, Window};
+use mailflow::domain::definition::{
+    DataQuery, Definition, Prepared, Query, Recipients, SkipRule, SkipWhen, Templates,
+};
+use mailflow::domain::digest::Enrichment;
+use mailflow::domain::topics::{Topic, Topics};
+use mailflow::domain::user_id::UserId;
+use mailflow::ports::{AudienceMember, AudienceScan, UserDirectory};
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::{doc, Bson, DateTime, Document};
+use mongodb::Database;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+fn campaign() -> Campaign {
+    Campaign::from_id("weekly-2026-W46", None).unwrap()
+}
+
+fn topic(id: &str) -> Topic {
+    Topics::builtin().get(id).unwrap().clone()
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A database of its own on the local stack's MongoDB, with the follows indexes.
+pub async fn fresh_db(test: &str) -> Database {
+    let (_, uri) = mailflow_tests::endpoints();
+    let client = mongodb::Client::with_uri_str(&uri).await.unwrap();
+    let unique = format!(
+        "d{}p{}n{}-{test}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            % 100_000_000,
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    );
+    let db = client.database(&unique);
+    mailflow::adapters::mongo::create_indexes(&db)
+        .await
+        .unwrap();
+    db
+}
+
+/// The pipelines of a campaign.toml by table (`audience`, `data.followers`): what the
+/// loader would read, so that the files themselves are what is tested.
+fn pipelines(example: &str) -> BTreeMap<String, Vec<Value>> {
+    let path = mailctl::repo_root().join(format!("campaigns/{example}/campaign.toml"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (mut table, mut found) = (String::new(), BTreeMap::new());
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        match current.as_mut() {
+            Some(body) if line.trim() == "'''" => {
+                let parsed = serde_json::from_str(body)
+                    .unwrap_or_else(|e| panic!("{example} [{table}]: {e}"));
+                found.insert(table.clone(), parsed);
+                current = None;
+            }
+            Some(body) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            None if line.starts_with('[') => table = line.trim_matches(['[', ']']).to_owned(),
+            None if line.trim() == "pipeline = '''" => current = Some(String::new()),
+            None => {}
+        }
+    }
+    found
+}
+
+fn templates() -> Templates {
+    Templates {
+        files: BTreeMap::new(),
+        languages: vec!["en".into()],
+        default_language: "en".into(),
+        variants: Vec::new(),
+    }
+}
+
+/// campaigns/digest/campaign.toml as the loader makes it.
+fn digest() -> Definition {
+    let mut p = pipelines("digest");
+    Definition {
+        name: "digest".into(),
+        description: "Weekly digest of your new followers".into(),
+        topic: "digest".into(),
+        recipients: Recipients {
+            collection: "users".into(),
+            email: "email".into(),
+            name: Some("name".into()),
+            language: Some("locale".into()),
+            zone: Some("timezone".into()),
+            subscribed: "subscribed".into(),
+            topics: "topics".into(),
+            suppressed: "suppression".into(),
+        },
+        audience: Query {
+            collection: "follows".into(),
+            pipeline: p.remove("audience").unwrap(),
+        },
+        data: BTreeMap::from([(
+            "followers".into(),
+            DataQuery {
+                query: Query {
+                    collection: "follows".into(),
+                    pipeline: p.remove("data.followers").unwrap(),
+                },
+                by: "followeeId".into(),
+                user: "_id".into(),
+                first: true,
+            },
+        )]),
+        skip: vec![SkipRule {
+            data: "followers".into(),
+            when: SkipWhen::Empty,
+            reason: "no_new_followers".into(),
+        }],
+        params: BTreeMap::from([("shown".into(), json!(10))]),
+        templates: templates(),
+        audience_by: "followeeId".into(),
+        schedule: Some("cron(0 9 ? * MON *)".into()),
+        window_days: 7,
+        open_content: Some(mailflow::domain::definition::PicksSource::FollowBack),
+    }
+}
+
+/// campaigns/orders/campaign.toml as the loader makes it.
+fn orders() -> Definition {
+    let mut p = pipelines("orders");
+    Definition {
+        name: "orders".into(),
+        description: "Your orders of the week".into(),
+        topic: "product-news".into(),
+        recipients: Recipients {
+            collection: "customers".into(),
+            email: "contact.email".into(),
+            name: Some("contact.name".into()),
+            language: Some("prefs.lang".into()),
+            zone: Some("prefs.tz".into()),
+            subscribed: "subscribed".into(),
+            topics: "topics".into(),
+            suppressed: "suppression".into(),
+        },
+        audience: Query {
+            collection: "customers".into(),
+            pipeline: p.remove("audience").unwrap(),
+        },
+        data: BTreeMap::from([(
+            "orders".into(),
+            DataQuery {
+                query: Query {
+                    collection: "orders".into(),
+                    pipeline: p.remove("data.orders").unwrap(),
+                },
+                by: "userId".into(),
+                user: "userId".into(),
+                first: false,
+            },
+        )]),
+        skip: vec![SkipRule {
+            data: "orders".into(),
+            when: SkipWhen::Empty,
+            reason: "no_orders".into(),
+        }],
+        params: BTreeMap::new(),
+        templates: templates(),
+        audience_by: "_id".into(),
+        schedule: None,
+        window_days: 7,
+        open_content: None,
+    }
+}
+
+fn run_of(db: &Database, definition: Definition, window: &Window) -> DefinitionRun {
+    let topic = topic(&definition.topic.clone());
+    DefinitionRun::new(db.clone(), definition, topic, window, "weekly-2026-W46").unwrap()
+}
+
+async fn drain(
+    mut scan: impl AudienceScan,
+) -> (
+    Vec<AudienceMember>,
+    mailflow::domain::topics::ExclusionCounts,
+) {
+    let mut members = Vec::new();
+    while let Some(m) = scan.next().await.unwrap() {
+        members.push(m);
+    }
+    (members, scan.excluded().clone())
+}
+
+fn oid(n: u32) -> ObjectId {
+    let mut bytes = [7u8; 12];
+    bytes[8..].copy_from_slice(&n.to_be_bytes());
+    ObjectId::from_bytes(bytes)
+}
+
+/// Users of both id types with every awkward shape, and follows that are: in and out of
+/// the window, duplicated, tied, self-made, of ghosts (no user document), from nameless or
+/// unnamed followers, more than `shown`, and with ids of no usable type.
+async fn seed_hostile_digest(db: &Database, window: &Window) -> Vec<Bson> {
+    let since = (window.since.unix_timestamp_nanos() / 1_000_000) as i64;
+    let at = |ms: i64| DateTime::from_millis(since + ms);
+    let mut ids: Vec<Bson> = (0..60).map(|n| Bson::String(format!("u{n:03}"))).collect();
+    ids.extend((0..40).map(|n| Bson::ObjectId(oid(n))));
+    let names: [Bson; 8] = [
+        Bson::Null,
+        "\u{0}\u{1b}".into(),
+        " \u{a0}\u{3000} ".into(),
+        "<b>Bold</b> & Zoë".into(),
+        "李小龍".into(),
+        "Ada\u{0} Lovelace".into(),
+        Bson::Int32(7),
+        "{{ name }}".into(),
+    ];
+    let mut users = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        let mut user =
+            doc! { "_id": id.clone(), "email": format!("user{n}@example.com"), "subscribed": true };
+        match n % 9 {
+            1 => user.insert("subscribed", false),
+            2 => user.remove("subscribed"),
+            3 => user.insert("subscribed", "yes"),
+            _ => None,
+        };
+        if n % 7 == 3 {
+            user.insert("suppression", doc! { "reason": "bounce" });
+        }
+        match n % 8 {
+            5 => user.insert("topics", doc! { "digest": { "subscribed": false } }),
+            6 => user.insert("topics", doc! { "digest": { "subscribed": true } }),
+            7 => user.insert("topics", "junk"),
+            _ => None,
+        };
+        match n % 10 {
+            4 => user.remove("email"),
+            5 => user.insert("email", 42),
+            6 => user.insert("email", "  "),
+            _ => None,
+        };
+        match &names[n % names.len()] {
+            Bson::Null => None,
+            name => user.insert("name", name.clone()),
+        };
+        if n % 11 == 3 {
+            user.insert("locale", 5);
+        } else {
+            user.insert("locale", ["en", "fr-CA", "de"][n % 3]);
+        }
+        match n % 5 {
+            0 => user.insert("timezone", "Europe/Berlin"),
+            1 => user.insert("timezone", 42),
+            2 => user.insert("timezone", ""),
+            _ => None,
+        };
+        users.push(user);
+    }
+    db.collection::<Document>("users")
+        .insert_many(users)
+        .await
+        .unwrap();
+
+    // Followees: every user, two ghosts, and odd ids.
+    let mut followees = ids.clone();
+    followees.push("ghost".into());
+    followees.push(Bson::ObjectId(oid(999)));
+    let mut followers = ids.clone();
+    followers.extend([
+        "ghost-follower".into(),
+        Bson::ObjectId(oid(998)),
+        Bson::Int32(7),
+        "".into(),
+        Bson::Null,
+    ]);
+    followers.push(Bson::Array(vec!["u001".into()]));
+    let mut follows = Vec::new();
+    let mut seed = 17u64;
+    let mut next = |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    for (f, followee) in followees.iter().enumerate() {
+        // Some with none, some with more than `shown`.
+        let count = match f % 6 {
+            0 => 0,
+            1 => 14 + next(6),
+            _ => 1 + next(5),
+        };
+        for k in 0..count {
+            let follower = followers[next(followers.len() as u64) as usize].clone();
+            // Ties: every third follow at the same instant as the one before.
+            let when = if k % 3 == 2 {
+                3_600_000
+            } else {
+                next(6 * 86_400_000) as i64
+            };
+            follows.push(doc! { "followerId": follower.clone(), "followeeId": followee.clone(), "createdAt": at(when) });
+            if k % 5 == 0 {
+                // The same follower again, later, and once before the window.
+                follows.push(doc! { "followerId": follower.clone(), "followeeId": followee.clone(), "createdAt": at(when + 1000) });
+                follows.push(doc! { "followerId": follower, "followeeId": followee.clone(), "createdAt": at(-5000) });
+            }
+        }
+        if f % 7 == 2 {
+            follows.push(doc! { "followerId": followee.clone(), "followeeId": followee.clone(), "createdAt": at(60_000) });
+        }
+    }
+    for odd in [
+        Bson::Int32(7),
+        Bson::Null,
+        "".into(),
+        Bson::Array(vec!["u002".into()]),
+    ] {
+        follows.push(doc! { "followerId": "u003", "followeeId": odd, "createdAt": at(1000) });
+    }
+    follows.push(doc! { "followerId": "u003", "createdAt": at(1000) });
+    // After the window: not new this week.
+    follows.push(doc! { "followerId": "u004", "followeeId": "u005", "createdAt": DateTime::from_millis((window.until.unix_timestamp_nanos() / 1_000_000) as i64) });
+    db.collection::<Document>("follows")
+        .insert_many(follows)
+        .await
+        .unwrap();
+    followees
+}
+
+/// What an email would say, from either side, for comparing.
+#[derive(Debug, PartialEq)]
+enum Made {
+    Ready {
+        email: String,
+        name: String,
+        language: Option<String>,
+        count: u64,
+        names: Vec<String>,
+    },
+    Skip(String),
+}
+
+fn today(e: Enrichment) -> Made {
+    match e {
+        Enrichment::Ready(d) => Made::Ready {
+            email: d.email,
+            name: d.name,
+            language: d.locale,
+            count: d.new_followers,
+            names: d.recent,
+        },
+        Enrichment::Skip(reason) => Made::Skip(reason.as_str().into()),
+    }
+}
+
+fn defined(p: Prepared) -> Made {
+    match p {
+        Prepared::Ready(e) => {
+            let followers = &e.data["followers"];
+            Made::Ready {
+                email: e.email,
+                name: e.name.unwrap_or_else(|| "there".into()),
+                language: e.language,
+                count: followers["count"].as_u64().expect("a count"),
+                names: followers["names"]
+                    .as_array()
+                    .expect("names")
+                    .iter()
+                    .map(|n| n.as_str().expect("a name").to_owned())
+                    .collect(),
+            }
+        }
+        Prepared::Skip(reason) => Made::Skip(reason),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_digest_as_a_definition_reaches_todays_audience_with_todays_data() {
+    let db = fresh_db("digest").await;
+    let window = campaign().window;
+    let followees = seed_hostile_digest(&db, &window).await;
+    let digest = topic("digest");
+    let directory = MongoDirectory::new(db.clone());
+    let run = run_of(&db, digest_definition(), &window);
+
+    let (expected, expected_excluded) = drain(directory.audience(&window, &digest, None)).await;
+    let (got, excluded) = drain(run.audience(None)).await;
+    assert_eq!(got, expected);
+    assert_eq!(excluded, expected_excluded);
+    assert!(expected.len() > 20, "{} members", expected.len());
+    assert!(expected_excluded.total() > 20, "{expected_excluded:?}");
+    assert!(expected.iter().any(|m| matches!(m.id, UserId::ObjectId(_))));
+
+    // Every id, in the audience or not (ghosts, the excluded), in batches of ten.
+    let ids: Vec<UserId> = followees
+        .iter()
+        .filter_map(mailflow::adapters::bson_ids::from_bson)
+        .collect();
+    let (mut ready, mut named) = (0, 0);
+    for batch in ids.chunks(10) {
+        let todays = directory
+            .enrich_many(batch, &window, &digest, 10)
+            .await
+            .unwrap();
+        let prepared = run.prepare(batch).await.unwrap();
+        assert_eq!(prepared.len(), batch.len());
+        for ((id, t), p) in batch.iter().zip(todays).zip(prepared) {
+            let (t, p) = (today(t), defined(p));
+            if let Made::Ready { names, .. } = &t {
+                ready += 1;
+                named += names.len();
+            }
+            assert_eq!(p, t, "user {id}");
+        }
+    }
+    assert!(ready > 10 && named > 30, "{ready} ready, {named} names");
+
+    let odd = directory.odd_follows(&window, 10).await.unwrap();
+    let defined_odd = run.odd_audience(10).await.unwrap();
+    assert_eq!(defined_odd.count, odd.followees);
+    assert_eq!(defined_odd.described.len(), odd.described.len());
+}
+
+fn digest_definition() -> Definition {
+    digest()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_definitions_audience_resumes_after_a_checkpoint_of_either_id_type() {
+    let db = fresh_db("resume").await;
+    let window = campaign().window;
+    seed_hostile_digest(&db, &window).await;
+    let run = run_of(&db, digest(), &window);
+    let (all, _) = drain(run.audience(None)).await;
+    let strings = all
+        .iter()
+        .filter(|m| matches!(m.id, UserId::Text(_)))
+        .count();
+    assert!(
+        strings > 3 && all.len() - strings > 3,
+        "both types: {all:?}"
+    );
+    for (k, member) in all.iter().enumerate() {
+        let (rest, _) = drain(run.audience(Some(member.id.clone()))).await;
+        assert_eq!(rest, all[k + 1..], "after {}", member.id);
+    }
+    // A checkpoint that is nobody's (an id between two, of either type).
+    let (rest, _) = drain(run.audience(Some(UserId::Text("u0305".into())))).await;
+    assert!(rest.iter().all(|m| m.id > UserId::Text("u0305".into())) && !rest.is_empty());
+    let (rest, _) = drain(run.audience(Some(UserId::ObjectId([0; 12])))).await;
+    assert!(rest.iter().all(|m| matches!(m.id, UserId::ObjectId(_))) && !rest.is_empty());
+    // The pipeline of a continuation starts with the checkpoint's range on `by`.
+    let pipeline = run.audience_pipeline(
+        mailflow::adapters::directory::IdType::Text,
+        Some(&UserId::Text("u010".into())),
+    );
+    assert_eq!(
+        pipeline[0],
+        doc! { "$match": { "followeeId": { "$gt": "u010" } } }
+    );
+}
+
+/// Cents in a relaxed Extended JSON number or `{"$numberDecimal": "4.50"}`.
+fn cents(value: &Value) -> i64 {
+    let text = match value {
+        Value::Object(o) => o["$numberDecimal"].as_str().unwrap().to_owned(),
+        other => other.to_string(),
+    };
+    let (whole, frac) = text.split_once('.').unwrap_or((&text, "0"));
+    let frac = format!("{frac:0<2}");
+    whole.parse::<i64>().unwrap() * 100 + frac[..2].parse::<i64>().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_orders_example_reads_nested_fields_object_ids_and_decimals() {
+    let db = fresh_db("orders").await;
+    let window = campaign().window;
+    let report = mailflow_local::seed::seed_orders(
+        &db,
+        &mailflow_local::seed::OrdersOptions {
+            customers: 400,
+            seed: 3,
+            domain: "example.com".into(),
+            window,
+        },
+    )
+    .await
+    .unwrap();
+    let run = run_of(&db, orders(), &window);
+    let (members, excluded) = drain(run.audience(None)).await;
+    let ids: Vec<String> = members.iter().map(|m| m.id.to_string()).collect();
+    assert_eq!(ids, report.audience.keys().cloned().collect::<Vec<_>>());
+    assert_eq!(
+        (
+            excluded.unsubscribed,
+            excluded.suppressed,
+            excluded.left_topic
+        ),
+        (report.unsubscribed, report.suppressed, report.left_topic)
+    );
+    assert!(members.iter().all(|m| m.zone
+        == mailflow::domain::local_time::ZoneField::Text("Europe/Berlin".into())
+        || m.zone == mailflow::domain::local_time::ZoneField::Missing));
+
+    let user_ids: Vec<UserId> = members.iter().map(|m| m.id.clone()).collect();
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    for batch in user_ids.chunks(10) {
+        for (id, prepared) in batch.iter().zip(run.prepare(batch).await.unwrap()) {
+            let expected = &report.audience[&id.to_string()];
+            match prepared {
+                Prepared::Skip(reason) => {
+                    assert_eq!(
+                        Err(reason.as_str()),
+                        expected.as_ref().map(|_| ()).map_err(|r| *r),
+                        "{id}"
+                    );
+                    *reasons.entry(reason).or_default() += 1;
+                }
+                Prepared::Ready(email) => {
+                    let orders = email.data["orders"].as_array().unwrap();
+                    let totals: Vec<i64> = orders.iter().map(|o| cents(&o["total"])).collect();
+                    assert_eq!(Ok(&totals), expected.as_ref(), "{id}");
+                    assert!(email.email.ends_with("@example.com"), "{id}");
+                    assert!(
+                        email.language.is_none()
+                            || ["en", "fr-CA", "de", "pt-BR"]
+                                .contains(&email.language.as_deref().unwrap())
+                    );
+                    assert!(!email.name.as_deref().unwrap_or("").contains('\0'));
+                    for order in orders {
+                        assert!(order["placedAt"]["$date"].is_string(), "{order}");
+                        assert!(order["number"]["$oid"].is_string(), "{order}");
+                        assert_eq!(
+                            order["userId"]["$oid"],
+                            json!(id.to_string().trim_start_matches("oid:"))
+                        );
+                        for item in order["items"].as_array().unwrap() {
+                            assert!(item["price"]["$numberDecimal"].is_string(), "{item}");
+                            assert!(item["quantity"].is_i64(), "{item}");
+                            assert!(
+                                !item["name"].as_str().unwrap().contains('\u{7}'),
+                                "printable: {item}"
+                            );
+                        }
+                    }
+                    *reasons.entry("ready".into()).or_default() += 1;
+                }
+            }
+        }
+    }
+    for reason in ["ready", "no_orders", "no_address", "invalid_document"] {
+        assert!(
+            reasons.get(reason).copied().unwrap_or(0) > 0,
+            "{reason}: {reasons:?}"
+        );
+    }
+}
+
+/// A definition whose audience or data pipeline is `pipeline`.
+fn broken(audience: Option<Value>, data: Option<Value>) -> Definition {
+    let mut d = digest();
+    if let Some(Value::Array(stages)) = audience {
+        d.audience.pipeline = stages;
+    }
+    if let Some(Value::Array(stages)) = data {
+        d.data.get_mut("followers").unwrap().query.pipeline = stages;
+    }
+    d
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runtime_errors_are_the_definitions_or_the_stores() {
+    let db = fresh_db("errors").await;
+    let window = campaign().window;
+    seed_hostile_digest(&db, &window).await;
+    // Users whom the data queries are run for (the audience's own, some sendable).
+    let (members, _) = drain(run_of(&db, digest(), &window).audience(None)).await;
+    let batch: Vec<UserId> = members.iter().take(10).map(|m| m.id.clone()).collect();
+    let fault = |err: RunError| match err {
+        RunError::Definition { reason, .. } => reason,
+        other => panic!("not the definition's fault: {other}"),
+    };
+
+    // An unknown stage, in the audience: the scan says it is the definition's fault.
+    let run = run_of(&db, broken(Some(json!([{"$bogus": {}}])), None), &window);
+    let mut scan = run.audience(None);
+    assert!(scan.next().await.is_err());
+    let reason = scan
+        .definition_fault()
+        .expect("the definition's fault")
+        .to_owned();
+    assert!(
+        reason.contains("40324") && reason.contains("audience"),
+        "{reason}"
+    );
+    assert!(fault(run.audience(None).next_member().await.unwrap_err()).contains("40324"));
+
+    // An undefined variable, in a data query.
+    let run = run_of(
+        &db,
+        broken(
+            None,
+            Some(json!([{"$match": {"$expr": {"$eq": ["$x", "$$nope"]}}}])),
+        ),
+        &window,
+    );
+    let reason = fault(run.prepare(&batch).await.unwrap_err());
+    assert!(
+        reason.contains("17276") && reason.contains("data.followers"),
+        "{reason}"
+    );
+
+    // A type error while it runs.
+    let run = run_of(
+        &db,
+        broken(
+            None,
+            Some(json!([{"$set": {"x": {"$add": ["$followeeId", 1]}}}])),
+        ),
+        &window,
+    );
+    assert!(fault(run.prepare(&batch).await.unwrap_err()).contains("code 14"));
+
+    // Results that name no user of the batch: `user` names the wrong field.
+    let mut wrong_user = digest();
+    wrong_user.data.get_mut("followers").unwrap().user = "count".into();
+    let run = run_of(&db, wrong_user, &window);
+    let reason = fault(run.prepare(&batch).await.unwrap_err());
+    assert!(reason.contains("`user` field count"), "{reason}");
+
+    // Slower than its time limit: a self-join of every follow.
+    let slow = json!([{"$lookup": {"from": "follows", "let": {"f": "$followerId"}, "pipeline": [
+        {"$match": {"$expr": {"$eq": ["$followeeId", "$$f"]}}}], "as": "x"}}]);
+    let run =
+        run_of(&db, broken(Some(slow), None), &window).with_max_time(Duration::from_millis(1));
+    let reason = fault(run.audience(None).next_member().await.unwrap_err());
+    assert!(
+        reason.contains("code 50") && reason.contains("maxTimeMS"),
+        "{reason}"
+    );
+
+    // A server that does not answer: the store's, retried.
+    let client = mongodb::Client::with_uri_str(
+        "mongodb://127.0.0.1:1/?directConnection=true&serverSelectionTimeoutMS=300&connectTimeoutMS=300",
+    )
+    .await
+    .unwrap();
+    let run = run_of(&client.database("nowhere"), digest(), &window);
+    let mut scan = run.audience(None);
+    assert!(scan.next().await.is_err());
+    assert_eq!(scan.definition_fault(), None);
+    assert!(matches!(run.prepare(&batch).await, Err(RunError::Store(_))));
+}
+
+/// GetUsers' audience scan on 100,000 seeded users (seed 42), today's (`directory::Audience`)
+/// and the digest definition's, three runs each, alternating; prints a Markdown table
+/// (docs/benchmarks.md). Ignored: minutes of seeding.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn audience_scan_timing() {
+    let users: usize = std::env::var("MAILFLOW_BENCH_USERS")
+        .ok()
+        .and_then(|u| u.parse().ok())
+        .unwrap_or(100_000);
+    let db = fresh_db("scan-timing").await;
+    let campaign = campaign();
+    let started = std::time::Instant::now();
+    let report = mailflow_local::seed::seed(
+        &db,
+        &mailflow_local::seed::SeedOptions {
+            users,
+            seed: 42,
+            domain: "example.com".into(),
+            window: campaign.window,
+        },
+    )
+    .await
+    .unwrap();
+    println!(
+        "seeded {users} users, {} follows in {:.0} s",
+        report.follows,
+        started.elapsed().as_secs_f64()
+    );
+    let digest = topic("digest");
+    let directory = MongoDirectory::new(db.clone());
+    let run = run_of(&db, digest_definition(), &campaign.window);
+    println!("| Run | today's scan s | definition's scan s | members (both) |");
+    println!("|---|---|---|---|");
+    for n in 1..=3 {
+        let t = std::time::Instant::now();
+        let (today, _) = drain(directory.audience(&campaign.window, &digest, None)).await;
+        let today_s = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let (defined, _) = drain(run.audience(None)).await;
+        let defined_s = t.elapsed().as_secs_f64();
+        assert_eq!(today, defined);
+        println!("| {n} | {today_s:.1} | {defined_s:.1} | {} |", today.len());
+    }
+}
