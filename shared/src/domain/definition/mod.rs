@@ -18,6 +18,10 @@
 //!
 //! This module holds the types every part agrees on; `load` parses and checks them.
 
+pub mod render;
+pub mod values;
+
+use crate::domain::user_id::UserId;
 use std::collections::BTreeMap;
 
 /// A definition's files: path relative to the folder (`/`-separated) → contents.
@@ -107,6 +111,20 @@ pub struct Templates {
     pub default_language: String,
     /// The experiment bodies every language has (`<lang>/<variant>/body.*`).
     pub variants: Vec<String>,
+}
+
+/// One user's email's inputs, as the data queries made them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmailData {
+    pub user_id: UserId,
+    pub email: String,
+    /// As stored: the renderer makes it printable (none when nothing printable is left).
+    pub name: Option<String>,
+    /// The stored locale (`fr-CA`): the renderer picks the closest template language.
+    pub language: Option<String>,
+    pub zone: Option<String>,
+    /// Each data query's result for this user, as relaxed Extended JSON.
+    pub data: BTreeMap<String, serde_json::Value>,
 }
 
 /// A date or time from the data as the templates see it: printed as RFC 3339
