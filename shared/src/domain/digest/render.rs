@@ -266,7 +266,7 @@ impl Renderer {
     /// The email as it was made before the shape cache: MiniJinja fills the MJML with this
     /// user's values, mrml parses and renders it. The reference the cache is held to.
     #[cfg(test)]
-    fn render_direct(
+    pub(crate) fn render_direct(
         &self,
         digest: &Digest,
         window: &Window,

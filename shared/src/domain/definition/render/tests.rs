@@ -552,3 +552,80 @@ fn the_data_and_params_reach_the_templates_as_the_spec_says() {
         "{err}"
     );
 }
+
+/// Rendering time per email, today's digest renderer (with its shape cache, and mrml for
+/// every email as the reference) against the digest's definition (mrml for every email),
+/// over the same users: three runs of each, alternating. Build optimised for figures that
+/// mean anything (`--profile lab`). `MEASURE_EMAILS` sets how many (default 2000).
+#[test]
+#[ignore = "a measure, not a check: prints µs per email"]
+fn measure_render_per_email() {
+    let emails: usize = std::env::var("MEASURE_EMAILS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2000);
+    let (definition, _) = digest_definition();
+    let new = DefinitionTemplates::new(&definition).unwrap();
+    let old = Renderer::new("en").unwrap();
+    let w = window("weekly-2026-W47");
+    let topic = Topics::builtin().weekly();
+    let people = [
+        "Ada Lovelace",
+        "Grace Hopper",
+        "Linus",
+        "Émilie du Châtelet",
+        "李小龍",
+        "Tom & Jerry",
+        "Margaret Hamilton",
+    ];
+    let cases: Vec<Case> = (0..emails)
+        .map(|i| {
+            let shown = [0, 1, 3, 5][i % 4];
+            Case {
+                name: (i % 11 != 0).then(|| format!("{} {i}", people[i % people.len()])),
+                locale: Some(["en-GB", "fr-CA", "de_DE", "en"][i % 4].into()),
+                count: [1, 3, 5, 12, 40][i % 5].max(shown as u64),
+                recent: (0..shown)
+                    .map(|k| people[(i + k) % people.len()].to_owned())
+                    .collect(),
+            }
+        })
+        .collect();
+    let inputs: Vec<(Digest, EmailData)> = cases
+        .iter()
+        .map(|c| (c.digest(), c.email_data(false)))
+        .collect();
+    let email = Email {
+        window: &w,
+        topic,
+        manage_url: URL,
+        picks: &[],
+        variant: None,
+    };
+    let per_email = |f: &dyn Fn(&Digest, &EmailData) -> usize| {
+        let start = std::time::Instant::now();
+        let bytes: usize = inputs.iter().map(|(d, e)| f(d, e)).sum();
+        assert!(bytes > 0);
+        start.elapsed().as_secs_f64() * 1e6 / emails as f64
+    };
+    let cached = |d: &Digest, _: &EmailData| old.render(d, &w, topic, URL, &[]).unwrap().html.len();
+    let direct = |d: &Digest, _: &EmailData| {
+        old.render_direct(d, &w, topic, URL, &[])
+            .unwrap()
+            .html
+            .len()
+    };
+    let defined = |_: &Digest, e: &EmailData| new.render(e, &email).unwrap().html.len();
+    for run in 1..=3 {
+        let (a, b, c) = if run % 2 == 1 {
+            (per_email(&cached), per_email(&direct), per_email(&defined))
+        } else {
+            let c = per_email(&defined);
+            let b = per_email(&direct);
+            (per_email(&cached), b, c)
+        };
+        println!(
+            "run {run}, {emails} emails, µs/email: digest::Renderer (shape cache) {a:.1}, digest::Renderer (mrml each) {b:.1}, definition {c:.1}"
+        );
+    }
+}
