@@ -10,6 +10,7 @@ pub mod digest;
 pub mod experiment;
 pub mod fan_out;
 pub mod guardrails;
+pub mod language;
 pub mod ledger;
 pub mod local_time;
 pub mod messages;

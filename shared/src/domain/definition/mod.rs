@@ -22,9 +22,12 @@ pub mod campaign_toml;
 pub mod files;
 mod load;
 pub mod pipeline;
+pub mod render;
+pub mod values;
 
 pub use load::{line_of, parse, CAMPAIGN_TOML, DATA_VARIABLE, DEFAULT_WINDOW_DAYS, VARIABLES};
 
+use crate::domain::user_id::UserId;
 use std::collections::BTreeMap;
 
 /// A definition's files: path relative to the folder (`/`-separated) → contents.
@@ -140,14 +143,17 @@ pub enum Prepared {
 }
 
 /// What one email is made of, read from MongoDB: the recipient's fields and each data
-/// query's result (relaxed Extended JSON, strings printable).
+/// query's result.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EmailData {
-    pub user_id: crate::domain::user_id::UserId,
+    pub user_id: UserId,
     pub email: String,
+    /// As stored: the renderer makes it printable (none when nothing printable is left).
     pub name: Option<String>,
+    /// The stored locale (`fr-CA`): the renderer picks the closest template language.
     pub language: Option<String>,
     pub zone: Option<String>,
+    /// Each data query's result for this user, as relaxed Extended JSON (strings printable).
     pub data: BTreeMap<String, serde_json::Value>,
 }
 

@@ -9,6 +9,9 @@ mod shape;
 mod templates;
 mod values;
 
+#[cfg(test)]
+pub(crate) use render::tests::hostile_names;
+pub(crate) use render::{html_url, mjml_options, mjml_to_html, subject_line};
 pub use render::{Look, Rendered, Renderer};
 pub use templates::{check_subject, RenderError, BODY_VARIANTS, LOCALES};
 

@@ -42,7 +42,8 @@ pub struct Rendered {
     pub subject: String,
     pub html: String,
     pub text: String,
-    pub locale: &'static str,
+    /// The language whose templates wrote it.
+    pub locale: String,
 }
 
 pub struct Renderer {
@@ -73,8 +74,41 @@ fn html_url_text(url: &str) -> String {
     url.replace('&', "&amp;")
 }
 
-fn html_url(url: &str) -> Value {
+pub(crate) fn html_url(url: &str) -> Value {
     Value::from_safe_string(html_url_text(url))
+}
+
+/// How mrml renders every email's MJML.
+pub(crate) fn mjml_options() -> mrml::prelude::render::RenderOptions {
+    mrml::prelude::render::RenderOptions {
+        disable_comments: true,
+        // No web fonts: the layout names system fonts, and nothing is loaded from
+        // elsewhere when the email is opened.
+        fonts: Default::default(),
+        ..Default::default()
+    }
+}
+
+/// MJML filled in by `template`, as responsive HTML.
+pub(crate) fn mjml_to_html(
+    options: &mrml::prelude::render::RenderOptions,
+    template: &str,
+    mjml: &str,
+) -> Result<String, RenderError> {
+    let mjml_error = |detail: String| RenderError::Mjml {
+        template: template.to_owned(),
+        detail,
+    };
+    mrml::parse(mjml)
+        .map_err(|e| mjml_error(e.to_string()))?
+        .element
+        .render(options)
+        .map_err(|e| mjml_error(e.to_string()))
+}
+
+/// A rendered subject as a header carries it: trimmed, on one line.
+pub(crate) fn subject_line(subject: &str) -> String {
+    subject.trim().replace(['\r', '\n'], " ")
 }
 
 impl Renderer {
@@ -86,17 +120,10 @@ impl Renderer {
             .copied()
             .find(|l| *l == default_locale)
             .ok_or_else(|| RenderError::UnknownLocale(default_locale.to_owned()))?;
-        let mjml = mrml::prelude::render::RenderOptions {
-            disable_comments: true,
-            // No web fonts: the layout names system fonts, and nothing is loaded from
-            // elsewhere when the email is opened.
-            fonts: Default::default(),
-            ..Default::default()
-        };
         let renderer = Self {
             env: environment()?,
             default_locale,
-            mjml,
+            mjml: mjml_options(),
             shapes: Mutex::default(),
         };
         for locale in LOCALES {
@@ -163,26 +190,11 @@ impl Renderer {
 
     /// The locale a user's email is written in.
     pub fn locale_for(&self, user_locale: Option<&str>) -> &'static str {
-        let language = user_locale
-            .and_then(|l| l.split(['-', '_']).next())
-            .map(|l| l.trim().to_ascii_lowercase());
-        LOCALES
-            .iter()
-            .copied()
-            .find(|l| Some(*l) == language.as_deref())
-            .unwrap_or(self.default_locale)
+        crate::domain::language::closest(user_locale, LOCALES.iter().copied(), self.default_locale)
     }
 
     fn mjml_to_html(&self, locale: &str, mjml: &str) -> Result<String, RenderError> {
-        let mjml_error = |detail: String| RenderError::Mjml {
-            template: format!("{locale}/body.mjml"),
-            detail,
-        };
-        mrml::parse(mjml)
-            .map_err(|e| mjml_error(e.to_string()))?
-            .element
-            .render(&self.mjml)
-            .map_err(|e| mjml_error(e.to_string()))
+        mjml_to_html(&self.mjml, &format!("{locale}/body.mjml"), mjml)
     }
 
     /// The shape whose key is `key` (the MJML filled with sentinels), rendered by mrml the
@@ -254,7 +266,7 @@ impl Renderer {
     /// The email as it was made before the shape cache: MiniJinja fills the MJML with this
     /// user's values, mrml parses and renders it. The reference the cache is held to.
     #[cfg(test)]
-    fn render_direct(
+    pub(crate) fn render_direct(
         &self,
         digest: &Digest,
         window: &Window,
@@ -305,7 +317,7 @@ impl Renderer {
             subject,
             html,
             text,
-            locale,
+            locale: locale.to_owned(),
         })
     }
 
@@ -331,7 +343,7 @@ impl Renderer {
             Some(subject) => subject,
             None => self.fill(format!("{locale}/subject.txt"), values.ctx.clone())?,
         };
-        Ok(subject.trim().replace(['\r', '\n'], " "))
+        Ok(subject_line(&subject))
     }
 
     /// The HTML by mrml for this email alone: MiniJinja fills the MJML with its values.
@@ -401,7 +413,7 @@ impl Renderer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::shape::{CLOSE_IN_ATTRIBUTE, OPEN_IN_ATTRIBUTE};
     use super::super::templates::TEMPLATES;
     use super::*;
@@ -530,7 +542,7 @@ mod tests {
 
     /// Names that test the escaping and the sentinels: markup, quotes, entities, template
     /// syntax, emoji, right-to-left and CJK text, sentinel characters, spaces, a long name.
-    fn hostile_names() -> Vec<String> {
+    pub(crate) fn hostile_names() -> Vec<String> {
         let mut names: Vec<String> = [
             "Ada",
             "",

@@ -126,6 +126,9 @@ pub enum RenderError {
     },
     #[error("template {template}: the MJML does not render: {detail}")]
     Mjml { template: String, detail: String },
+    /// The user's data does not convert (`definition::values`): the field and why.
+    #[error("the data: {detail}")]
+    Data { detail: String },
     #[error("DEFAULT_LOCALE {0:?} has no templates (have: {have})", have = LOCALES.join(", "))]
     UnknownLocale(String),
 }

@@ -1,0 +1,464 @@
+//! A definition's emails: its templates compiled once (`DefinitionTemplates`), then one
+//! user's subject, HTML and text from their data (`render`), and the check every sample
+//! renders in every language and body (`check_samples`).
+//!
+//! Templates are MiniJinja, strict (a variable the context does not have is an error, not
+//! an empty string); `.mjml` ones are HTML-escaped, then rendered to responsive HTML by
+//! mrml with the digest's options; `.txt` ones stay plain. User data is escaped in HTML and
+//! never evaluated as template code. The context (docs: SPEC's "template context"):
+//!
+//! ```text
+//! locale               the language folder chosen (`language::closest`)
+//! user                 {id, name}: name printable, or none
+//! data                 {<data query name>: its result (values::data_value)}
+//! params               the campaign's params (a sample may override some)
+//! since, until         DateValue: the window's first and last day
+//! topic                the topic's label in that language
+//! leave_url, manage_url, picks ([{image, badge, link}], empty when none)
+//! subject              in bodies only: the rendered subject
+//! ```
+
+use super::values::{data_value, to_value};
+use super::{Definition, EmailData, Files};
+use crate::domain::campaign::Window;
+use crate::domain::digest::{
+    html_url, mjml_options, mjml_to_html, subject_line, RenderError, Rendered,
+};
+use crate::domain::open_content::SlotUrls;
+use crate::domain::text::{printable, printable_name};
+use crate::domain::topics::{Topic, Topics};
+use crate::domain::unsubscribe_link;
+use crate::domain::user_id::UserId;
+use minijinja::{context, Environment, Value};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// One email's inputs besides the user and their data.
+#[derive(Clone, Copy, Debug)]
+pub struct Email<'a> {
+    pub window: &'a Window,
+    pub topic: &'a Topic,
+    /// The user's preference centre link (`unsubscribe_link::link`); the footer's first
+    /// link, which leaves the topic, is made from it (`unsubscribe_link::leave_link`).
+    pub manage_url: &'a str,
+    /// Open-time pick slots (none: the templates show no picks).
+    pub picks: &'a [SlotUrls],
+    /// An experiment's body (`<lang>/<variant>/body.*`), or the language's own.
+    pub variant: Option<&'a str>,
+}
+
+/// A definition's templates, compiled once.
+pub struct DefinitionTemplates {
+    env: Environment<'static>,
+    languages: Vec<String>,
+    default_language: String,
+    variants: Vec<String>,
+    params: Value,
+    mjml: mrml::prelude::render::RenderOptions,
+}
+
+/// The context's top-level names, for errors about one it does not have.
+const CONTEXT: &str =
+    "locale, user, data, params, since, until, topic, leave_url, manage_url, picks, subject";
+
+/// The template file a template name stands for.
+fn file(name: &str) -> String {
+    format!("templates/{name}.j2")
+}
+
+/// One line: the template file and line where it failed, and what failed. A failure in an
+/// imported or extended template names that template (the innermost error).
+fn describe(err: &minijinja::Error) -> String {
+    let mut inner = err;
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        if let Some(e) = s.downcast_ref::<minijinja::Error>() {
+            inner = e;
+        }
+        source = s.source();
+    }
+    let place = match (inner.name(), inner.line()) {
+        (Some(name), Some(line)) => format!("{}:{line}: ", file(name)),
+        (Some(name), None) => format!("{}: ", file(name)),
+        _ => String::new(),
+    };
+    let what = match inner.detail() {
+        Some(detail) => format!("{}: {detail}", inner.kind()),
+        None => inner.kind().to_string(),
+    };
+    let hint = match inner.kind() {
+        minijinja::ErrorKind::UndefinedError => format!(" (the context has {CONTEXT})"),
+        _ => String::new(),
+    };
+    format!("{place}{what}{hint}")
+}
+
+impl DefinitionTemplates {
+    /// Compiles every template; the errors, one line each naming the file and line.
+    pub fn new(definition: &Definition) -> Result<Self, Vec<String>> {
+        let templates = &definition.templates;
+        let mut env = Environment::new();
+        env.set_auto_escape_callback(|name| {
+            if name.ends_with(".mjml") {
+                minijinja::AutoEscape::Html
+            } else {
+                minijinja::AutoEscape::None
+            }
+        });
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        let mut errors = Vec::new();
+        for (name, source) in &templates.files {
+            if let Err(e) = env.add_template_owned(name.clone(), source.clone()) {
+                errors.push(describe(&e));
+            }
+        }
+        if !templates.languages.contains(&templates.default_language) {
+            errors.push(format!(
+                "campaign.toml: default_language {:?} has no templates/{}/ folder (have: {})",
+                templates.default_language,
+                templates.default_language,
+                templates.languages.join(", ")
+            ));
+        }
+        let needed = |folder: &str, names: &[&str]| -> Vec<String> {
+            names
+                .iter()
+                .map(|n| format!("{folder}/{n}"))
+                .filter(|n| !templates.files.contains_key(n))
+                .map(|n| format!("{}: missing (every language has its own)", file(&n)))
+                .collect()
+        };
+        for language in &templates.languages {
+            errors.extend(needed(language, &["subject.txt", "body.mjml", "body.txt"]));
+            for variant in &templates.variants {
+                errors.extend(needed(
+                    &format!("{language}/{variant}"),
+                    &["body.mjml", "body.txt"],
+                ));
+            }
+        }
+        let mut params = BTreeMap::new();
+        for (name, json) in &definition.params {
+            match to_value(json) {
+                Ok(value) => {
+                    params.insert(name.clone(), value);
+                }
+                Err(e) => errors.push(format!("campaign.toml: params.{name}: {e}")),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Self {
+            env,
+            languages: templates.languages.clone(),
+            default_language: templates.default_language.clone(),
+            variants: templates.variants.clone(),
+            params: Value::from(params),
+            mjml: mjml_options(),
+        })
+    }
+
+    /// The language a user's email is written in (as the digest chooses its locale).
+    pub fn language_for(&self, user_language: Option<&str>) -> &str {
+        crate::domain::language::closest(
+            user_language,
+            self.languages.iter().map(String::as_str),
+            &self.default_language,
+        )
+    }
+
+    /// One user's email in their language.
+    pub fn render(&self, user: &EmailData, email: &Email<'_>) -> Result<Rendered, RenderError> {
+        let data = data_value(&user.data, "data").map_err(|detail| RenderError::Data { detail })?;
+        let language = self.language_for(user.language.as_deref());
+        self.render_in(
+            language,
+            &user.user_id,
+            user.name.as_deref(),
+            data,
+            self.params.clone(),
+            email,
+        )
+    }
+
+    fn render_in(
+        &self,
+        language: &str,
+        user_id: &UserId,
+        name: Option<&str>,
+        data: Value,
+        params: Value,
+        email: &Email<'_>,
+    ) -> Result<Rendered, RenderError> {
+        let body = match email.variant {
+            Some(variant) => format!("{language}/{variant}/body"),
+            None => format!("{language}/body"),
+        };
+        let leave_url = unsubscribe_link::leave_link(email.manage_url);
+        let id = match user_id {
+            UserId::Text(s) => printable(s),
+            UserId::ObjectId(bytes) => bytes.iter().map(|b| format!("{b:02x}")).collect(),
+        };
+        let base = context! {
+            locale => language,
+            user => context! { id => id, name => name.and_then(printable_name) },
+            data => data,
+            params => params,
+            since => super::DateValue::value(email.window.since),
+            until => super::DateValue::value(email.window.until - time::Duration::seconds(1)),
+            topic => email.topic.label(language),
+        };
+        let text_picks: Vec<Value> = email
+            .picks
+            .iter()
+            .map(|p| context! { image => &p.image, badge => &p.badge, link => &p.link })
+            .collect();
+        let plain = context! {
+            leave_url => &leave_url,
+            manage_url => email.manage_url,
+            picks => text_picks,
+            ..base.clone()
+        };
+        let subject = subject_line(&self.fill(&format!("{language}/subject.txt"), plain.clone())?);
+        let text = self.fill(
+            &format!("{body}.txt"),
+            context! { subject => &subject, ..plain },
+        )?;
+        let html_picks: Vec<Value> = email
+            .picks
+            .iter()
+            .map(|p| context! { image => html_url(&p.image), badge => html_url(&p.badge), link => html_url(&p.link) })
+            .collect();
+        let mjml_name = format!("{body}.mjml");
+        let mjml = self.fill(
+            &mjml_name,
+            context! {
+                subject => &subject,
+                leave_url => html_url(&leave_url),
+                manage_url => html_url(email.manage_url),
+                picks => html_picks,
+                ..base
+            },
+        )?;
+        let html = mjml_to_html(&self.mjml, &file(&mjml_name), &mjml)?;
+        Ok(Rendered {
+            subject,
+            html,
+            text,
+            locale: language.to_owned(),
+        })
+    }
+
+    fn fill(&self, name: &str, ctx: Value) -> Result<String, RenderError> {
+        self.env
+            .get_template(name)
+            .and_then(|t| t.render(ctx))
+            .map_err(|source| RenderError::Template {
+                template: file(name),
+                source,
+            })
+    }
+}
+
+/// A sample recipient, `samples/<name>.json`: rendered by `check` in every language and
+/// every body, with and without picks.
+///
+/// ```json
+/// {
+///   "user": {"id": "u42", "name": "Ada <b>Lovelace</b>", "language": "fr-CA"},
+///   "data": {"followers": {"count": {"$numberLong": "3"}, "names": ["Grace", "Linus"]}},
+///   "params": {"shown": 2}
+/// }
+/// ```
+///
+/// `user.name` and `user.language` may be null or left out (`language` is replaced by each
+/// language in turn anyway); `data` holds every data query's result by name, as relaxed
+/// Extended JSON (what the query would give this user; null for none with `first`);
+/// `params`, optional, overrides some of the campaign's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sample {
+    pub user: SampleUser,
+    pub data: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    pub params: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SampleUser {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub language: Option<String>,
+}
+
+/// The window samples are rendered in: a week of November 2026.
+fn sample_window() -> Window {
+    Window {
+        since: time::macros::datetime!(2026-11-16 0:00 UTC),
+        until: time::macros::datetime!(2026-11-23 0:00 UTC),
+    }
+}
+
+/// Every sample (`samples/*.json` of `files`) rendered in every language, in every body
+/// and with and without picks: one line per problem, naming the file (and template and
+/// line when one fails). Empty: the definition's templates render its samples.
+pub fn check_samples(definition: &Definition, files: &Files) -> Vec<String> {
+    let templates = match DefinitionTemplates::new(definition) {
+        Ok(t) => t,
+        Err(errors) => return errors,
+    };
+    let topic = match Topics::builtin().get(&definition.topic) {
+        Ok(topic) => topic,
+        Err(e) => return vec![format!("campaign.toml: topic: {e}")],
+    };
+    let samples: Vec<(&String, &String)> = files
+        .iter()
+        .filter(|(path, _)| path.starts_with("samples/") && path.ends_with(".json"))
+        .collect();
+    if samples.is_empty() {
+        return vec![
+            "samples/: none; add samples/<name>.json (a user and their data, as relaxed Extended JSON) for each case the templates handle".into(),
+        ];
+    }
+    let window = sample_window();
+    let picks: Vec<SlotUrls> = (1..=3)
+        .map(|i| SlotUrls {
+            image: format!("https://o.example/pick?t=S{i}&s=1"),
+            badge: format!("https://o.example/badge?t=S{i}"),
+            link: format!("https://o.example/go?t=S{i}"),
+        })
+        .collect();
+    let mut errors = Vec::new();
+    for (path, source) in samples {
+        let sample = match read_sample(path, source, definition) {
+            Ok(sample) => sample,
+            Err(mut e) => {
+                errors.append(&mut e);
+                continue;
+            }
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for language in &templates.languages {
+            let bodies =
+                std::iter::once(None).chain(templates.variants.iter().map(|v| Some(v.as_str())));
+            for variant in bodies {
+                for picks in [&picks[..0], &picks[..]] {
+                    let email = Email {
+                        window: &window,
+                        topic,
+                        manage_url: "https://u.example/?token=sample",
+                        picks,
+                        variant,
+                    };
+                    let rendered = templates.render_in(
+                        language,
+                        &sample.user_id,
+                        sample.name.as_deref(),
+                        sample.data.clone(),
+                        sample.params.clone(),
+                        &email,
+                    );
+                    let problem = match rendered {
+                        Ok(r) if r.subject.is_empty() => Some(format!(
+                            "{}: the subject renders empty",
+                            file(&format!("{language}/subject.txt"))
+                        )),
+                        Ok(_) => None,
+                        Err(RenderError::Template { source, .. }) => Some(describe(&source)),
+                        Err(e) => Some(e.to_string()),
+                    };
+                    if let Some(problem) = problem {
+                        if seen.insert(problem.clone()) {
+                            errors.push(format!(
+                                "{problem} (rendering {path} in {language}, {} body, {} picks)",
+                                variant.unwrap_or("the language's own"),
+                                if picks.is_empty() { "without" } else { "with" },
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    errors
+}
+
+/// A sample as `render_in` takes it.
+struct ReadSample {
+    user_id: UserId,
+    name: Option<String>,
+    data: Value,
+    params: Value,
+}
+
+fn read_sample(
+    path: &str,
+    source: &str,
+    definition: &Definition,
+) -> Result<ReadSample, Vec<String>> {
+    let sample: Sample = serde_json::from_str(source).map_err(|e| {
+        let message = e.to_string();
+        let message = message
+            .rsplit_once(" at line ")
+            .map_or(message.as_str(), |(m, _)| m);
+        vec![format!("{path}:{}:{}: {message}", e.line(), e.column())]
+    })?;
+    let mut errors = Vec::new();
+    let user_id = UserId::parse(&sample.user.id)
+        .map_err(|e| errors.push(format!("{path}: user.id: {e}")))
+        .ok();
+    for name in sample.data.keys() {
+        if !definition.data.contains_key(name) {
+            errors.push(format!(
+                "{path}: data.{name}: campaign.toml has no [data.{name}] (have: {})",
+                definition
+                    .data
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    for name in definition.data.keys() {
+        if !sample.data.contains_key(name) {
+            errors.push(format!(
+                "{path}: data.{name} missing: write what [data.{name}] gives this user (null for none)"
+            ));
+        }
+    }
+    let mut params = BTreeMap::new();
+    for (name, json) in definition.params.iter().chain(&sample.params) {
+        if !definition.params.contains_key(name) {
+            errors.push(format!(
+                "{path}: params.{name}: campaign.toml's [params] has no {name}"
+            ));
+            continue;
+        }
+        match to_value(json) {
+            Ok(v) => {
+                params.insert(name.clone(), v);
+            }
+            Err(e) => errors.push(format!("{path}: params.{name}: {e}")),
+        }
+    }
+    let data = data_value(&sample.data, "data")
+        .map_err(|e| errors.push(format!("{path}: {e}")))
+        .ok();
+    match (user_id, data) {
+        (Some(user_id), Some(data)) if errors.is_empty() => Ok(ReadSample {
+            user_id,
+            name: sample.user.name,
+            data,
+            params: Value::from(params),
+        }),
+        _ => Err(errors),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,631 @@
+use super::*;
+use crate::domain::definition::{DataQuery, Query, Templates};
+use crate::domain::digest::{hostile_names, Digest, Look, Renderer};
+use crate::domain::text::printable_name;
+use serde_json::json;
+
+/// A definition folder's files (`/`-separated paths), as the loader reads them.
+fn read_folder(dir: &std::path::Path) -> Files {
+    fn walk(root: &std::path::Path, dir: &std::path::Path, files: &mut Files) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, files);
+            } else {
+                let rel = path.strip_prefix(root).unwrap().to_str().unwrap();
+                files.insert(
+                    rel.replace('\\', "/"),
+                    std::fs::read_to_string(&path).unwrap(),
+                );
+            }
+        }
+    }
+    let mut files = Files::new();
+    walk(dir, dir, &mut files);
+    files
+}
+
+/// `Templates` from a folder's files, as SPEC lays them out (what the loader will do).
+fn templates_of(files: &Files, default_language: &str) -> Templates {
+    let files: BTreeMap<String, String> = files
+        .iter()
+        .filter_map(|(path, source)| {
+            let name = path.strip_prefix("templates/")?.strip_suffix(".j2")?;
+            Some((name.to_owned(), source.clone()))
+        })
+        .collect();
+    let has = |folder: &str, names: &[&str]| {
+        names
+            .iter()
+            .all(|n| files.contains_key(&format!("{folder}/{n}")))
+    };
+    let languages: Vec<String> = files
+        .keys()
+        .filter_map(|n| n.split_once('/').map(|(l, _)| l.to_owned()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|l| has(l, &["subject.txt", "body.mjml", "body.txt"]))
+        .collect();
+    let variants: Vec<String> = files
+        .keys()
+        .filter_map(|n| {
+            let mut parts = n.split('/');
+            let (_, variant, _) = (parts.next()?, parts.next()?, parts.next()?);
+            Some(variant.to_owned())
+        })
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|v| {
+            languages
+                .iter()
+                .all(|l| has(&format!("{l}/{v}"), &["body.mjml", "body.txt"]))
+        })
+        .collect();
+    Templates {
+        files,
+        languages,
+        default_language: default_language.to_owned(),
+        variants,
+    }
+}
+
+fn definition_of(files: &Files, default_language: &str) -> Definition {
+    let query = Query {
+        collection: "follows".into(),
+        pipeline: vec![],
+    };
+    Definition {
+        name: "digest".into(),
+        description: "Weekly digest of your new followers".into(),
+        topic: "digest".into(),
+        recipients: crate::domain::definition::Recipients {
+            collection: "users".into(),
+            email: "email".into(),
+            name: Some("name".into()),
+            language: Some("locale".into()),
+            zone: Some("timezone".into()),
+            subscribed: "subscribed".into(),
+            topics: "topics".into(),
+            suppressed: "suppression".into(),
+        },
+        audience: query.clone(),
+        data: [(
+            "followers".to_owned(),
+            DataQuery {
+                query,
+                by: "followeeId".into(),
+                user: "_id".into(),
+                first: true,
+            },
+        )]
+        .into(),
+        skip: vec![],
+        params: [("shown".to_owned(), json!(10))].into(),
+        templates: templates_of(files, default_language),
+    }
+}
+
+/// The digest as a definition: `campaigns/digest/`.
+fn digest_definition() -> (Definition, Files) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../campaigns/digest");
+    let files = read_folder(&dir);
+    (definition_of(&files, "en"), files)
+}
+
+const URL: &str = "https://abc123.lambda-url.us-east-1.on.aws/?token=djEK.c2ln";
+
+fn window(id: &str) -> Window {
+    crate::domain::campaign::Campaign::from_id(id, None)
+        .unwrap()
+        .window
+}
+
+/// One user as both renderers see them: today's `Digest` (named "there" when nameless, as
+/// the directories name them) and the definition's `EmailData` (the name as stored).
+struct Case {
+    name: Option<String>,
+    locale: Option<String>,
+    count: u64,
+    recent: Vec<String>,
+}
+
+impl Case {
+    fn digest(&self) -> Digest {
+        Digest {
+            user_id: "u0000042".into(),
+            email: "ada@example.com".into(),
+            name: self
+                .name
+                .as_deref()
+                .and_then(printable_name)
+                .unwrap_or_else(|| "there".into()),
+            locale: self.locale.clone(),
+            new_followers: self.count,
+            recent: self.recent.clone(),
+        }
+    }
+
+    /// `long`: the count as the driver writes an Int64 (`$numberLong`, canonical form).
+    fn email_data(&self, long: bool) -> EmailData {
+        let count = if long {
+            json!({"$numberLong": self.count.to_string()})
+        } else {
+            json!(self.count)
+        };
+        EmailData {
+            user_id: UserId::parse("u0000042").unwrap(),
+            email: "ada@example.com".into(),
+            name: self.name.clone(),
+            language: self.locale.clone(),
+            zone: None,
+            data: [(
+                "followers".to_owned(),
+                json!({"count": count, "names": self.recent}),
+            )]
+            .into(),
+        }
+    }
+}
+
+fn picks(n: usize) -> Vec<SlotUrls> {
+    (1..=n)
+        .map(|i| SlotUrls {
+            image: format!("https://o.example/\\ü\u{200B}/pick?t=T{i}&x=\u{301}"),
+            badge: format!("https://o.example/badge?t=B{i}"),
+            link: format!("https://o.example/go?t=L{i}&a=1"),
+        })
+        .collect()
+}
+
+/// Both renderers' output for `case`, which must be equal byte for byte.
+fn both(
+    old: &Renderer,
+    new: &DefinitionTemplates,
+    case: &Case,
+    email: Email<'_>,
+    long: bool,
+) -> (Rendered, Rendered) {
+    let look = Look {
+        subject: None,
+        body: email.variant,
+    };
+    let today = old
+        .render_look(
+            &case.digest(),
+            (email.window, email.topic, email.manage_url, email.picks),
+            look,
+        )
+        .unwrap();
+    let defined = new.render(&case.email_data(long), &email).unwrap();
+    (today, defined)
+}
+
+fn assert_same(today: &Rendered, defined: &Rendered, what: &str) {
+    assert_eq!(defined.subject, today.subject, "{what}: subject");
+    assert_eq!(defined.locale, today.locale, "{what}: locale");
+    assert_eq!(defined.text, today.text, "{what}: text");
+    if defined.html != today.html {
+        let at = defined
+            .html
+            .bytes()
+            .zip(today.html.bytes())
+            .position(|(a, b)| a != b)
+            .unwrap_or(defined.html.len().min(today.html.len()));
+        let from = at.saturating_sub(80);
+        panic!(
+            "{what}: HTML differs at byte {at}\n  today:   {:?}\n  defined: {:?}",
+            today.html.get(from..(at + 80).min(today.html.len())),
+            defined.html.get(from..(at + 80).min(defined.html.len())),
+        );
+    }
+}
+
+/// A snapshot test's user: name, locale, count, names listed, picks.
+type Snapshot = (
+    &'static str,
+    Option<&'static str>,
+    u64,
+    &'static [&'static str],
+    usize,
+);
+
+#[test]
+fn the_digest_definition_renders_every_digest_as_the_bundled_templates_do() {
+    let (definition, _) = digest_definition();
+    assert_eq!(definition.templates.languages, ["de", "en", "fr"]);
+    assert_eq!(definition.templates.variants, ["short"]);
+    let new = DefinitionTemplates::new(&definition).unwrap();
+    let old = Renderer::new("en").unwrap();
+    let topics = Topics::builtin().all();
+    let weekly = Topics::builtin().weekly();
+    let w47 = window("weekly-2026-W47");
+    let three = picks(3);
+    let mut compared = 0;
+
+    // The snapshot tests' users (shared/tests/templates.rs), in every body.
+    let snapshots: [Snapshot; 5] = [
+        (
+            "Ada Lovelace",
+            Some("en-GB"),
+            5,
+            &["Grace Hopper", "Linus", "Margaret Hamilton"],
+            0,
+        ),
+        ("Ada Lovelace", Some("en"), 2, &["Grace Hopper", "Linus"], 3),
+        ("Émilie", Some("fr"), 1, &["Sophie Germain"], 0),
+        ("Emmy", Some("de-AT"), 12, &["Lise", "Hedy", "Ada"], 0),
+        (
+            "<script>alert(\"x\")</script>",
+            None,
+            3,
+            &["{{ name }}", "Tom & Jerry", "</mj-text><mj-raw>"],
+            0,
+        ),
+    ];
+    for (name, locale, count, recent, n_picks) in snapshots {
+        let case = Case {
+            name: Some(name.into()),
+            locale: locale.map(str::to_owned),
+            count,
+            recent: recent.iter().map(|s| s.to_string()).collect(),
+        };
+        for variant in [None, Some("short")] {
+            let email = Email {
+                window: &w47,
+                topic: weekly,
+                manage_url: URL,
+                picks: &three[..n_picks],
+                variant,
+            };
+            let (today, defined) = both(&old, &new, &case, email, false);
+            assert_same(&today, &defined, &format!("{name} {locale:?} {variant:?}"));
+            compared += 1;
+        }
+    }
+
+    // Hostile names as the user's and the followers' (markup, template syntax, entities,
+    // control and sentinel characters, RTL, CJK, emoji, very long), no name at all, every
+    // locale (fr-CA, de_DE, an unknown one, none), 0 to 4 names listed with counts that
+    // leave none, one or many unnamed, picks or none, two windows and URLs, every topic,
+    // both bodies, and the count as a plain number or `$numberLong`.
+    let names = hostile_names();
+    let windows = [w47, window("weekly-2027-W01")];
+    let urls = [
+        URL.to_owned(),
+        "https://u.example/\\é\u{200B}?token=a&b=c".to_owned(),
+    ];
+    const COUNTS: [u64; 8] = [0, 1, 2, 3, 4, 5, 6, 12_345];
+    for n in 0..=names.len() {
+        // n == names.len(): a user without a name (the directory's null).
+        let name = names.get(n).cloned();
+        for (l, locale) in ["en", "fr-CA", "de_DE", "pt", "", "FR"].iter().enumerate() {
+            for recent in 0..=4usize {
+                let turn = n + l + recent;
+                let count = COUNTS[turn % COUNTS.len()].max(recent as u64 * (turn % 2) as u64);
+                let case = Case {
+                    name: name.clone(),
+                    locale: (!locale.is_empty()).then(|| locale.to_string()),
+                    count,
+                    recent: (0..recent)
+                        .map(|i| names[(n + i + 1) % names.len()].clone())
+                        .collect(),
+                };
+                let email = Email {
+                    window: &windows[turn % 2],
+                    topic: &topics[turn % topics.len()],
+                    manage_url: &urls[(n + count as usize) % 2],
+                    picks: &three[..if (n + recent) % 2 == 0 { 0 } else { 3 }],
+                    variant: [None, Some("short")][(n + l) % 2],
+                };
+                let (today, defined) = both(&old, &new, &case, email, turn % 3 == 0);
+                assert_same(
+                    &today,
+                    &defined,
+                    &format!("case n={n} l={l} recent={recent}"),
+                );
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 10 + (names.len() + 1) * 6 * 5);
+}
+
+#[test]
+fn a_nameless_user_is_there_in_every_language() {
+    let (definition, _) = digest_definition();
+    let new = DefinitionTemplates::new(&definition).unwrap();
+    let w = window("weekly-2026-W47");
+    for (name, language) in [(None, "fr"), (Some(" \u{0}\n"), "de"), (Some(""), "en")] {
+        let case = Case {
+            name: name.map(str::to_owned),
+            locale: Some(language.into()),
+            count: 2,
+            recent: vec![],
+        };
+        let email = Email {
+            window: &w,
+            topic: Topics::builtin().weekly(),
+            manage_url: URL,
+            picks: &[],
+            variant: None,
+        };
+        let out = new.render(&case.email_data(false), &email).unwrap();
+        assert!(out.text.contains(" there,\n"), "{language}: {}", out.text);
+    }
+}
+
+#[test]
+fn the_digest_samples_render_in_every_language_and_body() {
+    let (definition, files) = digest_definition();
+    assert_eq!(check_samples(&definition, &files), Vec::<String>::new());
+    assert_eq!(
+        files.keys().filter(|p| p.starts_with("samples/")).count(),
+        4
+    );
+}
+
+/// The digest's definition with `path` replaced (or removed, with None).
+fn with_file(path: &str, source: Option<&str>) -> (Definition, Files) {
+    let (_, mut files) = digest_definition();
+    match source {
+        Some(s) => files.insert(path.to_owned(), s.to_owned()),
+        None => files.remove(path),
+    };
+    (definition_of(&files, "en"), files)
+}
+
+#[test]
+fn an_undefined_variable_names_the_template_line_and_sample() {
+    let body = "{% extends \"layout.mjml\" %}\n{% block content %}\n<mj-text>{{ user.nickname }}</mj-text>\n{% endblock %}";
+    let (definition, files) = with_file("templates/fr/short/body.mjml.j2", Some(body));
+    let errors = check_samples(&definition, &files);
+    assert_eq!(errors.len(), 4, "{errors:#?}");
+    for e in &errors {
+        assert!(
+            e.starts_with("templates/fr/short/body.mjml.j2:3: undefined value"),
+            "{e}"
+        );
+        assert!(
+            e.contains("(rendering samples/") && e.contains("in fr, short body"),
+            "{e}"
+        );
+    }
+    // In a partial: the partial's file and line, once per sample.
+    let dates = "{%- macro date(d) -%}\n{{ d.day }} {{ d.weekday }}\n{%- endmacro -%}";
+    let (definition, files) = with_file("templates/de/dates.j2", Some(dates));
+    let errors = check_samples(&definition, &files);
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.starts_with("templates/de/dates.j2:2: ")),
+        "{errors:#?}"
+    );
+    assert_eq!(errors.len(), 4, "{errors:#?}");
+    // A sample without the field a template reads.
+    let (definition, files) = with_file(
+        "samples/odd.json",
+        Some(r#"{"user": {"id": "u1"}, "data": {"followers": {"count": 2}}}"#),
+    );
+    let errors = check_samples(&definition, &files);
+    assert!(!errors.is_empty());
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("samples/odd.json") && e.contains("undefined value")),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn template_syntax_errors_name_every_file_and_line() {
+    let mut files = digest_definition().1;
+    files.insert(
+        "templates/en/subject.txt.j2".into(),
+        "{% if data %}x".into(),
+    );
+    files.insert("templates/de/body.txt.j2".into(), "a\nb {{ user. }}".into());
+    files.remove("templates/fr/short/body.txt.j2");
+    let mut definition = definition_of(&files, "en");
+    // The loader would not list fr's variant without the file: a definition saying so.
+    definition.templates.variants = vec!["short".into()];
+    let Err(errors) = DefinitionTemplates::new(&definition) else {
+        panic!("compiled");
+    };
+    assert_eq!(errors.len(), 3, "{errors:#?}");
+    assert!(
+        errors[0].starts_with("templates/de/body.txt.j2:2: syntax error"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors[1].starts_with("templates/en/subject.txt.j2:1: syntax error"),
+        "{errors:#?}"
+    );
+    assert_eq!(
+        errors[2],
+        "templates/fr/short/body.txt.j2: missing (every language has its own)"
+    );
+    assert_eq!(check_samples(&definition, &files), errors);
+}
+
+#[test]
+fn samples_are_required_and_checked_against_the_definition() {
+    let (definition, mut files) = digest_definition();
+    files.retain(|p, _| !p.starts_with("samples/"));
+    let errors = check_samples(&definition, &files);
+    assert_eq!(errors.len(), 1);
+    assert!(errors[0].contains("add samples/<name>.json"), "{errors:?}");
+
+    for (sample, says) in [
+        ("{\"user\": {\"id\": \"u1\"},\n \"data\": {\"followers\": null},\n \"extra\": 1}", "samples/bad.json:3:8: unknown field `extra`"),
+        ("{\"user\": {\"id\": \"u1\"}, \"data\": {}}", "samples/bad.json: data.followers missing"),
+        ("{\"user\": {\"id\": \"u1\"}, \"data\": {\"followers\": null, \"likes\": []}}", "samples/bad.json: data.likes: campaign.toml has no [data.likes] (have: followers)"),
+        ("{\"user\": {\"id\": \"oid:zz\"}, \"data\": {\"followers\": null}}", "samples/bad.json: user.id: userId \"oid:zz\" starts with"),
+        ("{\"user\": {\"id\": \"\"}, \"data\": {\"followers\": null}}", "samples/bad.json: user.id: userId must be 1 to"),
+        ("{\"user\": {\"id\": \"u1\"}, \"data\": {\"followers\": {\"count\": {\"$numberLong\": \"x\"}}}}", "samples/bad.json: data.followers.count.$numberLong: \"x\" is not a 64-bit whole number"),
+        ("{\"user\": {\"id\": \"u1\"}, \"data\": {\"followers\": null}, \"params\": {\"sown\": 1}}", "samples/bad.json: params.sown: campaign.toml's [params] has no sown"),
+        ("{\"user\": {\"id\": 42}, \"data\": {\"followers\": null}}", "samples/bad.json:1:18: invalid type: integer `42`, expected a string"),
+        ("not json", "samples/bad.json:1:2: expected ident"),
+        ("{\"user\": {\"id\": \"u1\"}, \"data\": {\"followers\": null}}", "undefined value"),
+    ] {
+        let (definition, files) = with_file("samples/bad.json", Some(sample));
+        let errors = check_samples(&definition, &files);
+        assert!(
+            errors.first().is_some_and(|e| e.starts_with(says) || e.contains(says)),
+            "{sample}: {errors:#?}"
+        );
+        assert!(errors.iter().all(|e| e.contains("samples/bad.json")), "{errors:#?}");
+    }
+}
+
+#[test]
+fn the_data_and_params_reach_the_templates_as_the_spec_says() {
+    let mut files = Files::new();
+    let t = |name: &str, source: &str| (format!("templates/{name}.j2"), source.to_owned());
+    files.extend([
+        t("en/subject.txt", "{{ params.greeting }} {{ user.name }}"),
+        t("en/body.txt", "{{ subject }}|{{ user.id }}|{{ data.order.total }}|{{ data.order.at.year }}|{{ data.order.id }}|{{ data.items|length }}|{{ since.iso }}|{{ until.day }}|{{ topic }}|{{ locale }}|{{ picks|length }}|{{ leave_url }}"),
+        t("en/body.mjml", "<mjml><mj-body><mj-section><mj-column><mj-text>{{ user.name }} <a href=\"{{ leave_url }}\">x</a></mj-text></mj-column></mj-section></mj-body></mjml>"),
+    ]);
+    let mut definition = definition_of(&files, "en");
+    definition.params = [("greeting".to_owned(), json!("Hello"))].into();
+    let new = DefinitionTemplates::new(&definition).unwrap();
+    let user = EmailData {
+        user_id: UserId::parse("oid:65a1b2c3d4e5f60718293a4b").unwrap(),
+        email: "a@example.com".into(),
+        name: Some("<b>Zoë</b>\u{0}".into()),
+        language: Some("ja".into()),
+        zone: None,
+        data: [
+            ("order".to_owned(), json!({"total": {"$numberDecimal": "10.50"}, "at": {"$date": "2026-03-01T10:00:00Z"}, "id": {"$oid": "65a1b2c3d4e5f60718293a4c"}})),
+            ("items".to_owned(), json!([1, 2, 3])),
+        ]
+        .into(),
+    };
+    let w = window("weekly-2026-W47");
+    let email = Email {
+        window: &w,
+        topic: Topics::builtin().weekly(),
+        manage_url: "https://u.example/?token=t",
+        picks: &[],
+        variant: None,
+    };
+    let out = new.render(&user, &email).unwrap();
+    assert_eq!(out.subject, "Hello <b>Zoë</b>");
+    assert_eq!(out.locale, "en");
+    assert_eq!(
+        out.text,
+        "Hello <b>Zoë</b>|65a1b2c3d4e5f60718293a4b|10.50|2026|65a1b2c3d4e5f60718293a4c|3|2026-11-16T00:00:00Z|22|Weekly digest of your new followers|en|0|https://u.example/?token=t&leave=1"
+    );
+    assert!(
+        out.html.contains("&lt;b&gt;Zoë&lt;&#x2f;b&gt;"),
+        "{}",
+        out.html
+    );
+    assert!(
+        out.html
+            .contains("href=\"https://u.example/?token=t&amp;leave=1\""),
+        "{}",
+        out.html
+    );
+    // A variant the definition does not have, and data that does not convert, fail this
+    // email with an error that says so.
+    let err = new
+        .render(
+            &user,
+            &Email {
+                variant: Some("long"),
+                ..email
+            },
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("templates/en/long/body.txt.j2"),
+        "{err}"
+    );
+    let mut bad = user.clone();
+    bad.data
+        .insert("order".into(), json!({"at": {"$date": "soon"}}));
+    let err = new.render(&bad, &email).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("the data: data.order.at.$date: \"soon\""),
+        "{err}"
+    );
+}
+
+/// Rendering time per email, today's digest renderer (with its shape cache, and mrml for
+/// every email as the reference) against the digest's definition (mrml for every email),
+/// over the same users: three runs of each, alternating. Build optimised for figures that
+/// mean anything (`--profile lab`). `MEASURE_EMAILS` sets how many (default 2000).
+#[test]
+#[ignore = "a measure, not a check: prints µs per email"]
+fn measure_render_per_email() {
+    let emails: usize = std::env::var("MEASURE_EMAILS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2000);
+    let (definition, _) = digest_definition();
+    let new = DefinitionTemplates::new(&definition).unwrap();
+    let old = Renderer::new("en").unwrap();
+    let w = window("weekly-2026-W47");
+    let topic = Topics::builtin().weekly();
+    let people = [
+        "Ada Lovelace",
+        "Grace Hopper",
+        "Linus",
+        "Émilie du Châtelet",
+        "李小龍",
+        "Tom & Jerry",
+        "Margaret Hamilton",
+    ];
+    let cases: Vec<Case> = (0..emails)
+        .map(|i| {
+            let shown = [0, 1, 3, 5][i % 4];
+            Case {
+                name: (i % 11 != 0).then(|| format!("{} {i}", people[i % people.len()])),
+                locale: Some(["en-GB", "fr-CA", "de_DE", "en"][i % 4].into()),
+                count: [1, 3, 5, 12, 40][i % 5].max(shown as u64),
+                recent: (0..shown)
+                    .map(|k| people[(i + k) % people.len()].to_owned())
+                    .collect(),
+            }
+        })
+        .collect();
+    let inputs: Vec<(Digest, EmailData)> = cases
+        .iter()
+        .map(|c| (c.digest(), c.email_data(false)))
+        .collect();
+    let email = Email {
+        window: &w,
+        topic,
+        manage_url: URL,
+        picks: &[],
+        variant: None,
+    };
+    let per_email = |f: &dyn Fn(&Digest, &EmailData) -> usize| {
+        let start = std::time::Instant::now();
+        let bytes: usize = inputs.iter().map(|(d, e)| f(d, e)).sum();
+        assert!(bytes > 0);
+        start.elapsed().as_secs_f64() * 1e6 / emails as f64
+    };
+    let cached = |d: &Digest, _: &EmailData| old.render(d, &w, topic, URL, &[]).unwrap().html.len();
+    let direct = |d: &Digest, _: &EmailData| {
+        old.render_direct(d, &w, topic, URL, &[])
+            .unwrap()
+            .html
+            .len()
+    };
+    let defined = |_: &Digest, e: &EmailData| new.render(e, &email).unwrap().html.len();
+    for run in 1..=3 {
+        let (a, b, c) = if run % 2 == 1 {
+            (per_email(&cached), per_email(&direct), per_email(&defined))
+        } else {
+            let c = per_email(&defined);
+            let b = per_email(&direct);
+            (per_email(&cached), b, c)
+        };
+        println!(
+            "run {run}, {emails} emails, µs/email: digest::Renderer (shape cache) {a:.1}, digest::Renderer (mrml each) {b:.1}, definition {c:.1}"
+        );
+    }
+}
