@@ -18,6 +18,8 @@
 //!
 //! This module holds the types every part agrees on; `load` parses and checks them.
 
+pub mod pin;
+
 use std::collections::BTreeMap;
 
 /// A definition's files: path relative to the folder (`/`-separated) → contents.
