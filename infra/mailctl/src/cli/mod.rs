@@ -3,6 +3,7 @@
 
 mod campaign;
 mod control;
+mod definitions;
 mod inspect;
 mod lab;
 mod preview;
@@ -33,6 +34,9 @@ pub enum Command {
     Setup(setup::SetupCommand),
     #[command(flatten)]
     Campaign(campaign::CampaignCommand),
+    /// Campaign definitions: push a folder, list what is deployed, show a version.
+    #[command(name = "campaign", subcommand, display_order = 7)]
+    Definitions(definitions::DefinitionCommand),
     #[command(flatten)]
     Control(control::ControlCommand),
     #[command(flatten)]
@@ -53,6 +57,7 @@ impl Cli {
             }
             Command::Setup(setup) => setup.run(&aws_sdk().await?, template).await,
             Command::Campaign(campaign) => campaign.run(&aws_sdk().await?, template).await,
+            Command::Definitions(definitions) => definitions.run(&aws_sdk().await?).await,
             Command::Control(control) => control.run(&aws_sdk().await?).await,
             Command::Inspect(inspect) => inspect.run(&aws_sdk().await?).await,
             Command::Preview(preview) => preview.run(&aws_sdk().await?, template).await,

@@ -2,6 +2,7 @@
 //! and calls them. What several commands share is here: the stack a command works on.
 
 pub mod campaign;
+pub mod definitions;
 pub mod demo;
 pub mod experiment;
 pub mod lab;
