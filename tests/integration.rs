@@ -8,6 +8,7 @@ mod campaign_control;
 mod chaos;
 mod cli;
 mod consistency;
+mod definition_store;
 mod deliverability;
 mod exactly_once;
 mod experiments;

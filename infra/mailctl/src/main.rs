@@ -14,7 +14,7 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             // A definition refused: each error on its own line, and status 2 (bad input).
-            if let Some(refused) = err.downcast_ref::<mailctl::definitions::Refused>() {
+            if let Some(refused) = err.downcast_ref::<mailctl::definition_store::Refused>() {
                 for line in &refused.errors {
                     eprintln!("{line}");
                 }

@@ -1,8 +1,8 @@
-//! `campaign push`, `list` and `show` (`mailctl::definitions`).
+//! `campaign push`, `list` and `show` (`mailctl::definition_store`).
 
 use super::TargetArgs;
 use anyhow::Result;
-use mailctl::definitions::{self, Refused, Stack};
+use mailctl::definition_store::{self, Refused, Stack};
 use std::path::Path;
 
 pub async fn push(
@@ -12,13 +12,13 @@ pub async fn push(
     target: &TargetArgs,
 ) -> Result<()> {
     // Read and checked before the stack is looked at: a bad definition stores nothing.
-    let loaded = definitions::read_folder(dir).map_err(|errors| Refused {
+    let loaded = definition_store::read_folder(dir).map_err(|errors| Refused {
         folder: dir.display().to_string(),
         errors,
     })?;
     let stack = Stack::connect(sdk, target.prefix.as_deref()).await?;
     let now_ms = mailflow::ports::Clock::wall_ms(&mailflow::ports::SystemClock) as u64;
-    let report = definitions::push(&stack, &loaded, by, now_ms).await?;
+    let report = definition_store::push(&stack, &loaded, by, now_ms).await?;
     for line in report.lines() {
         println!("{line}");
     }
@@ -28,11 +28,11 @@ pub async fn push(
 
 pub async fn list(sdk: &aws_config::SdkConfig, json: bool, target: &TargetArgs) -> Result<()> {
     let stack = Stack::connect(sdk, target.prefix.as_deref()).await?;
-    let rows = definitions::list(&stack).await?;
+    let rows = definition_store::list(&stack).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        for line in definitions::list_lines(&rows) {
+        for line in definition_store::list_lines(&rows) {
             println!("{line}");
         }
     }
@@ -47,7 +47,7 @@ pub async fn show(
     target: &TargetArgs,
 ) -> Result<()> {
     let stack = Stack::connect(sdk, target.prefix.as_deref()).await?;
-    for line in definitions::show(&stack, name, version, files).await? {
+    for line in definition_store::show(&stack, name, version, files).await? {
         println!("{line}");
     }
     Ok(())

@@ -47,11 +47,11 @@ pub async fn provision(
         (out::GET_USERS_FUNCTION_ARN, named(names::GET_USERS)?),
         (
             out::DEFINITION_SCHEDULE_GROUP,
-            named(mailctl::definitions::SCHEDULE_GROUP)?,
+            named(mailctl::definition_store::SCHEDULE_GROUP)?,
         ),
         (
             out::SCHEDULER_ROLE,
-            named(mailctl::definitions::SCHEDULER_ROLE)?,
+            named(mailctl::definition_store::SCHEDULER_ROLE)?,
         ),
         (
             out::SCHEDULE_DLQ,
