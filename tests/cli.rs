@@ -949,9 +949,18 @@ fn logs_into_a_pipe_carry_no_colour_codes() {
 }
 
 #[test]
-fn demo_prints_counts_that_match_the_ses_record() {
+fn demo_prints_counts_that_match_the_ses_record_and_writes_its_report() {
     endpoints();
-    let summary = last_json(&ok(mailctl(&["demo", "--users", "40", "--json"], &[])));
+    let report = std::env::temp_dir()
+        .join(format!("mailctl-demo-{}", std::process::id()))
+        .join("report.html");
+    let path = report.to_str().unwrap();
+    let args = ["demo", "--users", "40", "--json", "--report", path];
+    let summary = last_json(&ok(mailctl(&args, &[])));
+    let page = std::fs::read_to_string(&report).expect("the demo writes its report page");
+    assert!(page.contains(summary["campaignId"].as_str().unwrap()), "{page}");
+    assert!(page.contains("<svg"), "the report draws its charts: {page}");
+    std::fs::remove_dir_all(report.parent().unwrap()).ok();
     assert!(summary["eligibleUsers"].as_u64().unwrap() > 0);
     assert_eq!(summary["sent"], summary["sesRecorded"]);
     assert_eq!(

@@ -171,7 +171,7 @@ pub async fn connect(
 
 impl From<mongodb::error::Error> for crate::ports::StoreError {
     fn from(err: mongodb::error::Error) -> Self {
-        Self(err.to_string())
+        Self::mongo(err)
     }
 }
 

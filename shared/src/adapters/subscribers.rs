@@ -171,7 +171,7 @@ impl UserStandings for LazySubscribers {
                 super::mongo::connect(&self.config, &self.sdk, self.app_name)
                     .await
                     .map(|db| Subscribers::new(&db))
-                    .map_err(|err| StoreError(err.to_string()))
+                    .map_err(StoreError::mongo)
             })
             .await?;
         subscribers.standing(user_id, topic).await

@@ -1,6 +1,14 @@
 //! The error of the MongoDB-backed ports (subscribers, directory) and the waiting room.
 
-/// The subscriber store or the user directory did not answer, or answered with an error.
+/// A store did not answer, or answered with an error. The text names the store (MongoDB, the
+/// waiting table, EventBridge Scheduler), so an operator reading it knows where to look.
 #[derive(Clone, Debug, thiserror::Error)]
-#[error("MongoDB: {0}")]
+#[error("{0}")]
 pub struct StoreError(pub String);
+
+impl StoreError {
+    /// An error of MongoDB (the users, follows and subscribers collections).
+    pub fn mongo(detail: impl std::fmt::Display) -> Self {
+        Self(format!("MongoDB: {detail}"))
+    }
+}

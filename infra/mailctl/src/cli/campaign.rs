@@ -39,8 +39,9 @@ pub enum CampaignCommand {
         #[command(flatten)]
         target: TargetArgs,
     },
-    /// Release a local-time campaign's users still waiting in slots whose time has passed
-    /// (stranded: their schedules were lost or failed for good): each such slot is swept now.
+    /// Release a local-time campaign's users still waiting in slots whose sweep time (15
+    /// minutes after the slot) has passed (stranded: their schedules were lost or failed for
+    /// good): each such slot is swept now.
     #[command(display_order = 9)]
     Release {
         #[arg(long)]

@@ -24,6 +24,9 @@ pub enum LabCommand {
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
+        /// Also write the campaign's report page (`mailctl report`) here.
+        #[arg(long)]
+        report: Option<std::path::PathBuf>,
     },
     /// Measure the pipeline on the local stack through the real function binaries, the three
     /// stages at once: CPU per email, peak RSS, cold start, billable requests per email, binary
@@ -102,7 +105,11 @@ impl LabCommand {
                 seed,
                 send_rate,
                 json,
-            } => commands::demo::demo(template, users, seed, send_rate, json).await,
+                report,
+            } => {
+                let report = report.as_deref();
+                commands::demo::demo(template, users, seed, send_rate, json, report).await
+            }
             Self::Bench { options, json } => commands::lab::bench(template, &options, json).await,
             Self::Chaos { options, json } => commands::lab::chaos(template, &options, json).await,
             Self::Opens { options, json } => commands::lab::opens(template, &options, json).await,

@@ -91,10 +91,11 @@ pub async fn resend(
     start(sdk, template, t, event).await
 }
 
-/// `release`: sweeps now every slot of the campaign whose time has passed and that still
-/// has users waiting (GetUsers' release event, as the slot's sweep schedule sends it: it
-/// enqueues them and takes them out of the waiting table; the ledger sends each once). On
-/// AWS it invokes GetUsers per slot; with --prefix it runs the pipeline to the end.
+/// `release`: sweeps now every slot of the campaign whose sweep time (slot + 15 min) has
+/// passed and that still has users waiting (GetUsers' release event, as the slot's sweep
+/// schedule sends it: it enqueues them and takes them out of the waiting table; the ledger
+/// sends each once). On AWS it invokes GetUsers per slot; with --prefix it runs the
+/// pipeline to the end.
 pub async fn release(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,

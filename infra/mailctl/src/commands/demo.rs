@@ -15,6 +15,7 @@ pub async fn demo(
     seed_value: u64,
     send_rate: Option<f64>,
     json: bool,
+    report_path: Option<&std::path::Path>,
 ) -> Result<()> {
     let endpoint = super::env("AWS_ENDPOINT_URL")?;
     let mut parameters = BTreeMap::new();
@@ -63,6 +64,25 @@ pub async fn demo(
             .map(|r| (r * 100.0).round() / 100.0),
     });
     print_summary(&summary, campaign.id.as_str(), seeded.users, json);
+    if let Some(path) = report_path {
+        let target = super::TargetArgs {
+            prefix: Some(pipeline.stack.prefix.clone()),
+            database: (pipeline
+                .stack
+                .parameters
+                .get(names::MONGODB_DATABASE)
+                .cloned())
+            .unwrap_or_else(|| "app".into()),
+        };
+        super::status::write_report(&pipeline.stack.sdk, campaign.id.as_str(), path, &target)
+            .await?;
+        let shown = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+        // On stderr with --json, so stdout stays one JSON object.
+        match json {
+            true => eprintln!("report: {}", shown.display()),
+            false => println!("\nreport (open it in a browser): {}", shown.display()),
+        }
+    }
     let sent = by_status.get("SENT").copied().unwrap_or(0);
     let expected = seeded.deliverable().count();
     if sent != recorded || sent != expected || dlq > 0 {
@@ -103,6 +123,11 @@ fn print_summary(summary: &serde_json::Value, campaign: &str, users: usize, json
         ] {
             println!("  {key:<22} {}", summary[key]);
         }
-        println!("  {:<22} {}", "skipped", summary["skipped"]);
+        // Skips by reason; a run that skipped nobody says 0 rather than `{}`.
+        let skipped = match summary["skipped"].as_object() {
+            Some(reasons) if reasons.is_empty() => "0".to_owned(),
+            _ => summary["skipped"].to_string(),
+        };
+        println!("  {:<22} {skipped}", "skipped");
     }
 }

@@ -47,14 +47,28 @@ pub async fn report(
     out: Option<std::path::PathBuf>,
     t: &TargetArgs,
 ) -> Result<()> {
+    let path = out.unwrap_or_else(|| format!("{campaign}-report.html").into());
+    write_report(sdk, campaign, &path, t).await?;
+    println!("{}", path.display());
+    Ok(())
+}
+
+/// Writes the campaign's report page to `path` (its folder made if need be).
+pub async fn write_report(
+    sdk: &aws_config::SdkConfig,
+    campaign: &str,
+    path: &std::path::Path,
+    t: &TargetArgs,
+) -> Result<()> {
     let target = super::target(sdk, t).await?;
     let status = ops::status(sdk, &target, campaign).await?;
     let dynamo = aws_sdk_dynamodb::Client::new(sdk);
     let records =
         mailflow::adapters::sends::campaign_records(&dynamo, &target.sends_table, campaign).await?;
-    let path = out.unwrap_or_else(|| format!("{campaign}-report.html").into());
-    std::fs::write(&path, mailctl::report::render(&status, &records))?;
-    println!("{}", path.display());
+    if let Some(folder) = path.parent().filter(|f| !f.as_os_str().is_empty()) {
+        std::fs::create_dir_all(folder)?;
+    }
+    std::fs::write(path, mailctl::report::render(&status, &records))?;
     Ok(())
 }
 

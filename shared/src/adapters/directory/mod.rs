@@ -99,7 +99,7 @@ pub async fn check_indexes(db: &Database) -> Result<(), StoreError> {
     if found {
         return Ok(());
     }
-    Err(StoreError(format!(
+    Err(StoreError::mongo(format!(
         "the index {wanted} on {}.{FOLLOWS} is missing: the audience scan and the enrichment need it; create it before a campaign with `mailctl create-indexes` (see docs/deploying.md) or as `db.{FOLLOWS}.createIndex({wanted})`",
         db.name()
     )))

@@ -61,7 +61,7 @@ fn shard_of(user_id: &str) -> u8 {
 }
 
 fn store_error(what: &str, detail: String) -> StoreError {
-    StoreError(format!("waiting table: {what} failed: {detail}"))
+    StoreError(format!("DynamoDB waiting table: {what} failed: {detail}"))
 }
 
 impl WaitingRoom for WaitingTable {
@@ -305,5 +305,16 @@ mod tests {
         let shards: std::collections::BTreeSet<u8> =
             (0..200).map(|i| shard_of(&format!("user-{i}"))).collect();
         assert_eq!(shards.len(), SHARDS as usize);
+    }
+
+    #[test]
+    fn a_waiting_table_failure_names_dynamodb_not_mongodb() {
+        let said = store_error("Query", "ThrottlingException".into()).to_string();
+        assert_eq!(
+            said,
+            "DynamoDB waiting table: Query failed: ThrottlingException"
+        );
+        let mongo = StoreError::mongo("no primary").to_string();
+        assert_eq!(mongo, "MongoDB: no primary");
     }
 }

@@ -79,7 +79,7 @@ impl WaitingTable {
                 Ok(())
             }
             Err(e) => Err(StoreError(format!(
-                "scheduling the release of a send slot in schedule group {} failed: {}",
+                "EventBridge Scheduler: scheduling the release of a send slot in schedule group {} failed: {}",
                 self.schedule_group,
                 describe(&e)
             ))),

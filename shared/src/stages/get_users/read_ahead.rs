@@ -84,8 +84,8 @@ impl AudienceScan for ReadAhead {
             }
             None => {
                 self.ended = true;
-                Err(StoreError(
-                    "the audience's reader stopped without a word (it panicked)".into(),
+                Err(StoreError::mongo(
+                    "the audience's reader stopped without a word (it panicked)",
                 ))
             }
         }

@@ -211,7 +211,7 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
     pub async fn prepare(&self) -> Result<(), crate::ports::StoreError> {
         match tokio::time::timeout(INDEX_CHECK_TIMEOUT, self.directory.check_indexes()).await {
             Ok(Ok(IndexCheck::Present)) => Ok(()),
-            Ok(Ok(IndexCheck::Missing(what))) => Err(crate::ports::StoreError(what)),
+            Ok(Ok(IndexCheck::Missing(what))) => Err(crate::ports::StoreError::mongo(what)),
             Ok(Err(err)) => {
                 tracing::warn!(reason = %err, "MongoDB did not answer the index check; serving what needs no MongoDB");
                 Ok(())

@@ -52,7 +52,11 @@ const STORE_TIMEOUT: Duration = Duration::from_secs(3);
 async fn bounded<T>(call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
     tokio::time::timeout(STORE_TIMEOUT, call)
         .await
-        .unwrap_or_else(|_| Err(StoreError(format!("no answer within {STORE_TIMEOUT:?}"))))
+        .unwrap_or_else(|_| {
+            Err(StoreError::mongo(format!(
+                "no answer within {STORE_TIMEOUT:?}"
+            )))
+        })
 }
 
 /// Generic over its ports: MongoDB's users and the DynamoDB send records on Lambda. Named
