@@ -312,7 +312,7 @@ async fn the_cli_refuses_a_bad_folder_and_pushes_lists_and_shows_a_good_one() {
     let out = mailctl(&["campaign", "push", dir_arg, "--prefix", prefix]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("no campaign.toml"), "{stderr}");
+    assert!(stderr.contains("campaign.toml: missing"), "{stderr}");
     assert!(stderr.contains("nothing was pushed"), "{stderr}");
     let stack = stack(&env).await;
     assert!(stack.definitions.list().await.unwrap().is_empty());

@@ -358,20 +358,35 @@ async fn file_lines(stack: &Stack, name: &str, version: u32) -> Result<Vec<Strin
     Ok(lines)
 }
 
-/// Reads a definition folder: its files, and the `name` and `schedule` its campaign.toml
-/// sets. Errors: one line each, naming the file.
-pub fn read_folder(dir: &std::path::Path) -> Result<Loaded, Vec<String>> {
+/// Reads a definition folder into its files (one line per problem, naming the file).
+pub type ReadDir = fn(&std::path::Path) -> Result<Files, Vec<String>>;
+
+/// A definition folder read by `read` and checked: what `push` stores. Nothing is stored
+/// unless both succeed.
+pub fn read_folder(dir: &std::path::Path, read: ReadDir) -> Result<Loaded, Vec<String>> {
+    loaded(read(dir)?)
+}
+
+/// Every regular file under `dir`, UTF-8 (README.md left out: optional, not the campaign's).
+pub fn read_files(dir: &std::path::Path) -> Result<Files, Vec<String>> {
     let mut files = Files::new();
     let mut errors = Vec::new();
     walk(dir, "", &mut files, &mut errors);
-    // Optional, and not the campaign's: editing it makes no new version.
     files.remove("README.md");
+    if errors.is_empty() {
+        Ok(files)
+    } else {
+        Err(errors)
+    }
+}
+
+/// The `name` and `schedule` campaign.toml sets at its top level. Only these two are read
+/// here: the full checks are `Definition::load`'s.
+pub fn loaded(files: Files) -> Result<Loaded, Vec<String>> {
     let Some(toml) = files.get("campaign.toml") else {
-        errors.push(format!(
-            "{}: no campaign.toml: a definition folder holds campaign.toml, templates/ and samples/",
-            dir.display()
-        ));
-        return Err(errors);
+        return Err(vec![
+            "campaign.toml: missing: a definition folder holds campaign.toml, templates/ and samples/".into(),
+        ]);
     };
     let top = |key: &str| {
         toml.lines()
@@ -390,17 +405,13 @@ pub fn read_folder(dir: &std::path::Path) -> Result<Loaded, Vec<String>> {
     };
     let name = top("name").unwrap_or_default();
     if let Err(e) = mailflow::ports::definitions::check_name(&name) {
-        errors.push(format!("campaign.toml: name: {e}"));
+        return Err(vec![format!("campaign.toml: name: {e}")]);
     }
-    if errors.is_empty() {
-        Ok(Loaded {
-            name,
-            schedule: top("schedule"),
-            files,
-        })
-    } else {
-        Err(errors)
-    }
+    Ok(Loaded {
+        name,
+        schedule: top("schedule"),
+        files,
+    })
 }
 
 fn walk(dir: &std::path::Path, prefix: &str, files: &mut Files, errors: &mut Vec<String>) {
