@@ -958,7 +958,10 @@ fn demo_prints_counts_that_match_the_ses_record_and_writes_its_report() {
     let args = ["demo", "--users", "40", "--json", "--report", path];
     let summary = last_json(&ok(mailctl(&args, &[])));
     let page = std::fs::read_to_string(&report).expect("the demo writes its report page");
-    assert!(page.contains(summary["campaignId"].as_str().unwrap()), "{page}");
+    assert!(
+        page.contains(summary["campaignId"].as_str().unwrap()),
+        "{page}"
+    );
     assert!(page.contains("<svg"), "the report draws its charts: {page}");
     std::fs::remove_dir_all(report.parent().unwrap()).ok();
     assert!(summary["eligibleUsers"].as_u64().unwrap() > 0);

@@ -10,6 +10,7 @@ mod chaos;
 mod cli;
 mod consistency;
 mod definition_queries;
+mod definition_store;
 mod deliverability;
 mod exactly_once;
 mod experiments;

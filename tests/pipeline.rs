@@ -239,6 +239,8 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
         guardrails: Default::default(),
         started_at_ms: 0,
         experiment: None,
+        definition: None,
+        repin: false,
     };
     let mut segments = 0;
     loop {
@@ -329,6 +331,8 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
         guardrails: Default::default(),
         started_at_ms: 0,
         experiment: None,
+        definition: None,
+        repin: false,
     };
     let at_once = Invocation::with_timeout("whole", Duration::from_secs(120));
     assert!(
@@ -560,6 +564,8 @@ async fn get_users_resumes_after_a_string_or_an_object_id_checkpoint() {
             guardrails: Default::default(),
             started_at_ms: 0,
             experiment: None,
+            definition: None,
+            repin: false,
         };
         let invocation = Invocation::with_timeout("mixed", Duration::from_secs(60));
         let summary = pipeline.get_users.run(run, &invocation).await.unwrap();

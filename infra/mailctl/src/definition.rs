@@ -165,17 +165,25 @@ impl std::fmt::Display for Summary {
     }
 }
 
-/// A definition checked offline: loaded (settings, queries, templates' layout). Rendering
-/// each language's templates against samples/*.json belongs here too, once there is a
-/// renderer: its problems join the same list.
+/// A definition checked offline: loaded (settings, queries, templates' layout), then every
+/// sample rendered in every language and variant; the problems of both, one line each.
 pub fn check(files: &Files) -> Result<Summary, Vec<String>> {
-    let definition = Definition::load(files)?;
-    Ok(Summary {
-        name: definition.name,
+    checked(files).map(|definition| Summary {
         languages: definition.templates.languages.len(),
         data_queries: definition.data.len(),
         skip_rules: definition.skip.len(),
+        name: definition.name,
     })
+}
+
+/// The definition `files` make, if it passes every check of `check`.
+pub fn checked(files: &Files) -> Result<Definition, Vec<String>> {
+    let definition = Definition::load(files)?;
+    let problems = mailflow::domain::definition::render::check_samples(&definition, files);
+    match problems.is_empty() {
+        true => Ok(definition),
+        false => Err(problems),
+    }
 }
 
 /// The JSON Schema of campaign.toml (docs/campaign.schema.json).

@@ -13,6 +13,14 @@ async fn main() -> std::process::ExitCode {
     match cli::Cli::parse().run().await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
+            // A definition refused: each error on its own line, and status 2 (bad input).
+            if let Some(refused) = err.downcast_ref::<mailctl::definition_store::Refused>() {
+                for line in &refused.errors {
+                    eprintln!("{line}");
+                }
+                eprintln!("mailctl: {refused}");
+                return std::process::ExitCode::from(2);
+            }
             eprintln!("mailctl: {}", one_line(&err));
             match err.downcast_ref::<Exit>() {
                 Some(exit) => std::process::ExitCode::from(exit.code),

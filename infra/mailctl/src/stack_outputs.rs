@@ -83,7 +83,25 @@ pub const EVENT_SOURCE_MAPPINGS: StackOutput = StackOutput {
     output: "EventSourceMappingIds",
 };
 
-pub const ALL: [StackOutput; 17] = [
+/// What `mailctl campaign push` needs for a definition's recurring schedule.
+pub const GET_USERS_FUNCTION_ARN: StackOutput = StackOutput {
+    var: "MAILFLOW_GET_USERS_FUNCTION_ARN",
+    output: "GetUsersFunctionArn",
+};
+pub const DEFINITION_SCHEDULE_GROUP: StackOutput = StackOutput {
+    var: "MAILFLOW_DEFINITION_SCHEDULE_GROUP",
+    output: "DefinitionScheduleGroupName",
+};
+pub const SCHEDULER_ROLE: StackOutput = StackOutput {
+    var: "MAILFLOW_SCHEDULER_ROLE_ARN",
+    output: "SchedulerRoleArn",
+};
+pub const SCHEDULE_DLQ: StackOutput = StackOutput {
+    var: "MAILFLOW_SCHEDULE_DLQ_ARN",
+    output: "ScheduleDLQArn",
+};
+
+pub const ALL: [StackOutput; 21] = [
     SENDS_TABLE,
     CAMPAIGNS_TABLE,
     WAITING_TABLE,
@@ -101,6 +119,10 @@ pub const ALL: [StackOutput; 17] = [
     SEND_EMAIL_FUNCTION,
     RATE_CONTROL_FUNCTION,
     EVENT_SOURCE_MAPPINGS,
+    GET_USERS_FUNCTION_ARN,
+    DEFINITION_SCHEDULE_GROUP,
+    SCHEDULER_ROLE,
+    SCHEDULE_DLQ,
 ];
 
 impl StackOutput {

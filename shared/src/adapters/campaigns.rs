@@ -8,6 +8,7 @@ use super::describe;
 use super::item::{n, number, s, Item};
 use crate::domain::campaign::{rfc3339, Campaign, CampaignId, Window};
 use crate::domain::campaign_state::{CampaignRecord, CampaignState, Hold, StateChange};
+use crate::domain::definition::pin::PinnedDefinition;
 use crate::domain::experiment::{Decision, Experiment};
 use crate::domain::guardrails::CampaignGuardrails;
 use crate::domain::ledger::LedgerError;
@@ -30,6 +31,9 @@ const EXCLUDED_PREFIX: &str = "excluded";
 /// The experiment as first started, and its decision (JSON).
 const EXPERIMENT: &str = "experiment";
 const DECISION: &str = "experimentDecision";
+/// The definition and version the campaign's first run registered.
+const DEFINITION: &str = "definition";
+const DEFINITION_VERSION: &str = "definitionVersion";
 
 /// Why a change of state was refused: the campaign as it is (None: never started here).
 #[derive(Debug)]
@@ -58,6 +62,14 @@ fn window(item: &Item) -> Option<Window> {
     Window::new(at("windowSince")?, at("windowUntil")?).ok()
 }
 
+/// The definition version the record pins (None: none, or half written by hand).
+fn pinned(item: &Item) -> Option<PinnedDefinition> {
+    Some(PinnedDefinition {
+        name: super::item::text(item, DEFINITION)?,
+        version: number(item, DEFINITION_VERSION)?,
+    })
+}
+
 fn record(item: &Item) -> CampaignRecord {
     let last_change = number::<u64>(item, "stateAt").map(|at_ms| StateChange {
         at_ms,
@@ -81,6 +93,7 @@ fn record(item: &Item) -> CampaignRecord {
         started_at_ms: number::<u64>(item, "startedAt"),
         window: window(item),
         topic: Some(text(item, "topic")).filter(|t| !t.is_empty()),
+        definition: pinned(item),
         excluded,
         excluded_run_ms,
         hold,
@@ -210,6 +223,35 @@ impl CampaignsTable {
             }
         }
     }
+
+    /// The campaigns whose runs pinned a definition version, with their records (a scan,
+    /// as `campaigns_in`; the definitions' own items carry no `definitionVersion`).
+    pub async fn pinned_campaigns(&self) -> Result<Vec<(String, CampaignRecord)>, LedgerError> {
+        let mut found = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("attribute_exists(#defv)")
+                .expression_attribute_names("#defv", DEFINITION_VERSION)
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| self.error("list campaigns", describe(&e)))?;
+            found.extend(
+                out.items()
+                    .iter()
+                    .map(|item| (text(item, "campaignId"), record(item))),
+            );
+            match out.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(found),
+            }
+        }
+    }
 }
 
 impl CampaignStates for CampaignsTable {
@@ -234,6 +276,7 @@ impl CampaignStates for CampaignsTable {
         campaign: &Campaign,
         guardrails: &CampaignGuardrails,
         experiment: Option<&Experiment>,
+        definition: Option<&PinnedDefinition>,
         at_ms: u64,
     ) -> Result<CampaignRecord, LedgerError> {
         let mut update = String::from(
@@ -255,6 +298,17 @@ impl CampaignStates for CampaignsTable {
                     ":e",
                     s(serde_json::to_string(experiment).unwrap_or_default()),
                 );
+        }
+        if let Some(definition) = definition {
+            // Both or neither: a record never pins half a version.
+            update.push_str(
+                ", #def = if_not_exists(#def, :def), #defv = if_not_exists(#defv, :defv)",
+            );
+            request = request
+                .expression_attribute_names("#def", DEFINITION)
+                .expression_attribute_names("#defv", DEFINITION_VERSION)
+                .expression_attribute_values(":def", s(definition.name.clone()))
+                .expression_attribute_values(":defv", n(definition.version));
         }
         let result = request
             .table_name(&self.table)

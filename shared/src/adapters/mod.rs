@@ -6,6 +6,7 @@ pub mod batch_get;
 pub mod bson_ids;
 pub mod campaigns;
 pub mod definition;
+pub mod definitions;
 pub mod directory;
 pub mod event_sources;
 pub mod field_path;

@@ -2,6 +2,7 @@
 //! may send now (paused, cancelled), who changed that, its guardrails and its experiment.
 
 use super::campaign::Window;
+use super::definition::pin::PinnedDefinition;
 use super::experiment::{Decision, Experiment};
 use super::guardrails::CampaignGuardrails;
 use super::topics::ExclusionCounts;
@@ -62,4 +63,7 @@ pub struct CampaignRecord {
     /// Its A/B experiment as first started, and the decision once made.
     pub experiment: Option<Experiment>,
     pub decision: Option<Decision>,
+    /// The definition version its first run registered (None: the built-in digest, or
+    /// recorded before definitions); never changed by a later run.
+    pub definition: Option<PinnedDefinition>,
 }

@@ -2,6 +2,7 @@
 
 use crate::domain::campaign::{Campaign, CampaignId};
 use crate::domain::campaign_state::{CampaignRecord, CampaignState};
+use crate::domain::definition::pin::PinnedDefinition;
 use crate::domain::experiment::{Decision, Experiment};
 use crate::domain::guardrails::CampaignGuardrails;
 use crate::domain::ledger::LedgerError;
@@ -20,12 +21,14 @@ pub trait CampaignStates: Send + Sync {
     /// guardrails it first started with; the record as it is now (a later start settles
     /// against it: `Campaign::settle`, `GuardrailRequest::settle`).
     /// An experiment is recorded only with the first start: a campaign started without one
-    /// gets none (its record, without one, says so).
+    /// gets none (its record, without one, says so). The definition version is recorded by
+    /// the first start that names one and never replaced (`domain::definition::pin`).
     fn register(
         &self,
         campaign: &Campaign,
         guardrails: &CampaignGuardrails,
         experiment: Option<&Experiment>,
+        definition: Option<&PinnedDefinition>,
         at_ms: u64,
     ) -> impl Future<Output = Result<CampaignRecord, LedgerError>> + Send;
     /// A later start gave another deadline: written, with when and what it replaced.

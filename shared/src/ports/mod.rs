@@ -11,7 +11,7 @@
 //! `adapters::rate_item::RateItem` (RateBucket), `adapters::event_sources::ConsumerMapping`
 //! (ConsumerScaling), `adapters::waiting::WaitingTable` (WaitingRoom),
 //! `adapters::open_content::OpenContentTable` (OpenContentStore), `adapters::picks::MongoPicks`
-//! (PickDirectory).
+//! (PickDirectory), `adapters::definitions::DefinitionsTable` (DefinitionStore).
 
 #[cfg(any(test, feature = "memory"))]
 pub mod memory;
@@ -19,6 +19,7 @@ pub mod memory;
 mod campaigns;
 mod caps;
 mod clock;
+pub mod definitions;
 mod directory;
 mod experiment;
 mod leaves;
@@ -38,6 +39,7 @@ mod waiting;
 pub use campaigns::CampaignStates;
 pub use caps::CapLedger;
 pub use clock::{Clock, SystemClock};
+pub use definitions::{DefinitionCache, DefinitionError, DefinitionStore};
 pub use directory::{AudienceMember, AudienceScan, UserDirectory};
 pub use experiment::ExperimentResults;
 pub use leaves::{pending_leave_key, PendingLeaves};

@@ -149,6 +149,7 @@ mod tests {
             _: &crate::domain::campaign::Campaign,
             _: &crate::domain::guardrails::CampaignGuardrails,
             _: Option<&crate::domain::experiment::Experiment>,
+            _: Option<&crate::domain::definition::pin::PinnedDefinition>,
             _: u64,
         ) -> Result<crate::domain::campaign_state::CampaignRecord, LedgerError> {
             Ok(Default::default())

@@ -177,7 +177,7 @@ mod tests {
         let campaigns = MemoryCampaigns::default();
         for id in ["a", "b", "gone"] {
             campaigns
-                .register(&campaign(id), &Default::default(), None, 1)
+                .register(&campaign(id), &Default::default(), None, None, 1)
                 .await
                 .unwrap();
         }
@@ -222,7 +222,7 @@ mod tests {
         let campaigns = MemoryCampaigns::default();
         for id in ["a", "b"] {
             campaigns
-                .register(&campaign(id), &Default::default(), None, 1)
+                .register(&campaign(id), &Default::default(), None, None, 1)
                 .await
                 .unwrap();
         }
@@ -248,7 +248,7 @@ mod tests {
         let guard = ReputationGuard::new(MemoryCampaigns::default());
         guard
             .switch
-            .register(&campaign("a"), &Default::default(), None, 1)
+            .register(&campaign("a"), &Default::default(), None, None, 1)
             .await
             .unwrap();
         let summary = guard

@@ -3,7 +3,7 @@
 
 mod campaign;
 mod control;
-mod definition;
+mod definitions;
 mod inspect;
 mod lab;
 mod preview;
@@ -34,8 +34,10 @@ pub enum Command {
     Setup(setup::SetupCommand),
     #[command(flatten)]
     Campaign(campaign::CampaignCommand),
-    #[command(flatten)]
-    Definition(definition::DefinitionCommand),
+    /// Campaign definitions: check a folder offline, push it, list what is deployed, show a
+    /// version, print the schema of campaign.toml.
+    #[command(name = "campaign", subcommand, display_order = 7)]
+    Definitions(definitions::DefinitionCommand),
     #[command(flatten)]
     Control(control::ControlCommand),
     #[command(flatten)]
@@ -56,7 +58,10 @@ impl Cli {
             }
             Command::Setup(setup) => setup.run(&aws_sdk().await?, template).await,
             Command::Campaign(campaign) => campaign.run(&aws_sdk().await?, template).await,
-            Command::Definition(definition) => definition.run(),
+            Command::Definitions(definitions) => match definitions.needs_aws() {
+                true => definitions.run(Some(&aws_sdk().await?)).await,
+                false => definitions.run(None).await,
+            },
             Command::Control(control) => control.run(&aws_sdk().await?).await,
             Command::Inspect(inspect) => inspect.run(&aws_sdk().await?).await,
             Command::Preview(preview) => preview.run(&aws_sdk().await?, template).await,

@@ -3,6 +3,7 @@
 
 pub mod campaign;
 pub mod definition;
+pub mod definitions;
 pub mod demo;
 pub mod experiment;
 pub mod lab;

@@ -1,7 +1,7 @@
 //! `provision` and `seed`: a stack on the local stack, and synthetic users in MongoDB.
 
 use super::{env, provision_local};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use mailctl::stack_outputs as out;
 use mailflow::config::SecretRef;
 use mailflow::domain::campaign::Campaign;
@@ -17,6 +17,13 @@ pub async fn provision(
 ) -> Result<()> {
     let stack = provision_local(sdk, template, prefix, database).await?;
     let url = |q: &str| stack.queue_url(q);
+    let named = |id: &str| {
+        stack
+            .names
+            .get(id)
+            .map(String::as_str)
+            .with_context(|| format!("the stack has no {id}"))
+    };
     let exports = [
         (out::SENDS_TABLE, stack.table_name(names::SENDS_TABLE)?),
         (
@@ -37,6 +44,23 @@ pub async fn provision(
         (out::SES_EVENTS_QUEUE, url(names::SES_EVENTS_QUEUE)?),
         (out::SES_EVENTS_DLQ, url(names::SES_EVENTS_DLQ)?),
         (out::EVENT_SOURCE_MAPPINGS, &stack.event_source_mappings()?),
+        (out::GET_USERS_FUNCTION_ARN, named(names::GET_USERS)?),
+        (
+            out::DEFINITION_SCHEDULE_GROUP,
+            named(mailctl::definition_store::SCHEDULE_GROUP)?,
+        ),
+        (
+            out::SCHEDULER_ROLE,
+            named(mailctl::definition_store::SCHEDULER_ROLE)?,
+        ),
+        (
+            out::SCHEDULE_DLQ,
+            stack
+                .queue_arns
+                .get(names::SCHEDULE_DLQ)
+                .map(String::as_str)
+                .context("the stack has no ScheduleDLQ")?,
+        ),
     ];
     for (output, value) in exports {
         println!("{}", output.export(value));

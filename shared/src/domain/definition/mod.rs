@@ -28,6 +28,8 @@ pub mod values;
 pub use load::{line_of, parse, CAMPAIGN_TOML, DATA_VARIABLE, DEFAULT_WINDOW_DAYS, VARIABLES};
 
 use crate::domain::user_id::UserId;
+pub mod pin;
+
 use std::collections::BTreeMap;
 
 /// A definition's files: path relative to the folder (`/`-separated) → contents.

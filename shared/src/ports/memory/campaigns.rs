@@ -2,6 +2,7 @@
 
 use crate::domain::campaign::{Campaign, CampaignId, Window};
 use crate::domain::campaign_state::{CampaignRecord, CampaignState, Hold, StateChange};
+use crate::domain::definition::pin::PinnedDefinition;
 use crate::domain::experiment::{Decision, Experiment, Tally};
 use crate::domain::guardrails::CampaignGuardrails;
 use crate::domain::ledger::LedgerError;
@@ -43,6 +44,8 @@ pub struct MemoryCampaigns {
     pub consumers_stopped: Mutex<bool>,
     pub experiments: Mutex<HashMap<String, Experiment>>,
     pub decisions: Mutex<HashMap<String, Decision>>,
+    /// The definition version each campaign was pinned to.
+    pub definitions: Mutex<HashMap<String, PinnedDefinition>>,
 }
 
 fn test_change() -> StateChange {
@@ -131,9 +134,16 @@ impl CampaignStates for MemoryCampaigns {
         campaign: &Campaign,
         guardrails: &CampaignGuardrails,
         experiment: Option<&Experiment>,
+        definition: Option<&PinnedDefinition>,
         at_ms: u64,
     ) -> Result<CampaignRecord, LedgerError> {
         let id = campaign.id.as_str();
+        let mut definitions = crate::runtime::lock(&self.definitions);
+        if let (false, Some(d)) = (definitions.contains_key(id), definition) {
+            definitions.insert(id.to_owned(), d.clone());
+        }
+        let definition = definitions.get(id).cloned();
+        drop(definitions);
         let first = !crate::runtime::lock(&self.registered).contains_key(id);
         crate::runtime::lock(&self.registered)
             .entry(id.to_owned())
@@ -157,6 +167,7 @@ impl CampaignStates for MemoryCampaigns {
             guardrails: Some(guardrails),
             experiment,
             decision: crate::runtime::lock(&self.decisions).get(id).cloned(),
+            definition,
             ..Default::default()
         })
     }

@@ -7,6 +7,7 @@
 //! tests on the local stack.
 
 pub mod campaigns;
+pub mod definitions;
 pub mod directory;
 pub mod ledger;
 pub mod mailer;
@@ -18,6 +19,7 @@ pub mod subscribers;
 pub mod waiting;
 
 pub use campaigns::{MemoryCampaigns, MemoryResults};
+pub use definitions::MemoryDefinitions;
 pub use ledger::{MemoryLedger, Record};
 pub use mailer::ScriptedMailer;
 pub use open_content::{MemoryOpenContent, MemoryPicks};

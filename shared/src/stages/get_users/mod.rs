@@ -68,6 +68,8 @@ pub enum GetUsersError {
     Queue(#[from] QueueError),
     #[error("recording the campaign in the campaigns table failed: {0}")]
     Campaigns(String),
+    #[error(transparent)]
+    Definition(#[from] crate::domain::definition::pin::PinError),
 }
 
 impl GetUsersError {
@@ -81,6 +83,7 @@ impl GetUsersError {
                 | Self::Experiment(_)
                 | Self::Campaign(_)
                 | Self::Topic(_)
+                | Self::Definition(_)
         )
     }
 }

@@ -4,6 +4,7 @@
 use super::{GetUsersError, Release, ReleaseEvent};
 use crate::config::LocalTimeConfig;
 use crate::domain::campaign::{Campaign, CampaignId, Window};
+use crate::domain::definition::pin::AskedDefinition;
 use crate::domain::experiment::Experiment;
 use crate::domain::guardrails;
 use crate::domain::guardrails::GuardrailRequest;
@@ -43,6 +44,13 @@ struct ManualRequest {
     cap_exempt: Option<bool>,
     /// An A/B experiment (docs/experiments.md), recorded with the first start.
     experiment: Option<Value>,
+    /// The pushed definition the campaign runs from (`mailctl campaign push`), and its
+    /// version: pinned by the first start, kept by every later one.
+    definition: Option<String>,
+    definition_version: Option<u32>,
+    /// Run with `definitionVersion` although the campaign is pinned to another.
+    #[serde(default)]
+    repin: bool,
 }
 
 /// Where a run continues: the body of a continuation queue message.
@@ -108,6 +116,11 @@ pub struct Run {
     pub started_at_ms: i64,
     /// The experiment the start named (its first segment records or settles it).
     pub experiment: Option<Box<Experiment>>,
+    /// The definition (and version) the start named; its first segment settles it against
+    /// the campaign's pin (`domain::definition::pin::settle`) and leaves the version used.
+    pub definition: Option<AskedDefinition>,
+    /// The start asked for another version than the pinned one, knowingly.
+    pub repin: bool,
 }
 
 pub enum Request {
@@ -188,6 +201,8 @@ pub fn parse_request(
             guardrails: GuardrailRequest::default(),
             started_at_ms: now_ms,
             experiment: None,
+            definition: None,
+            repin: false,
         }));
     }
     let manual: ManualRequest =
@@ -220,9 +235,20 @@ pub fn parse_request(
         .as_ref()
         .map(|e| Experiment::parse(&e.to_string()).map(Box::new))
         .transpose()?;
+    if manual.definition_version.is_some() && manual.definition.is_none() {
+        return Err(GetUsersError::BadRequest(
+            "definitionVersion goes with definition (\"definition\": \"digest\")".into(),
+        ));
+    }
+    let definition = manual.definition.map(|name| AskedDefinition {
+        name,
+        version: manual.definition_version,
+    });
     Ok(Request::Run(Run {
         guardrails,
         experiment,
+        definition,
+        repin: manual.repin,
         started_at_ms: now_ms,
         campaign,
         topic_named: manual.topic.is_some(),
@@ -291,6 +317,9 @@ impl From<Checkpoint> for Run {
             guardrails: GuardrailRequest::default(),
             started_at_ms: cp.started_at_ms.or(delivery_started).unwrap_or_default(),
             experiment: None,
+            // Pinned by the first segment; the campaign's record keeps it.
+            definition: None,
+            repin: false,
         }
     }
 }

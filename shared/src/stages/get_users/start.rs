@@ -6,6 +6,7 @@ use super::request::Run;
 use super::{GetUsers, GetUsersError};
 use crate::domain::campaign::Window;
 use crate::domain::campaign_start::{StartError, StartRequest};
+use crate::domain::definition::pin::{self, AskedDefinition, PinnedDefinition, Settled};
 use crate::domain::digest::OddFollows;
 use crate::domain::experiment::ExperimentError;
 use crate::ports::{CampaignStates, OutgoingQueue, UserDirectory, WaitingRoom};
@@ -57,15 +58,25 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             now_ms,
             self.clock.now_ms(),
         )?;
+        // The version named is pinned unless the campaign has one (GetUsers does not read
+        // the store yet, so a first start names its version).
+        let pin = run.definition.as_ref().and_then(|d| {
+            Some(PinnedDefinition {
+                name: d.name.clone(),
+                version: d.version?,
+            })
+        });
         let recorded = states
             .register(
                 &run.campaign,
                 &registration.guardrails,
                 registration.experiment.as_ref(),
+                pin.as_ref(),
                 now_ms as u64,
             )
             .await
             .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+        let definition = settle_definition(run, recorded.definition.as_ref())?;
         let settled = start.settle(
             &mut run.campaign,
             run.topic_named,
@@ -73,6 +84,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             &recorded,
             now_ms,
         )?;
+        run.definition = definition;
         if let Some(moved) = settled.moved {
             states
                 .move_deadline(
@@ -117,4 +129,30 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         }
         Ok(odd)
     }
+}
+
+/// The definition version `run` uses (None: the built-in digest), settled against the one
+/// the campaign's record pins. Refused before anything is enqueued.
+fn settle_definition(
+    run: &Run,
+    recorded: Option<&PinnedDefinition>,
+) -> Result<Option<AskedDefinition>, GetUsersError> {
+    let id = run.campaign.id.as_str();
+    let used = match pin::settle(id, recorded, run.definition.as_ref(), run.repin)? {
+        Settled::BuiltIn => return Ok(None),
+        Settled::Latest(name) => {
+            return Err(GetUsersError::BadRequest(format!(
+                "definition {name}: name the version for the first start of {id} (\"definitionVersion\": N; `mailctl campaign list` shows the latest)"
+            )))
+        }
+        Settled::Use(pinned) => pinned,
+        Settled::Repin { from, to } => {
+            tracing::warn!(campaign = %run.campaign.id, definition = %to.name, from = from.version, to = to.version, "this run uses another definition version than the campaign's pin, as asked");
+            to
+        }
+    };
+    Ok(Some(AskedDefinition {
+        name: used.name,
+        version: Some(used.version),
+    }))
 }

@@ -733,3 +733,89 @@ fn messages(bodies: &[String]) -> Vec<UserMessage> {
         .map(|b| serde_json::from_str(b).unwrap())
         .collect()
 }
+
+#[tokio::test]
+async fn a_campaign_keeps_the_definition_version_its_first_run_pinned() {
+    use crate::domain::definition::pin::{PinError, PinnedDefinition};
+    let stage = stage("20");
+    let start = |version: Option<u32>, repin: bool| {
+        let mut event = json!({"campaignId": "weekly-2026-W47", "definition": "digest"});
+        if let Some(v) = version {
+            event["definitionVersion"] = v.into();
+        }
+        if repin {
+            event["repin"] = true.into();
+        }
+        event
+    };
+    let pinned = || {
+        stage
+            .campaigns
+            .states()
+            .definitions
+            .lock()
+            .unwrap()
+            .get("weekly-2026-W47")
+            .cloned()
+    };
+    // A first start must name its version (GetUsers does not read the latest yet).
+    let err = stage
+        .handle(start(None, false), &plenty())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("definitionVersion"), "{err}");
+    assert_eq!(pinned(), None);
+    stage
+        .handle(start(Some(2), false), &plenty())
+        .await
+        .unwrap();
+    let two = PinnedDefinition {
+        name: "digest".into(),
+        version: 2,
+    };
+    assert_eq!(pinned(), Some(two.clone()));
+    // A re-run naming nothing, or the same version, keeps it.
+    stage.handle(start(None, false), &plenty()).await.unwrap();
+    stage
+        .handle(start(Some(2), false), &plenty())
+        .await
+        .unwrap();
+    // Another version is refused before anything is enqueued, unless asked with repin; the
+    // record keeps 2 either way.
+    let before = enqueued(&stage).len();
+    let err = stage
+        .handle(start(Some(3), false), &plenty())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            GetUsersError::Definition(PinError::OtherVersion {
+                recorded: 2,
+                asked: 3,
+                ..
+            })
+        ),
+        "{err}"
+    );
+    assert!(err.repeats());
+    assert_eq!(enqueued(&stage).len(), before);
+    stage.handle(start(Some(3), true), &plenty()).await.unwrap();
+    assert_eq!(pinned(), Some(two));
+    // Another definition never.
+    let other =
+        json!({"campaignId": "weekly-2026-W47", "definition": "promo", "definitionVersion": 1});
+    assert!(matches!(
+        stage.handle(other, &plenty()).await.unwrap_err(),
+        GetUsersError::Definition(PinError::OtherDefinition { .. })
+    ));
+    // A version alone names nothing.
+    let err = parse(json!({"campaignId": "weekly-2026-W47", "definitionVersion": 2}))
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string()
+            .contains("definitionVersion goes with definition"),
+        "{err}"
+    );
+}
