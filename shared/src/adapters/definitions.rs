@@ -356,8 +356,7 @@ impl DefinitionSchedules {
         expression: Option<&str>,
     ) -> Result<ScheduleChange, DefinitionError> {
         use aws_sdk_scheduler::types::{
-            DeadLetterConfig, FlexibleTimeWindow, FlexibleTimeWindowMode, RetryPolicy,
-            ScheduleState, Target,
+            DeadLetterConfig, FlexibleTimeWindow, FlexibleTimeWindowMode, RetryPolicy, Target,
         };
         check_name(name)?;
         let Some(expression) = expression else {

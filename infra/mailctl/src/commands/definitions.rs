@@ -12,13 +12,10 @@ pub async fn push(
     target: &TargetArgs,
 ) -> Result<()> {
     // Read and checked before the stack is looked at: a bad definition stores nothing.
-    let loaded =
-        definition_store::read_folder(dir).map_err(|errors| {
-            Refused {
-                folder: dir.display().to_string(),
-                errors,
-            }
-        })?;
+    let loaded = definition_store::read_folder(dir).map_err(|errors| Refused {
+        folder: dir.display().to_string(),
+        errors,
+    })?;
     let stack = Stack::connect(sdk, target.prefix.as_deref()).await?;
     let now_ms = mailflow::ports::Clock::wall_ms(&mailflow::ports::SystemClock) as u64;
     let report = definition_store::push(&stack, &loaded, by, now_ms).await?;

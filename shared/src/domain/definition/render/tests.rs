@@ -102,14 +102,19 @@ fn definition_of(files: &Files, default_language: &str) -> Definition {
         skip: vec![],
         params: [("shown".to_owned(), json!(10))].into(),
         templates: templates_of(files, default_language),
+        audience_by: "followeeId".into(),
+        schedule: None,
+        window_days: 7,
+        open_content: Some(crate::domain::definition::PicksSource::FollowBack),
     }
 }
 
-/// The digest as a definition: `campaigns/digest/`.
+/// The digest as a definition: `campaigns/digest/`, read by the loader.
 fn digest_definition() -> (Definition, Files) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../campaigns/digest");
     let files = read_folder(&dir);
-    (definition_of(&files, "en"), files)
+    let definition = Definition::load(&files).unwrap_or_else(|e| panic!("{e:#?}"));
+    (definition, files)
 }
 
 const URL: &str = "https://abc123.lambda-url.us-east-1.on.aws/?token=djEK.c2ln";
