@@ -80,3 +80,45 @@ fn the_schema_is_the_published_one() {
         std::fs::read_to_string(mailctl::repo_root().join("docs/campaign.schema.json")).unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), published);
 }
+
+#[test]
+fn the_bundled_examples_pass_the_check_their_samples_rendered() {
+    for (folder, summary) in [
+        (
+            "digest",
+            "digest: OK (3 languages, 1 data query, 1 skip rule)\n",
+        ),
+        (
+            "orders",
+            "orders: OK (2 languages, 1 data query, 1 skip rule)\n",
+        ),
+    ] {
+        let dir = mailctl::repo_root().join("campaigns").join(folder);
+        let out = mailctl(&["campaign", "check", dir.to_str().unwrap()]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{folder}: {stdout}{stderr}");
+        assert_eq!(stdout, summary);
+    }
+}
+
+#[test]
+fn a_template_that_does_not_render_a_sample_is_refused_with_its_line() {
+    let dir = std::env::temp_dir().join(format!("campaign-check-{}", std::process::id()));
+    let source = mailctl::repo_root().join("campaigns/orders");
+    let copy = std::process::Command::new("cp")
+        .args(["-r", source.to_str().unwrap(), dir.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    std::fs::write(
+        dir.join("templates/de/subject.txt.j2"),
+        "Hallo\n{{ data.orders.first.missing.field }}\n",
+    )
+    .unwrap();
+    let out = mailctl(&["campaign", "check", dir.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("templates/de/subject.txt.j2:2"), "{stderr}");
+}
