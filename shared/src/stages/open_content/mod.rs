@@ -5,8 +5,9 @@
 //!
 //! - `GET /pick?t=` the slot's card (PNG). The first request of an email chooses its picks
 //!   and freezes them (`picks`); the first slot's request is the email's open.
-//! - `GET /badge?t=` a 307 to the pick's live badge (`static/hot.png`, `popular`, `none`),
-//!   decided now from the people who clicked it, never cached.
+//! - `GET /badge?t=` a 307 to the pick's live badge (`static/hot.png`, `popular`, `none`;
+//!   `hot-fr.png` in a French email), decided now from the people who clicked it, never
+//!   cached. Cards and badges speak the email's language, which its slot token carries.
 //! - `GET /go?t=` counts the click and answers 307 to the pick's page (the profile URL with
 //!   its id) or, for a slot without a pick, the fallback page: only destinations the
 //!   deployment configured, never one from the request.
@@ -51,7 +52,7 @@ use crate::ports::{
     Clock, ContentStoreError, IndexCheck, OpenContentStore, PickDirectory, SendRecordNotes,
 };
 use crate::runtime::function_url::{self, HttpRequest, HttpResponse};
-use answers::{image, redirect, text, FROZEN, IMAGES, IMMUTABLE};
+use answers::{image, redirect, static_suffix, text, FROZEN, IMAGES, IMMUTABLE, NAMED};
 use counting::Counts;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -119,15 +120,9 @@ enum Route {
 impl Route {
     /// A request's route from its path: the last segment, or an image under `static/`.
     fn of(path: &str) -> Self {
-        let images = &*IMAGES;
-        for (name, img) in [
-            ("hot.png", &images.hot),
-            ("popular.png", &images.popular),
-            ("none.png", &images.none),
-            ("fallback.png", &images.fallback),
-        ] {
+        for (name, img) in NAMED.iter() {
             if path
-                .strip_suffix(name)
+                .strip_suffix(name.as_str())
                 .is_some_and(|p| p.ends_with("/static/"))
             {
                 return Route::Static(img);
@@ -320,8 +315,8 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
         self.counted(slot, by, async move { (counts, note, None) })
             .await;
         let card = match looked.picks.at(slot.slot) {
-            Some(pick) => card::pick_card(&pick.id, pick.name.as_deref()),
-            None => IMAGES.fallback.clone(),
+            Some(pick) => card::pick_card(&pick.id, pick.name.as_deref(), slot.language),
+            None => IMAGES.of(slot.language).fallback.clone(),
         };
         // Not frozen (the store failed, or the choice outlasted every wait): shown now,
         // never cached, so a reopen shows the frozen picks.
@@ -337,7 +332,12 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
             None => Badge::None,
             Some(pick) => self.badge_of(slot, pick, by).await,
         };
-        redirect(format!("static/{}.png", badge.as_str()))
+        // In the email's language; "none" has no words.
+        let suffix = match badge {
+            Badge::None => String::new(),
+            _ => static_suffix(slot.language),
+        };
+        redirect(format!("static/{}{suffix}.png", badge.as_str()))
     }
 
     async fn badge_of(&self, slot: &SlotRef, pick: &Pick, by: Deadline) -> Badge {
