@@ -793,6 +793,7 @@ mod tests {
         assert_eq!(dimensions(&transparent_pixel()), (1, 1));
         // CRC of IHDR, checked against the known value of the standard's polynomial.
         assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+        // The sizes, for docs/open-time-content.md (`--no-capture` shows them).
         for name in DRAWN
             .iter()
             .copied()
@@ -800,6 +801,16 @@ mod tests {
         {
             let card = pick_card("u1", Some(name), Language::Fr);
             assert!(card.bytes.len() < 8_000, "{name}: {}", card.bytes.len());
+            eprintln!("card {name}: {} bytes", card.bytes.len());
+        }
+        for l in Language::ALL {
+            eprintln!(
+                "{l:?}: neutral card {}, fallback {}, hot {}, popular {} bytes",
+                pick_card("u1", None, l).bytes.len(),
+                fallback_card(l).bytes.len(),
+                hot_badge(l).bytes.len(),
+                popular_badge(l).bytes.len()
+            );
         }
         assert_ne!(
             pick_card("u1", Some("Ada"), Language::En),
