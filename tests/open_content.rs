@@ -727,6 +727,8 @@ async fn a_real_browser_shows_cards_in_every_script_in_the_readers_language() {
         .filter(|i| i["src"].as_str().unwrap().contains("/pick?t="))
         .collect();
     assert_eq!(cards.len(), 6, "{seen}");
+    let alts: Vec<&str> = cards.iter().map(|c| c["alt"].as_str().unwrap()).collect();
+    assert_eq!(alts.last(), Some(&"Vorschlag zum Zurückfolgen 6"), "{alts:?}");
     for c in &cards {
         // Drawn at twice the size the email shows.
         assert_eq!(
