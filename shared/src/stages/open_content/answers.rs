@@ -4,46 +4,54 @@
 
 use crate::domain::open_content::card::{self, Image, Language};
 use crate::runtime::function_url::HttpResponse;
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
 /// A frozen card and the static images: their URL's content never changes.
 pub(super) const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 /// A card from a token's URL: the same for ever, but only this email's.
 pub(super) const FROZEN: &str = "private, max-age=31536000, immutable";
 
-/// The images of one language.
-pub(super) struct Worded {
-    pub(super) hot: Image,
-    pub(super) popular: Image,
-    pub(super) fallback: Image,
+/// An image under `static/`, drawn at its first request (a cold start draws none it is
+/// not asked for: nine of them with words would cost a first request's CPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Static {
+    Hot(Language),
+    Popular(Language),
+    Fallback(Language),
+    None,
 }
 
-pub(super) struct Images {
-    /// In `Language::ALL`'s order.
-    worded: Vec<Worded>,
-    pub(super) none: Image,
-    pub(super) pixel: Image,
-}
-
-impl Images {
-    pub(super) fn of(&self, language: Language) -> &Worded {
-        let i = Language::ALL.iter().position(|l| *l == language);
-        &self.worded[i.unwrap_or(0)]
+impl Static {
+    /// From its name under `static/`: English's without a suffix (the names sent emails'
+    /// badges already redirect to), the others' with their language (`hot-fr.png`).
+    pub(super) fn named(name: &str) -> Option<Self> {
+        let stem = name.strip_suffix(".png")?;
+        let (kind, language) = match stem.split_once('-') {
+            None => (stem, Language::En),
+            Some((kind, code)) => match Language::from_code(code) {
+                Some(Language::En) | None => return None,
+                Some(language) => (kind, language),
+            },
+        };
+        match kind {
+            "hot" => Some(Self::Hot(language)),
+            "popular" => Some(Self::Popular(language)),
+            "fallback" => Some(Self::Fallback(language)),
+            "none" if language == Language::En => Some(Self::None),
+            _ => None,
+        }
     }
 
-    /// Each static image by its name under `static/`: English's without a suffix (the names
-    /// sent emails' badges already redirect to), the others' with their language
-    /// (`hot-fr.png`).
-    pub(super) fn named(&self) -> Vec<(String, &Image)> {
-        let mut named = vec![("none.png".to_owned(), &self.none)];
-        for language in Language::ALL {
-            let suffix = static_suffix(language);
-            let w = self.of(language);
-            named.push((format!("hot{suffix}.png"), &w.hot));
-            named.push((format!("popular{suffix}.png"), &w.popular));
-            named.push((format!("fallback{suffix}.png"), &w.fallback));
+    pub(super) fn image(self) -> &'static Image {
+        static WORDED: [[OnceLock<Image>; 3]; 3] = [const { [const { OnceLock::new() }; 3] }; 3];
+        static NONE: OnceLock<Image> = OnceLock::new();
+        let at = |l: Language| Language::ALL.iter().position(|x| *x == l).unwrap_or(0);
+        match self {
+            Self::Hot(l) => WORDED[0][at(l)].get_or_init(|| card::hot_badge(l)),
+            Self::Popular(l) => WORDED[1][at(l)].get_or_init(|| card::popular_badge(l)),
+            Self::Fallback(l) => WORDED[2][at(l)].get_or_init(|| card::fallback_card(l)),
+            Self::None => NONE.get_or_init(card::no_badge),
         }
-        named
     }
 }
 
@@ -55,21 +63,8 @@ pub(super) fn static_suffix(language: Language) -> String {
     }
 }
 
-pub(super) static IMAGES: LazyLock<Images> = LazyLock::new(|| Images {
-    worded: Language::ALL
-        .iter()
-        .map(|&l| Worded {
-            hot: card::hot_badge(l),
-            popular: card::popular_badge(l),
-            fallback: card::fallback_card(l),
-        })
-        .collect(),
-    none: card::no_badge(),
-    pixel: card::transparent_pixel(),
-});
-
-/// The static images by name, for the routes.
-pub(super) static NAMED: LazyLock<Vec<(String, &'static Image)>> = LazyLock::new(|| IMAGES.named());
+/// The transparent pixel, for refused tokens.
+pub(super) static PIXEL: LazyLock<Image> = LazyLock::new(card::transparent_pixel);
 
 pub(super) fn image(status: u16, image: &Image, cache: &str) -> HttpResponse {
     HttpResponse {

@@ -42,7 +42,7 @@ use crate::config::OpenContentFunctionConfig;
 use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::{Engagement, SendKey};
 use crate::domain::open_content::badge::minute_of;
-use crate::domain::open_content::card::{self, Image};
+use crate::domain::open_content::card;
 use crate::domain::open_content::picks::choose;
 use crate::domain::open_content::{
     Badge, ClickVerdict, FreezeClaim, OpenCount, Pick, Picks, SlotRef, SlotSealer, Visitor,
@@ -52,7 +52,7 @@ use crate::ports::{
     Clock, ContentStoreError, IndexCheck, OpenContentStore, PickDirectory, SendRecordNotes,
 };
 use crate::runtime::function_url::{self, HttpRequest, HttpResponse};
-use answers::{image, redirect, static_suffix, text, FROZEN, IMAGES, IMMUTABLE, NAMED};
+use answers::{image, redirect, static_suffix, text, Static, FROZEN, IMMUTABLE, PIXEL};
 use counting::Counts;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -113,19 +113,16 @@ enum Route {
     Badge,
     Go,
     /// One of the badge images, by its name under `static/`.
-    Static(&'static Image),
+    Static(Static),
     Other,
 }
 
 impl Route {
     /// A request's route from its path: the last segment, or an image under `static/`.
     fn of(path: &str) -> Self {
-        for (name, img) in NAMED.iter() {
-            if path
-                .strip_suffix(name.as_str())
-                .is_some_and(|p| p.ends_with("/static/"))
-            {
-                return Route::Static(img);
+        if let Some((dir, name)) = path.rsplit_once('/') {
+            if let Some(image) = Static::named(name).filter(|_| dir.ends_with("/static")) {
+                return Route::Static(image);
             }
         }
         match path.rsplit('/').next() {
@@ -241,9 +238,8 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
         if !matches!(request.method.as_str(), "GET" | "HEAD") {
             return text(405, "Open the email's images and links with GET.");
         }
-        let images = &*IMAGES;
         let route = match Route::of(&request.path) {
-            Route::Static(img) => return image(200, img, IMMUTABLE),
+            Route::Static(img) => return image(200, img.image(), IMMUTABLE),
             Route::Other => return text(404, "Not found"),
             route => route,
         };
@@ -258,7 +254,7 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
                 tracing::warn!(%reason, ?route, "slot refused");
                 return match route {
                     Route::Go => text(404, "This link is not valid."),
-                    _ => image(404, &images.pixel, "no-store"),
+                    _ => image(404, &PIXEL, "no-store"),
                 };
             }
         };
@@ -316,7 +312,7 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
             .await;
         let card = match looked.picks.at(slot.slot) {
             Some(pick) => card::pick_card(&pick.id, pick.name.as_deref(), slot.language),
-            None => IMAGES.of(slot.language).fallback.clone(),
+            None => Static::Fallback(slot.language).image().clone(),
         };
         // Not frozen (the store failed, or the choice outlasted every wait): shown now,
         // never cached, so a reopen shows the frozen picks.

@@ -237,7 +237,10 @@ async fn a_slow_choice_freezes_the_fallback_and_no_image_breaks() {
     let slots = urls("u1");
     let card_answer = s.handle(&get(&slots[0].image, CHROME), "r").await;
     assert_eq!(card_answer.status, 200);
-    assert_eq!(card_answer.body, IMAGES.of(Language::En).fallback.bytes);
+    assert_eq!(
+        card_answer.body,
+        Static::Fallback(Language::En).image().bytes
+    );
     let email = SendKey::new("u1", CampaignId::parse(CAMPAIGN).unwrap());
     assert!(
         s.store.frozen(&email).await.unwrap().unwrap().fallback,
@@ -367,7 +370,7 @@ async fn tampered_tokens_get_a_transparent_image_or_a_404_and_statics_are_cached
             (a.status, a.header("content-type")),
             (404, Some("image/png"))
         );
-        assert_eq!(a.body, IMAGES.pixel.bytes);
+        assert_eq!(a.body, PIXEL.bytes);
     }
     let a = s.handle(&tampered(&slot.link), "r").await;
     assert_eq!((a.status, a.header("location")), (404, None));
@@ -696,7 +699,7 @@ async fn a_hung_table_breaks_no_image_badge_or_link() {
     );
     assert_eq!(
         card.body,
-        IMAGES.of(Language::En).fallback.bytes,
+        Static::Fallback(Language::En).image().bytes,
         "the fallback, not frozen"
     );
     assert!(took < quick, "{took:?}");
@@ -821,7 +824,7 @@ async fn a_hung_mongodb_at_a_first_open_freezes_the_fallback_within_the_choice_b
     let bound = s.config.compute_timeout + Duration::from_secs(1);
     let (card, took) = timed(s.handle(&get(&slots[0].image, CHROME), "r")).await;
     assert_eq!(card.status, 200);
-    assert_eq!(card.body, IMAGES.of(Language::En).fallback.bytes);
+    assert_eq!(card.body, Static::Fallback(Language::En).image().bytes);
     assert!(took < bound, "the first open took {took:?}");
     let (link, took) = timed(s.handle(&get(&slots[0].link, CHROME), "r")).await;
     assert_eq!(
@@ -897,6 +900,49 @@ async fn every_answer_comes_within_the_request_deadline_when_every_store_is_slow
         tokio::time::sleep(Duration::from_secs(5)).await;
         let card = s.handle(&get(&slots[0].image, CHROME), "r").await;
         assert_eq!(card.header("cache-control"), Some(FROZEN), "{what}");
-        assert_ne!(card.body, IMAGES.of(Language::En).fallback.bytes, "{what}");
+        assert_ne!(
+            card.body,
+            Static::Fallback(Language::En).image().bytes,
+            "{what}"
+        );
     }
+}
+
+/// The static images by name: English's without a suffix (the names in sent emails' badge
+/// redirects), the others' with their language; nothing else.
+#[test]
+fn static_images_by_name_in_each_language() {
+    assert_eq!(Static::named("hot.png"), Some(Static::Hot(Language::En)));
+    assert_eq!(
+        Static::named("popular-fr.png"),
+        Some(Static::Popular(Language::Fr))
+    );
+    assert_eq!(
+        Static::named("fallback-de.png"),
+        Some(Static::Fallback(Language::De))
+    );
+    assert_eq!(Static::named("none.png"), Some(Static::None));
+    for junk in [
+        "hot-en.png",
+        "hot-xx.png",
+        "none-fr.png",
+        "hot",
+        "x.png",
+        "-fr.png",
+    ] {
+        assert_eq!(Static::named(junk), None, "{junk}");
+    }
+    assert_ne!(
+        Static::Hot(Language::Fr).image(),
+        Static::Hot(Language::En).image()
+    );
+    assert_eq!(
+        Route::of("/static/hot-de.png"),
+        Route::Static(Static::Hot(Language::De))
+    );
+    assert_eq!(Route::of("/static/hot-xx.png"), Route::Other);
+    assert_eq!(
+        Route::of("/base/static/none.png"),
+        Route::Static(Static::None)
+    );
 }
