@@ -317,11 +317,25 @@ async fn the_cli_refuses_a_bad_folder_and_pushes_lists_and_shows_a_good_one() {
     let stack = stack(&env).await;
     assert!(stack.definitions.list().await.unwrap().is_empty());
 
-    std::fs::write(
-        dir.join("campaign.toml"),
-        format!("name = \"digest\"\nschedule = \"{WEEKLY}\"\n"),
-    )
-    .unwrap();
+    // The digest example with a schedule: a definition that passes every check.
+    std::fs::remove_dir_all(&dir).unwrap();
+    let example = mailctl::repo_root().join("campaigns/digest");
+    let copied = std::process::Command::new("cp")
+        .args(["-r", example.to_str().unwrap(), dir_arg])
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let toml = std::fs::read_to_string(dir.join("campaign.toml")).unwrap();
+    let toml = toml.replacen(
+        "name = \"digest\"\n",
+        &format!("name = \"digest\"\nschedule = \"{WEEKLY}\"\n"),
+        1,
+    );
+    assert!(
+        toml.contains("schedule ="),
+        "the example names itself first"
+    );
+    std::fs::write(dir.join("campaign.toml"), toml).unwrap();
     let push = || {
         mailctl(&[
             "campaign", "push", dir_arg, "--prefix", prefix, "--by", "ana",
@@ -368,8 +382,9 @@ async fn the_cli_refuses_a_bad_folder_and_pushes_lists_and_shows_a_good_one() {
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("by ana"), "{stdout}");
+    let subject = std::fs::read_to_string(example.join("templates/en/subject.txt.j2")).unwrap();
     assert!(
-        stdout.contains("==> templates/en/body.txt.j2 <==\nHello\n"),
+        stdout.contains(&format!("==> templates/en/subject.txt.j2 <==\n{subject}")),
         "{stdout}"
     );
     let out = mailctl(&[

@@ -256,7 +256,7 @@ async fn first_open_decides_once_and_badges_follow_the_clicks() {
         "every frozen answer of a slot is one card: {:?}",
         cards.iter().map(BTreeSet::len).collect::<Vec<_>>()
     );
-    let fallback_card = get(&format!("{base}static/fallback.png"), CHROME)
+    let fallback_card = get(&format!("{base}static/fallback-fr.png"), CHROME)
         .await
         .body;
     assert!(
@@ -304,7 +304,8 @@ async fn first_open_decides_once_and_badges_follow_the_clicks() {
         );
     }
 
-    // Clicks: past the grace, each lands on the pick's page and counts.
+    // Clicks: past the grace, each lands on the pick's page and counts. The badges speak the
+    // reader's French.
     let click = |slot: usize| get(&links[slot], CHROME);
     // A badge whose activity read outlasts READ_TIMEOUT (a loaded machine) answers "none", by
     // design: a read, so looking again changes nothing; a few looks while it differs. (So a
@@ -338,8 +339,8 @@ async fn first_open_decides_once_and_badges_follow_the_clicks() {
         Some(format!("{}u/bruce", w.profiles_url).as_str())
     );
     assert_eq!(
-        badge(2, "static/popular.png").await.as_deref(),
-        Some("static/popular.png"),
+        badge(2, "static/popular-fr.png").await.as_deref(),
+        Some("static/popular-fr.png"),
         "the campaign's most clicked"
     );
     // The reader alone on slot 0, in three distinct minutes: one person, not hot.
@@ -348,8 +349,8 @@ async fn first_open_decides_once_and_badges_follow_the_clicks() {
         clock.0.fetch_add(MINUTE, Ordering::SeqCst);
     }
     assert_eq!(
-        badge(0, "static/popular.png").await.as_deref(),
-        Some("static/popular.png"),
+        badge(0, "static/popular-fr.png").await.as_deref(),
+        Some("static/popular-fr.png"),
         "one person in three minutes is one person: tied at the top, not hot"
     );
     // Two more people, whose emails pick the same follower first: each opens, then clicks
@@ -381,8 +382,8 @@ async fn first_open_decides_once_and_badges_follow_the_clicks() {
         assert_eq!(went.header("location"), Some(first_page.as_str()));
     }
     assert_eq!(
-        badge(0, "static/hot.png").await.as_deref(),
-        Some("static/hot.png"),
+        badge(0, "static/hot-fr.png").await.as_deref(),
+        Some("static/hot-fr.png"),
         "three people in distinct minutes of the last ten"
     );
     assert_eq!(
@@ -392,10 +393,10 @@ async fn first_open_decides_once_and_badges_follow_the_clicks() {
     // Activity stops: ten minutes on, slot 0 is not hot any more, but the most clicked.
     clock.0.fetch_add(10 * MINUTE, Ordering::SeqCst);
     assert_eq!(
-        badge(0, "static/popular.png").await.as_deref(),
-        Some("static/popular.png")
+        badge(0, "static/popular-fr.png").await.as_deref(),
+        Some("static/popular-fr.png")
     );
-    let badge_image = get(&format!("{base}static/hot.png"), CHROME).await;
+    let badge_image = get(&format!("{base}static/hot-fr.png"), CHROME).await;
     assert_eq!(
         (badge_image.status, badge_image.header("content-type")),
         (200, Some("image/png"))
@@ -505,6 +506,7 @@ async fn friends_of_first_pick(
             w.open_content.url(),
             &campaign,
             name,
+            mailflow::domain::open_content::Language::En,
             3,
         );
         friends.push(urls.into_iter().next().unwrap());
@@ -546,7 +548,7 @@ async fn a_real_browser_opens_a_sent_email_with_images_on_and_off() {
     )
     .await;
 
-    // Images on: three cards (180x120) and three badges (96x24), every one with alt text.
+    // Images on: three cards and three badges, every one with alt text.
     let images = seen["images"].as_array().unwrap();
     let size = |i: &Value| (i["width"].as_u64().unwrap(), i["height"].as_u64().unwrap());
     let cards: Vec<&Value> = images
@@ -558,8 +560,9 @@ async fn a_real_browser_opens_a_sent_email_with_images_on_and_off() {
         .filter(|i| i["src"].as_str().unwrap().contains("/badge?t="))
         .collect();
     assert_eq!((cards.len(), badges.len()), (3, 3), "{seen}");
-    assert!(cards.iter().all(|c| size(c) == (180, 120)), "{seen}");
-    assert!(badges.iter().all(|b| size(b) == (96, 24)), "{seen}");
+    // Drawn at twice the size the email shows them (180x120, 96x24), for dense screens.
+    assert!(cards.iter().all(|c| size(c) == (360, 240)), "{seen}");
+    assert!(badges.iter().all(|b| size(b) == (192, 48)), "{seen}");
     assert!(
         images
             .iter()
@@ -582,7 +585,11 @@ async fn a_real_browser_opens_a_sent_email_with_images_on_and_off() {
     // Reopened, the clicked pick's badge says it is the campaign's most clicked.
     assert_eq!(
         seen["badgesAfterClick"],
-        json!(["static/popular.png", "static/none.png", "static/none.png"])
+        json!([
+            "static/popular-fr.png",
+            "static/none.png",
+            "static/none.png"
+        ])
     );
     let counts = counters(&w.env).await;
     assert_eq!((counts.clicks, counts.ignored_clicks), (1, 0), "{counts:?}");
@@ -635,6 +642,131 @@ async fn a_real_browser_opens_a_sent_email_with_images_on_and_off() {
             "{shot}"
         );
     }
+}
+
+/// Followers named in six scripts, newest first: Latin (stored decomposed, NFD), Cyrillic,
+/// Hebrew, Greek drawn; Chinese and Arabic (which the cards' font and rasteriser cannot draw
+/// or join) shown as "a new follower", never as boxes.
+const SCRIPT_NAMES: [&str; 6] = [
+    "Antonin Dvor\u{30C}a\u{301}k",
+    "Олена Шевченко",
+    "דנה כהן",
+    "Ἀλέξανδρος",
+    "王芳",
+    "أحمد",
+];
+
+/// A German reader whose six picks carry names in six scripts, opened in headless Chromium
+/// at a high-density screen's pixel ratio (tests/browser/open-cards.mjs): every card is
+/// drawn at twice its shown size, speaks German, and is the card drawn for that name; the
+/// screenshot is docs/open-time-email-scripts.png's (MAILFLOW_SCREENSHOT_DIR=docs).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_real_browser_shows_cards_in_every_script_in_the_readers_language() {
+    use mailflow::domain::open_content::{card, Language};
+    mailflow_tests::browser_dir();
+    let mut env = test_env("open-content-scripts", |o| {
+        o.parameters.insert("PickSlots".into(), "6".into());
+    })
+    .await
+    .unwrap();
+    let campaign = Campaign::from_id(W47, None).unwrap();
+    env.seed(5, &campaign).await.unwrap();
+    let reader = ObjectId::new();
+    let users = env.db.collection::<Document>("users");
+    users
+        .insert_one(doc! {"_id": reader, "email": format!("leser@{}", env.domain), "name": "Jürgen", "subscribed": true, "locale": "de-DE"})
+        .await
+        .unwrap();
+    let since = campaign.window.since.unix_timestamp();
+    for (i, name) in SCRIPT_NAMES.iter().enumerate() {
+        let id = format!("script-{i}");
+        users
+            .insert_one(doc! {"_id": &id, "email": format!("{id}@elsewhere.example"), "name": *name, "subscribed": true})
+            .await
+            .unwrap();
+        // Newest first: the first name is the first pick.
+        let at = DateTime::from_millis((since + (100 - i as i64) * 3600) * 1000);
+        env.db
+            .collection::<Document>("follows")
+            .insert_one(doc! {"followerId": &id, "followeeId": reader, "createdAt": at})
+            .await
+            .unwrap();
+    }
+    let open_content = mailflow_local::pipeline::serve_open_content(
+        &env.stack,
+        0,
+        Arc::new(mailflow::ports::SystemClock),
+    )
+    .await
+    .unwrap();
+    env.stack
+        .set_function_url(names::OPEN_CONTENT, open_content.url());
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    pipeline
+        .run(json!({"campaignId": W47}), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let sent = env.sent().await.unwrap();
+    let html = sent[&format!("leser@{}", env.domain)][0]
+        .html
+        .clone()
+        .unwrap();
+    assert!(html.contains("Menschen, denen du zurückfolgen könntest"));
+
+    let seen = mailflow_tests::browse(
+        "open-cards.mjs",
+        &env.name,
+        &html,
+        &["--shot", "open-time-email-scripts"],
+    )
+    .await;
+    let cards: Vec<&Value> = seen["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["src"].as_str().unwrap().contains("/pick?t="))
+        .collect();
+    assert_eq!(cards.len(), 6, "{seen}");
+    let alts: Vec<&str> = cards.iter().map(|c| c["alt"].as_str().unwrap()).collect();
+    assert_eq!(
+        alts.last(),
+        Some(&"Vorschlag zum Zurückfolgen 6"),
+        "{alts:?}"
+    );
+    for c in &cards {
+        // Drawn at twice the size the email shows.
+        assert_eq!(
+            (c["width"].as_u64(), c["height"].as_u64()),
+            (Some(360), Some(240)),
+            "{c}"
+        );
+        // Shown 120 high and, in rows of three, near its width (the column's width caps it
+        // a little below 180 in a 600 px email); six in one row were 75 wide.
+        assert_eq!(c["shownHeight"].as_u64(), Some(120), "{c}");
+        let shown = c["shownWidth"].as_u64().unwrap();
+        assert!((160..=180).contains(&shown), "{c}");
+    }
+    // Each card is the one drawn for its pick's name, in German; the names the font cannot
+    // draw get German's "a new follower" card.
+    let picks = frozen(&env, &format!("oid:{}", reader.to_hex())).await;
+    let names: Vec<Option<&str>> = picks.items.iter().map(|p| p.name.as_deref()).collect();
+    assert_eq!(names, SCRIPT_NAMES.map(Some), "{picks:?}");
+    for (c, pick) in cards.iter().zip(&picks.items) {
+        let got = get(c["src"].as_str().unwrap(), CHROME).await;
+        assert_eq!(got.status, 200);
+        let drawn = card::pick_card(&pick.id, pick.name.as_deref(), Language::De);
+        assert!(got.body == drawn.bytes, "{:?}", pick.name);
+        let english = card::pick_card(&pick.id, pick.name.as_deref(), Language::En);
+        assert!(got.body != english.bytes, "{:?}", pick.name);
+    }
+    for (i, undrawn) in [(4, "王芳"), (5, "أحمد")] {
+        let neutral = card::pick_card(&picks.items[i].id, None, Language::De);
+        let named = card::pick_card(&picks.items[i].id, Some(undrawn), Language::De);
+        assert!(named == neutral, "{undrawn}");
+    }
+    assert!(mailflow_tests::screenshot_dir()
+        .join("open-time-email-scripts.png")
+        .exists());
 }
 
 /// Every item of the stack's open-content table in which `user` appears (in a key or a value).
@@ -714,8 +846,22 @@ async fn a_cold_start_without_mongodb_serves_what_needs_none() {
     };
     let email = mailflow::domain::ledger::SendKey::new("reader-77", campaign.id.clone());
     table.freeze(&email, &picks).await.unwrap();
-    let opened = SlotUrls::for_email(&sealer, "https://o.example/", &campaign.id, "reader-77", 3);
-    let unopened = SlotUrls::for_email(&sealer, "https://o.example/", &campaign.id, "first-88", 3);
+    let opened = SlotUrls::for_email(
+        &sealer,
+        "https://o.example/",
+        &campaign.id,
+        "reader-77",
+        mailflow::domain::open_content::Language::En,
+        3,
+    );
+    let unopened = SlotUrls::for_email(
+        &sealer,
+        "https://o.example/",
+        &campaign.id,
+        "first-88",
+        mailflow::domain::open_content::Language::En,
+        3,
+    );
 
     function_env.remove(mailflow::config::var::MONGODB_URI_SECRET_ID);
     function_env.insert("MONGODB_URI".into(), hung_mongodb().await);

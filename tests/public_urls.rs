@@ -223,6 +223,7 @@ async fn one_clicks_and_images_keep_working_under_junk_at_the_modelled_rate() {
             open_content.url(),
             &campaign.id,
             user,
+            mailflow::domain::open_content::Language::En,
             PublicUrls::DEFAULT.pick_slots,
         )
     };
@@ -234,6 +235,7 @@ async fn one_clicks_and_images_keep_working_under_junk_at_the_modelled_rate() {
         open_content.url(),
         &campaign.id,
         &readers[0],
+        mailflow::domain::open_content::Language::En,
         1,
     );
     let (u, o) = (unsubscribe.url(), open_content.url());

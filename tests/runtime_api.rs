@@ -531,6 +531,7 @@ async fn open_content_refuses_the_placeholder_and_freezes_a_sealed_slot(
         "https://o.example/",
         &campaign.id,
         "u0000004",
+        mailflow::domain::open_content::Language::En,
         3,
     );
     let placeholder = sample("open-content-pick.json");

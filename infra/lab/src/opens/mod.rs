@@ -22,7 +22,7 @@ pub use report::{Kind, Latency, OpensReport};
 
 use anyhow::{bail, Result};
 use mailflow::domain::campaign::CampaignId;
-use mailflow::domain::open_content::{SlotSealer, SlotUrls};
+use mailflow::domain::open_content::{Language, SlotSealer, SlotUrls};
 use mailflow::ports::OpenContentStore;
 use mailflow_local::function_host::{FunctionProcess, Logs, Outcome};
 use mailflow_local::names;
@@ -163,7 +163,17 @@ async fn seed(
             .await?;
     }
     Ok((0..2 * options.emails)
-        .map(|r| SlotUrls::for_email(sealer, "https://o.example/", campaign, &format!("r{r}"), 3))
+        .map(|r| {
+            let user = format!("r{r}");
+            SlotUrls::for_email(
+                sealer,
+                "https://o.example/",
+                campaign,
+                &user,
+                Language::En,
+                3,
+            )
+        })
         .collect())
 }
 

@@ -9,7 +9,8 @@
 //! - `people`: how many people clicked a pick, without a record of who (a sketch).
 //! - `visitor`: who is asking (a person, an image proxy, a link scanner) and what counts.
 //! - `counts`: what is counted per campaign.
-//! - `card`: the images (PNG, drawn here: a pick's card, the badges, the fallback).
+//! - `card`: the images (PNG, drawn here: a pick's card, the badges, the fallback) and the
+//!   languages they speak.
 
 pub mod badge;
 pub mod card;
@@ -20,6 +21,7 @@ pub mod slot_token;
 pub mod visitor;
 
 pub use badge::{Badge, BadgeRule};
+pub use card::Language;
 pub use counts::{OpenCount, OpenCounters};
 pub use people::{Mark, Sketch};
 pub use picks::{FreezeClaim, Pick, Picks};

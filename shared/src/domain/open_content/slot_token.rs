@@ -1,5 +1,7 @@
 //! Slot tokens: `base64url(tag || ciphertext)`, a deterministic authenticated encryption
-//! (SIV over HMAC-SHA256) of `p1\n{campaign}\n{slot}\n{user}`. The tag is the first 16 bytes
+//! (SIV over HMAC-SHA256) of `p2\n{campaign}\n{slot}\n{language}\n{user}` (the language
+//! the email was written in, which its cards speak; a `p1` token, sealed before cards had a
+//! language, has no such field and opens as English, as those emails' cards were). The tag is the first 16 bytes
 //! of an HMAC of the plaintext; the ciphertext is the plaintext XORed with an HMAC keystream
 //! seeded by the tag. So the URL names the email without showing whose it is, a changed
 //! byte anywhere is refused, and the same slot of the same email always has the same URL.
@@ -10,6 +12,7 @@
 
 use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::SendKey;
+use crate::domain::open_content::card::Language;
 use crate::domain::open_content::people::Mark;
 use crate::domain::signing::{signing_keys, KeyError, MAX_TOKEN_BYTES};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -18,7 +21,9 @@ use hmac::{KeyInit, Mac};
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
-const VERSION: &str = "p1";
+const VERSION: &str = "p2";
+/// Tokens in sent emails from before the language: still opened.
+const VERSION_1: &str = "p1";
 const TAG_BYTES: usize = 16;
 /// Slots per email: enough for a row of picks, few enough that one email's requests stay few.
 pub const MAX_SLOTS: u8 = 6;
@@ -30,6 +35,8 @@ pub struct SlotRef {
     pub user_id: String,
     /// 0-based.
     pub slot: u8,
+    /// The email's language: its cards' captions.
+    pub language: Language,
 }
 
 impl SlotRef {
@@ -118,8 +125,11 @@ impl SlotSealer {
     pub fn seal(&self, slot: &SlotRef) -> String {
         let keys = &self.keys[0];
         let mut data = format!(
-            "{VERSION}\n{}\n{}\n{}",
-            slot.campaign_id, slot.slot, slot.user_id
+            "{VERSION}\n{}\n{}\n{}\n{}",
+            slot.campaign_id,
+            slot.slot,
+            slot.language.code(),
+            slot.user_id
         )
         .into_bytes();
         let tag = hmac(&keys.mac, &[&data]).finalize().into_bytes();
@@ -178,10 +188,22 @@ impl SlotSealer {
             .ok_or(SlotTokenError::BadSeal)?;
         let plain = String::from_utf8(plain).map_err(|_| SlotTokenError::Malformed("not UTF-8"))?;
         let mut fields = plain.splitn(4, '\n');
-        let (Some(VERSION), Some(campaign), Some(slot), Some(user)) =
+        let (Some(version), Some(campaign), Some(slot), Some(rest)) =
             (fields.next(), fields.next(), fields.next(), fields.next())
         else {
             return Err(SlotTokenError::Malformed("unknown layout"));
+        };
+        let (language, user) = match version {
+            VERSION_1 => (Language::En, rest),
+            VERSION => {
+                let (code, user) = rest
+                    .split_once('\n')
+                    .ok_or(SlotTokenError::Malformed("unknown layout"))?;
+                let language = Language::from_code(code)
+                    .ok_or(SlotTokenError::Malformed("unknown language"))?;
+                (language, user)
+            }
+            _ => return Err(SlotTokenError::Malformed("unknown layout")),
         };
         let campaign_id = CampaignId::parse(campaign)
             .map_err(|_| SlotTokenError::Malformed("bad campaign id"))?;
@@ -196,6 +218,7 @@ impl SlotSealer {
             campaign_id,
             user_id: user.to_owned(),
             slot,
+            language,
         })
     }
 }
@@ -212,12 +235,14 @@ pub struct SlotUrls {
 }
 
 impl SlotUrls {
-    /// The URLs of every slot of one email, on the OpenContent function's base URL.
+    /// The URLs of every slot of one email in `language`, on the OpenContent function's base
+    /// URL.
     pub fn for_email(
         sealer: &SlotSealer,
         base_url: &str,
         campaign_id: &CampaignId,
         user_id: &str,
+        language: Language,
         slots: u8,
     ) -> Vec<SlotUrls> {
         let base = base_url.trim_end_matches('/');
@@ -227,6 +252,7 @@ impl SlotUrls {
                     campaign_id: campaign_id.clone(),
                     user_id: user_id.to_owned(),
                     slot,
+                    language,
                 });
                 SlotUrls {
                     image: format!("{base}/pick?t={token}"),
@@ -250,6 +276,7 @@ mod tests {
             campaign_id: CampaignId::parse("weekly-2026-W47").unwrap(),
             user_id: user.into(),
             slot,
+            language: Language::Fr,
         }
     }
 
@@ -307,6 +334,62 @@ mod tests {
         assert!(s.open(&unsubscribe).is_err());
     }
 
+    /// A `p1` token as sealed before tokens carried a language (the same construction).
+    fn seal_v1(secret: &str, slot: &SlotRef) -> String {
+        let keys = &SlotSealer::new(secret).unwrap().keys[0];
+        let mut data =
+            format!("p1\n{}\n{}\n{}", slot.campaign_id, slot.slot, slot.user_id).into_bytes();
+        let tag = hmac(&keys.mac, &[&data]).finalize().into_bytes();
+        keystream_xor(&keys.encryption, &tag[..TAG_BYTES], &mut data);
+        let mut token = tag[..TAG_BYTES].to_vec();
+        token.extend_from_slice(&data);
+        URL_SAFE_NO_PAD.encode(token)
+    }
+
+    #[test]
+    fn the_language_is_sealed_and_old_tokens_open_in_english() {
+        let s = SlotSealer::new(KEY).unwrap();
+        for language in Language::ALL {
+            let slot = SlotRef {
+                language,
+                ..slot("Zoë\u{1F600}", 1)
+            };
+            assert_eq!(s.open(&s.seal(&slot)).unwrap(), slot);
+        }
+        // Each language its own URL: a French email's card is not an English one's.
+        let fr = s.seal(&slot("u1", 0));
+        let en = s.seal(&SlotRef {
+            language: Language::En,
+            ..slot("u1", 0)
+        });
+        assert_ne!(fr, en);
+        // Sent before the language: the same slot, in English.
+        let old = seal_v1(KEY, &slot("oid:65a1f0c2e4b0a1b2c3d4e5f6", 2));
+        assert_eq!(
+            s.open(&old).unwrap(),
+            SlotRef {
+                language: Language::En,
+                ..slot("oid:65a1f0c2e4b0a1b2c3d4e5f6", 2)
+            }
+        );
+        // A sealed layout with a language we do not have, or none, is refused.
+        let keys = &s.keys[0];
+        for plain in ["p2\nc1\n0\nxx\nu1", "p2\nc1\n0\nu1", "p3\nc1\n0\nen\nu1"] {
+            let mut data = plain.as_bytes().to_vec();
+            let tag = hmac(&keys.mac, &[&data]).finalize().into_bytes();
+            keystream_xor(&keys.encryption, &tag[..TAG_BYTES], &mut data);
+            let mut token = tag[..TAG_BYTES].to_vec();
+            token.extend_from_slice(&data);
+            assert!(
+                matches!(
+                    s.open(&URL_SAFE_NO_PAD.encode(token)),
+                    Err(SlotTokenError::Malformed(_))
+                ),
+                "{plain:?}"
+            );
+        }
+    }
+
     #[test]
     fn rotation_keeps_sent_slots_working() {
         let old = SlotSealer::new(OTHER).unwrap().seal(&slot("u1", 1));
@@ -353,15 +436,16 @@ mod tests {
     fn urls_for_every_slot() {
         let s = SlotSealer::new(KEY).unwrap();
         let id = CampaignId::parse("c1").unwrap();
-        let urls = SlotUrls::for_email(&s, "https://x.example/", &id, "u1", 3);
+        let urls = SlotUrls::for_email(&s, "https://x.example/", &id, "u1", Language::De, 3);
         assert_eq!(urls.len(), 3);
         assert!(urls[1].image.starts_with("https://x.example/pick?t="));
         assert!(urls[1].badge.starts_with("https://x.example/badge?t="));
         assert!(urls[1].link.starts_with("https://x.example/go?t="));
         let token = urls[2].link.split_once("t=").unwrap().1;
         assert_eq!(s.open(token).unwrap().slot, 2);
+        assert_eq!(s.open(token).unwrap().language, Language::De);
         assert_eq!(
-            SlotUrls::for_email(&s, "https://x", &id, "u1", 99).len(),
+            SlotUrls::for_email(&s, "https://x", &id, "u1", Language::En, 99).len(),
             MAX_SLOTS as usize
         );
     }

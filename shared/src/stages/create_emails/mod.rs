@@ -18,7 +18,7 @@ use crate::domain::digest::{Enrichment, Look, Renderer, SkipReason};
 use crate::domain::experiment::Variant;
 use crate::domain::ledger::LedgerError;
 use crate::domain::messages::{parse_body, BodyError, EmailJob, UserMessage};
-use crate::domain::open_content::{SlotSealer, SlotUrls};
+use crate::domain::open_content::{Language, SlotSealer, SlotUrls};
 use crate::domain::topics::{Topic, Topics};
 use crate::domain::unsubscribe_link::{self, Signer};
 use crate::domain::user_id::{UserId, UserIdError};
@@ -208,17 +208,19 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                 .signer
                 .token(&message.campaign_id, &topic.id, &digest.user_id),
         );
+        let locale = self.renderer.locale_for(digest.locale.as_deref());
+        // The cards speak the email's language: its slot tokens carry it.
         let picks = match (&self.config.picks, &self.sealer) {
             (Some(links), Some(sealer)) => SlotUrls::for_email(
                 sealer,
                 &links.base_url,
                 &message.campaign_id,
                 &digest.user_id,
+                Language::of_locale(locale),
                 links.slots,
             ),
             _ => Vec::new(),
         };
-        let locale = self.renderer.locale_for(digest.locale.as_deref());
         let look = Look {
             subject: variant
                 .and_then(|v| v.subject.get(locale))

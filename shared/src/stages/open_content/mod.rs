@@ -5,8 +5,9 @@
 //!
 //! - `GET /pick?t=` the slot's card (PNG). The first request of an email chooses its picks
 //!   and freezes them (`picks`); the first slot's request is the email's open.
-//! - `GET /badge?t=` a 307 to the pick's live badge (`static/hot.png`, `popular`, `none`),
-//!   decided now from the people who clicked it, never cached.
+//! - `GET /badge?t=` a 307 to the pick's live badge (`static/hot.png`, `popular`, `none`;
+//!   `hot-fr.png` in a French email), decided now from the people who clicked it, never
+//!   cached. Cards and badges speak the email's language, which its slot token carries.
 //! - `GET /go?t=` counts the click and answers 307 to the pick's page (the profile URL with
 //!   its id) or, for a slot without a pick, the fallback page: only destinations the
 //!   deployment configured, never one from the request.
@@ -41,7 +42,7 @@ use crate::config::OpenContentFunctionConfig;
 use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::{Engagement, SendKey};
 use crate::domain::open_content::badge::minute_of;
-use crate::domain::open_content::card::{self, Image};
+use crate::domain::open_content::card;
 use crate::domain::open_content::picks::choose;
 use crate::domain::open_content::{
     Badge, ClickVerdict, FreezeClaim, OpenCount, Pick, Picks, SlotRef, SlotSealer, Visitor,
@@ -51,7 +52,7 @@ use crate::ports::{
     Clock, ContentStoreError, IndexCheck, OpenContentStore, PickDirectory, SendRecordNotes,
 };
 use crate::runtime::function_url::{self, HttpRequest, HttpResponse};
-use answers::{image, redirect, text, FROZEN, IMAGES, IMMUTABLE};
+use answers::{image, redirect, static_suffix, text, Static, FROZEN, IMMUTABLE, PIXEL};
 use counting::Counts;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -112,25 +113,16 @@ enum Route {
     Badge,
     Go,
     /// One of the badge images, by its name under `static/`.
-    Static(&'static Image),
+    Static(Static),
     Other,
 }
 
 impl Route {
     /// A request's route from its path: the last segment, or an image under `static/`.
     fn of(path: &str) -> Self {
-        let images = &*IMAGES;
-        for (name, img) in [
-            ("hot.png", &images.hot),
-            ("popular.png", &images.popular),
-            ("none.png", &images.none),
-            ("fallback.png", &images.fallback),
-        ] {
-            if path
-                .strip_suffix(name)
-                .is_some_and(|p| p.ends_with("/static/"))
-            {
-                return Route::Static(img);
+        if let Some((dir, name)) = path.rsplit_once('/') {
+            if let Some(image) = Static::named(name).filter(|_| dir.ends_with("/static")) {
+                return Route::Static(image);
             }
         }
         match path.rsplit('/').next() {
@@ -246,9 +238,8 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
         if !matches!(request.method.as_str(), "GET" | "HEAD") {
             return text(405, "Open the email's images and links with GET.");
         }
-        let images = &*IMAGES;
         let route = match Route::of(&request.path) {
-            Route::Static(img) => return image(200, img, IMMUTABLE),
+            Route::Static(img) => return image(200, img.image(), IMMUTABLE),
             Route::Other => return text(404, "Not found"),
             route => route,
         };
@@ -263,7 +254,7 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
                 tracing::warn!(%reason, ?route, "slot refused");
                 return match route {
                     Route::Go => text(404, "This link is not valid."),
-                    _ => image(404, &images.pixel, "no-store"),
+                    _ => image(404, &PIXEL, "no-store"),
                 };
             }
         };
@@ -320,8 +311,8 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
         self.counted(slot, by, async move { (counts, note, None) })
             .await;
         let card = match looked.picks.at(slot.slot) {
-            Some(pick) => card::pick_card(&pick.id, pick.name.as_deref()),
-            None => IMAGES.fallback.clone(),
+            Some(pick) => card::pick_card(&pick.id, pick.name.as_deref(), slot.language),
+            None => Static::Fallback(slot.language).image().clone(),
         };
         // Not frozen (the store failed, or the choice outlasted every wait): shown now,
         // never cached, so a reopen shows the frozen picks.
@@ -337,7 +328,12 @@ impl<S: OpenContentStore, D: PickDirectory, R: SendRecordNotes> OpenContent<S, D
             None => Badge::None,
             Some(pick) => self.badge_of(slot, pick, by).await,
         };
-        redirect(format!("static/{}.png", badge.as_str()))
+        // In the email's language; "none" has no words.
+        let suffix = match badge {
+            Badge::None => String::new(),
+            _ => static_suffix(slot.language),
+        };
+        redirect(format!("static/{}{suffix}.png", badge.as_str()))
     }
 
     async fn badge_of(&self, slot: &SlotRef, pick: &Pick, by: Deadline) -> Badge {

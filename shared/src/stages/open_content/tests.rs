@@ -4,7 +4,7 @@ use super::*;
 use crate::domain::campaign::CampaignId;
 use crate::domain::ledger::SendStatus;
 use crate::domain::open_content::picks::Follower;
-use crate::domain::open_content::SlotUrls;
+use crate::domain::open_content::{Language, SlotUrls};
 use crate::ports::memory::{MemoryOpenContent, MemoryPicks, MemoryRecords};
 use crate::ports::SystemClock;
 use std::collections::HashSet;
@@ -89,6 +89,7 @@ fn urls(user: &str) -> Vec<SlotUrls> {
         "https://o.example/",
         &CampaignId::parse(CAMPAIGN).unwrap(),
         user,
+        Language::En,
         3,
     )
 }
@@ -154,8 +155,14 @@ async fn every_slot_at_once_computes_once_and_shows_one_consistent_set() {
         }
     }
     // The cards are the picks', in slot order.
-    assert_eq!(answers[0].body, card::pick_card("a", Some("Ada")).bytes);
-    assert_eq!(answers[2].body, card::pick_card("c", Some("Cy")).bytes);
+    assert_eq!(
+        answers[0].body,
+        card::pick_card("a", Some("Ada"), Language::En).bytes
+    );
+    assert_eq!(
+        answers[2].body,
+        card::pick_card("c", Some("Cy"), Language::En).bytes
+    );
     // A reopen from another client, on a new environment with the same store: the same set,
     // no new computation.
     let again = OpenContent::new(
@@ -230,7 +237,10 @@ async fn a_slow_choice_freezes_the_fallback_and_no_image_breaks() {
     let slots = urls("u1");
     let card_answer = s.handle(&get(&slots[0].image, CHROME), "r").await;
     assert_eq!(card_answer.status, 200);
-    assert_eq!(card_answer.body, IMAGES.fallback.bytes);
+    assert_eq!(
+        card_answer.body,
+        Static::Fallback(Language::En).image().bytes
+    );
     let email = SendKey::new("u1", CampaignId::parse(CAMPAIGN).unwrap());
     assert!(
         s.store.frozen(&email).await.unwrap().unwrap().fallback,
@@ -360,7 +370,7 @@ async fn tampered_tokens_get_a_transparent_image_or_a_404_and_statics_are_cached
             (a.status, a.header("content-type")),
             (404, Some("image/png"))
         );
-        assert_eq!(a.body, IMAGES.pixel.bytes);
+        assert_eq!(a.body, PIXEL.bytes);
     }
     let a = s.handle(&tampered(&slot.link), "r").await;
     assert_eq!((a.status, a.header("location")), (404, None));
@@ -414,6 +424,7 @@ async fn junk_is_answered_from_memory() {
         "https://o.example/",
         &CampaignId::parse(CAMPAIGN).unwrap(),
         "u1",
+        Language::En,
         3,
     );
     let with = |method: &str, url: &str| {
@@ -686,7 +697,11 @@ async fn a_hung_table_breaks_no_image_badge_or_link() {
         (card.status, card.header("cache-control")),
         (200, Some("no-store"))
     );
-    assert_eq!(card.body, IMAGES.fallback.bytes, "the fallback, not frozen");
+    assert_eq!(
+        card.body,
+        Static::Fallback(Language::En).image().bytes,
+        "the fallback, not frozen"
+    );
     assert!(took < quick, "{took:?}");
     let (link, took) = timed(s.handle(&get(&slots[0].link, CHROME), "r")).await;
     assert_eq!(
@@ -779,7 +794,7 @@ async fn a_hung_mongodb_holds_no_frozen_card_badge_link_or_static_image() {
         (card.status, card.header("cache-control")),
         (200, Some(FROZEN))
     );
-    assert_eq!(card.body, card::pick_card("a", None).bytes);
+    assert_eq!(card.body, card::pick_card("a", None, Language::En).bytes);
     assert!(took < quick, "the first card waited {took:?} for MongoDB");
 
     let (link, took) = timed(s.handle(&get(&slots[1].link, CHROME), "r")).await;
@@ -809,7 +824,7 @@ async fn a_hung_mongodb_at_a_first_open_freezes_the_fallback_within_the_choice_b
     let bound = s.config.compute_timeout + Duration::from_secs(1);
     let (card, took) = timed(s.handle(&get(&slots[0].image, CHROME), "r")).await;
     assert_eq!(card.status, 200);
-    assert_eq!(card.body, IMAGES.fallback.bytes);
+    assert_eq!(card.body, Static::Fallback(Language::En).image().bytes);
     assert!(took < bound, "the first open took {took:?}");
     let (link, took) = timed(s.handle(&get(&slots[0].link, CHROME), "r")).await;
     assert_eq!(
@@ -885,6 +900,49 @@ async fn every_answer_comes_within_the_request_deadline_when_every_store_is_slow
         tokio::time::sleep(Duration::from_secs(5)).await;
         let card = s.handle(&get(&slots[0].image, CHROME), "r").await;
         assert_eq!(card.header("cache-control"), Some(FROZEN), "{what}");
-        assert_ne!(card.body, IMAGES.fallback.bytes, "{what}");
+        assert_ne!(
+            card.body,
+            Static::Fallback(Language::En).image().bytes,
+            "{what}"
+        );
     }
+}
+
+/// The static images by name: English's without a suffix (the names in sent emails' badge
+/// redirects), the others' with their language; nothing else.
+#[test]
+fn static_images_by_name_in_each_language() {
+    assert_eq!(Static::named("hot.png"), Some(Static::Hot(Language::En)));
+    assert_eq!(
+        Static::named("popular-fr.png"),
+        Some(Static::Popular(Language::Fr))
+    );
+    assert_eq!(
+        Static::named("fallback-de.png"),
+        Some(Static::Fallback(Language::De))
+    );
+    assert_eq!(Static::named("none.png"), Some(Static::None));
+    for junk in [
+        "hot-en.png",
+        "hot-xx.png",
+        "none-fr.png",
+        "hot",
+        "x.png",
+        "-fr.png",
+    ] {
+        assert_eq!(Static::named(junk), None, "{junk}");
+    }
+    assert_ne!(
+        Static::Hot(Language::Fr).image(),
+        Static::Hot(Language::En).image()
+    );
+    assert_eq!(
+        Route::of("/static/hot-de.png"),
+        Route::Static(Static::Hot(Language::De))
+    );
+    assert_eq!(Route::of("/static/hot-xx.png"), Route::Other);
+    assert_eq!(
+        Route::of("/base/static/none.png"),
+        Route::Static(Static::None)
+    );
 }
