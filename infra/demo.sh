@@ -15,4 +15,4 @@ if ! cargo build --locked --quiet -p mailctl >"$log" 2>&1; then
   exit 1
 fi
 echo "demo: starting the local stack (moto and SecantusDB on 127.0.0.1; the first time, their virtualenv: about a minute)" >&2
-exec infra/with-local-stack.sh "$ROOT/target/debug/mailctl" demo --report "$ROOT/target/demo/report.html" "$@"
+exec infra/with-local-stack.sh "${CARGO_TARGET_DIR:-$ROOT/target}/debug/mailctl" demo --report "$ROOT/target/demo/report.html" "$@"

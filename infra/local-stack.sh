@@ -103,8 +103,9 @@ export AWS_REGION=\${AWS_REGION:-us-east-1}
 export AWS_ACCESS_KEY_ID=test
 export AWS_SECRET_ACCESS_KEY=test
 export MONGODB_URI=mongodb://$HOST:$MONGO_PORT/?directConnection=true
-export MAILFLOW_SECANTUSD=$VENV/bin/secantusd-py
 ENV
+  # Quoted: a clone in a folder whose path has a space still evaluates.
+  printf 'export MAILFLOW_SECANTUSD=%q\n' "$VENV/bin/secantusd-py"
 }
 
 case "${1:-}" in

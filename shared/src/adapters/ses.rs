@@ -49,11 +49,19 @@ impl SesMailer {
         Self {
             client: Client::from_conf(config),
             // SendEmail's sender was checked at cold start; RateControl's mailer sends nothing.
-            from_address: mime::from_header(&from).unwrap_or_else(|_| from.clone()),
+            from_address: ses_from_address(&from),
             from,
             configuration_set,
         }
     }
+}
+
+/// The sender as SES's `FromEmailAddress` takes it: the From header's value (ASCII, the name
+/// in encoded words) on one line, since a folded header's CRLF is no part of an address.
+fn ses_from_address(from: &str) -> String {
+    mime::from_header(from)
+        .unwrap_or_else(|_| from.to_owned())
+        .replace("\r\n ", " ")
 }
 
 /// How long RateControl (every minute), `mailctl plan` or `mailctl status` waits for
@@ -281,6 +289,24 @@ impl Mailer for SesMailer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sender_given_to_ses_is_one_line() {
+        for from in [
+            "Équipe Mailflow <newsletter@notifications.example.com>",
+            "The Mailflow Weekly Newsletter Team <newsletter@notifications.example.com>",
+            "news@example.com",
+        ] {
+            let address = ses_from_address(from);
+            assert!(!address.contains(['\r', '\n']), "{address:?}");
+            assert!(address.is_ascii(), "{address:?}");
+            assert!(
+                address.ends_with("newsletter@notifications.example.com>")
+                    || address == "news@example.com",
+                "{address:?}"
+            );
+        }
+    }
 
     #[test]
     fn classifies_errors_by_class() {

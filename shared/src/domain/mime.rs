@@ -98,7 +98,8 @@ pub fn from_header(sender: &str) -> Result<String, String> {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-/=?^_`{|}~".contains(&b))
     });
-    let name = if atoms && !name.starts_with("=?") {
+    // A name with `=?` anywhere is encoded, so no reader decodes a word of it as one.
+    let name = if atoms && !name.contains("=?") {
         name
     } else if name.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         format!("\"{}\"", name.replace('\\', "\\\\").replace('"', "\\\""))

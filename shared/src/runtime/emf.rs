@@ -173,7 +173,7 @@ pub const MAX_DIMENSIONS: usize = 30;
 /// The dimensions every metric is written under (one set).
 pub const DIMENSIONS: [&str; 2] = ["Stack", "Function"];
 /// Keys at a document's root that are not metrics (the dimensions are the others).
-const RESERVED: [&str; 2] = ["_aws", "level"];
+const RESERVED: [&str; 3] = ["_aws", "level", "timestamp"];
 const _: () = assert!(DIMENSIONS.len() <= MAX_DIMENSIONS);
 
 /// The EMF documents of one invocation: one, or one more for each further `MAX_METRICS`
@@ -242,7 +242,9 @@ fn valid(metrics: &[Metric]) -> Vec<Metric> {
 }
 
 /// The lines of one invocation's documents, each with the `level` Lambda's log filter keeps
-/// (`telemetry::metrics_level`: a line without one is INFO to Lambda, and dropped under WARN).
+/// (`telemetry::metrics_level`: a line without one is INFO to Lambda, and dropped under WARN)
+/// and an RFC 3339 `timestamp` (without a valid one Lambda takes the line for INFO whatever
+/// its level).
 pub fn lines(
     level: crate::runtime::telemetry::LambdaLevel,
     stack: &str,
@@ -255,6 +257,12 @@ pub fn lines(
         .map(|mut document| {
             if let Value::Object(root) = &mut document {
                 root.insert("level".into(), level.as_str().into());
+                let at = time::OffsetDateTime::UNIX_EPOCH
+                    + time::Duration::milliseconds(timestamp_ms as i64);
+                root.insert(
+                    "timestamp".into(),
+                    crate::domain::campaign::rfc3339(at).into(),
+                );
             }
             document.to_string()
         })

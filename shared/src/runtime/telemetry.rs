@@ -56,10 +56,13 @@ impl LambdaLevel {
 
     /// The tracing filter that keeps what Lambda would keep (tracing has no FATAL: its
     /// errors are the most severe lines there are).
+    /// The tracing filter for this level. Below INFO, the SDK's and the HTTP stack's own
+    /// crates stay at INFO: at DEBUG and TRACE they log whole requests and responses, whose
+    /// bodies hold recipients' addresses (SES raw messages, queue messages, ledger items).
     fn filter(self) -> &'static str {
         match self {
-            Self::Trace => "trace",
-            Self::Debug => "debug",
+            Self::Trace => "trace,aws_smithy_runtime=info,aws_smithy_runtime_api=info,aws_smithy_http=info,aws_sdk_sesv2=info,aws_sdk_sqs=info,aws_sdk_dynamodb=info,aws_config=info,hyper=info,hyper_util=info,h2=info,rustls=info,mongodb=info",
+            Self::Debug => "debug,aws_smithy_runtime=info,aws_smithy_runtime_api=info,aws_smithy_http=info,aws_sdk_sesv2=info,aws_sdk_sqs=info,aws_sdk_dynamodb=info,aws_config=info,hyper=info,hyper_util=info,h2=info,rustls=info,mongodb=info",
             Self::Info => "info",
             Self::Warn => "warn",
             Self::Error | Self::Fatal => "error",
@@ -140,7 +143,9 @@ pub fn init() {
         ));
     // try_init: a second call (tests, the local runner) keeps the first subscriber.
     let _ = if settings.json {
-        builder.json().flatten_event(true).without_time().try_init()
+        // With its RFC 3339 `timestamp`: Lambda's level filter takes a JSON line without a
+        // valid one for INFO, and drops it under WARN, errors included.
+        builder.json().flatten_event(true).try_init()
     } else {
         builder.try_init()
     };
@@ -197,13 +202,32 @@ mod tests {
     }
 
     /// What Lambda keeps of a JSON line under an application log level: its `level` at or
-    /// above the one set; a missing or unknown level counts as INFO.
+    /// above the one set; a missing or unknown level, or a missing or invalid RFC 3339
+    /// `timestamp`, counts as INFO (Lambda's log-level filtering page).
     fn lambda_keeps(line: &serde_json::Value, set: LambdaLevel) -> bool {
-        let level = line["level"]
-            .as_str()
+        let timestamp = line["timestamp"].as_str().is_some_and(|t| {
+            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).is_ok()
+        });
+        let level = (line["level"].as_str())
             .and_then(LambdaLevel::parse)
+            .filter(|_| timestamp)
             .unwrap_or(LambdaLevel::Info);
         level >= set
+    }
+
+    #[test]
+    fn below_info_the_sdk_and_http_crates_stay_at_info() {
+        for level in [LambdaLevel::Trace, LambdaLevel::Debug] {
+            let filter = level.filter();
+            for quiet in [
+                "aws_smithy_runtime=info",
+                "hyper=info",
+                "aws_sdk_sesv2=info",
+            ] {
+                assert!(filter.contains(quiet), "{filter}");
+            }
+            tracing_subscriber::EnvFilter::try_new(filter).expect("a valid filter");
+        }
     }
 
     #[test]
@@ -226,7 +250,7 @@ mod tests {
             assert_eq!(s.level, Some(level));
         }
         assert_eq!(LambdaLevel::Fatal.filter(), "error");
-        assert_eq!(LambdaLevel::Trace.filter(), "trace");
+        assert!(LambdaLevel::Trace.filter().starts_with("trace,"));
     }
 
     #[test]

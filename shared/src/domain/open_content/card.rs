@@ -407,19 +407,31 @@ fn layout(text: &str, px: f32) -> Option<Line> {
     })
 }
 
+/// The characters of a text laid out at most: more than any card's line shows.
+const MAX_CHARS: usize = 80;
+
 /// `text` at the largest size from `sizes` whose line fits `room`, else at the last, cut
 /// (whole clusters, in reading order) and ended with "…". None when the font lacks a
 /// character.
 fn fitted(text: &str, sizes: &[f32], room: f32) -> Option<Line> {
+    // No line on a card holds more than a few dozen characters: a longer text (a name is
+    // whatever its owner typed) is cut before layout, so the cutting below stays cheap.
+    let (text, cut) = match text.char_indices().nth(MAX_CHARS) {
+        Some((end, _)) => (&text[..end], true),
+        None => (text, false),
+    };
     let mut last = None;
     for &px in sizes {
         let line = layout(text, px)?;
-        if line.width <= room {
+        if line.width <= room && !cut {
             return Some(line);
         }
         last = Some((line, px));
     }
     let (mut line, px) = last?;
+    if cut {
+        line = layout(&format!("{}…", text.trim_end()), px)?;
+    }
     let mut kept: Vec<char> = text.chars().collect();
     while line.width > room && !kept.is_empty() {
         kept.pop();
@@ -822,6 +834,11 @@ mod tests {
     fn long_text_is_cut_with_an_ellipsis_within_the_card() {
         let long = "Wolfgang Amadeus Mozart-Schwarzenberg von Hohenlohe";
         let line = fitted(long, &NAME_SIZES, text_room()).unwrap();
+        assert!(line.width <= text_room());
+        assert_eq!(line.glyphs.last().map(|g| g.0), Some(font().glyph_id('…')));
+        // A name of any length is cut before layout (its owner chose it).
+        let huge = "Ab".repeat(10_000);
+        let line = fitted(&huge, &NAME_SIZES, text_room()).unwrap();
         assert!(line.width <= text_room());
         assert_eq!(line.glyphs.last().map(|g| g.0), Some(font().glyph_id('…')));
         let short = fitted("Ada", &NAME_SIZES, text_room()).unwrap();
