@@ -7,9 +7,7 @@
 use mailflow::adapters::definition::{DefinitionRun, RunError};
 use mailflow::adapters::directory::MongoDirectory;
 use mailflow::domain::campaign::{Campaign, Window};
-use mailflow::domain::definition::{
-    DataQuery, Definition, Prepared, Query, Recipients, SkipRule, SkipWhen, Templates,
-};
+use mailflow::domain::definition::{Definition, Prepared};
 use mailflow::domain::digest::Enrichment;
 use mailflow::domain::topics::{Topic, Topics};
 use mailflow::domain::user_id::UserId;
@@ -53,134 +51,20 @@ pub async fn fresh_db(test: &str) -> Database {
     db
 }
 
-/// The pipelines of a campaign.toml by table (`audience`, `data.followers`): what the
-/// loader would read, so that the files themselves are what is tested.
-fn pipelines(example: &str) -> BTreeMap<String, Vec<Value>> {
-    let path = mailctl::repo_root().join(format!("campaigns/{example}/campaign.toml"));
-    let text = std::fs::read_to_string(&path).unwrap();
-    let (mut table, mut found) = (String::new(), BTreeMap::new());
-    let mut current: Option<String> = None;
-    for line in text.lines() {
-        match current.as_mut() {
-            Some(body) if line.trim() == "'''" => {
-                let parsed = serde_json::from_str(body)
-                    .unwrap_or_else(|e| panic!("{example} [{table}]: {e}"));
-                found.insert(table.clone(), parsed);
-                current = None;
-            }
-            Some(body) => {
-                body.push_str(line);
-                body.push('\n');
-            }
-            None if line.starts_with('[') => table = line.trim_matches(['[', ']']).to_owned(),
-            None if line.trim() == "pipeline = '''" => current = Some(String::new()),
-            None => {}
-        }
-    }
-    found
+/// An example of `campaigns/` as `mailctl campaign check` reads it: the files themselves,
+/// through the loader, are what is tested.
+fn example(name: &str) -> Definition {
+    let dir = mailctl::repo_root().join("campaigns").join(name);
+    let files = mailctl::definition::read_dir(&dir).unwrap_or_else(|e| panic!("{e:?}"));
+    Definition::load(&files).unwrap_or_else(|e| panic!("{name}: {e:?}"))
 }
 
-fn templates() -> Templates {
-    Templates {
-        files: BTreeMap::new(),
-        languages: vec!["en".into()],
-        default_language: "en".into(),
-        variants: Vec::new(),
-    }
-}
-
-/// campaigns/digest/campaign.toml as the loader makes it.
 fn digest() -> Definition {
-    let mut p = pipelines("digest");
-    Definition {
-        name: "digest".into(),
-        description: "Weekly digest of your new followers".into(),
-        topic: "digest".into(),
-        recipients: Recipients {
-            collection: "users".into(),
-            email: "email".into(),
-            name: Some("name".into()),
-            language: Some("locale".into()),
-            zone: Some("timezone".into()),
-            subscribed: "subscribed".into(),
-            topics: "topics".into(),
-            suppressed: "suppression".into(),
-        },
-        audience: Query {
-            collection: "follows".into(),
-            pipeline: p.remove("audience").unwrap(),
-        },
-        data: BTreeMap::from([(
-            "followers".into(),
-            DataQuery {
-                query: Query {
-                    collection: "follows".into(),
-                    pipeline: p.remove("data.followers").unwrap(),
-                },
-                by: "followeeId".into(),
-                user: "_id".into(),
-                first: true,
-            },
-        )]),
-        skip: vec![SkipRule {
-            data: "followers".into(),
-            when: SkipWhen::Empty,
-            reason: "no_new_followers".into(),
-        }],
-        params: BTreeMap::from([("shown".into(), json!(10))]),
-        templates: templates(),
-        audience_by: "followeeId".into(),
-        schedule: Some("cron(0 9 ? * MON *)".into()),
-        window_days: 7,
-        open_content: Some(mailflow::domain::definition::PicksSource::FollowBack),
-    }
+    example("digest")
 }
 
-/// campaigns/orders/campaign.toml as the loader makes it.
 fn orders() -> Definition {
-    let mut p = pipelines("orders");
-    Definition {
-        name: "orders".into(),
-        description: "Your orders of the week".into(),
-        topic: "product-news".into(),
-        recipients: Recipients {
-            collection: "customers".into(),
-            email: "contact.email".into(),
-            name: Some("contact.name".into()),
-            language: Some("prefs.lang".into()),
-            zone: Some("prefs.tz".into()),
-            subscribed: "subscribed".into(),
-            topics: "topics".into(),
-            suppressed: "suppression".into(),
-        },
-        audience: Query {
-            collection: "customers".into(),
-            pipeline: p.remove("audience").unwrap(),
-        },
-        data: BTreeMap::from([(
-            "orders".into(),
-            DataQuery {
-                query: Query {
-                    collection: "orders".into(),
-                    pipeline: p.remove("data.orders").unwrap(),
-                },
-                by: "userId".into(),
-                user: "userId".into(),
-                first: false,
-            },
-        )]),
-        skip: vec![SkipRule {
-            data: "orders".into(),
-            when: SkipWhen::Empty,
-            reason: "no_orders".into(),
-        }],
-        params: BTreeMap::new(),
-        templates: templates(),
-        audience_by: "_id".into(),
-        schedule: None,
-        window_days: 7,
-        open_content: None,
-    }
+    example("orders")
 }
 
 fn run_of(db: &Database, definition: Definition, window: &Window) -> DefinitionRun {
@@ -706,4 +590,38 @@ async fn audience_scan_timing() {
         assert_eq!(today, defined);
         println!("| {n} | {today_s:.1} | {defined_s:.1} | {} |", today.len());
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_announcement_reaches_every_user_the_topic_lets_in_in_id_order() {
+    let db = fresh_db("announcement").await;
+    let users = db.collection::<Document>("users");
+    users
+        .insert_many([
+            doc! { "_id": "u2", "email": "b@example.com", "subscribed": true },
+            doc! { "_id": "u1", "email": "a@example.com", "subscribed": true, "topics": { "product-news": { "subscribed": true } } },
+            doc! { "_id": "u3", "email": "c@example.com", "subscribed": false },
+            doc! { "_id": "u4", "email": "d@example.com", "subscribed": true, "suppression": { "reason": "bounce" } },
+            doc! { "_id": "u5", "email": "e@example.com", "subscribed": true, "topics": { "product-news": { "subscribed": false } } },
+            doc! { "_id": oid(7), "email": "f@example.com", "subscribed": true },
+            doc! { "_id": 42, "email": "g@example.com", "subscribed": true },
+        ])
+        .await
+        .unwrap();
+    let window = campaign().window;
+    let run = run_of(&db, example("announcement"), &window);
+    let (members, excluded) = drain(run.audience(None)).await;
+    let ids: Vec<String> = members.iter().map(|m| m.id.to_string()).collect();
+    assert_eq!(
+        ids,
+        ["u1", "u2", &UserId::ObjectId(oid(7).bytes()).to_string()]
+    );
+    assert_eq!(
+        (
+            excluded.unsubscribed,
+            excluded.suppressed,
+            excluded.left_topic
+        ),
+        (1, 1, 1)
+    );
 }
