@@ -92,6 +92,10 @@ fn the_bundled_examples_pass_the_check_their_samples_rendered() {
             "orders",
             "orders: OK (2 languages, 1 data query, 1 skip rule)\n",
         ),
+        (
+            "announcement",
+            "announcement: OK (1 language, 0 data queries, 0 skip rules)\n",
+        ),
     ] {
         let dir = mailctl::repo_root().join("campaigns").join(folder);
         let out = mailctl(&["campaign", "check", dir.to_str().unwrap()]);
