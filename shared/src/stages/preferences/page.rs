@@ -10,25 +10,42 @@ pub const LANGUAGES: [&str; 3] = ["en", "de", "fr"];
 
 /// The closest language of ours to a stored locale or an `Accept-Language` header: the
 /// range with the highest q-value (RFC 9110 12.5.4) that names one of ours, the first of
-/// equals; q=0 means "not this one". A q that is not a q-value (`q=high`, `q=1.5`) is
-/// ignored, as if absent (weight 1): a browser's typo must not lose the reader's language.
+/// equals; `*` stands for each of ours the header does not name (after those it names);
+/// q=0 means "not this one". A q that is not a q-value (`q=high`, `q=1.5`) is ignored, as
+/// if absent (weight 1): a browser's typo must not lose the reader's language.
 pub fn language(preferred: &str) -> &'static str {
-    let mut best: Option<(&'static str, u16)> = None;
+    let mut named: Vec<(&'static str, u16)> = Vec::new();
+    let mut star: Option<u16> = None;
     for range in preferred.split(',') {
         let mut parts = range.split(';');
         let tag = parts.next().unwrap_or("").trim();
-        let primary = tag.split(['-', '_']).next().unwrap_or("");
-        let Some(ours) = LANGUAGES
-            .into_iter()
-            .find(|l| l.eq_ignore_ascii_case(primary))
-        else {
-            continue;
-        };
         let q = parts
             .filter_map(|param| param.split_once('='))
             .find(|(name, _)| name.trim().eq_ignore_ascii_case("q"))
             .and_then(|(_, value)| qvalue(value.trim()))
             .unwrap_or(1000);
+        if tag == "*" {
+            star.get_or_insert(q);
+            continue;
+        }
+        let primary = tag.split(['-', '_']).next().unwrap_or("");
+        if let Some(ours) = LANGUAGES
+            .into_iter()
+            .find(|l| l.eq_ignore_ascii_case(primary))
+        {
+            named.push((ours, q));
+        }
+    }
+    let unnamed: Vec<(&'static str, u16)> = match star {
+        Some(q) => LANGUAGES
+            .into_iter()
+            .filter(|l| !named.iter().any(|(n, _)| n == l))
+            .map(|l| (l, q))
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut best: Option<(&'static str, u16)> = None;
+    for (ours, q) in named.into_iter().chain(unnamed) {
         if q > 0 && best.is_none_or(|(_, b)| q > b) {
             best = Some((ours, q));
         }
@@ -345,7 +362,12 @@ mod tests {
         assert_eq!(language("de ; Q = 0.7 , fr;q=0.6"), "de");
         // A range not ours weighs nothing, whatever its q.
         assert_eq!(language("es;q=1, de;q=0.2"), "de");
-        assert_eq!(language("*;q=0.9, fr;q=0.1"), "fr");
+        // `*` is each of ours the header does not name: here English (first of ours).
+        assert_eq!(language("*;q=0.9, fr;q=0.1"), "en");
+        assert_eq!(language("fr;q=0.1, *;q=1"), "en");
+        assert_eq!(language("en;q=0, fr;q=0.1, *;q=0.5"), "de");
+        assert_eq!(language("de, *;q=0.5"), "de");
+        assert_eq!(language("*"), "en");
     }
 
     #[test]
