@@ -1,0 +1,203 @@
+//! Samples (`samples/*.json`): the recipients and data a definition ships so that `check`
+//! renders every language and body before anything is pushed.
+
+use super::*;
+
+/// A sample recipient, `samples/<name>.json`: rendered by `check` in every language and
+/// every body, with and without picks.
+///
+/// ```json
+/// {
+///   "user": {"id": "u42", "name": "Ada <b>Lovelace</b>", "language": "fr-CA"},
+///   "data": {"followers": {"count": {"$numberLong": "3"}, "names": ["Grace", "Linus"]}},
+///   "params": {"shown": 2}
+/// }
+/// ```
+///
+/// `user.name` and `user.language` may be null or left out (`language` is replaced by each
+/// language in turn anyway); `data` holds every data query's result by name, as relaxed
+/// Extended JSON (what the query would give this user; null for none with `first`);
+/// `params`, optional, overrides some of the campaign's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sample {
+    pub user: SampleUser,
+    pub data: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    pub params: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SampleUser {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub language: Option<String>,
+}
+
+/// The window samples are rendered in: a week of November 2026.
+fn sample_window() -> Window {
+    Window {
+        since: time::macros::datetime!(2026-11-16 0:00 UTC),
+        until: time::macros::datetime!(2026-11-23 0:00 UTC),
+    }
+}
+
+/// Every sample (`samples/*.json` of `files`) rendered in every language, in every body
+/// and with and without picks: one line per problem, naming the file (and template and
+/// line when one fails). Empty: the definition's templates render its samples.
+pub fn check_samples(definition: &Definition, files: &Files) -> Vec<String> {
+    let templates = match DefinitionTemplates::new(definition) {
+        Ok(t) => t,
+        Err(errors) => return errors,
+    };
+    let topic = match Topics::builtin().get(&definition.topic) {
+        Ok(topic) => topic,
+        Err(e) => return vec![format!("campaign.toml: topic: {e}")],
+    };
+    let samples: Vec<(&String, &String)> = files
+        .iter()
+        .filter(|(path, _)| path.starts_with("samples/") && path.ends_with(".json"))
+        .collect();
+    if samples.is_empty() {
+        return vec![
+            "samples/: none; add samples/<name>.json (a user and their data, as relaxed Extended JSON) for each case the templates handle".into(),
+        ];
+    }
+    let window = sample_window();
+    let picks: Vec<SlotUrls> = (1..=3)
+        .map(|i| SlotUrls {
+            image: format!("https://o.example/pick?t=S{i}&s=1"),
+            badge: format!("https://o.example/badge?t=S{i}"),
+            link: format!("https://o.example/go?t=S{i}"),
+        })
+        .collect();
+    let mut errors = Vec::new();
+    for (path, source) in samples {
+        let sample = match read_sample(path, source, definition) {
+            Ok(sample) => sample,
+            Err(mut e) => {
+                errors.append(&mut e);
+                continue;
+            }
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for language in &templates.languages {
+            let bodies =
+                std::iter::once(None).chain(templates.variants.iter().map(|v| Some(v.as_str())));
+            for variant in bodies {
+                for picks in [&picks[..0], &picks[..]] {
+                    let email = Email {
+                        window: &window,
+                        topic,
+                        manage_url: "https://u.example/?token=sample",
+                        picks,
+                        variant,
+                    };
+                    let rendered = templates.render_in(
+                        language,
+                        &sample.user_id,
+                        sample.name.as_deref(),
+                        sample.data.clone(),
+                        sample.params.clone(),
+                        &email,
+                    );
+                    let problem = match rendered {
+                        Ok(r) if r.subject.is_empty() => Some(format!(
+                            "{}: the subject renders empty",
+                            file(&format!("{language}/subject.txt"))
+                        )),
+                        Ok(_) => None,
+                        Err(RenderError::Template { source, .. }) => Some(describe(&source)),
+                        Err(e) => Some(e.to_string()),
+                    };
+                    if let Some(problem) = problem {
+                        if seen.insert(problem.clone()) {
+                            errors.push(format!(
+                                "{problem} (rendering {path} in {language}, {} body, {} picks)",
+                                variant.unwrap_or("the language's own"),
+                                if picks.is_empty() { "without" } else { "with" },
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    errors
+}
+
+/// A sample as `render_in` takes it.
+struct ReadSample {
+    user_id: UserId,
+    name: Option<String>,
+    data: Value,
+    params: Value,
+}
+
+fn read_sample(
+    path: &str,
+    source: &str,
+    definition: &Definition,
+) -> Result<ReadSample, Vec<String>> {
+    let sample: Sample = serde_json::from_str(source).map_err(|e| {
+        let message = e.to_string();
+        let message = message
+            .rsplit_once(" at line ")
+            .map_or(message.as_str(), |(m, _)| m);
+        vec![format!("{path}:{}:{}: {message}", e.line(), e.column())]
+    })?;
+    let mut errors = Vec::new();
+    let user_id = UserId::parse(&sample.user.id)
+        .map_err(|e| errors.push(format!("{path}: user.id: {e}")))
+        .ok();
+    for name in sample.data.keys() {
+        if !definition.data.contains_key(name) {
+            errors.push(format!(
+                "{path}: data.{name}: campaign.toml has no [data.{name}] (have: {})",
+                definition
+                    .data
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    for name in definition.data.keys() {
+        if !sample.data.contains_key(name) {
+            errors.push(format!(
+                "{path}: data.{name} missing: write what [data.{name}] gives this user (null for none)"
+            ));
+        }
+    }
+    let mut params = BTreeMap::new();
+    for (name, json) in definition.params.iter().chain(&sample.params) {
+        if !definition.params.contains_key(name) {
+            errors.push(format!(
+                "{path}: params.{name}: campaign.toml's [params] has no {name}"
+            ));
+            continue;
+        }
+        match to_value(json) {
+            Ok(v) => {
+                params.insert(name.clone(), v);
+            }
+            Err(e) => errors.push(format!("{path}: params.{name}: {e}")),
+        }
+    }
+    let data = data_value(&sample.data, "data")
+        .map_err(|e| errors.push(format!("{path}: {e}")))
+        .ok();
+    match (user_id, data) {
+        (Some(user_id), Some(data)) if errors.is_empty() => Ok(ReadSample {
+            user_id,
+            name: sample.user.name,
+            data,
+            params: Value::from(params),
+        }),
+        _ => Err(errors),
+    }
+}
