@@ -101,6 +101,14 @@ pub enum DefinitionError {
         version: u32,
         why: String,
     },
+    #[error(
+        "definition {name} version {version} is refused by the functions' build: {first}. Check it with the `mailctl` of this build and push it again"
+    )]
+    Refused {
+        name: String,
+        version: u32,
+        first: String,
+    },
     /// The store did not answer, or answered with an error (a line that names it).
     #[error("{0}")]
     Store(String),
@@ -181,6 +189,7 @@ pub fn unpack(bytes: &[u8], sha256: &str) -> Result<Files, String> {
 pub struct DefinitionCache<S> {
     pub store: S,
     read: Mutex<HashMap<(String, u32), Arc<StoredDefinition>>>,
+    loaded: Mutex<HashMap<(String, u32), Arc<LoadedDefinition>>>,
 }
 
 /// Versions kept; past that the cache starts over (a function never gets near it).
@@ -191,6 +200,7 @@ impl<S: DefinitionStore> DefinitionCache<S> {
         Self {
             store,
             read: Mutex::default(),
+            loaded: Mutex::default(),
         }
     }
 
@@ -210,5 +220,48 @@ impl<S: DefinitionStore> DefinitionCache<S> {
             read.clear();
         }
         Ok(read.entry(key).or_insert(stored).clone())
+    }
+}
+
+/// A pushed version parsed and its templates compiled, as a function runs it.
+pub struct LoadedDefinition {
+    pub info: VersionInfo,
+    pub definition: crate::domain::definition::Definition,
+    pub templates: crate::domain::definition::render::DefinitionTemplates,
+}
+
+impl<S: DefinitionStore> DefinitionCache<S> {
+    /// The version parsed and compiled, once per environment. A version this build refuses
+    /// (it was checked by the `mailctl` that pushed it, which may differ from the
+    /// functions' build) is `Refused`, with its first error: the same every time.
+    pub async fn load(
+        &self,
+        name: &str,
+        version: u32,
+    ) -> Result<Arc<LoadedDefinition>, DefinitionError> {
+        let key = (name.to_owned(), version);
+        if let Some(hit) = crate::runtime::lock(&self.loaded).get(&key) {
+            return Ok(hit.clone());
+        }
+        let stored = self.get(name, version).await?;
+        let refused = |errors: Vec<String>| DefinitionError::Refused {
+            name: name.to_owned(),
+            version,
+            first: errors.into_iter().next().unwrap_or_default(),
+        };
+        let definition =
+            crate::domain::definition::Definition::load(&stored.files).map_err(refused)?;
+        let templates = crate::domain::definition::render::DefinitionTemplates::new(&definition)
+            .map_err(refused)?;
+        let loaded = Arc::new(LoadedDefinition {
+            info: stored.info.clone(),
+            definition,
+            templates,
+        });
+        let mut cached = crate::runtime::lock(&self.loaded);
+        if cached.len() >= CACHED_VERSIONS {
+            cached.clear();
+        }
+        Ok(cached.entry(key).or_insert(loaded).clone())
     }
 }
