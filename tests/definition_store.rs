@@ -35,6 +35,19 @@ fn folder(body: &str, schedule: Option<&str>) -> Loaded {
     }
 }
 
+/// The digest example (`campaigns/digest`), its description marked with `n`: version `n`.
+fn digest_example(n: u32) -> Loaded {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../campaigns/digest");
+    let mut files = mailctl::definition::read_dir(&dir).unwrap();
+    let toml = files.get_mut("campaign.toml").unwrap();
+    *toml = toml.replacen("description = \"", &format!("description = \"v{n} "), 1);
+    Loaded {
+        name: "digest".into(),
+        schedule: None,
+        files,
+    }
+}
+
 async fn stack(env: &TestEnv) -> Stack {
     Stack::connect(&env.stack.sdk, Some(&env.stack.prefix))
         .await
@@ -231,7 +244,7 @@ async fn pushes_at_once_never_share_a_version_and_a_push_too_big_stores_nothing(
 async fn a_campaign_keeps_its_pinned_version_after_a_new_push() {
     let env = test_env("def_pin", |_| {}).await.unwrap();
     let stack = stack(&env).await;
-    definition_store::push(&stack, &folder("v1", None), None, 1)
+    definition_store::push(&stack, &digest_example(1), None, 1)
         .await
         .unwrap();
     let campaign = Campaign::from_id("weekly-2026-W47", None).unwrap();
@@ -253,7 +266,7 @@ async fn a_campaign_keeps_its_pinned_version_after_a_new_push() {
     let record = || async { stack.campaigns.record(id).await.unwrap().unwrap() };
     assert_eq!(record().await.definition, Some(v1.clone()));
 
-    definition_store::push(&stack, &folder("v2", None), None, 2)
+    definition_store::push(&stack, &digest_example(2), None, 2)
         .await
         .unwrap();
     // A resend naming the definition but no version, and a registration offering version 2

@@ -9,6 +9,7 @@ mod campaign_control;
 mod chaos;
 mod cli;
 mod consistency;
+mod definition_campaigns;
 mod definition_queries;
 mod definition_store;
 mod deliverability;

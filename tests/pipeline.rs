@@ -241,6 +241,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
         experiment: None,
         definition: None,
         repin: false,
+        pinned: None,
     };
     let mut segments = 0;
     loop {
@@ -333,6 +334,7 @@ async fn get_users_continues_from_checkpoints_without_losing_or_repeating_users(
         experiment: None,
         definition: None,
         repin: false,
+        pinned: None,
     };
     let at_once = Invocation::with_timeout("whole", Duration::from_secs(120));
     assert!(
@@ -566,6 +568,7 @@ async fn get_users_resumes_after_a_string_or_an_object_id_checkpoint() {
             experiment: None,
             definition: None,
             repin: false,
+            pinned: None,
         };
         let invocation = Invocation::with_timeout("mixed", Duration::from_secs(60));
         let summary = pipeline.get_users.run(run, &invocation).await.unwrap();

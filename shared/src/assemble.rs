@@ -108,6 +108,7 @@ pub async fn get_users(
     let continuation = SqsQueue::new(sqs, &config.continuation_queue_url);
     let dynamodb = dynamodb_client(sdk);
     let campaigns = CampaignsTable::new(dynamodb.clone(), &config.campaigns_table_name);
+    let definitions = pushed_definitions(&dynamodb, &config.campaigns_table_name);
     let results = Arc::new(SendRecords::new(dynamodb.clone(), &config.sends_table_name));
     let waiting = WaitingTable {
         dynamodb,
@@ -125,7 +126,8 @@ pub async fn get_users(
         waiting,
         results,
         config,
-    );
+    )
+    .with_definitions(definitions);
     stage.prepare().await?;
     Ok(stage)
 }
@@ -154,10 +156,24 @@ pub async fn create_emails(
     let renderer = async { Ok::<_, AssembleError>(Renderer::new(&config.default_locale)?) };
     let (signer, directory, renderer) = tokio::try_join!(signer, directory, renderer)?;
     let emails = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
-    let campaigns = CampaignsTable::new(dynamodb_client(sdk), &config.campaigns_table_name);
-    let pending = SendRecords::new(dynamodb_client(sdk), &config.sends_table_name);
+    let dynamodb = dynamodb_client(sdk);
+    let campaigns = CampaignsTable::new(dynamodb.clone(), &config.campaigns_table_name);
+    let definitions = pushed_definitions(&dynamodb, &config.campaigns_table_name);
+    let pending = SendRecords::new(dynamodb, &config.sends_table_name);
     Ok(CreateEmails::new(
         directory, emails, campaigns, pending, renderer, signer, config,
+    )
+    .with_definitions(definitions))
+}
+
+/// The definitions `mailctl campaign push` stored in the campaigns table, each version read
+/// once per environment.
+fn pushed_definitions(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    campaigns_table: &str,
+) -> Arc<dyn crate::ports::DefinitionLoader> {
+    Arc::new(crate::ports::DefinitionCache::new(
+        crate::adapters::definitions::DefinitionsTable::new(dynamodb.clone(), campaigns_table),
     ))
 }
 

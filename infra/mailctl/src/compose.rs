@@ -60,6 +60,7 @@ pub async fn compose(
         due: None,
         zone: None,
         variant: None,
+        definition: None,
     };
     match stage.compose(message).await? {
         Ok(job) => Ok(job),

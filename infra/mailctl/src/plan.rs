@@ -149,6 +149,7 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
             due: None,
             zone: None,
             variant: None,
+            definition: None,
         };
         let composed = stage
             .compose_in_locale(message)

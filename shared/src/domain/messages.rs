@@ -2,6 +2,7 @@
 //! that one bad body fails alone.
 
 use crate::domain::campaign::{CampaignId, Window};
+use crate::domain::definition::pin::PinnedDefinition;
 use crate::domain::local_time::Due;
 use crate::domain::topics::{TopicId, Topics};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -49,6 +50,9 @@ pub struct UserMessage {
     /// the rest (GetUsers sets it; None: the campaign has no experiment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<String>,
+    /// The pushed definition version the run renders with (None: the built-in digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<PinnedDefinition>,
 }
 
 /// Emails queue: one rendered email, ready to send. On the queue its HTML and text parts
@@ -86,6 +90,8 @@ pub struct EmailJob {
     /// (`user_message`) to be rendered again after their quiet hours. None in a job
     /// rendered before jobs carried it.
     pub window: Option<Window>,
+    /// See `UserMessage::definition` (an email handed back is rendered again with it).
+    pub definition: Option<PinnedDefinition>,
 }
 
 /// An email job as the emails queue carries it.
@@ -122,6 +128,8 @@ struct WireJob {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     rendered_at: Option<i64>,
     window: Option<Window>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    definition: Option<PinnedDefinition>,
 }
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -200,6 +208,7 @@ impl TryFrom<WireJob> for EmailJob {
             variant: w.variant,
             rendered_at_ms: w.rendered_at,
             window: w.window,
+            definition: w.definition,
         })
     }
 }
@@ -223,6 +232,7 @@ impl From<EmailJob> for WireJob {
             variant: job.variant,
             rendered_at: job.rendered_at_ms,
             window: job.window,
+            definition: job.definition,
         }
     }
 }
@@ -254,6 +264,7 @@ impl EmailJob {
             due: None,
             zone: self.zone.clone(),
             variant: self.variant.clone(),
+            definition: self.definition.clone(),
         })
     }
 }
@@ -300,6 +311,7 @@ mod tests {
                 )
                 .unwrap(),
             ),
+            definition: None,
         };
         let wire = serde_json::to_string(&job).unwrap();
         assert!(wire.len() < job.html.len() / 4, "{}", wire.len());

@@ -265,3 +265,55 @@ impl<S: DefinitionStore> DefinitionCache<S> {
         Ok(cached.entry(key).or_insert(loaded).clone())
     }
 }
+
+/// What a stage reads of the pushed definitions, object-safe so that a stage holds one
+/// without a type parameter: a version parsed (`DefinitionCache::load`), and a
+/// definition's latest.
+pub trait DefinitionLoader: Send + Sync {
+    fn load<'a>(
+        &'a self,
+        name: &'a str,
+        version: u32,
+    ) -> futures::future::BoxFuture<'a, Result<Arc<LoadedDefinition>, DefinitionError>>;
+    fn latest<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<VersionInfo>, DefinitionError>>;
+}
+
+impl<S: DefinitionStore + 'static> DefinitionLoader for DefinitionCache<S> {
+    fn load<'a>(
+        &'a self,
+        name: &'a str,
+        version: u32,
+    ) -> futures::future::BoxFuture<'a, Result<Arc<LoadedDefinition>, DefinitionError>> {
+        Box::pin(DefinitionCache::load(self, name, version))
+    }
+
+    fn latest<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<VersionInfo>, DefinitionError>> {
+        Box::pin(self.store.latest(name))
+    }
+}
+
+/// The loader of a stage given no definitions store: every definition is unknown.
+pub struct NoDefinitionStore;
+
+impl DefinitionLoader for NoDefinitionStore {
+    fn load<'a>(
+        &'a self,
+        name: &'a str,
+        _version: u32,
+    ) -> futures::future::BoxFuture<'a, Result<Arc<LoadedDefinition>, DefinitionError>> {
+        Box::pin(async move { Err(DefinitionError::Unknown(name.to_owned())) })
+    }
+
+    fn latest<'a>(
+        &'a self,
+        _name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<VersionInfo>, DefinitionError>> {
+        Box::pin(async { Ok(None) })
+    }
+}

@@ -39,8 +39,13 @@ mod waiting;
 pub use campaigns::CampaignStates;
 pub use caps::CapLedger;
 pub use clock::{Clock, SystemClock};
-pub use definitions::{DefinitionCache, DefinitionError, DefinitionStore};
-pub use directory::{AudienceMember, AudienceScan, UserDirectory};
+pub use definitions::{
+    DefinitionCache, DefinitionError, DefinitionLoader, DefinitionStore, LoadedDefinition,
+};
+pub use directory::{
+    AudienceMember, AudienceScan, DefinitionCampaign, NoDefinitions, PrepareError, UserDirectory,
+    NO_DEFINITIONS,
+};
 pub use experiment::ExperimentResults;
 pub use leaves::{pending_leave_key, PendingLeaves};
 pub use ledger::{Marked, SendLedger};

@@ -119,6 +119,25 @@ impl AudienceScan for LabAudience {
 
 impl UserDirectory for LabDirectory {
     type Audience = LabAudience;
+    type DefinitionAudience = mailflow::ports::NoDefinitions;
+
+    fn definition_audience(
+        &self,
+        _campaign: &mailflow::ports::DefinitionCampaign,
+        _after: Option<UserId>,
+    ) -> mailflow::ports::NoDefinitions {
+        mailflow::ports::NoDefinitions
+    }
+
+    async fn prepare(
+        &self,
+        _campaign: &mailflow::ports::DefinitionCampaign,
+        _user_ids: &[UserId],
+    ) -> Result<Vec<mailflow::domain::definition::Prepared>, mailflow::ports::PrepareError> {
+        Err(mailflow::ports::PrepareError::Definition(
+            mailflow::ports::NO_DEFINITIONS.into(),
+        ))
+    }
 
     fn audience(&self, _window: &Window, _topic: &Topic, after: Option<UserId>) -> LabAudience {
         LabAudience {

@@ -83,6 +83,7 @@ pub(crate) fn jobs(count: usize) -> Vec<String> {
                 // each person's standing again, as SendEmail does with a backlog.
                 rendered_at_ms: Some(now_ms),
                 window: Some(window),
+                definition: None,
             };
             serde_json::to_string(&job).expect("a job serialises")
         })

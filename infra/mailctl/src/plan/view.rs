@@ -22,7 +22,7 @@ pub struct Plan {
     pub excluded: ExclusionCounts,
     /// Emails SendEmail would send, by the locale of their templates.
     pub would_send: usize,
-    pub by_locale: BTreeMap<&'static str, usize>,
+    pub by_locale: BTreeMap<String, usize>,
     /// Users CreateEmails would skip, by reason.
     pub skipped: BTreeMap<&'static str, usize>,
     /// Emails SendEmail would record FAILED before SES: the address is not one mailbox.
@@ -60,12 +60,12 @@ pub struct Plan {
 
 /// The plan as an operator reads it.
 pub fn describe(plan: &Plan) -> String {
-    let list = |m: &BTreeMap<&str, usize>| {
+    fn list<K: std::fmt::Display>(m: &BTreeMap<K, usize>) -> String {
         m.iter()
             .map(|(k, n)| format!("{k} {n}"))
             .collect::<Vec<_>>()
             .join(", ")
-    };
+    }
     let mut out = format!(
         "{} (topic {}): audience {}, left out {}; would send {} ({}); would skip {} ({}); would fail {} (address is not one mailbox)\n",
         plan.campaign_id,

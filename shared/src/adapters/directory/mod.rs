@@ -8,12 +8,17 @@ mod enrich;
 pub(crate) use audience::{users_cursor, Join, Pass, CURSOR_BATCH};
 pub use audience::{Audience, IdType};
 
+use super::definition::{DefinitionAudience, DefinitionRun, RunError};
 use super::mongo::{follows_index_keys, FOLLOWS};
 use crate::domain::campaign::Window;
+use crate::domain::definition::Prepared;
 use crate::domain::digest::{Enrichment, OddFollows};
+use crate::domain::topics::ExclusionCounts;
 use crate::domain::topics::Topic;
 use crate::domain::user_id::UserId;
-use crate::ports::{StoreError, UserDirectory};
+use crate::ports::{
+    AudienceMember, AudienceScan, DefinitionCampaign, PrepareError, StoreError, UserDirectory,
+};
 use mongodb::bson::doc;
 use mongodb::Database;
 
@@ -29,8 +34,49 @@ impl MongoDirectory {
     }
 }
 
+impl MongoDirectory {
+    /// The run of a definition's campaign (its pipelines read as BSON: microseconds).
+    fn run(&self, campaign: &DefinitionCampaign) -> Result<DefinitionRun, RunError> {
+        DefinitionRun::new(
+            self.db.clone(),
+            campaign.loaded.definition.clone(),
+            campaign.topic.clone(),
+            &campaign.window,
+            &campaign.campaign,
+        )
+    }
+}
+
 impl UserDirectory for MongoDirectory {
     type Audience = Audience;
+    type DefinitionAudience = DefinitionScan;
+
+    fn definition_audience(
+        &self,
+        campaign: &DefinitionCampaign,
+        after: Option<UserId>,
+    ) -> DefinitionScan {
+        match self.run(campaign) {
+            Ok(run) => DefinitionScan::Scan(Box::new(run.audience(after))),
+            Err(err) => DefinitionScan::Refused(err.to_string()),
+        }
+    }
+
+    async fn prepare(
+        &self,
+        campaign: &DefinitionCampaign,
+        user_ids: &[UserId],
+    ) -> Result<Vec<Prepared>, PrepareError> {
+        let run = self.run(campaign);
+        match run.map(|run| async move { run.prepare(user_ids).await }) {
+            Ok(prepared) => prepared.await,
+            Err(err) => Err(err),
+        }
+        .map_err(|err| match err {
+            RunError::Store(e) => PrepareError::Store(e),
+            fault => PrepareError::Definition(fault.to_string()),
+        })
+    }
 
     fn audience(&self, window: &Window, topic: &Topic, after: Option<UserId>) -> Audience {
         Audience::open(&self.db, window, topic, after)
@@ -112,4 +158,35 @@ pub(crate) fn bson_time(t: time::OffsetDateTime) -> mongodb::bson::DateTime {
 
 fn window_filter(window: &Window) -> mongodb::bson::Document {
     doc! { "$gte": bson_time(window.since), "$lt": bson_time(window.until) }
+}
+
+/// A definition's audience, or why its pipelines could not even be read.
+pub enum DefinitionScan {
+    Scan(Box<DefinitionAudience>),
+    Refused(String),
+}
+
+impl AudienceScan for DefinitionScan {
+    async fn next(&mut self) -> Result<Option<AudienceMember>, StoreError> {
+        match self {
+            Self::Scan(scan) => scan.next().await,
+            Self::Refused(reason) => Err(StoreError(reason.clone())),
+        }
+    }
+
+    fn excluded(&self) -> &ExclusionCounts {
+        static NONE: std::sync::LazyLock<ExclusionCounts> =
+            std::sync::LazyLock::new(ExclusionCounts::default);
+        match self {
+            Self::Scan(scan) => scan.excluded(),
+            Self::Refused(_) => &NONE,
+        }
+    }
+
+    fn definition_fault(&self) -> Option<&str> {
+        match self {
+            Self::Scan(scan) => scan.definition_fault(),
+            Self::Refused(reason) => Some(reason),
+        }
+    }
 }

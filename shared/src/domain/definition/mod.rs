@@ -196,3 +196,36 @@ impl minijinja::value::Object for DateValue {
         std::fmt::Display::fmt(self, f)
     }
 }
+
+/// A definition folder's files (`/`-separated paths), as the loader reads them: the
+/// examples under `campaigns/`, for tests.
+#[cfg(test)]
+pub(crate) fn read_folder(dir: &std::path::Path) -> Files {
+    fn walk(root: &std::path::Path, dir: &std::path::Path, files: &mut Files) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, files);
+            } else {
+                let rel = path.strip_prefix(root).unwrap().to_str().unwrap();
+                files.insert(
+                    rel.replace('\\', "/"),
+                    std::fs::read_to_string(&path).unwrap(),
+                );
+            }
+        }
+    }
+    let mut files = Files::new();
+    walk(dir, dir, &mut files);
+    files
+}
+
+/// The example `campaigns/<name>`'s files.
+#[cfg(test)]
+pub(crate) fn example(name: &str) -> Files {
+    read_folder(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../campaigns")
+            .join(name),
+    )
+}

@@ -3,8 +3,8 @@
 //! afterwards), so a re-run, a resend or a release renders what the first run rendered,
 //! whatever was pushed since. Running the rest with another version is asked for by name.
 
-/// A definition's version, as a campaign record keeps it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A definition's version, as a campaign record keeps it and a run's messages carry it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct PinnedDefinition {
     pub name: String,
     pub version: u32,

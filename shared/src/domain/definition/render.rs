@@ -45,6 +45,8 @@ pub struct Email<'a> {
     pub picks: &'a [SlotUrls],
     /// An experiment's body (`<lang>/<variant>/body.*`), or the language's own.
     pub variant: Option<&'a str>,
+    /// An experiment variant's subject in this language, in place of `subject.txt`'s.
+    pub subject: Option<&'a str>,
 }
 
 /// A definition's templates, compiled once.
@@ -220,7 +222,10 @@ impl DefinitionTemplates {
             picks => text_picks,
             ..base.clone()
         };
-        let subject = subject_line(&self.fill(&format!("{language}/subject.txt"), plain.clone())?);
+        let subject = match email.subject {
+            Some(subject) => subject_line(subject),
+            None => subject_line(&self.fill(&format!("{language}/subject.txt"), plain.clone())?),
+        };
         let text = self.fill(
             &format!("{body}.txt"),
             context! { subject => &subject, ..plain },

@@ -50,6 +50,9 @@ pub enum SkipReason {
     Unrenderable,
     /// The message names a variant the campaign's experiment does not have.
     UnknownVariant,
+    /// A campaign definition's skip rule (`[[skip]]`'s `reason`), or its queries failing
+    /// (`definition_failed`), interned (`SkipReason::named`).
+    Rule(&'static str),
 }
 
 impl SkipReason {
@@ -80,7 +83,29 @@ impl SkipReason {
             Self::CampaignCancelled => "campaign_cancelled",
             Self::Unrenderable => "unrenderable",
             Self::UnknownVariant => "unknown_variant",
+            Self::Rule(reason) => reason,
         }
+    }
+
+    /// The reason named `name`: one of ours, or a definition's own, kept once for the
+    /// process's life (definitions name a handful; past `MAX_RULES` distinct names they
+    /// are counted as `skip_rule`, so memory and metric names stay bounded).
+    pub fn named(name: &str) -> Self {
+        if let Some(ours) = Self::ALL.into_iter().find(|r| r.as_str() == name) {
+            return ours;
+        }
+        static RULES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+        const MAX_RULES: usize = 256;
+        let mut rules = RULES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = rules.iter().find(|r| **r == name) {
+            return Self::Rule(known);
+        }
+        if rules.len() >= MAX_RULES {
+            return Self::Rule("skip_rule");
+        }
+        let kept: &'static str = Box::leak(name.to_owned().into_boxed_str());
+        rules.push(kept);
+        Self::Rule(kept)
     }
 }
 

@@ -144,6 +144,25 @@ impl AudienceScan for MemoryAudience {
 
 impl UserDirectory for MemoryDirectory {
     type Audience = MemoryAudience;
+    type DefinitionAudience = crate::ports::NoDefinitions;
+
+    fn definition_audience(
+        &self,
+        _campaign: &crate::ports::DefinitionCampaign,
+        _after: Option<UserId>,
+    ) -> crate::ports::NoDefinitions {
+        crate::ports::NoDefinitions
+    }
+
+    async fn prepare(
+        &self,
+        _campaign: &crate::ports::DefinitionCampaign,
+        _user_ids: &[UserId],
+    ) -> Result<Vec<crate::domain::definition::Prepared>, crate::ports::PrepareError> {
+        Err(crate::ports::PrepareError::Definition(
+            crate::ports::NO_DEFINITIONS.into(),
+        ))
+    }
 
     fn audience(&self, window: &Window, topic: &Topic, after: Option<UserId>) -> MemoryAudience {
         let mut excluded = ExclusionCounts::default();

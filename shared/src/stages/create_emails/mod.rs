@@ -7,7 +7,10 @@
 //! stands, whatever MongoDB says: one BatchGetItem per batch, read with the batch's users
 //! (`prefetch`).
 
+mod definition;
 mod prefetch;
+
+pub(crate) use prefetch::Read;
 
 use super::summary::summary;
 use super::CampaignStateCache;
@@ -24,13 +27,15 @@ use crate::domain::unsubscribe_link::{self, Signer};
 use crate::domain::user_id::{UserId, UserIdError};
 use crate::ports::batches;
 use crate::ports::{
-    CampaignStates, OutgoingQueue, PendingLeaves, QueueError, StoreError, UserDirectory,
+    CampaignStates, DefinitionLoader, OutgoingQueue, PendingLeaves, QueueError, StoreError,
+    UserDirectory,
 };
 use crate::runtime::batch::{batch_response, each_record};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::stream::{self, StreamExt};
 use std::collections::BTreeMap;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 summary! {
     pub struct Summary {
@@ -60,6 +65,9 @@ pub enum ComposeError {
     Experiment(LedgerError),
     #[error("cannot serialise job: {0}")]
     Serialise(serde_json::Error),
+    /// The definitions table did not answer.
+    #[error("the campaign's definition was not read: {0}")]
+    Definition(String),
 }
 
 /// A message of a topic this build does not declare (a deploy removed it while the campaign
@@ -88,6 +96,8 @@ pub struct CreateEmails<D, Q, S, P> {
     signer: Signer,
     /// Seals the pick slots' URLs, when emails carry picks.
     sealer: Option<SlotSealer>,
+    /// The pushed definitions (the campaigns table), for campaigns that run one.
+    definitions: Arc<dyn DefinitionLoader>,
     config: CreateEmailsConfig,
 }
 
@@ -113,8 +123,15 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             renderer,
             sealer: config.picks.as_ref().map(|_| signer.slot_sealer()),
             signer,
+            definitions: Arc::new(crate::ports::definitions::NoDefinitionStore),
             config,
         }
+    }
+
+    /// Where pushed definitions are read (a stack without one renders only the digest).
+    pub fn with_definitions(mut self, definitions: Arc<dyn DefinitionLoader>) -> Self {
+        self.definitions = definitions;
+        self
     }
 
     /// The email one user gets in one campaign (or why they get none): read afresh from
@@ -132,7 +149,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
     pub async fn compose_in_locale(
         &self,
         message: UserMessage,
-    ) -> Result<Result<(EmailJob, &'static str), SkipReason>, ComposeError> {
+    ) -> Result<Result<(EmailJob, String), SkipReason>, ComposeError> {
         self.compose_with(message, None).await
     }
 
@@ -141,11 +158,15 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
         &self,
         message: UserMessage,
         variant: Option<&Variant>,
-    ) -> Result<Result<(EmailJob, &'static str), SkipReason>, ComposeError> {
+    ) -> Result<Result<(EmailJob, String), SkipReason>, ComposeError> {
         let user_id = crate::domain::user_id::UserId::parse(&message.user_id)?;
         let Some(topic) = Topics::builtin().find(&message.topic) else {
             return Ok(Err(unknown_topic(&message)));
         };
+        if message.definition.is_some() {
+            let read = self.read_definition_user(&message, topic, user_id).await?;
+            return self.render_read(message, read, variant);
+        }
         let enrichment = self
             .directory
             .enrich(
@@ -155,7 +176,26 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                 self.config.recent_followers_shown,
             )
             .await?;
-        self.render_job(message, enrichment, variant)
+        self.render_read(message, Read::Digest(enrichment), variant)
+    }
+
+    /// The job for a user whose data is read (or why they get none), in their experiment's
+    /// variant if they have one, with the language that rendered it.
+    fn render_read(
+        &self,
+        message: UserMessage,
+        read: Read,
+        variant: Option<&Variant>,
+    ) -> Result<Result<(EmailJob, String), SkipReason>, ComposeError> {
+        match read {
+            Read::Digest(enrichment) => Ok(self
+                .render_job(message, enrichment, variant)?
+                .map(|(job, locale)| (job, locale.to_owned()))),
+            Read::Definition(loaded, prepared) => {
+                self.render_definition_job(message, &loaded, prepared, variant)
+            }
+            Read::Failed => Ok(Err(SkipReason::named(definition::DEFINITION_FAILED))),
+        }
     }
 
     /// The experiment's variant a message names, from the campaign's record (None: it names
@@ -254,6 +294,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                 crate::domain::ledger::epoch_ms(crate::runtime::clock::now()) as i64,
             ),
             window: Some(message.window),
+            definition: None,
         };
         Ok(Ok((job, locale)))
     }
@@ -261,7 +302,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
     async fn process(
         &self,
         record: &SqsMessage,
-        prefetched: Option<Result<Enrichment, StoreError>>,
+        prefetched: Option<Result<Read, StoreError>>,
     ) -> Result<Outcome, ComposeError> {
         let message: UserMessage = parse_body(record.body.as_deref())?;
         match self.campaigns.hold(message.campaign_id.as_str()).await {
@@ -276,8 +317,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             None => None,
         };
         let composed = match prefetched {
-            Some(enrichment) => self
-                .render_job(message, enrichment?, variant.as_ref())
+            Some(read) => self
+                .render_read(message, read?, variant.as_ref())
                 .map(|r| r.map(|(job, _)| job)),
             // Not in the batch read (its campaign was held then, or the pending leaves
             // could not be read): read alone.

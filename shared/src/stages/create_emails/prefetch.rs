@@ -1,22 +1,46 @@
-//! A batch's users read together before its records are processed: per (window, topic), the
-//! pending one-click leaves in one read and the users in `enrich_many`'s three round trips;
-//! user by user when a batch read fails.
+//! A batch's users read together before its records are processed: per (window, topic,
+//! definition), the pending one-click leaves in one read and the users in one batch read
+//! (the digest's `enrich_many`, a definition's `prepare`); user by user when a batch read
+//! fails.
 
 use super::*;
+use crate::domain::definition::pin::PinnedDefinition;
+use crate::domain::definition::Prepared;
+use crate::ports::{LoadedDefinition, PrepareError};
+
+/// What was read of one user.
+#[derive(Clone)]
+pub(crate) enum Read {
+    /// The digest's enrichment.
+    Digest(Enrichment),
+    /// A definition's inputs (or its reason to skip), with the version that renders them.
+    Definition(Arc<LoadedDefinition>, Prepared),
+    /// The campaign's definition cannot run (logged once): skipped, `definition_failed`.
+    Failed,
+}
+
+/// Users read together: the same window and topic, and for a definition's campaign the
+/// same campaign and version (its queries see the campaign id).
+#[derive(PartialEq)]
+struct GroupKey<'t> {
+    window: Window,
+    topic: &'t Topic,
+    definition: Option<(String, PinnedDefinition)>,
+}
 
 impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
     CreateEmails<D, Q, S, P>
 {
-    /// The users of a batch read together: per window, `enrich_many` (three round trips for
-    /// the whole batch); if that fails, each user alone, so that one user the store cannot
-    /// answer for fails alone. Records that do not parse or are held are left out (their
-    /// `process` says why).
+    /// The users of a batch read together: per group, one batch read for the whole batch;
+    /// if that fails, each user alone, so that one user the store cannot answer for fails
+    /// alone. Records that do not parse or are held are left out (their `process` says
+    /// why), and so are a group's whose definition was not read (each record asks again).
     pub(super) async fn prefetch(
         &self,
         records: &[SqsMessage],
-    ) -> HashMap<String, Result<Enrichment, StoreError>> {
-        // Users are read together per (window, topic): (message id, user) of each group.
-        type Group<'t> = ((Window, &'t Topic), Vec<(String, UserId)>);
+    ) -> HashMap<String, Result<Read, StoreError>> {
+        // (message id, user) of each group, and one of its messages.
+        type Group<'t> = (GroupKey<'t>, UserMessage, Vec<(String, UserId)>);
         let mut groups: Vec<Group<'_>> = Vec::new();
         for record in records {
             let Ok(message) = parse_body::<UserMessage>(record.body.as_deref()) else {
@@ -37,15 +61,22 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                 continue;
             }
             let id = record.message_id.clone().unwrap_or_default();
-            let group = (message.window, topic);
-            match groups.iter_mut().find(|(g, _)| *g == group) {
-                Some((_, users)) => users.push((id, user_id)),
-                None => groups.push((group, vec![(id, user_id)])),
+            let key = GroupKey {
+                window: message.window,
+                topic,
+                definition: message
+                    .definition
+                    .clone()
+                    .map(|d| (message.campaign_id.to_string(), d)),
+            };
+            match groups.iter_mut().find(|(g, _, _)| *g == key) {
+                Some((_, _, users)) => users.push((id, user_id)),
+                None => groups.push((key, message, vec![(id, user_id)])),
             }
         }
-        let shown = self.config.recent_followers_shown;
         let mut read = HashMap::new();
-        for ((window, topic), mut users) in groups {
+        for (key, message, mut users) in groups {
+            let topic = key.topic;
             // Who left the topic by a one-click MongoDB did not take: skipped unread. When
             // that cannot be read, the group is left out here, and each record asks alone.
             let ids: Vec<String> = users.iter().map(|(_, u)| u.to_string()).collect();
@@ -53,7 +84,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                 Ok(left) => users.retain(|(id, user)| {
                     let stays = !left.contains(&user.to_string());
                     if !stays {
-                        read.insert(id.clone(), Ok(Enrichment::Skip(SkipReason::LeftTopic)));
+                        read.insert(
+                            id.clone(),
+                            Ok(Read::Digest(Enrichment::Skip(SkipReason::LeftTopic))),
+                        );
                     }
                     stays
                 }),
@@ -66,26 +100,81 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                 continue;
             }
             let ids: Vec<UserId> = users.iter().map(|(_, u)| u.clone()).collect();
-            match self
-                .directory
-                .enrich_many(&ids, &window, topic, shown)
-                .await
-            {
-                Ok(all) => read.extend(
+            let all = match key.definition {
+                None => self.read_digests(&ids, &key.window, topic).await,
+                Some(_) => self.read_definition(&message, topic, &ids).await,
+            };
+            match all {
+                Some(all) => read.extend(
                     users
                         .into_iter()
                         .map(|(id, _)| id)
                         .zip(all.into_iter().map(Ok)),
                 ),
-                Err(err) => {
-                    tracing::warn!(reason = %err, users = ids.len(), "batch read failed; reading its users one by one");
+                None if key.definition.is_none() => {
+                    let shown = self.config.recent_followers_shown;
                     for (id, user_id) in users {
-                        let one = self.directory.enrich(&user_id, &window, topic, shown).await;
-                        read.insert(id, one);
+                        let one = self
+                            .directory
+                            .enrich(&user_id, &key.window, topic, shown)
+                            .await;
+                        read.insert(id, one.map(Read::Digest));
                     }
                 }
+                // Each record reads its user alone.
+                None => {}
             }
         }
         read
+    }
+
+    /// The digests of one group's users (None: the batch read failed).
+    async fn read_digests(
+        &self,
+        ids: &[UserId],
+        window: &Window,
+        topic: &Topic,
+    ) -> Option<Vec<Read>> {
+        let shown = self.config.recent_followers_shown;
+        match self.directory.enrich_many(ids, window, topic, shown).await {
+            Ok(all) => Some(all.into_iter().map(Read::Digest).collect()),
+            Err(err) => {
+                tracing::warn!(reason = %err, users = ids.len(), "batch read failed; reading its users one by one");
+                None
+            }
+        }
+    }
+
+    /// A definition's inputs for one group's users (None: not read; each record asks
+    /// again). A definition that cannot run fails them all at once, logged once.
+    async fn read_definition(
+        &self,
+        message: &UserMessage,
+        topic: &Topic,
+        ids: &[UserId],
+    ) -> Option<Vec<Read>> {
+        let campaign = match self.definition_campaign(message, topic).await {
+            Ok(Ok(campaign)) => campaign,
+            Ok(Err(failed)) => return Some(vec![failed; ids.len()]),
+            Err(err) => {
+                tracing::warn!(reason = %err, users = ids.len(), "the campaign's definition was not read; reading its users one by one");
+                return None;
+            }
+        };
+        match self.directory.prepare(&campaign, ids).await {
+            Ok(all) => Some(
+                all.into_iter()
+                    .map(|p| Read::Definition(campaign.loaded.clone(), p))
+                    .collect(),
+            ),
+            Err(PrepareError::Definition(reason)) => {
+                tracing::error!(campaign = %message.campaign_id, %reason, users = ids.len(), "the campaign's definition failed; its users are skipped");
+                Some(vec![Read::Failed; ids.len()])
+            }
+            Err(PrepareError::Store(err)) => {
+                tracing::warn!(reason = %err, users = ids.len(), "batch read failed; reading its users one by one");
+                None
+            }
+        }
     }
 }

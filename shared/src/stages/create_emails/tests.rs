@@ -102,6 +102,7 @@ fn message(user: &str) -> SqsMessage {
         due: None,
         zone: None,
         variant: None,
+        definition: None,
     };
     record(user, &serde_json::to_string(&message).unwrap())
 }

@@ -16,7 +16,8 @@ use crate::domain::messages::UserMessage;
 use crate::domain::topics::{ExclusionCounts, Topics};
 use crate::domain::user_id::{check_travels, UserId};
 use crate::ports::{
-    AudienceMember, AudienceScan, CampaignStates, SendReport, UserDirectory, WaitingRoom,
+    AudienceMember, AudienceScan, CampaignStates, DefinitionCampaign, SendReport, UserDirectory,
+    WaitingRoom,
 };
 use crate::runtime::Invocation;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -43,6 +44,7 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
     pub(super) async fn fan_out(
         &self,
         run: &Run,
+        definition: Option<&DefinitionCampaign>,
         after: Option<UserId>,
         invocation: &Invocation,
     ) -> Result<Segment, GetUsersError> {
@@ -50,7 +52,12 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
         let mut experiment = self.experiment_run(&campaign.id).await?;
         // A topic a deploy removed while a run was under way: nothing is sent under it.
         let topic = Topics::builtin().get(campaign.topic.as_str())?;
-        let mut audience = ReadAhead::new(self.directory.audience(&campaign.window, topic, after));
+        let mut audience = match definition {
+            Some(definition) => {
+                ReadAhead::new(self.directory.definition_audience(definition, after))
+            }
+            None => ReadAhead::new(self.directory.audience(&campaign.window, topic, after)),
+        };
         let mut in_flight: FuturesUnordered<Pending<'_>> = FuturesUnordered::new();
         let mut outbox = Outbox::default();
         let mut segment = Segment {
@@ -196,6 +203,7 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
             due,
             zone: decision.zone_name,
             variant,
+            definition: run.pinned.clone(),
         };
         let body = serde_json::to_string(&message).unwrap_or_default();
         (decision.place, body)
@@ -222,15 +230,22 @@ async fn next_member(
     in_flight: &mut FuturesUnordered<Pending<'_>>,
     segment: &mut Segment,
 ) -> Result<Option<AudienceMember>, GetUsersError> {
-    let next = audience.next();
-    tokio::pin!(next);
-    loop {
-        tokio::select! {
-            biased;
-            member = &mut next => return Ok(member?),
-            done = in_flight.next(), if !in_flight.is_empty() => add(&mut segment.report, done)?,
+    let member = {
+        let next = audience.next();
+        tokio::pin!(next);
+        loop {
+            tokio::select! {
+                biased;
+                member = &mut next => break member,
+                done = in_flight.next(), if !in_flight.is_empty() => add(&mut segment.report, done)?,
+            }
         }
-    }
+    };
+    // A query the definition got wrong fails the same way every time: the run fails once.
+    member.map_err(|err| match audience.definition_fault() {
+        Some(fault) => GetUsersError::DefinitionQuery(fault.to_owned()),
+        None => err.into(),
+    })
 }
 
 /// Adds a finished batch's report.

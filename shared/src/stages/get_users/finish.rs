@@ -106,6 +106,7 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
             segment: if idle { run.segment } else { run.segment + 1 },
             delivery: run.delivery.clone(),
             started_at_ms: Some(run.started_at_ms),
+            definition: run.pinned.clone(),
         };
         let body = serde_json::to_string(&checkpoint).unwrap_or_default();
         // Paused: the pause stopped this queue's consumer; should it still run, the

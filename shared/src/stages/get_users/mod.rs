@@ -9,6 +9,7 @@
 //! end (`finish`), local time's holds and slot releases (`hold`, `release`), the experiment
 //! (`experiment`) and the invocation's metrics (`metrics`).
 
+mod definition;
 mod experiment;
 mod fan_out;
 mod finish;
@@ -29,8 +30,8 @@ use crate::domain::messages::parse_body;
 use crate::domain::topics::{ExclusionCounts, TopicError};
 use crate::domain::user_id::UserId;
 use crate::ports::{
-    CampaignStates, Clock, ConsumedQueue, ExperimentResults, OutgoingQueue, QueueError, SendReport,
-    StoreError, SystemClock, UserDirectory, WaitingRoom,
+    CampaignStates, Clock, ConsumedQueue, DefinitionLoader, ExperimentResults, OutgoingQueue,
+    QueueError, SendReport, StoreError, SystemClock, UserDirectory, WaitingRoom,
 };
 use crate::runtime::batch::batch_response;
 use crate::runtime::Invocation;
@@ -70,6 +71,13 @@ pub enum GetUsersError {
     Campaigns(String),
     #[error(transparent)]
     Definition(#[from] crate::domain::definition::pin::PinError),
+    /// A pushed definition that cannot run: unknown, no such version, refused by this
+    /// build.
+    #[error("{0}")]
+    DefinitionRefused(String),
+    /// MongoDB refused a query of the definition: the run fails once, with the reason.
+    #[error("the campaign's definition failed: {0}")]
+    DefinitionQuery(String),
 }
 
 impl GetUsersError {
@@ -84,6 +92,8 @@ impl GetUsersError {
                 | Self::Campaign(_)
                 | Self::Topic(_)
                 | Self::Definition(_)
+                | Self::DefinitionRefused(_)
+                | Self::DefinitionQuery(_)
         )
     }
 }
@@ -147,6 +157,8 @@ pub struct GetUsers<D, Q, S, W> {
     /// Read when an experiment is decided (the sends table).
     results: Arc<dyn ExperimentResults>,
     clock: Arc<dyn Clock>,
+    /// The pushed definitions (the campaigns table), for campaigns that run one.
+    definitions: Arc<dyn DefinitionLoader>,
     config: GetUsersConfig,
 }
 
@@ -190,8 +202,15 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
             waiting,
             results,
             clock: Arc::new(SystemClock),
+            definitions: Arc::new(crate::ports::definitions::NoDefinitionStore),
             config,
         }
+    }
+
+    /// Where pushed definitions are read (a stack without one runs only the digest).
+    pub fn with_definitions(mut self, definitions: Arc<dyn DefinitionLoader>) -> Self {
+        self.definitions = definitions;
+        self
     }
 
     /// The clock local-time decisions read (the simulator gives one it controls).
@@ -211,6 +230,7 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
         event: Value,
         invocation: &Invocation,
     ) -> Result<Response, GetUsersError> {
+        let event = self.complete_definition_start(event).await?;
         match parse_request(event, &self.config.local_time, self.clock.now_ms())? {
             Request::Run(run) => Ok(Response::Run(self.run(run, invocation).await?)),
             Request::Release(release) => {
@@ -278,7 +298,10 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
         event: Value,
         invocation: &Invocation,
     ) -> Result<Option<Response>, String> {
-        let outcome = match parse_request(event, &self.config.local_time, self.clock.now_ms()) {
+        let event = self.complete_definition_start(event).await;
+        let request =
+            event.and_then(|e| parse_request(e, &self.config.local_time, self.clock.now_ms()));
+        let outcome = match request {
             Ok(Request::Run(run)) => self.run(run, invocation).await.map(Response::Run),
             Ok(Request::Release(release)) => self
                 .release(release, invocation)
@@ -320,7 +343,13 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
             0 => self.first_start(&mut run).await?,
             _ => OddFollows::default(),
         };
-        let segment = self.fan_out(&run, after, invocation).await?;
+        let definition = match &run.pinned {
+            Some(pinned) => Some(self.definition_campaign(&run, pinned).await?),
+            None => None,
+        };
+        let segment = self
+            .fan_out(&run, definition.as_ref(), after, invocation)
+            .await?;
         self.finish(&run, segment, odd_follows, started).await
     }
 }

@@ -19,7 +19,8 @@ const AHEAD: usize = 2_000;
 enum Read {
     Member(AudienceMember, ExclusionCounts),
     End(ExclusionCounts),
-    Failed(StoreError),
+    /// The error, and the definition's fault when it was one.
+    Failed(StoreError, Option<String>),
 }
 
 type Reader = Box<dyn FnOnce() -> JoinHandle<()> + Send>;
@@ -31,6 +32,7 @@ pub struct ReadAhead {
     reader: Option<JoinHandle<()>>,
     excluded: ExclusionCounts,
     ended: bool,
+    fault: Option<String>,
 }
 
 impl ReadAhead {
@@ -41,7 +43,7 @@ impl ReadAhead {
                 let read = match scan.next().await {
                     Ok(Some(member)) => Read::Member(member, scan.excluded().clone()),
                     Ok(None) => Read::End(scan.excluded().clone()),
-                    Err(err) => Read::Failed(err),
+                    Err(err) => Read::Failed(err, scan.definition_fault().map(str::to_owned)),
                 };
                 let last = !matches!(read, Read::Member(..));
                 // The loop stopped taking (a checkpoint): nothing more to read.
@@ -56,6 +58,7 @@ impl ReadAhead {
             reader: None,
             excluded: ExclusionCounts::default(),
             ended: false,
+            fault: None,
         }
     }
 }
@@ -78,8 +81,9 @@ impl AudienceScan for ReadAhead {
                 self.ended = true;
                 Ok(None)
             }
-            Some(Read::Failed(err)) => {
+            Some(Read::Failed(err, fault)) => {
                 self.ended = true;
+                self.fault = fault;
                 Err(err)
             }
             None => {
@@ -93,6 +97,10 @@ impl AudienceScan for ReadAhead {
 
     fn excluded(&self) -> &ExclusionCounts {
         &self.excluded
+    }
+
+    fn definition_fault(&self) -> Option<&str> {
+        self.fault.as_deref()
     }
 }
 

@@ -4,7 +4,7 @@
 use super::{GetUsersError, Release, ReleaseEvent};
 use crate::config::LocalTimeConfig;
 use crate::domain::campaign::{Campaign, CampaignId, Window};
-use crate::domain::definition::pin::AskedDefinition;
+use crate::domain::definition::pin::{AskedDefinition, PinnedDefinition};
 use crate::domain::experiment::Experiment;
 use crate::domain::guardrails;
 use crate::domain::guardrails::GuardrailRequest;
@@ -77,6 +77,9 @@ pub struct Checkpoint {
     /// recorded under it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at_ms: Option<i64>,
+    /// The pushed definition version the run uses (None: the built-in digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<PinnedDefinition>,
 }
 
 /// A continuation queue message: a checkpoint of a run, a release that continues, or an
@@ -121,6 +124,9 @@ pub struct Run {
     pub definition: Option<AskedDefinition>,
     /// The start asked for another version than the pinned one, knowingly.
     pub repin: bool,
+    /// The definition version this run uses, as its first segment settled it (None: the
+    /// built-in digest); every message and checkpoint of the run carries it.
+    pub pinned: Option<PinnedDefinition>,
 }
 
 pub enum Request {
@@ -203,6 +209,7 @@ pub fn parse_request(
             experiment: None,
             definition: None,
             repin: false,
+            pinned: None,
         }));
     }
     let manual: ManualRequest =
@@ -249,6 +256,7 @@ pub fn parse_request(
         experiment,
         definition,
         repin: manual.repin,
+        pinned: None,
         started_at_ms: now_ms,
         campaign,
         topic_named: manual.topic.is_some(),
@@ -317,9 +325,10 @@ impl From<Checkpoint> for Run {
             guardrails: GuardrailRequest::default(),
             started_at_ms: cp.started_at_ms.or(delivery_started).unwrap_or_default(),
             experiment: None,
-            // Pinned by the first segment; the campaign's record keeps it.
+            // Settled by the first segment, which the checkpoint carries.
             definition: None,
             repin: false,
+            pinned: cp.definition,
         }
     }
 }

@@ -6,7 +6,7 @@ use super::request::Run;
 use super::{GetUsers, GetUsersError};
 use crate::domain::campaign::Window;
 use crate::domain::campaign_start::{StartError, StartRequest};
-use crate::domain::definition::pin::{self, AskedDefinition, PinnedDefinition, Settled};
+use crate::domain::definition::pin::{self, PinnedDefinition, Settled};
 use crate::domain::digest::OddFollows;
 use crate::domain::experiment::ExperimentError;
 use crate::ports::{CampaignStates, OutgoingQueue, UserDirectory, WaitingRoom};
@@ -58,14 +58,17 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             now_ms,
             self.clock.now_ms(),
         )?;
-        // The version named is pinned unless the campaign has one (GetUsers does not read
-        // the store yet, so a first start names its version).
-        let pin = run.definition.as_ref().and_then(|d| {
-            Some(PinnedDefinition {
-                name: d.name.clone(),
-                version: d.version?,
-            })
-        });
+        // The version named, or the latest, is pinned unless the campaign has one.
+        let pin = match &run.definition {
+            Some(asked) => Some(PinnedDefinition {
+                name: asked.name.clone(),
+                version: match asked.version {
+                    Some(version) => version,
+                    None => self.latest_version(&asked.name).await?,
+                },
+            }),
+            None => None,
+        };
         let recorded = states
             .register(
                 &run.campaign,
@@ -76,7 +79,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             )
             .await
             .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
-        let definition = settle_definition(run, recorded.definition.as_ref())?;
+        let pinned = settle_definition(run, recorded.definition.as_ref(), pin.as_ref())?;
         let settled = start.settle(
             &mut run.campaign,
             run.topic_named,
@@ -84,7 +87,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             &recorded,
             now_ms,
         )?;
-        run.definition = definition;
+        run.pinned = pinned;
         if let Some(moved) = settled.moved {
             states
                 .move_deadline(
@@ -105,7 +108,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
                 .await
                 .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
         }
-        self.report_odd_follows(&run.campaign.window).await
+        // The digest's follows; a definition's audience is its own.
+        match run.pinned {
+            Some(_) => Ok(OddFollows::default()),
+            None => self.report_odd_follows(&run.campaign.window).await,
+        }
     }
 
     /// Logs the window's follows whose followeeId or followerId no user can have, and counts
@@ -132,27 +139,23 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
 }
 
 /// The definition version `run` uses (None: the built-in digest), settled against the one
-/// the campaign's record pins. Refused before anything is enqueued.
+/// the campaign's record pins; `latest` is what a first start naming no version pinned.
+/// Refused before anything is enqueued.
 fn settle_definition(
     run: &Run,
     recorded: Option<&PinnedDefinition>,
-) -> Result<Option<AskedDefinition>, GetUsersError> {
+    latest: Option<&PinnedDefinition>,
+) -> Result<Option<PinnedDefinition>, GetUsersError> {
     let id = run.campaign.id.as_str();
-    let used = match pin::settle(id, recorded, run.definition.as_ref(), run.repin)? {
-        Settled::BuiltIn => return Ok(None),
-        Settled::Latest(name) => {
-            return Err(GetUsersError::BadRequest(format!(
-                "definition {name}: name the version for the first start of {id} (\"definitionVersion\": N; `mailctl campaign list` shows the latest)"
-            )))
-        }
-        Settled::Use(pinned) => pinned,
-        Settled::Repin { from, to } => {
-            tracing::warn!(campaign = %run.campaign.id, definition = %to.name, from = from.version, to = to.version, "this run uses another definition version than the campaign's pin, as asked");
-            to
-        }
-    };
-    Ok(Some(AskedDefinition {
-        name: used.name,
-        version: Some(used.version),
-    }))
+    Ok(
+        match pin::settle(id, recorded, run.definition.as_ref(), run.repin)? {
+            Settled::BuiltIn => None,
+            Settled::Latest(_) => latest.cloned(),
+            Settled::Use(pinned) => Some(pinned),
+            Settled::Repin { from, to } => {
+                tracing::warn!(campaign = %run.campaign.id, definition = %to.name, from = from.version, to = to.version, "this run uses another definition version than the campaign's pin, as asked");
+                Some(to)
+            }
+        },
+    )
 }

@@ -97,6 +97,7 @@ fn checkpoint_round_trips() {
         segment: 3,
         delivery: None,
         started_at_ms: Some(1_795_000_000_000),
+        definition: None,
     };
     let body = serde_json::to_string(&cp).unwrap();
     assert_eq!(parse_body::<Checkpoint>(Some(&body)).unwrap(), cp);
@@ -354,6 +355,7 @@ async fn a_bad_checkpoint_fails_alone() {
         segment: 1,
         delivery: None,
         started_at_ms: None,
+        definition: None,
     };
     let records = json!({"Records": [
         {"messageId": "bad", "body": "{\"campaignId\": 7}"},
@@ -737,7 +739,34 @@ fn messages(bodies: &[String]) -> Vec<UserMessage> {
 #[tokio::test]
 async fn a_campaign_keeps_the_definition_version_its_first_run_pinned() {
     use crate::domain::definition::pin::{PinError, PinnedDefinition};
-    let stage = stage("20");
+    use crate::ports::definitions::Push;
+    use crate::ports::memory::MemoryDefinitions;
+    use crate::ports::{DefinitionCache, DefinitionStore};
+    // Three versions of the digest pushed (their descriptions differ).
+    let store = MemoryDefinitions::default();
+    for n in 1..=3 {
+        let mut files = crate::domain::definition::example("digest");
+        let toml = files.get_mut("campaign.toml").unwrap();
+        *toml = toml.replacen("description = \"", &format!("description = \"v{n} "), 1);
+        let push = Push {
+            name: "digest",
+            files: &files,
+            schedule: None,
+            at_ms: 0,
+            by: None,
+        };
+        store.push(push).await.unwrap();
+    }
+    let announcement = crate::domain::definition::example("announcement");
+    let push = Push {
+        name: "announcement",
+        files: &announcement,
+        schedule: None,
+        at_ms: 0,
+        by: None,
+    };
+    store.push(push).await.unwrap();
+    let stage = stage("20").with_definitions(Arc::new(DefinitionCache::new(store)));
     let start = |version: Option<u32>, repin: bool| {
         let mut event = json!({"campaignId": "weekly-2026-W47", "definition": "digest"});
         if let Some(v) = version {
@@ -758,41 +787,37 @@ async fn a_campaign_keeps_the_definition_version_its_first_run_pinned() {
             .get("weekly-2026-W47")
             .cloned()
     };
-    // A first start must name its version (GetUsers does not read the latest yet).
-    let err = stage
-        .handle(start(None, false), &plenty())
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("definitionVersion"), "{err}");
-    assert_eq!(pinned(), None);
-    stage
-        .handle(start(Some(2), false), &plenty())
-        .await
-        .unwrap();
-    let two = PinnedDefinition {
+    let pin = |version| PinnedDefinition {
         name: "digest".into(),
-        version: 2,
+        version,
     };
-    assert_eq!(pinned(), Some(two.clone()));
+    // The in-memory directory runs no definitions: a settled start gets as far as the
+    // audience, which fails as the definition's fault, once.
+    let ran = |result: Result<Response, GetUsersError>| match result {
+        Err(GetUsersError::DefinitionQuery(reason)) => {
+            assert_eq!(reason, crate::ports::NO_DEFINITIONS);
+        }
+        other => panic!("{other:?}"),
+    };
+    // A first start naming no version pins the latest.
+    ran(stage.handle(start(None, false), &plenty()).await);
+    assert_eq!(pinned(), Some(pin(3)));
     // A re-run naming nothing, or the same version, keeps it.
-    stage.handle(start(None, false), &plenty()).await.unwrap();
-    stage
-        .handle(start(Some(2), false), &plenty())
-        .await
-        .unwrap();
+    ran(stage.handle(start(None, false), &plenty()).await);
+    ran(stage.handle(start(Some(3), false), &plenty()).await);
     // Another version is refused before anything is enqueued, unless asked with repin; the
-    // record keeps 2 either way.
+    // record keeps 3 either way.
     let before = enqueued(&stage).len();
     let err = stage
-        .handle(start(Some(3), false), &plenty())
+        .handle(start(Some(2), false), &plenty())
         .await
         .unwrap_err();
     assert!(
         matches!(
             err,
             GetUsersError::Definition(PinError::OtherVersion {
-                recorded: 2,
-                asked: 3,
+                recorded: 3,
+                asked: 2,
                 ..
             })
         ),
@@ -800,11 +825,26 @@ async fn a_campaign_keeps_the_definition_version_its_first_run_pinned() {
     );
     assert!(err.repeats());
     assert_eq!(enqueued(&stage).len(), before);
-    stage.handle(start(Some(3), true), &plenty()).await.unwrap();
-    assert_eq!(pinned(), Some(two));
+    ran(stage.handle(start(Some(2), true), &plenty()).await);
+    assert_eq!(pinned(), Some(pin(3)));
+    // A version never pushed, or a definition never pushed, is refused with what to do.
+    let err = stage
+        .handle(start(Some(9), true), &plenty())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("has no version 9 (its latest is 3)"),
+        "{err}"
+    );
+    assert!(err.repeats());
+    let err = stage
+        .handle(json!({"campaignId": "promo-1", "since": "2026-11-16T00:00:00Z", "until": "2026-11-23T00:00:00Z", "definition": "promo"}), &plenty())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("mailctl campaign push"), "{err}");
     // Another definition never.
-    let other =
-        json!({"campaignId": "weekly-2026-W47", "definition": "promo", "definitionVersion": 1});
+    let other = json!({"campaignId": "weekly-2026-W47", "definition": "announcement"});
     assert!(matches!(
         stage.handle(other, &plenty()).await.unwrap_err(),
         GetUsersError::Definition(PinError::OtherDefinition { .. })

@@ -95,6 +95,7 @@ pub fn check_samples(definition: &Definition, files: &Files) -> Vec<String> {
                         manage_url: "https://u.example/?token=sample",
                         picks,
                         variant,
+                        subject: None,
                     };
                     let rendered = templates.render_in(
                         language,

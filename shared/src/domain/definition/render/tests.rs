@@ -4,26 +4,7 @@ use crate::domain::digest::{hostile_names, Digest, Look, Renderer};
 use crate::domain::text::printable_name;
 use serde_json::json;
 
-/// A definition folder's files (`/`-separated paths), as the loader reads them.
-fn read_folder(dir: &std::path::Path) -> Files {
-    fn walk(root: &std::path::Path, dir: &std::path::Path, files: &mut Files) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(root, &path, files);
-            } else {
-                let rel = path.strip_prefix(root).unwrap().to_str().unwrap();
-                files.insert(
-                    rel.replace('\\', "/"),
-                    std::fs::read_to_string(&path).unwrap(),
-                );
-            }
-        }
-    }
-    let mut files = Files::new();
-    walk(dir, dir, &mut files);
-    files
-}
+use crate::domain::definition::read_folder;
 
 /// `Templates` from a folder's files, as SPEC lays them out (what the loader will do).
 fn templates_of(files: &Files, default_language: &str) -> Templates {
@@ -281,6 +262,7 @@ fn the_digest_definition_renders_every_digest_as_the_bundled_templates_do() {
                 manage_url: URL,
                 picks: &three[..n_picks],
                 variant,
+                subject: None,
             };
             let (today, defined) = both(&old, &new, &case, email, false);
             assert_same(&today, &defined, &format!("{name} {locale:?} {variant:?}"));
@@ -321,6 +303,7 @@ fn the_digest_definition_renders_every_digest_as_the_bundled_templates_do() {
                     manage_url: &urls[(n + count as usize) % 2],
                     picks: &three[..if (n + recent) % 2 == 0 { 0 } else { 3 }],
                     variant: [None, Some("short")][(n + l) % 2],
+                    subject: None,
                 };
                 let (today, defined) = both(&old, &new, &case, email, turn % 3 == 0);
                 assert_same(
@@ -353,6 +336,7 @@ fn a_nameless_user_is_there_in_every_language() {
             manage_url: URL,
             picks: &[],
             variant: None,
+            subject: None,
         };
         let out = new.render(&case.email_data(false), &email).unwrap();
         assert!(out.text.contains(" there,\n"), "{language}: {}", out.text);
@@ -513,6 +497,7 @@ fn the_data_and_params_reach_the_templates_as_the_spec_says() {
         manage_url: "https://u.example/?token=t",
         picks: &[],
         variant: None,
+        subject: None,
     };
     let out = new.render(&user, &email).unwrap();
     assert_eq!(out.subject, "Hello <b>Zoë</b>");
@@ -539,6 +524,7 @@ fn the_data_and_params_reach_the_templates_as_the_spec_says() {
             &user,
             &Email {
                 variant: Some("long"),
+                subject: None,
                 ..email
             },
         )
@@ -606,6 +592,7 @@ fn measure_render_per_email() {
         manage_url: URL,
         picks: &[],
         variant: None,
+        subject: None,
     };
     let per_email = |f: &dyn Fn(&Digest, &EmailData) -> usize| {
         let start = std::time::Instant::now();

@@ -418,6 +418,7 @@ async fn a_user_handed_back_for_quiet_hours_is_released_at_their_end_and_counted
         variant: None,
         rendered_at_ms: Some(ms("2026-11-23T21:00:00Z")),
         window: Some(campaign().window),
+        definition: None,
     };
     let message = job.user_message().unwrap();
     schedule_slot(&stage.waiting, &campaign().id, end, "arn:get-users")

@@ -1,0 +1,157 @@
+//! A campaign that runs a pushed definition: its users' data read by the definition's
+//! queries (`UserDirectory::prepare`) and their emails rendered by its templates. A
+//! definition that cannot run (refused by this build, or a query MongoDB refuses) would fail
+//! the same way on every retry: its users are skipped with the reason (`definition_failed`),
+//! logged once per batch, never retried into the DLQ.
+
+use super::*;
+use crate::domain::definition::render::Email;
+use crate::domain::definition::Prepared;
+use crate::domain::topics::Topic;
+use crate::ports::{DefinitionCampaign, DefinitionError, LoadedDefinition, PrepareError};
+
+/// What a user of a definition's campaign gets when the definition cannot run.
+pub(super) const DEFINITION_FAILED: &str = "definition_failed";
+
+impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
+    CreateEmails<D, Q, S, P>
+{
+    /// The definition version `message` names, with what its queries run with; Err(read)
+    /// when it cannot run (the same every time: the users skipped), Err of the store when it
+    /// was not read (retried).
+    pub(super) async fn definition_campaign(
+        &self,
+        message: &UserMessage,
+        topic: &Topic,
+    ) -> Result<Result<DefinitionCampaign, Read>, ComposeError> {
+        let Some(pinned) = &message.definition else {
+            return Err(ComposeError::Definition(
+                "the message names no definition".into(),
+            ));
+        };
+        match self.definitions.load(&pinned.name, pinned.version).await {
+            Ok(loaded) => Ok(Ok(DefinitionCampaign {
+                loaded,
+                campaign: message.campaign_id.to_string(),
+                window: message.window,
+                topic: topic.clone(),
+            })),
+            Err(DefinitionError::Store(reason)) => Err(ComposeError::Definition(reason)),
+            Err(refused) => {
+                tracing::error!(campaign = %message.campaign_id, reason = %refused, "the campaign's definition cannot run; its users are skipped");
+                Ok(Err(Read::Failed))
+            }
+        }
+    }
+
+    /// One user of a definition's campaign read alone (not in a batch read).
+    pub(super) async fn read_definition_user(
+        &self,
+        message: &UserMessage,
+        topic: &Topic,
+        user_id: UserId,
+    ) -> Result<Read, ComposeError> {
+        let campaign = match self.definition_campaign(message, topic).await? {
+            Ok(campaign) => campaign,
+            Err(failed) => return Ok(failed),
+        };
+        let prepared = self
+            .directory
+            .prepare(&campaign, std::slice::from_ref(&user_id))
+            .await;
+        Ok(match prepared {
+            Ok(mut one) => Read::Definition(
+                campaign.loaded,
+                one.pop()
+                    .unwrap_or(Prepared::Skip(SkipReason::Vanished.as_str().into())),
+            ),
+            Err(PrepareError::Store(err)) => return Err(err.into()),
+            Err(PrepareError::Definition(reason)) => {
+                tracing::error!(campaign = %message.campaign_id, %reason, "the campaign's definition failed; user skipped");
+                Read::Failed
+            }
+        })
+    }
+
+    /// The job for a user of a definition's campaign (or why they get none), with the
+    /// language that rendered it.
+    pub(super) fn render_definition_job(
+        &self,
+        message: UserMessage,
+        loaded: &LoadedDefinition,
+        prepared: Prepared,
+        variant: Option<&Variant>,
+    ) -> Result<Result<(EmailJob, String), SkipReason>, ComposeError> {
+        let data = match prepared {
+            Prepared::Ready(data) => data,
+            Prepared::Skip(reason) => return Ok(Err(SkipReason::named(&reason))),
+        };
+        let Some(topic) = Topics::builtin().find(&message.topic) else {
+            return Ok(Err(unknown_topic(&message)));
+        };
+        let user_id = data.user_id.to_string();
+        let unsubscribe_url = unsubscribe_link::link(
+            &self.config.unsubscribe_base_url,
+            &self.signer.token(&message.campaign_id, &topic.id, &user_id),
+        );
+        let language = loaded
+            .templates
+            .language_for(data.language.as_deref())
+            .to_owned();
+        // Picks only for a definition that declares where they come from.
+        let picks = match (
+            &self.config.picks,
+            &self.sealer,
+            loaded.definition.open_content,
+        ) {
+            (Some(links), Some(sealer), Some(_)) => SlotUrls::for_email(
+                sealer,
+                &links.base_url,
+                &message.campaign_id,
+                &user_id,
+                Language::of_locale(&language),
+                links.slots,
+            ),
+            _ => Vec::new(),
+        };
+        let email = Email {
+            window: &message.window,
+            topic,
+            manage_url: &unsubscribe_url,
+            picks: &picks,
+            variant: variant.and_then(|v| v.template.as_deref()),
+            subject: variant
+                .and_then(|v| v.subject.get(language.as_str()))
+                .map(String::as_str),
+        };
+        let rendered = match loaded.templates.render(&data, &email) {
+            Ok(rendered) => rendered,
+            // The same data fails the same way on every retry: decided now, counted.
+            Err(reason) => {
+                tracing::error!(campaign = %message.campaign_id, user = %data.user_id, %reason, "email not rendered; user skipped");
+                return Ok(Err(SkipReason::Unrenderable));
+            }
+        };
+        let job = EmailJob {
+            campaign_id: message.campaign_id,
+            user_id,
+            to: data.email,
+            subject: rendered.subject,
+            html: rendered.html,
+            text: rendered.text,
+            unsubscribe_url: Some(unsubscribe_url),
+            include_failed: message.include_failed,
+            include_cancelled: message.include_cancelled,
+            due: message.due,
+            topic: message.topic,
+            zone: message.zone,
+            variant: variant.map(|v| v.name.clone()),
+            rendered_at_ms: Some(
+                crate::domain::ledger::epoch_ms(crate::runtime::clock::now()) as i64,
+            ),
+            window: Some(message.window),
+            definition: message.definition,
+        };
+        Ok(Ok((job, language)))
+    }
+}

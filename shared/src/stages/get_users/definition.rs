@@ -1,0 +1,120 @@
+//! A campaign of a pushed definition: the start that names only the definition (its
+//! schedule's `{"definition": "<name>"}`) given the campaign its window rule makes, a first
+//! start given the latest version, and the version each segment runs, read once per
+//! environment.
+
+use super::request::Run;
+use super::{GetUsers, GetUsersError, Queue};
+use crate::domain::campaign::Campaign;
+use crate::domain::definition::pin::PinnedDefinition;
+use crate::domain::topics::Topics;
+use crate::ports::{
+    CampaignStates, DefinitionCampaign, DefinitionError, LoadedDefinition, OutgoingQueue,
+    UserDirectory, WaitingRoom,
+};
+use serde_json::Value;
+use std::sync::Arc;
+use time::OffsetDateTime;
+
+impl From<DefinitionError> for GetUsersError {
+    fn from(err: DefinitionError) -> Self {
+        match err {
+            // The definitions table did not answer: a retry may help.
+            DefinitionError::Store(reason) => Self::Campaigns(reason),
+            refused => Self::DefinitionRefused(refused.to_string()),
+        }
+    }
+}
+
+impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
+    /// A definition's latest version: what a first start that names none runs.
+    pub(super) async fn latest_version(&self, name: &str) -> Result<u32, GetUsersError> {
+        match self.definitions.latest(name).await? {
+            Some(info) => Ok(info.version),
+            None => Err(DefinitionError::Unknown(name.to_owned()).into()),
+        }
+    }
+}
+
+impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
+    /// A manual or scheduled start that names a definition, completed from it: without a
+    /// `campaignId`, the campaign of the definition's window rule at the clock's now
+    /// (`Campaign::for_definition`); with one of its own ids and no window, that id's
+    /// window. Any other event is returned as it came.
+    pub(super) async fn complete_definition_start(
+        &self,
+        mut event: Value,
+    ) -> Result<Value, GetUsersError> {
+        let Some(start) = event.as_object_mut() else {
+            return Ok(event);
+        };
+        let Some(name) = start.get("definition").and_then(Value::as_str) else {
+            return Ok(event);
+        };
+        let name = name.to_owned();
+        let has_window = start.contains_key("since") || start.contains_key("until");
+        if start.contains_key("campaignId") && has_window {
+            return Ok(event);
+        }
+        let version = match start.get("definitionVersion") {
+            Some(v) => v
+                .as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .ok_or_else(|| {
+                    GetUsersError::BadRequest(format!(
+                        "definitionVersion {v} is not a version number"
+                    ))
+                })?,
+            None => self.latest_version(&name).await?,
+        };
+        let loaded = self.definitions.load(&name, version).await?;
+        let definition = &loaded.definition;
+        // Its emails are of the definition's topic (a campaign keeps its first start's).
+        let topic = Topics::builtin()
+            .resolve(Some(&definition.topic))?
+            .id
+            .clone();
+        if !start.contains_key("topic") {
+            start.insert("topic".into(), topic.to_string().into());
+        }
+        let window = match start.get("campaignId").and_then(Value::as_str) {
+            Some(id) => {
+                match Campaign::definition_window(id, &name, definition.window_days) {
+                    Some(window) => window,
+                    // Not one of its ids: the campaign's record or the start gives the window.
+                    None => return Ok(event),
+                }
+            }
+            None => {
+                let now = OffsetDateTime::from_unix_timestamp_nanos(
+                    i128::from(self.clock.now_ms()) * 1_000_000,
+                )
+                .unwrap_or_else(|_| OffsetDateTime::now_utc());
+                let campaign = Campaign::for_definition(&name, definition.window_days, topic, now);
+                start.insert("campaignId".into(), campaign.id.to_string().into());
+                campaign.window
+            }
+        };
+        let rfc3339 = crate::domain::campaign::rfc3339;
+        start.insert("since".into(), rfc3339(window.since).into());
+        start.insert("until".into(), rfc3339(window.until).into());
+        Ok(event)
+    }
+
+    /// The version `run` uses, parsed, with what its queries run with.
+    pub(super) async fn definition_campaign(
+        &self,
+        run: &Run,
+        pinned: &PinnedDefinition,
+    ) -> Result<DefinitionCampaign, GetUsersError> {
+        let loaded: Arc<LoadedDefinition> =
+            self.definitions.load(&pinned.name, pinned.version).await?;
+        let topic = Topics::builtin().get(run.campaign.topic.as_str())?.clone();
+        Ok(DefinitionCampaign {
+            loaded,
+            campaign: run.campaign.id.to_string(),
+            window: run.campaign.window,
+            topic,
+        })
+    }
+}

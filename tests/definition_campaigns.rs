@@ -1,0 +1,174 @@
+//! Campaigns that run a pushed definition, through every stage on the local stack: the
+//! orders example (customers with ObjectId ids and nested fields, Decimal128 prices, dates)
+//! pushed, seeded and sent exactly once; its skips counted by reason; a re-run sends
+//! nothing twice; a definition that cannot run fails its run once, with the reason.
+
+use mailctl::definition_store::{self, Loaded, Stack};
+use mailflow::domain::campaign::Campaign;
+use mailflow::domain::definition::pin::PinnedDefinition;
+use mailflow_local::pipeline::PipelineOptions;
+use mailflow_local::seed::{seed_orders, OrdersOptions};
+use mailflow_tests::{ses, test_env, TestEnv};
+use std::path::Path;
+use std::time::Duration;
+
+const CAMPAIGN: &str = "orders-2026-W47";
+
+/// The example `campaigns/<name>`, read and checked as `mailctl campaign push` does, and
+/// pushed.
+async fn push_example(env: &TestEnv, name: &str) -> Stack {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../campaigns")
+        .join(name);
+    let files = mailctl::definition::read_dir(&dir).unwrap_or_else(|e| panic!("{e:?}"));
+    let definition = mailctl::definition::checked(&files).unwrap_or_else(|e| panic!("{e:?}"));
+    let stack = Stack::connect(&env.stack.sdk, Some(&env.stack.prefix))
+        .await
+        .unwrap();
+    let loaded = Loaded {
+        name: definition.name.clone(),
+        schedule: definition.schedule.clone(),
+        files,
+    };
+    definition_store::push(&stack, &loaded, Some("test"), 1)
+        .await
+        .unwrap();
+    stack
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_orders_example_runs_through_every_stage_exactly_once() {
+    let env = test_env("def_orders", |_| {}).await.unwrap();
+    let stack = push_example(&env, "orders").await;
+    let window = Campaign::definition_window(CAMPAIGN, "orders", 7).unwrap();
+    let options = OrdersOptions {
+        customers: 80,
+        seed: 11,
+        domain: env.domain.clone(),
+        window,
+    };
+    let expected = seed_orders(&env.db, &options).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+
+    // Named by the definition alone, with the campaign id of its window rule.
+    let event = serde_json::json!({"definition": "orders", "campaignId": CAMPAIGN});
+    let report = pipeline
+        .run(event.clone(), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let with_orders: Vec<(&String, &Vec<i64>)> = expected
+        .audience
+        .iter()
+        .filter_map(|(id, e)| e.as_ref().ok().map(|totals| (id, totals)))
+        .collect();
+    assert!(with_orders.len() >= 10, "{}", with_orders.len());
+    let created = &report.totals.create_emails;
+    assert_eq!(created.rendered, with_orders.len(), "{created:?}");
+    // Every skip by its reason, the definition's own (`no_orders`) among ours.
+    let mut skipped = std::collections::BTreeMap::new();
+    for e in expected.audience.values() {
+        if let Err(reason) = e {
+            *skipped.entry(reason.to_string()).or_insert(0usize) += 1;
+        }
+    }
+    let counted: std::collections::BTreeMap<String, usize> = created
+        .skipped
+        .iter()
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect();
+    assert_eq!(counted, skipped);
+    assert_eq!(report.totals.send_email.sent, with_orders.len());
+
+    // What the customers got: their orders, newest first, with prices and dates, in their
+    // language; a hostile item name stays text.
+    let sent = env.sent().await.unwrap();
+    let messages: usize = sent.values().map(Vec::len).sum();
+    assert_eq!(messages, with_orders.len());
+    let mut german = 0;
+    for message in sent.values().flatten() {
+        let text = message.text.as_deref().unwrap_or_default();
+        let html = message.html.as_deref().unwrap_or_default();
+        assert!(text.contains("Total: ") || text.contains("Summe"), "{text}");
+        assert!(
+            !html.contains("<b>mug</b>"),
+            "an item's markup reached the HTML"
+        );
+        if text.contains("Zoë's <b>mug</b>") {
+            assert!(html.contains("Zoë&#x27;s &lt;b&gt;mug&lt;"), "{html}");
+        }
+        german += usize::from(
+            message
+                .subject
+                .as_deref()
+                .unwrap_or_default()
+                .contains("Deine"),
+        );
+        let unsubscribe = message
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("List-Unsubscribe"));
+        assert!(
+            unsubscribe.is_some(),
+            "every email has its one-click header"
+        );
+    }
+    assert!(german > 0, "the German customers get the German templates");
+
+    // The campaign is pinned to the version it ran; a re-run sends nothing twice.
+    let record = stack.campaigns.record(CAMPAIGN).await.unwrap().unwrap();
+    assert_eq!(
+        record.definition,
+        Some(PinnedDefinition {
+            name: "orders".into(),
+            version: 1
+        })
+    );
+    let again = pipeline.run(event, Duration::from_secs(600)).await.unwrap();
+    // (The totals add up since the pipeline was built.)
+    assert_eq!(again.totals.send_email.sent, report.totals.send_email.sent);
+    let sent_again: usize = env.sent().await.unwrap().values().map(Vec::len).sum();
+    assert_eq!(sent_again, with_orders.len());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_definition_whose_query_fails_fails_its_run_once_with_the_reason() {
+    let env = test_env("def_fails", |_| {}).await.unwrap();
+    let stack = Stack::connect(&env.stack.sdk, Some(&env.stack.prefix))
+        .await
+        .unwrap();
+    // A pipeline MongoDB refuses at run time (an unknown expression operator), which the
+    // offline check cannot know.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../campaigns/orders");
+    let mut files = mailctl::definition::read_dir(&dir).unwrap();
+    let toml = files.get_mut("campaign.toml").unwrap();
+    *toml = toml.replacen(
+        "\"$lt\": [\"$signedUpAt\"",
+        "\"$noSuchOperator\": [\"$signedUpAt\"",
+        1,
+    );
+    let loaded = Loaded {
+        name: "orders".into(),
+        schedule: None,
+        files,
+    };
+    definition_store::push(&stack, &loaded, None, 1)
+        .await
+        .unwrap();
+    let window = Campaign::definition_window(CAMPAIGN, "orders", 7).unwrap();
+    let options = OrdersOptions {
+        customers: 10,
+        seed: 3,
+        domain: env.domain.clone(),
+        window,
+    };
+    seed_orders(&env.db, &options).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let err = pipeline
+        .start(serde_json::json!({"definition": "orders", "campaignId": CAMPAIGN}))
+        .await
+        .unwrap_err();
+    let text = format!("{err:#}");
+    assert!(text.contains("the campaign's definition failed"), "{text}");
+    assert!(text.contains("noSuchOperator"), "{text}");
+    assert!(env.sent().await.unwrap().is_empty());
+}
