@@ -172,3 +172,68 @@ async fn a_definition_whose_query_fails_fails_its_run_once_with_the_reason() {
     assert!(text.contains("noSuchOperator"), "{text}");
     assert!(env.sent().await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pushed_schedule_starts_the_campaign_of_its_period() {
+    let env = test_env("def_schedule", |_| {}).await.unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../campaigns/orders");
+    let mut files = mailctl::definition::read_dir(&dir).unwrap();
+    let toml = files.get_mut("campaign.toml").unwrap();
+    *toml = format!("schedule = \"cron(0 9 ? * MON *)\"\n{toml}");
+    let stack = Stack::connect(&env.stack.sdk, Some(&env.stack.prefix))
+        .await
+        .unwrap();
+    let loaded = Loaded {
+        name: "orders".into(),
+        schedule: Some("cron(0 9 ? * MON *)".into()),
+        files,
+    };
+    definition_store::push(&stack, &loaded, None, 1)
+        .await
+        .unwrap();
+    // The schedule is enabled, and what it invokes GetUsers with is what a firing sends.
+    let schedule = stack
+        .schedules
+        .scheduler
+        .get_schedule()
+        .name(mailflow::adapters::definitions::schedule_name("orders"))
+        .group_name(&stack.schedules.group)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        schedule.state(),
+        Some(&aws_sdk_scheduler::types::ScheduleState::Enabled)
+    );
+    let input = schedule.target().unwrap().input().unwrap().to_owned();
+    let event: serde_json::Value = serde_json::from_str(&input).unwrap();
+    assert_eq!(event, serde_json::json!({"definition": "orders"}));
+
+    // A firing now runs the last full week's campaign.
+    let topic = mailflow::domain::topics::Topics::builtin()
+        .resolve(Some("product-news"))
+        .unwrap()
+        .id
+        .clone();
+    let now = time::OffsetDateTime::now_utc();
+    let campaign = Campaign::for_definition("orders", 7, topic, now);
+    let options = OrdersOptions {
+        customers: 30,
+        seed: 5,
+        domain: env.domain.clone(),
+        window: campaign.window,
+    };
+    let expected = seed_orders(&env.db, &options).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let report = pipeline.run(event, Duration::from_secs(600)).await.unwrap();
+    assert_eq!(report.get_users["campaignId"], campaign.id.as_str());
+    let with_orders = expected.audience.values().filter(|e| e.is_ok()).count();
+    assert_eq!(report.totals.send_email.sent, with_orders);
+    let record = stack
+        .campaigns
+        .record(campaign.id.as_str())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.definition.map(|d| d.version), Some(1));
+}

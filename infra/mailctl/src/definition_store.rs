@@ -118,10 +118,6 @@ impl Stack {
     }
 }
 
-/// Why a definition's schedule is written disabled (`adapters::definitions::SCHEDULE_STATE`).
-const DISABLED: &str =
-    "disabled: GetUsers does not yet start a campaign from a pushed definition's schedule";
-
 /// What a push did: the version, and the schedule (a schedule that failed leaves the
 /// version stored; pushing again, unchanged, tries the schedule again).
 #[derive(Debug)]
@@ -146,11 +142,11 @@ impl PushReport {
         let expression = info.schedule.as_deref().unwrap_or("-");
         match &self.schedule {
             Ok(ScheduleChange::Created) => lines.push(format!(
-                "{}: schedule {expression} created (UTC), {DISABLED}",
+                "{}: schedule {expression} created (UTC): each firing runs the latest version",
                 info.name
             )),
             Ok(ScheduleChange::Updated) => lines.push(format!(
-                "{}: schedule {expression} (UTC), {DISABLED}",
+                "{}: schedule {expression} (UTC): each firing runs the latest version",
                 info.name
             )),
             Ok(ScheduleChange::Removed) => lines.push(format!(

@@ -4,12 +4,10 @@
 use super::super::describe;
 use crate::ports::definitions::{check_name, DefinitionError};
 
-/// The state a definition's schedule is written in. Disabled: GetUsers does not start a
-/// campaign from a definition's event (`{"definition": name}`) yet, so an enabled schedule
-/// would fail every firing into the schedule DLQ. The schedule is kept, with its expression,
-/// so `list` shows it and enabling it is a change of this one value.
+/// The state a definition's schedule is written in: each firing starts the campaign of the
+/// definition's window rule then (GetUsers, `{"definition": name}`).
 pub const SCHEDULE_STATE: aws_sdk_scheduler::types::ScheduleState =
-    aws_sdk_scheduler::types::ScheduleState::Disabled;
+    aws_sdk_scheduler::types::ScheduleState::Enabled;
 
 /// Each definition's recurring schedule: `definition-<name>` in the definitions' schedule
 /// group, invoking GetUsers with `{"definition": "<name>"}` as the scheduler role, retried
