@@ -4,6 +4,7 @@
 //! nothing twice; a definition that cannot run fails its run once, with the reason.
 
 use mailctl::definition_store::{self, Loaded, Stack};
+use mailflow::adapters::sends::SendRecord;
 use mailflow::domain::campaign::Campaign;
 use mailflow::domain::definition::pin::PinnedDefinition;
 use mailflow_local::pipeline::PipelineOptions;
@@ -236,4 +237,104 @@ async fn a_pushed_schedule_starts_the_campaign_of_its_period() {
         .unwrap()
         .unwrap();
     assert_eq!(record.definition.map(|d| d.version), Some(1));
+}
+
+/// Milliseconds since the epoch of an RFC 3339 instant.
+fn ms(at: &str) -> i64 {
+    let t =
+        time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339).unwrap();
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_definitions_campaign_goes_out_at_each_customers_local_time() {
+    let env = test_env("def_local", |_| {}).await.unwrap();
+    push_example(&env, "orders").await;
+    let window = Campaign::definition_window(CAMPAIGN, "orders", 7).unwrap();
+    let options = OrdersOptions {
+        customers: 60,
+        seed: 13,
+        domain: env.domain.clone(),
+        window,
+    };
+    let expected = seed_orders(&env.db, &options).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    // 07:00 in Berlin, where the customers' `prefs.tz` puts them; those without one go at
+    // 09:00 in the fallback zone.
+    pipeline.clock.set(ms("2026-11-23T06:00:00Z"));
+    let event = serde_json::json!({"definition": "orders", "campaignId": CAMPAIGN,
+        "localTime": "09:00", "fallbackZone": "America/Sao_Paulo"});
+    let summary = pipeline.start(event).await.unwrap();
+    let counts = &summary["localTime"];
+    assert!(counts["timezoneMissing"].as_u64().unwrap() > 0, "{summary}");
+    assert_eq!(pipeline.totals.lock().unwrap().send_email.sent, 0);
+    assert!(
+        env.sent().await.unwrap().is_empty(),
+        "nobody before their slot"
+    );
+
+    // The slots' releases render with the version the run pinned.
+    pipeline.drain(Duration::from_secs(900)).await.unwrap();
+    let with_orders = expected.audience.values().filter(|e| e.is_ok()).count();
+    let sent: usize = env.sent().await.unwrap().values().map(Vec::len).sum();
+    assert_eq!(sent, with_orders);
+    let records = env.records(CAMPAIGN).await.unwrap();
+    let late = records
+        .values()
+        .filter(|r| r.status == Some(mailflow::domain::ledger::SendStatus::Sent))
+        .count();
+    assert_eq!(late, with_orders);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_definitions_campaigns_share_the_frequency_caps() {
+    let env = test_env("def_caps", |o| {
+        o.parameters.insert("FrequencyCaps".into(), "1/16h".into());
+    })
+    .await
+    .unwrap();
+    push_example(&env, "digest").await;
+    push_example(&env, "announcement").await;
+    let digest = "digest-2026-W47";
+    let announcement = "announcement-2026-W47";
+    let week = Campaign::from_id("weekly-2026-W47", None).unwrap();
+    let seeded = env.seed(80, &week).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    // Both start together: their emails to one user race for the one the cap allows.
+    for (name, id) in [("digest", digest), ("announcement", announcement)] {
+        pipeline
+            .start(serde_json::json!({"definition": name, "campaignId": id}))
+            .await
+            .unwrap();
+    }
+    pipeline.drain(Duration::from_secs(600)).await.unwrap();
+    let records = |id: &'static str| {
+        let env = &env;
+        async move { env.records(id).await.unwrap() }
+    };
+    let (d, a) = (records(digest).await, records(announcement).await);
+    let sent = |r: Option<&SendRecord>| {
+        r.is_some_and(|r| r.status == Some(mailflow::domain::ledger::SendStatus::Sent))
+    };
+    let (mut capped, mut both_audiences) = (0, 0);
+    for user in d.keys().chain(a.keys()) {
+        let (in_d, in_a) = (d.get(user), a.get(user));
+        assert!(!(sent(in_d) && sent(in_a)), "{user} got both emails");
+        if in_d.is_some() && in_a.is_some() {
+            both_audiences += 1;
+        }
+        for r in [in_d, in_a].into_iter().flatten() {
+            capped += usize::from(r.skip_reason.as_deref() == Some("frequency_cap"));
+        }
+    }
+    assert!(both_audiences > 10, "{both_audiences}");
+    assert!(capped > 0);
+    let emails: usize = env.sent().await.unwrap().values().map(Vec::len).sum();
+    let sent_records = d
+        .values()
+        .chain(a.values())
+        .filter(|r| sent(Some(r)))
+        .count();
+    assert_eq!(emails, sent_records, "one email per SENT record");
+    assert!(!seeded.audience.is_empty());
 }
