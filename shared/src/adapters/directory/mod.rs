@@ -34,6 +34,12 @@ impl MongoDirectory {
     }
 }
 
+/// How long one of a definition's queries of a batch's users may take (MongoDB's
+/// `maxTimeMS`): a query that needs longer for ten users lacks an index, and is the
+/// definition's fault (its users are skipped as `definition_failed`; a re-run takes them
+/// again). A third of CreateEmails' timeout.
+pub const DATA_QUERY_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 impl MongoDirectory {
     /// The run of a definition's campaign (its pipelines read as BSON: microseconds).
     fn run(&self, campaign: &DefinitionCampaign) -> Result<DefinitionRun, RunError> {
@@ -67,7 +73,9 @@ impl UserDirectory for MongoDirectory {
         campaign: &DefinitionCampaign,
         user_ids: &[UserId],
     ) -> Result<Vec<Prepared>, PrepareError> {
-        let run = self.run(campaign);
+        let run = self
+            .run(campaign)
+            .map(|run| run.with_max_time(DATA_QUERY_TIME_LIMIT));
         match run.map(|run| async move { run.prepare(user_ids).await }) {
             Ok(prepared) => prepared.await,
             Err(err) => Err(err),
