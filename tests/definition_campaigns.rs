@@ -207,17 +207,25 @@ async fn a_pushed_schedule_starts_the_campaign_of_its_period() {
         Some(&aws_sdk_scheduler::types::ScheduleState::Enabled)
     );
     let input = schedule.target().unwrap().input().unwrap().to_owned();
-    let event: serde_json::Value = serde_json::from_str(&input).unwrap();
-    assert_eq!(event, serde_json::json!({"definition": "orders"}));
-
-    // A firing now runs the last full week's campaign.
+    let template: serde_json::Value = serde_json::from_str(&input).unwrap();
+    assert_eq!(
+        template,
+        serde_json::json!({"definition": "orders", "at": "<aws.scheduler.scheduled-time>"})
+    );
+    // Scheduler puts the firing's time in. A firing of Monday 2026-11-30 runs the week
+    // before, whenever it arrives (a retry days later included).
+    let event: serde_json::Value = serde_json::from_str(
+        &input.replace("<aws.scheduler.scheduled-time>", "2026-11-30T09:00:00Z"),
+    )
+    .unwrap();
     let topic = mailflow::domain::topics::Topics::builtin()
         .resolve(Some("product-news"))
         .unwrap()
         .id
         .clone();
-    let now = time::OffsetDateTime::now_utc();
-    let campaign = Campaign::for_definition("orders", 7, topic, now);
+    let fired = time::macros::datetime!(2026-11-30 09:00 UTC);
+    let campaign = Campaign::for_definition("orders", 7, topic, fired);
+    assert_eq!(campaign.id.as_str(), "orders-2026-W48");
     let options = OrdersOptions {
         customers: 30,
         seed: 5,

@@ -95,7 +95,10 @@ async fn pushes_make_versions_and_keep_the_schedule_in_step() {
     assert_eq!(target.arn(), stack.schedules.target_arn);
     assert_eq!(target.role_arn(), stack.schedules.role_arn);
     let input: serde_json::Value = serde_json::from_str(target.input().unwrap()).unwrap();
-    assert_eq!(input, serde_json::json!({"definition": "digest"}));
+    assert_eq!(
+        input,
+        serde_json::json!({"definition": "digest", "at": "<aws.scheduler.scheduled-time>"})
+    );
 
     // The same files again: nothing stored.
     let again = definition_store::push(&stack, &one, Some("bo"), 2_000)

@@ -23,7 +23,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
 
 mod schedules;
-pub use schedules::{schedule_name, DefinitionSchedules, ScheduleChange, SCHEDULE_STATE};
+pub use schedules::{
+    schedule_name, DefinitionSchedules, ScheduleChange, SCHEDULED_TIME, SCHEDULE_STATE,
+};
 
 const KIND: &str = "itemKind";
 const HEAD: &str = "definition";

@@ -9,8 +9,12 @@ use crate::ports::definitions::{check_name, DefinitionError};
 pub const SCHEDULE_STATE: aws_sdk_scheduler::types::ScheduleState =
     aws_sdk_scheduler::types::ScheduleState::Enabled;
 
+/// EventBridge Scheduler's context attribute for the time a firing was scheduled for,
+/// replaced in a target's input when it is invoked.
+pub const SCHEDULED_TIME: &str = "<aws.scheduler.scheduled-time>";
+
 /// Each definition's recurring schedule: `definition-<name>` in the definitions' schedule
-/// group, invoking GetUsers with `{"definition": "<name>"}` as the scheduler role, retried
+/// group, invoking GetUsers with `{"definition": "<name>", "at": <the firing's time>}` as the scheduler role, retried
 /// and dead-lettered as the stack's weekly schedule is.
 #[derive(Clone)]
 pub struct DefinitionSchedules {
@@ -84,7 +88,9 @@ impl DefinitionSchedules {
         let target = Target::builder()
             .arn(&self.target_arn)
             .role_arn(&self.role_arn)
-            .input(serde_json::json!({ "definition": name }).to_string())
+            // Scheduler puts the firing's own time in: a retry much later still runs the
+            // period the firing was for.
+            .input(serde_json::json!({ "definition": name, "at": SCHEDULED_TIME }).to_string())
             .retry_policy(RetryPolicy::builder().maximum_retry_attempts(2).build())
             .dead_letter_config(
                 DeadLetterConfig::builder()

@@ -38,8 +38,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
 
 impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
     /// A manual or scheduled start that names a definition, completed from it: without a
-    /// `campaignId`, the campaign of the definition's window rule at the clock's now
-    /// (`Campaign::for_definition`); with one of its own ids and no window, that id's
+    /// `campaignId`, the campaign of the definition's window rule at `at` (a schedule's
+    /// firing time) or the clock's now (`Campaign::for_definition`); with one of its own ids and no window, that id's
     /// window. Any other event is returned as it came.
     pub(super) async fn complete_definition_start(
         &self,
@@ -52,6 +52,22 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
             return Ok(event);
         };
         let name = name.to_owned();
+        // The instant whose period a schedule's firing runs (its scheduled time, which a
+        // retry hours later keeps); else the clock's now.
+        let at = match start.remove("at") {
+            None => None,
+            Some(Value::String(at)) => Some(
+                OffsetDateTime::parse(&at, &time::format_description::well_known::Rfc3339)
+                    .map_err(|e| {
+                        GetUsersError::BadRequest(format!("at {at:?} is not an RFC 3339 time: {e}"))
+                    })?,
+            ),
+            Some(other) => {
+                return Err(GetUsersError::BadRequest(format!(
+                    "at {other} is not an RFC 3339 time"
+                )))
+            }
+        };
         let has_window = start.contains_key("since") || start.contains_key("until");
         if start.contains_key("campaignId") && has_window {
             return Ok(event);
@@ -86,11 +102,13 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
                 }
             }
             None => {
-                let now = OffsetDateTime::from_unix_timestamp_nanos(
-                    i128::from(self.clock.now_ms()) * 1_000_000,
-                )
-                .unwrap_or_else(|_| OffsetDateTime::now_utc());
-                let campaign = Campaign::for_definition(&name, definition.window_days, topic, now);
+                let at = at.unwrap_or_else(|| {
+                    OffsetDateTime::from_unix_timestamp_nanos(
+                        i128::from(self.clock.now_ms()) * 1_000_000,
+                    )
+                    .unwrap_or_else(|_| OffsetDateTime::now_utc())
+                });
+                let campaign = Campaign::for_definition(&name, definition.window_days, topic, at);
                 start.insert("campaignId".into(), campaign.id.to_string().into());
                 campaign.window
             }
