@@ -843,6 +843,28 @@ async fn a_campaign_keeps_the_definition_version_its_first_run_pinned() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("mailctl campaign push"), "{err}");
+    // Named by the definition alone: the campaign of its window rule at the firing's time.
+    ran(stage
+        .handle(
+            json!({"definition": "digest", "at": "2026-11-30T09:00:00Z"}),
+            &plenty(),
+        )
+        .await);
+    assert!(stage
+        .campaigns
+        .states()
+        .definitions
+        .lock()
+        .unwrap()
+        .contains_key("digest-2026-W48"));
+    for at in [json!("Monday"), json!(1764493200)] {
+        let err = stage
+            .handle(json!({"definition": "digest", "at": at}), &plenty())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("is not an RFC 3339 time"), "{err}");
+        assert!(err.repeats());
+    }
     // Another definition never.
     let other = json!({"campaignId": "weekly-2026-W47", "definition": "announcement"});
     assert!(matches!(
