@@ -5,7 +5,7 @@
 //! and MongoDB's refusals are told apart from a store that does not answer.
 
 use mailflow::adapters::definition::{DefinitionRun, RunError};
-use mailflow::adapters::directory::MongoDirectory;
+use mailflow::adapters::mongo_directory::MongoDirectory;
 use mailflow::domain::campaign::{Campaign, Window};
 use mailflow::domain::definition::{Definition, Prepared};
 use mailflow::domain::digest::Enrichment;

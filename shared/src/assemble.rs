@@ -4,9 +4,9 @@
 //! here, so a change to how a function is put together is made once.
 
 use crate::adapters::campaigns::CampaignsTable;
-use crate::adapters::directory::MongoDirectory;
 use crate::adapters::event_sources::{ConsumerMapping, EventSourceMappings, StackSending};
 use crate::adapters::mongo::MongoConnectError;
+use crate::adapters::mongo_directory::MongoDirectory;
 use crate::adapters::open_content::OpenContentTable;
 use crate::adapters::picks::MongoPicks;
 use crate::adapters::rate_item::RateItem;

@@ -265,6 +265,8 @@ impl CampaignStates for CampaignsTable {
                 guardrails: r.guardrails.unwrap_or_default(),
                 experiment: r.experiment.map(Arc::new),
                 decision: r.decision.map(Arc::new),
+                registered: r.started_at_ms.is_some(),
+                definition: r.definition,
             })
             .unwrap_or_default())
     }

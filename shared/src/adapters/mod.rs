@@ -12,6 +12,7 @@ pub mod event_sources;
 pub mod field_path;
 pub mod item;
 pub mod mongo;
+pub mod mongo_directory;
 pub mod open_content;
 pub mod picks;
 pub mod preferences;

@@ -256,26 +256,34 @@ impl Campaign {
         }
     }
 
-    /// The window a campaign id of definition `name` implies (`for_definition`'s ids), if
-    /// it is one.
+    /// The window a campaign id of definition `name` implies (`for_definition`'s ids, written
+    /// exactly as it writes them), if it is one.
     pub fn definition_window(id: &str, name: &str, window_days: u32) -> Option<Window> {
         let period = id.strip_prefix(name)?.strip_prefix('-')?;
-        if window_days == 7 {
+        let window = if window_days == 7 {
             let (y, w) = period.split_once("-W")?;
             let (year, week) = (y.parse::<i32>().ok()?, w.parse::<u8>().ok()?);
-            (w.len() == 2).then_some(())?;
             let monday = Date::from_iso_week_date(year, week, Weekday::Monday).ok()?;
-            return Some(weekly(monday).window);
-        }
-        let format = time::macros::format_description!("[year]-[month]-[day]");
-        let last = Date::parse(period, &format).ok()?;
-        let until = (last + Duration::days(1))
-            .with_time(Time::MIDNIGHT)
-            .assume_utc();
-        Some(Window {
-            since: until - Duration::days(i64::from(window_days)),
-            until,
-        })
+            let since = monday.with_time(Time::MIDNIGHT).assume_utc();
+            Window {
+                since,
+                until: since.checked_add(Duration::weeks(1))?,
+            }
+        } else {
+            let format = time::macros::format_description!("[year]-[month]-[day]");
+            let last = Date::parse(period, &format).ok()?;
+            let until = last.next_day()?.with_time(Time::MIDNIGHT).assume_utc();
+            Window {
+                since: until.checked_sub(Duration::days(i64::from(window_days)))?,
+                until,
+            }
+        };
+        // Only the id the rule itself writes for that window (`orders-02026-W47` is not
+        // `orders-2026-W47`'s twin): one campaign per period.
+        let topic = Topics::builtin().weekly().id.clone();
+        let canonical = Self::for_definition(name, window_days, topic, window.until);
+        let plain_year = window.since.year() >= 1;
+        (plain_year && canonical.id.as_str() == id && canonical.window == window).then_some(window)
     }
 
     /// Settles this start against what the campaign was first started with (`recorded`):
@@ -329,7 +337,9 @@ impl Campaign {
             .and_then(|rest| rest.split_once("-W"))
             .and_then(|(y, w)| Some((y.parse::<i32>().ok()?, w.parse::<u8>().ok()?)))
             .filter(|(_, w)| id.as_str().ends_with(&format!("W{w:02}")))
-            .and_then(|(y, w)| Date::from_iso_week_date(y, w, Weekday::Monday).ok());
+            .and_then(|(y, w)| Date::from_iso_week_date(y, w, Weekday::Monday).ok())
+            // The week must end within the dates a time can hold (9999's last is not a week).
+            .filter(|monday| monday.checked_add(Duration::weeks(1)).is_some());
         match (week.map(weekly), window) {
             (Some(weekly), Some(given)) if given != weekly.window => {
                 Err(CampaignError::ForeignWindow {
@@ -463,6 +473,11 @@ mod tests {
             ("usage-2026-11-29", "usage", 7),
             ("usage-2026-11-31", "usage", 30),
             ("weekly-2026-W48", "orders", 7),
+            ("orders-02026-W48", "orders", 7),
+            ("orders--2026-W05", "orders", 7),
+            ("orders-9999-W52", "orders", 7),
+            ("usage-9999-12-31", "usage", 30),
+            ("usage-2026-1-29", "usage", 30),
         ] {
             assert_eq!(Campaign::definition_window(id, name, days), None, "{id}");
         }

@@ -2,7 +2,7 @@
 //! may send now (paused, cancelled), who changed that, its guardrails and its experiment.
 
 use super::campaign::Window;
-use super::definition::pin::PinnedDefinition;
+use super::definition_pin::PinnedDefinition;
 use super::experiment::{Decision, Experiment};
 use super::guardrails::CampaignGuardrails;
 use super::topics::ExclusionCounts;
@@ -38,6 +38,10 @@ pub struct CampaignState {
     /// Its A/B experiment, and the winner once decided.
     pub experiment: Option<Arc<Experiment>>,
     pub decision: Option<Arc<Decision>>,
+    /// A start registered it (a record exists).
+    pub registered: bool,
+    /// The definition version its first run pinned (None: the built-in digest).
+    pub definition: Option<PinnedDefinition>,
 }
 
 /// A campaign's row in the campaigns table: GetUsers registers it RUNNING when it starts it.

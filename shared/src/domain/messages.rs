@@ -2,7 +2,7 @@
 //! that one bad body fails alone.
 
 use crate::domain::campaign::{CampaignId, Window};
-use crate::domain::definition::pin::PinnedDefinition;
+use crate::domain::definition_pin::PinnedDefinition;
 use crate::domain::local_time::Due;
 use crate::domain::topics::{TopicId, Topics};
 use serde::{Deserialize, Deserializer, Serialize};

@@ -102,6 +102,10 @@ pub enum PrepareError {
     /// the same batch would fail the same way.
     #[error("{0}")]
     Definition(String),
+    /// A query ran over its time limit: a missing index repeats it, an overloaded server
+    /// may not.
+    #[error("{0}")]
+    Slow(String),
     /// The store did not answer: a retry may help.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -6,7 +6,7 @@
 //! CapLedger), `adapters::sends::SendRecords` (SendRecordNotes, PendingLeaves,
 //! ExperimentResults), `adapters::sqs::SqsQueue` (OutgoingQueue, RetryQueue),
 //! `adapters::subscribers::Subscribers` (SubscriberStore, UserStandings),
-//! `adapters::directory::MongoDirectory` (UserDirectory), `adapters::campaigns::CampaignsTable`
+//! `adapters::mongo_directory::MongoDirectory` (UserDirectory), `adapters::campaigns::CampaignsTable`
 //! (CampaignStates), `adapters::event_sources::StackSending` (SendingSwitch),
 //! `adapters::rate_item::RateItem` (RateBucket), `adapters::event_sources::ConsumerMapping`
 //! (ConsumerScaling), `adapters::waiting::WaitingTable` (WaitingRoom),

@@ -146,7 +146,7 @@ pub async fn plan(
     let envs = function_envs(sdk, template, t).await?;
     let stage = mailctl::compose::create_emails(sdk, &envs.create).await?;
     let config = CreateEmailsConfig::from_source(&|k: &str| envs.create.get(k).cloned())?;
-    let directory = mailflow::adapters::directory::MongoDirectory::new(
+    let directory = mailflow::adapters::mongo_directory::MongoDirectory::new(
         mailflow::adapters::mongo::connect(&config.mongo, sdk, "mailctl").await?,
     );
     // The index the audience scan needs, checked as GetUsers checks it at its cold start.

@@ -10,6 +10,10 @@ pub enum RunError {
     /// the run fails once with this reason.
     #[error("campaign definition {name}: {reason}")]
     Definition { name: String, reason: String },
+    /// A query ran over its time limit (`maxTimeMS`): a missing index repeats it, an
+    /// overloaded server may not; the caller decides when it has tried enough.
+    #[error("campaign definition {name}: {reason}")]
+    Slow { name: String, reason: String },
     /// The store did not answer (network, no primary, shutting down): retried.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -69,14 +73,18 @@ pub(super) fn classify(definition: &str, query: &str, err: Error) -> RunError {
                 40324 => "has a stage MongoDB does not know",
                 _ => "was refused by MongoDB",
             };
-            let message = c.message.lines().next().unwrap_or_default();
-            RunError::definition(
-                definition,
-                format!(
-                    "{query} {what} (code {} {}: {message}); fix campaign.toml and push it again",
-                    c.code, c.code_name
-                ),
-            )
+            let message = unquoted(c.message.lines().next().unwrap_or_default());
+            let reason = format!(
+                "{query} {what} (code {} {}: {message}); fix campaign.toml and push it again",
+                c.code, c.code_name
+            );
+            match c.code {
+                50 => RunError::Slow {
+                    name: definition.to_owned(),
+                    reason,
+                },
+                _ => RunError::definition(definition, reason),
+            }
         }
         // Our own refusals of what the pipeline asked (a value BSON cannot hold).
         ErrorKind::InvalidArgument { message, .. } => {
@@ -89,8 +97,54 @@ pub(super) fn classify(definition: &str, query: &str, err: Error) -> RunError {
     }
 }
 
+/// MongoDB's message with the values it quotes left out: it quotes what it could not read
+/// (`Failed to parse objectId 'ada@example.com'`), and the reason is logged and kept. What
+/// the pipeline itself names (`'$noSuchOperator'`, a `$field` path) stays.
+fn unquoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(open) = rest.find(['\'', '"']) {
+        let q = rest[open..].chars().next().unwrap_or('\'');
+        out.push_str(&rest[..=open]);
+        let inner = &rest[open + 1..];
+        let (quoted, after) = match inner.find(q) {
+            Some(close) => (&inner[..close], &inner[close..]),
+            None => (inner, ""),
+        };
+        out.push_str(if quoted.starts_with('$') {
+            quoted
+        } else {
+            "…"
+        });
+        // The closing quote, then on.
+        match after.chars().next() {
+            Some(c) => {
+                out.push(c);
+                rest = &after[c.len_utf8()..];
+            }
+            None => rest = "",
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn quoted_values_are_left_out() {
+        assert_eq!(
+            super::unquoted("Failed to parse objectId 'ada@example.com' in $toObjectId"),
+            "Failed to parse objectId '…' in $toObjectId"
+        );
+        assert_eq!(super::unquoted("can't \"x"), "can'…");
+        assert_eq!(
+            super::unquoted("Unrecognized expression '$noSuchOperator'"),
+            "Unrecognized expression '$noSuchOperator'"
+        );
+        assert_eq!(super::unquoted("no quotes"), "no quotes");
+    }
+
     use super::*;
 
     #[test]

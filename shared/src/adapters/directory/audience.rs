@@ -145,7 +145,7 @@ impl Audience {
     }
 
     /// The audience after `after` (a checkpoint), or all of it.
-    pub(super) fn open(
+    pub(crate) fn open(
         db: &Database,
         window: &Window,
         topic: &Topic,
@@ -231,7 +231,7 @@ impl Audience {
     /// The window's follows whose followeeId or followerId is not a usable id (a number,
     /// null, missing, empty, an array even of ids...): nobody is found through them. Both
     /// counts in one pass over the window; up to `limit` odd followees are described.
-    pub(super) async fn odd_follows(
+    pub(crate) async fn odd_follows(
         db: &Database,
         window: &Window,
         limit: i64,

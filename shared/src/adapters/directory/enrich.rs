@@ -27,7 +27,7 @@ const NAMES_PAGE: usize = 10;
 /// be named are named (a follower whose user document is gone, or has no name, is counted
 /// but not named, and the next one is named in their place). Ties in time are broken by
 /// follower id, so a user's email is the same whichever batch they are read in.
-pub(super) async fn enrich_many(
+pub(crate) async fn enrich_many(
     db: &Database,
     user_ids: &[UserId],
     window: &Window,

@@ -27,8 +27,9 @@ pub mod values;
 
 pub use load::{line_of, parse, CAMPAIGN_TOML, DATA_VARIABLE, DEFAULT_WINDOW_DAYS, VARIABLES};
 
+/// Which version a run uses (its own room: the messages carry a pin, and import no more).
+pub use super::definition_pin as pin;
 use crate::domain::user_id::UserId;
-pub mod pin;
 
 use std::collections::BTreeMap;
 

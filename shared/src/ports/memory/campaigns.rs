@@ -104,6 +104,10 @@ impl CampaignStates for MemoryCampaigns {
                 .get(campaign_id)
                 .cloned()
                 .map(Arc::new),
+            registered,
+            definition: crate::runtime::lock(&self.definitions)
+                .get(campaign_id)
+                .cloned(),
         })
     }
 

@@ -13,6 +13,35 @@ use crate::ports::{DefinitionCampaign, DefinitionError, LoadedDefinition, Prepar
 /// What a user of a definition's campaign gets when the definition cannot run.
 pub(super) const DEFINITION_FAILED: &str = "definition_failed";
 
+/// From this receive on, a record whose definition's query ran over its time limit is
+/// skipped (`definition_failed`) rather than tried again: the users queue sends a record to
+/// its DLQ after its fifth.
+pub(super) const SLOW_LAST_RECEIVE: u32 = 3;
+
+/// A definition's query over its time limit for this record: tried again (the record
+/// fails and comes back) until its last tries, then skipped as `definition_failed`.
+pub(super) fn slow(
+    reason: String,
+    record: &SqsMessage,
+    message: &UserMessage,
+) -> Result<Read, ComposeError> {
+    let receives = receives(record);
+    if receives < SLOW_LAST_RECEIVE {
+        return Err(ComposeError::Definition(reason));
+    }
+    tracing::error!(campaign = %message.campaign_id, %reason, receives, "the campaign's definition stayed slower than its time limit; user skipped");
+    Ok(Read::Failed)
+}
+
+/// How often SQS has delivered the record (1 on the first receive).
+pub(super) fn receives(record: &SqsMessage) -> u32 {
+    record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
 impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
     CreateEmails<D, Q, S, P>
 {
@@ -66,6 +95,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                     .unwrap_or(Prepared::Skip(SkipReason::Vanished.as_str().into())),
             ),
             Err(PrepareError::Store(err)) => return Err(err.into()),
+            Err(PrepareError::Slow(reason)) => Read::Slow(reason),
             Err(PrepareError::Definition(reason)) => {
                 tracing::error!(campaign = %message.campaign_id, %reason, "the campaign's definition failed; user skipped");
                 Read::Failed

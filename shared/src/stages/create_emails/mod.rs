@@ -194,7 +194,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             Read::Definition(loaded, prepared) => {
                 self.render_definition_job(message, &loaded, prepared, variant)
             }
-            Read::Failed => Ok(Err(SkipReason::named(definition::DEFINITION_FAILED))),
+            Read::Failed | Read::Slow(_) => {
+                Ok(Err(SkipReason::named(definition::DEFINITION_FAILED)))
+            }
         }
     }
 
@@ -316,26 +318,38 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             Some(Ok(variant)) => Some(variant),
             None => None,
         };
-        let composed = match prefetched {
-            Some(read) => self
-                .render_read(message, read?, variant.as_ref())
-                .map(|r| r.map(|(job, _)| job)),
-            // Not in the batch read (its campaign was held then, or the pending leaves
-            // could not be read): read alone.
+        // Not in the batch read (its campaign was held then, or the pending leaves could not
+        // be read): read alone.
+        let read = match prefetched {
+            Some(read) => Some(read?),
             None => {
-                let user = UserId::parse(&message.user_id)?.to_string();
+                let user_id = UserId::parse(&message.user_id)?;
                 let left = self
                     .pending
-                    .standing_leaves(&[user], &message.topic)
+                    .standing_leaves(&[user_id.to_string()], &message.topic)
                     .await?;
-                match left.is_empty() {
-                    true => Ok(self
-                        .compose_with(message, variant.as_ref())
-                        .await?
-                        .map(|(job, _)| job)),
-                    false => Ok(Err(SkipReason::LeftTopic)),
+                match (left.is_empty(), Topics::builtin().find(&message.topic)) {
+                    (false, _) => Some(Read::Digest(Enrichment::Skip(SkipReason::LeftTopic))),
+                    (true, Some(topic)) if message.definition.is_some() => {
+                        Some(self.read_definition_user(&message, topic, user_id).await?)
+                    }
+                    // The digest's user, read and rendered by `compose_with`.
+                    (true, _) => None,
                 }
             }
+        };
+        let read = match read {
+            Some(Read::Slow(reason)) => Some(definition::slow(reason, record, &message)?),
+            other => other,
+        };
+        let composed = match read {
+            Some(read) => self
+                .render_read(message, read, variant.as_ref())
+                .map(|r| r.map(|(job, _)| job)),
+            None => Ok(self
+                .compose_with(message, variant.as_ref())
+                .await?
+                .map(|(job, _)| job)),
         };
         match composed? {
             Ok(job) => Ok(Outcome::Job(

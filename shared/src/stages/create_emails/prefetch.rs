@@ -17,6 +17,9 @@ pub(crate) enum Read {
     Definition(Arc<LoadedDefinition>, Prepared),
     /// The campaign's definition cannot run (logged once): skipped, `definition_failed`.
     Failed,
+    /// A query ran over its time limit: the record comes back, and on its last tries is
+    /// skipped as `definition_failed` (`process`).
+    Slow(String),
 }
 
 /// Users read together: the same window and topic, and for a definition's campaign the
@@ -170,6 +173,10 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             Err(PrepareError::Definition(reason)) => {
                 tracing::error!(campaign = %message.campaign_id, %reason, users = ids.len(), "the campaign's definition failed; its users are skipped");
                 Some(vec![Read::Failed; ids.len()])
+            }
+            Err(PrepareError::Slow(reason)) => {
+                tracing::warn!(campaign = %message.campaign_id, %reason, users = ids.len(), "the campaign's definition was slower than its time limit; its users come back");
+                Some(vec![Read::Slow(reason); ids.len()])
             }
             Err(PrepareError::Store(err)) => {
                 tracing::warn!(reason = %err, users = ids.len(), "batch read failed; reading its users one by one");

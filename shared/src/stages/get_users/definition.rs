@@ -39,8 +39,9 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
 impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
     /// A manual or scheduled start that names a definition, completed from it: without a
     /// `campaignId`, the campaign of the definition's window rule at `at` (a schedule's
-    /// firing time) or the clock's now (`Campaign::for_definition`); with one of its own ids and no window, that id's
-    /// window. Any other event is returned as it came.
+    /// firing time) or the clock's now (`Campaign::for_definition`); with one of its own
+    /// ids and no window, that id's window, by the version the campaign is pinned to (else
+    /// the one a first start runs, which it names). Any other event is returned as it came.
     pub(super) async fn complete_definition_start(
         &self,
         mut event: Value,
@@ -68,50 +69,90 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
                 )))
             }
         };
-        let has_window = start.contains_key("since") || start.contains_key("until");
-        if start.contains_key("campaignId") && has_window {
-            return Ok(event);
-        }
-        let version = match start.get("definitionVersion") {
-            Some(v) => v
-                .as_u64()
-                .and_then(|v| u32::try_from(v).ok())
-                .ok_or_else(|| {
-                    GetUsersError::BadRequest(format!(
-                        "definitionVersion {v} is not a version number"
-                    ))
-                })?,
-            None => self.latest_version(&name).await?,
-        };
-        let loaded = self.definitions.load(&name, version).await?;
-        let definition = &loaded.definition;
-        // Its emails are of the definition's topic (a campaign keeps its first start's).
-        let topic = Topics::builtin()
-            .resolve(Some(&definition.topic))?
-            .id
-            .clone();
-        if !start.contains_key("topic") {
-            start.insert("topic".into(), topic.to_string().into());
-        }
-        let window = match start.get("campaignId").and_then(Value::as_str) {
-            Some(id) => {
-                match Campaign::definition_window(id, &name, definition.window_days) {
-                    Some(window) => window,
-                    // Not one of its ids: the campaign's record or the start gives the window.
-                    None => return Ok(event),
-                }
+        let asked =
+            match start.get("definitionVersion") {
+                None => None,
+                Some(v) => Some(v.as_u64().and_then(|v| u32::try_from(v).ok()).ok_or_else(
+                    || {
+                        GetUsersError::BadRequest(format!(
+                            "definitionVersion {v} is not a version number"
+                        ))
+                    },
+                )?),
+            };
+        // The version a new campaign runs: the one asked for, else the latest (read once).
+        let mut first_version = None;
+        let id = match start.get("campaignId").and_then(Value::as_str) {
+            Some(id) if !id.starts_with(&format!("{name}-")) => {
+                return Err(GetUsersError::BadRequest(format!(
+                    "campaign {id} is not one of definition {name}'s: their ids start with \"{name}-\" (leave campaignId out for the period of its window rule)"
+                )))
             }
+            Some(id) => id.to_owned(),
             None => {
+                let version = match asked {
+                    Some(version) => version,
+                    None => self.latest_version(&name).await?,
+                };
+                first_version = Some(version);
+                let rule = self.definitions.load(&name, version).await?;
                 let at = at.unwrap_or_else(|| {
                     OffsetDateTime::from_unix_timestamp_nanos(
                         i128::from(self.clock.now_ms()) * 1_000_000,
                     )
                     .unwrap_or_else(|_| OffsetDateTime::now_utc())
                 });
-                let campaign = Campaign::for_definition(&name, definition.window_days, topic, at);
-                start.insert("campaignId".into(), campaign.id.to_string().into());
-                campaign.window
+                let topic = Topics::builtin().resolve(Some(&rule.definition.topic))?;
+                let id = Campaign::for_definition(
+                    &name,
+                    rule.definition.window_days,
+                    topic.id.clone(),
+                    at,
+                )
+                .id;
+                start.insert("campaignId".into(), id.to_string().into());
+                id.to_string()
             }
+        };
+        // A campaign already started keeps its definition's version, window and topic: a
+        // retry, a re-run or a resend is never judged by what was pushed since.
+        let state = self
+            .campaigns
+            .states()
+            .state(&id)
+            .await
+            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+        let version = match (&state.definition, state.registered) {
+            (Some(pinned), _) if pinned.name == name => pinned.version,
+            // Another definition's: the start is refused with both names (`pin::settle`).
+            (Some(_), _) => return Ok(event),
+            (None, true) => {
+                return Err(GetUsersError::BadRequest(format!(
+                    "campaign {id} was started without a definition: definition {name} cannot take it over; start it under a new campaign id"
+                )))
+            }
+            (None, false) => {
+                let version = match first_version.or(asked) {
+                    Some(version) => version,
+                    None => self.latest_version(&name).await?,
+                };
+                start.insert("definitionVersion".into(), version.into());
+                let loaded = self.definitions.load(&name, version).await?;
+                let topic = Topics::builtin().resolve(Some(&loaded.definition.topic))?;
+                if !start.contains_key("topic") {
+                    start.insert("topic".into(), topic.id.to_string().into());
+                }
+                version
+            }
+        };
+        if start.contains_key("since") || start.contains_key("until") {
+            return Ok(event);
+        }
+        let loaded = self.definitions.load(&name, version).await?;
+        // Not an id of its window rule: the start gives the window (since, until).
+        let Some(window) = Campaign::definition_window(&id, &name, loaded.definition.window_days)
+        else {
+            return Ok(event);
         };
         let rfc3339 = crate::domain::campaign::rfc3339;
         start.insert("since".into(), rfc3339(window.since).into());

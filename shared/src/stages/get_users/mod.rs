@@ -242,11 +242,19 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
                 for record in records {
                     let id = record.message_id.clone();
                     let result = match parse_body::<Continuation>(record.body.as_deref()) {
-                        Ok(Continuation::Checkpoint(cp)) => self
-                            .run(cp.into(), invocation)
-                            .await
-                            .map(|run| Some(Response::Run(run)))
-                            .map_err(|e| e.to_string()),
+                        Ok(Continuation::Checkpoint(cp)) => {
+                            match self.run(cp.into(), invocation).await {
+                                Ok(run) => Ok(Some(Response::Run(run))),
+                                // The same checkpoint would fail the same way again (a query
+                                // the definition got wrong, late in the audience): the run
+                                // ends here, said once, rather than retried into the DLQ.
+                                Err(err) if err.repeats() => {
+                                    tracing::error!(message_id = %id, reason = %err, "a run's segment would fail the same way again: the run ends here; fix the cause and re-run the campaign");
+                                    Ok(None)
+                                }
+                                Err(err) => Err(err.to_string()),
+                            }
+                        }
                         Ok(Continuation::Release(r)) => self
                             .release(r.release_waiting, invocation)
                             .await

@@ -31,7 +31,34 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         let now_ms = self.clock.wall_ms();
         let now = OffsetDateTime::from_unix_timestamp_nanos(i128::from(now_ms) * 1_000_000)
             .unwrap_or_else(|_| OffsetDateTime::now_utc());
-        run.campaign.may_start(now, self.config.max_window)?;
+        // The version named, or the latest, is pinned unless the campaign has one.
+        let pin = match &run.definition {
+            Some(asked) => Some(PinnedDefinition {
+                name: asked.name.clone(),
+                version: match asked.version {
+                    Some(version) => version,
+                    None => self.latest_version(&asked.name).await?,
+                },
+            }),
+            None => None,
+        };
+        // A definition declares its window (`window_days`, checked at push): the stack's
+        // bound is for the digest's and hand-named windows.
+        let max_window = match &pin {
+            Some(pin) => {
+                let loaded = self.definitions.load(&pin.name, pin.version).await?;
+                let days = std::time::Duration::from_secs(
+                    u64::from(loaded.definition.window_days) * 86_400,
+                );
+                self.config.max_window.max(days)
+            }
+            None => self.config.max_window,
+        };
+        run.campaign.may_start(now, max_window)?;
+        if let (Some(pin), Some(experiment)) = (&pin, &run.experiment) {
+            let loaded = self.definitions.load(&pin.name, pin.version).await?;
+            fits_definition(experiment, &loaded.definition)?;
+        }
         if run.experiment.is_some() && !self.config.track_opens_and_clicks {
             return Err(ExperimentError::NoConsent(run.campaign.id.clone()).into());
         }
@@ -58,17 +85,6 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             now_ms,
             self.clock.now_ms(),
         )?;
-        // The version named, or the latest, is pinned unless the campaign has one.
-        let pin = match &run.definition {
-            Some(asked) => Some(PinnedDefinition {
-                name: asked.name.clone(),
-                version: match asked.version {
-                    Some(version) => version,
-                    None => self.latest_version(&asked.name).await?,
-                },
-            }),
-            None => None,
-        };
         let recorded = states
             .register(
                 &run.campaign,
@@ -158,4 +174,35 @@ fn settle_definition(
             }
         },
     )
+}
+
+/// An experiment on a definition's campaign uses what the definition has: each variant's
+/// body is one of its bodies (`<lang>/<variant>/`), and its subjects are plain text (the
+/// digest's subject variables mean nothing to a definition).
+fn fits_definition(
+    experiment: &crate::domain::experiment::Experiment,
+    definition: &crate::domain::definition::Definition,
+) -> Result<(), GetUsersError> {
+    for variant in &experiment.variants {
+        if let Some(body) = &variant.template {
+            if !definition.templates.variants.contains(body) {
+                return Err(GetUsersError::BadRequest(format!(
+                    "experiment variant {}: definition {} has no body {body:?} (its bodies: {}); add templates/<lang>/{body}/ to it, or leave template out",
+                    variant.name,
+                    definition.name,
+                    match definition.templates.variants.is_empty() {
+                        true => "none".to_owned(),
+                        false => definition.templates.variants.join(", "),
+                    }
+                )));
+            }
+        }
+        if let Some((locale, _)) = variant.subject.iter().find(|(_, s)| s.contains("{{")) {
+            return Err(GetUsersError::BadRequest(format!(
+                "experiment variant {}: its {locale} subject has a template variable, and a definition's campaign sends an experiment's subjects as they are written: write it out",
+                variant.name
+            )));
+        }
+    }
+    Ok(())
 }

@@ -363,7 +363,8 @@ async fn a_bad_checkpoint_fails_alone() {
         {"messageId": "good", "body": serde_json::to_string(&good).unwrap()},
     ]});
     let failed = failed_records(&stage, records).await;
-    assert_eq!(failed, ["bad", "bad-after"]);
+    // A checkpoint GetUsers refuses would be refused the same way again: dropped, said once.
+    assert_eq!(failed, ["bad"]);
     assert_eq!(enqueued(&stage), [OID]);
 }
 
@@ -768,7 +769,7 @@ async fn a_campaign_keeps_the_definition_version_its_first_run_pinned() {
     store.push(push).await.unwrap();
     let stage = stage("20").with_definitions(Arc::new(DefinitionCache::new(store)));
     let start = |version: Option<u32>, repin: bool| {
-        let mut event = json!({"campaignId": "weekly-2026-W47", "definition": "digest"});
+        let mut event = json!({"campaignId": "digest-2026-W47", "definition": "digest"});
         if let Some(v) = version {
             event["definitionVersion"] = v.into();
         }
@@ -784,7 +785,7 @@ async fn a_campaign_keeps_the_definition_version_its_first_run_pinned() {
             .definitions
             .lock()
             .unwrap()
-            .get("weekly-2026-W47")
+            .get("digest-2026-W47")
             .cloned()
     };
     let pin = |version| PinnedDefinition {
@@ -865,12 +866,32 @@ async fn a_campaign_keeps_the_definition_version_its_first_run_pinned() {
         assert!(err.to_string().contains("is not an RFC 3339 time"), "{err}");
         assert!(err.repeats());
     }
-    // Another definition never.
-    let other = json!({"campaignId": "weekly-2026-W47", "definition": "announcement"});
-    assert!(matches!(
-        stage.handle(other, &plenty()).await.unwrap_err(),
-        GetUsersError::Definition(PinError::OtherDefinition { .. })
-    ));
+    // A definition's campaigns are its own: another's id, or one started without a
+    // definition, is refused with what to do.
+    let other = json!({"campaignId": "digest-2026-W47", "definition": "announcement"});
+    let err = stage.handle(other, &plenty()).await.unwrap_err();
+    assert!(
+        err.to_string().contains("ids start with \"announcement-\""),
+        "{err}"
+    );
+    assert!(err.repeats());
+    stage
+        .handle(json!({"campaignId": "weekly-2026-W47"}), &plenty())
+        .await
+        .unwrap();
+    let takeover = json!({"campaignId": "digest-w", "since": "2026-11-16T00:00:00Z", "until": "2026-11-23T00:00:00Z"});
+    stage.handle(takeover, &plenty()).await.unwrap();
+    let err = stage
+        .handle(
+            json!({"campaignId": "digest-w", "definition": "digest"}),
+            &plenty(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("was started without a definition"),
+        "{err}"
+    );
     // A version alone names nothing.
     let err = parse(json!({"campaignId": "weekly-2026-W47", "definitionVersion": 2}))
         .err()

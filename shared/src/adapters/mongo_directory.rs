@@ -1,0 +1,155 @@
+//! The user directory on MongoDB (`ports::UserDirectory`): the built-in digest's audience
+//! and enrichment (`directory`), and a pushed definition's (`definition`), over one
+//! database.
+
+use super::definition::{DefinitionAudience, DefinitionRun, RunError};
+use super::directory::{check_indexes, enrich_many, Audience};
+use crate::domain::campaign::Window;
+use crate::domain::definition::Prepared;
+use crate::domain::digest::{Enrichment, OddFollows};
+use crate::domain::topics::{ExclusionCounts, Topic};
+use crate::domain::user_id::UserId;
+use crate::ports::{
+    AudienceMember, AudienceScan, DefinitionCampaign, PrepareError, StoreError, UserDirectory,
+};
+use mongodb::Database;
+
+/// The users and follows collections of one database.
+#[derive(Clone)]
+pub struct MongoDirectory {
+    db: Database,
+}
+
+impl MongoDirectory {
+    pub fn new(db: Database) -> Self {
+        Self { db }
+    }
+}
+
+/// How long a definition's queries of one batch of users may take in all (MongoDB's
+/// `maxTimeMS`, shared among the recipients' read and each data query): two thirds of
+/// CreateEmails' timeout. A query over its share is retried with the record, and on its
+/// last tries decided as the definition's fault (`create_emails::definition`).
+pub const DATA_QUERIES_BUDGET: std::time::Duration = std::time::Duration::from_secs(40);
+
+impl MongoDirectory {
+    /// The run of a definition's campaign (its pipelines read as BSON: microseconds).
+    fn run(&self, campaign: &DefinitionCampaign) -> Result<DefinitionRun, RunError> {
+        DefinitionRun::new(
+            self.db.clone(),
+            campaign.loaded.definition.clone(),
+            campaign.topic.clone(),
+            &campaign.window,
+            &campaign.campaign,
+        )
+    }
+}
+
+impl UserDirectory for MongoDirectory {
+    type Audience = Audience;
+    type DefinitionAudience = DefinitionScan;
+
+    fn definition_audience(
+        &self,
+        campaign: &DefinitionCampaign,
+        after: Option<UserId>,
+    ) -> DefinitionScan {
+        match self.run(campaign) {
+            Ok(run) => DefinitionScan::Scan(Box::new(run.audience(after))),
+            Err(err) => DefinitionScan::Refused(err.to_string()),
+        }
+    }
+
+    async fn prepare(
+        &self,
+        campaign: &DefinitionCampaign,
+        user_ids: &[UserId],
+    ) -> Result<Vec<Prepared>, PrepareError> {
+        // The batch's queries share a budget well inside CreateEmails' timeout.
+        let queries = 1 + campaign.loaded.definition.data.len() as u32;
+        let limit = (DATA_QUERIES_BUDGET / queries).max(std::time::Duration::from_secs(2));
+        let run = self.run(campaign).map(|run| run.with_max_time(limit));
+        match run.map(|run| async move { run.prepare(user_ids).await }) {
+            Ok(prepared) => prepared.await,
+            Err(err) => Err(err),
+        }
+        .map_err(|err| match err {
+            RunError::Store(e) => PrepareError::Store(e),
+            slow @ RunError::Slow { .. } => PrepareError::Slow(slow.to_string()),
+            fault => PrepareError::Definition(fault.to_string()),
+        })
+    }
+
+    fn audience(&self, window: &Window, topic: &Topic, after: Option<UserId>) -> Audience {
+        Audience::open(&self.db, window, topic, after)
+    }
+
+    async fn odd_follows(&self, window: &Window, limit: i64) -> Result<OddFollows, StoreError> {
+        Ok(Audience::odd_follows(&self.db, window, limit).await?)
+    }
+
+    async fn enrich(
+        &self,
+        user_id: &UserId,
+        window: &Window,
+        topic: &Topic,
+        shown: u32,
+    ) -> Result<Enrichment, StoreError> {
+        let mut one = enrich_many(
+            &self.db,
+            std::slice::from_ref(user_id),
+            window,
+            topic,
+            shown,
+        )
+        .await?;
+        Ok(one.pop().unwrap_or(Enrichment::Skip(
+            crate::domain::digest::SkipReason::Vanished,
+        )))
+    }
+
+    async fn enrich_many(
+        &self,
+        user_ids: &[UserId],
+        window: &Window,
+        topic: &Topic,
+        shown: u32,
+    ) -> Result<Vec<Enrichment>, StoreError> {
+        Ok(enrich_many(&self.db, user_ids, window, topic, shown).await?)
+    }
+
+    async fn check_indexes(&self) -> Result<(), StoreError> {
+        check_indexes(&self.db).await
+    }
+}
+
+/// A definition's audience, or why its pipelines could not even be read.
+pub enum DefinitionScan {
+    Scan(Box<DefinitionAudience>),
+    Refused(String),
+}
+
+impl AudienceScan for DefinitionScan {
+    async fn next(&mut self) -> Result<Option<AudienceMember>, StoreError> {
+        match self {
+            Self::Scan(scan) => scan.next().await,
+            Self::Refused(reason) => Err(StoreError(reason.clone())),
+        }
+    }
+
+    fn excluded(&self) -> &ExclusionCounts {
+        static NONE: std::sync::LazyLock<ExclusionCounts> =
+            std::sync::LazyLock::new(ExclusionCounts::default);
+        match self {
+            Self::Scan(scan) => scan.excluded(),
+            Self::Refused(_) => &NONE,
+        }
+    }
+
+    fn definition_fault(&self) -> Option<&str> {
+        match self {
+            Self::Scan(scan) => scan.definition_fault(),
+            Self::Refused(reason) => Some(reason),
+        }
+    }
+}
