@@ -4,12 +4,14 @@
 //! here, so a change to how a function is put together is made once.
 
 use crate::adapters::campaigns::CampaignsTable;
+use crate::adapters::definitions::DefinitionsTable;
 use crate::adapters::directory::MongoDirectory;
 use crate::adapters::event_sources::{ConsumerMapping, EventSourceMappings, StackSending};
 use crate::adapters::mongo::MongoConnectError;
 use crate::adapters::open_content::OpenContentTable;
 use crate::adapters::picks::MongoPicks;
 use crate::adapters::rate_item::RateItem;
+use crate::adapters::recipients::CampaignRecipients;
 use crate::adapters::secrets::SecretError;
 use crate::adapters::sends::{SendRecords, SendsLedger};
 use crate::adapters::ses::SesMailer;
@@ -191,7 +193,12 @@ pub fn send_email<M: Mailer>(
         dead_letter_arn: config.release_dead_letter_arn.clone(),
     };
     let standings = Wanted {
-        users: LazySubscribers::new(config.mongo.clone(), sdk, "send-email"),
+        users: LazySubscribers::new(
+            config.mongo.clone(),
+            sdk,
+            "send-email",
+            recipients(sdk, &config.campaigns_table_name),
+        ),
         pending: SendRecords::new(dynamodb_client(sdk), &config.sends_table_name),
     };
     SendEmail::new(
@@ -234,6 +241,16 @@ pub async fn unsubscribe(
     let db = mongo::connect(&config.mongo, sdk, "unsubscribe").await?;
     let records = SendRecords::new(dynamodb_client(sdk), &config.sends_table_name);
     Ok(Unsubscribe::new(signer, Subscribers::new(&db), records))
+}
+
+/// Where each campaign's recipients are, read from the campaigns table: the campaign's
+/// pinned definition version, and its `[recipients]` (ours without one).
+fn recipients(sdk: &SdkConfig, campaigns_table_name: &str) -> Arc<CampaignRecipients> {
+    let dynamodb = dynamodb_client(sdk);
+    Arc::new(CampaignRecipients::new(
+        CampaignsTable::new(dynamodb.clone(), campaigns_table_name),
+        DefinitionsTable::new(dynamodb, campaigns_table_name),
+    ))
 }
 
 /// OpenContent: the slot sealer from the unsubscribe signing secret and MongoDB (with its
