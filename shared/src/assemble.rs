@@ -70,7 +70,8 @@ pub type LambdaGetUsers = GetUsers<MongoDirectory, SqsQueue, CampaignsTable, Wai
 /// CreateEmails as it runs on Lambda: MongoDB's users, the emails queue, the campaigns table.
 pub type LambdaCreateEmails = CreateEmails<MongoDirectory, SqsQueue, CampaignsTable, SendRecords>;
 
-/// SesEvents as it runs on Lambda: the DynamoDB send records and MongoDB's users.
+/// SesEvents as it runs on Lambda: the DynamoDB send records and MongoDB's users (each
+/// campaign's recipients).
 pub type LambdaSesEvents = SesEvents<SendRecords, Subscribers>;
 
 /// Unsubscribe as it runs on Lambda.
@@ -230,7 +231,9 @@ pub async fn ses_events(
 ) -> Result<LambdaSesEvents, AssembleError> {
     let db = mongo::connect(&config.mongo, sdk, "ses-events").await?;
     let records = SendRecords::new(dynamodb_client(sdk), &config.sends_table_name);
-    Ok(SesEvents::new(records, Subscribers::new(&db), config))
+    let recipients = recipients(sdk, &config.campaigns_table_name);
+    let subscribers = Subscribers::with_recipients(&db, recipients);
+    Ok(SesEvents::new(records, subscribers, config))
 }
 
 pub async fn unsubscribe(
@@ -240,7 +243,9 @@ pub async fn unsubscribe(
     let signer = secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?;
     let db = mongo::connect(&config.mongo, sdk, "unsubscribe").await?;
     let records = SendRecords::new(dynamodb_client(sdk), &config.sends_table_name);
-    Ok(Unsubscribe::new(signer, Subscribers::new(&db), records))
+    let recipients = recipients(sdk, &config.campaigns_table_name);
+    let subscribers = Subscribers::with_recipients(&db, recipients);
+    Ok(Unsubscribe::new(signer, subscribers, records))
 }
 
 /// Where each campaign's recipients are, read from the campaigns table: the campaign's

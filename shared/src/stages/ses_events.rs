@@ -321,6 +321,7 @@ mod tests {
         SesEventsConfig::from_source(&|k: &str| match k {
             "MONGODB_URI" => Some("mongodb://127.0.0.1:1/".to_owned()),
             "SENDS_TABLE_NAME" => Some("sends".to_owned()),
+            "CAMPAIGNS_TABLE_NAME" => Some("campaigns".to_owned()),
             _ => None,
         })
         .unwrap()
