@@ -583,3 +583,262 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
     assert_eq!((got(hard), got(complaint)), (1, 1), "suppressed");
     assert_eq!((got(soft), got(engaged)), (2, 2));
 }
+
+/// The orders example's campaign: its customers are in `customers`, ObjectId ids, their
+/// standing at nested paths (`TestEnv::pin_customers_definition`).
+const ORDERS: &str = "orders-2026-W46";
+
+/// A campaign that runs a definition keeps its people where the definition's `[recipients]`
+/// says: the one-click, the preference centre (shown in the customer's `prefs.lang`) and a
+/// permanent bounce change the customer's document at those paths and nothing in `users`,
+/// even for a user there with the same id. A campaign recorded without a definition still
+/// works in `users`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_definitions_campaign_changes_its_customers_where_its_recipients_say() {
+    use mailflow::domain::topics::TopicId;
+    use mongodb::bson::oid::ObjectId;
+    let mut env = test_env("recipients", |_| {}).await.unwrap();
+    let server = env.serve_unsubscribe().await.unwrap();
+    let orders = Campaign::from_id(ORDERS, Some(campaign().window))
+        .unwrap()
+        .with_topic(TopicId::parse("product-news").unwrap());
+    env.pin_customers_definition(&orders).await.unwrap();
+    // The built-in digest's campaign, recorded as its first run records it: no definition.
+    let stack = mailctl::definition_store::Stack::connect(&env.stack.sdk, Some(&env.stack.prefix))
+        .await
+        .unwrap();
+    mailflow::ports::CampaignStates::register(
+        &stack.campaigns,
+        &campaign(),
+        &Default::default(),
+        None,
+        None,
+        1,
+    )
+    .await
+    .unwrap();
+
+    let (ada, bob, carol, dan) = (
+        ObjectId::new(),
+        ObjectId::new(),
+        ObjectId::new(),
+        ObjectId::new(),
+    );
+    let customer = |id: ObjectId, name: &str, prefs: Document| {
+        doc! {"_id": id, "contact": {"email": format!("{name}@{}", env.domain), "name": name},
+        "signedUpAt": mongodb::bson::DateTime::from_millis(0), "prefs": prefs}
+    };
+    let customers = env.db.collection::<Document>("customers");
+    customers
+        .insert_many([
+            customer(ada, "ada", doc! {"lang": "fr", "subscribed": true}),
+            // `topics` written by another tool as a string: moved aside beside it.
+            customer(bob, "bob", doc! {"subscribed": true, "topics": "legacy"}),
+            customer(carol, "carol", doc! {"subscribed": true}),
+            {
+                // A `flags` that is not a document: no suppression can be written under it.
+                let mut dan = customer(dan, "dan", doc! {"subscribed": true});
+                dan.insert("flags", "vip");
+                dan
+            },
+        ])
+        .await
+        .unwrap();
+    // In `users`, a person with ada's id: nothing of the campaign's may touch them.
+    let users = env.db.collection::<Document>("users");
+    let twin = doc! {"_id": ada, "email": "twin@elsewhere.example", "subscribed": true};
+    users.insert_one(twin.clone()).await.unwrap();
+    users
+        .insert_one(doc! {"_id": "u-digest", "email": "d@elsewhere.example", "subscribed": true})
+        .await
+        .unwrap();
+
+    let function_env = env.stack.env(names::UNSUBSCRIBE).unwrap();
+    let signer = mailflow::adapters::secrets::unsubscribe_signer(
+        &mailflow::config::UnsubscribeConfig::from_source(&|k: &str| function_env.get(k).cloned())
+            .unwrap(),
+        &env.stack.sdk,
+    )
+    .await
+    .unwrap();
+    let oid = |id: ObjectId| format!("oid:{id}");
+    let link = |c: &Campaign, user: &str| {
+        let token = signer.token(&c.id, &c.topic, user);
+        format!("{}?token={token}", server.url())
+    };
+    let post = |url: String, body: &'static str| async move {
+        http::request(
+            &url,
+            "POST",
+            &[("Content-Type", "application/x-www-form-urlencoded")],
+            body.as_bytes(),
+        )
+        .await
+        .unwrap()
+    };
+    let customer_doc = |id: ObjectId| {
+        let customers = customers.clone();
+        async move { customers.find_one(doc! {"_id": id}).await.unwrap().unwrap() }
+    };
+    let choice_at = |d: &Document, topic: &str| {
+        let c = d
+            .get_document("prefs")
+            .ok()?
+            .get_document("topics")
+            .ok()?
+            .get_document(topic)
+            .ok()?;
+        Some((
+            c.get_bool("subscribed").ok()?,
+            c.get_str("via").ok()?.to_owned(),
+            c.get_str("campaignId").ok()?.to_owned(),
+        ))
+    };
+
+    // The one-click leaves product news in ada's customer document, once.
+    let done = post(link(&orders, &oid(ada)), "List-Unsubscribe=One-Click").await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    let after = customer_doc(ada).await;
+    assert_eq!(
+        choice_at(&after, "product-news"),
+        Some((false, "one-click".into(), ORDERS.into())),
+        "{after}"
+    );
+    assert!(!after.contains_key("topics"), "{after}");
+    assert_eq!(
+        post(link(&orders, &oid(ada)), "List-Unsubscribe=One-Click")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(customer_doc(ada).await, after, "idempotent");
+
+    // The page, in ada's language (prefs.lang), shows it; a save writes there too.
+    let page = http::request(&link(&orders, &oid(ada)), "GET", &[], b"")
+        .await
+        .unwrap();
+    assert_eq!(page.status, 200, "{}", page.text());
+    let html = page.text();
+    assert!(html.contains("<html lang=\"fr\">"), "{html}");
+    assert!(
+        html.contains("name=\"topic\" value=\"digest\" checked")
+            && html.contains("name=\"topic\" value=\"product-news\">")
+            && !html.contains("value=\"product-news\" checked"),
+        "{html}"
+    );
+    let saved = post(
+        link(&orders, &oid(ada)),
+        "action=save&topic=digest&topic=tips",
+    )
+    .await;
+    assert_eq!(saved.status, 200, "{}", saved.text());
+    let after = customer_doc(ada).await;
+    assert_eq!(
+        choice_at(&after, "tips"),
+        Some((true, "page".into(), ORDERS.into())),
+        "{after}"
+    );
+    assert_eq!(choice_at(&after, "product-news").map(|c| c.0), Some(false));
+    // "Unsubscribe from all": `prefs.subscribed`, and when, beside it.
+    let all = post(link(&orders, &oid(ada)), "action=unsubscribe-all").await;
+    assert_eq!(all.status, 200, "{}", all.text());
+    let prefs = customer_doc(ada)
+        .await
+        .get_document("prefs")
+        .unwrap()
+        .clone();
+    assert_eq!(prefs.get_bool("subscribed").ok(), Some(false), "{prefs}");
+    assert!(prefs.get_datetime("unsubscribedAt").is_ok(), "{prefs}");
+    assert_eq!(
+        prefs
+            .get_document("unsubscribedFrom")
+            .unwrap()
+            .get_str("campaignId")
+            .ok(),
+        Some(ORDERS)
+    );
+
+    // bob's `prefs.topics` was a string: kept aside beside it, the choice written.
+    let done = post(link(&orders, &oid(bob)), "List-Unsubscribe=One-Click").await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    let after = customer_doc(bob).await;
+    assert_eq!(
+        choice_at(&after, "product-news").map(|c| c.0),
+        Some(false),
+        "{after}"
+    );
+    assert_eq!(
+        after
+            .get_document("prefs")
+            .unwrap()
+            .get_str("topicsUnreadable")
+            .ok(),
+        Some("legacy")
+    );
+
+    // A permanent bounce suppresses carol at `flags.suppression`. dan's `flags` is a string:
+    // the bounce is decided at once (noted, not retried, never in the DLQ).
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let permanent = json!({"bounce": {"bounceType": "Permanent", "bounceSubType": "General"}});
+    let bounce = |campaign: &str, user: &str, id: &str| {
+        mailflow_local::ses_event_source::event(
+            "Bounce",
+            Some((campaign, user)),
+            id,
+            permanent.clone(),
+        )
+    };
+    let events = [
+        bounce(ORDERS, &oid(carol), "m-carol"),
+        bounce(ORDERS, &oid(dan), "m-dan"),
+        bounce(W46, "u-digest", "m-digest"),
+    ];
+    env.deliver_ses_events(&pipeline, &events).await.unwrap();
+    let totals = pipeline.totals.lock().unwrap().ses_events.clone();
+    assert_eq!(
+        (totals.suppressed, totals.unsuppressible, totals.failed),
+        (2, 1, 0),
+        "{totals:?}"
+    );
+    assert_eq!(env.depth(names::SES_EVENTS_DLQ).await.unwrap(), 0);
+    let carol_now = customer_doc(carol).await;
+    let suppression = carol_now
+        .get_document("flags")
+        .unwrap()
+        .get_document("suppression")
+        .unwrap();
+    assert_eq!(suppression.get_str("reason").ok(), Some("bounce"));
+    assert_eq!(suppression.get_str("campaignId").ok(), Some(ORDERS));
+    assert!(!carol_now.contains_key("suppression"), "{carol_now}");
+    assert_eq!(customer_doc(dan).await.get_str("flags").ok(), Some("vip"));
+
+    // Nothing of the campaign's reached `users`; the digest's campaign still works there.
+    assert_eq!(
+        users.find_one(doc! {"_id": ada}).await.unwrap(),
+        Some(twin),
+        "ada's twin in users is untouched"
+    );
+    let done = post(link(&campaign(), "u-digest"), "List-Unsubscribe=One-Click").await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    let digest_user = user(&env, "u-digest").await;
+    assert_eq!(
+        choice(&digest_user, "digest"),
+        Some((false, "one-click".into(), W46.into()))
+    );
+    assert_eq!(
+        digest_user
+            .get_document("suppression")
+            .unwrap()
+            .get_str("reason")
+            .ok(),
+        Some("bounce")
+    );
+    assert_eq!(customers.count_documents(doc! {}).await.unwrap(), 4);
+    assert_eq!(
+        customers
+            .count_documents(doc! {"_id": {"$nin": [ada, bob, carol, dan]}})
+            .await
+            .unwrap(),
+        0
+    );
+}

@@ -475,6 +475,94 @@ async fn send_email_reads_again_the_standing_of_an_email_that_waited() {
     assert_eq!(statuses[&left], Some(SendStatus::Skipped));
 }
 
+/// The same for a campaign that runs a definition: the standing is read where its
+/// `[recipients]` says (customers with ObjectId ids, the fields nested), not in `users`,
+/// where a person with the same id is still subscribed.
+#[tokio::test(flavor = "multi_thread")]
+async fn send_email_reads_again_a_definition_campaigns_standing_where_its_recipients_are() {
+    use mailflow::domain::topics::TopicId;
+    use mongodb::bson::oid::ObjectId;
+    const ORDERS: &str = "orders-2026-W46";
+    let env = test_env("standing_defs", |_| {}).await.unwrap();
+    let orders = Campaign::from_id(ORDERS, Some(campaign().window))
+        .unwrap()
+        .with_topic(TopicId::parse("product-news").unwrap());
+    env.pin_customers_definition(&orders).await.unwrap();
+    let (stays, left, unsubscribed, suppressed) = (
+        ObjectId::new(),
+        ObjectId::new(),
+        ObjectId::new(),
+        ObjectId::new(),
+    );
+    let customer = |id: ObjectId, prefs: Document| {
+        doc! {"_id": id, "contact": {"email": format!("{id}@{}", env.domain)}, "prefs": prefs}
+    };
+    env.db
+        .collection::<Document>("customers")
+        .insert_many([
+            customer(stays, doc! {"subscribed": true}),
+            customer(
+                left,
+                doc! {"subscribed": true, "topics": {"product-news": {"subscribed": false}}},
+            ),
+            customer(unsubscribed, doc! {"subscribed": false}),
+            {
+                let mut d = customer(suppressed, doc! {"subscribed": true});
+                d.insert("flags", doc! {"suppression": {"reason": "bounce"}});
+                d
+            },
+        ])
+        .await
+        .unwrap();
+    // In `users`, everyone with the same ids is subscribed: not what this campaign reads.
+    env.db
+        .collection::<Document>("users")
+        .insert_many(
+            [stays, left, unsubscribed, suppressed]
+                .map(|id| doc! {"_id": id, "email": "x@elsewhere.example", "subscribed": true}),
+        )
+        .await
+        .unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+
+    let an_hour_ago = time::OffsetDateTime::now_utc().unix_timestamp() * 1000 - 3_600_000;
+    let mut event = SqsEvent::default();
+    for user in [stays, left, unsubscribed, suppressed] {
+        let job = serde_json::json!({
+            "campaignId": ORDERS, "userId": format!("oid:{user}"), "topic": "product-news",
+            "to": format!("{user}@{}", env.domain),
+            "subject": "s", "html": "<p>h</p>", "text": "t", "renderedAt": an_hour_ago,
+        });
+        event
+            .records
+            .push(record(&format!("m-{user}"), &job.to_string()));
+    }
+    let (response, summary) = pipeline.send_email[0]
+        .handle(
+            event,
+            &Invocation::with_timeout("r1", Duration::from_secs(30)),
+        )
+        .await;
+    assert!(response.batch_item_failures.is_empty(), "{summary:?}");
+    assert_eq!(summary.sent, 1, "{summary:?}");
+    assert_eq!(
+        summary.skipped,
+        BTreeMap::from([("left_topic", 1), ("suppressed", 1), ("unsubscribed", 1)])
+    );
+    let statuses: BTreeMap<String, Option<SendStatus>> = ledger_scan::records(
+        &env.dynamo(),
+        env.stack.table_name(names::SENDS_TABLE).unwrap(),
+        ORDERS,
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|r| (r.user_id, r.status))
+    .collect();
+    assert_eq!(statuses[&format!("oid:{stays}")], Some(SendStatus::Sent));
+    assert_eq!(statuses[&format!("oid:{left}")], Some(SendStatus::Skipped));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unverified_sender_fails_permanently_without_retry_loops() {
     let env = test_env("unverified", |o| {

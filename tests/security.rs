@@ -141,11 +141,14 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
         }
         // The preference centre reads and writes MongoDB's users only (the topics live there,
         // not in an SES contact list: no `ses:` action), and notes the send record (and a
-        // one-click MongoDB did not take, on an item of its own in the same table).
+        // one-click MongoDB did not take, on an item of its own in the same table); the
+        // campaigns table is read for where the campaign's users are.
         "Unsubscribe" => {
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
             pairs.push(("secretsmanager:GetSecretValue", SIGNING_KEY.into()));
             pairs.push(("dynamodb:UpdateItem", "SendsTable.Arn".into()));
+            // Where the campaign keeps its recipients: its pin, the pinned version.
+            pairs.push(("dynamodb:GetItem", "CampaignsTable.Arn".into()));
         }
         "OpenContent" => {
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
@@ -167,6 +170,8 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
             pairs.push(("dynamodb:GetItem", "SendsTable.Arn".into()));
             pairs.push(("dynamodb:UpdateItem", "SendsTable.Arn".into()));
+            // Where the campaign keeps its recipients (the suppression is written there).
+            pairs.push(("dynamodb:GetItem", "CampaignsTable.Arn".into()));
         }
         "SendEmail" => {
             pairs.extend(poll(names::EMAILS_QUEUE));

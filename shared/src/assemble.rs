@@ -4,12 +4,14 @@
 //! here, so a change to how a function is put together is made once.
 
 use crate::adapters::campaigns::CampaignsTable;
+use crate::adapters::definitions::DefinitionsTable;
 use crate::adapters::event_sources::{ConsumerMapping, EventSourceMappings, StackSending};
 use crate::adapters::mongo::MongoConnectError;
 use crate::adapters::mongo_directory::MongoDirectory;
 use crate::adapters::open_content::OpenContentTable;
 use crate::adapters::picks::MongoPicks;
 use crate::adapters::rate_item::RateItem;
+use crate::adapters::recipients::CampaignRecipients;
 use crate::adapters::secrets::SecretError;
 use crate::adapters::sends::{SendRecords, SendsLedger};
 use crate::adapters::ses::SesMailer;
@@ -68,7 +70,8 @@ pub type LambdaGetUsers = GetUsers<MongoDirectory, SqsQueue, CampaignsTable, Wai
 /// CreateEmails as it runs on Lambda: MongoDB's users, the emails queue, the campaigns table.
 pub type LambdaCreateEmails = CreateEmails<MongoDirectory, SqsQueue, CampaignsTable, SendRecords>;
 
-/// SesEvents as it runs on Lambda: the DynamoDB send records and MongoDB's users.
+/// SesEvents as it runs on Lambda: the DynamoDB send records and MongoDB's users (each
+/// campaign's recipients).
 pub type LambdaSesEvents = SesEvents<SendRecords, Subscribers>;
 
 /// Unsubscribe as it runs on Lambda.
@@ -172,9 +175,10 @@ fn pushed_definitions(
     dynamodb: &aws_sdk_dynamodb::Client,
     campaigns_table: &str,
 ) -> Arc<dyn crate::ports::DefinitionLoader> {
-    Arc::new(crate::ports::DefinitionCache::new(
-        crate::adapters::definitions::DefinitionsTable::new(dynamodb.clone(), campaigns_table),
-    ))
+    Arc::new(crate::ports::DefinitionCache::new(DefinitionsTable::new(
+        dynamodb.clone(),
+        campaigns_table,
+    )))
 }
 
 /// The SES mailer SendEmail's configuration describes.
@@ -207,7 +211,12 @@ pub fn send_email<M: Mailer>(
         dead_letter_arn: config.release_dead_letter_arn.clone(),
     };
     let standings = Wanted {
-        users: LazySubscribers::new(config.mongo.clone(), sdk, "send-email"),
+        users: LazySubscribers::new(
+            config.mongo.clone(),
+            sdk,
+            "send-email",
+            recipients(sdk, &config.campaigns_table_name),
+        ),
         pending: SendRecords::new(dynamodb_client(sdk), &config.sends_table_name),
     };
     SendEmail::new(
@@ -239,7 +248,9 @@ pub async fn ses_events(
 ) -> Result<LambdaSesEvents, AssembleError> {
     let db = mongo::connect(&config.mongo, sdk, "ses-events").await?;
     let records = SendRecords::new(dynamodb_client(sdk), &config.sends_table_name);
-    Ok(SesEvents::new(records, Subscribers::new(&db), config))
+    let recipients = recipients(sdk, &config.campaigns_table_name);
+    let subscribers = Subscribers::with_recipients(&db, recipients);
+    Ok(SesEvents::new(records, subscribers, config))
 }
 
 pub async fn unsubscribe(
@@ -249,7 +260,19 @@ pub async fn unsubscribe(
     let signer = secrets::unsubscribe_signer(&config.unsubscribe, sdk).await?;
     let db = mongo::connect(&config.mongo, sdk, "unsubscribe").await?;
     let records = SendRecords::new(dynamodb_client(sdk), &config.sends_table_name);
-    Ok(Unsubscribe::new(signer, Subscribers::new(&db), records))
+    let recipients = recipients(sdk, &config.campaigns_table_name);
+    let subscribers = Subscribers::with_recipients(&db, recipients);
+    Ok(Unsubscribe::new(signer, subscribers, records))
+}
+
+/// Where each campaign's recipients are, read from the campaigns table: the campaign's
+/// pinned definition version, and its `[recipients]` (ours without one).
+fn recipients(sdk: &SdkConfig, campaigns_table_name: &str) -> Arc<CampaignRecipients> {
+    let dynamodb = dynamodb_client(sdk);
+    Arc::new(CampaignRecipients::new(
+        CampaignsTable::new(dynamodb.clone(), campaigns_table_name),
+        DefinitionsTable::new(dynamodb, campaigns_table_name),
+    ))
 }
 
 /// OpenContent: the slot sealer from the unsubscribe signing secret and MongoDB (with its

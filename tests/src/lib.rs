@@ -147,6 +147,45 @@ impl TestEnv {
         Ok(())
     }
 
+    /// `campaign` as a campaign of the orders example (campaigns/orders) would be after its
+    /// first run: the definition pushed, its version pinned on the campaign's record. Its
+    /// customers keep their standing at nested paths here (`prefs.subscribed`,
+    /// `prefs.topics`, `flags.suppression`), besides the example's `contact.email` and
+    /// `prefs.lang`, in the `customers` collection.
+    pub async fn pin_customers_definition(&self, campaign: &Campaign) -> Result<()> {
+        use mailctl::definition_store;
+        let stack =
+            definition_store::Stack::connect(&self.stack.sdk, Some(&self.stack.prefix)).await?;
+        let folder = mailctl::repo_root().join("campaigns/orders");
+        let mut orders = definition_store::read_folder(&folder)
+            .map_err(|errors| anyhow::anyhow!("{errors:?}"))?;
+        let toml = orders
+            .files
+            .get_mut("campaign.toml")
+            .expect("the example has its campaign.toml");
+        for (field, nested) in [
+            ("subscribed", "prefs.subscribed"),
+            ("topics", "prefs.topics"),
+            ("suppression", "flags.suppression"),
+        ] {
+            let line = format!("{field} = \"{field}\"\n");
+            anyhow::ensure!(toml.contains(&line), "orders names no {field}");
+            *toml = toml.replace(&line, &format!("{field} = \"{nested}\"\n"));
+        }
+        let pushed = definition_store::push(&stack, &orders, None, 1).await?;
+        let pin = mailflow::domain::definition::pin::PinnedDefinition {
+            name: orders.name.clone(),
+            version: pushed.pushed.info().version,
+        };
+        use mailflow::ports::CampaignStates;
+        let record = stack
+            .campaigns
+            .register(campaign, &Default::default(), None, Some(&pin), 1)
+            .await?;
+        anyhow::ensure!(record.definition == Some(pin), "{record:?}");
+        Ok(())
+    }
+
     /// Emails the SES emulator recorded for this test's domain, by recipient.
     pub async fn sent(&self) -> Result<HashMap<String, Vec<SentMessage>>> {
         let mut by_to: HashMap<String, Vec<SentMessage>> = HashMap::new();

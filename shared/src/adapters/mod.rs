@@ -18,6 +18,7 @@ pub mod picks;
 pub mod preferences;
 pub mod profile;
 pub mod rate_item;
+pub mod recipients;
 pub mod secrets;
 pub mod sends;
 pub mod ses;

@@ -41,15 +41,30 @@ impl StandingFields {
     /// The fields at these paths; the unreadable `topics` is kept beside `topics`
     /// (`prefs.topics` → `prefs.topicsUnreadable`), as the subscriber store writes it.
     pub fn at(subscribed: &str, suppression: &str, topics: &str) -> Self {
-        let topics_unreadable = match topics.rsplit_once('.') {
-            Some((parent, _)) => format!("{parent}.{TOPICS_UNREADABLE}"),
-            None => TOPICS_UNREADABLE.to_owned(),
-        };
         Self {
             subscribed: subscribed.into(),
             suppression: suppression.into(),
             topics: topics.into(),
-            topics_unreadable,
+            topics_unreadable: beside(topics, TOPICS_UNREADABLE),
+        }
+    }
+
+    /// `name` beside `subscribed` (`prefs.subscribed` → `prefs.unsubscribedAt`): where the
+    /// subscriber store records when and from which email `subscribed` last changed.
+    pub fn beside_subscribed(&self, name: &str) -> String {
+        beside(&self.subscribed, name)
+    }
+
+    /// Every topic's choice, as the preference centre shows it.
+    pub fn preferences(&self, user: &Document, topics: &Topics) -> Preferences {
+        Preferences {
+            overall: self.overall(user),
+            choices: topics
+                .all()
+                .iter()
+                .map(|t| (t.id.clone(), self.choice(user, &t.id)))
+                .filter(|(_, c)| *c != Choice::Unset)
+                .collect(),
         }
     }
 
@@ -136,14 +151,14 @@ pub fn standing(user: &Document, topic: &TopicId) -> Standing {
 
 /// Every topic's choice, as the preference centre shows it.
 pub fn preferences(user: &Document, topics: &Topics) -> Preferences {
-    Preferences {
-        overall: StandingFields::users().overall(user),
-        choices: topics
-            .all()
-            .iter()
-            .map(|t| (t.id.clone(), StandingFields::users().choice(user, &t.id)))
-            .filter(|(_, c)| *c != Choice::Unset)
-            .collect(),
+    StandingFields::users().preferences(user, topics)
+}
+
+/// The field `name` beside the one at `path` (in the same document).
+fn beside(path: &str, name: &str) -> String {
+    match path.rsplit_once('.') {
+        Some((parent, _)) => format!("{parent}.{name}"),
+        None => name.to_owned(),
     }
 }
 
@@ -214,6 +229,14 @@ mod tests {
         let digest = TopicId::parse("digest").unwrap();
         let fields = StandingFields::at("prefs.subscribed", "flags.suppression", "prefs.topics");
         assert_eq!(fields.topics_unreadable, "prefs.topicsUnreadable");
+        assert_eq!(
+            fields.beside_subscribed("unsubscribedAt"),
+            "prefs.unsubscribedAt"
+        );
+        assert_eq!(
+            StandingFields::users().beside_subscribed("unsubscribedAt"),
+            "unsubscribedAt"
+        );
         assert_eq!(
             fields.choice_field(&digest),
             "prefs.topics.digest.subscribed"

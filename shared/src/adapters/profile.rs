@@ -6,6 +6,7 @@ use super::bson_ids;
 use super::field_path::{self, Field};
 use super::mongo::{EMAIL, LOCALE, NAME, TIMEZONE, USERS};
 use super::preferences::StandingFields;
+use crate::domain::definition::Recipients;
 use crate::domain::digest::SkipReason;
 use crate::domain::text::printable_name;
 use crate::domain::topics::{Exclusion, Topic};
@@ -36,6 +37,19 @@ impl ProfileFields {
     /// Our users collection's fields.
     pub fn users() -> &'static Self {
         &USERS_FIELDS
+    }
+
+    /// The fields a definition's `[recipients]` names.
+    pub fn of(recipients: &Recipients) -> Self {
+        let r = recipients;
+        Self {
+            collection: r.collection.clone(),
+            email: r.email.clone(),
+            name: r.name.clone(),
+            language: r.language.clone(),
+            zone: r.zone.clone(),
+            standing: StandingFields::at(&r.subscribed, &r.suppressed, &r.topics),
+        }
     }
 
     /// The fields `Profile::read` reads for `topic`, for a projection: each path's top

@@ -1,89 +1,182 @@
-//! Who may be emailed, in MongoDB's `users` collection: "unsubscribe from all" sets
-//! `subscribed: false`; a one-click unsubscribe, or the preference centre, sets a topic's
-//! choice (`topics.<id>`, `crate::adapters::preferences`); permanent bounces and complaints
-//! set `suppression`. GetUsers and CreateEmails apply them from then on. Every change is
-//! idempotent: a repeated request or event finds it done and keeps the first time and
-//! reason.
+//! Who may be emailed, in MongoDB: "unsubscribe from all" sets `subscribed: false`; a
+//! one-click unsubscribe, or the preference centre, sets a topic's choice (`topics.<id>`,
+//! `crate::adapters::preferences`); permanent bounces and complaints set `suppression`.
+//! GetUsers and CreateEmails apply them from then on. Every change is idempotent: a repeated
+//! request or event finds it done and keeps the first time and reason.
+//!
+//! Each call is about one campaign's email and works where that campaign's recipients are
+//! (`recipients`): our `users` collection and its fields, or the collection and the field
+//! paths its definition names (`prefs.subscribed`, `prefs.topics`, `flags.suppression`),
+//! with the same writes at those paths. What records a change sits beside the field it
+//! changes: `unsubscribedAt` and `resubscribedAt` beside `subscribed`, `topicsUnreadable`
+//! beside `topics`.
 
-use super::mongo::{
-    LOCALE, SUBSCRIBED, SUPPRESSION, TOPICS, TOPICS_UNREADABLE, UNSUBSCRIBED_AT, USERS,
-};
+use super::bson_ids;
+use super::field_path::{self, Field};
+use super::mongo::SUBSCRIBED;
+use super::profile::ProfileFields;
+use super::recipients::{self, CampaignRecipients};
 use crate::domain::ledger::SendKey;
 use crate::domain::user_id::UserId;
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::error::{ErrorKind, WriteFailure};
 use mongodb::{Collection, Database};
+use std::sync::Arc;
 
-use super::preferences;
 use crate::domain::topics::{Preferences, Save, Standing, TopicId, Topics};
-pub use crate::ports::{Change, StoreError, SuppressionReason};
+pub use crate::ports::{Change, StoreError, SubscriberError, SuppressionReason};
 use crate::ports::{ChangedVia, SubscriberStore, UserStandings};
 
 #[derive(Clone)]
 pub struct Subscribers {
-    users: Collection<Document>,
+    db: Database,
+    /// None: every campaign's recipients are ours.
+    recipients: Option<Arc<CampaignRecipients>>,
 }
 
 impl Subscribers {
+    /// Every campaign's recipients in our `users` collection (no campaign is looked up).
     pub fn new(db: &Database) -> Self {
         Self {
-            users: db.collection(USERS),
+            db: db.clone(),
+            recipients: None,
         }
     }
 
-    /// The user's `_id` as stored, from its text form (None: no user can have it).
-    fn id(user_id: &str) -> Option<mongodb::bson::Bson> {
-        UserId::parse(user_id)
-            .ok()
-            .map(|id| super::bson_ids::to_bson(&id))
+    /// Each campaign's recipients where its pinned definition says (ours without one).
+    pub fn with_recipients(db: &Database, recipients: Arc<CampaignRecipients>) -> Self {
+        Self {
+            db: db.clone(),
+            recipients: Some(recipients),
+        }
     }
 
-    /// `$set` on the user matched by `filter`, which writes `topics.<id>` choices. Where the
-    /// user's `topics` is not a document MongoDB refuses the dotted path (PathNotViable),
-    /// and a one-click, which mail clients never retry, would fail: the field is then made
-    /// writable (`make_topics_writable`) and the write tried once more. The common case costs
+    /// The users of `campaign_id`'s emails.
+    async fn users(&self, campaign_id: &str) -> Result<Users, SubscriberError> {
+        let fields = match &self.recipients {
+            Some(recipients) => recipients.of(campaign_id).await?,
+            None => recipients::ours(),
+        };
+        Ok(Users {
+            collection: self.db.collection(&fields.collection),
+            fields,
+        })
+    }
+}
+
+/// The user's `_id` as stored, from its text form (None: no user can have it).
+fn id(user_id: &str) -> Option<Bson> {
+    UserId::parse(user_id).ok().map(|id| bson_ids::to_bson(&id))
+}
+
+/// One campaign's users: their collection and where their fields are.
+struct Users {
+    collection: Collection<Document>,
+    fields: Arc<ProfileFields>,
+}
+
+impl Users {
+    /// `$set` on the user matched by `filter`. Where a value on the way to a field written
+    /// is not a document (a `topics` that is a string, a null parent) MongoDB refuses the
+    /// dotted path (PathNotViable), and a one-click, which mail clients never retry, would
+    /// fail: the paths are then made writable (`make_writable`) and the write tried once
+    /// more. What still refuses it is `Lasting`, naming the field. The common case costs
     /// nothing extra.
-    async fn set_topics(&self, filter: Document, set: Document) -> mongodb::error::Result<u64> {
+    async fn set(&self, filter: Document, set: Document) -> Result<u64, SubscriberError> {
         match self
-            .users
+            .collection
             .update_one(filter.clone(), doc! { "$set": set.clone() })
             .await
         {
             Err(err) if path_not_viable(&err) => {
-                self.make_topics_writable(filter.get("_id")).await?;
-                let result = self.users.update_one(filter, doc! { "$set": set }).await?;
-                Ok(result.matched_count)
+                let id = filter.get("_id").cloned().unwrap_or(Bson::Null);
+                let written: Vec<String> = set.keys().cloned().collect();
+                self.make_writable(&id, &written).await?;
+                match self
+                    .collection
+                    .update_one(filter, doc! { "$set": set })
+                    .await
+                {
+                    Err(err) if path_not_viable(&err) => Err(self.blocked(&id, &written).await),
+                    other => Ok(other.map_err(StoreError::from)?.matched_count),
+                }
             }
-            other => Ok(other?.matched_count),
+            other => Ok(other.map_err(StoreError::from)?.matched_count),
         }
     }
 
-    /// The user's `topics` as read, made writable: null (no choices) is removed; any other
-    /// value that is not a document (a string, an array, a number, written by hand or by
-    /// another tool) is moved aside, as it was, to `topicsUnreadable`, which keeps the topics
-    /// without a choice of their own unreadable (`preferences::choice`). Each change is
-    /// conditional on the value read, so a concurrent write is never moved aside.
-    async fn make_topics_writable(&self, id: Option<&Bson>) -> mongodb::error::Result<()> {
-        let Some(id) = id else {
+    /// The values on the way to the fields `written`, as read, made writable: a null (no
+    /// value) is removed; a `topics` that is another value (a string, an array, a number,
+    /// written by hand or by another tool) is moved aside, as it was, to `topicsUnreadable`,
+    /// which keeps the topics without a choice of their own unreadable
+    /// (`StandingFields::standing`). Each change is conditional on the value read, so a
+    /// concurrent write is never moved aside. Any other value is left as it is.
+    async fn make_writable(&self, id: &Bson, written: &[String]) -> Result<(), SubscriberError> {
+        let user = self
+            .collection
+            .find_one(doc! { "_id": id.clone() })
+            .projection(top_fields(written))
+            .await
+            .map_err(StoreError::from)?;
+        let Some(user) = user else {
             return Ok(());
         };
-        let user = self
-            .users
-            .find_one(doc! { "_id": id.clone() })
-            .projection(doc! { TOPICS: 1 })
-            .await?;
-        let update = match user.as_ref().and_then(|u| u.get(TOPICS)) {
-            None | Some(Bson::Document(_)) => return Ok(()),
-            Some(Bson::Null) => doc! { "$unset": { TOPICS: "" } },
-            Some(_) => doc! { "$rename": { TOPICS: TOPICS_UNREADABLE } },
-        };
-        let odd = user
-            .and_then(|mut u| u.remove(TOPICS))
-            .unwrap_or(Bson::Null);
-        self.users
-            .update_one(doc! { "_id": id.clone(), TOPICS: odd }, update)
-            .await?;
+        let standing = &self.fields.standing;
+        let mut updates: Vec<(String, Bson, Document)> = Vec::new();
+        for path in written {
+            for (end, _) in path.match_indices('.') {
+                let parent = &path[..end];
+                let update = match field_path::get(&user, parent) {
+                    Field::Value(Bson::Document(_)) => continue,
+                    Field::Value(Bson::Null) => doc! { "$unset": { parent: "" } },
+                    Field::Value(_) if parent == standing.topics => {
+                        doc! { "$rename": { parent: standing.topics_unreadable.as_str() } }
+                    }
+                    _ => break,
+                };
+                let odd = field_path::get(&user, parent).value().cloned();
+                let change = (parent.to_owned(), odd.unwrap_or(Bson::Null), update);
+                if !updates.iter().any(|(p, _, _)| *p == change.0) {
+                    updates.push(change);
+                }
+                break;
+            }
+        }
+        for (parent, odd, update) in updates {
+            self.collection
+                .update_one(doc! { "_id": id.clone(), parent: odd }, update)
+                .await
+                .map_err(StoreError::from)?;
+        }
         Ok(())
+    }
+
+    /// Why the fields `written` cannot be written on the user `id`: the value in the way,
+    /// named with the document and the field (never the value itself).
+    async fn blocked(&self, id: &Bson, written: &[String]) -> SubscriberError {
+        let collection = self.fields.collection.as_str();
+        let user = self
+            .collection
+            .find_one(doc! { "_id": id.clone() })
+            .projection(top_fields(written))
+            .await;
+        let user = match user {
+            Ok(Some(user)) => user,
+            Ok(None) => return StoreError::mongo("the user vanished during the write").into(),
+            Err(err) => return StoreError::from(err).into(),
+        };
+        let why = written
+            .iter()
+            .find(|path| matches!(field_path::get(&user, path), Field::Blocked { .. }))
+            .map(|path| super::profile::describe(collection, &user, path, "a document"))
+            .unwrap_or_else(|| {
+                format!(
+                    "{collection} {}: MongoDB refuses to write {}",
+                    bson_ids::describe_id(&user),
+                    written.join(", ")
+                )
+            });
+        SubscriberError::Lasting(why)
     }
 
     async fn change(
@@ -91,21 +184,22 @@ impl Subscribers {
         user_id: &str,
         not_yet: Document,
         set: Document,
-    ) -> mongodb::error::Result<Change> {
+    ) -> Result<Change, SubscriberError> {
         // The text form of the id, as tokens and SES tags carry it (`crate::domain::user_id`).
-        let Some(id) = Self::id(user_id) else {
+        let Some(id) = id(user_id) else {
             return Ok(Change::NoSuchUser);
         };
         let mut filter = doc! { "_id": id.clone() };
         filter.extend(not_yet);
-        if self.set_topics(filter, set).await? > 0 {
+        if self.set(filter, set).await? > 0 {
             return Ok(Change::Made);
         }
         let exists = self
-            .users
+            .collection
             .count_documents(doc! { "_id": id })
             .limit(1)
-            .await?
+            .await
+            .map_err(StoreError::from)?
             > 0;
         Ok(if exists {
             Change::AlreadyDone
@@ -113,24 +207,42 @@ impl Subscribers {
             Change::NoSuchUser
         })
     }
+
+    /// `topics.<id>`: where a topic's choice is written.
+    fn topic_field(&self, topic: &TopicId) -> String {
+        format!("{}.{topic}", self.fields.standing.topics)
+    }
+}
+
+/// A projection of the top fields of `paths`: a projection of `prefs.topics` would drop a
+/// `prefs` of another type, read then as missing where it is in the way.
+fn top_fields(paths: &[impl AsRef<str>]) -> Document {
+    field_path::projection(
+        paths
+            .iter()
+            .map(|p| p.as_ref().split('.').next().unwrap_or_default()),
+    )
 }
 
 impl UserStandings for Subscribers {
-    /// One `find` by `_id`, of the four fields the standing is read from.
+    /// One `find` by `_id`, of the fields the standing is read from.
     async fn standing(
         &self,
-        user_id: &str,
+        key: &SendKey,
         topic: &TopicId,
-    ) -> Result<Option<Standing>, StoreError> {
-        let Some(id) = Self::id(user_id) else {
+    ) -> Result<Option<Standing>, SubscriberError> {
+        let Some(id) = id(key.user_id()) else {
             return Ok(None);
         };
-        let user = self
-            .users
+        let users = self.users(key.campaign_id()).await?;
+        let standing = &users.fields.standing;
+        let user = users
+            .collection
             .find_one(doc! { "_id": id })
-            .projection(preferences::standing_projection(topic))
-            .await?;
-        Ok(user.map(|user| preferences::standing(&user, topic)))
+            .projection(top_fields(&standing.paths(topic)))
+            .await
+            .map_err(StoreError::from)?;
+        Ok(user.map(|user| standing.standing(&user, topic)))
     }
 }
 
@@ -141,6 +253,7 @@ pub struct LazySubscribers {
     config: crate::config::MongoConfig,
     sdk: aws_config::SdkConfig,
     app_name: &'static str,
+    recipients: Arc<CampaignRecipients>,
     connected: tokio::sync::OnceCell<Subscribers>,
 }
 
@@ -149,11 +262,13 @@ impl LazySubscribers {
         config: crate::config::MongoConfig,
         sdk: &aws_config::SdkConfig,
         app_name: &'static str,
+        recipients: Arc<CampaignRecipients>,
     ) -> Self {
         Self {
             config,
             sdk: sdk.clone(),
             app_name,
+            recipients,
             connected: tokio::sync::OnceCell::new(),
         }
     }
@@ -162,19 +277,19 @@ impl LazySubscribers {
 impl UserStandings for LazySubscribers {
     async fn standing(
         &self,
-        user_id: &str,
+        key: &SendKey,
         topic: &TopicId,
-    ) -> Result<Option<Standing>, StoreError> {
+    ) -> Result<Option<Standing>, SubscriberError> {
         let subscribers = self
             .connected
             .get_or_try_init(|| async {
                 super::mongo::connect(&self.config, &self.sdk, self.app_name)
                     .await
-                    .map(|db| Subscribers::new(&db))
+                    .map(|db| Subscribers::with_recipients(&db, self.recipients.clone()))
                     .map_err(StoreError::mongo)
             })
             .await?;
-        subscribers.standing(user_id, topic).await
+        subscribers.standing(key, topic).await
     }
 }
 
@@ -185,18 +300,21 @@ impl SubscriberStore for Subscribers {
         key: &SendKey,
         list: &str,
         at_ms: i64,
-    ) -> Result<Change, StoreError> {
-        self.change(
-            key.user_id(),
-            doc! { SUBSCRIBED: { "$ne": false } },
-            doc! {
-                SUBSCRIBED: false,
-                UNSUBSCRIBED_AT: DateTime::from_millis(at_ms),
-                "unsubscribedFrom": { "list": list, "campaignId": key.campaign_id() },
-            },
-        )
-        .await
-        .map_err(StoreError::from)
+    ) -> Result<Change, SubscriberError> {
+        let users = self.users(key.campaign_id()).await?;
+        let standing = &users.fields.standing;
+        users
+            .change(
+                key.user_id(),
+                doc! { standing.subscribed.as_str(): { "$ne": false } },
+                doc! {
+                    standing.subscribed.as_str(): false,
+                    standing.beside_subscribed("unsubscribedAt"): DateTime::from_millis(at_ms),
+                    standing.beside_subscribed("unsubscribedFrom"):
+                        { "list": list, "campaignId": key.campaign_id() },
+                },
+            )
+            .await
     }
 
     async fn leave_topic(
@@ -205,32 +323,50 @@ impl SubscriberStore for Subscribers {
         topic: &TopicId,
         via: ChangedVia,
         at_ms: i64,
-    ) -> Result<Change, StoreError> {
-        self.change(
-            key.user_id(),
-            doc! { preferences::choice_field(topic): { "$ne": false } },
-            doc! { format!("{TOPICS}.{topic}"): choice(false, key, via, at_ms) },
-        )
-        .await
-        .map_err(StoreError::from)
+    ) -> Result<Change, SubscriberError> {
+        let users = self.users(key.campaign_id()).await?;
+        users
+            .change(
+                key.user_id(),
+                doc! { users.fields.standing.choice_field(topic): { "$ne": false } },
+                doc! { users.topic_field(topic): choice(false, key, via, at_ms) },
+            )
+            .await
     }
 
     async fn preferences(
         &self,
-        user_id: &str,
+        key: &SendKey,
         topics: &Topics,
-    ) -> Result<Option<(Preferences, Option<String>)>, StoreError> {
-        let Some(id) = Self::id(user_id) else {
+    ) -> Result<Option<(Preferences, Option<String>)>, SubscriberError> {
+        let Some(id) = id(key.user_id()) else {
             return Ok(None);
         };
-        let user = self
-            .users
+        let users = self.users(key.campaign_id()).await?;
+        let fields = &users.fields;
+        let standing = &fields.standing;
+        let mut read = vec![
+            standing.subscribed.as_str(),
+            standing.topics.as_str(),
+            standing.topics_unreadable.as_str(),
+        ];
+        read.extend(fields.language.as_deref());
+        let user = users
+            .collection
             .find_one(doc! { "_id": id })
-            .projection(doc! { SUBSCRIBED: 1, TOPICS: 1, TOPICS_UNREADABLE: 1, LOCALE: 1 })
-            .await?;
+            .projection(top_fields(&read))
+            .await
+            .map_err(StoreError::from)?;
         Ok(user.map(|user| {
-            let locale = user.get_str(LOCALE).ok().map(str::to_owned);
-            (preferences::preferences(&user, topics), locale)
+            let language =
+                fields
+                    .language
+                    .as_deref()
+                    .and_then(|path| match field_path::get(&user, path) {
+                        Field::Value(Bson::String(language)) => Some(language.clone()),
+                        _ => None,
+                    });
+            (standing.preferences(&user, topics), language)
         }))
     }
 
@@ -239,26 +375,34 @@ impl SubscriberStore for Subscribers {
         key: &SendKey,
         save: &Save,
         at_ms: i64,
-    ) -> Result<Change, StoreError> {
-        let Some(id) = Self::id(key.user_id()) else {
+    ) -> Result<Change, SubscriberError> {
+        let Some(id) = id(key.user_id()) else {
             return Ok(Change::NoSuchUser);
         };
+        let users = self.users(key.campaign_id()).await?;
+        let standing = &users.fields.standing;
         let mut set = Document::new();
         for (topic, wanted) in &save.changes {
             set.insert(
-                format!("{TOPICS}.{topic}"),
+                users.topic_field(topic),
                 choice(*wanted, key, ChangedVia::Page, at_ms),
             );
         }
         if save.resubscribe {
-            set.insert(SUBSCRIBED, true);
-            set.insert("resubscribedAt", DateTime::from_millis(at_ms));
-            set.insert("resubscribedFrom", doc! { "campaignId": key.campaign_id() });
+            set.insert(standing.subscribed.as_str(), true);
+            set.insert(
+                standing.beside_subscribed("resubscribedAt"),
+                DateTime::from_millis(at_ms),
+            );
+            set.insert(
+                standing.beside_subscribed("resubscribedFrom"),
+                doc! { "campaignId": key.campaign_id() },
+            );
         }
         if set.is_empty() {
             return Ok(Change::AlreadyDone);
         }
-        Ok(if self.set_topics(doc! { "_id": id }, set).await? > 0 {
+        Ok(if users.set(doc! { "_id": id }, set).await? > 0 {
             Change::Made
         } else {
             Change::NoSuchUser
@@ -273,25 +417,26 @@ impl SubscriberStore for Subscribers {
         reason: SuppressionReason,
         detail: &str,
         at_ms: i64,
-    ) -> Result<Change, StoreError> {
-        self.change(
-            key.user_id(),
-            doc! { SUPPRESSION: { "$exists": false } },
-            doc! {
-                SUPPRESSION: {
-                    "reason": reason.as_str(),
-                    "detail": detail,
-                    "campaignId": key.campaign_id(),
-                    "at": DateTime::from_millis(at_ms),
+    ) -> Result<Change, SubscriberError> {
+        let users = self.users(key.campaign_id()).await?;
+        let suppression = users.fields.standing.suppression.as_str();
+        users
+            .change(
+                key.user_id(),
+                doc! { suppression: { "$exists": false } },
+                doc! {
+                    suppression: {
+                        "reason": reason.as_str(),
+                        "detail": detail,
+                        "campaignId": key.campaign_id(),
+                        "at": DateTime::from_millis(at_ms),
+                    },
                 },
-            },
-        )
-        .await
-        .map_err(StoreError::from)
+            )
+            .await
     }
 }
 
-/// A topic choice as stored: in or out, when, how, from which campaign's email.
 /// MongoDB refused a dotted path through a value that is not a document (code 28,
 /// PathNotViable; the local emulator says so in its message).
 fn path_not_viable(err: &mongodb::error::Error) -> bool {
@@ -303,6 +448,7 @@ fn path_not_viable(err: &mongodb::error::Error) -> bool {
     }
 }
 
+/// A topic choice as stored: in or out, when, how, from which campaign's email.
 fn choice(subscribed: bool, key: &SendKey, via: ChangedVia, at_ms: i64) -> Document {
     doc! {
         SUBSCRIBED: subscribed,

@@ -240,16 +240,19 @@ pub struct UnsubscribeFunctionConfig {
     pub unsubscribe: UnsubscribeConfig,
     /// Where the unsubscribe is noted for the campaign analytics.
     pub sends_table_name: String,
+    /// Where a campaign's pinned definition, and so its recipients, are read.
+    pub campaigns_table_name: String,
 }
 
 impl UnsubscribeFunctionConfig {
-    pub const VARS: &'static [&'static str] = &[var::SENDS_TABLE_NAME];
+    pub const VARS: &'static [&'static str] = &[var::SENDS_TABLE_NAME, var::CAMPAIGNS_TABLE_NAME];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         Ok(Self {
             mongo: MongoConfig::from_source(src)?,
             unsubscribe: UnsubscribeConfig::from_source(src)?,
             sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
+            campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
         })
     }
 }
@@ -259,17 +262,24 @@ impl UnsubscribeFunctionConfig {
 pub struct SesEventsConfig {
     pub mongo: MongoConfig,
     pub sends_table_name: String,
+    /// Where a campaign's pinned definition, and so its recipients, are read.
+    pub campaigns_table_name: String,
     /// Records of one batch processed at once.
     pub record_concurrency: usize,
 }
 
 impl SesEventsConfig {
-    pub const VARS: &'static [&'static str] = &[var::SENDS_TABLE_NAME, var::RECORD_CONCURRENCY];
+    pub const VARS: &'static [&'static str] = &[
+        var::SENDS_TABLE_NAME,
+        var::CAMPAIGNS_TABLE_NAME,
+        var::RECORD_CONCURRENCY,
+    ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
         Ok(Self {
             mongo: MongoConfig::from_source(src)?,
             sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
+            campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
             record_concurrency: positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize,
         })
     }

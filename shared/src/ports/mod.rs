@@ -63,5 +63,5 @@ pub use scaling::ConsumerScaling;
 pub use sending::{ControlError, SendingSwitch};
 pub use standings::UserStandings;
 pub use store::StoreError;
-pub use subscribers::{Change, ChangedVia, SubscriberStore, SuppressionReason};
+pub use subscribers::{Change, ChangedVia, SubscriberError, SubscriberStore, SuppressionReason};
 pub use waiting::{ReleasePosition, SlotSchedule, WaitingPage, WaitingRoom};

@@ -1,16 +1,18 @@
 //! One user's standing read afresh, for an email that waited.
 
-use super::StoreError;
+use super::SubscriberError;
+use crate::domain::ledger::SendKey;
 use crate::domain::topics::{Standing, TopicId};
 use std::future::Future;
 
 /// One user's standing as their document says it now: SendEmail reads it again before it
 /// sends an email that waited since it was rendered (`stages::send_email::Wanted`).
 pub trait UserStandings: Send + Sync {
-    /// Their standing for a campaign of `topic` (None: no such user).
+    /// The standing of the user of `key` for its campaign, of `topic`, read where the
+    /// campaign's recipients are (None: no such user).
     fn standing(
         &self,
-        user_id: &str,
+        key: &SendKey,
         topic: &TopicId,
-    ) -> impl Future<Output = Result<Option<Standing>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<Standing>, SubscriberError>> + Send;
 }

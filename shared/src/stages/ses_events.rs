@@ -1,16 +1,20 @@
 //! SesEvents: what SES reports after a send. A permanent bounce or a complaint suppresses
-//! the address in MongoDB (never emailed again); a transient bounce is counted only. Send and
-//! delivery events turn a record still IN_PROGRESS (its attempt died between SES and the
-//! ledger: this closes the exactly-once crash window whenever the event arrives before the
-//! lease ends) or DEAD_LETTERED (SES took it, its answer was lost) into SENT. Every event
-//! also notes its engagement on the send record for the campaign analytics. All of it is
-//! idempotent and order-free: events may arrive twice and in any order. A bad record fails
-//! alone (partial batch response) and reaches the DLQ.
+//! the address in MongoDB (never emailed again), where the email's campaign keeps its
+//! recipients (a suppression that can never be written there is logged and counted at once,
+//! not retried); a transient bounce is counted only. Send and delivery events turn a record
+//! still IN_PROGRESS (its attempt died between SES and the ledger: this closes the
+//! exactly-once crash window whenever the event arrives before the lease ends) or
+//! DEAD_LETTERED (SES took it, its answer was lost) into SENT. Every event also notes its
+//! engagement on the send record for the campaign analytics. All of it is idempotent and
+//! order-free: events may arrive twice and in any order. A bad record fails alone (partial
+//! batch response) and reaches the DLQ.
 
 use super::summary::summary;
 use crate::config::SesEventsConfig;
 use crate::domain::ledger::{epoch_ms, Engagement, SendKey, SendStatus};
 use crate::domain::ses_event::{self, EventKind, SesEvent};
+#[cfg(test)]
+use crate::ports::SubscriberError;
 use crate::ports::{Change, SendRecordNotes, SubscriberStore, SuppressionReason};
 use crate::runtime::batch::{batch_response, each_record};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
@@ -30,6 +34,10 @@ summary! {
         pub clicked: usize,
         /// Addresses newly suppressed (not counting repeats of an earlier suppression).
         pub suppressed: usize,
+        /// Suppressions that can never be written (the campaign's pinned definition version
+        /// cannot be read or is refused, or the person's document cannot take it): each
+        /// logged as an error with why, the event noted on the send record all the same.
+        pub unsuppressible: usize,
         /// Events about emails without mailflow tags, or of types mailflow has no use for.
         pub ignored: usize,
         /// Records returned for retry (bad body, or MongoDB / DynamoDB unavailable).
@@ -42,8 +50,19 @@ summary! {
 struct Effect {
     counted: Option<Engagement>,
     reconciled: bool,
-    suppressed: bool,
+    suppressed: Suppressed,
     ignored: bool,
+}
+
+/// What a permanent bounce or a complaint did to the person.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum Suppressed {
+    /// Nothing (another event, a repeat, a user no longer there).
+    #[default]
+    No,
+    Newly,
+    /// Never can be: decided at the first attempt, not left to redelivery.
+    Never,
 }
 
 /// Generic over its ports: on Lambda the DynamoDB send records and MongoDB's users; in unit
@@ -83,7 +102,8 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
             match result {
                 Ok(effect) => {
                     summary.reconciled += usize::from(effect.reconciled);
-                    summary.suppressed += usize::from(effect.suppressed);
+                    summary.suppressed += usize::from(effect.suppressed == Suppressed::Newly);
+                    summary.unsuppressible += usize::from(effect.suppressed == Suppressed::Never);
                     summary.ignored += usize::from(effect.ignored);
                     match effect.counted {
                         Some(Engagement::Delivered) => summary.delivered += 1,
@@ -113,6 +133,7 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
             opened = summary.opened,
             clicked = summary.clicked,
             suppressed = summary.suppressed,
+            unsuppressible = summary.unsuppressible,
             ignored = summary.ignored,
             failed = summary.failed,
             duration_ms = started.elapsed().as_millis() as u64,
@@ -245,7 +266,7 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
         reason: SuppressionReason,
         detail: &str,
         event: &SesEvent,
-    ) -> Result<bool, String> {
+    ) -> Result<Suppressed, String> {
         let change = self
             .subscribers
             .suppress(
@@ -254,14 +275,27 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
                 detail,
                 i64::try_from(event.at_ms).unwrap_or(i64::MAX),
             )
-            .await
-            .map_err(|e| e.to_string())?;
-        match change {
-            Change::Made => tracing::info!(reason = reason.as_str(), detail, "address suppressed"),
-            Change::AlreadyDone => {}
-            Change::NoSuchUser => tracing::info!("event for a user who no longer exists"),
-        }
-        Ok(change == Change::Made)
+            .await;
+        let change = match change {
+            Ok(change) => change,
+            // The same event would fail the same way: decided now, loudly.
+            Err(err) if err.is_lasting() => {
+                tracing::error!(reason = reason.as_str(), why = %err, "the address cannot be suppressed; the event is noted on the send record only");
+                return Ok(Suppressed::Never);
+            }
+            Err(err) => return Err(err.to_string()),
+        };
+        Ok(match change {
+            Change::Made => {
+                tracing::info!(reason = reason.as_str(), detail, "address suppressed");
+                Suppressed::Newly
+            }
+            Change::AlreadyDone => Suppressed::No,
+            Change::NoSuchUser => {
+                tracing::info!("event for a user who no longer exists");
+                Suppressed::No
+            }
+        })
     }
 }
 
@@ -287,6 +321,7 @@ mod tests {
         SesEventsConfig::from_source(&|k: &str| match k {
             "MONGODB_URI" => Some("mongodb://127.0.0.1:1/".to_owned()),
             "SENDS_TABLE_NAME" => Some("sends".to_owned()),
+            "CAMPAIGNS_TABLE_NAME" => Some("campaigns".to_owned()),
             _ => None,
         })
         .unwrap()
@@ -400,6 +435,34 @@ mod tests {
         );
         let noted = stage.records.get(USER, CAMPAIGN).unwrap().1;
         assert!(noted.contains(&Engagement::Bounced) && noted.contains(&Engagement::SoftBounced));
+    }
+
+    #[tokio::test]
+    async fn a_suppression_that_can_never_be_written_is_decided_at_once_and_noted() {
+        let hard = body(
+            "Bounce",
+            "Email Bounced",
+            json!({"bounce": {"bounceType": "Permanent", "bounceSubType": "General"}}),
+        );
+        let stage = stage(SendStatus::Sent);
+        *crate::runtime::lock(&stage.subscribers.failing) = Some(SubscriberError::Lasting(
+            "campaign weekly-2026-W47: its recipients cannot be found: definition orders version 3 cannot be read".into(),
+        ));
+        let (failed, summary) = handle(&stage, std::slice::from_ref(&hard)).await;
+        assert!(failed.is_empty(), "not left to redelivery: {failed:?}");
+        assert_eq!(
+            (summary.unsuppressible, summary.suppressed, summary.bounced),
+            (1, 0, 1)
+        );
+        let noted = stage.records.get(USER, CAMPAIGN).unwrap().1;
+        assert!(noted.contains(&Engagement::Bounced));
+        // A store that does not answer is tried again.
+        *crate::runtime::lock(&stage.subscribers.failing) = Some(SubscriberError::Store(
+            crate::ports::StoreError::mongo("no primary"),
+        ));
+        let (failed, summary) = handle(&stage, &[hard]).await;
+        assert_eq!(failed, ["m0"]);
+        assert_eq!((summary.failed, summary.unsuppressible), (1, 0));
     }
 
     #[tokio::test]

@@ -6,10 +6,13 @@
 
 use mailflow::domain::campaign::Window;
 use mailflow::domain::digest::{Digest, Enrichment, OddFollows};
+use mailflow::domain::ledger::SendKey;
 use mailflow::domain::local_time::ZoneField;
 use mailflow::domain::topics::{Choice, ExclusionCounts, Overall, Standing, Topic, TopicId};
 use mailflow::domain::user_id::UserId;
-use mailflow::ports::{AudienceMember, AudienceScan, StoreError, UserDirectory, UserStandings};
+use mailflow::ports::{
+    AudienceMember, AudienceScan, StoreError, SubscriberError, UserDirectory, UserStandings,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -192,11 +195,11 @@ impl UserDirectory for LabDirectory {
 impl UserStandings for LabDirectory {
     async fn standing(
         &self,
-        user_id: &str,
+        key: &SendKey,
         _topic: &TopicId,
-    ) -> Result<Option<Standing>, StoreError> {
+    ) -> Result<Option<Standing>, SubscriberError> {
         self.round_trips(1).await;
-        let known = UserId::parse(user_id)
+        let known = UserId::parse(key.user_id())
             .ok()
             .and_then(|id| Self::index(&id))
             .is_some_and(|i| i < self.0.users);

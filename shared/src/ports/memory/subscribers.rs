@@ -3,7 +3,7 @@
 use crate::domain::ledger::SendKey;
 use crate::domain::topics::{Choice, Overall, Preferences, Save, Standing, TopicId, Topics};
 use crate::ports::{
-    Change, ChangedVia, StoreError, SubscriberStore, SuppressionReason, UserStandings,
+    Change, ChangedVia, SubscriberError, SubscriberStore, SuppressionReason, UserStandings,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +21,8 @@ pub struct MemorySubscribers {
     pub topics: Mutex<HashMap<String, BTreeMap<TopicId, TopicChoice>>>,
     /// Every call of the port (each a MongoDB round trip on AWS).
     pub calls: AtomicU64,
+    /// What every call answers instead, when set.
+    pub failing: Mutex<Option<SubscriberError>>,
 }
 
 impl MemorySubscribers {
@@ -38,9 +40,12 @@ impl MemorySubscribers {
             .and_then(|t| t.get(&TopicId::parse(topic).ok()?).cloned())
     }
 
-    /// Counts a call of the port.
-    fn called(&self) {
+    /// Counts a call of the port; Err: the failure set for every call.
+    fn called(&self) -> Result<(), SubscriberError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        crate::runtime::lock(&self.failing)
+            .clone()
+            .map_or(Ok(()), Err)
     }
 
     pub fn get(&self, user: &str) -> Option<(bool, Option<SuppressionReason>)> {
@@ -51,10 +56,11 @@ impl MemorySubscribers {
 impl UserStandings for MemorySubscribers {
     async fn standing(
         &self,
-        user_id: &str,
+        key: &SendKey,
         topic: &TopicId,
-    ) -> Result<Option<Standing>, StoreError> {
-        self.called();
+    ) -> Result<Option<Standing>, SubscriberError> {
+        self.called()?;
+        let user_id = key.user_id();
         let Some((subscribed, suppression)) = self.get(user_id) else {
             return Ok(None);
         };
@@ -81,8 +87,8 @@ impl SubscriberStore for MemorySubscribers {
         key: &SendKey,
         _list: &str,
         _at_ms: i64,
-    ) -> Result<Change, StoreError> {
-        self.called();
+    ) -> Result<Change, SubscriberError> {
+        self.called()?;
         let mut users = crate::runtime::lock(&self.users);
         Ok(match users.get_mut(key.user_id()) {
             None => Change::NoSuchUser,
@@ -100,8 +106,8 @@ impl SubscriberStore for MemorySubscribers {
         topic: &TopicId,
         via: ChangedVia,
         _at_ms: i64,
-    ) -> Result<Change, StoreError> {
-        self.called();
+    ) -> Result<Change, SubscriberError> {
+        self.called()?;
         if self.get(key.user_id()).is_none() {
             return Ok(Change::NoSuchUser);
         }
@@ -118,10 +124,11 @@ impl SubscriberStore for MemorySubscribers {
 
     async fn preferences(
         &self,
-        user_id: &str,
+        key: &SendKey,
         _topics: &Topics,
-    ) -> Result<Option<(Preferences, Option<String>)>, StoreError> {
-        self.called();
+    ) -> Result<Option<(Preferences, Option<String>)>, SubscriberError> {
+        self.called()?;
+        let user_id = key.user_id();
         let Some((subscribed, _)) = self.get(user_id) else {
             return Ok(None);
         };
@@ -148,8 +155,8 @@ impl SubscriberStore for MemorySubscribers {
         key: &SendKey,
         save: &Save,
         _at_ms: i64,
-    ) -> Result<Change, StoreError> {
-        self.called();
+    ) -> Result<Change, SubscriberError> {
+        self.called()?;
         let mut users = crate::runtime::lock(&self.users);
         let Some((subscribed, _)) = users.get_mut(key.user_id()) else {
             return Ok(Change::NoSuchUser);
@@ -175,8 +182,8 @@ impl SubscriberStore for MemorySubscribers {
         reason: SuppressionReason,
         _detail: &str,
         _at_ms: i64,
-    ) -> Result<Change, StoreError> {
-        self.called();
+    ) -> Result<Change, SubscriberError> {
+        self.called()?;
         let mut users = crate::runtime::lock(&self.users);
         Ok(match users.get_mut(key.user_id()) {
             None => Change::NoSuchUser,

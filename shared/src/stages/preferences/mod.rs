@@ -13,7 +13,9 @@
 //!   `action=unsubscribe-all`; the answer says what changed. A form with anything else is
 //!   refused whole, and nothing changes.
 //!
-//! Each change is also noted on the campaign's send record (its analytics, `records`).
+//! Each change is also noted on the campaign's send record (its analytics, `records`). The
+//! store reads and writes the person where the token's campaign keeps its recipients: our
+//! users, or the collection and fields of the definition the campaign runs.
 //!
 //! Every store call has a bound well under the function's 10 s timeout (`STORE_TIMEOUT`,
 //! `RECORD_TIMEOUT`, `NOTE_TIMEOUT`; at most 8 s in all on any path), where the MongoDB
@@ -46,17 +48,21 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 use tracing::Instrument;
 
-/// The longest a MongoDB call waits (its driver would wait 30 s to select a server).
+/// The longest a MongoDB call waits (its driver would wait 30 s to select a server), the
+/// campaign's recipients looked up first at their first use.
 const STORE_TIMEOUT: Duration = Duration::from_secs(3);
-/// A MongoDB call within `STORE_TIMEOUT`, or the store error it is taken for.
-async fn bounded<T>(call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-    tokio::time::timeout(STORE_TIMEOUT, call)
-        .await
-        .unwrap_or_else(|_| {
-            Err(StoreError::mongo(format!(
-                "no answer within {STORE_TIMEOUT:?}"
-            )))
-        })
+/// A MongoDB call within `STORE_TIMEOUT`, or the store error it is taken for. Every failure
+/// is answered as a store's: one that would repeat (the campaign's pinned definition cannot
+/// be read) loses no one-click either, which is recorded as a pending leave all the same.
+async fn bounded<T, E: Into<StoreError>>(
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(STORE_TIMEOUT, call).await {
+        Ok(done) => done.map_err(Into::into),
+        Err(_) => Err(StoreError::mongo(format!(
+            "no answer within {STORE_TIMEOUT:?}"
+        ))),
+    }
 }
 
 /// Generic over its ports: MongoDB's users and the DynamoDB send records on Lambda. Named
@@ -153,7 +159,7 @@ impl<S: SubscriberStore, R: Records> Unsubscribe<S, R> {
     ) -> Result<(Preferences, &'static str), HttpResponse> {
         match bounded(
             self.subscribers
-                .preferences(&subscription.user_id, Topics::builtin()),
+                .preferences(&subscription.key(), Topics::builtin()),
         )
         .await
         {

@@ -18,8 +18,8 @@ use crate::domain::messages::EmailJob;
 use crate::domain::messages::UserMessage;
 use crate::domain::topics::Topics;
 use crate::ports::{
-    CampaignStates, Mailer, RateBucket, RetryQueue, SendLedger, StoreError, WaitingRoom,
-    MAX_DELAY_SECONDS,
+    CampaignStates, Mailer, RateBucket, RetryQueue, SendLedger, StoreError, SubscriberError,
+    WaitingRoom, MAX_DELAY_SECONDS,
 };
 use crate::stages::get_users::schedule_slot;
 use aws_lambda_events::event::sqs::SqsMessage;
@@ -49,7 +49,7 @@ impl From<Quiet> for Verdict {
     }
 }
 
-/// What stopped the guard from deciding: the record is retried.
+/// What stopped the guard from deciding: the record is retried, unless it never can be.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum GuardError {
     #[error(transparent)]
@@ -57,6 +57,18 @@ pub(super) enum GuardError {
     /// The person's standing (read again for an email that waited) was not read.
     #[error("standing not read again: {0}")]
     Standing(#[from] StoreError),
+    /// Nor ever will be (the campaign's recipients cannot be found): the email is FAILED.
+    #[error("standing cannot be read again: {0}")]
+    Unreadable(String),
+}
+
+impl From<SubscriberError> for GuardError {
+    fn from(err: SubscriberError) -> Self {
+        match err {
+            SubscriberError::Store(err) => Self::Standing(err),
+            SubscriberError::Lasting(why) => Self::Unreadable(why),
+        }
+    }
 }
 
 impl<
@@ -111,7 +123,7 @@ impl<
         // have chosen since. A topic no longer declared has no default to read it by.
         if standing::waited(job.rendered_at_ms, now_ms) {
             if let Some(topic) = Topics::builtin().find(&job.topic) {
-                if let Some(skip) = self.standings.left(&job.user_id, topic).await? {
+                if let Some(skip) = self.standings.left(&job.key(), topic).await? {
                     tracing::info!(campaign = %job.campaign_id, user = %job.user_id, reason = skip.as_str(), "standing changed since the email was rendered; not sent");
                     return Ok(Verdict::Skip(skip));
                 }

@@ -262,6 +262,11 @@ impl<
             Ok(guard::Verdict::Defer { until_ms }) => Err(self
                 .defer(claim, record, job.user_message(), until_ms)
                 .await),
+            // Every attempt would fail the same way: decided now, with the reason.
+            Err(err @ guard::GuardError::Unreadable(_)) => {
+                tracing::error!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "the standing of an email that waited cannot be read again; not sent");
+                Err(self.fail(claim, &err.to_string()).await)
+            }
             Err(err) => {
                 tracing::warn!(campaign = %claim.key.campaign_id(), user = %claim.key.user_id, reason = %err, "guardrails not read; will retry");
                 self.give_back(claim, &err.to_string(), false, self.last_receive(record))

@@ -5,8 +5,9 @@
 //! one-click MongoDB did not take (the pending leave in the sends table).
 
 use crate::domain::guardrails::Skip;
+use crate::domain::ledger::SendKey;
 use crate::domain::topics::Topic;
-use crate::ports::{PendingLeaves, StoreError, UserStandings};
+use crate::ports::{PendingLeaves, StoreError, SubscriberError, UserStandings};
 use std::future::Future;
 use std::time::Duration;
 
@@ -17,24 +18,25 @@ pub const STANDING_CHECK_AFTER: Duration = Duration::from_secs(5 * 60);
 
 /// Whether a person still wants a topic's emails, read now.
 pub trait Standings: Send + Sync {
-    /// Why they no longer get an email of `topic` (None: they still do).
+    /// Why the person of `key` no longer gets its campaign's email, of `topic` (None: they
+    /// still do).
     fn left(
         &self,
-        user_id: &str,
+        key: &SendKey,
         topic: &Topic,
-    ) -> impl Future<Output = Result<Option<Skip>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<Skip>, SubscriberError>> + Send;
 }
 
 /// The standing as CreateEmails reads it: a pending one-click leave of the topic (the sends
-/// table), then the user's document (MongoDB).
+/// table), then the user's document (MongoDB, where the campaign's recipients are).
 pub struct Wanted<U, P> {
     pub users: U,
     pub pending: P,
 }
 
 impl<U: UserStandings, P: PendingLeaves> Standings for Wanted<U, P> {
-    async fn left(&self, user_id: &str, topic: &Topic) -> Result<Option<Skip>, StoreError> {
-        let user = [user_id.to_owned()];
+    async fn left(&self, key: &SendKey, topic: &Topic) -> Result<Option<Skip>, SubscriberError> {
+        let user = [key.user_id().to_owned()];
         let leaves = self
             .pending
             .standing_leaves(&user, &topic.id)
@@ -43,7 +45,7 @@ impl<U: UserStandings, P: PendingLeaves> Standings for Wanted<U, P> {
         if !leaves.is_empty() {
             return Ok(Some(Skip::LeftTopic));
         }
-        Ok(match self.users.standing(user_id, &topic.id).await? {
+        Ok(match self.users.standing(key, &topic.id).await? {
             None => Some(Skip::Vanished),
             Some(standing) => standing.exclusion(topic).map(Skip::from),
         })

@@ -594,6 +594,42 @@ async fn an_email_that_waited_goes_only_to_whom_still_wants_it() {
     assert_eq!(users.calls.load(std::sync::atomic::Ordering::SeqCst), reads);
 }
 
+/// A standing that can never be read again (the campaign's pinned definition cannot be
+/// found) is decided at once: FAILED with the reason, not sent, not left to the queue. One
+/// that cannot be read now (MongoDB down) goes back to the queue.
+#[tokio::test]
+async fn an_email_that_waited_whose_standing_can_never_be_read_fails_at_once() {
+    use crate::ports::{StoreError, SubscriberError};
+    let stage = stage_with(
+        &[],
+        MemoryLedger::default(),
+        ScriptedMailer::default(),
+        standings(&["ada", "bob"]),
+    );
+    let why = "campaign weekly-2026-W47: its recipients cannot be found: definition orders version 3 cannot be read";
+    let failing = |err| *crate::runtime::lock(&stage.standings.users.failing) = Some(err);
+    let an_hour_ago = now_ms() - 3_600_000;
+    let invocation = Invocation::with_timeout("request-1", Duration::from_secs(30));
+
+    failing(SubscriberError::Lasting(why.into()));
+    let (response, summary) = stage
+        .handle(rendered_at("ada", false, an_hour_ago), &invocation)
+        .await;
+    assert!(response.batch_item_failures.is_empty(), "{summary:?}");
+    assert_eq!((summary.failed, summary.sent), (1, 0), "{summary:?}");
+    let (ada, error) = status(&stage, "ada");
+    assert_eq!(ada, Some(SendStatus::Failed));
+    assert!(error.unwrap().contains(why));
+
+    failing(SubscriberError::Store(StoreError::mongo("no primary")));
+    let (response, summary) = stage
+        .handle(rendered_at("bob", false, an_hour_ago), &invocation)
+        .await;
+    assert_eq!(response.batch_item_failures.len(), 1, "{summary:?}");
+    assert_ne!(status(&stage, "bob").0, Some(SendStatus::Failed));
+    assert!(stage.mailer.calls().is_empty());
+}
+
 /// An email counted towards the caps by an attempt that did not send it (throttled, then held
 /// overnight) is counted again when it goes: dated at the send, so another campaign five hours
 /// later meets `1/16h`; and if, meanwhile, another campaign's email went, the rules stop it.
