@@ -3,6 +3,9 @@
 # run one weekly campaign through GetUsers -> CreateEmails -> SendEmail, print the summary and
 # write the campaign's report page (target/demo/report.html).
 # Arguments go to `mailctl demo` (e.g. --users 5000 --send-rate 100 --json).
+# `--example orders` runs the orders example definition instead (campaigns/orders): its
+# customers and orders seeded as `mailctl seed --orders` seeds them, the folder pushed, its
+# campaign run, the same summary and report.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

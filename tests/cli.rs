@@ -5,7 +5,7 @@ use mailflow_tests::{binary, endpoints};
 use serde_json::Value;
 use std::process::Output;
 
-fn mailctl(args: &[&str], env: &[(&str, &str)]) -> Output {
+pub(crate) fn mailctl(args: &[&str], env: &[(&str, &str)]) -> Output {
     std::process::Command::new(binary("mailctl"))
         .args(args)
         .envs(env.iter().copied())
@@ -13,7 +13,7 @@ fn mailctl(args: &[&str], env: &[(&str, &str)]) -> Output {
         .expect("mailctl runs")
 }
 
-fn ok(out: Output) -> String {
+pub(crate) fn ok(out: Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -26,7 +26,7 @@ fn ok(out: Output) -> String {
 /// The JSON summary of a command that watched a campaign to its end: it exits 0 when every
 /// user was sent to, and 1, after the summary, with one line that counts the FAILED and
 /// dead-lettered users otherwise.
-fn ended(out: Output, what: &str) -> Value {
+pub(crate) fn ended(out: Output, what: &str) -> Value {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let summary = last_json(&String::from_utf8_lossy(&out.stdout));
     let campaign = summary.get("campaign").unwrap_or(&summary);
@@ -58,7 +58,7 @@ fn ended(out: Output, what: &str) -> Value {
 }
 
 /// `status --json` of a local stack's campaign.
-fn status_json(prefix: &str, campaign: &str, env: &[(&str, &str)]) -> Value {
+pub(crate) fn status_json(prefix: &str, campaign: &str, env: &[(&str, &str)]) -> Value {
     last_json(&ok(mailctl(
         &[
             "status",
@@ -76,7 +76,7 @@ fn rt_block<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> T {
     tokio::runtime::Runtime::new().unwrap().block_on(f).unwrap()
 }
 
-fn last_json(stdout: &str) -> Value {
+pub(crate) fn last_json(stdout: &str) -> Value {
     serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
 }
 
@@ -92,7 +92,7 @@ fn a_week_ahead() -> (String, i64, String) {
     (date.to_string(), ms, slot)
 }
 
-fn unique(name: &str) -> String {
+pub(crate) fn unique(name: &str) -> String {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -973,6 +973,55 @@ fn demo_prints_counts_that_match_the_ses_record_and_writes_its_report() {
     assert_eq!(summary["dlq"], 0);
     // SQS may deliver a message twice; the ledger absorbs it (counted, never sent twice).
     assert!(summary["suppressedDuplicates"].is_u64());
+}
+
+/// `demo --example orders`: the orders example definition seeded, pushed and run like the
+/// digest's demo, its summary and report naming the definition version it ran.
+#[test]
+fn demo_runs_the_orders_example_and_writes_its_report() {
+    endpoints();
+    let report = std::env::temp_dir()
+        .join(format!("mailctl-demo-orders-{}", std::process::id()))
+        .join("report.html");
+    let path = report.to_str().unwrap();
+    let args = [
+        "demo",
+        "--example",
+        "orders",
+        "--users",
+        "40",
+        "--json",
+        "--report",
+        path,
+    ];
+    let summary = last_json(&ok(mailctl(&args, &[])));
+    let campaign = summary["campaignId"].as_str().unwrap();
+    assert!(campaign.starts_with("orders-"), "{summary}");
+    assert_eq!(summary["definition"], "orders v1", "{summary}");
+    let page = std::fs::read_to_string(&report).expect("the demo writes its report page");
+    std::fs::remove_dir_all(report.parent().unwrap()).ok();
+    assert!(page.contains(campaign), "{page}");
+    assert!(page.contains("definition orders v1"), "{page}");
+    assert!(summary["sent"].as_u64().unwrap() > 0, "{summary}");
+    assert_eq!(summary["sent"], summary["sesRecorded"]);
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert_eq!(summary["dlq"], 0);
+    // The customers without paid orders that week are skipped by the definition's rule.
+    assert!(
+        summary["skipped"]["no_orders"].as_u64().unwrap_or(0) > 0,
+        "{summary}"
+    );
+    let skipped: u64 = summary["skipped"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        summary["sent"].as_u64().unwrap() + skipped,
+        summary["eligibleUsers"].as_u64().unwrap(),
+        "{summary}"
+    );
 }
 
 #[test]

@@ -8,6 +8,7 @@ mod campaign_check;
 mod campaign_control;
 mod chaos;
 mod cli;
+mod cli_definitions;
 mod consistency;
 mod definition_campaigns;
 mod definition_queries;

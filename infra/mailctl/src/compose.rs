@@ -1,12 +1,14 @@
 //! The email one user gets in one campaign, composed by the same code as CreateEmails
 //! (`CreateEmails::compose`) with the configuration that function has: read from
 //! template.yaml for a local stack, from the deployed function otherwise. `mailctl preview`,
-//! `test-send` and `plan` (`commands/preview.rs`) use it.
+//! `test-send` and `plan` (`commands/preview.rs`) use it, for the weekly digest or a
+//! campaign definition (`definition_source`).
 
 use anyhow::{bail, Context, Result};
 use mailflow::assemble::LambdaCreateEmails;
 use mailflow::config::CreateEmailsConfig;
 use mailflow::domain::campaign::Campaign;
+use mailflow::domain::definition::pin::PinnedDefinition;
 use mailflow::domain::messages::{EmailJob, UserMessage};
 use mailflow_local::stack::Stack;
 use std::collections::BTreeMap;
@@ -44,11 +46,13 @@ pub async fn deployed_env(
         .collect())
 }
 
-/// The email `user` gets in `campaign`, or why they get none.
+/// The email `user` gets in `campaign`, or why they get none: the weekly digest's, or with
+/// `definition` that version's (the stage given its loader: `definition_source`).
 pub async fn compose(
     stage: &LambdaCreateEmails,
     user: &str,
     campaign: &Campaign,
+    definition: Option<&PinnedDefinition>,
 ) -> Result<EmailJob> {
     let message = UserMessage {
         campaign_id: campaign.id.clone(),
@@ -60,7 +64,7 @@ pub async fn compose(
         due: None,
         zone: None,
         variant: None,
-        definition: None,
+        definition: definition.cloned(),
     };
     match stage.compose(message).await? {
         Ok(job) => Ok(job),

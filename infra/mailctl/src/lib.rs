@@ -5,13 +5,15 @@
 //! a user's email with CreateEmails' own code and `plan` every user's, counted. Each
 //! feature's part of `plan` and `status` is in its own module: `local_time`, `guardrails`,
 //! `experiment`, `send_rate`, `public_urls`, `topics`. `definition_store` pushes, lists and shows
-//! the campaign definitions a stack keeps. `stack_outputs` names the variables a
+//! the campaign definitions a stack keeps; `definition_source` loads the one a command
+//! renders with (pushed, or a folder on disk). `stack_outputs` names the variables a
 //! deployed stack is found by. The local simulator is `mailflow-local`, the benchmark and
 //! chaos run are `mailflow-lab`; `main.rs` puts the commands of all three in one binary.
 
 pub mod compose;
 pub mod control;
 pub mod definition;
+pub mod definition_source;
 pub mod definition_store;
 pub mod experiment;
 pub mod format;

@@ -2,7 +2,8 @@
 //! as GetUsers reads it and every user's email composed as CreateEmails composes it (the same
 //! code, through `CreateEmails::compose_in_locale`), then counted: who would get one, in which
 //! language, who would be skipped and why, whose address SendEmail would refuse. Nothing is
-//! enqueued, claimed or sent: only MongoDB (and SES's GetAccount) is read. The counts are a
+//! enqueued, claimed or sent: only MongoDB (and SES's GetAccount) is read. A campaign of a
+//! definition is read and composed as that definition's (its audience query, its templates). The counts are a
 //! `Plan` (`view`, with the text an operator reads); each feature's part of them is in its
 //! own module (`local_time`, `guardrails`, `experiment`, `send_rate`, `public_urls`).
 
@@ -15,6 +16,7 @@ use anyhow::{Context, Result};
 use mailflow::assemble::LambdaCreateEmails;
 use mailflow::domain::campaign::Campaign;
 use mailflow::domain::campaign_start::dated_experiment;
+use mailflow::domain::definition::pin::PinnedDefinition;
 use mailflow::domain::delivery::{self, Decision, ExperimentView, Place, Quiet, Recipient, Rules};
 use mailflow::domain::experiment::{Assignment, Experiment};
 use mailflow::domain::fan_out::composers_for;
@@ -23,7 +25,7 @@ use mailflow::domain::local_time::LocalDelivery;
 use mailflow::domain::messages::UserMessage;
 use mailflow::domain::send_rate::sends_at_rate;
 use mailflow::domain::topics::Topics;
-use mailflow::ports::{AudienceMember, AudienceScan, CapLedger, UserDirectory};
+use mailflow::ports::{AudienceMember, AudienceScan, CapLedger, DefinitionCampaign, UserDirectory};
 use std::collections::{BTreeMap, BTreeSet};
 use view::Plan;
 
@@ -109,11 +111,15 @@ struct Loads {
 }
 
 /// Reads the audience of `campaign` from `directory` and composes every user's email with
-/// `stage`, keeping `samples` of them.
+/// `stage`, keeping `samples` of them: the weekly digest's audience, or with `definition`
+/// that definition's (`UserDirectory::definition_audience`, as GetUsers reads it) and its
+/// emails (the stage given the definition's loader).
+#[allow(clippy::too_many_arguments)]
 pub async fn plan<D: UserDirectory, C: CapLedger>(
     stage: &LambdaCreateEmails,
     directory: &D,
     campaign: &Campaign,
+    definition: Option<&DefinitionCampaign>,
     samples: usize,
     sending: Sending,
     delivery: Option<&LocalDelivery>,
@@ -126,71 +132,135 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
         e.decide_at_ms = at;
     }
     let mut loads = Loads::default();
-    let topic = Topics::builtin().get(campaign.topic.as_str())?;
-    let mut audience = directory.audience(&campaign.window, topic, None);
-    let progress = crate::progress::Progress::new("plan");
-    while let Some(member) = audience.next().await.context("reading the audience")? {
-        let user = member.id.to_string();
-        plan.audience += 1;
-        let detail = format!("{} would be sent", plan.would_send);
-        progress.report(plan.audience as u64, None, "users read", &detail);
-        // As GetUsers refuses it: its id cannot travel in a queue message.
-        if mailflow::domain::user_id::check_travels(&user).is_err() {
-            *plan.skipped.entry("unsendable_user_id").or_default() += 1;
-            continue;
+    let reading = Reading {
+        stage,
+        campaign,
+        pinned: definition.map(|d| PinnedDefinition {
+            name: d.loaded.info.name.clone(),
+            version: d.loaded.info.version,
+        }),
+        predict: &predict,
+        guardrails: &guardrails,
+        samples,
+        now_ms,
+    };
+    match definition {
+        Some(definition) => {
+            plan.definition = Some(format!(
+                "{} v{}",
+                definition.loaded.info.name, definition.loaded.info.version
+            ));
+            let mut audience = directory.definition_audience(definition, None);
+            reading.count(&mut audience, &mut plan, &mut loads).await?;
+            plan.excluded = audience.excluded().clone();
         }
-        let message = UserMessage {
-            campaign_id: campaign.id.clone(),
-            user_id: user.clone(),
-            window: campaign.window,
-            topic: campaign.topic.clone(),
-            include_failed: false,
-            include_cancelled: false,
-            due: None,
-            zone: None,
-            variant: None,
-            definition: None,
-        };
-        let composed = stage
-            .compose_in_locale(message)
-            .await
-            .with_context(|| format!("composing {user}'s email"))?;
-        let (job, locale) = match composed {
-            Ok(composed) => composed,
-            Err(reason) => {
-                *plan.skipped.entry(reason.as_str()).or_default() += 1;
-                continue;
-            }
-        };
-        let decision = predict.of(&member, now_ms);
-        let Some(go_at) =
-            count_email(&mut plan, &mut loads, &decision, &guardrails, &job, now_ms).await?
-        else {
-            continue;
-        };
-        plan.would_send += 1;
-        *plan.by_locale.entry(locale).or_default() += 1;
-        // Of those it would send: the test group's variants, and the rest (dated after the
-        // decision, `Experiment::rest_goes_at`).
-        if let (Some(e), Some(groups)) =
-            (&guardrails.experiment, plan.guardrails.experiment.as_mut())
-        {
-            match e.assign(campaign.id.as_str(), &user) {
-                Assignment::Test(i) => {
-                    *groups.groups.entry(e.variants[i].name.clone()).or_default() += 1
-                }
-                Assignment::Rest => groups.rest += 1,
-            }
-        }
-        *loads.starts.entry(go_at).or_default() += 1;
-        if plan.samples.len() < samples {
-            plan.samples.push(crate::compose::describe(&job));
+        None => {
+            let topic = Topics::builtin().get(campaign.topic.as_str())?;
+            let mut audience = directory.audience(&campaign.window, topic, None);
+            reading.count(&mut audience, &mut plan, &mut loads).await?;
+            plan.excluded = audience.excluded().clone();
         }
     }
-    progress.finish();
-    plan.excluded = audience.excluded().clone();
     finish(&mut plan, loads, sending, &guardrails);
     Ok(plan)
+}
+
+/// What the audience loop reads and decides with.
+struct Reading<'a, C> {
+    stage: &'a LambdaCreateEmails,
+    campaign: &'a Campaign,
+    /// The definition version the users' messages name (None: the weekly digest).
+    pinned: Option<PinnedDefinition>,
+    predict: &'a Prediction<'a>,
+    guardrails: &'a Guardrails<C>,
+    samples: usize,
+    now_ms: i64,
+}
+
+impl<C: CapLedger> Reading<'_, C> {
+    /// Every member of `audience`, composed and counted into `plan`.
+    async fn count<A: AudienceScan>(
+        &self,
+        audience: &mut A,
+        plan: &mut Plan,
+        loads: &mut Loads,
+    ) -> Result<()> {
+        let (campaign, guardrails, now_ms) = (self.campaign, self.guardrails, self.now_ms);
+        let progress = crate::progress::Progress::new("plan");
+        loop {
+            let member = match audience.next().await {
+                Ok(Some(member)) => member,
+                Ok(None) => break,
+                Err(err) => {
+                    let err = anyhow::Error::from(err);
+                    return Err(match audience.definition_fault() {
+                        Some(fault) => {
+                            err.context(format!("the definition's audience query failed: {fault}"))
+                        }
+                        None => err.context("reading the audience"),
+                    });
+                }
+            };
+            let user = member.id.to_string();
+            plan.audience += 1;
+            let detail = format!("{} would be sent", plan.would_send);
+            progress.report(plan.audience as u64, None, "users read", &detail);
+            // As GetUsers refuses it: its id cannot travel in a queue message.
+            if mailflow::domain::user_id::check_travels(&user).is_err() {
+                *plan.skipped.entry("unsendable_user_id").or_default() += 1;
+                continue;
+            }
+            let message = UserMessage {
+                campaign_id: campaign.id.clone(),
+                user_id: user.clone(),
+                window: campaign.window,
+                topic: campaign.topic.clone(),
+                include_failed: false,
+                include_cancelled: false,
+                due: None,
+                zone: None,
+                variant: None,
+                definition: self.pinned.clone(),
+            };
+            let composed = self
+                .stage
+                .compose_in_locale(message)
+                .await
+                .with_context(|| format!("composing {user}'s email"))?;
+            let (job, locale) = match composed {
+                Ok(composed) => composed,
+                Err(reason) => {
+                    *plan.skipped.entry(reason.as_str()).or_default() += 1;
+                    continue;
+                }
+            };
+            let decision = self.predict.of(&member, now_ms);
+            let Some(go_at) = count_email(plan, loads, &decision, guardrails, &job, now_ms).await?
+            else {
+                continue;
+            };
+            plan.would_send += 1;
+            *plan.by_locale.entry(locale).or_default() += 1;
+            // Of those it would send: the test group's variants, and the rest (dated after
+            // the decision, `Experiment::rest_goes_at`).
+            if let (Some(e), Some(groups)) =
+                (&guardrails.experiment, plan.guardrails.experiment.as_mut())
+            {
+                match e.assign(campaign.id.as_str(), &user) {
+                    Assignment::Test(i) => {
+                        *groups.groups.entry(e.variants[i].name.clone()).or_default() += 1
+                    }
+                    Assignment::Rest => groups.rest += 1,
+                }
+            }
+            *loads.starts.entry(go_at).or_default() += 1;
+            if plan.samples.len() < self.samples {
+                plan.samples.push(crate::compose::describe(&job));
+            }
+        }
+        progress.finish();
+        Ok(())
+    }
 }
 
 /// Counts one composed email by what the delivery rule decided for its user, as SendEmail

@@ -38,9 +38,12 @@ body {{ font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width
 table.counts {{ border-collapse: collapse; margin: 12px 0; font-size: 13px; }}
 table.counts th, table.counts td {{ border: 1px solid #ccc; padding: 4px 6px; text-align: right; }}
 figure {{ margin: 18px 0; }} figcaption {{ font-weight: 600; margin-bottom: 4px; }}
-</style></head><body><h1>Campaign {id}</h1><p>State: {state}</p>{body}</body></html>"#,
+</style></head><body><h1>Campaign {id}</h1><p>State: {state}</p>{definition}{body}</body></html>"#,
         id = escape(&status.campaign_id),
         state = escape(status.state),
+        definition = crate::status::view::definition_line(status)
+            .map(|line| format!(r#"<p class="definition">{}</p>"#, escape(&line)))
+            .unwrap_or_default(),
     )
 }
 

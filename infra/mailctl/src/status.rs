@@ -127,6 +127,8 @@ pub struct CampaignStatus {
     pub open_content: OpenCounters,
     /// The campaign's topic, as it first started (None: recorded before topics).
     pub topic: Option<String>,
+    /// The campaign definition version it was run from (None: the weekly digest).
+    pub definition: Option<mailflow::domain::definition::pin::PinnedDefinition>,
     /// Users with new followers its audience left out, by reason: the latest run's (each run
     /// reads the whole audience again), over its segments.
     pub excluded: mailflow::domain::topics::ExclusionCounts,
@@ -238,13 +240,14 @@ impl CampaignStatus {
         }
     }
 
-    /// What the campaigns table says: its start, guardrails, topic, and any hold.
+    /// What the campaigns table says: its start, guardrails, topic, definition, and any hold.
     fn recorded(&mut self, record: &CampaignRecord) {
         self.guardrails = record.guardrails;
         self.deadline_moved_at_ms = record.deadline_moved.map(|(at, _)| at);
         self.deadline_moved_from_ms = record.deadline_moved.and_then(|(_, from)| from);
         self.started_at_ms = record.started_at_ms;
         self.topic = record.topic.clone();
+        self.definition = record.definition.clone();
         self.excluded = record.excluded.clone();
         self.excluded_run_ms = record.excluded_run_ms;
         match &record.hold {

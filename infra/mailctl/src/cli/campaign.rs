@@ -24,14 +24,29 @@ pub enum ExperimentCommand {
 #[derive(Subcommand)]
 pub enum CampaignCommand {
     /// Start a campaign: on AWS invoke GetUsers; with --prefix run it on the local stack to
-    /// completion.
+    /// completion. With --definition NAME, a campaign of a pushed definition (e.g. `run
+    /// --definition orders`: the campaign its window rule makes now, orders-2026-W47).
     #[command(display_order = 8)]
     Run {
-        /// Campaign id; default: the campaign the schedule would run now (the last full week).
+        /// Campaign id; default: the campaign the schedule would run now (the last full week;
+        /// with --definition, the definition's window rule: NAME-YYYY-Www or NAME-YYYY-MM-DD).
         #[arg(long)]
         campaign: Option<String>,
         #[command(flatten)]
         window: CampaignArgs,
+        /// Run a pushed campaign definition: its name (`mailctl campaign push DIR` first; a
+        /// folder is not run). A first run pins the version it runs; later runs and resends
+        /// use the pin.
+        #[arg(long, value_name = "NAME")]
+        definition: Option<String>,
+        /// The definition's version (default: the campaign's pin, or the latest for a first
+        /// run).
+        #[arg(long, requires = "definition", value_name = "N")]
+        definition_version: Option<u32>,
+        /// Run the rest of a pinned campaign with --definition-version although it is pinned
+        /// to another version (the record keeps its pin).
+        #[arg(long, requires = "definition_version")]
+        repin: bool,
         #[command(flatten)]
         local: LocalTimeArgs,
         #[command(flatten)]
@@ -94,15 +109,24 @@ impl CampaignCommand {
             Self::Run {
                 campaign,
                 window,
+                definition,
+                definition_version,
+                repin,
                 local,
                 guardrails,
                 target,
             } => {
+                let definition = commands::campaign::RunDefinition {
+                    name: definition,
+                    version: definition_version,
+                    repin,
+                };
                 commands::campaign::run(
                     sdk,
                     template,
                     campaign,
                     &window,
+                    &definition,
                     &local,
                     &guardrails,
                     &target,

@@ -12,7 +12,12 @@ pub enum LabCommand {
     /// completion and print its summary (needs the local stack: infra/local-stack.sh start).
     #[command(display_order = 1)]
     Demo {
-        /// How many synthetic users to seed.
+        /// The example to run: the weekly digest, or `orders` (the example definition in
+        /// campaigns/orders: its customers and orders seeded, the folder pushed, its
+        /// campaign run).
+        #[arg(long, value_enum, default_value_t)]
+        example: commands::demo::Example,
+        /// How many synthetic users (customers, for orders) to seed.
         #[arg(long, default_value_t = 1000)]
         users: usize,
         /// Seed of the synthetic data (same seed, same users).
@@ -101,6 +106,7 @@ impl LabCommand {
     pub async fn run(self, template: &Path) -> Result<()> {
         match self {
             Self::Demo {
+                example,
                 users,
                 seed,
                 send_rate,
@@ -108,7 +114,7 @@ impl LabCommand {
                 report,
             } => {
                 let report = report.as_deref();
-                commands::demo::demo(template, users, seed, send_rate, json, report).await
+                commands::demo::demo(template, example, users, seed, send_rate, json, report).await
             }
             Self::Bench { options, json } => commands::lab::bench(template, &options, json).await,
             Self::Chaos { options, json } => commands::lab::chaos(template, &options, json).await,

@@ -1,7 +1,9 @@
 //! A campaign's emails before (or without) sending them: one user's (`preview`,
 //! `test-send`), every user's counted (`plan`), and the local stack's public URLs served.
 
-use crate::commands::{self, CampaignArgs, GuardrailArgs, LocalTimeArgs, TargetArgs};
+use crate::commands::{
+    self, CampaignArgs, DefinitionArgs, GuardrailArgs, LocalTimeArgs, TargetArgs,
+};
 use anyhow::Result;
 use clap::Subcommand;
 use std::path::Path;
@@ -9,17 +11,23 @@ use std::path::Path;
 #[derive(Subcommand)]
 pub enum PreviewCommand {
     /// Render exactly the email a user gets: composed by CreateEmails' own code with that
-    /// function's configuration (locale, unsubscribe link), reading MongoDB as it does.
+    /// function's configuration (locale, unsubscribe link), reading MongoDB as it does. With
+    /// --definition, a campaign definition's email (e.g. `--definition orders`, pushed, or
+    /// `--definition campaigns/orders`, a folder not pushed yet).
     #[command(display_order = 15)]
     Preview {
         #[arg(long)]
         user: String,
-        /// Default: the campaign the schedule would run now.
+        /// Default: the campaign the schedule would run now (with --definition: the one its
+        /// window rule makes now, e.g. orders-2026-W47).
         #[arg(long)]
         campaign: Option<String>,
-        /// The campaign's topic (an id of shared/topics.json); default: the weekly digest's.
+        /// The campaign's topic (an id of shared/topics.json); default: the weekly digest's
+        /// (a definition's own).
         #[arg(long)]
         topic: Option<String>,
+        #[command(flatten)]
+        definition: DefinitionArgs,
         /// Write the HTML here (the headers and text go to stdout).
         #[arg(long)]
         out: Option<std::path::PathBuf>,
@@ -52,9 +60,13 @@ pub enum PreviewCommand {
     /// the SES quota and cost. Reads only; nothing is enqueued, claimed or sent.
     #[command(display_order = 21)]
     Plan {
-        /// Campaign id; default: the campaign the schedule would run now.
+        /// Campaign id; default: the campaign the schedule would run now (with --definition:
+        /// the one its window rule makes now).
         #[arg(long)]
         campaign: Option<String>,
+        /// Plan a campaign definition's campaign: its audience query and its templates.
+        #[command(flatten)]
+        definition: DefinitionArgs,
         /// How many emails to show in full.
         #[arg(long, default_value_t = 2)]
         samples: usize,
@@ -82,6 +94,8 @@ pub enum PreviewCommand {
         #[arg(long)]
         to: String,
         #[command(flatten)]
+        definition: DefinitionArgs,
+        #[command(flatten)]
         window: CampaignArgs,
         #[command(flatten)]
         target: TargetArgs,
@@ -96,14 +110,25 @@ impl PreviewCommand {
                 user,
                 campaign,
                 topic,
+                definition,
                 out,
                 target,
             } => {
-                commands::preview::preview(sdk, template, &user, campaign, topic, out, &target)
-                    .await
+                commands::preview::preview(
+                    sdk,
+                    template,
+                    &user,
+                    campaign,
+                    topic,
+                    &definition,
+                    out,
+                    &target,
+                )
+                .await
             }
             Self::Plan {
                 campaign,
+                definition,
                 samples,
                 json,
                 window,
@@ -116,6 +141,7 @@ impl PreviewCommand {
                     json,
                     local,
                     guardrails,
+                    definition,
                 };
                 commands::preview::plan(sdk, template, campaign, &window, &options, &target).await
             }
@@ -123,11 +149,21 @@ impl PreviewCommand {
                 campaign,
                 user,
                 to,
+                definition,
                 window,
                 target,
             } => {
-                let campaign = commands::resolve_campaign(sdk, &target, &campaign, &window).await?;
-                commands::preview::test_send(sdk, template, &user, &campaign, &to, &target).await
+                commands::preview::test_send(
+                    sdk,
+                    template,
+                    &user,
+                    &campaign,
+                    &window,
+                    &definition,
+                    &to,
+                    &target,
+                )
+                .await
             }
             Self::ServeUnsubscribe { port, target } => {
                 serve(sdk, template, Served::Unsubscribe, port, &target).await

@@ -10,24 +10,115 @@ use mailflow::domain::local_time::PassedTime;
 use mailflow_local::pipeline::{lock, LocalPipeline, PipelineOptions};
 use std::time::Duration;
 
-/// `run`: the campaign the schedule would run now, or `campaign`.
+/// What `run --definition` names: a pushed definition and its version.
+#[derive(Clone, Debug, Default)]
+pub struct RunDefinition {
+    pub name: Option<String>,
+    /// The version to run (None: the pinned one, or the latest for a first run).
+    pub version: Option<u32>,
+    /// Run with `version` although the campaign is pinned to another.
+    pub repin: bool,
+}
+
+/// `run`: the campaign the schedule would run now, or `campaign`; with a definition, the
+/// campaign its window rule makes now (`Campaign::for_definition`), or `campaign`.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     campaign: Option<String>,
     window: &CampaignArgs,
+    definition: &RunDefinition,
     local: &LocalTimeArgs,
     guardrails: &GuardrailArgs,
     t: &TargetArgs,
 ) -> Result<()> {
-    let campaign = match campaign {
-        Some(id) => super::resolve_campaign(sdk, t, &id, window).await?,
-        None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
+    let mut event = match &definition.name {
+        Some(name) => {
+            definition_start(sdk, template, campaign, window, name, definition, t).await?
+        }
+        None => {
+            let campaign = match campaign {
+                Some(id) => super::resolve_campaign(sdk, t, &id, window).await?,
+                None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
+            };
+            super::start_event(&campaign)
+        }
     };
-    let mut event = super::start_event(&campaign);
     local.apply(&mut event);
     guardrails.apply(&mut event)?;
     start(sdk, template, t, event).await
+}
+
+/// GetUsers' event for a run of pushed definition `name`: the campaign id known before the
+/// start (the version's window rule, read from the stack's store: the one the campaign is
+/// pinned to, the one named, or the latest), its window and topic, and the definition as
+/// GetUsers takes it (`definition`, `definitionVersion`, `repin`).
+async fn definition_start(
+    sdk: &aws_config::SdkConfig,
+    template: &std::path::Path,
+    campaign: Option<String>,
+    window: &CampaignArgs,
+    name: &str,
+    definition: &RunDefinition,
+    t: &TargetArgs,
+) -> Result<serde_json::Value> {
+    if matches!(
+        mailctl::definition_source::Source::parse(name, None)?,
+        mailctl::definition_source::Source::Folder(_)
+    ) {
+        bail!(
+            "run takes a pushed definition's name, not a folder ({name}): `mailctl campaign push {name}` first, then `mailctl run --definition NAME`"
+        );
+    }
+    if let Some(prefix) = &t.prefix {
+        // The store is the stack's campaigns table (provisioning is idempotent).
+        provision_local(sdk, template, prefix, &t.database).await?;
+    }
+    let target = super::target(sdk, t).await?;
+    let dynamo = mailflow::adapters::dynamodb_client(sdk);
+    let pinned = match &campaign {
+        Some(id) => {
+            mailflow::domain::campaign::CampaignId::parse(id)?;
+            ops::campaigns_table(&dynamo, &target)
+                .record(id)
+                .await?
+                .and_then(|r| r.definition)
+                .filter(|pin| pin.name == name)
+        }
+        None => None,
+    };
+    let version = definition.version.or(pinned.map(|pin| pin.version));
+    let table =
+        mailflow::adapters::definitions::DefinitionsTable::new(dynamo, &target.campaigns_table);
+    let chosen = mailctl::definition_source::Chosen::pushed(table, name, version).await?;
+    let rule = &chosen.loaded.definition;
+    let campaign = match campaign {
+        Some(id) => super::resolve_campaign_of(sdk, t, &id, window, Some(rule)).await?,
+        None => super::new_definition_campaign(rule, window)?,
+    };
+    eprintln!(
+        "{}: definition {} (version {} of {})",
+        campaign.id,
+        name,
+        chosen.pinned.version,
+        if definition.version.is_some() {
+            "the one named"
+        } else if version.is_some() {
+            "the campaign's pin"
+        } else {
+            "the latest"
+        }
+    );
+    let mut event = super::start_event(&campaign);
+    event["definition"] = name.into();
+    if let Some(version) = definition.version {
+        event["definitionVersion"] = version.into();
+    }
+    if definition.repin {
+        event["repin"] = true.into();
+    }
+    Ok(event)
 }
 
 /// What a resend does besides sending to users without a SENT record.

@@ -13,9 +13,12 @@ pub mod setup;
 pub mod status;
 
 use anyhow::{bail, Context, Result};
+use mailctl::definition_source::{Chosen, Source};
 use mailctl::ops::Target;
+use mailflow::adapters::definitions::DefinitionsTable;
 use mailflow::domain::campaign::{rfc3339, Campaign, CampaignError, CampaignId, Window};
 use mailflow::domain::campaign_state::CampaignRecord;
+use mailflow::domain::definition::Definition;
 use mailflow_local::names;
 use mailflow_local::provision::{provision, StackOptions};
 use mailflow_local::template::Template;
@@ -171,6 +174,20 @@ pub async fn resolve_campaign(
     id: &str,
     args: &CampaignArgs,
 ) -> Result<Campaign> {
+    resolve_campaign_of(sdk, t, id, args, None).await
+}
+
+/// `resolve_campaign` for a campaign of `definition`, as GetUsers completes a start that
+/// names one: one of its ids (`orders-2026-W47`) has the window of its window rule
+/// (`Campaign::definition_window`), and its topic is the definition's unless `--topic` or
+/// the campaign's first start said otherwise.
+pub async fn resolve_campaign_of(
+    sdk: &aws_config::SdkConfig,
+    t: &TargetArgs,
+    id: &str,
+    args: &CampaignArgs,
+    definition: Option<&Definition>,
+) -> Result<Campaign> {
     CampaignId::parse(id)?;
     let topics = mailflow::domain::topics::Topics::builtin();
     let named = args.topic.as_deref().map(|t| topics.get(t)).transpose()?;
@@ -192,7 +209,10 @@ pub async fn resolve_campaign(
         let window = Window::new(at("since", since)?, at("until", until)?)?;
         Campaign::from_id(id, Some(window))?
     } else {
+        let ruled =
+            definition.and_then(|d| Campaign::definition_window(id, &d.name, d.window_days));
         match Campaign::from_id(id, None) {
+            Err(CampaignError::NoWindow(_)) if ruled.is_some() => Campaign::from_id(id, ruled)?,
             Err(CampaignError::NoWindow(_)) => match record.insert(read_record().await?).window {
                 Some(window) => Campaign::from_id(id, Some(window))?,
                 None => bail!(
@@ -205,6 +225,9 @@ pub async fn resolve_campaign(
     match named {
         Some(topic) => campaign = campaign.with_topic(topic.id.clone()),
         None => {
+            if let Some(definition) = definition {
+                campaign = campaign.with_topic(topics.get(&definition.topic)?.id.clone());
+            }
             let recorded = match record {
                 Some(record) => record,
                 None => read_record().await?,
@@ -213,6 +236,99 @@ pub async fn resolve_campaign(
         }
     }
     Ok(campaign)
+}
+
+/// A campaign definition that `preview`, `test-send` and `plan` render with.
+#[derive(clap::Args, Clone, Default)]
+pub struct DefinitionArgs {
+    /// Render with a campaign definition: a pushed one's name (`mailctl campaign push DIR`
+    /// first), or a definition's folder on disk (a path with a `/`, e.g. campaigns/orders),
+    /// checked as `campaign check` checks it and used as it is, nothing pushed. Default: the
+    /// definition the campaign was run from, if it was; else the weekly digest.
+    #[arg(long, value_name = "NAME|DIR")]
+    pub definition: Option<String>,
+    /// The pushed definition's version (default: the one the campaign is pinned to, or the
+    /// latest).
+    #[arg(long, requires = "definition", value_name = "N")]
+    pub definition_version: Option<u32>,
+}
+
+/// The campaign a `preview`, `test-send` or `plan` of a definition renders, and the
+/// definition: `--definition` (a pushed version or a folder), or the version campaign `id`
+/// is pinned to (its record in `campaigns_table`). None: neither, the weekly digest. Without `id`, the campaign the
+/// definition's window rule makes now (`Campaign::for_definition`).
+pub async fn definition_campaign(
+    sdk: &aws_config::SdkConfig,
+    t: &TargetArgs,
+    campaigns_table: &str,
+    id: Option<&str>,
+    window: &CampaignArgs,
+    args: &DefinitionArgs,
+) -> Result<Option<(Campaign, Chosen)>> {
+    let dynamo = mailflow::adapters::dynamodb_client(sdk);
+    let pinned = match id {
+        Some(id) => {
+            CampaignId::parse(id)?;
+            let record =
+                mailflow::adapters::campaigns::CampaignsTable::new(dynamo.clone(), campaigns_table)
+                    .record(id)
+                    .await?;
+            record.and_then(|r| r.definition)
+        }
+        None => None,
+    };
+    let source = match (&args.definition, &pinned) {
+        (Some(raw), _) => Source::parse(raw, args.definition_version)?,
+        (None, Some(pin)) => Source::Pushed {
+            name: pin.name.clone(),
+            version: Some(pin.version),
+        },
+        (None, None) => return Ok(None),
+    };
+    // A pinned campaign renders with its pinned version unless another is named.
+    let source = match (source, &pinned) {
+        (
+            Source::Pushed {
+                name,
+                version: None,
+            },
+            Some(pin),
+        ) if pin.name == name => Source::Pushed {
+            name,
+            version: Some(pin.version),
+        },
+        (source, _) => source,
+    };
+    let table = DefinitionsTable::new(dynamo, campaigns_table);
+    let chosen = Chosen::load(&source, table).await?;
+    let definition = &chosen.loaded.definition;
+    let campaign = match id {
+        Some(id) => resolve_campaign_of(sdk, t, id, window, Some(definition)).await?,
+        None => new_definition_campaign(definition, window)?,
+    };
+    Ok(Some((campaign, chosen)))
+}
+
+/// The campaign of `definition` its window rule makes now, as GetUsers makes it for a start
+/// that names only the definition (`--topic` aside).
+pub fn new_definition_campaign(definition: &Definition, window: &CampaignArgs) -> Result<Campaign> {
+    if window.since.is_some() {
+        bail!(
+            "--since and --until go with --campaign: a definition's campaign without an id has the window of its rule ({} days)",
+            definition.window_days
+        );
+    }
+    let topics = mailflow::domain::topics::Topics::builtin();
+    let topic = topics
+        .get(window.topic.as_deref().unwrap_or(definition.topic.as_str()))?
+        .id
+        .clone();
+    Ok(Campaign::for_definition(
+        &definition.name,
+        definition.window_days,
+        topic,
+        OffsetDateTime::now_utc(),
+    ))
 }
 
 /// GetUsers' event for `campaign`, its window always given (the same as the recorded one for

@@ -2,32 +2,27 @@
 //! CreateEmails composes it, shown or sent to a test address; every user's, counted before a
 //! campaign; and the local stack's unsubscribe links served.
 
-use super::{provision_local, TargetArgs};
+use super::{provision_local, CampaignArgs, DefinitionArgs, TargetArgs};
 use anyhow::{bail, Context, Result};
 use mailflow::config::{CreateEmailsConfig, RateControlConfig, SendEmailConfig};
 use mailflow::domain::campaign::Campaign;
+use mailflow::domain::definition::pin::PinnedDefinition;
 use mailflow::domain::experiment::ExperimentError;
 use mailflow::domain::send_rate::SendRate;
-use mailflow::ports::UserDirectory;
+use mailflow::ports::{DefinitionCampaign, UserDirectory};
 use std::collections::BTreeMap;
 
+#[allow(clippy::too_many_arguments)]
 pub async fn preview(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     user: &str,
     campaign: Option<String>,
     topic: Option<String>,
+    definition: &DefinitionArgs,
     out: Option<std::path::PathBuf>,
     t: &TargetArgs,
 ) -> Result<()> {
-    let mut campaign = match campaign {
-        Some(id) => Campaign::from_id(&id, None)?,
-        None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
-    };
-    if let Some(topic) = topic {
-        let topic = mailflow::domain::topics::Topics::builtin().get(&topic)?;
-        campaign = campaign.with_topic(topic.id.clone());
-    }
     let env = match &t.prefix {
         Some(prefix) => {
             let stack = provision_local(sdk, template, prefix, &t.database).await?;
@@ -38,8 +33,27 @@ pub async fn preview(
             mailctl::compose::deployed_env(sdk, &function).await?
         }
     };
-    let stage = mailctl::compose::create_emails(sdk, &env).await?;
-    let job = mailctl::compose::compose(&stage, user, &campaign).await?;
+    let window = CampaignArgs {
+        topic: topic.clone(),
+        ..Default::default()
+    };
+    let (resolved, stage, pinned) =
+        composer(sdk, &env, t, campaign.as_deref(), &window, definition).await?;
+    let campaign = match (resolved, campaign) {
+        (Some(resolved), _) => resolved,
+        (None, id) => {
+            let mut campaign = match id {
+                Some(id) => Campaign::from_id(&id, None)?,
+                None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
+            };
+            if let Some(topic) = topic {
+                let topic = mailflow::domain::topics::Topics::builtin().get(&topic)?;
+                campaign = campaign.with_topic(topic.id.clone());
+            }
+            campaign
+        }
+    };
+    let job = mailctl::compose::compose(&stage, user, &campaign, pinned.as_ref()).await?;
     print!("{}", mailctl::compose::describe(&job));
     if let Some(path) = out {
         std::fs::write(&path, &job.html).with_context(|| format!("writing {}", path.display()))?;
@@ -48,13 +62,50 @@ pub async fn preview(
     Ok(())
 }
 
-/// Sends `user`'s email in `campaign` to `to` through SES, marked as a test, with
+/// CreateEmails as configured by `env`, and for a campaign of a definition (`--definition`,
+/// or the one campaign `id` is pinned to) the campaign and the version its users' messages
+/// name, the stage reading that definition (said on stderr). `(None, stage, None)`: the
+/// weekly digest.
+async fn composer(
+    sdk: &aws_config::SdkConfig,
+    env: &BTreeMap<String, String>,
+    t: &TargetArgs,
+    id: Option<&str>,
+    window: &CampaignArgs,
+    definition: &DefinitionArgs,
+) -> Result<(
+    Option<Campaign>,
+    mailflow::assemble::LambdaCreateEmails,
+    Option<PinnedDefinition>,
+)> {
+    let stage = mailctl::compose::create_emails(sdk, env).await?;
+    let config = CreateEmailsConfig::from_source(&|k: &str| env.get(k).cloned())?;
+    let chosen =
+        super::definition_campaign(sdk, t, &config.campaigns_table_name, id, window, definition)
+            .await?;
+    Ok(match chosen {
+        Some((campaign, chosen)) => {
+            eprintln!("{}: definition {}", campaign.id, chosen.describe());
+            (
+                Some(campaign),
+                stage.with_definitions(chosen.loader),
+                Some(chosen.pinned),
+            )
+        }
+        None => (None, stage, None),
+    })
+}
+
+/// Sends `user`'s email in campaign `id` to `to` through SES, marked as a test, with
 /// SendEmail's sender and configuration set; no send record, count or user is touched.
+#[allow(clippy::too_many_arguments)]
 pub async fn test_send(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     user: &str,
-    campaign: &Campaign,
+    id: &str,
+    window: &CampaignArgs,
+    definition: &DefinitionArgs,
     to: &str,
     t: &TargetArgs,
 ) -> Result<()> {
@@ -63,8 +114,13 @@ pub async fn test_send(
         .as_str()
         .to_owned();
     let envs = function_envs(sdk, template, t).await?;
-    let stage = mailctl::compose::create_emails(sdk, &envs.create).await?;
-    let job = mailctl::compose::compose(&stage, user, campaign).await?;
+    let (campaign, stage, pinned) =
+        composer(sdk, &envs.create, t, Some(id), window, definition).await?;
+    let campaign = match campaign {
+        Some(campaign) => campaign,
+        None => super::resolve_campaign(sdk, t, id, window).await?,
+    };
+    let job = mailctl::compose::compose(&stage, user, &campaign, pinned.as_ref()).await?;
     let config = SendEmailConfig::from_source(&|k: &str| envs.send.get(k).cloned())?;
     let email = mailflow::ports::OutgoingEmail {
         key: job.key(),
@@ -126,6 +182,8 @@ pub struct PlanOptions {
     pub local: super::LocalTimeArgs,
     /// The guardrails a first start would give (a started campaign keeps its own).
     pub guardrails: super::GuardrailArgs,
+    /// The definition it plans (None: the one the campaign is pinned to, or the digest).
+    pub definition: DefinitionArgs,
 }
 
 /// What `campaign` would send, counted and sampled; nothing is enqueued, claimed or sent.
@@ -137,15 +195,35 @@ pub async fn plan(
     options: &PlanOptions,
     t: &TargetArgs,
 ) -> Result<()> {
-    let scheduled = campaign.is_none();
-    let campaign = match campaign {
-        Some(id) => super::resolve_campaign(sdk, t, &id, window).await?,
-        None => Campaign::for_schedule(time::OffsetDateTime::now_utc()),
+    let envs = function_envs(sdk, template, t).await?;
+    let config = CreateEmailsConfig::from_source(&|k: &str| envs.create.get(k).cloned())?;
+    let chosen = super::definition_campaign(
+        sdk,
+        t,
+        &config.campaigns_table_name,
+        campaign.as_deref(),
+        window,
+        &options.definition,
+    )
+    .await?;
+    let mut stage = mailctl::compose::create_emails(sdk, &envs.create).await?;
+    let (campaign, chosen, scheduled) = match (chosen, campaign) {
+        (Some((campaign, chosen)), _) => {
+            stage = stage.with_definitions(chosen.loader.clone());
+            (campaign, Some(chosen), false)
+        }
+        (None, Some(id)) => (
+            super::resolve_campaign(sdk, t, &id, window).await?,
+            None,
+            false,
+        ),
+        (None, None) => (
+            Campaign::for_schedule(time::OffsetDateTime::now_utc()),
+            None,
+            true,
+        ),
     };
     let delivery = local_delivery(sdk, template, t, &campaign, &options.local, scheduled).await?;
-    let envs = function_envs(sdk, template, t).await?;
-    let stage = mailctl::compose::create_emails(sdk, &envs.create).await?;
-    let config = CreateEmailsConfig::from_source(&|k: &str| envs.create.get(k).cloned())?;
     let directory = mailflow::adapters::mongo_directory::MongoDirectory::new(
         mailflow::adapters::mongo::connect(&config.mongo, sdk, "mailctl").await?,
     );
@@ -166,10 +244,18 @@ pub async fn plan(
             send.retention_days,
         ),
     };
-    let plan = mailctl::plan::plan(
+    let topic = mailflow::domain::topics::Topics::builtin().get(campaign.topic.as_str())?;
+    let definition = chosen.as_ref().map(|chosen| DefinitionCampaign {
+        loaded: chosen.loaded.clone(),
+        campaign: campaign.id.to_string(),
+        window: campaign.window,
+        topic: topic.clone(),
+    });
+    let mut plan = mailctl::plan::plan(
         &stage,
         &directory,
         &campaign,
+        definition.as_ref(),
         options.samples,
         mailctl::send_rate::Sending {
             rate: SendRate::with_quota_share(
@@ -187,6 +273,9 @@ pub async fn plan(
         guardrails,
     )
     .await?;
+    if let Some(chosen) = &chosen {
+        plan.definition = Some(chosen.describe());
+    }
     if options.json {
         println!("{}", serde_json::to_string(&plan)?);
     } else {

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
     pub campaign_id: String,
+    /// The campaign definition it renders with (`orders v2`; None: the weekly digest).
+    pub definition: Option<String>,
     /// The campaign's topic.
     pub topic: String,
     /// Users GetUsers would enqueue.
@@ -78,6 +80,9 @@ pub fn describe(plan: &Plan) -> String {
         list(&plan.skipped),
         plan.would_fail,
     );
+    if let Some(definition) = &plan.definition {
+        out.push_str(&format!("definition {definition}\n"));
+    }
     out.push_str(&crate::send_rate::plan_takes(
         plan.hours,
         plan.send_rate,

@@ -167,6 +167,28 @@ fn the_view_shows_the_bar_the_holds_and_the_failures() {
     );
 }
 
+#[test]
+fn the_view_and_the_report_name_the_definition_version_the_campaign_ran() {
+    let mut f = facts(vec![record(SendStatus::Sent)]);
+    f.campaign = "orders-2026-W47".into();
+    f.record = Some(CampaignRecord {
+        started_at_ms: Some(NOW - 3_600_000),
+        definition: Some(mailflow::domain::definition::pin::PinnedDefinition {
+            name: "orders".into(),
+            version: 1,
+        }),
+        ..Default::default()
+    });
+    let status = CampaignStatus::of(&f, NOW);
+    let text = crate::status::view::describe(&status);
+    assert!(text.lines().any(|l| l == "definition orders v1"), "{text}");
+    let page = crate::report::render(&status, &f.records);
+    assert!(page.contains("definition orders v1"), "{page}");
+    // The weekly digest's campaigns have no such line.
+    let digest = crate::status::view::describe(&CampaignStatus::of(&facts(vec![]), NOW));
+    assert!(!digest.contains("definition"), "{digest}");
+}
+
 /// A local-time campaign of 286 users run three times: first with passed-time policy skip
 /// (72 skipped, 214 held and released at their slots), then a re-run and a resend with
 /// send-now, which sent the 72. Every user is SENT.

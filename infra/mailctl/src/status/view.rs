@@ -24,6 +24,9 @@ pub fn describe(s: &CampaignStatus) -> String {
             &crate::topics::status_line(topic, &s.excluded, s.excluded_run_ms),
         );
     }
+    if let Some(line) = definition_line(s) {
+        push_line(&mut out, &line);
+    }
     if let Some(line) = crate::public_urls::status_line(&s.open_content) {
         push_line(&mut out, &line);
     }
@@ -58,6 +61,12 @@ pub fn describe(s: &CampaignStatus) -> String {
         }
     }
     out
+}
+
+/// The campaign definition version it ran (`definition orders v1`), if it ran one.
+pub fn definition_line(s: &CampaignStatus) -> Option<String> {
+    let pinned = s.definition.as_ref()?;
+    Some(format!("definition {} v{}", pinned.name, pinned.version))
 }
 
 /// The first two lines: the state and a progress bar of the users decided, the counts, the
