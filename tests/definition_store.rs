@@ -250,7 +250,9 @@ async fn a_campaign_keeps_its_pinned_version_after_a_new_push() {
     definition_store::push(&stack, &digest_example(1), None, 1)
         .await
         .unwrap();
-    let campaign = Campaign::from_id("weekly-2026-W47", None).unwrap();
+    // A campaign of the digest's definition: its id starts with the definition's name.
+    let window = Campaign::from_id("weekly-2026-W47", None).unwrap().window;
+    let campaign = Campaign::from_id("digest-2026-W47", Some(window)).unwrap();
     let id = campaign.id.as_str();
     env.seed(3, &campaign).await.unwrap();
     let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();

@@ -214,6 +214,11 @@ fn bad_names_and_values_are_refused() {
         e.starts_with("campaign.toml:2: name: \"Digest <b>\" is not 1-40 of a-z, 0-9 and -"),
         "{e}"
     );
+    let e = one(&edited("name = \"digest-test\"", "name = \"weekly\""));
+    assert!(
+        e.starts_with("campaign.toml:2: name: \"weekly\" is the built-in digest's"),
+        "{e}"
+    );
     let e = one(&edited("topic = \"digest\"", "topic = \"dïgest\""));
     assert!(e.starts_with("campaign.toml:4: topic: "), "{e}");
     let e = one(&edited("[data.last_login]", "[data.\"Last Login\"]"));

@@ -278,6 +278,13 @@ impl Loader<'_> {
                         quoted(n.get_ref())
                     ),
                 );
+            } else if n.get_ref() == "weekly" {
+                // Its ids would be the built-in digest's (`weekly-2026-W47`).
+                self.error(
+                    n.span(),
+                    "name",
+                    "\"weekly\" is the built-in digest's (its campaigns are weekly-2026-W47...); rename it",
+                );
             }
         }
         let description = self.required(
