@@ -2,7 +2,10 @@
 # The benchmark of this checkout against another revision, on the same machine, one run of
 # each in turn: a figure in µs holds only beside another measured at the same time (this
 # machine's speed wanders by a third within the hour; docs/benchmarks.md). Usage:
-#   infra/bench-compare.sh REV [--runs N] [BENCH ARGS...]   # default: --runs 3 --users 3000
+#   infra/bench-compare.sh REV [--runs N] [--here "ARGS"] [BENCH ARGS...]   # default: --runs 3 --users 3000
+# BENCH ARGS go to both sides; --here's (split on spaces) to this checkout's only, e.g.
+#   infra/bench-compare.sh cc1b70d~1 --runs 3 --here "--definition digest" --users 3000
+# compares this checkout's digest run as a definition with REV's compiled digest.
 # REV is checked out once as a git worktree in .local/bench-against/SHA, with its own target/,
 # virtualenv and local stack (a first run builds it: about 10 minutes on two cores, and installs
 # the servers from PyPI). Remove it with `git worktree remove .local/bench-against/SHA`. Each
@@ -10,17 +13,22 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 usage() {
-  echo "usage: $0 REV [--runs N] [BENCH ARGS...]" >&2
+  echo "usage: $0 REV [--runs N] [--here \"ARGS\"] [BENCH ARGS...]" >&2
   exit 2
 }
 [[ $# -ge 1 && $1 != -* ]] || usage
 rev="$1"
 shift
 runs=3
-if [[ ${1:-} == --runs ]]; then
-  runs="${2:-}"
-  shift 2 || usage
-fi
+here_args=()
+while [[ ${1:-} == --runs || ${1:-} == --here ]]; do
+  [[ $# -ge 2 ]] || usage
+  case "$1" in
+    --runs) runs="$2" ;;
+    --here) read -r -a here_args <<<"$2" ;;
+  esac
+  shift 2
+done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "--runs needs a whole number of runs, at least 1" >&2; exit 2; }
 [[ $# -gt 0 ]] || set -- --users 3000
 
@@ -41,11 +49,13 @@ if [[ ! -d $other ]]; then
   git -C "$ROOT" worktree add --quiet --detach "$other" "$sha"
 fi
 here="$(git -C "$ROOT" rev-parse --short=12 HEAD)$(git -C "$ROOT" diff --quiet HEAD || echo '+changes')"
+((${#here_args[@]} == 0)) || here+=" ${here_args[*]}"
 reports="$ROOT/.local/bench-against/reports"
 mkdir -p "$reports"
 stamp="$(date -u +%Y%m%dT%H%M%SZ)"
 
-# One line per run: which code, the total and each stage's CPU µs per email, requests per email.
+# One line per run: which code, the total and each stage's CPU µs per email, requests and
+# MongoDB round trips per email, GetUsers' users enqueued per second.
 summary() {
   python3 - "$1" "$2" <<'PY'
 import json, sys
@@ -53,15 +63,17 @@ name, path = sys.argv[1:3]
 r = json.load(open(path))
 cpu = r["cpuMicrosPerEmail"]
 stages = ", ".join(f"{k.removesuffix('Function')} {v:.0f}" for k, v in sorted(cpu.items()) if k != "total")
-print(f"{name:<32} total {cpu['total']:.0f} µs/email ({stages}); requests/email {r['billableRequestsPerEmail']:.3f}")
+print(f"{name:<32} total {cpu['total']:.0f} µs/email ({stages}); requests/email "
+      f"{r['billableRequestsPerEmail']:.3f}; MongoDB round trips/email {r['mongodbRoundTripsPerEmail']:.3f}; "
+      f"GetUsers {r['usersEnqueuedPerSecond']:.0f} users/s")
 PY
 }
 
 bench() { # SIDE RUN
-  local dir="$ROOT" name="$here"
-  if [[ $1 == other ]]; then dir="$other" name="$sha"; fi
+  local dir="$ROOT" name="$here" extra=("${here_args[@]}")
+  if [[ $1 == other ]]; then dir="$other" name="$sha" extra=(); fi
   local out="$reports/$stamp-run$2-$1.json"
-  "$dir/infra/bench.sh" "${args[@]}" --json >"$out"
+  "$dir/infra/bench.sh" "${args[@]}" "${extra[@]}" --json >"$out"
   summary "$name (run $2)" "$out"
 }
 

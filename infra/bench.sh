@@ -7,7 +7,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 cargo build --quiet --locked --release -p get-users -p create-emails -p send-email
-# mailctl only drives and measures (its own CPU is not counted): the debug build infra/test.sh
-# also makes, rather than a second size-optimised link.
-cargo build --quiet --locked --workspace --bins
+# mailctl only drives and measures (its own CPU is not counted): a debug build, as infra/test.sh
+# makes it, rather than a second size-optimised link.
+cargo build --quiet --locked -p mailctl --bin mailctl
 exec infra/with-local-stack.sh "$ROOT/target/debug/mailctl" bench --bin-dir "$ROOT/target/release" "$@"

@@ -53,7 +53,23 @@ pub struct BenchOptions {
     /// `--parameter FrequencyCaps=1/16h` to measure the caps' cost per email.
     #[arg(long = "parameter", value_parser = parameter)]
     pub parameters: Vec<(String, String)>,
+    /// Run the campaign from the definition in campaigns/NAME, pushed to the bench's stack
+    /// first, instead of the compiled digest: `digest` over the seeded users and follows,
+    /// `orders` over `--users` customers and their orders (seeded instead of the users).
+    #[arg(long, value_name = "NAME")]
+    pub definition: Option<String>,
 }
+
+/// Pushes the definition folder `dir` to `stack` and answers the name it was pushed under
+/// (mailctl's `campaign push`, which this crate does not depend on).
+pub type PushDefinition =
+    for<'a> fn(
+        &'a Stack,
+        &'a Path,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String>> + 'a>>;
+
+/// The definition example whose data the bench seeds instead of the users and follows.
+const ORDERS: &str = "orders";
 
 fn parameter(raw: &str) -> Result<(String, String), String> {
     raw.split_once('=')
@@ -64,15 +80,26 @@ fn parameter(raw: &str) -> Result<(String, String), String> {
 
 const DRAIN_LIMIT: Duration = Duration::from_secs(6 * 3600);
 
-pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchReport> {
+/// Runs the bench; with `--definition`, `push` stores the definition on the bench's stack.
+pub async fn bench(
+    template: &Path,
+    options: &BenchOptions,
+    push: PushDefinition,
+) -> Result<BenchReport> {
+    let orders = options.definition.as_deref() == Some(ORDERS);
     let mut parameters = BTreeMap::from([(
         names::SEND_RATE_PER_SECOND.to_string(),
         options.send_rate.to_string(),
     )]);
     parameters.extend(options.parameters.iter().cloned());
-    let local =
-        SeededStack::create(template, "bench", options.users, options.seed, parameters).await?;
+    // The orders example reads customers and orders, seeded below instead of the users.
+    let users = if orders { 0 } else { options.users };
+    let local = SeededStack::create(template, "bench", users, options.seed, parameters).await?;
     let stack = &local.stack;
+    let run = match &options.definition {
+        None => CampaignRun::compiled(&local)?,
+        Some(name) => CampaignRun::definition(&local, name, options, push).await?,
+    };
     let sqs = mailflow::adapters::sqs_client(&stack.sdk);
 
     let get_users = Environments::start(stack, &options.bin_dir, GET_USERS, 1).await?;
@@ -82,7 +109,7 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
     // The schedule event, then GetUsers' continuations, while the consumers drain the queues.
     let started = Instant::now();
     let first = tokio::spawn({
-        let (get_users, event) = (get_users.clone(), local.schedule_event()?);
+        let (get_users, event) = (get_users.clone(), run.event.clone());
         async move { get_users.invoke(0, event).await }
     });
     let stats =
@@ -110,15 +137,16 @@ pub async fn bench(template: &Path, options: &BenchOptions) -> Result<BenchRepor
     let (emails_sent, basis) = if options.get_users_only {
         (0, users_enqueued)
     } else {
-        let sent = emails_sent(&local).await?;
+        let sent = emails_sent(&local, &run).await?;
         (sent, sent)
     };
     let figures = PerEmailFigures::of(&stages, basis);
     let send_memory = stack.template.function(SEND_EMAIL)?.memory_size;
     Ok(BenchReport {
         machine: machine(),
-        users: local.seeded.users,
-        eligible_users: local.seeded.audience.len(),
+        definition: options.definition.clone(),
+        users: run.users,
+        eligible_users: run.eligible,
         users_enqueued,
         users_enqueued_per_second,
         emails_sent,
@@ -159,20 +187,87 @@ async fn start_downstream(
     Ok(downstream)
 }
 
+/// The campaign the bench runs: GetUsers' start, and what the seeded data says it must do.
+struct CampaignRun {
+    event: serde_json::Value,
+    campaign_id: String,
+    /// Users (or customers) seeded, those in the audience, those who must be sent an email.
+    users: usize,
+    eligible: usize,
+    deliverable: u64,
+}
+
+impl CampaignRun {
+    /// The compiled digest, started as EventBridge's weekly schedule starts it.
+    fn compiled(local: &SeededStack) -> Result<Self> {
+        Ok(Self {
+            event: local.schedule_event()?,
+            campaign_id: local.campaign.id.as_str().to_owned(),
+            users: local.seeded.users,
+            eligible: local.seeded.audience.len(),
+            deliverable: local.seeded.deliverable().count() as u64,
+        })
+    }
+
+    /// Definition `name` pushed from campaigns/NAME and started by name for the seeded
+    /// week (`<name>-YYYY-Www`); for `orders`, its customers and orders seeded first.
+    async fn definition(
+        local: &SeededStack,
+        name: &str,
+        options: &BenchOptions,
+        push: PushDefinition,
+    ) -> Result<Self> {
+        let dir = mailflow_local::repo_root().join("campaigns").join(name);
+        if !dir.join("campaign.toml").is_file() {
+            bail!("--definition {name}: no campaign.toml in {}", dir.display());
+        }
+        let pushed = push(&local.stack, &dir).await?;
+        let window = local.campaign.window;
+        let (year, week, _) = window.since.date().to_iso_week_date();
+        let campaign_id = format!("{pushed}-{year}-W{week:02}");
+        let event = serde_json::json!({"definition": pushed, "campaignId": campaign_id});
+        if name != ORDERS {
+            return Ok(Self {
+                event,
+                campaign_id,
+                ..Self::compiled(local)?
+            });
+        }
+        let seeded = mailflow_local::seed::seed_orders(
+            &local.db,
+            &mailflow_local::seed::OrdersOptions {
+                customers: options.users,
+                seed: options.seed,
+                domain: local.domain.clone(),
+                window,
+            },
+        )
+        .await?;
+        let with_orders = seeded.audience.values().filter(|e| e.is_ok()).count();
+        Ok(Self {
+            event,
+            campaign_id,
+            users: seeded.customers,
+            eligible: seeded.audience.len(),
+            deliverable: with_orders as u64,
+        })
+    }
+}
+
 /// SENT records of the bench's campaign, which must be every deliverable user.
-async fn emails_sent(local: &SeededStack) -> Result<u64> {
+async fn emails_sent(local: &SeededStack, run: &CampaignRun) -> Result<u64> {
     let stack = &local.stack;
     let records = mailflow_local::ledger_scan::records(
         &mailflow::adapters::dynamodb_client(&stack.sdk),
         stack.table_name(names::SENDS_TABLE)?,
-        local.campaign.id.as_str(),
+        &run.campaign_id,
     )
     .await?;
     let sent = mailflow_local::ledger_scan::count_by_status(&records)
         .get("SENT")
         .copied()
         .unwrap_or(0) as u64;
-    let expected = local.seeded.deliverable().count() as u64;
+    let expected = run.deliverable;
     if sent != expected {
         bail!(
             "the benchmark run is inconsistent: {sent} SENT records, {expected} deliverable users"

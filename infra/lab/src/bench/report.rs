@@ -55,6 +55,9 @@ pub struct BinaryReport {
 #[serde(rename_all = "camelCase")]
 pub struct BenchReport {
     pub machine: String,
+    /// The definition the campaign ran from (campaigns/NAME), or none: the compiled digest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub definition: Option<String>,
     pub users: usize,
     pub eligible_users: usize,
     pub users_enqueued: u64,
@@ -226,8 +229,12 @@ pub(super) fn machine() -> String {
 
 /// The report as Markdown tables (what docs/benchmarks.md shows).
 pub fn markdown(r: &BenchReport) -> String {
+    let campaign = match &r.definition {
+        Some(name) => format!("the definition campaigns/{name}"),
+        None => "the compiled digest".to_owned(),
+    };
     let mut out = format!(
-        "Machine: {}. Users seeded: {}, eligible: {}, enqueued: {}, emails sent: {}.\n\n",
+        "Machine: {}. Campaign: {campaign}. Users seeded: {}, eligible: {}, enqueued: {}, emails sent: {}.\n\n",
         r.machine, r.users, r.eligible_users, r.users_enqueued, r.emails_sent
     );
     stage_table(&mut out, r);

@@ -21,8 +21,27 @@ pub async fn bench(
     options: &mailflow_lab::bench::BenchOptions,
     json: bool,
 ) -> Result<()> {
-    let report = mailflow_lab::bench::bench(template, options).await?;
+    let report = mailflow_lab::bench::bench(template, options, push_definition).await?;
     print(&report, json, mailflow_lab::bench::markdown)
+}
+
+/// `bench --definition`: the folder checked and pushed to the bench's stack as `mailctl
+/// campaign push` pushes it; the name it was pushed under.
+fn push_definition<'a>(
+    stack: &'a mailflow_local::stack::Stack,
+    dir: &'a std::path::Path,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String>> + 'a>> {
+    Box::pin(async move {
+        let loaded = mailctl::definition_store::read_folder(dir)
+            .map_err(|errors| anyhow::anyhow!("{}: {}", dir.display(), errors.join("; ")))?;
+        let store =
+            mailctl::definition_store::Stack::connect(&stack.sdk, Some(&stack.prefix)).await?;
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis() as u64;
+        mailctl::definition_store::push(&store, &loaded, Some("bench"), at_ms).await?;
+        Ok(loaded.name)
+    })
 }
 
 pub async fn opens(
