@@ -162,26 +162,14 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                 return Ok(Err(SkipReason::Unrenderable));
             }
         };
-        let job = EmailJob {
-            campaign_id: message.campaign_id,
+        let job = job_of(
+            message,
             user_id,
-            to: data.email,
-            subject: rendered.subject,
-            html: rendered.html,
-            text: rendered.text,
-            unsubscribe_url: Some(unsubscribe_url),
-            include_failed: message.include_failed,
-            include_cancelled: message.include_cancelled,
-            due: message.due,
-            topic: message.topic,
-            zone: message.zone,
-            variant: variant.map(|v| v.name.clone()),
-            rendered_at_ms: Some(
-                crate::domain::ledger::epoch_ms(crate::runtime::clock::now()) as i64,
-            ),
-            window: Some(message.window),
-            definition: message.definition,
-        };
+            data.email,
+            rendered,
+            unsubscribe_url,
+            variant,
+        );
         Ok(Ok((job, language)))
     }
 }

@@ -70,6 +70,35 @@ pub enum ComposeError {
     Definition(String),
 }
 
+/// The job of a rendered email: what the message says of the send, as it came.
+fn job_of(
+    message: UserMessage,
+    user_id: String,
+    to: String,
+    rendered: crate::domain::digest::Rendered,
+    unsubscribe_url: String,
+    variant: Option<&Variant>,
+) -> EmailJob {
+    EmailJob {
+        campaign_id: message.campaign_id,
+        user_id,
+        to,
+        subject: rendered.subject,
+        html: rendered.html,
+        text: rendered.text,
+        unsubscribe_url: Some(unsubscribe_url),
+        include_failed: message.include_failed,
+        include_cancelled: message.include_cancelled,
+        due: message.due,
+        topic: message.topic,
+        zone: message.zone,
+        variant: variant.map(|v| v.name.clone()),
+        rendered_at_ms: Some(crate::domain::ledger::epoch_ms(crate::runtime::clock::now()) as i64),
+        window: Some(message.window),
+        definition: message.definition,
+    }
+}
+
 /// A message of a topic this build does not declare (a deploy removed it while the campaign
 /// ran): the same message would fail the same way, so it is skipped now, counted, logged.
 fn unknown_topic(message: &UserMessage) -> SkipReason {
@@ -278,26 +307,14 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                 return Ok(Err(SkipReason::Unrenderable));
             }
         };
-        let job = EmailJob {
-            campaign_id: message.campaign_id,
-            user_id: digest.user_id,
-            to: digest.email,
-            subject: rendered.subject,
-            html: rendered.html,
-            text: rendered.text,
-            unsubscribe_url: Some(unsubscribe_url),
-            include_failed: message.include_failed,
-            include_cancelled: message.include_cancelled,
-            due: message.due,
-            topic: message.topic,
-            zone: message.zone,
-            variant: variant.map(|v| v.name.clone()),
-            rendered_at_ms: Some(
-                crate::domain::ledger::epoch_ms(crate::runtime::clock::now()) as i64,
-            ),
-            window: Some(message.window),
-            definition: None,
-        };
+        let job = job_of(
+            message,
+            digest.user_id,
+            digest.email,
+            rendered,
+            unsubscribe_url,
+            variant,
+        );
         Ok(Ok((job, locale)))
     }
 
