@@ -1,6 +1,7 @@
 //! The pure types and rules of the product: no AWS SDK, no MongoDB driver, no I/O.
 
 pub mod address;
+pub mod aws_limits;
 pub mod campaign;
 pub mod campaign_start;
 pub mod campaign_state;

@@ -343,8 +343,8 @@ async fn report(
         items.iter().map(|item| get(item)).sum()
     };
     let requests = total(|item| item.inner.requests.load(Ordering::Relaxed));
-    let write_units = total(|item| item.write_units.load(Ordering::Relaxed));
-    let item_throttles = total(|item| item.throttles.load(Ordering::Relaxed));
+    let write_units = total(|item| item.write_units());
+    let item_throttles = total(|item| item.throttles());
     let final_rate = match run.mode {
         Mode::Shared => items[0].inner.read().await?.rate.map(|r| r.rate / quota),
         Mode::Static => None,
