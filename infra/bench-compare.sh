@@ -2,10 +2,13 @@
 # The benchmark of this checkout against another revision, on the same machine, one run of
 # each in turn: a figure in µs holds only beside another measured at the same time (this
 # machine's speed wanders by a third within the hour; docs/benchmarks.md). Usage:
-#   infra/bench-compare.sh REV [--runs N] [--here "ARGS"] [BENCH ARGS...]   # default: --runs 3 --users 3000
+#   infra/bench-compare.sh REV [--runs N] [--here "ARGS"] [--max-ratio R] [BENCH ARGS...]   # default: --runs 3 --users 3000
 # BENCH ARGS go to both sides; --here's (split on spaces) to this checkout's only, e.g.
 #   infra/bench-compare.sh cc1b70d~1 --runs 3 --here "--definition digest" --users 3000
-# compares this checkout's digest run as a definition with REV's compiled digest.
+# compares this checkout's digest run as a definition with REV's compiled digest. Each pair ends
+# with the ratio of this checkout's CPU per email to REV's; with --max-ratio R (the regression
+# guard: docs/benchmarks.md, "CPU per email against a reference") the script fails when any
+# pair's ratio is above R.
 # REV is checked out once as a git worktree in .local/bench-against/SHA, with its own target/,
 # virtualenv and local stack (a first run builds it: about 10 minutes on two cores, and installs
 # the servers from PyPI). Remove it with `git worktree remove .local/bench-against/SHA`. Each
@@ -13,7 +16,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 usage() {
-  echo "usage: $0 REV [--runs N] [--here \"ARGS\"] [BENCH ARGS...]" >&2
+  echo "usage: $0 REV [--runs N] [--here \"ARGS\"] [--max-ratio R] [BENCH ARGS...]" >&2
   exit 2
 }
 [[ $# -ge 1 && $1 != -* ]] || usage
@@ -21,15 +24,19 @@ rev="$1"
 shift
 runs=3
 here_args=()
-while [[ ${1:-} == --runs || ${1:-} == --here ]]; do
+max_ratio=""
+while [[ ${1:-} == --runs || ${1:-} == --here || ${1:-} == --max-ratio ]]; do
   [[ $# -ge 2 ]] || usage
   case "$1" in
     --runs) runs="$2" ;;
     --here) read -r -a here_args <<<"$2" ;;
+    --max-ratio) max_ratio="$2" ;;
   esac
   shift 2
 done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "--runs needs a whole number of runs, at least 1" >&2; exit 2; }
+[[ -z $max_ratio || $max_ratio =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
+  { echo "--max-ratio needs a number such as 1.10, not $max_ratio" >&2; exit 2; }
 [[ $# -gt 0 ]] || set -- --users 3000
 
 sha="$(git -C "$ROOT" rev-parse --verify --quiet "$rev^{commit}")" ||
@@ -77,9 +84,26 @@ bench() { # SIDE RUN
   summary "$name (run $2)" "$out"
 }
 
+# The pair's ratio of this checkout's CPU per email to REV's; fails (1) above --max-ratio.
+ratio() { # RUN
+  python3 - "$reports/$stamp-run$1-this.json" "$reports/$stamp-run$1-other.json" "${max_ratio:-inf}" <<'PY'
+import json, sys
+this, other = (json.load(open(p))["cpuMicrosPerEmail"]["total"] for p in sys.argv[1:3])
+limit = float(sys.argv[3])
+print(f"pair ratio {this / other:.2f} (this / REV CPU per email)" + (f", above {limit:.2f}" if this / other > limit else ""))
+sys.exit(1 if this / other > limit else 0)
+PY
+}
+
 args=("$@")
+above=0
 for i in $(seq "$runs"); do
   # The order alternates, so that a machine speeding up or slowing down over the runs
   # favours neither side.
   if ((i % 2)); then bench this "$i"; bench other "$i"; else bench other "$i"; bench this "$i"; fi
+  ratio "$i" || above=$((above + 1))
 done
+if ((above > 0)); then
+  echo "$above of $runs pairs used more CPU per email than $sha by more than ${max_ratio}x" >&2
+  exit 1
+fi

@@ -45,10 +45,12 @@ impl SendQuota {
     }
 }
 
-/// SendEmail's CPU time per email on one vCPU (docs/benchmarks.md: 1,002-1,702 µs; the
-/// highest, rounded up). Lambda gives a function CPU in proportion to its memory, one vCPU
-/// at `MB_PER_VCPU`: at 128 MB an email takes 25 ms of an environment's time.
-pub const CPU_US_PER_EMAIL: f64 = 1_800.0;
+/// SendEmail's CPU time per email on one vCPU: the highest measured (2,032 µs, among 21 runs
+/// of `infra/bench-compare.sh` on a loaded two-core machine), rounded up, so that the
+/// concurrency sized from it errs towards more environments. Lambda gives a function CPU in
+/// proportion to its memory, one vCPU at `MB_PER_VCPU`: at 128 MB an email takes 29 ms of
+/// an environment's time.
+pub const CPU_US_PER_EMAIL: f64 = 2_100.0;
 pub const MB_PER_VCPU: f64 = 1_769.0;
 /// What a batch waits for besides CPU: the receive, the claims, SES, the marks, and its
 /// slowest record (one environment of 10 records, SES answering in 30-80 ms and the ledger

@@ -26,21 +26,23 @@ fn the_lower_of_the_configured_rate_and_the_account_maximum() {
 fn concurrency_follows_the_rate() {
     let default = Environment::DEFAULT;
     let environments = |rate| SendRate::configured(rate).environments(&default);
-    // 128 MB is 7 % of a vCPU: 25 ms of CPU an email, 10 of them and the round trips.
-    assert_eq!(default.rate().floor(), 20.0);
+    // 128 MB is 7 % of a vCPU: 29 ms of CPU an email, 10 of them and the round trips.
+    assert_eq!(default.rate().floor(), 18.0);
     assert_eq!(environments(14.0), 2);
-    assert_eq!(environments(60.0), 3);
-    assert_eq!(environments(61.0), 4);
+    assert_eq!(environments(55.0), 3);
+    assert_eq!(environments(56.0), 4);
+    assert_eq!(environments(1_000.0), 55);
     assert_eq!(environments(1_000_000.0), 1000);
     let capped = SendRate::with_quota(10_000.0, &quota(100.0));
-    assert_eq!(capped.environments(&default), 5);
-    // A vCPU and batches of 100: 0.18 s of CPU and 0.25 s of round trips a batch.
+    assert_eq!(capped.environments(&default), 6);
+    // A vCPU and batches of 100: 0.21 s of CPU and 0.25 s of round trips a batch.
     let big = Environment {
         records_at_once: 100,
         memory_mb: 1_769,
     };
-    assert_eq!(big.rate().floor(), 232.0);
-    assert_eq!(SendRate::configured(19_000.0).environments(&big), 82);
+    assert_eq!(big.rate().floor(), 217.0);
+    assert_eq!(SendRate::configured(19_000.0).environments(&big), 88);
+    assert_eq!(SendRate::configured(20_000.0).environments(&big), 92);
 }
 
 #[test]

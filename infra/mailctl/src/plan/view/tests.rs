@@ -29,7 +29,7 @@ fn the_plan_says_when_the_rate_item_would_take_too_many_writes() {
         ..Plan::default()
     });
     assert!(
-        crowded.contains("SendEmail would run 998 environments at once"),
+        crowded.contains("SendEmail would run 1000 environments at once"),
         "{crowded}"
     );
     let starved = describe(&Plan {
