@@ -2,7 +2,9 @@
 //! which serves at most 1,000 write units and 3,000 read units a second (`crate::limits`,
 //! with the SDK's retries). Every take and rate change of the rate item is one write unit
 //! (the item stays under 1 KB; a write its condition refuses is billed too), a strongly
-//! consistent read one read unit.
+//! consistent read one read unit. A take that finds the stack idle costs the adapter two
+//! writes (`adapters::rate_item`: the ADD its condition refuses, then the SET that starts
+//! the schedule now), and is charged both.
 
 use crate::limits::{Charge, Limit, Throughput};
 use mailflow::domain::aws_limits::{DYNAMODB_PARTITION_READ_UNITS, DYNAMODB_PARTITION_WRITE_UNITS};
@@ -55,7 +57,11 @@ impl<B> ItemLimit<B> {
 impl<B: RateBucket> RateBucket for ItemLimit<B> {
     async fn take(&self, request: &SlotRequest) -> Result<Taken, RateError> {
         self.admit(WRITES).await?;
-        self.inner.take(request).await
+        let taken = self.inner.take(request).await?;
+        if taken.slots.count > 0 && taken.slots.first_us == request.now_us {
+            self.admit(WRITES).await?;
+        }
+        Ok(taken)
     }
 
     async fn change_rate(
