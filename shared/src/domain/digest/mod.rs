@@ -50,13 +50,17 @@ pub enum SkipReason {
     Unrenderable,
     /// The message names a variant the campaign's experiment does not have.
     UnknownVariant,
-    /// A campaign definition's skip rule (`[[skip]]`'s `reason`), or its queries failing
-    /// (`definition_failed`), interned (`SkipReason::named`).
+    /// The campaign's definition cannot run: this build refuses its version, or MongoDB
+    /// refuses or times out its queries past the last tries (alarmed:
+    /// `DefinitionFailedAlarm`).
+    DefinitionFailed,
+    /// A campaign definition's skip rule (`[[skip]]`'s `reason`), interned
+    /// (`SkipReason::named`).
     Rule(&'static str),
 }
 
 impl SkipReason {
-    pub const ALL: [SkipReason; 11] = [
+    pub const ALL: [SkipReason; 12] = [
         Self::Vanished,
         Self::Unsubscribed,
         Self::LeftTopic,
@@ -68,6 +72,7 @@ impl SkipReason {
         Self::CampaignCancelled,
         Self::Unrenderable,
         Self::UnknownVariant,
+        Self::DefinitionFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -83,6 +88,7 @@ impl SkipReason {
             Self::CampaignCancelled => "campaign_cancelled",
             Self::Unrenderable => "unrenderable",
             Self::UnknownVariant => "unknown_variant",
+            Self::DefinitionFailed => "definition_failed",
             Self::Rule(reason) => reason,
         }
     }

@@ -10,9 +10,6 @@ use crate::domain::definition::Prepared;
 use crate::domain::topics::Topic;
 use crate::ports::{DefinitionCampaign, DefinitionError, LoadedDefinition, PrepareError};
 
-/// What a user of a definition's campaign gets when the definition cannot run.
-pub(super) const DEFINITION_FAILED: &str = "definition_failed";
-
 /// From this receive on, a record whose definition's query ran over its time limit is
 /// skipped (`definition_failed`) rather than tried again: the users queue sends a record to
 /// its DLQ after its fifth.

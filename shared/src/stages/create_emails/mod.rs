@@ -223,9 +223,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             Read::Definition(loaded, prepared) => {
                 self.render_definition_job(message, &loaded, prepared, variant)
             }
-            Read::Failed | Read::Slow(_) => {
-                Ok(Err(SkipReason::named(definition::DEFINITION_FAILED)))
-            }
+            Read::Failed | Read::Slow(_) => Ok(Err(SkipReason::DefinitionFailed)),
         }
     }
 
