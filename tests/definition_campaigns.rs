@@ -1,7 +1,8 @@
 //! Campaigns that run a pushed definition, through every stage on the local stack: the
 //! orders example (customers with ObjectId ids and nested fields, Decimal128 prices, dates)
 //! pushed, seeded and sent exactly once; its skips counted by reason; a re-run sends
-//! nothing twice; a definition that cannot run fails its run once, with the reason.
+//! nothing twice; a definition that cannot run fails its run once, with the reason; a
+//! definition that declares picks sends open-time slots that open.
 
 use mailctl::definition_store::{self, Loaded, Stack};
 use mailflow::adapters::sends::SendRecord;
@@ -345,4 +346,70 @@ async fn two_definitions_campaigns_share_the_frequency_caps() {
         .count();
     assert_eq!(emails, sent_records, "one email per SENT record");
     assert!(!seeded.audience.is_empty());
+}
+
+/// A definition that declares a source of picks (the digest's `[open_content]`) gets the
+/// open-time slots: its emails carry three cards, and the first fetch of one freezes the
+/// picks under the definition's campaign, as the compiled digest's do.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_definition_with_picks_sends_open_time_slots_that_open() {
+    let mut env = test_env("def_picks", |_| {}).await.unwrap();
+    push_example(&env, "digest").await;
+    let campaign = "digest-2026-W47";
+    let week = Campaign::from_id("weekly-2026-W47", None).unwrap();
+    env.seed(30, &week).await.unwrap();
+    let clock: std::sync::Arc<dyn mailflow::ports::Clock> =
+        std::sync::Arc::new(mailflow::ports::SystemClock);
+    let open_content = mailflow_local::pipeline::serve_open_content(&env.stack, 0, clock)
+        .await
+        .unwrap();
+    env.stack
+        .set_function_url(mailflow_local::names::OPEN_CONTENT, open_content.url());
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    pipeline
+        .run(
+            serde_json::json!({"definition": "digest", "campaignId": campaign}),
+            Duration::from_secs(600),
+        )
+        .await
+        .unwrap();
+    let sent = env.sent().await.unwrap();
+    let html = sent
+        .values()
+        .flatten()
+        .find_map(|m| m.html.clone())
+        .expect("an email was sent");
+    let cards: Vec<String> = html
+        .match_indices(&format!("{}pick?t=", open_content.url()))
+        .map(|(i, _)| {
+            let rest = &html[i..];
+            rest[..rest.find('"').unwrap()].replace("&amp;", "&")
+        })
+        .collect();
+    assert_eq!(cards.len(), 3, "{html}");
+    let fetch = |url: String| async move {
+        mailflow_local::http::request(&url, "GET", &[("User-Agent", "Mozilla/5.0")], b"")
+            .await
+            .unwrap()
+    };
+    let first = fetch(cards[0].clone()).await;
+    assert_eq!(
+        first.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    // The first fetch froze the picks: a second draws the same card.
+    let again = fetch(cards[0].clone()).await;
+    assert_eq!(again.body, first.body);
+    use mailflow::ports::OpenContentStore;
+    let table = env
+        .stack
+        .table_name(mailflow_local::names::OPEN_CONTENT_TABLE)
+        .unwrap();
+    let counters = mailflow::adapters::open_content::OpenContentTable::new(env.dynamo(), table)
+        .counters(&mailflow::domain::campaign::CampaignId::parse(campaign).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(counters.picks_frozen, 1, "{counters:?}");
 }
