@@ -35,7 +35,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const BATCH_WRITE_MAX: usize = 25;
+/// BatchWriteItem's items per call, and how unprocessed items (throttling) are written
+/// again: attempts in all, each after a growing pause.
+pub const BATCH_WRITE_MAX: usize = 25;
+pub const UNPROCESSED_ATTEMPTS: u32 = 6;
+pub fn unprocessed_backoff(attempt: u32) -> Duration {
+    Duration::from_millis(50 << attempt)
+}
 
 /// The shards of the slots this instance has met ((campaign, slot ms) -> shards): a slot's
 /// count never changes once recorded.
@@ -54,7 +60,7 @@ pub struct WaitingTable {
     pub known_shards: KnownShards,
 }
 
-fn slot_key(campaign: &CampaignId, at_ms: i64, shard: u8) -> String {
+pub fn slot_key(campaign: &CampaignId, at_ms: i64, shard: u8) -> String {
     format!("{campaign}#{at_ms}#{shard}", campaign = campaign.as_str())
 }
 
@@ -66,7 +72,7 @@ fn shards_attribute(at_ms: i64) -> String {
     format!("shards{at_ms}")
 }
 
-fn store_error(what: &str, detail: String) -> StoreError {
+pub fn store_error(what: &str, detail: String) -> StoreError {
     StoreError(format!("DynamoDB waiting table: {what} failed: {detail}"))
 }
 
@@ -310,20 +316,22 @@ impl WaitingTable {
                 if requests.is_empty() {
                     break;
                 }
-                if attempt == 5 {
-                    return Err(store_error(
-                        "BatchWriteItem",
-                        format!(
-                            "{} items still unprocessed after 6 attempts",
-                            requests.len()
-                        ),
-                    ));
+                if attempt + 1 == UNPROCESSED_ATTEMPTS {
+                    return Err(unprocessed_error(requests.len()));
                 }
-                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                tokio::time::sleep(unprocessed_backoff(attempt)).await;
             }
         }
         Ok(())
     }
+}
+
+/// Items BatchWriteItem still left unprocessed after its last attempt.
+pub fn unprocessed_error(items: usize) -> StoreError {
+    store_error(
+        "BatchWriteItem",
+        format!("{items} items still unprocessed after {UNPROCESSED_ATTEMPTS} attempts"),
+    )
 }
 
 /// A slot's recorded shard count.

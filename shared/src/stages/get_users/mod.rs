@@ -38,7 +38,7 @@ use crate::runtime::Invocation;
 use futures::future::BoxFuture;
 pub(crate) use hold::schedule_slot;
 pub use metrics::METRIC_NAMES;
-pub use release::{Release, ReleaseEvent, ReleaseSummary};
+pub use release::{Release, ReleaseEvent, ReleaseSummary, RELEASE_LANES};
 use request::Continuation;
 pub use request::{parse_request, Checkpoint, ContinuationRecord, Request, Run};
 use serde::Serialize;
