@@ -331,10 +331,12 @@ mod tests {
     const GOAL_PER_SECOND: f64 = 20_000.0;
 
     /// 200,000 users in one zone, held at GetUsers' pace (its CPU modelled, in virtual time)
-    /// and released at their slot. Eight shards take about 3,000 write units a second each
-    /// from the holds and a release one shard at a time cannot reach the goal; shards sized
-    /// to the peak and a release in lanes hold everyone without a failed segment and release
-    /// them at the goal, nobody lost or released twice.
+    /// and released at their slot. On eight shards its 25,000 holds a second would be about
+    /// 3,000 write units a second on each key: they are throttled (GetUsers slows to what
+    /// the partitions take, or a segment fails), and a release one shard at a time stays
+    /// under one partition's writes, far from the goal. Shards sized to the peak and a
+    /// release in lanes hold everyone unthrottled and release them at the goal, nobody lost
+    /// or released twice. (Debug build: about 30 s.)
     #[test]
     fn a_one_zone_slot_is_held_and_released_within_dynamodbs_limits() {
         let mut options = Defaults::parse_from(["lab", "--local-time", "--one-zone"]).options;
