@@ -120,6 +120,7 @@ pub async fn get_users(
         schedule_group: config.release_schedule_group.clone(),
         scheduler_role_arn: config.release_scheduler_role_arn.clone(),
         dead_letter_arn: config.release_dead_letter_arn.clone(),
+        known_shards: Default::default(),
     };
     let stage = GetUsers::new(
         MongoDirectory::new(db),
@@ -209,6 +210,7 @@ pub fn send_email<M: Mailer>(
         schedule_group: config.release_schedule_group.clone(),
         scheduler_role_arn: config.release_scheduler_role_arn.clone(),
         dead_letter_arn: config.release_dead_letter_arn.clone(),
+        known_shards: Default::default(),
     };
     let standings = Wanted {
         users: LazySubscribers::new(

@@ -113,6 +113,41 @@ impl Throughput {
         unreachable!("the last attempt returns")
     }
 
+    /// BatchWriteItem's way: each item (its charges) taken on its own, the refused ones
+    /// coming back unprocessed (`false`). Only a call whose every item is refused is
+    /// throttled as a whole, and the SDK retries it as `admit` does, failing after its last
+    /// attempt.
+    pub async fn admit_each(&self, items: &[Vec<Charge>]) -> Result<Vec<bool>, Throttled> {
+        for attempt in 0..ATTEMPTS {
+            let refused = {
+                let mut state = mailflow::runtime::lock(&self.state);
+                let mut refused = None;
+                let taken: Vec<bool> = (items.iter())
+                    .map(|charges| match state.try_take(charges) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            refused.get_or_insert(e);
+                            false
+                        }
+                    })
+                    .collect();
+                match refused {
+                    Some(refused) if !taken.contains(&true) => {
+                        let backoff =
+                            FIRST_BACKOFF.mul_f64(state.rng.unit() * f64::from(1u32 << attempt));
+                        (refused, backoff)
+                    }
+                    _ => return Ok(taken),
+                }
+            };
+            if attempt + 1 == ATTEMPTS {
+                return Err(refused.0);
+            }
+            tokio::time::sleep(refused.1).await;
+        }
+        unreachable!("the last attempt returns")
+    }
+
     /// Units and throttles per limit, by name.
     pub fn counts(&self) -> HashMap<&'static str, Counts> {
         mailflow::runtime::lock(&self.state).counts.clone()
@@ -209,6 +244,27 @@ mod tests {
         }
         assert!(refused > 0);
         assert!(limits.throttles("partition") > 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_returns_its_refused_items_and_fails_only_when_all_are() {
+        let limits = Throughput::new(3);
+        let item = |key: &str| vec![Charge::new(PARTITION, key, 6.0)];
+        // "a" has room for one item of 6 units, "b" for one: the second of each comes back.
+        let taken = limits
+            .admit_each(&[item("a"), item("a"), item("b"), item("b")])
+            .await
+            .unwrap();
+        assert_eq!(taken, [true, false, true, false]);
+        // Nothing fits at once, but the SDK's backoff lets "a" refill.
+        let later = limits.admit_each(&[item("a")]).await.unwrap();
+        assert_eq!(later, [true]);
+        // A call whose every item is too big for its bucket fails after the retries.
+        let refused = limits
+            .admit_each(&[vec![Charge::new(PARTITION, "c", 11.0)]])
+            .await
+            .unwrap_err();
+        assert_eq!(refused.key, "c");
     }
 
     #[tokio::test(start_paused = true)]

@@ -479,6 +479,7 @@ impl LocalTimeCounts {
 }
 
 mod report;
+pub mod shards;
 
 pub use report::{
     slot_loads, HourWaiting, Lateness, SlotLoad, SlotRelease, SlotStatus, WaitingReport,

@@ -6,21 +6,23 @@ use crate::domain::campaign::CampaignId;
 use crate::domain::local_time::{LocalDelivery, LocalTimeCounts, SlotRelease, WaitingReport};
 use std::future::Future;
 
-/// Where a release of one send slot has got to: the shard, and the last user id released
-/// in it.
+/// Where a release of one shard of a send slot has got to: the shard, and the last user id
+/// released in it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReleasePosition {
     pub shard: u8,
     pub after: Option<String>,
     /// Through the shards last to first (a sweep): a release still at work when its sweep
-    /// comes (a big slot, a resume delivering both) goes first to last, so the two meet in
-    /// one shard instead of enqueuing the whole slot twice.
+    /// comes (a big slot, a resume delivering both) goes first to last, so the two meet
+    /// instead of enqueuing the whole slot twice. (An event from before the release took
+    /// several shards at once counted `shard` from the last here.)
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub backwards: bool,
 }
 
-/// A page of a slot's waiting users (id, users-queue body), and where the next one starts.
+/// A page of a slot's shard's waiting users (id, users-queue body), and where the shard's
+/// next page starts.
 pub type WaitingPage = (Vec<(String, String)>, Option<ReleasePosition>);
 
 /// One of a slot's two one-time schedules: its release at the instant, or its sweep
@@ -61,8 +63,15 @@ pub trait WaitingRoom: Send + Sync {
         target_arn: &str,
         event: &serde_json::Value,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Up to `limit` waiting users of the slot (id, body) from `from`, and where the next
-    /// page starts (`None`: the slot is done).
+    /// The shards the slot's users are spread over (recorded with the slot by its first
+    /// holder; `LEGACY_SHARDS` for a slot from before).
+    fn shards(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+    ) -> impl Future<Output = Result<u8, StoreError>> + Send;
+    /// Up to `limit` waiting users (id, body) of the slot's shard `from.shard`, after
+    /// `from.after`, and where the shard's next page starts (`None`: the shard is done).
     fn waiting(
         &self,
         campaign: &CampaignId,
@@ -70,12 +79,13 @@ pub trait WaitingRoom: Send + Sync {
         from: &ReleasePosition,
         limit: usize,
     ) -> impl Future<Output = Result<WaitingPage, StoreError>> + Send;
-    /// Takes released (or dropped) users out of the slot: the waiting room holds exactly who
-    /// is still waiting.
+    /// Takes released (or dropped) users out of the slot's `shard` they were read from: the
+    /// waiting room holds exactly who is still waiting.
     fn let_go(
         &self,
         campaign: &CampaignId,
         at_ms: i64,
+        shard: u8,
         user_ids: &[String],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Users still waiting in the slot (what a completed sweep left: `usersStranded`).
@@ -140,6 +150,13 @@ impl<T: WaitingRoom> WaitingRoom for std::sync::Arc<T> {
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).schedule_release(campaign, schedule, target_arn, event)
     }
+    fn shards(
+        &self,
+        campaign: &CampaignId,
+        at_ms: i64,
+    ) -> impl Future<Output = Result<u8, StoreError>> + Send {
+        (**self).shards(campaign, at_ms)
+    }
     fn waiting(
         &self,
         campaign: &CampaignId,
@@ -153,9 +170,10 @@ impl<T: WaitingRoom> WaitingRoom for std::sync::Arc<T> {
         &self,
         campaign: &CampaignId,
         at_ms: i64,
+        shard: u8,
         user_ids: &[String],
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).let_go(campaign, at_ms, user_ids)
+        (**self).let_go(campaign, at_ms, shard, user_ids)
     }
     fn count(
         &self,

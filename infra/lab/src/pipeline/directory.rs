@@ -2,7 +2,8 @@
 //! (a million users cost nothing to keep), behind MongoDB's round trips: the audience is
 //! read in cursor batches of 1,000 (a users getMore and the follows' getMores of a merge
 //! join), a CreateEmails batch is enriched in three round trips, as the real adapter does.
-//! Names, locales and follower counts vary from user to user so that rendering varies too.
+//! Names, locales and follower counts vary from user to user so that rendering varies too;
+//! for a local-time run, their zones (`Zones`).
 
 use mailflow::domain::campaign::Window;
 use mailflow::domain::digest::{Digest, Enrichment, OddFollows};
@@ -43,17 +44,68 @@ const LOCALES: &[Option<&str>] = &[
     Some("pt-BR"),
 ];
 
+/// The people's `timezone` fields: none, one zone for everyone, or a realistic mix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Zones {
+    None,
+    One(&'static str),
+    Mix,
+}
+
+/// Most users in a few zones, some without a usable one (they get the fallback zone, UTC):
+/// percentages. Every zone's 09:00 on the next day is at least three hours after any time of
+/// the day before (UTC+05:30 to UTC-08:00).
+pub const ZONE_MIX: &[(Option<&str>, usize)] = &[
+    (Some("America/New_York"), 30),
+    (Some("Europe/London"), 20),
+    (Some("America/Los_Angeles"), 15),
+    (Some("Europe/Berlin"), 12),
+    (Some("Asia/Kolkata"), 8),
+    (Some("America/Sao_Paulo"), 5),
+    (None, 7),
+    (Some("Pacific Standard Time"), 3),
+];
+
+impl Zones {
+    fn of(self, index: usize) -> ZoneField {
+        let name = match self {
+            Self::None => None,
+            Self::One(zone) => Some(zone),
+            Self::Mix => {
+                let mut draw = (index * 7919) % 100;
+                (ZONE_MIX.iter())
+                    .find(|(_, share)| {
+                        let here = draw < *share;
+                        draw = draw.saturating_sub(*share);
+                        here
+                    })
+                    .and_then(|(zone, _)| *zone)
+            }
+        };
+        name.map_or(ZoneField::Missing, |zone| ZoneField::Text(zone.into()))
+    }
+}
+
 #[derive(Clone)]
 pub struct LabDirectory(Arc<Inner>);
 
 struct Inner {
     users: usize,
     latency: (Duration, Duration),
+    zones: Zones,
 }
 
 impl LabDirectory {
     pub fn new(users: usize, latency: (Duration, Duration)) -> Self {
-        Self(Arc::new(Inner { users, latency }))
+        Self::zoned(users, latency, Zones::None)
+    }
+
+    pub fn zoned(users: usize, latency: (Duration, Duration), zones: Zones) -> Self {
+        Self(Arc::new(Inner {
+            users,
+            latency,
+            zones,
+        }))
     }
 
     pub fn id(index: usize) -> String {
@@ -108,11 +160,9 @@ impl AudienceScan for LabAudience {
                 .await;
         }
         let id = UserId::parse(&LabDirectory::id(self.next)).expect("a valid id");
+        let zone = self.directory.0.zones.of(self.next);
         self.next += 1;
-        Ok(Some(AudienceMember {
-            id,
-            zone: ZoneField::Missing,
-        }))
+        Ok(Some(AudienceMember { id, zone }))
     }
 
     fn excluded(&self) -> &ExclusionCounts {
@@ -208,5 +258,21 @@ impl UserStandings for LabDirectory {
             suppressed: false,
             choice: Choice::Unset,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mix_puts_each_share_of_users_in_its_zone() {
+        let new_york = (0..10_000)
+            .filter(|i| Zones::Mix.of(*i) == ZoneField::Text("America/New_York".into()))
+            .count();
+        let missing = (0..10_000)
+            .filter(|i| Zones::Mix.of(*i) == ZoneField::Missing)
+            .count();
+        assert_eq!((new_york, missing), (3_000, 700));
     }
 }

@@ -8,15 +8,18 @@
 //! Lambda's do (five at first, then up to 300 more a minute; `polling`). `stages` wires
 //! the three stages to one campaign's ports. It reports when the first and the last email
 //! went, the quota's use second by second, each stage's throughput and which of them bounds
-//! the campaign (`markdown`).
+//! the campaign (`markdown`). With `--local-time`, a local-time campaign's holds and
+//! releases through the waiting table as DynamoDB serves it (`local_time`, `waiting`).
 
 pub(crate) mod directory;
+pub mod local_time;
 mod markdown;
 pub(crate) mod polling;
 #[cfg(test)]
 mod quiet_hours;
 mod sending;
 mod stages;
+mod waiting;
 
 pub use markdown::markdown;
 
@@ -83,6 +86,8 @@ pub struct PipelineOptions {
     pub mongo_latency_ms: Vec<u64>,
     #[arg(long, value_delimiter = ',', default_values_t = [30, 80])]
     pub ses_latency_ms: Vec<u64>,
+    #[command(flatten)]
+    pub local_time: local_time::LocalTimeOptions,
 }
 
 impl PipelineOptions {
@@ -323,6 +328,28 @@ fn bound(rates: &StageRates, quota: f64) -> &'static str {
 
 /// `runs` campaigns, each on a paused current-thread runtime of its own (virtual time).
 pub async fn run(options: &PipelineOptions) -> Result<Vec<PipelineReport>> {
+    runs(options, |options, seed| async move {
+        run_one(&options, seed).await
+    })
+    .await
+}
+
+/// `runs` local-time campaigns (`local_time`), each on a paused runtime of its own.
+pub async fn run_local_time(options: &PipelineOptions) -> Result<Vec<local_time::LocalTimeReport>> {
+    runs(options, |options, seed| async move {
+        local_time::run_one(&options, seed).await
+    })
+    .await
+}
+
+/// `one` run `runs` times, each on a paused current-thread runtime (virtual time) that the
+/// stages' clock follows.
+async fn runs<R, F, Fut>(options: &PipelineOptions, one: F) -> Result<Vec<R>>
+where
+    R: std::fmt::Debug + Send + 'static,
+    F: Fn(PipelineOptions, u64) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<R>>,
+{
     let options = options.clone();
     tokio::task::spawn_blocking(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -333,7 +360,7 @@ pub async fn run(options: &PipelineOptions) -> Result<Vec<PipelineReport>> {
             mailflow::runtime::clock::follow_tokio_clock();
             let mut reports = Vec::new();
             for run in 0..options.runs {
-                let report = run_one(&options, u64::from(run))
+                let report = one(options.clone(), u64::from(run))
                     .await
                     .with_context(|| format!("run {}", run + 1))?;
                 tracing::info!(?report, "pipeline run done");

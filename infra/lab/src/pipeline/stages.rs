@@ -17,6 +17,7 @@ use mailflow::domain::fan_out::{composers_for, Composer};
 use mailflow::domain::send_rate::{Environment, SendRate};
 use mailflow::domain::unsubscribe_link::Signer;
 use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket, MemoryWaitingRoom};
+use mailflow::ports::WaitingRoom;
 use mailflow::runtime::Invocation;
 use mailflow::stages::create_emails::CreateEmails;
 use mailflow::stages::get_users::GetUsers;
@@ -148,25 +149,62 @@ pub(super) fn start_get_users(
     per_user: Duration,
     sqs: (Duration, Duration),
 ) -> Result<tokio::task::JoinHandle<Result<(), mailflow::stages::get_users::GetUsersError>>> {
-    let cpu = Arc::new(Cpu::default());
+    let stage = get_users(
+        options,
+        directory,
+        GetUsersQueues {
+            users,
+            continuation: Arc::new(LabQueue::new(Duration::from_secs(900), 5)),
+            enqueued,
+            cpu: Arc::new(Cpu::default()),
+            per_user,
+            sqs,
+        },
+        MemoryWaitingRoom::default(),
+    )?;
+    Ok(tokio::spawn(async move {
+        let invocation = Invocation::with_timeout("get-users-1", Duration::from_secs(900));
+        let event = serde_json::json!({ "campaignId": "weekly-2026-W47" });
+        stage.handle(event, &invocation).await.map(|_| ())
+    }))
+}
+
+/// What GetUsers sends to and spends: the users and continuation queues, the times its
+/// users were enqueued, its CPU and each user's share of it, SQS's round trip.
+pub(super) struct GetUsersQueues {
+    pub(super) users: Arc<LabQueue>,
+    pub(super) continuation: Arc<LabQueue>,
+    pub(super) enqueued: Arc<Mutex<Vec<Instant>>>,
+    pub(super) cpu: Arc<Cpu>,
+    pub(super) per_user: Duration,
+    pub(super) sqs: (Duration, Duration),
+}
+
+/// GetUsers on the lab's ports and `waiting`, configured as the template does.
+pub(super) fn get_users<W: WaitingRoom>(
+    options: &PipelineOptions,
+    directory: LabDirectory,
+    queues: GetUsersQueues,
+    waiting: W,
+) -> Result<GetUsers<LabDirectory, Sending, MemoryCampaigns, W>> {
     let queue = |queue: Arc<LabQueue>, per_message, sent: Arc<Mutex<Vec<Instant>>>| Sending {
         queue,
-        cpu: cpu.clone(),
+        cpu: queues.cpu.clone(),
         per_message,
-        latency: sqs,
+        latency: queues.sqs,
         slim: false,
         sent,
     };
     let stage = GetUsers::new(
         directory,
-        queue(users, per_user, enqueued),
         queue(
-            Arc::new(LabQueue::new(Duration::from_secs(900), 5)),
-            Duration::ZERO,
-            Arc::default(),
+            queues.users.clone(),
+            queues.per_user,
+            queues.enqueued.clone(),
         ),
+        queue(queues.continuation.clone(), Duration::ZERO, Arc::default()),
         MemoryCampaigns::default(),
-        MemoryWaitingRoom::default(),
+        waiting,
         Arc::new(mailflow::ports::memory::MemoryResults::default()),
         config(
             GetUsersConfig::from_source,
@@ -193,11 +231,7 @@ pub(super) fn start_get_users(
             ],
         )?,
     );
-    Ok(tokio::spawn(async move {
-        let invocation = Invocation::with_timeout("get-users-1", Duration::from_secs(900));
-        let event = serde_json::json!({ "campaignId": "weekly-2026-W47" });
-        stage.handle(event, &invocation).await.map(|_| ())
-    }))
+    Ok(stage)
 }
 
 const SECRET: &str = "a-lab-secret-long-enough-for-the-signer-0123456789";

@@ -45,7 +45,7 @@ impl<T> Slow<T> {
         Self { inner, latency }
     }
 
-    async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         let (low, high) = self.latency;
         // Spread without a shared generator: the clock's nanoseconds are random enough here.
         let spread = std::time::SystemTime::now()

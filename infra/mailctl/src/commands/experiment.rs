@@ -117,6 +117,7 @@ async fn release_rest(
             campaign_id: id,
             slot_ms,
             from: Default::default(),
+            lanes: Vec::new(),
             released: 0,
             sweep: false,
             decision_waits_until_ms: None,

@@ -65,6 +65,16 @@ pub async fn rate(options: &mailflow_lab::rate::RateOptions, json: bool) -> Resu
 
 /// Exit status 1 when a campaign lost an email or sent one twice.
 pub async fn pipeline(options: &mailflow_lab::pipeline::PipelineOptions, json: bool) -> Result<()> {
+    if options.local_time.local_time {
+        let reports = mailflow_lab::pipeline::run_local_time(options).await?;
+        print(&reports, json, |r| {
+            mailflow_lab::pipeline::local_time::markdown(r)
+        })?;
+        if (reports.iter()).any(|r| r.lost + r.twice > 0 || r.hold_error.is_some()) {
+            bail!("a local-time run failed a hold, lost a user or released one twice");
+        }
+        return Ok(());
+    }
     let reports = mailflow_lab::pipeline::run(options).await?;
     print(&reports, json, |r| mailflow_lab::pipeline::markdown(r))?;
     if reports.iter().any(|r| r.lost + r.sent_twice > 0) {

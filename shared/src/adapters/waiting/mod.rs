@@ -2,14 +2,17 @@
 //! local-time campaign until their slot, and one EventBridge Scheduler one-time schedule per
 //! slot (group `RELEASE_SCHEDULE_GROUP`) invokes GetUsers to release it.
 //!
-//! Items: `slot` = `<campaign>#<slot ms>#<shard>` (eight shards, so that a busy slot is not
-//! one hot partition), `userId` and the users-queue `body`. An item is deleted once its user
+//! Items: `slot` = `<campaign>#<slot ms>#<shard>` (`shards::new_slot_shards`, so that a slot
+//! filled at GetUsers' peak keeps each partition within its write units; the count is
+//! recorded with the slot by its first holder, and a slot without one has the eight of
+//! before), `userId` and the users-queue `body`. An item is deleted once its user
 //! is on the users queue (or dropped by a cancellation), never by TTL: the table holds
 //! exactly who is still waiting, however long a pause lasts. A campaign's report item
 //! (`<campaign>#report`, `userId` "-") holds each run segment's counts
 //! (`segment<run started ms>.<N>`, written whole, so a retried segment is never added twice
 //! and a second run's never overwrite the first's), each slot's release and sweep
-//! (`release<slot ms>`, `sweep<slot ms>`) and the delivery the latest run started with
+//! (`release<slot ms>`, `sweep<slot ms>`), each slot's shards (`shards<slot ms>`, a number)
+//! and the delivery the latest run started with
 //! (`delivery`, which `mailctl resend` reuses), and the users SendEmail handed back to a slot
 //! at the end of their quiet hours (`quiet<slot ms>`, a number).
 
@@ -21,15 +24,28 @@ pub use report::read_report;
 use super::describe;
 use super::item::{n, s, text};
 use crate::domain::campaign::CampaignId;
+use crate::domain::local_time::shards::{new_slot_shards, shard_of, LEGACY_SHARDS};
 use crate::domain::local_time::{LocalDelivery, LocalTimeCounts, SlotRelease, WaitingReport};
 use crate::ports::{ReleasePosition, SlotSchedule, StoreError, WaitingPage, WaitingRoom};
-use aws_sdk_dynamodb::types::{DeleteRequest, PutRequest, Select, WriteRequest};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, DeleteRequest, PutRequest, ReturnValue, Select, WriteRequest,
+};
 use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Shards per slot: BatchWriteItem spreads a slot's users over this many partitions.
-pub const SHARDS: u8 = 8;
-const BATCH_WRITE_MAX: usize = 25;
+/// BatchWriteItem's items per call, and how unprocessed items (throttling) are written
+/// again: attempts in all, each after a growing pause.
+pub const BATCH_WRITE_MAX: usize = 25;
+pub const UNPROCESSED_ATTEMPTS: u32 = 6;
+pub fn unprocessed_backoff(attempt: u32) -> Duration {
+    Duration::from_millis(50 << attempt)
+}
+
+/// The shards of the slots this instance has met ((campaign, slot ms) -> shards): a slot's
+/// count never changes once recorded.
+pub type KnownShards = Arc<Mutex<HashMap<(String, i64), u8>>>;
 
 #[derive(Clone)]
 pub struct WaitingTable {
@@ -41,9 +57,10 @@ pub struct WaitingTable {
     pub scheduler_role_arn: String,
     /// Where a release EventBridge Scheduler could not deliver goes (the schedule DLQ).
     pub dead_letter_arn: String,
+    pub known_shards: KnownShards,
 }
 
-fn slot_key(campaign: &CampaignId, at_ms: i64, shard: u8) -> String {
+pub fn slot_key(campaign: &CampaignId, at_ms: i64, shard: u8) -> String {
     format!("{campaign}#{at_ms}#{shard}", campaign = campaign.as_str())
 }
 
@@ -51,16 +68,11 @@ fn report_key(campaign: &CampaignId) -> String {
     format!("{}#report", campaign.as_str())
 }
 
-/// FNV-1a: spreads user ids over the shards, the same on every run.
-fn shard_of(user_id: &str) -> u8 {
-    let mut hash: u32 = 0x811c_9dc5;
-    for b in user_id.bytes() {
-        hash = (hash ^ u32::from(b)).wrapping_mul(0x0100_0193);
-    }
-    (hash % u32::from(SHARDS)) as u8
+fn shards_attribute(at_ms: i64) -> String {
+    format!("shards{at_ms}")
 }
 
-fn store_error(what: &str, detail: String) -> StoreError {
+pub fn store_error(what: &str, detail: String) -> StoreError {
     StoreError(format!("DynamoDB waiting table: {what} failed: {detail}"))
 }
 
@@ -71,10 +83,14 @@ impl WaitingRoom for WaitingTable {
         at_ms: i64,
         users: &[(String, String)],
     ) -> Result<(), StoreError> {
+        let shards = self.hold_shards(campaign, at_ms).await?;
         let mut requests: Vec<WriteRequest> = Vec::with_capacity(users.len());
         for (user_id, body) in users {
             let put = PutRequest::builder()
-                .item("slot", s(slot_key(campaign, at_ms, shard_of(user_id))))
+                .item(
+                    "slot",
+                    s(slot_key(campaign, at_ms, shard_of(user_id, shards))),
+                )
                 .item("userId", s(user_id.clone()))
                 .item("body", s(body.clone()))
                 .build()
@@ -88,12 +104,13 @@ impl WaitingRoom for WaitingTable {
         &self,
         campaign: &CampaignId,
         at_ms: i64,
+        shard: u8,
         user_ids: &[String],
     ) -> Result<(), StoreError> {
         let mut requests: Vec<WriteRequest> = Vec::with_capacity(user_ids.len());
         for user_id in user_ids {
             let delete = DeleteRequest::builder()
-                .key("slot", s(slot_key(campaign, at_ms, shard_of(user_id))))
+                .key("slot", s(slot_key(campaign, at_ms, shard)))
                 .key("userId", s(user_id.clone()))
                 .build()
                 .map_err(|e| store_error("BatchWriteItem", e.to_string()))?;
@@ -112,6 +129,34 @@ impl WaitingRoom for WaitingTable {
         self.create_schedule(campaign, schedule, target_arn, event)
             .await
     }
+    async fn shards(&self, campaign: &CampaignId, at_ms: i64) -> Result<u8, StoreError> {
+        if let Some(known) = self.known(campaign, at_ms) {
+            return Ok(known);
+        }
+        let out = self
+            .dynamodb
+            .get_item()
+            .table_name(&self.table)
+            .key("slot", s(report_key(campaign)))
+            .key("userId", s("-"))
+            .projection_expression("#a")
+            .expression_attribute_names("#a", shards_attribute(at_ms))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem", describe(&e)))?;
+        let recorded = out
+            .item
+            .as_ref()
+            .and_then(|item| recorded_shards(item.get(&shards_attribute(at_ms))?));
+        // A slot without a count is from before it was recorded (not remembered: a first
+        // hold may still record one).
+        Ok(match recorded {
+            Some(shards) => self.remember(campaign, at_ms, shards),
+            None => LEGACY_SHARDS,
+        })
+    }
+
     async fn waiting(
         &self,
         campaign: &CampaignId,
@@ -119,11 +164,6 @@ impl WaitingRoom for WaitingTable {
         from: &ReleasePosition,
         limit: usize,
     ) -> Result<WaitingPage, StoreError> {
-        let physical = if from.backwards {
-            SHARDS - 1 - from.shard.min(SHARDS - 1)
-        } else {
-            from.shard
-        };
         let mut query = self
             .dynamodb
             .query()
@@ -131,7 +171,7 @@ impl WaitingRoom for WaitingTable {
             .consistent_read(true)
             .limit(limit.clamp(1, 1000) as i32)
             .projection_expression("userId, body")
-            .expression_attribute_values(":slot", s(slot_key(campaign, at_ms, physical)));
+            .expression_attribute_values(":slot", s(slot_key(campaign, at_ms, from.shard)));
         query = match &from.after {
             Some(after) => query
                 .key_condition_expression("slot = :slot AND userId > :after")
@@ -147,20 +187,10 @@ impl WaitingRoom for WaitingTable {
             .iter()
             .filter_map(|i| Some((text(i, "userId")?, text(i, "body")?)))
             .collect();
-        let next = if out.last_evaluated_key.is_some() {
-            Some(ReleasePosition {
-                after: items.last().and_then(|i| text(i, "userId")),
-                ..from.clone()
-            })
-        } else if from.shard + 1 < SHARDS {
-            Some(ReleasePosition {
-                shard: from.shard + 1,
-                after: None,
-                backwards: from.backwards,
-            })
-        } else {
-            None
-        };
+        let next = out.last_evaluated_key.is_some().then(|| ReleasePosition {
+            after: items.last().and_then(|i| text(i, "userId")),
+            ..from.clone()
+        });
         Ok((users, next))
     }
 
@@ -217,7 +247,8 @@ impl WaitingRoom for WaitingTable {
     }
 
     async fn count(&self, campaign: &CampaignId, at_ms: i64) -> Result<u64, StoreError> {
-        count_waiting(&self.dynamodb, &self.table, campaign, at_ms).await
+        let shards = self.shards(campaign, at_ms).await?;
+        count_waiting(&self.dynamodb, &self.table, campaign, at_ms, shards).await
     }
 
     async fn report(&self, campaign: &CampaignId) -> Result<Option<WaitingReport>, StoreError> {
@@ -226,6 +257,43 @@ impl WaitingRoom for WaitingTable {
 }
 
 impl WaitingTable {
+    fn known(&self, campaign: &CampaignId, at_ms: i64) -> Option<u8> {
+        crate::runtime::lock(&self.known_shards)
+            .get(&(campaign.to_string(), at_ms))
+            .copied()
+    }
+
+    fn remember(&self, campaign: &CampaignId, at_ms: i64, shards: u8) -> u8 {
+        crate::runtime::lock(&self.known_shards).insert((campaign.to_string(), at_ms), shards);
+        shards
+    }
+
+    /// The shards a holder spreads the slot over: recorded by the slot's first holder (a
+    /// conditional set, so every holder, this run's or another's, agrees), then remembered.
+    async fn hold_shards(&self, campaign: &CampaignId, at_ms: i64) -> Result<u8, StoreError> {
+        if let Some(known) = self.known(campaign, at_ms) {
+            return Ok(known);
+        }
+        let attribute = shards_attribute(at_ms);
+        let out = self
+            .dynamodb
+            .update_item()
+            .table_name(&self.table)
+            .key("slot", s(report_key(campaign)))
+            .key("userId", s("-"))
+            .update_expression("SET #a = if_not_exists(#a, :n)")
+            .expression_attribute_names("#a", &attribute)
+            .expression_attribute_values(":n", n(u64::from(new_slot_shards())))
+            .return_values(ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .map_err(|e| store_error("UpdateItem", describe(&e)))?;
+        let shards = (out.attributes.as_ref())
+            .and_then(|a| recorded_shards(a.get(&attribute)?))
+            .unwrap_or(new_slot_shards());
+        Ok(self.remember(campaign, at_ms, shards))
+    }
+
     /// BatchWriteItem in rounds of 25; unprocessed items (throttling) are written again,
     /// with a growing pause.
     async fn write_all(&self, requests: Vec<WriteRequest>) -> Result<(), StoreError> {
@@ -248,31 +316,39 @@ impl WaitingTable {
                 if requests.is_empty() {
                     break;
                 }
-                if attempt == 5 {
-                    return Err(store_error(
-                        "BatchWriteItem",
-                        format!(
-                            "{} items still unprocessed after 6 attempts",
-                            requests.len()
-                        ),
-                    ));
+                if attempt + 1 == UNPROCESSED_ATTEMPTS {
+                    return Err(unprocessed_error(requests.len()));
                 }
-                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                tokio::time::sleep(unprocessed_backoff(attempt)).await;
             }
         }
         Ok(())
     }
 }
 
-/// Users still waiting in one slot (a COUNT query per shard).
+/// Items BatchWriteItem still left unprocessed after its last attempt.
+pub fn unprocessed_error(items: usize) -> StoreError {
+    store_error(
+        "BatchWriteItem",
+        format!("{items} items still unprocessed after {UNPROCESSED_ATTEMPTS} attempts"),
+    )
+}
+
+/// A slot's recorded shard count.
+fn recorded_shards(value: &AttributeValue) -> Option<u8> {
+    value.as_n().ok()?.parse().ok().filter(|n| *n > 0)
+}
+
+/// Users still waiting in one slot of `shards` (a COUNT query per shard).
 pub async fn count_waiting(
     dynamodb: &aws_sdk_dynamodb::Client,
     table: &str,
     campaign: &CampaignId,
     at_ms: i64,
+    shards: u8,
 ) -> Result<u64, StoreError> {
     let mut total = 0u64;
-    for shard in 0..SHARDS {
+    for shard in 0..shards {
         let mut start = None;
         loop {
             let out = dynamodb
@@ -301,10 +377,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn users_spread_over_every_shard() {
-        let shards: std::collections::BTreeSet<u8> =
-            (0..200).map(|i| shard_of(&format!("user-{i}"))).collect();
-        assert_eq!(shards.len(), SHARDS as usize);
+    fn a_recorded_count_is_a_positive_number() {
+        assert_eq!(recorded_shards(&AttributeValue::N("36".into())), Some(36));
+        assert_eq!(recorded_shards(&AttributeValue::N("0".into())), None);
+        assert_eq!(recorded_shards(&AttributeValue::S("36".into())), None);
     }
 
     #[test]

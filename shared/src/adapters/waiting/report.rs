@@ -2,10 +2,11 @@
 //! release and sweep, the delivery and the quiet-hours holds, written attribute by
 //! attribute and read back with who is still waiting in each slot.
 
-use super::{count_waiting, report_key, store_error, WaitingTable};
+use super::{count_waiting, recorded_shards, report_key, store_error, WaitingTable};
 use crate::adapters::describe;
 use crate::adapters::item::{s, Item};
 use crate::domain::campaign::CampaignId;
+use crate::domain::local_time::shards::LEGACY_SHARDS;
 use crate::domain::local_time::{LocalTimeCounts, SlotRelease, WaitingReport};
 use crate::ports::StoreError;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -30,12 +31,18 @@ pub async fn read_report(
         return Ok(None);
     };
     let mut report = report_of(&item);
+    let shards = |slot: i64| {
+        (item.get(&super::shards_attribute(slot)))
+            .and_then(recorded_shards)
+            .unwrap_or(LEGACY_SHARDS)
+    };
     // Counted a few at once: every slot but those swept and reconciled (a slot whose
     // release looks complete may still hold a hold that landed late).
     use futures::stream::{self, StreamExt, TryStreamExt};
     let counted: Vec<(i64, u64)> = stream::iter(report.slots_to_count())
         .map(|slot| async move {
-            Ok::<_, StoreError>((slot, count_waiting(dynamodb, table, campaign, slot).await?))
+            let waiting = count_waiting(dynamodb, table, campaign, slot, shards(slot)).await?;
+            Ok::<_, StoreError>((slot, waiting))
         })
         .buffer_unordered(8)
         .try_collect()

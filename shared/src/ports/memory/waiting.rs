@@ -1,7 +1,8 @@
 //! The waiting room in memory: the same idempotence as the DynamoDB table and the
-//! scheduler (`adapters::waiting`), one shard.
+//! scheduler (`adapters::waiting`), one shard unless `sharded` (the lab's table).
 
 use crate::domain::campaign::CampaignId;
+use crate::domain::local_time::shards::shard_of;
 use crate::domain::local_time::{LocalDelivery, LocalTimeCounts, SlotRelease, WaitingReport};
 use crate::ports::{ReleasePosition, SlotSchedule, StoreError, WaitingPage, WaitingRoom};
 use crate::runtime::lock;
@@ -22,6 +23,18 @@ pub struct MemoryWaitingRoom {
     /// Holds that land while a slot is being released (a segment retried late): each
     /// (campaign, slot, user id, body) is written by the next `let_go` of its slot.
     pub landing: Mutex<Vec<(String, i64, String, String)>>,
+    /// Every slot's shards, as `shard_of` spreads its users (0: one).
+    shards: u8,
+}
+
+impl MemoryWaitingRoom {
+    /// A waiting room whose slots are spread over `shards`, each released on its own.
+    pub fn sharded(shards: u8) -> Self {
+        Self {
+            shards,
+            ..Self::default()
+        }
+    }
 }
 
 impl WaitingRoom for MemoryWaitingRoom {
@@ -52,6 +65,10 @@ impl WaitingRoom for MemoryWaitingRoom {
         Ok(())
     }
 
+    async fn shards(&self, _campaign: &CampaignId, _at_ms: i64) -> Result<u8, StoreError> {
+        Ok(self.shards.max(1))
+    }
+
     async fn waiting(
         &self,
         campaign: &CampaignId,
@@ -63,13 +80,18 @@ impl WaitingRoom for MemoryWaitingRoom {
         let Some(slot) = held.get(&(campaign.to_string(), at_ms)) else {
             return Ok((Vec::new(), None));
         };
+        let after = match &from.after {
+            Some(after) => std::ops::Bound::Excluded(after.clone()),
+            None => std::ops::Bound::Unbounded,
+        };
+        let shards = self.shards.max(1);
         let page: Vec<(&String, &String)> = slot
-            .iter()
-            .filter(|(id, _)| from.after.as_ref().is_none_or(|after| *id > after))
+            .range((after, std::ops::Bound::Unbounded))
+            .filter(|(id, _)| shards == 1 || shard_of(id, shards) == from.shard)
             .take(limit)
             .collect();
         let next = (page.len() == limit).then(|| ReleasePosition {
-            shard: 0,
+            shard: from.shard,
             backwards: from.backwards,
             after: page.last().map(|(id, _)| (*id).clone()),
         });
@@ -85,6 +107,7 @@ impl WaitingRoom for MemoryWaitingRoom {
         &self,
         campaign: &CampaignId,
         at_ms: i64,
+        _shard: u8,
         user_ids: &[String],
     ) -> Result<(), StoreError> {
         let mut held = lock(&self.held);

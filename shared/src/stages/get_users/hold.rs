@@ -87,6 +87,7 @@ pub(crate) async fn schedule_slot<W: WaitingRoom>(
                     backwards: sweep,
                     ..Default::default()
                 },
+                lanes: Vec::new(),
                 released: 0,
                 sweep,
                 decision_waits_until_ms: None,

@@ -38,7 +38,7 @@ use crate::runtime::Invocation;
 use futures::future::BoxFuture;
 pub(crate) use hold::schedule_slot;
 pub use metrics::METRIC_NAMES;
-pub use release::{Release, ReleaseEvent, ReleaseSummary};
+pub use release::{Release, ReleaseEvent, ReleaseSummary, RELEASE_LANES};
 use request::Continuation;
 pub use request::{parse_request, Checkpoint, ContinuationRecord, Request, Run};
 use serde::Serialize;
@@ -159,6 +159,8 @@ pub struct GetUsers<D, Q, S, W> {
     clock: Arc<dyn Clock>,
     /// The pushed definitions (the campaigns table), for campaigns that run one.
     definitions: Arc<dyn DefinitionLoader>,
+    /// A slot's shards released at once (`release::RELEASE_LANES`).
+    release_lanes: usize,
     config: GetUsersConfig,
 }
 
@@ -203,8 +205,16 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
             results,
             clock: Arc::new(SystemClock),
             definitions: Arc::new(crate::ports::definitions::NoDefinitionStore),
+            release_lanes: release::RELEASE_LANES,
             config,
         }
+    }
+
+    /// At most `lanes` shards of a slot released at once (the lab's one-at-a-time release
+    /// of before is 1).
+    pub fn with_release_lanes(mut self, lanes: usize) -> Self {
+        self.release_lanes = lanes.max(1);
+        self
     }
 
     /// Where pushed definitions are read (a stack without one runs only the digest).

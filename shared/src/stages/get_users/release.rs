@@ -8,6 +8,7 @@ use super::hold::let_go;
 use super::{GetUsers, GetUsersError};
 use crate::domain::campaign::CampaignId;
 use crate::domain::campaign_state::{CampaignState, Hold};
+use crate::domain::local_time::shards::RELEASE_LANE_PER_SECOND;
 use crate::domain::local_time::{self, Due};
 use crate::ports::{
     CampaignStates, OutgoingQueue, ReleasePosition, SlotSchedule, UserDirectory, WaitingRoom,
@@ -16,6 +17,8 @@ use crate::ports::{
 use crate::runtime::Invocation;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::time::Duration;
 
 /// The release of one send slot (`{"releaseWaiting": {...}}`, as its one-time schedule
 /// invokes GetUsers); one that needs another invocation continues on the continuation queue.
@@ -24,8 +27,15 @@ use serde::{Deserialize, Serialize};
 pub struct Release {
     pub campaign_id: CampaignId,
     pub slot_ms: i64,
+    /// Where the release starts: the whole slot for a schedule's event (a sweep's
+    /// backwards); an event from before the release took several shards at once names the
+    /// shard it had got to.
     #[serde(default)]
     pub from: ReleasePosition,
+    /// The shards still to release, each where it had got to, in the order they are taken
+    /// (a release that went on from an invocation that ran short). Empty: from `from`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<ReleasePosition>,
     /// Users released by the invocations before this one.
     #[serde(default)]
     pub released: u64,
@@ -95,6 +105,35 @@ fn is_zero(n: &u64) -> bool {
 
 /// Waiting users read (and enqueued) per page of a release.
 const RELEASE_PAGE: usize = 250;
+
+/// A slot's shards released at once, each lane paced to `RELEASE_LANE_PER_SECOND` (a
+/// delete each user, on its shard's partition): every shard of a new slot (36) at once is
+/// 25,200 users a second; 48 lanes at most keep a release within the table's 40,000 write
+/// units (`aws_limits::DYNAMODB_TABLE_WRITE_UNITS`).
+pub const RELEASE_LANES: usize = 48;
+
+/// The shards still to release from `from` (a schedule's event: all of them), in the order
+/// they are taken: first to last, or last to first for a sweep.
+fn lanes_from(from: &ReleasePosition, shards: u8) -> VecDeque<ReleasePosition> {
+    let order: Vec<u8> = match from.backwards {
+        true => (0..shards).rev().collect(),
+        false => (0..shards).collect(),
+    };
+    (order.into_iter().skip(usize::from(from.shard)).enumerate())
+        .map(|(i, shard)| ReleasePosition {
+            shard,
+            after: if i == 0 { from.after.clone() } else { None },
+            backwards: false,
+        })
+        .collect()
+}
+
+/// What one lane did in an invocation: users released (or dropped), and where it stopped
+/// when the invocation's time ran short.
+struct LaneDone {
+    users: u64,
+    stopped_at: Option<ReleasePosition>,
+}
 
 impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetUsers<D, Q, S, W> {
     /// Releases one send slot: its waiting users onto the users queue, from where they go
@@ -246,30 +285,97 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom>
         }
     }
 
-    /// Lets the slot's waiting users go, a page at a time (a cancelled campaign's are
-    /// dropped): the users released in all, or None when the invocation's time ran short
-    /// and the release goes on from the continuation queue.
+    /// Lets the slot's waiting users go (a cancelled campaign's are dropped), its shards in
+    /// lanes, `release_lanes` at once, each a page at a time: the users released in all, or
+    /// None when the invocation's time ran short and the release goes on from the
+    /// continuation queue with every shard where it had got to.
     async fn let_go_pages(
         &mut self,
         cancelled: bool,
         winner: Option<&str>,
         invocation: &Invocation,
     ) -> Result<Option<u64>, GetUsersError> {
-        let mut from = Some(self.release.from.clone());
-        let mut released = self.release.released;
-        let mut pages = 0usize;
-        while let Some(position) = from.take() {
-            if pages > 0 && invocation.remaining() <= self.stage.config.deadline_margin {
-                let rest = Release {
-                    from: position,
-                    released,
-                    ..self.release.clone()
-                };
-                self.stage.continue_release(&rest, 0).await?;
-                self.summary.users_released = released - self.release.released;
-                return Ok(None);
+        let mut queue: VecDeque<ReleasePosition> = match self.release.lanes.is_empty() {
+            true => {
+                let shards = self
+                    .stage
+                    .waiting
+                    .shards(&self.release.campaign_id, self.release.slot_ms)
+                    .await
+                    .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
+                lanes_from(&self.release.from, shards)
             }
-            let (users, next) = self
+            false => self.release.lanes.iter().cloned().collect(),
+        };
+        let (mut users, mut stopped) = (0u64, Vec::new());
+        {
+            let this = &*self;
+            let mut running = FuturesUnordered::new();
+            let mut started_any = false;
+            loop {
+                // Every lane goes at least one page an invocation (the release always moves
+                // on); no new one starts once the time runs short.
+                while running.len() < this.stage.release_lanes
+                    && (!started_any || !this.short(invocation))
+                {
+                    let Some(lane) = queue.pop_front() else { break };
+                    started_any = true;
+                    running.push(this.lane(lane, cancelled, winner, invocation));
+                }
+                let Some(done) = running.next().await else {
+                    break;
+                };
+                let done: LaneDone = done?;
+                users += done.users;
+                stopped.extend(done.stopped_at);
+                if !stopped.is_empty() && running.is_empty() {
+                    break;
+                }
+            }
+        }
+        if cancelled {
+            self.summary.users_dropped += users;
+        }
+        let released = self.release.released + if cancelled { 0 } else { users };
+        if !stopped.is_empty() || !queue.is_empty() {
+            stopped.extend(queue);
+            let rest = Release {
+                lanes: stopped,
+                released,
+                ..self.release.clone()
+            };
+            self.stage.continue_release(&rest, 0).await?;
+            self.summary.users_released = released - self.release.released;
+            return Ok(None);
+        }
+        Ok(Some(released))
+    }
+
+    /// The invocation's time is short: what is left goes on from the continuation queue.
+    fn short(&self, invocation: &Invocation) -> bool {
+        invocation.remaining() <= self.stage.config.deadline_margin
+    }
+
+    /// One shard, a page at a time from `position`, no faster than its partition's share:
+    /// each page onto the users queue (or dropped), then out of the waiting room.
+    async fn lane(
+        &self,
+        mut position: ReleasePosition,
+        cancelled: bool,
+        winner: Option<&str>,
+        invocation: &Invocation,
+    ) -> Result<LaneDone, GetUsersError> {
+        let mut users = 0u64;
+        let mut pages = 0usize;
+        loop {
+            if pages > 0 && self.short(invocation) {
+                return Ok(LaneDone {
+                    users,
+                    stopped_at: Some(position),
+                });
+            }
+            let page_started = tokio::time::Instant::now();
+            let (page, next) = self
                 .stage
                 .waiting
                 .waiting(
@@ -280,23 +386,34 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom>
                 )
                 .await
                 .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
-            let (ids, bodies): (Vec<String>, Vec<String>) = users.into_iter().unzip();
-            if cancelled {
-                self.summary.users_dropped += ids.len() as u64;
-            } else {
-                released += self.send_page(bodies, winner).await?;
-            }
+            let (ids, bodies): (Vec<String>, Vec<String>) = page.into_iter().unzip();
+            users += match cancelled {
+                true => ids.len() as u64,
+                false => self.send_page(bodies, winner).await?,
+            };
             // Only once they are on the queue: a release that fails before this finds them
             // again on its retry (and the ledger sends once).
             self.stage
                 .waiting
-                .let_go(&self.release.campaign_id, self.release.slot_ms, &ids)
+                .let_go(
+                    &self.release.campaign_id,
+                    self.release.slot_ms,
+                    position.shard,
+                    &ids,
+                )
                 .await
                 .map_err(|e| GetUsersError::Waiting(e.to_string()))?;
             pages += 1;
-            from = next;
+            let Some(next) = next else {
+                return Ok(LaneDone {
+                    users,
+                    stopped_at: None,
+                });
+            };
+            position = next;
+            let paced = Duration::from_secs_f64(ids.len() as f64 / RELEASE_LANE_PER_SECOND);
+            tokio::time::sleep_until(page_started + paced).await;
         }
-        Ok(Some(released))
     }
 
     /// One page of the slot's users onto the users queue, each with when it was let go.
@@ -380,3 +497,46 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom>
 /// How often a paused campaign's release or checkpoint looks again should the continuation
 /// queue's consumer still run.
 pub(super) const PAUSED_LOOK_AGAIN_SECONDS: u32 = 60;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shards(lanes: &VecDeque<ReleasePosition>) -> Vec<u8> {
+        lanes.iter().map(|l| l.shard).collect()
+    }
+
+    #[test]
+    fn a_schedules_event_releases_every_shard_a_sweep_from_the_last() {
+        let release = lanes_from(&ReleasePosition::default(), 4);
+        assert_eq!(shards(&release), [0, 1, 2, 3]);
+        let sweep = ReleasePosition {
+            backwards: true,
+            ..Default::default()
+        };
+        assert_eq!(shards(&lanes_from(&sweep, 4)), [3, 2, 1, 0]);
+    }
+
+    /// An event a serial release left on the continuation queue: the shard it had got to
+    /// from its last user, the shards after it whole (a sweep counted from the last).
+    #[test]
+    fn an_event_from_the_serial_release_goes_on_where_it_stopped() {
+        let from = ReleasePosition {
+            shard: 5,
+            after: Some("u42".into()),
+            backwards: false,
+        };
+        let lanes = lanes_from(&from, 8);
+        assert_eq!(shards(&lanes), [5, 6, 7]);
+        assert_eq!(lanes[0].after.as_deref(), Some("u42"));
+        assert_eq!(lanes[1].after, None);
+        let sweep = ReleasePosition {
+            shard: 2,
+            after: Some("u7".into()),
+            backwards: true,
+        };
+        let lanes = lanes_from(&sweep, 8);
+        assert_eq!(shards(&lanes), [5, 4, 3, 2, 1, 0]);
+        assert_eq!(lanes[0].after.as_deref(), Some("u7"));
+    }
+}

@@ -469,3 +469,84 @@ async fn a_start_is_judged_by_the_wall_clock_whatever_the_decision_clock_says() 
     let run = stage.handle(local_nine(), &plenty()).await;
     assert!(run.is_ok(), "{:?}", run.err().map(|e| e.to_string()));
 }
+
+/// New York's slot with `more` users besides u2, in a waiting room of `shards`, its
+/// release due: the stage, the release's event and the users enqueued before it.
+async fn a_big_new_york_slot(shards: u8, more: usize) -> (Stage, Value, usize) {
+    let (mut stage, clock) = zoned_stage("2026-11-23T08:59:30Z");
+    stage.waiting = MemoryWaitingRoom::sharded(shards);
+    stage.handle(local_nine(), &plenty()).await.unwrap();
+    let slot = ms("2026-11-23T14:00:00Z");
+    let key = (campaign().id.to_string(), slot);
+    let u2 = stage.waiting.held.lock().unwrap()[&key]["u2"].clone();
+    let users: Vec<(String, String)> = (0..more)
+        .map(|i| {
+            let mut message: UserMessage = serde_json::from_str(&u2).unwrap();
+            message.user_id = format!("ny{i:05}");
+            (
+                message.user_id.clone(),
+                serde_json::to_string(&message).unwrap(),
+            )
+        })
+        .collect();
+    stage
+        .waiting
+        .hold(&campaign().id, slot, &users)
+        .await
+        .unwrap();
+    clock.set(slot);
+    let (_, event) = new_york_schedule(&stage);
+    let before = enqueued(&stage).len();
+    (stage, event, before)
+}
+
+/// A slot spread over six shards, released four shards at a time: everyone once, in one
+/// invocation.
+#[tokio::test(start_paused = true)]
+async fn a_slot_in_shards_is_released_in_lanes_each_user_once() {
+    let (stage, event, before) = a_big_new_york_slot(6, 1_500).await;
+    let stage = stage.with_release_lanes(4);
+    let Response::Release(summary) = stage.handle(event, &plenty()).await.unwrap() else {
+        panic!("expected a release");
+    };
+    assert!(summary.complete, "{summary:?}");
+    let released: BTreeSet<String> = enqueued(&stage)[before..].iter().cloned().collect();
+    assert_eq!(released.len(), 1_501);
+    assert_eq!(enqueued(&stage).len() - before, 1_501);
+    let report = stage.waiting.report(&campaign().id).await.unwrap().unwrap();
+    assert_eq!(
+        (report.still_waiting(), report.releases[0].users),
+        (0, 1_501)
+    );
+}
+
+/// A release whose invocations have time for one page each goes on from the continuation
+/// queue with every shard where it had got to: nobody lost, nobody released twice.
+#[tokio::test(start_paused = true)]
+async fn a_release_in_lanes_that_runs_short_goes_on_without_losing_or_doubling_a_user() {
+    let (stage, mut event, before) = a_big_new_york_slot(6, 1_500).await;
+    // The stage's margin is 20 s: an invocation of 20 s is short from its start.
+    let short = Invocation::with_timeout("short", Duration::from_secs(20));
+    let mut invocations = 0;
+    loop {
+        let Response::Release(summary) = stage.handle(event, &short).await.unwrap() else {
+            panic!("expected a release");
+        };
+        invocations += 1;
+        if summary.complete {
+            break;
+        }
+        let body = stage.continuation.bodies().last().cloned().unwrap();
+        event = serde_json::from_str(&body).unwrap();
+        assert!(event["releaseWaiting"]["lanes"].is_array(), "{event}");
+    }
+    assert!(invocations > 6, "{invocations} invocations");
+    let released = &enqueued(&stage)[before..];
+    let once: BTreeSet<&String> = released.iter().collect();
+    assert_eq!((released.len(), once.len()), (1_501, 1_501));
+    let report = stage.waiting.report(&campaign().id).await.unwrap().unwrap();
+    assert_eq!(
+        (report.still_waiting(), report.releases[0].users),
+        (0, 1_501)
+    );
+}
