@@ -9,6 +9,7 @@ pub mod definition;
 pub mod definition_pin;
 pub mod delivery;
 pub mod digest;
+pub mod events_path;
 pub mod experiment;
 pub mod fan_out;
 pub mod guardrails;
