@@ -5,6 +5,7 @@ pub mod aws_limits;
 pub mod campaign;
 pub mod campaign_start;
 pub mod campaign_state;
+pub mod capacity;
 pub mod definition;
 pub mod definition_pin;
 pub mod delivery;
