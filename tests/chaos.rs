@@ -103,7 +103,7 @@ fn every_fault_at_once_loses_nothing_and_duplicates_only_within_the_bound() {
     assert_eq!(n(&report["ineligibleEmailed"]), 0);
     assert_eq!(n(&report["panics"]), 0);
     assert!(n(&report["extraEmails"]) <= n(&report["extraEmailBound"]));
-    // Every kill after SES accepted left a record IN_PROGRESS: either its SEND event made it
+    // Every kill after SES accepted left a record IN_PROGRESS: either its DELIVERY event made it
     // SENT before the lease ended, or a retry sent it again.
     assert!(n(&report["sendEvents"]) >= deliverable);
     assert!(

@@ -244,6 +244,32 @@ fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
         t.audience as u64,
         "{plan}"
     );
+    // What the rate needs of each AWS limit, against the account as the stack's credentials
+    // read it (Lambda's concurrency, the sends table) or AWS's defaults; the text names the
+    // limit that binds, or that none does.
+    let limits: Vec<&str> = (plan["limits"].as_array().unwrap().iter())
+        .map(|l| l["limit"].as_str().unwrap())
+        .collect();
+    for limit in [
+        "Lambda concurrent executions",
+        "sends table write units/s",
+        "campaign index partition write units/s",
+        "EventBridge invocations/s",
+        "SQS messages in flight",
+    ] {
+        assert!(limits.contains(&limit), "{limit}: {plan}");
+    }
+    let lambda = &plan["limits"][0];
+    assert!(lambda["needed"].as_f64().unwrap() >= 97.0, "{lambda}");
+    let text = ok(mailctl(
+        &["plan", "--prefix", &t.prefix, "--campaign", &t.campaign],
+        &t.env(),
+    ));
+    assert!(
+        text.contains("AWS limits at the rate (needed / available):")
+            && (text.contains("binding limit: ") || text.contains("no AWS limit binds")),
+        "{text}"
+    );
     // A holdout a first start would give: its group is counted apart, never in wouldSend.
     let held = last_json(&ok(mailctl(
         &[

@@ -475,9 +475,19 @@ async fn ses_events_suppress_reconcile_and_count_even_twice_and_out_of_order() {
             "m-engaged",
         ),
         ses_event("DeliveryDelay", Some(engaged), json!({}), "m-engaged"),
-        // SES sent what the ledger never recorded: SEND (twice) and DELIVERY reconcile.
-        ses_event("Send", Some("u-crashed-1"), json!({"send": {}}), "ses-id-1"),
-        ses_event("Send", Some("u-crashed-1"), json!({"send": {}}), "ses-id-1"),
+        // SES took what the ledger never recorded: REJECT (twice) and DELIVERY reconcile.
+        ses_event(
+            "Reject",
+            Some("u-crashed-1"),
+            json!({"reject": {}}),
+            "ses-id-1",
+        ),
+        ses_event(
+            "Reject",
+            Some("u-crashed-1"),
+            json!({"reject": {}}),
+            "ses-id-1",
+        ),
         ses_event(
             "Delivery",
             Some("u-crashed-2"),

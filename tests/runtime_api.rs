@@ -644,6 +644,25 @@ async fn rate_control_sizes_both_mappings(host: Host, env: &TestEnv) {
         Some(composers as i32),
         "{users_mapping:?}"
     );
+    let handlers = summary["sesEvents"].as_u64().unwrap();
+    assert_eq!(
+        handlers,
+        u64::from(config.stack().demand(ceiling).ses_events),
+        "{summary}"
+    );
+    let events_mapping = aws_sdk_lambda::Client::new(&env.stack.sdk)
+        .get_event_source_mapping()
+        .uuid(&config.ses_events_event_source_mapping_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        events_mapping
+            .scaling_config()
+            .and_then(|s| s.maximum_concurrency()),
+        Some(handlers as i32),
+        "{events_mapping:?}"
+    );
     let item = mailflow::adapters::rate_item::RateItem::new(
         env.dynamo(),
         env.stack.table_name(names::CAMPAIGNS_TABLE).unwrap(),

@@ -203,8 +203,8 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
         }
         "RateControl" => {
-            // SES's quota, the rate item, and SendEmail's and CreateEmails' mappings named by
-            // their SAM ids.
+            // SES's quota, the rate item, and SendEmail's, CreateEmails' and SesEvents'
+            // mappings named by their SAM ids.
             pairs.push(("ses:GetAccount", "*".into()));
             pairs.push(("dynamodb:GetItem", "CampaignsTable.Arn".into()));
             pairs.push(("dynamodb:UpdateItem", "CampaignsTable.Arn".into()));
@@ -212,7 +212,11 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
                 "lambda:GetEventSourceMapping",
                 "lambda:UpdateEventSourceMapping",
             ] {
-                for mapping in ["SendEmailFunctionEmails", "CreateEmailsFunctionUsers"] {
+                for mapping in [
+                    "SendEmailFunctionEmails",
+                    "CreateEmailsFunctionUsers",
+                    "SesEventsFunctionSesEvents",
+                ] {
                     pairs.push((
                         action,
                         format!("arn:${{AWS::Partition}}:lambda:${{AWS::Region}}:${{AWS::AccountId}}:event-source-mapping:${{{mapping}}}"),

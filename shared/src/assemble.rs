@@ -227,7 +227,7 @@ pub fn send_email<M: Mailer>(
 }
 
 /// RateControl: SES's quota (read only: the mailer sends nothing), the rate item, and
-/// SendEmail's event source mapping.
+/// SendEmail's, CreateEmails' and SesEvents' event source mappings.
 pub fn rate_control(config: RateControlConfig, sdk: &SdkConfig) -> LambdaRateControl {
     RateControl::new(
         SesMailer::new(sdk, String::new(), None),
@@ -240,8 +240,13 @@ pub fn rate_control(config: RateControlConfig, sdk: &SdkConfig) -> LambdaRateCon
             lambda_client(sdk),
             &config.users_event_source_mapping_id,
         )),
+        std::sync::Arc::new(ConsumerMapping::new(
+            lambda_client(sdk),
+            &config.ses_events_event_source_mapping_id,
+        )),
         &config,
     )
+    .in_region(sdk.region().map_or("", |r| r.as_ref()))
 }
 
 pub async fn ses_events(

@@ -1,7 +1,7 @@
 //! What the local emulator lacks: SES publishing events through the configuration set to
 //! EventBridge, and the rule putting them on the SesEvents queue. Here an event is written
 //! to that queue directly, in the shape the rule delivers (see `mailflow::domain::ses_event`). The
-//! chaos run publishes a SEND event for every email SES accepts, as AWS would; the tests
+//! chaos run publishes a DELIVERY event for every email SES accepts, as AWS would; the tests
 //! write the events they need.
 
 use anyhow::Result;
@@ -70,14 +70,15 @@ impl Publisher {
         Ok(())
     }
 
-    /// SES accepted this email: its SEND event, published on its own (as SES does, whatever
-    /// becomes of the caller), so an invocation killed right after the call cannot stop it.
-    pub fn sent(&self, campaign_id: &str, user_id: &str, ses_message_id: &str) {
+    /// SES accepted this email: its DELIVERY event (the stack publishes no SEND), published
+    /// on its own (as SES does, whatever becomes of the caller), so an invocation killed
+    /// right after the call cannot stop it.
+    pub fn delivered(&self, campaign_id: &str, user_id: &str, ses_message_id: &str) {
         let event = event(
-            "Send",
+            "Delivery",
             Some((campaign_id, user_id)),
             ses_message_id,
-            json!({"send": {}}),
+            json!({"delivery": {}}),
         );
         let publisher = self.clone();
         tokio::spawn(async move {

@@ -10,6 +10,7 @@
 //! deployed stack is found by. The local simulator is `mailflow-local`, the benchmark and
 //! chaos run are `mailflow-lab`; `main.rs` puts the commands of all three in one binary.
 
+pub mod capacity;
 pub mod compose;
 pub mod control;
 pub mod definition;

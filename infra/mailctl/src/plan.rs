@@ -16,6 +16,7 @@ use anyhow::{Context, Result};
 use mailflow::assemble::LambdaCreateEmails;
 use mailflow::domain::campaign::Campaign;
 use mailflow::domain::campaign_start::dated_experiment;
+use mailflow::domain::capacity::checks;
 use mailflow::domain::definition::pin::PinnedDefinition;
 use mailflow::domain::delivery::{self, Decision, ExperimentView, Place, Quiet, Recipient, Rules};
 use mailflow::domain::experiment::{Assignment, Experiment};
@@ -24,6 +25,7 @@ use mailflow::domain::guardrails::{CapCheck, QuietHours};
 use mailflow::domain::local_time::LocalDelivery;
 use mailflow::domain::messages::UserMessage;
 use mailflow::domain::send_rate::sends_at_rate;
+use mailflow::domain::send_rate::SendQuota;
 use mailflow::domain::topics::Topics;
 use mailflow::ports::{AudienceMember, AudienceScan, CapLedger, DefinitionCampaign, UserDirectory};
 use std::collections::{BTreeMap, BTreeSet};
@@ -342,6 +344,8 @@ fn finish<C>(plan: &mut Plan, loads: Loads, sending: Sending, guardrails: &Guard
         composers_ceiling,
         quota,
         public_urls,
+        stack,
+        mut account,
     } = sending;
     plan.send_rate = rate.campaign_wide();
     plan.rate_source = rate.source().as_str();
@@ -355,6 +359,13 @@ fn finish<C>(plan: &mut Plan, loads: Loads, sending: Sending, guardrails: &Guard
     plan.guardrails.last_send_ms = sends.last_ms;
     plan.guardrails.past_deadline = sends.past_deadline;
     plan.public_urls = Some(public_urls.check(plan.send_rate));
+    account.ses_max_send_rate = quota.as_ref().ok().map(|q| q.max_send_rate);
+    account.ses_left_24_hours = quota.as_ref().ok().and_then(SendQuota::left_24_hours);
+    plan.limits = checks(
+        &stack.demand(plan.send_rate),
+        &account,
+        Some(plan.would_send as f64),
+    );
     match quota {
         Ok(q) => {
             plan.over_24_hour_quota = over_24_hour_quota(plan.would_send, &q);

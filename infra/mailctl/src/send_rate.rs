@@ -29,6 +29,9 @@ pub struct Sending {
     pub quota: Result<SendQuota, QuotaUnknown>,
     /// The public URLs' reserved concurrency and the pick slots (RateControl's environment).
     pub public_urls: PublicUrls,
+    /// The whole stack's sizing and the account's limits, added up (`domain::capacity`).
+    pub stack: mailflow::domain::capacity::Stack,
+    pub account: mailflow::domain::capacity::Account,
 }
 
 /// Emails of `would_send` beyond what SES's 24-hour quota has left now (0 when it fits or

@@ -301,6 +301,7 @@ mod tests {
             ("CAMPAIGNS_TABLE_NAME", "campaigns"),
             ("EMAILS_EVENT_SOURCE_MAPPING_ID", "uuid"),
             ("USERS_EVENT_SOURCE_MAPPING_ID", "uuid-users"),
+            ("SES_EVENTS_EVENT_SOURCE_MAPPING_ID", "uuid-events"),
         ];
         for bad in ["0", "150", "half"] {
             control.push(("SES_QUOTA_SHARE_PERCENT", bad));

@@ -2,6 +2,7 @@
 //! the visibility timeout, the function timeout, the send rate).
 
 use super::*;
+use crate::domain::events_path::Handler;
 use crate::domain::fan_out::Composer;
 use crate::domain::public_urls::PublicUrls;
 use crate::domain::send_rate::Environment;
@@ -269,12 +270,29 @@ pub struct RateControlConfig {
     pub create_emails_ceiling: u32,
     /// The UUID of CreateEmails' event source mapping on the users queue.
     pub users_event_source_mapping_id: String,
+    /// SesEvents' environment (`SesEventsBatchSize`, its memory), whether opens and clicks
+    /// are tracked (more events per email), and the UUID of its mapping.
+    pub ses_events: Handler,
+    pub track_opens_and_clicks: bool,
+    pub ses_events_event_source_mapping_id: String,
     /// The public URLs' reserved concurrency and the pick slots, checked against what the
     /// ceiling needs.
     pub public_urls: PublicUrls,
 }
 
 impl RateControlConfig {
+    /// The stack's sizing, as `domain::capacity` adds it up.
+    pub fn stack(&self) -> crate::domain::capacity::Stack {
+        crate::domain::capacity::Stack {
+            send_email: self.send_email,
+            create_emails: self.create_emails,
+            create_emails_ceiling: self.create_emails_ceiling,
+            ses_events: self.ses_events,
+            track_opens_and_clicks: self.track_opens_and_clicks,
+            public_urls: self.public_urls,
+        }
+    }
+
     pub const VARS: &'static [&'static str] = &[
         var::CAMPAIGNS_TABLE_NAME,
         var::SEND_RATE_PER_SECOND,
@@ -286,6 +304,10 @@ impl RateControlConfig {
         var::CREATE_EMAILS_MEMORY_MB,
         var::CREATE_EMAILS_MAX_CONCURRENCY,
         var::USERS_EVENT_SOURCE_MAPPING_ID,
+        var::SES_EVENTS_BATCH_SIZE,
+        var::SES_EVENTS_MEMORY_MB,
+        var::TRACK_OPENS_AND_CLICKS,
+        var::SES_EVENTS_EVENT_SOURCE_MAPPING_ID,
         var::UNSUBSCRIBE_CONCURRENCY,
         var::OPEN_CONTENT_CONCURRENCY,
         var::PICK_SLOTS,
@@ -321,6 +343,28 @@ impl RateControlConfig {
             },
             create_emails_ceiling: positive_u32(src, var::CREATE_EMAILS_MAX_CONCURRENCY, 5)?,
             users_event_source_mapping_id: required(src, var::USERS_EVENT_SOURCE_MAPPING_ID)?,
+            ses_events: Handler {
+                batch: positive_u32(
+                    src,
+                    var::SES_EVENTS_BATCH_SIZE,
+                    Handler::DEFAULT.batch as u32,
+                )? as usize,
+                memory_mb: positive_u32(
+                    src,
+                    var::SES_EVENTS_MEMORY_MB,
+                    Handler::DEFAULT.memory_mb,
+                )?,
+            },
+            track_opens_and_clicks: parsed(
+                src,
+                var::TRACK_OPENS_AND_CLICKS,
+                false,
+                "true or false",
+            )?,
+            ses_events_event_source_mapping_id: required(
+                src,
+                var::SES_EVENTS_EVENT_SOURCE_MAPPING_ID,
+            )?,
             public_urls: PublicUrls {
                 unsubscribe_concurrency: positive_u32(
                     src,

@@ -13,6 +13,11 @@ pub const USERS_BATCH_SIZE: &str = "USERS_BATCH_SIZE";
 pub const CREATE_EMAILS_MEMORY_MB: &str = "CREATE_EMAILS_MEMORY_MB";
 pub const CREATE_EMAILS_MAX_CONCURRENCY: &str = "CREATE_EMAILS_MAX_CONCURRENCY";
 pub const USERS_EVENT_SOURCE_MAPPING_ID: &str = "USERS_EVENT_SOURCE_MAPPING_ID";
+/// RateControl: SesEvents' batch size and memory, which its concurrency is sized by (with
+/// `TRACK_OPENS_AND_CLICKS`: the events per email), and the UUID of its event source mapping.
+pub const SES_EVENTS_BATCH_SIZE: &str = "SES_EVENTS_BATCH_SIZE";
+pub const SES_EVENTS_MEMORY_MB: &str = "SES_EVENTS_MEMORY_MB";
+pub const SES_EVENTS_EVENT_SOURCE_MAPPING_ID: &str = "SES_EVENTS_EVENT_SOURCE_MAPPING_ID";
 /// RateControl: the public URLs' reserved concurrency (template parameters
 /// UnsubscribeConcurrency and OpenContentConcurrency), checked against what the send rate
 /// needs (`domain::public_urls`; `mailctl plan` reads them here too).

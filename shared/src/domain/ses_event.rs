@@ -19,8 +19,6 @@ use serde_json::Value;
 /// What happened to the email.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EventKind {
-    /// SES accepted the email (it will try to deliver it).
-    Send,
     Delivery,
     Bounce {
         /// Permanent: the address is dead. Transient or undetermined: it may work later.
@@ -34,7 +32,10 @@ pub enum EventKind {
     },
     Open,
     Click,
-    /// Reject, Rendering Failure, DeliveryDelay, Subscription, or a type SES adds later:
+    /// SES accepted the call, then found a virus and delivered nothing.
+    Reject,
+    /// Send (not published: delivery, bounce, complaint or reject follows every accepted
+    /// email), DeliveryDelay, Rendering Failure, Subscription, or a type SES adds later:
     /// nothing for mailflow to do.
     Other(String),
 }
@@ -148,7 +149,6 @@ fn parse_fields(body: &str, now_ms: u64) -> Result<SesEvent, String> {
         .ok_or("detail.mail.messageId is missing")?
         .to_owned();
     let kind = match event_type {
-        "Send" => EventKind::Send,
         "Delivery" => EventKind::Delivery,
         "Bounce" => {
             let bounce_type = text(detail, &["bounce", "bounceType"])
@@ -166,15 +166,16 @@ fn parse_fields(body: &str, now_ms: u64) -> Result<SesEvent, String> {
         },
         "Open" => EventKind::Open,
         "Click" => EventKind::Click,
+        "Reject" => EventKind::Reject,
         other => EventKind::Other(other.to_owned()),
     };
     let section = match &kind {
-        EventKind::Send => "send",
         EventKind::Delivery => "delivery",
         EventKind::Bounce { .. } => "bounce",
         EventKind::Complaint { .. } => "complaint",
         EventKind::Open => "open",
         EventKind::Click => "click",
+        EventKind::Reject => "reject",
         EventKind::Other(_) => "",
     };
     let at_ms = text(detail, &[section, "timestamp"])
@@ -298,7 +299,16 @@ mod tests {
         // The SNS form, without the EventBridge envelope.
         let sns =
             serde_json::json!({"eventType": "Send", "mail": mail("u1"), "send": {}}).to_string();
-        assert_eq!(parse(&sns, 0).unwrap().kind, EventKind::Send);
+        assert_eq!(
+            parse(&sns, 0).unwrap().kind,
+            EventKind::Other("Send".into())
+        );
+        let reject = serde_json::json!({"eventType": "Reject", "mail": mail("u1"),
+            "reject": {"reason": "Bad content"}});
+        assert_eq!(
+            parse(&reject.to_string(), 0).unwrap().kind,
+            EventKind::Reject
+        );
     }
 
     #[test]

@@ -3,11 +3,13 @@
 //! the rate item (SendEmail paces under it: `send_rate::trusted`), and sets SendEmail's event
 //! source mapping's MaximumConcurrency to the environments the rate needs, and CreateEmails'
 //! to what keeps that rate fed (`fan_out::composers_for`, within the operator's ceiling on
-//! MongoDB connections). Before, every
+//! MongoDB connections), and SesEvents' to what handles the events the rate brings
+//! (`events_path::handlers_for`). Before, every
 //! SendEmail environment read the quota and listed the region's mappings every 5 minutes:
 //! with hundreds of environments that used up the Lambda control-plane calls that pausing a
 //! campaign and the reputation guard need, and SES's GetAccount.
 
+use crate::domain::capacity::{binding, checks, Account, Check, Stack};
 use crate::domain::fan_out::{composers_for, Composer, ComposerSizing};
 use crate::domain::public_urls::{PublicUrls, Short};
 use crate::domain::send_rate::{
@@ -40,6 +42,12 @@ pub struct Summary {
     /// was when it changed.
     pub create_emails: Option<ComposerSizing>,
     pub create_emails_were: Option<u32>,
+    /// SesEvents' MaximumConcurrency, and what it was when it changed.
+    pub ses_events: u32,
+    pub ses_events_were: Option<u32>,
+    /// The AWS limit the ceiling needs more of than the account's default (the one that
+    /// binds hardest), if any (`domain::capacity`).
+    pub binding: Option<Check>,
     /// The public URLs whose reserved concurrency is below what the ceiling needs
     /// (`domain::public_urls`: first opens at the send rate, junk on top).
     pub public_urls_short: Vec<Short>,
@@ -79,11 +87,15 @@ pub struct RateControl<M, B> {
     bucket: B,
     senders: std::sync::Arc<dyn ConsumerScaling>,
     composers: std::sync::Arc<dyn ConsumerScaling>,
+    handlers: std::sync::Arc<dyn ConsumerScaling>,
     configured: f64,
     ses_share: f64,
     send_email: Environment,
     create_emails: Composer,
     create_emails_ceiling: u32,
+    stack: Stack,
+    /// The stack's region: EventBridge's quota depends on it.
+    region: String,
     public_urls: PublicUrls,
 }
 
@@ -93,12 +105,14 @@ pub struct RateControl<M, B> {
 pub struct ControlFailed(pub String);
 
 impl<M: Mailer, B: RateBucket> RateControl<M, B> {
-    /// `senders` and `composers` are SendEmail's and CreateEmails' event source mappings.
+    /// `senders`, `composers` and `handlers` are SendEmail's, CreateEmails' and SesEvents'
+    /// event source mappings.
     pub fn new(
         mailer: M,
         bucket: B,
         senders: std::sync::Arc<dyn ConsumerScaling>,
         composers: std::sync::Arc<dyn ConsumerScaling>,
+        handlers: std::sync::Arc<dyn ConsumerScaling>,
         config: &crate::config::RateControlConfig,
     ) -> Self {
         Self {
@@ -106,13 +120,22 @@ impl<M: Mailer, B: RateBucket> RateControl<M, B> {
             bucket,
             senders,
             composers,
+            handlers,
             configured: config.send_rate_per_second,
             ses_share: config.ses_quota_share,
             send_email: config.send_email,
             create_emails: config.create_emails,
             create_emails_ceiling: config.create_emails_ceiling,
+            stack: config.stack(),
+            region: String::new(),
             public_urls: config.public_urls,
         }
+    }
+
+    /// The stack's region (the SDK's), for the limits that depend on it.
+    pub fn in_region(mut self, region: &str) -> Self {
+        self.region = region.to_owned();
+        self
     }
 
     pub async fn handle(&self) -> Result<Summary, ControlFailed> {
@@ -149,6 +172,7 @@ impl<M: Mailer, B: RateBucket> RateControl<M, B> {
                 &self.create_emails,
                 self.create_emails_ceiling,
             )),
+            ses_events: self.stack.demand(ceiling.campaign_wide()).ses_events,
             public_urls_short: self.public_urls.check(ceiling.campaign_wide()).short(),
             ..Summary::default()
         };
@@ -166,6 +190,23 @@ impl<M: Mailer, B: RateBucket> RateControl<M, B> {
                 (self.composers.set_max_concurrency(composers).await).map_err(|e| e.0)
             })
             .await?;
+        summary.ses_events_were = retried("sizing SesEvents' event source mapping", || async {
+            (self.handlers.set_max_concurrency(summary.ses_events).await).map_err(|e| e.0)
+        })
+        .await?;
+        let mut account = Account::defaults(&self.region);
+        account.ses_max_send_rate = summary.ses_max_send_rate;
+        let limits = checks(&self.stack.demand(summary.ceiling), &account, None);
+        summary.binding = binding(&limits).cloned();
+        if let Some(limit) = &summary.binding {
+            tracing::warn!(
+                limit = limit.limit,
+                needed = limit.needed,
+                available = limit.available,
+                raise = limit.raise,
+                "the send rate needs more of an AWS limit than its default allows (`mailctl plan` adds them all up)"
+            );
+        }
         if summary.create_emails.is_some_and(|c| c.capped()) {
             tracing::warn!(
                 ?summary.create_emails,

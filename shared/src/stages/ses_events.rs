@@ -1,10 +1,12 @@
 //! SesEvents: what SES reports after a send. A permanent bounce or a complaint suppresses
 //! the address in MongoDB (never emailed again), where the email's campaign keeps its
 //! recipients (a suppression that can never be written there is logged and counted at once,
-//! not retried); a transient bounce is counted only. Send and delivery events turn a record
-//! still IN_PROGRESS (its attempt died between SES and the ledger: this closes the
-//! exactly-once crash window whenever the event arrives before the lease ends) or
-//! DEAD_LETTERED (SES took it, its answer was lost) into SENT. Every event also notes its
+//! not retried); a transient bounce is counted only. Every event that says SES took the
+//! email (delivery, bounce, complaint, reject: one of them follows every accepted email, so
+//! SES's SEND events are not published) turns a record still IN_PROGRESS (its attempt died
+//! between SES and the ledger: this closes the exactly-once crash window whenever the event
+//! arrives before the lease ends) or DEAD_LETTERED (SES took it, its answer was lost) into
+//! SENT. Every event also notes its
 //! engagement on the send record for the campaign analytics. All of it is idempotent and
 //! order-free: events may arrive twice and in any order. A bad record fails alone (partial
 //! batch response) and reaches the DLQ.
@@ -24,7 +26,7 @@ use tracing::Instrument;
 summary! {
     /// Per-batch counts, logged and returned to callers such as the local runner.
     pub struct Summary {
-        /// Send and delivery events that found their record IN_PROGRESS and made it SENT.
+        /// Events that found their record IN_PROGRESS and made it SENT.
         pub reconciled: usize,
         pub delivered: usize,
         pub bounced: usize,
@@ -159,26 +161,10 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
         let ledger = |e: crate::domain::ledger::LedgerError| e.to_string();
         let mut effect = Effect::default();
         match &event.kind {
-            EventKind::Send => {
-                // A read first: SEND comes for every email, and a write would cost 5 times
-                // a read; the write that follows is conditional anyway.
-                let status = self.records.status_of(key).await.map_err(ledger)?;
-                if matches!(
-                    status,
-                    Some(SendStatus::InProgress | SendStatus::DeadLettered | SendStatus::Skipped)
-                ) {
-                    effect.reconciled = self.reconcile(key, event).await?;
-                }
-            }
             EventKind::Delivery => {
                 let status = self.note(key, Engagement::Delivered, event).await?;
                 effect.counted = Some(Engagement::Delivered);
-                if matches!(
-                    status,
-                    Some(SendStatus::InProgress | SendStatus::DeadLettered | SendStatus::Skipped)
-                ) {
-                    effect.reconciled = self.reconcile(key, event).await?;
-                }
+                effect.reconciled = self.reconcile(key, event, status).await?;
             }
             EventKind::Bounce { permanent, detail } => {
                 // Transient bounces are counted, never suppressed: the address may work later.
@@ -190,15 +176,23 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
                 } else {
                     Engagement::SoftBounced
                 };
-                self.note(key, what, event).await?;
+                let status = self.note(key, what, event).await?;
                 effect.counted = Some(what);
+                effect.reconciled = self.reconcile(key, event, status).await?;
             }
             EventKind::Complaint { detail } => {
                 effect.suppressed = self
                     .suppress(key, SuppressionReason::Complaint, detail, event)
                     .await?;
                 effect.counted = Some(Engagement::Complained);
-                self.note(key, Engagement::Complained, event).await?;
+                let status = self.note(key, Engagement::Complained, event).await?;
+                effect.reconciled = self.reconcile(key, event, status).await?;
+            }
+            EventKind::Reject => {
+                // Nothing to note; a read first, as a write would cost five times as much
+                // and the write that follows is conditional anyway.
+                let status = self.records.status_of(key).await.map_err(ledger)?;
+                effect.reconciled = self.reconcile(key, event, status).await?;
             }
             // A person's open or click is noted as such too (experiments decide on it).
             EventKind::Open => {
@@ -245,7 +239,20 @@ impl<R: SendRecordNotes, S: SubscriberStore> SesEvents<R, S> {
         Ok(status)
     }
 
-    async fn reconcile(&self, key: &SendKey, event: &SesEvent) -> Result<bool, String> {
+    /// SES took the email (it delivered, bounced, drew a complaint or was rejected): a record
+    /// its attempt left unfinished becomes SENT, so no retry sends it again.
+    async fn reconcile(
+        &self,
+        key: &SendKey,
+        event: &SesEvent,
+        status: Option<SendStatus>,
+    ) -> Result<bool, String> {
+        if !matches!(
+            status,
+            Some(SendStatus::InProgress | SendStatus::DeadLettered | SendStatus::Skipped)
+        ) {
+            return Ok(false);
+        }
         let done = self
             .records
             .reconcile_sent(key, &event.ses_message_id, event.at_ms)
@@ -376,28 +383,50 @@ mod tests {
         )
     }
 
+    /// SEND is not published: each event that follows an accepted email reconciles instead.
     #[tokio::test]
-    async fn a_send_event_reconciles_a_record_its_attempt_left_unfinished() {
+    async fn every_event_after_ses_took_the_email_reconciles_a_record_left_unfinished() {
+        let took = [
+            body("Delivery", "Email Delivered", json!({"delivery": {}})),
+            body(
+                "Bounce",
+                "Email Bounced",
+                json!({"bounce": {"bounceType": "Transient", "bounceSubType": "General"}}),
+            ),
+            body(
+                "Complaint",
+                "Email Complaint Received",
+                json!({"complaint": {}}),
+            ),
+            body("Reject", "Email Rejected", json!({"reject": {}})),
+        ];
+        for event in &took {
+            for before in [SendStatus::InProgress, SendStatus::DeadLettered] {
+                let stage = stage(before);
+                let (failed, summary) = handle(&stage, &[event.clone(), event.clone()]).await;
+                assert!(failed.is_empty());
+                assert_eq!(
+                    summary.reconciled, 1,
+                    "{before:?} {event}: once, however often SES says it"
+                );
+                assert_eq!(
+                    stage.records.get(USER, CAMPAIGN).unwrap().0,
+                    SendStatus::Sent
+                );
+            }
+            for before in [SendStatus::Sent, SendStatus::Failed] {
+                let stage = stage(before);
+                let (_, summary) = handle(&stage, std::slice::from_ref(event)).await;
+                assert_eq!(summary.reconciled, 0);
+                assert_eq!(stage.records.get(USER, CAMPAIGN).unwrap().0, before);
+            }
+        }
+        // A SEND event still on the queue from before is acknowledged and changes nothing.
+        let stage = stage(SendStatus::InProgress);
         let send = body("Send", "Email Sent", json!({"send": {}}));
-        for before in [SendStatus::InProgress, SendStatus::DeadLettered] {
-            let stage = stage(before);
-            let (failed, summary) = handle(&stage, &[send.clone(), send.clone()]).await;
-            assert!(failed.is_empty());
-            assert_eq!(
-                summary.reconciled, 1,
-                "{before:?}: once, however often SES says it"
-            );
-            assert_eq!(
-                stage.records.get(USER, CAMPAIGN).unwrap().0,
-                SendStatus::Sent
-            );
-        }
-        for before in [SendStatus::Sent, SendStatus::Failed] {
-            let stage = stage(before);
-            let (_, summary) = handle(&stage, std::slice::from_ref(&send)).await;
-            assert_eq!(summary.reconciled, 0);
-            assert_eq!(stage.records.get(USER, CAMPAIGN).unwrap().0, before);
-        }
+        let (failed, summary) = handle(&stage, &[send]).await;
+        assert!(failed.is_empty());
+        assert_eq!((summary.reconciled, summary.ignored), (0, 1));
     }
 
     #[tokio::test]

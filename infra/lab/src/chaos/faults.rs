@@ -23,7 +23,7 @@ pub(super) struct Injector {
     pub(super) kills: Mutex<BTreeMap<String, usize>>,
     pub(super) throttles: AtomicUsize,
     pub(super) unknown_outcomes: AtomicUsize,
-    /// SES SEND events published (one per accepted email).
+    /// SES DELIVERY events published (one per accepted email).
     pub(super) send_events: AtomicUsize,
     /// SES calls without an answer, by user: each may have sent an email nobody recorded.
     pub(super) unanswered: Mutex<BTreeMap<String, usize>>,
@@ -188,7 +188,7 @@ impl Faults for Injector {
 pub(super) struct ChaosMailer {
     pub(super) inner: SesMailer,
     pub(super) injector: Arc<Injector>,
-    /// SES's SEND event for every accepted email, as the configuration set publishes it.
+    /// SES's DELIVERY event for every accepted email, as the configuration set publishes it.
     pub(super) events: mailflow_local::ses_event_source::Publisher,
 }
 
@@ -222,7 +222,7 @@ impl Mailer for ChaosMailer {
         if let Ok(ses_message_id) = &result {
             injector.send_events.fetch_add(1, Ordering::Relaxed);
             self.events
-                .sent(email.key.campaign_id(), &email.key.user_id, ses_message_id);
+                .delivered(email.key.campaign_id(), &email.key.user_id, ses_message_id);
         }
         match &result {
             Err(SendError::Unknown(_)) => {

@@ -2,7 +2,7 @@
 //! production does to a pipeline happens at once: every message on the users and emails
 //! queues delivered twice, two overlapping runs and a manual resend mid-drain, invocations
 //! killed before the claim, after it, after SES accepted and before the SQS delete, SES
-//! throttling, MongoDB stopped and restarted, the AWS endpoint unreachable; SES's SEND events
+//! throttling, MongoDB stopped and restarted, the AWS endpoint unreachable; SES's DELIVERY events
 //! flow to SesEvents as on AWS. Then it checks
 //! that nothing was lost and nobody got a second email beyond the one window no key closes.
 //! `mailctl chaos` prints the figures; tests/chaos.rs asserts them.

@@ -43,7 +43,7 @@ pub struct ChaosReport {
     pub throttles: usize,
     /// SES calls that got no answer (the AWS outage): outcome unknown.
     pub unknown_outcomes: usize,
-    /// SEND events SES published for accepted emails, and the records SesEvents found still
+    /// DELIVERY events SES published for accepted emails, and the records SesEvents found still
     /// IN_PROGRESS (their attempt killed after SES accepted) and marked SENT before a retry.
     pub send_events: usize,
     pub reconciled: usize,
@@ -307,7 +307,7 @@ fn fault_rows(out: &mut String, r: &ChaosReport) {
     );
     line(
         out,
-        "SES SEND events / records they reconciled (IN_PROGRESS made SENT)",
+        "SES DELIVERY events / records they reconciled (IN_PROGRESS made SENT)",
         format!("{} / {}", r.send_events, r.reconciled),
     );
     line(

@@ -26,7 +26,12 @@ pub fn markdown(reports: &[PipelineReport]) -> String {
         first.send_environments,
     );
     out.push_str("| figure | value |\n|---|---|\n");
-    let rows: [(&str, String); 12] = [
+    // An event still unhandled at the end: its lag is beyond the run ("-").
+    let lag = |get: fn(&PipelineReport) -> Option<f64>| {
+        let lags: Option<Vec<f64>> = reports.iter().map(get).collect();
+        lags.map_or("-".to_owned(), |l| range(l.into_iter(), 1))
+    };
+    let rows: [(&str, String); 15] = [
         ("first email (s from the start)", f(|r| r.first_email_s, 1)),
         ("last email (s from the start)", f(|r| r.last_email_s, 1)),
         ("first to last email (s)", f(|r| r.first_to_last_s, 1)),
@@ -68,6 +73,33 @@ pub fn markdown(reports: &[PipelineReport]) -> String {
                     |r| r.emails_queued.iter().copied().max().unwrap_or(0) as f64,
                     0
                 )
+            ),
+        ),
+        (
+            "SES events handled / published (SesEvents environments)",
+            format!(
+                "{} / {} ({})",
+                f(|r| r.events.handled as f64, 0),
+                f(|r| r.events.events as f64, 0),
+                f(|r| f64::from(r.events.environments), 0)
+            ),
+        ),
+        (
+            "event lag p50 / p99, acceptance to handled (s)",
+            format!(
+                "{} / {}",
+                lag(|r| r.events.lag_p50_s),
+                lag(|r| r.events.lag_p99_s)
+            ),
+        ),
+        (
+            "EventBridge throttles; account concurrency peak / available (waits)",
+            format!(
+                "{}; {} / {} ({})",
+                f(|r| r.events.eventbridge_throttles as f64, 0),
+                f(|r| f64::from(r.events.account_peak), 0),
+                first.events.account_available,
+                f(|r| r.events.account_waits as f64, 0)
             ),
         ),
     ];

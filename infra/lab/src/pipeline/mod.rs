@@ -12,6 +12,7 @@
 //! releases through the waiting table as DynamoDB serves it (`local_time`, `waiting`).
 
 pub(crate) mod directory;
+mod events;
 pub mod local_time;
 mod markdown;
 pub(crate) mod polling;
@@ -27,6 +28,8 @@ use crate::rate::latency::millis;
 use crate::rate::queue::LabQueue;
 use anyhow::{bail, Context, Result};
 use directory::LabDirectory;
+use mailflow::domain::aws_limits::LAMBDA_ACCOUNT_CONCURRENCY;
+use mailflow::domain::events_path::Handler;
 use mailflow::domain::fan_out::{CREATE_CPU_US_PER_EMAIL, GET_USERS_CPU_US_PER_USER};
 use mailflow::domain::send_rate::CPU_US_PER_EMAIL;
 use sending::cpu_time;
@@ -88,6 +91,19 @@ pub struct PipelineOptions {
     pub ses_latency_ms: Vec<u64>,
     #[command(flatten)]
     pub local_time: local_time::LocalTimeOptions,
+    /// SES's events: the region (EventBridge's invocation quota), SEND events published too
+    /// (the design before), SesEvents' memory (MB) and concurrency (0: as RateControl sizes
+    /// it, `events_path::handlers_for`), and Lambda's concurrency in the account.
+    #[arg(long, default_value = "us-east-1")]
+    pub region: String,
+    #[arg(long)]
+    pub send_events: bool,
+    #[arg(long, default_value_t = Handler::DEFAULT.memory_mb)]
+    pub events_memory_mb: u32,
+    #[arg(long, default_value_t = 0)]
+    pub events_concurrency: u32,
+    #[arg(long, default_value_t = LAMBDA_ACCOUNT_CONCURRENCY)]
+    pub account_concurrency: u32,
 }
 
 impl PipelineOptions {
@@ -148,6 +164,8 @@ pub struct PipelineReport {
     pub lost: usize,
     pub sent_twice: usize,
     pub dead_lettered: usize,
+    /// SES's events through EventBridge to SesEvents, and the account's concurrency.
+    pub events: events::EventsReport,
 }
 
 /// GetUsers alone: users per second from its start to its last user enqueued.
@@ -201,10 +219,20 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
     )?;
     let per_send = cpu_time(send_cpu, options.send_memory_mb);
     tasks.extend(start_send_email(&rig, options, &sizing, per_send, seed)?);
+    tasks.extend(rig.events.start_handlers(
+        sizing.events_environments,
+        sizing.handler,
+        rig.ramp,
+        rig.sqs,
+        rig.store,
+        rig.done.clone(),
+        &rig.account,
+    )?);
 
     // Until every email is accepted (or the time limit), sampling the queues each second.
     let limit = Duration::from_secs_f64(options.users as f64 / options.quota * 10.0 + 300.0);
     let (users_queued, emails_queued) = rig.sample_until_sent(options.users, started, limit).await;
+    rig.drain_events(Duration::from_secs(600)).await;
     rig.done.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await?;
@@ -235,6 +263,7 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
             sent_twice: seen.accepted.values().filter(|t| t.len() > 1).count(),
             dead_lettered: rig.emails.left().1,
             sent,
+            events: (rig.events).report(sizing.events_environments, &rig.account),
         },
     ))
 }
@@ -252,6 +281,7 @@ struct Observed {
     lost: usize,
     sent_twice: usize,
     dead_lettered: usize,
+    events: events::EventsReport,
 }
 
 /// Each stage's throughput over the steady state (the 10th to the 90th percentile of the
@@ -306,6 +336,7 @@ fn report(options: &PipelineOptions, sizing: &Sizing, seen: Observed) -> Pipelin
         lost: seen.lost,
         sent_twice: seen.sent_twice,
         dead_lettered: seen.dead_lettered,
+        events: seen.events,
     }
 }
 

@@ -3,6 +3,7 @@
 //! on the emails queue, sharing the ports of one campaign (`Rig`).
 
 use super::directory::LabDirectory;
+use super::events::{Account, EventsPath, Publishing};
 use super::polling::{failures, poll, Ramp};
 use super::sending::Sending;
 use super::PipelineOptions;
@@ -13,7 +14,9 @@ use crate::rate::standin::{Ses, StandInSes};
 use anyhow::Result;
 use mailflow::config::{CreateEmailsConfig, GetUsersConfig, SendEmailConfig};
 use mailflow::domain::digest::Renderer;
+use mailflow::domain::events_path::{events_per_email, handlers_for, Handler};
 use mailflow::domain::fan_out::{composers_for, Composer};
+use mailflow::domain::public_urls::PublicUrls;
 use mailflow::domain::send_rate::{Environment, SendRate};
 use mailflow::domain::unsubscribe_link::Signer;
 use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket, MemoryWaitingRoom};
@@ -35,6 +38,8 @@ pub(super) struct Sizing {
     pub(super) create_environments: u32,
     pub(super) send_batch: usize,
     pub(super) send_environments: u32,
+    pub(super) handler: Handler,
+    pub(super) events_environments: u32,
 }
 
 impl Sizing {
@@ -60,10 +65,20 @@ impl Sizing {
             0 => SendRate::configured(quota).environments(&sender),
             n => n,
         };
+        let handler = Handler {
+            memory_mb: options.events_memory_mb,
+            ..Handler::DEFAULT
+        };
+        let events_environments = match options.events_concurrency {
+            0 => handlers_for(quota * events_per_email(false), &handler),
+            n => n,
+        };
         Self {
             create_environments,
             send_batch,
             send_environments,
+            handler,
+            events_environments,
         }
     }
 }
@@ -80,6 +95,8 @@ pub(super) struct Rig {
     pub(super) store: (Duration, Duration),
     pub(super) ramp: Ramp,
     pub(super) done: Arc<AtomicBool>,
+    pub(super) events: Arc<EventsPath>,
+    pub(super) account: Arc<Account>,
 }
 
 impl Rig {
@@ -102,7 +119,22 @@ impl Rig {
                 ramp: !options.no_ramp,
             },
             done: Arc::new(AtomicBool::new(false)),
+            events: EventsPath::new(&options.region, options.send_events, seed),
+            // Less the public URLs' reserved concurrency, RateControl's and GetUsers'.
+            account: Account::new(options.account_concurrency.saturating_sub(
+                PublicUrls::DEFAULT.unsubscribe_concurrency
+                    + PublicUrls::DEFAULT.open_content_concurrency
+                    + 2,
+            )),
         })
+    }
+
+    /// Until every event of the emails accepted is handled, or `limit` has passed.
+    pub(super) async fn drain_events(&self, limit: Duration) {
+        let until = Instant::now() + limit;
+        while self.events.handled_count() < self.events.expected() && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Until `emails` are accepted or `limit` has passed since `started`: the users and the
@@ -288,10 +320,10 @@ pub(super) fn start_create_emails(
             rig.ramp,
             rig.sqs,
             rig.done.clone(),
-            move |event| {
+            rig.account.around(move |event| {
                 let stage = stage.clone();
                 async move { failures(&stage.handle(event).await.0) }
-            },
+            }),
         ));
     }
     Ok(tasks)
@@ -334,7 +366,13 @@ pub(super) fn start_send_email(
     for environment in 0..sizing.send_environments {
         let stage = Arc::new(SendEmail::new(
             Slow::new(ledger.clone(), store),
-            Computing::new(Ses(rig.ses.clone()), per_email),
+            Computing::new(
+                Publishing {
+                    inner: Ses(rig.ses.clone()),
+                    events: rig.events.clone(),
+                },
+                per_email,
+            ),
             Slow::new(rig.emails.clone(), store),
             MemoryCampaigns::default(),
             Slow::new(rate_item.clone(), store),
@@ -355,7 +393,7 @@ pub(super) fn start_send_email(
             rig.ramp,
             rig.sqs,
             rig.done.clone(),
-            move |event| {
+            rig.account.around(move |event| {
                 let (stage, invocations) = (stage.clone(), invocations.clone());
                 async move {
                     let n = invocations.fetch_add(1, Ordering::Relaxed);
@@ -365,7 +403,7 @@ pub(super) fn start_send_email(
                     );
                     failures(&stage.handle(event, &invocation).await.0)
                 }
-            },
+            }),
         ));
     }
     Ok(tasks)

@@ -268,6 +268,8 @@ pub async fn plan(
             composers_ceiling: control.create_emails_ceiling,
             quota,
             public_urls: control.public_urls,
+            stack: control.stack(),
+            account: mailctl::capacity::account(sdk, &send.sends_table_name).await,
         },
         delivery.as_ref(),
         guardrails,

@@ -3,6 +3,7 @@
 
 use crate::guardrails::GuardrailsPlan;
 use crate::local_time::LocalTimePlan;
+use mailflow::domain::capacity::Check;
 use mailflow::domain::fan_out::ComposerSizing;
 use mailflow::domain::public_urls::PublicUrlsCheck;
 use mailflow::domain::send_rate::SendQuota;
@@ -56,6 +57,9 @@ pub struct Plan {
     /// What the public URLs need at the rate (first opens at delivery, junk on top) and what
     /// their reserved concurrency is.
     pub public_urls: Option<PublicUrlsCheck>,
+    /// What the campaign at the rate needs of each AWS limit against what the account has
+    /// (`domain::capacity`).
+    pub limits: Vec<Check>,
     /// What the guardrails would hold back (not counted in `wouldSend`).
     pub guardrails: GuardrailsPlan,
 }
@@ -103,6 +107,7 @@ pub fn describe(plan: &Plan) -> String {
     if let Some(urls) = &plan.public_urls {
         out.push_str(&crate::public_urls::describe_plan(urls, plan.send_rate));
     }
+    out.push_str(&crate::capacity::describe_plan(&plan.limits));
     out.push_str(&crate::send_rate::plan_quota(
         plan.ses_quota.as_ref(),
         plan.ses_quota_unknown.as_deref(),

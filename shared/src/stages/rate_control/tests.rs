@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::config::RateControlConfig;
+use crate::domain::events_path::Handler;
 use crate::domain::send_rate::SendQuota;
 use crate::ports::memory::MemoryRateBucket;
 use crate::ports::{ControlError, OutgoingEmail, SendError};
@@ -61,6 +62,9 @@ fn config(rate: f64) -> RateControlConfig {
         create_emails: Composer::DEFAULT,
         create_emails_ceiling: 5,
         users_event_source_mapping_id: "uuid-users".into(),
+        ses_events: Handler::DEFAULT,
+        track_opens_and_clicks: false,
+        ses_events_event_source_mapping_id: "uuid-events".into(),
         public_urls: PublicUrls::DEFAULT,
     }
 }
@@ -75,13 +79,15 @@ fn mapping(max: u32, refusals: u32) -> Arc<Mapping> {
 #[tokio::test(start_paused = true)]
 async fn the_quota_sets_the_items_ceiling_and_the_mappings_concurrency() {
     let bucket = Arc::new(MemoryRateBucket::default());
-    let (mapping, composers) = (mapping(2, 2), mapping(5, 0));
+    let (handlers, composers) = (mapping(2, 0), mapping(5, 0));
+    let mapping = self::mapping(2, 2);
     // Configured 1,000/s; SES allows 100: the ceiling is 100, 5 environments of 20/s.
     let control = RateControl::new(
         Quota(Ok(100.0)),
         bucket.clone(),
         mapping.clone(),
         composers.clone(),
+        handlers.clone(),
         &config(1000.0),
     );
     let summary = control.handle().await.unwrap();
@@ -140,6 +146,7 @@ async fn the_quota_sets_the_items_ceiling_and_the_mappings_concurrency() {
         bucket.clone(),
         mapping.clone(),
         composers.clone(),
+        handlers.clone(),
         &config(1000.0),
     );
     // (It sizes the mapping by that ceiling, not by the configured 1,000/s.)
@@ -159,6 +166,7 @@ async fn the_quota_sets_the_items_ceiling_and_the_mappings_concurrency() {
         bucket.clone(),
         mapping.clone(),
         composers.clone(),
+        handlers.clone(),
         &config(1000.0),
     );
     let summary = zero.handle().await.unwrap();
@@ -174,6 +182,7 @@ async fn create_emails_follows_the_rate_up_to_the_operators_ceiling() {
         Arc::new(MemoryRateBucket::default()),
         mapping(2, 0),
         composers.clone(),
+        mapping(2, 0),
         &config(20_000.0),
     );
     let sizing = control.handle().await.unwrap().create_emails.unwrap();
@@ -191,6 +200,7 @@ async fn create_emails_follows_the_rate_up_to_the_operators_ceiling() {
         Arc::new(MemoryRateBucket::default()),
         mapping(2, 0),
         composers.clone(),
+        mapping(2, 0),
         &roomy,
     );
     let summary = control.handle().await.unwrap();
@@ -211,6 +221,7 @@ async fn a_mapping_that_refuses_every_attempt_fails_the_invocation_with_its_reas
         Arc::new(MemoryRateBucket::default()),
         mapping(2, ATTEMPTS),
         mapping(2, 0),
+        mapping(2, 0),
         &config(14.0),
     );
     let err = control.handle().await.unwrap_err();
@@ -219,4 +230,44 @@ async fn a_mapping_that_refuses_every_attempt_fails_the_invocation_with_its_reas
             .contains("sizing SendEmail's event source mapping: TooManyRequestsException"),
         "{err}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn ses_events_follows_the_events_the_rate_brings_and_a_binding_limit_is_named() {
+    let handlers = mapping(2, 0);
+    let control = RateControl::new(
+        Quota(Ok(20_000.0)),
+        Arc::new(MemoryRateBucket::default()),
+        mapping(2, 0),
+        mapping(5, 0),
+        handlers.clone(),
+        &config(20_000.0),
+    )
+    .in_region("us-east-1");
+    let summary = control.handle().await.unwrap();
+    // 20,200 events/s, 95 a second each at 128 MB, with headroom: 266.
+    assert_eq!(
+        (summary.ses_events, summary.ses_events_were),
+        (266, Some(2))
+    );
+    assert_eq!(*crate::runtime::lock(&handlers.max), 266);
+    // 20,000/s writes 60,200 units a second to the sends table, 3,763 to each of the
+    // campaign index's 16 partitions: the hardest of the limits it exceeds.
+    let binding = summary.binding.unwrap();
+    assert_eq!(
+        (binding.limit, binding.needed.round()),
+        ("campaign index partition write units/s", 3_762.0),
+        "{binding:?}"
+    );
+    // The SES sandbox's rate binds nothing, and SesEvents runs at Lambda's minimum.
+    let small = RateControl::new(
+        Quota(Ok(14.0)),
+        Arc::new(MemoryRateBucket::default()),
+        mapping(2, 0),
+        mapping(2, 0),
+        handlers.clone(),
+        &config(14.0),
+    );
+    let summary = small.handle().await.unwrap();
+    assert_eq!((summary.ses_events, summary.binding), (2, None));
 }

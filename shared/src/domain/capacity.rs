@@ -1,0 +1,270 @@
+//! What a campaign at a send rate needs of the AWS account, added up against each limit
+//! (`aws_limits`), and which one binds: `mailctl plan` prints every line, RateControl logs
+//! the binding one each minute. Pure: the caller reads the account (Lambda's
+//! GetAccountSettings, the table's warm throughput, SES's quota) or takes the defaults.
+
+use super::aws_limits::{
+    eventbridge_invocations_per_second, DYNAMODB_PARTITION_WRITE_UNITS, DYNAMODB_TABLE_WRITE_UNITS,
+    LAMBDA_ACCOUNT_CONCURRENCY, SQS_IN_FLIGHT,
+};
+use super::events_path::{events_per_email, handlers_for, Handler};
+use super::fan_out::{composers_for, Composer};
+use super::ledger::CAMPAIGN_SHARDS;
+use super::public_urls::PublicUrls;
+use super::send_rate::{Environment, SendRate};
+
+/// SendEmail's writes to the sends table per email: the claim and the mark. Each SES event
+/// noted on the record is one more (`events_per_email`), and each is written again to the
+/// campaign index (its projection is the whole item).
+pub const SEND_EMAIL_WRITES_PER_EMAIL: f64 = 2.0;
+
+/// What the stack runs at its send rate: the environments each mapping is sized to (as
+/// RateControl sizes them), the reserved ones, and the events each email brings.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Demand {
+    /// Emails per second.
+    pub rate: f64,
+    pub send_email: u32,
+    pub create_emails: u32,
+    pub ses_events: u32,
+    /// Reserved concurrency: OpenContent's, Unsubscribe's, RateControl's 1, and GetUsers'
+    /// one invocation (not reserved, but running).
+    pub reserved: u32,
+    pub events_per_email: f64,
+    /// The most messages each consuming stage holds received at once (environments times
+    /// batch), the largest of the three queues.
+    pub in_flight: u32,
+}
+
+/// How the stack is sized: what RateControl is given (and `mailctl plan` reads from it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stack {
+    pub send_email: Environment,
+    pub create_emails: Composer,
+    pub create_emails_ceiling: u32,
+    pub ses_events: Handler,
+    pub track_opens_and_clicks: bool,
+    pub public_urls: PublicUrls,
+}
+
+impl Stack {
+    /// The environments and events at `rate` emails/s, each mapping sized as RateControl
+    /// sizes it.
+    pub fn demand(&self, rate: f64) -> Demand {
+        let per_email = events_per_email(self.track_opens_and_clicks);
+        let send_email = SendRate::configured(rate).environments(&self.send_email);
+        let create_emails =
+            composers_for(rate, &self.create_emails, self.create_emails_ceiling).environments;
+        let ses_events = handlers_for(rate * per_email, &self.ses_events);
+        let in_flight = [
+            send_email * self.send_email.records_at_once as u32,
+            create_emails * self.create_emails.batch as u32,
+            ses_events * self.ses_events.batch as u32,
+        ];
+        Demand {
+            rate,
+            send_email,
+            create_emails,
+            ses_events,
+            // RateControl's one and GetUsers' one invocation besides the public URLs.
+            reserved: self.public_urls.unsubscribe_concurrency
+                + self.public_urls.open_content_concurrency
+                + 2,
+            events_per_email: per_email,
+            in_flight: in_flight.into_iter().max().unwrap_or(0),
+        }
+    }
+}
+
+/// What the account allows: read from it where the stack's credentials can, else AWS's
+/// defaults (`Account::defaults`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Account {
+    pub region: String,
+    pub lambda_concurrency: u32,
+    pub sends_table_write_units: f64,
+    /// SES's maximum send rate and what is left of its 24-hour quota, when read.
+    pub ses_max_send_rate: Option<f64>,
+    pub ses_left_24_hours: Option<f64>,
+}
+
+impl Account {
+    pub fn defaults(region: &str) -> Self {
+        Self {
+            region: region.to_owned(),
+            lambda_concurrency: LAMBDA_ACCOUNT_CONCURRENCY,
+            sends_table_write_units: DYNAMODB_TABLE_WRITE_UNITS,
+            ses_max_send_rate: None,
+            ses_left_24_hours: None,
+        }
+    }
+}
+
+/// One limit: what the campaign needs of it, what the account has, and what to raise.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Check {
+    pub limit: &'static str,
+    pub needed: f64,
+    pub available: f64,
+    pub raise: &'static str,
+}
+
+impl Check {
+    pub fn binds(&self) -> bool {
+        self.needed > self.available
+    }
+
+    /// Needed over available.
+    pub fn share(&self) -> f64 {
+        self.needed / self.available.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// Every limit the campaign of `emails` (none: its size unknown) at `demand` meets.
+pub fn checks(demand: &Demand, account: &Account, emails: Option<f64>) -> Vec<Check> {
+    let rate = demand.rate.max(0.0);
+    let writes = rate * (SEND_EMAIL_WRITES_PER_EMAIL + demand.events_per_email);
+    let mut out = vec![
+        Check {
+            limit: "Lambda concurrent executions",
+            needed: f64::from(
+                demand.send_email + demand.create_emails + demand.ses_events + demand.reserved,
+            ),
+            available: f64::from(account.lambda_concurrency),
+            raise: "Lambda's concurrent executions in Service Quotas, or a lower SendRatePerSecond",
+        },
+        Check {
+            limit: "sends table write units/s",
+            needed: writes,
+            available: account.sends_table_write_units,
+            raise: "the table's write throughput quota (Service Quotas) and its warm throughput",
+        },
+        Check {
+            limit: "campaign index partition write units/s",
+            needed: writes / CAMPAIGN_SHARDS as f64,
+            available: DYNAMODB_PARTITION_WRITE_UNITS,
+            raise: "not adjustable: more campaign shards, or a lower SendRatePerSecond",
+        },
+        Check {
+            limit: "EventBridge invocations/s",
+            needed: rate * demand.events_per_email,
+            available: eventbridge_invocations_per_second(&account.region),
+            raise: "EventBridge's invocations quota in Service Quotas (beyond it SES's events are delayed)",
+        },
+        Check {
+            limit: "SQS messages in flight",
+            needed: f64::from(demand.in_flight),
+            available: f64::from(SQS_IN_FLIGHT),
+            raise: "not adjustable: smaller batches or fewer environments",
+        },
+    ];
+    if let Some(max) = account.ses_max_send_rate {
+        out.push(Check {
+            limit: "SES maximum send rate",
+            needed: rate,
+            available: max,
+            raise: "SES's sending quota (a request to AWS), or a lower SendRatePerSecond",
+        });
+    }
+    if let (Some(left), Some(emails)) = (account.ses_left_24_hours, emails) {
+        out.push(Check {
+            limit: "SES 24-hour quota left",
+            needed: emails,
+            available: left,
+            raise: "SES's daily sending quota; the rest waits for the window to roll",
+        });
+    }
+    out
+}
+
+/// The limit that binds hardest (the largest share above 1), if any.
+pub fn binding(checks: &[Check]) -> Option<&Check> {
+    checks
+        .iter()
+        .filter(|c| c.binds())
+        .max_by(|a, b| a.share().total_cmp(&b.share()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stacks_demand_is_what_ratecontrol_sizes() {
+        let stack = Stack {
+            send_email: Environment {
+                records_at_once: 100,
+                memory_mb: 1_769,
+            },
+            create_emails: Composer {
+                batch: 100,
+                memory_mb: 1_769,
+            },
+            create_emails_ceiling: 1_000,
+            ses_events: Handler::DEFAULT,
+            track_opens_and_clicks: false,
+            public_urls: PublicUrls::DEFAULT,
+        };
+        let d = stack.demand(20_000.0);
+        assert_eq!(
+            (d.send_email, d.create_emails, d.ses_events, d.reserved),
+            (86, 38, 266, 97)
+        );
+        assert_eq!(d.in_flight, 8_600);
+    }
+
+    fn demand(rate: f64, ses_events: u32) -> Demand {
+        Demand {
+            rate,
+            send_email: 86,
+            create_emails: 38,
+            ses_events,
+            reserved: 97,
+            events_per_email: 1.01,
+            in_flight: 8_600,
+        }
+    }
+
+    #[test]
+    fn the_limit_that_binds_is_named_with_what_to_raise() {
+        // 20,000/s in us-east-1 with SesEvents at 128 MB: 487 environments fit the account;
+        // the sends table's 40,000 write units do not (60,200 needed), nor its index's
+        // partitions (3,763 each).
+        let account = Account::defaults("us-east-1");
+        let all = checks(&demand(20_000.0, 266), &account, None);
+        let lambda = &all[0];
+        assert_eq!((lambda.needed, lambda.binds()), (487.0, false));
+        assert_eq!(all[1].needed.round(), 60_200.0);
+        assert!(all[2].binds() && all[1].binds());
+        assert_eq!(
+            binding(&all).unwrap().limit,
+            "campaign index partition write units/s"
+        );
+        // EventBridge: 20,200 invocations/s against us-east-1's 18,750; 1,100 elsewhere.
+        assert!(all[3].binds());
+        let elsewhere = checks(
+            &demand(2_000.0, 30),
+            &Account::defaults("ca-central-1"),
+            None,
+        );
+        assert_eq!(
+            binding(&elsewhere).unwrap().limit,
+            "EventBridge invocations/s"
+        );
+        // A small campaign binds nothing; SES's quota and the day's left are checked once read.
+        let mut read = Account::defaults("us-east-1");
+        read.ses_max_send_rate = Some(14.0);
+        read.ses_left_24_hours = Some(50_000.0);
+        let small = checks(&demand(14.0, 2), &read, Some(40_000.0));
+        assert_eq!(binding(&small), None, "{small:?}");
+        let big = checks(&demand(14.0, 2), &read, Some(60_000.0));
+        assert_eq!(binding(&big).unwrap().limit, "SES 24-hour quota left");
+        // An account of 400 concurrent executions binds at 20,000/s with these mappings.
+        read.lambda_concurrency = 400;
+        let lambda = &checks(&demand(20_000.0, 266), &read, None)[0];
+        assert!(lambda.binds() && lambda.share() > 1.2);
+    }
+}
