@@ -98,7 +98,7 @@ async fn the_quota_sets_the_items_ceiling_and_the_mappings_concurrency() {
     // Refused twice (Lambda's control plane throttling), set on the third attempt.
     assert_eq!(
         (summary.environments, summary.environments_were),
-        (5, Some(2))
+        (6, Some(2))
     );
     // CreateEmails: 100/s with headroom is two environments of 81/s, down from 5.
     let sizing = summary.create_emails.unwrap();
@@ -157,7 +157,7 @@ async fn the_quota_sets_the_items_ceiling_and_the_mappings_concurrency() {
             summary.environments,
             summary.environments_were
         ),
-        (false, 5, None)
+        (false, 6, None)
     );
     assert_eq!(bucket.read().await.unwrap().rate.unwrap().ceiling, 100.0);
     // SES answering a maximum of 0 is not a quota: the same.
