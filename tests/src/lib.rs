@@ -215,6 +215,28 @@ impl TestEnv {
             .collect())
     }
 
+    /// One send record, read by its key (strongly consistent): a record whose attempt is in
+    /// flight is not in the campaign index yet.
+    pub async fn record(&self, campaign: &str, user: &str) -> Result<Option<SendRecord>> {
+        let table = self.stack.table_name(names::SENDS_TABLE)?;
+        let out = self
+            .dynamo()
+            .get_item()
+            .table_name(table)
+            .key(
+                "userId",
+                aws_sdk_dynamodb::types::AttributeValue::S(user.into()),
+            )
+            .key(
+                "campaignId",
+                aws_sdk_dynamodb::types::AttributeValue::S(campaign.into()),
+            )
+            .consistent_read(true)
+            .send()
+            .await?;
+        Ok(out.item.as_ref().map(SendRecord::from_item))
+    }
+
     /// The picks frozen for `user`'s email of `campaign` (None: not opened yet).
     pub async fn frozen_picks(
         &self,

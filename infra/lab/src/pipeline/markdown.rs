@@ -106,9 +106,39 @@ pub fn markdown(reports: &[PipelineReport]) -> String {
     for (name, value) in rows {
         out.push_str(&format!("| {name} | {value} |\n"));
     }
+    out.push_str(&sends_table(reports));
     out.push_str("\nQuota use each second (first run): ");
     let shares: Vec<String> = first.quota_use.iter().map(|s| format!("{s:.2}")).collect();
     out.push_str(&shares.join(" "));
     out.push('\n');
+    out
+}
+
+/// The sends table's limits: each one's write units per email, throttled attempts and the
+/// busiest key's peak second (ranges over the runs), then what failed.
+fn sends_table(reports: &[PipelineReport]) -> String {
+    let first = &reports[0].sends_table;
+    let f = |get: &dyn Fn(&PipelineReport) -> f64, digits| range(reports.iter().map(get), digits);
+    let mut out = format!(
+        "\nSends table: {:?} quota ({} write units/s, the index the same), {:?} campaign index.\n\n\
+         | limit | units per email | throttled attempts | peak units/s on one key |\n|---|---|---|---|\n",
+        first.quota, first.quota_write_units, first.design
+    );
+    for name in first.limits.keys() {
+        let counts =
+            |r: &PipelineReport| r.sends_table.limits.get(name).cloned().unwrap_or_default();
+        out.push_str(&format!(
+            "| {name} | {} | {} | {} |\n",
+            f(&|r| counts(r).units / r.users.max(1) as f64, 2),
+            f(&|r| counts(r).throttles as f64, 0),
+            f(&|r| counts(r).peak_key_per_second, 0),
+        ));
+    }
+    out.push_str(&format!(
+        "\nLedger writes failed after the SDK's retries: {}; Delivery notes failed: {}; SES acceptances left unrecorded: {}.\n",
+        f(&|r| r.sends_table.writes_failed as f64, 0),
+        f(&|r| r.sends_table.notes_failed as f64, 0),
+        f(&|r| r.sends_table.unrecorded as f64, 0),
+    ));
     out
 }

@@ -19,10 +19,12 @@ pub(crate) mod polling;
 #[cfg(test)]
 mod quiet_hours;
 mod sending;
+mod sends_table;
 mod stages;
 mod waiting;
 
 pub use markdown::markdown;
+pub use sends_table::{IndexDesign, SendsTableReport, TableQuota};
 
 use crate::rate::latency::millis;
 use crate::rate::queue::LabQueue;
@@ -104,6 +106,14 @@ pub struct PipelineOptions {
     pub events_concurrency: u32,
     #[arg(long, default_value_t = LAMBDA_ACCOUNT_CONCURRENCY)]
     pub account_concurrency: u32,
+    /// The sends table's write quota (and its index's): DynamoDB's default, a new on-demand
+    /// table's, or the raised one docs/deploying.md asks for.
+    #[arg(long, value_enum, default_value_t = TableQuota::Default)]
+    pub sends_table_quota: TableQuota,
+    /// Which writes put a record in the campaign index: as the adapter does (sparse), or
+    /// the design before it (every write, 16 shards).
+    #[arg(long, value_enum, default_value_t = IndexDesign::Sparse)]
+    pub sends_index: IndexDesign,
 }
 
 impl PipelineOptions {
@@ -166,6 +176,7 @@ pub struct PipelineReport {
     pub dead_lettered: usize,
     /// SES's events through EventBridge to SesEvents, and the account's concurrency.
     pub events: events::EventsReport,
+    pub sends_table: SendsTableReport,
 }
 
 /// GetUsers alone: users per second from its start to its last user enqueued.
@@ -249,6 +260,7 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
     }
     let enqueued = mailflow::runtime::lock(&enqueued).clone();
     let composed = mailflow::runtime::lock(&composed).clone();
+    let sends_table = rig.sends.report(seen.accepted.keys()).await;
     Ok(report(
         options,
         &sizing,
@@ -264,6 +276,7 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
             dead_lettered: rig.emails.left().1,
             sent,
             events: (rig.events).report(sizing.events_environments, &rig.account),
+            sends_table,
         },
     ))
 }
@@ -282,6 +295,7 @@ struct Observed {
     sent_twice: usize,
     dead_lettered: usize,
     events: events::EventsReport,
+    sends_table: SendsTableReport,
 }
 
 /// Each stage's throughput over the steady state (the 10th to the 90th percentile of the
@@ -337,6 +351,7 @@ fn report(options: &PipelineOptions, sizing: &Sizing, seen: Observed) -> Pipelin
         sent_twice: seen.sent_twice,
         dead_lettered: seen.dead_lettered,
         events: seen.events,
+        sends_table: seen.sends_table,
     }
 }
 
@@ -440,6 +455,59 @@ mod tests {
         options.users = 40_000;
         let rate = fan_out_rate(&options).await.unwrap();
         assert!(rate > 20_000.0, "{rate:.0} users/s");
+    }
+
+    /// At 20,000 emails/s the campaign index as it was (the claim put each record in it, so
+    /// its three writes per email all wrote the index: 60,000 units a second over 16 keys of
+    /// 1,000 each, on a table quota of 40,000) throttles SendEmail's ledger writes. The
+    /// sparse index (two index writes per email over 64 keys: 625 a second each) on the
+    /// raised quota takes them all. Two seconds of sending (one before), the environments at
+    /// once.
+    #[tokio::test]
+    async fn the_sends_table_takes_20000_emails_a_second_where_its_dense_index_did_not() {
+        let mut options = Defaults::parse_from(["lab"]).options;
+        options.users = 40_000;
+        options.no_ramp = true;
+        options.sends_table_quota = TableQuota::Raised;
+        let now = run(&options).await.unwrap().remove(0);
+        let table = &now.sends_table;
+        let throttled: u64 = table.limits.values().map(|c| c.throttles).sum();
+        assert_eq!(
+            (
+                throttled,
+                table.writes_failed,
+                table.notes_failed,
+                table.unrecorded
+            ),
+            (0, 0, 0, 0),
+            "{table:?}"
+        );
+        assert_eq!(
+            (now.lost, now.sent_twice, now.dead_lettered),
+            (0, 0, 0),
+            "{now:?}"
+        );
+        assert!(now.steady_share >= 0.95, "{now:?}");
+        assert!(
+            (table.index_units_per_email - 2.0).abs() < 0.05,
+            "{table:?}"
+        );
+
+        // One second of sending is enough to throttle it.
+        options.users = 20_000;
+        options.sends_index = IndexDesign::Dense16;
+        options.sends_table_quota = TableQuota::Default;
+        let before = run(&options).await.unwrap().remove(0);
+        let table = &before.sends_table;
+        assert!(
+            table.limits["campaign index partition writes"].throttles > 0,
+            "{table:?}"
+        );
+        assert!(
+            table.writes_failed + table.notes_failed > 0 && table.unrecorded > 0
+                || before.steady_share < 0.95,
+            "{before:?}"
+        );
     }
 
     /// The same campaign under the template's sizing and under the sizing before it: the

@@ -6,6 +6,7 @@ use super::directory::LabDirectory;
 use super::events::{Account, EventsPath, Publishing};
 use super::polling::{failures, poll, Ramp};
 use super::sending::Sending;
+use super::sends_table::SendsTable;
 use super::PipelineOptions;
 use crate::rate::item_limit::ItemLimit;
 use crate::rate::latency::{millis, Computing, Cpu, Slow};
@@ -19,7 +20,7 @@ use mailflow::domain::fan_out::{composers_for, Composer};
 use mailflow::domain::public_urls::PublicUrls;
 use mailflow::domain::send_rate::{Environment, SendRate};
 use mailflow::domain::unsubscribe_link::Signer;
-use mailflow::ports::memory::{MemoryCampaigns, MemoryLedger, MemoryRateBucket, MemoryWaitingRoom};
+use mailflow::ports::memory::{MemoryCampaigns, MemoryRateBucket, MemoryWaitingRoom};
 use mailflow::ports::WaitingRoom;
 use mailflow::runtime::Invocation;
 use mailflow::stages::create_emails::CreateEmails;
@@ -93,6 +94,8 @@ pub(super) struct Rig {
     pub(super) ses: Arc<StandInSes>,
     pub(super) sqs: (Duration, Duration),
     pub(super) store: (Duration, Duration),
+    /// The ledger behind the sends table's limits.
+    pub(super) sends: SendsTable,
     pub(super) ramp: Ramp,
     pub(super) done: Arc<AtomicBool>,
     pub(super) events: Arc<EventsPath>,
@@ -114,6 +117,13 @@ impl Rig {
             ses: Arc::new(StandInSes::new(options.quota, ses_latency, seed)),
             sqs,
             store,
+            sends: SendsTable::new(
+                Arc::default(),
+                store,
+                options.sends_table_quota,
+                options.sends_index,
+                seed,
+            ),
             ramp: Ramp {
                 started,
                 ramp: !options.no_ramp,
@@ -329,8 +339,9 @@ pub(super) fn start_create_emails(
     Ok(tasks)
 }
 
-/// SendEmail's environments on the emails queue, sharing the ledger and the rate item (behind
-/// DynamoDB's per-item limit), each spending `per_email` of its CPU on each send.
+/// SendEmail's environments on the emails queue, sharing the ledger (behind the sends table's
+/// limits) and the rate item (behind DynamoDB's per-item limit), each spending `per_email` of
+/// its CPU on each send.
 pub(super) fn start_send_email(
     rig: &Rig,
     options: &PipelineOptions,
@@ -338,7 +349,6 @@ pub(super) fn start_send_email(
     per_email: Duration,
     seed: u64,
 ) -> Result<Vec<JoinHandle<()>>> {
-    let ledger = Arc::new(MemoryLedger::default());
     let rate_item = Arc::new(ItemLimit::new(MemoryRateBucket::default(), seed));
     let send_config = config(
         SendEmailConfig::from_source,
@@ -365,7 +375,7 @@ pub(super) fn start_send_email(
     let mut tasks = Vec::new();
     for environment in 0..sizing.send_environments {
         let stage = Arc::new(SendEmail::new(
-            Slow::new(ledger.clone(), store),
+            rig.sends.clone(),
             Computing::new(
                 Publishing {
                     inner: Ses(rig.ses.clone()),

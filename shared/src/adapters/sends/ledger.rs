@@ -6,7 +6,8 @@ use super::{Conditional, SendsLedger};
 use crate::adapters::item::{expires_after, n, number, s, text, Item};
 use crate::domain::guardrails::Skip;
 use crate::domain::ledger::{
-    epoch_ms, Claim, ClaimOutcome, LedgerError, LostClaim, Reclaim, Refusal, SendKey, SendStatus,
+    epoch_ms, Claim, ClaimOutcome, LedgerError, LedgerWrite, LostClaim, Reclaim, Refusal, SendKey,
+    SendStatus,
 };
 use crate::ports::{Marked, SendLedger};
 use aws_sdk_dynamodb::types::ReturnValue;
@@ -23,7 +24,7 @@ impl SendLedger for SendsLedger {
         let outcome = self
             .records
             .update(
-                "claim",
+                LedgerWrite::Claim,
                 &claim.key,
                 &update,
                 &condition,
@@ -54,15 +55,21 @@ impl SendLedger for SendsLedger {
             (":id".into(), s(ses_message_id)),
         ]);
         let mut set = String::from(
-            "SET #status = :sent, sesMessageId = :id, completedAt = :now, updatedAt = :now",
+            "#status = :sent, sesMessageId = :id, completedAt = :now, updatedAt = :now",
         );
         // A local-time email: how long after its user's local send time it went.
         if let Some(late) = late_ms {
             values.insert(":late".into(), n(late));
             set.push_str(", lateMs = :late");
         }
-        let update = format!("{set} REMOVE leaseUntil, lastError");
-        self.finish("mark sent", claim, &update, values).await
+        self.finish(
+            LedgerWrite::MarkSent,
+            claim,
+            &set,
+            "REMOVE leaseUntil, lastError",
+            values,
+        )
+        .await
     }
 
     /// FAILED with the reason (a permanent error), only while this attempt holds the claim.
@@ -71,9 +78,15 @@ impl SendLedger for SendsLedger {
             (":failed".into(), s(SendStatus::Failed.as_str())),
             (":reason".into(), s(reason)),
         ]);
-        let update = "SET #status = :failed, lastError = :reason, completedAt = :now, \
-                      updatedAt = :now REMOVE leaseUntil";
-        self.finish("mark failed", claim, update, values).await
+        let set = "#status = :failed, lastError = :reason, completedAt = :now, updatedAt = :now";
+        self.finish(
+            LedgerWrite::MarkFailed,
+            claim,
+            set,
+            "REMOVE leaseUntil",
+            values,
+        )
+        .await
     }
 
     /// Ends the lease now (the email was not accepted), so a retry need not wait it out.
@@ -81,13 +94,14 @@ impl SendLedger for SendsLedger {
     /// `sendErrors` so that one that repeats ends FAILED.
     async fn release(&self, claim: &Claim, reason: &str, send_error: bool) -> Marked {
         let mut values = HashMap::from([(":reason".into(), s(reason)), (":zero".into(), n(0))]);
-        let mut update =
-            String::from("SET leaseUntil = :zero, lastError = :reason, updatedAt = :now");
+        let set = "leaseUntil = :zero, lastError = :reason, updatedAt = :now";
+        let mut tail = "";
         if send_error {
             values.insert(":one".into(), n(1));
-            update.push_str(" ADD sendErrors :one");
+            tail = "ADD sendErrors :one";
         }
-        self.finish("release", claim, &update, values).await
+        self.finish(LedgerWrite::Release, claim, set, tail, values)
+            .await
     }
 
     /// DEAD_LETTERED with the reason: this was the message's last receive, so it goes to the
@@ -97,9 +111,15 @@ impl SendLedger for SendsLedger {
             (":dead".into(), s(SendStatus::DeadLettered.as_str())),
             (":reason".into(), s(reason)),
         ]);
-        let update = "SET #status = :dead, lastError = :reason, updatedAt = :now REMOVE leaseUntil";
-        self.finish("mark dead-lettered", claim, update, values)
-            .await
+        let set = "#status = :dead, lastError = :reason, updatedAt = :now";
+        self.finish(
+            LedgerWrite::MarkDeadLettered,
+            claim,
+            set,
+            "REMOVE leaseUntil",
+            values,
+        )
+        .await
     }
 
     /// SKIPPED with the guardrail's reason, only while this attempt holds the claim.
@@ -108,16 +128,22 @@ impl SendLedger for SendsLedger {
             (":skipped".into(), s(SendStatus::Skipped.as_str())),
             (":reason".into(), s(skip.as_str())),
         ]);
-        let update = "SET #status = :skipped, skipReason = :reason, completedAt = :now, \
-                      updatedAt = :now REMOVE leaseUntil, lastError";
-        self.finish("mark skipped", claim, update, values).await
+        let set = "#status = :skipped, skipReason = :reason, completedAt = :now, updatedAt = :now";
+        self.finish(
+            LedgerWrite::MarkSkipped,
+            claim,
+            set,
+            "REMOVE leaseUntil, lastError",
+            values,
+        )
+        .await
     }
 
     /// CANCELLED, on no record, a DEAD_LETTERED one, or an IN_PROGRESS one whose lease has
     /// ended; a SENT or FAILED record is final already, and a live lease's attempt decides.
     async fn cancel_send(&self, key: &SendKey, at_ms: u64) -> Result<bool, LedgerError> {
         let expires = expires_after(self.retention);
-        let values = HashMap::from([
+        let mut values = HashMap::from([
             (":cancelled".into(), s(SendStatus::Cancelled.as_str())),
             (":in_progress".into(), s(SendStatus::InProgress.as_str())),
             (
@@ -125,17 +151,25 @@ impl SendLedger for SendsLedger {
                 s(SendStatus::DeadLettered.as_str()),
             ),
             (":now".into(), n(at_ms)),
-            (":shard".into(), s(key.campaign_shard())),
             (":expires".into(), n(expires)),
         ]);
         let condition = "attribute_not_exists(#status) OR #status = :dead_lettered \
                          OR (#status = :in_progress AND leaseUntil <= :now)";
-        let update = "SET #status = :cancelled, cancelledAt = :now, updatedAt = :now, \
-                      campaignShard = :shard, expiresAt = if_not_exists(expiresAt, :expires) \
-                      REMOVE leaseUntil";
+        let update = format!(
+            "SET #status = :cancelled, cancelledAt = :now, updatedAt = :now, \
+             expiresAt = if_not_exists(expiresAt, :expires){} REMOVE leaseUntil",
+            index_entry(LedgerWrite::Cancel, key, &mut values)
+        );
         let outcome = self
             .records
-            .update("cancel", key, update, condition, values, ReturnValue::None)
+            .update(
+                LedgerWrite::Cancel,
+                key,
+                &update,
+                condition,
+                values,
+                ReturnValue::None,
+            )
             .await?;
         Ok(matches!(outcome, Conditional::Done(_)))
     }
@@ -149,7 +183,7 @@ impl SendLedger for SendsLedger {
         ]);
         self.records
             .update(
-                "note duplicate",
+                LedgerWrite::NoteDuplicate,
                 key,
                 "ADD duplicatesSuppressed :one",
                 "#status = :sent",
@@ -162,23 +196,30 @@ impl SendLedger for SendsLedger {
 }
 
 impl SendsLedger {
+    /// A write under the claim: `SET set` (and the index key when `write` sets it), then
+    /// `tail` (REMOVE, ADD).
     async fn finish(
         &self,
-        operation: &'static str,
+        write: LedgerWrite,
         claim: &Claim,
-        update: &str,
+        set: &str,
+        tail: &str,
         mut values: Item,
     ) -> Marked {
         values.insert(":in_progress".into(), s(SendStatus::InProgress.as_str()));
         values.insert(":token".into(), s(&claim.token));
         values.insert(":now".into(), n(epoch_ms(SystemTime::now())));
+        let update = format!(
+            "SET {set}{} {tail}",
+            index_entry(write, &claim.key, &mut values)
+        );
         let condition = "#status = :in_progress AND claimToken = :token";
         let outcome = self
             .records
             .update(
-                operation,
+                write,
                 &claim.key,
-                update,
+                &update,
                 condition,
                 values,
                 // Nothing is read from the record written: do not ship it back.
@@ -211,7 +252,6 @@ fn claim_write(claim: &Claim, reclaim: Reclaim, retention: Duration) -> (String,
             ":dead_lettered".into(),
             s(SendStatus::DeadLettered.as_str()),
         ),
-        (":shard".into(), s(claim.key.campaign_shard())),
         (":now".into(), n(now)),
         (":lease".into(), n(claim.lease_until_ms)),
         (":token".into(), s(&claim.token)),
@@ -234,8 +274,9 @@ fn claim_write(claim: &Claim, reclaim: Reclaim, retention: Duration) -> (String,
     let mut update = String::from(
         "SET #status = :in_progress, startedAt = :now, leaseUntil = :lease, \
          claimToken = :token, updatedAt = :now, expiresAt = :expires, \
-         campaignShard = :shard, attempt = if_not_exists(attempt, :zero) + :one",
+         attempt = if_not_exists(attempt, :zero) + :one",
     );
+    update.push_str(index_entry(LedgerWrite::Claim, &claim.key, &mut values));
     // The experiment's variant this attempt sends (a retry sends the same one).
     if let Some(variant) = &claim.variant {
         update.push_str(", variant = :variant");
@@ -266,4 +307,15 @@ fn refusal(old: &Item, now: u64) -> Refusal {
             lease_until_ms: number::<u64>(old, "leaseUntil").unwrap_or(now),
         },
     }
+}
+
+/// `, campaignShard = :shard` (its value added to `values`) when `write` puts the record in
+/// the campaign index (`LedgerWrite::indexes`), else nothing: the one place every write of
+/// the sends table asks.
+pub(super) fn index_entry(write: LedgerWrite, key: &SendKey, values: &mut Item) -> &'static str {
+    if !write.indexes() {
+        return "";
+    }
+    values.insert(":shard".into(), s(key.campaign_shard()));
+    ", campaignShard = :shard"
 }

@@ -16,7 +16,7 @@ pub use records::{campaign_records, SendRecord, CAMPAIGN_INDEX};
 
 use super::describe;
 use super::item::{s, Item};
-use crate::domain::ledger::{LedgerError, SendKey};
+use crate::domain::ledger::{LedgerError, LedgerWrite, SendKey};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -83,7 +83,7 @@ impl SendRecords {
 
     async fn update(
         &self,
-        operation: &'static str,
+        write: LedgerWrite,
         key: &SendKey,
         update: &str,
         condition: &str,
@@ -116,7 +116,7 @@ impl SendRecords {
                     ccf.item().cloned().unwrap_or_default(),
                 ))
             }
-            Err(err) => Err(self.error(operation, err)),
+            Err(err) => Err(self.error(write.operation(), err)),
         }
     }
 }

@@ -1,10 +1,11 @@
 //! What the SES events and the Unsubscribe function write on send records: engagement
 //! notes, a status read, and the reconciliation of a send whose SENT was never written.
 
+use super::ledger::index_entry;
 use super::{Conditional, SendRecords};
 use crate::adapters::describe;
 use crate::adapters::item::{n, s, text};
-use crate::domain::ledger::{epoch_ms, Engagement, LedgerError, SendKey, SendStatus};
+use crate::domain::ledger::{epoch_ms, Engagement, LedgerError, LedgerWrite, SendKey, SendStatus};
 use crate::ports::SendRecordNotes;
 use aws_sdk_dynamodb::types::ReturnValue;
 use std::collections::HashMap;
@@ -26,11 +27,14 @@ impl SendRecordNotes for SendRecords {
             .map(|e| format!("{0} = if_not_exists({0}, :at)", e.attribute()))
             .collect::<Vec<_>>()
             .join(", ");
-        let update = format!("SET {update}");
-        let values = HashMap::from([(":at".into(), n(at_ms))]);
+        let mut values = HashMap::from([(":at".into(), n(at_ms))]);
+        let update = format!(
+            "SET {update}{}",
+            index_entry(LedgerWrite::Note, key, &mut values)
+        );
         let outcome = self
             .update(
-                "note",
+                LedgerWrite::Note,
                 key,
                 &update,
                 "attribute_exists(#status)",
@@ -85,7 +89,7 @@ impl SendRecordNotes for SendRecords {
         ses_message_id: &str,
         at_ms: u64,
     ) -> Result<bool, LedgerError> {
-        let values = HashMap::from([
+        let mut values = HashMap::from([
             (":in_progress".into(), s(SendStatus::InProgress.as_str())),
             (
                 ":dead_lettered".into(),
@@ -97,13 +101,16 @@ impl SendRecordNotes for SendRecords {
             (":at".into(), n(at_ms)),
             (":now".into(), n(epoch_ms(SystemTime::now()))),
         ]);
-        let update = "SET #status = :sent, sesMessageId = :id, completedAt = :at, \
-                      updatedAt = :now, reconciled = :now REMOVE leaseUntil, lastError, skipReason";
+        let update = format!(
+            "SET #status = :sent, sesMessageId = :id, completedAt = :at, updatedAt = :now, \
+             reconciled = :now{} REMOVE leaseUntil, lastError, skipReason",
+            index_entry(LedgerWrite::Reconcile, key, &mut values)
+        );
         let outcome = self
             .update(
-                "reconcile",
+                LedgerWrite::Reconcile,
                 key,
-                update,
+                &update,
                 // SKIPPED too: an attempt SES accepted may have died, and a later one found
                 // the deadline or the quiet hours; the email went, and the record says so.
                 "#status = :in_progress OR #status = :dead_lettered OR #status = :skipped",

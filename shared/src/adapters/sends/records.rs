@@ -70,8 +70,10 @@ impl SendRecord {
 /// The index template.yaml gives the sends table for reads by campaign.
 pub const CAMPAIGN_INDEX: &str = "CampaignShardIndex";
 
-/// Every record of one campaign, through the campaign index (`CampaignShardIndex`: 16
-/// queries at once, each one partition, reading nothing of other campaigns).
+/// Every record of one campaign that has had an outcome (the index is sparse: a record
+/// enters it with the first write `LedgerWrite::indexes` names; one whose first attempt is
+/// in flight is not there yet), through the campaign index (`CampaignShardIndex`: 64 queries
+/// at once, each one partition, reading nothing of other campaigns).
 pub async fn campaign_records(
     client: &Client,
     table: &str,
