@@ -8,6 +8,7 @@
 
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use mailflow::domain::campaign::Campaign;
+use mailflow::ports::Clock;
 use mailflow_local::fault_switch::{Fault, FaultSwitch};
 use mailflow_local::names;
 use mailflow_local::pipeline::{consumer, LocalPipeline, PipelineOptions, SEND_EMAIL};
@@ -236,12 +237,15 @@ async fn a_release_schedule_fires_at_its_instant_while_get_users_is_still_holdin
 
 /// The waiting table cannot be read (every Query fails as DynamoDB's 500), `times` times or
 /// from now on.
-fn waiting_table_unreadable(switch: &FaultSwitch, times: Option<usize>) {
-    let fault = Fault::Fail {
+fn waiting_table_unreadable(switch: &FaultSwitch) {
+    switch.set("dynamodb", "Query", waiting_table_fault(), None);
+}
+
+fn waiting_table_fault() -> Fault {
+    Fault::Fail {
         status: 500,
         code: "InternalServerError".into(),
-    };
-    switch.set("dynamodb", "Query", fault, times);
+    }
 }
 
 /// A release whose every attempt fails, GetUsers' on-failure destination set to
@@ -264,7 +268,7 @@ async fn failing_release(
     let summary = pipeline.start(local_time_run()).await.unwrap();
     assert_eq!(summary["complete"], true, "{summary}");
     // From now on the waiting table cannot be read: every release attempt fails.
-    waiting_table_unreadable(&switch, None);
+    waiting_table_unreadable(&switch);
     pipeline.drain(Duration::from_secs(600)).await.unwrap();
     assert!(!switch.hits().is_empty());
     assert!(env.sent().await.unwrap().is_empty());
@@ -316,9 +320,6 @@ async fn a_release_failing_on_every_attempt_reaches_the_on_failure_destination()
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "the release reads a slot's shards in lanes at once, so a count of failing \
-            queries no longer decides which attempts fail: needs a fault that fails the \
-            waiting table's reads for a time"]
 async fn a_release_lambda_gives_up_on_is_released_from_the_continuation_queue() {
     // The template as it is: GetUsers' failed asynchronous invocations go to the
     // continuation queue (without a destination, Lambda drops the release, and only the
@@ -332,10 +333,16 @@ async fn a_release_lambda_gives_up_on_is_released_from_the_continuation_queue() 
     );
     let summary = pipeline.start(local_time_run()).await.unwrap();
     assert_eq!(summary["complete"], true, "{summary}");
-    // The waiting table cannot be read for the release's three attempts (one query each,
-    // which the SDK tries three times); it can again by the time Lambda's record reaches
-    // the continuation queue.
-    waiting_table_unreadable(&switch, Some(9));
+    // The waiting table cannot be read until Lambda has given up on the release (its three
+    // attempts); it can again by the time Lambda's record reaches the continuation queue.
+    let release = pipeline.get_users_async();
+    let failed_before = release.stats().failed_attempts;
+    switch.set_while(
+        "dynamodb",
+        "Query",
+        waiting_table_fault(),
+        Arc::new(move || release.stats().failed_attempts < failed_before + 3),
+    );
     pipeline.drain(Duration::from_secs(600)).await.unwrap();
     let stats = pipeline.async_stats();
     // The release's three attempts; the sweep's one, which finds nobody left.
@@ -348,18 +355,32 @@ async fn a_release_lambda_gives_up_on_is_released_from_the_continuation_queue() 
 /// that fails there comes back after its first backoff (30 s) and releases the slot, where it
 /// used to stay hidden for the visibility timeout, past this drain's ten minutes.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "the release reads a slot's shards in lanes at once, so a count of failing \
-            queries no longer decides which attempts fail: needs a fault that fails the \
-            waiting table's reads for a time"]
 async fn a_continuation_record_that_fails_comes_back_after_its_backoff() {
     let (env, switch, pipeline) = tokyo("continuation-backoff", 30, |_| {}).await;
     let continuation = env.stack.template.queue(names::CONTINUATION_QUEUE).unwrap();
     assert_eq!(continuation.visibility_timeout, 5400);
     let summary = pipeline.start(local_time_run()).await.unwrap();
     assert_eq!(summary["complete"], true, "{summary}");
-    // The release's three attempts (three queries each, as the SDK tries) and the first try
-    // of Lambda's record from the continuation queue fail; the second try reads the table.
-    waiting_table_unreadable(&switch, Some(12));
+    // The release's three attempts and the first try of Lambda's record from the
+    // continuation queue fail (the table cannot be read for 10 s of the simulator's clock
+    // after Lambda gave up); the second try, after the record's 30 s backoff, reads it.
+    let release = pipeline.get_users_async();
+    let failed_before = release.stats().failed_attempts;
+    let clock = pipeline.clock.clone();
+    let gave_up_at: Mutex<Option<i64>> = Mutex::default();
+    switch.set_while(
+        "dynamodb",
+        "Query",
+        waiting_table_fault(),
+        Arc::new(move || {
+            if release.stats().failed_attempts < failed_before + 3 {
+                return true;
+            }
+            let now = clock.now_ms();
+            let since = *gave_up_at.lock().unwrap().get_or_insert(now);
+            now < since + 10_000
+        }),
+    );
     let stats = pipeline.drain(Duration::from_secs(600)).await.unwrap();
     let get_users = &stats[names::GET_USERS];
     assert_eq!(get_users.failures_reported, 1, "{get_users:?}");

@@ -33,7 +33,6 @@ pub enum Fault {
     Delay(std::time::Duration),
 }
 
-#[derive(Clone, Debug)]
 struct Rule {
     service: String,
     /// `*` for every operation of the service.
@@ -41,7 +40,14 @@ struct Rule {
     fault: Fault,
     /// How many more calls it applies to (None: every call until cleared).
     remaining: Option<usize>,
+    /// Asked at each call the rule matches: it applies only while this says so.
+    applies: Option<Condition>,
 }
+
+/// When a rule applies (e.g. until Lambda has given up on an invocation), for a fault a count
+/// of calls cannot place: calls made at once by many tasks spend a count across them, and
+/// each one's own retries then pass.
+pub type Condition = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// One call the switch faulted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,6 +130,19 @@ impl FaultSwitch {
             operation: operation.to_owned(),
             fault,
             remaining: times,
+            applies: None,
+        });
+    }
+
+    /// Makes `operation` of `service` (`*`: all of them) meet `fault` at every call made
+    /// while `applies` says so.
+    pub fn set_while(&self, service: &str, operation: &str, fault: Fault, applies: Condition) {
+        lock(&self.rules).rules.push(Rule {
+            service: service.to_owned(),
+            operation: operation.to_owned(),
+            fault,
+            remaining: None,
+            applies: Some(applies),
         });
     }
 
@@ -168,6 +187,7 @@ fn decide(rules: &Mutex<Rules>, service: &str, operation: &str) -> Option<Fault>
         r.service == service
             && (r.operation == "*" || r.operation == operation)
             && r.remaining != Some(0)
+            && r.applies.as_ref().is_none_or(|applies| applies())
     })?;
     if let Some(n) = &mut rule.remaining {
         *n -= 1;
@@ -220,11 +240,31 @@ mod tests {
             operation: "Query".into(),
             fault: Fault::Hang,
             remaining: Some(2),
+            applies: None,
         });
         assert_eq!(decide(&rules, "dynamodb", "PutItem"), None);
         assert_eq!(decide(&rules, "dynamodb", "Query"), Some(Fault::Hang));
         assert_eq!(decide(&rules, "dynamodb", "Query"), Some(Fault::Hang));
         assert_eq!(decide(&rules, "dynamodb", "Query"), None);
         assert_eq!(lock(&rules).hits.len(), 2);
+    }
+
+    #[test]
+    fn a_rule_with_a_condition_applies_while_it_holds() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let rules = Mutex::new(Rules::default());
+        let on = Arc::new(AtomicBool::new(true));
+        let flag = on.clone();
+        lock(&rules).rules.push(Rule {
+            service: "dynamodb".into(),
+            operation: "Query".into(),
+            fault: Fault::Hang,
+            remaining: None,
+            applies: Some(Arc::new(move || flag.load(Ordering::SeqCst))),
+        });
+        assert_eq!(decide(&rules, "dynamodb", "Query"), Some(Fault::Hang));
+        assert_eq!(decide(&rules, "dynamodb", "Query"), Some(Fault::Hang));
+        on.store(false, Ordering::SeqCst);
+        assert_eq!(decide(&rules, "dynamodb", "Query"), None);
     }
 }

@@ -188,6 +188,12 @@ impl<M: Mailer + Clone + 'static> LocalPipeline<M> {
         self.get_users_async.stats()
     }
 
+    /// GetUsers' asynchronous invocations, for a test to watch while the pipeline runs (a
+    /// fault that lasts until Lambda has given up on one, `FaultSwitch::set_while`).
+    pub fn get_users_async(&self) -> std::sync::Arc<crate::async_invoke::AsyncInvoker> {
+        self.get_users_async.clone()
+    }
+
     /// Every release schedule fired so far: its instant and the clock when it fired.
     pub fn releases_fired(&self) -> Vec<ReleaseFired> {
         lock(&self.releases_fired).clone()
