@@ -2,7 +2,8 @@
 //! orders example (customers with ObjectId ids and nested fields, Decimal128 prices, dates)
 //! pushed, seeded and sent exactly once; its skips counted by reason; a re-run sends
 //! nothing twice; a definition that cannot run fails its run once, with the reason; a
-//! definition that declares picks sends open-time slots that open.
+//! definition that declares picks sends open-time slots that open; an experiment's subjects
+//! are made from the definition's data.
 
 use mailctl::definition_store::{self, Loaded, Stack};
 use mailflow::adapters::sends::SendRecord;
@@ -412,4 +413,92 @@ async fn a_definition_with_picks_sends_open_time_slots_that_open() {
         .await
         .unwrap();
     assert_eq!(counters.picks_frozen, 1, "{counters:?}");
+}
+
+/// An experiment on a definition's campaign: its subjects are templates with the
+/// definition's context (a subject per language of the definition, rendered against its
+/// samples at the start, one line when one cannot be), and each of the variant's people
+/// gets the subject made from their own data.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_experiments_subjects_on_a_definitions_campaign_are_made_from_its_data() {
+    use serde_json::json;
+    let env = test_env("def_experiment", |o| {
+        o.parameters
+            .insert("TrackOpensAndClicks".into(), "true".into());
+    })
+    .await
+    .unwrap();
+    push_example(&env, "orders").await;
+    let window = Campaign::definition_window(CAMPAIGN, "orders", 7).unwrap();
+    let options = OrdersOptions {
+        customers: 40,
+        seed: 5,
+        domain: env.domain.clone(),
+        window,
+    };
+    seed_orders(&env.db, &options).await.unwrap();
+    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
+    let start = |subject: serde_json::Value| {
+        json!({"definition": "orders", "campaignId": CAMPAIGN, "experiment": {
+            "variants": [{"name": "own"}, {"name": "count", "subject": subject}],
+            "testPercent": 100, "waitHours": 3, "minDelivered": 1, "minPeople": 1,
+        }})
+    };
+    for (subject, expected) in [
+        (
+            json!({"en": "{{ data.orders|length }} orders"}),
+            "missing de",
+        ),
+        (
+            json!({"en": "x", "de": "x", "fr": "x"}),
+            "no language \"fr\"",
+        ),
+        (
+            json!({"en": "{{ new_followers }} new", "de": "x"}),
+            "the experiment variant's en subject:1: undefined value",
+        ),
+        (
+            json!({"en": "x", "de": "{% if %}"}),
+            "the experiment variant's de subject:1: syntax error",
+        ),
+    ] {
+        let err = pipeline.start(start(subject)).await.unwrap_err();
+        let text = format!("{err:#}");
+        assert!(
+            text.contains("experiment variant count: ") && text.contains(expected),
+            "{expected}: {text}"
+        );
+    }
+    assert!(env.sent().await.unwrap().is_empty());
+
+    let subject = json!({
+        "en": "[count] {{ data.orders|length }} orders this week",
+        "de": "[count] {{ data.orders|length }} Bestellungen diese Woche",
+    });
+    pipeline.start(start(subject)).await.unwrap();
+    pipeline
+        .drain_queues(Duration::from_secs(600))
+        .await
+        .unwrap();
+    let sent = env.sent().await.unwrap();
+    let subjects: Vec<String> = sent
+        .values()
+        .flatten()
+        .filter_map(|m| m.subject.clone())
+        .collect();
+    let counted: Vec<&String> = subjects
+        .iter()
+        .filter(|s| s.starts_with("[count] "))
+        .collect();
+    assert!(
+        !counted.is_empty() && counted.len() < subjects.len(),
+        "both variants are sent: {subjects:?}"
+    );
+    for subject in counted {
+        let orders = subject.split(' ').nth(1).unwrap_or_default();
+        assert!(
+            orders.parse::<u32>().is_ok_and(|n| n >= 1),
+            "the count is the customer's: {subject}"
+        );
+    }
 }

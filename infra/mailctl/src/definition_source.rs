@@ -115,6 +115,7 @@ impl Chosen {
             info,
             definition,
             templates,
+            files,
         });
         Ok(Self {
             pinned: PinnedDefinition {

@@ -140,7 +140,8 @@ pub enum Assignment {
 
 impl Experiment {
     /// The experiment a JSON document describes, checked: 2-5 variants with distinct names,
-    /// subjects for every locale that render, bundled templates, the limits of each number.
+    /// the limits of each number. What its subjects and bodies need depends on the campaign's
+    /// templates (`check_for_digest`, or a definition's at GetUsers' first start).
     pub fn parse(json: &str) -> Result<Self, ExperimentError> {
         let experiment: Self =
             serde_json::from_str(json).map_err(|e| invalid(format!("not read: {e}")))?;
@@ -176,41 +177,6 @@ impl Experiment {
                     v.name, v.share
                 )));
             }
-            if !v.subject.is_empty() {
-                let missing: Vec<&str> = LOCALES
-                    .iter()
-                    .copied()
-                    .filter(|l| !v.subject.contains_key(*l))
-                    .collect();
-                if !missing.is_empty() {
-                    return Err(invalid(format!(
-                        "variant {}: a subject is needed for every locale with templates; missing {}",
-                        v.name,
-                        missing.join(", ")
-                    )));
-                }
-                if let Some(extra) = v.subject.keys().find(|l| !LOCALES.contains(&l.as_str())) {
-                    return Err(invalid(format!(
-                        "variant {}: locale {extra:?} has no templates (have: {})",
-                        v.name,
-                        LOCALES.join(", ")
-                    )));
-                }
-                for (locale, subject) in &v.subject {
-                    check_subject(subject).map_err(|e| {
-                        invalid(format!("variant {}: subject for {locale}: {e}", v.name))
-                    })?;
-                }
-            }
-            if let Some(t) = &v.template {
-                if !BODY_VARIANTS.contains(&t.as_str()) {
-                    return Err(invalid(format!(
-                        "variant {}: template {t:?} is not bundled (have: {})",
-                        v.name,
-                        BODY_VARIANTS.join(", ")
-                    )));
-                }
-            }
         }
         if !(1..=100).contains(&self.test_percent) {
             return Err(invalid(format!(
@@ -245,6 +211,50 @@ impl Experiment {
         if let Some(d) = &self.default_variant {
             if self.index_of(d).is_none() {
                 return Err(invalid(format!("defaultVariant {d:?} is not a variant")));
+            }
+        }
+        Ok(())
+    }
+
+    /// What a campaign of the compiled digest needs of its experiment: a subject for each of
+    /// its locales that renders with `subject.txt`'s variables, and bundled bodies. A
+    /// definition's campaign checks its own instead (GetUsers' first start).
+    pub fn check_for_digest(&self) -> Result<(), ExperimentError> {
+        for v in &self.variants {
+            if !v.subject.is_empty() {
+                let missing: Vec<&str> = LOCALES
+                    .iter()
+                    .copied()
+                    .filter(|l| !v.subject.contains_key(*l))
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(invalid(format!(
+                    "variant {}: a subject is needed for every locale with templates; missing {}",
+                    v.name,
+                    missing.join(", ")
+                )));
+                }
+                if let Some(extra) = v.subject.keys().find(|l| !LOCALES.contains(&l.as_str())) {
+                    return Err(invalid(format!(
+                        "variant {}: locale {extra:?} has no templates (have: {})",
+                        v.name,
+                        LOCALES.join(", ")
+                    )));
+                }
+                for (locale, subject) in &v.subject {
+                    check_subject(subject).map_err(|e| {
+                        invalid(format!("variant {}: subject for {locale}: {e}", v.name))
+                    })?;
+                }
+            }
+            if let Some(t) = &v.template {
+                if !BODY_VARIANTS.contains(&t.as_str()) {
+                    return Err(invalid(format!(
+                        "variant {}: template {t:?} is not bundled (have: {})",
+                        v.name,
+                        BODY_VARIANTS.join(", ")
+                    )));
+                }
             }
         }
         Ok(())

@@ -228,6 +228,8 @@ pub struct LoadedDefinition {
     pub info: VersionInfo,
     pub definition: crate::domain::definition::Definition,
     pub templates: crate::domain::definition::render::DefinitionTemplates,
+    /// Its files, samples included (an experiment's subjects are rendered against them).
+    pub files: crate::domain::definition::Files,
 }
 
 impl<S: DefinitionStore> DefinitionCache<S> {
@@ -257,6 +259,7 @@ impl<S: DefinitionStore> DefinitionCache<S> {
             info: stored.info.clone(),
             definition,
             templates,
+            files: stored.files.clone(),
         });
         let mut cached = crate::runtime::lock(&self.loaded);
         if cached.len() >= CACHED_VERSIONS {

@@ -135,7 +135,8 @@ impl GuardrailArgs {
         })
     }
 
-    /// The experiment file given, read and checked as GetUsers checks it.
+    /// The experiment file given, read and its shape checked; GetUsers checks its subjects
+    /// and bodies against the campaign's templates when it starts.
     pub fn experiment(&self) -> Result<Option<mailflow::domain::experiment::Experiment>> {
         let Some(path) = &self.experiment else {
             return Ok(None);

@@ -45,7 +45,8 @@ pub struct Email<'a> {
     pub picks: &'a [SlotUrls],
     /// An experiment's body (`<lang>/<variant>/body.*`), or the language's own.
     pub variant: Option<&'a str>,
-    /// An experiment variant's subject in this language, in place of `subject.txt`'s.
+    /// An experiment variant's subject in this language, in place of `subject.txt`'s: a
+    /// template with `subject.txt`'s context.
     pub subject: Option<&'a str>,
 }
 
@@ -63,9 +64,15 @@ pub struct DefinitionTemplates {
 const CONTEXT: &str =
     "locale, user, data, params, since, until, topic, leave_url, manage_url, picks, subject";
 
+/// The name an experiment variant's subject in a language is rendered under.
+const VARIANT_SUBJECT: &str = "experiment subject:";
+
 /// The template file a template name stands for.
 fn file(name: &str) -> String {
-    format!("templates/{name}.j2")
+    match name.strip_prefix(VARIANT_SUBJECT) {
+        Some(language) => format!("the experiment variant's {language} subject"),
+        None => format!("templates/{name}.j2"),
+    }
 }
 
 /// One line: the template file and line where it failed, and what failed. A failure in an
@@ -223,7 +230,10 @@ impl DefinitionTemplates {
             ..base.clone()
         };
         let subject = match email.subject {
-            Some(subject) => subject_line(subject),
+            Some(subject) => {
+                let name = format!("{VARIANT_SUBJECT}{language}");
+                subject_line(&self.fill_str(&name, subject, plain.clone())?)
+            }
             None => subject_line(&self.fill(&format!("{language}/subject.txt"), plain.clone())?),
         };
         let text = self.fill(
@@ -255,6 +265,17 @@ impl DefinitionTemplates {
         })
     }
 
+    /// A template given with the email (an experiment variant's subject), compiled here: it
+    /// is short, and rendered only for the users of its variant.
+    fn fill_str(&self, name: &str, source: &str, ctx: Value) -> Result<String, RenderError> {
+        self.env
+            .render_named_str(name, source, ctx)
+            .map_err(|source| RenderError::Template {
+                template: file(name),
+                source,
+            })
+    }
+
     fn fill(&self, name: &str, ctx: Value) -> Result<String, RenderError> {
         self.env
             .get_template(name)
@@ -267,7 +288,7 @@ impl DefinitionTemplates {
 }
 
 mod samples;
-pub use samples::{check_samples, Sample, SampleUser};
+pub use samples::{check_samples, check_variant_subjects, Sample, SampleUser};
 
 #[cfg(test)]
 mod tests;

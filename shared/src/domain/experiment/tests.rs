@@ -112,14 +112,22 @@ fn a_bad_experiment_is_refused_naming_what_to_fix() {
             "unknown field",
         ),
     ];
+    // As the compiled digest's campaign checks it (a definition's checks its own).
+    let for_digest = |json: serde_json::Value| experiment(json)?.check_for_digest();
     for (json, expected) in cases {
-        let err = experiment(json.clone()).unwrap_err().to_string();
+        let err = for_digest(json.clone()).unwrap_err().to_string();
         assert!(err.contains(expected), "{json}: {err}");
     }
     let good = serde_json::json!({"variants": [{"name": "a"},
         {"name": "b", "subject": {"en": "{{ new_followers }} new", "fr": "{{ name }}", "de": "x"}, "template": "short"}],
         "testPercent": 20, "waitHours": 4});
-    experiment(good).unwrap();
+    for_digest(good).unwrap();
+    // A definition's languages, subjects and bodies are not the digest's: parsed, they are
+    // left to the campaign's start.
+    let for_a_definition = serde_json::json!({"variants": [{"name": "a"},
+        {"name": "b", "subject": {"en": "{{ data.orders.count }} orders"}, "template": "long"}],
+        "testPercent": 20, "waitHours": 4});
+    experiment(for_a_definition).unwrap();
 }
 
 #[test]

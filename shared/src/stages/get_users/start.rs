@@ -55,9 +55,13 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             None => self.config.max_window,
         };
         run.campaign.may_start(now, max_window)?;
-        if let (Some(pin), Some(experiment)) = (&pin, &run.experiment) {
-            let loaded = self.definitions.load(&pin.name, pin.version).await?;
-            fits_definition(experiment, &loaded.definition)?;
+        match (&pin, &run.experiment) {
+            (Some(pin), Some(experiment)) => {
+                let loaded = self.definitions.load(&pin.name, pin.version).await?;
+                fits_definition(experiment, &loaded)?;
+            }
+            (None, Some(experiment)) => experiment.check_for_digest()?,
+            (_, None) => {}
         }
         if run.experiment.is_some() && !self.config.track_opens_and_clicks {
             return Err(ExperimentError::NoConsent(run.campaign.id.clone()).into());
@@ -177,12 +181,13 @@ fn settle_definition(
 }
 
 /// An experiment on a definition's campaign uses what the definition has: each variant's
-/// body is one of its bodies (`<lang>/<variant>/`), and its subjects are plain text (the
-/// digest's subject variables mean nothing to a definition).
+/// body is one of its bodies (`<lang>/<variant>/`), and its subjects, one for each of its
+/// languages, are templates with `subject.txt`'s context that render its samples.
 fn fits_definition(
     experiment: &crate::domain::experiment::Experiment,
-    definition: &crate::domain::definition::Definition,
+    loaded: &crate::ports::definitions::LoadedDefinition,
 ) -> Result<(), GetUsersError> {
+    let definition = &loaded.definition;
     for variant in &experiment.variants {
         if let Some(body) = &variant.template {
             if !definition.templates.variants.contains(body) {
@@ -197,9 +202,38 @@ fn fits_definition(
                 )));
             }
         }
-        if let Some((locale, _)) = variant.subject.iter().find(|(_, s)| s.contains("{{")) {
+        if variant.subject.is_empty() {
+            continue;
+        }
+        let languages = &definition.templates.languages;
+        let missing: Vec<&str> = languages
+            .iter()
+            .filter(|l| !variant.subject.contains_key(*l))
+            .map(String::as_str)
+            .collect();
+        let extra = variant.subject.keys().find(|l| !languages.contains(l));
+        let problem = match (missing.is_empty(), extra) {
+            (false, _) => Some(format!(
+                "a subject is needed for each of definition {}'s languages; missing {}",
+                definition.name,
+                missing.join(", ")
+            )),
+            (true, Some(extra)) => Some(format!(
+                "definition {} has no language {extra:?} (its languages: {})",
+                definition.name,
+                languages.join(", ")
+            )),
+            (true, None) => crate::domain::definition::render::check_variant_subjects(
+                definition,
+                &loaded.files,
+                &variant.subject,
+            )
+            .into_iter()
+            .next(),
+        };
+        if let Some(problem) = problem {
             return Err(GetUsersError::BadRequest(format!(
-                "experiment variant {}: its {locale} subject has a template variable, and a definition's campaign sends an experiment's subjects as they are written: write it out",
+                "experiment variant {}: {problem}",
                 variant.name
             )));
         }

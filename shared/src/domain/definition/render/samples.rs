@@ -49,6 +49,25 @@ fn sample_window() -> Window {
 /// and with and without picks: one line per problem, naming the file (and template and
 /// line when one fails). Empty: the definition's templates render its samples.
 pub fn check_samples(definition: &Definition, files: &Files) -> Vec<String> {
+    check_renders(definition, files, None)
+}
+
+/// Every sample rendered in every language with an experiment variant's subjects (by
+/// language, each a template with `subject.txt`'s context) in place of `subject.txt`: one
+/// line per problem, as `check_samples`. A language without one renders its own.
+pub fn check_variant_subjects(
+    definition: &Definition,
+    files: &Files,
+    subjects: &BTreeMap<String, String>,
+) -> Vec<String> {
+    check_renders(definition, files, Some(subjects))
+}
+
+fn check_renders(
+    definition: &Definition,
+    files: &Files,
+    subjects: Option<&BTreeMap<String, String>>,
+) -> Vec<String> {
     let templates = match DefinitionTemplates::new(definition) {
         Ok(t) => t,
         Err(errors) => return errors,
@@ -95,7 +114,7 @@ pub fn check_samples(definition: &Definition, files: &Files) -> Vec<String> {
                         manage_url: "https://u.example/?token=sample",
                         picks,
                         variant,
-                        subject: None,
+                        subject: subjects.and_then(|s| s.get(language)).map(String::as_str),
                     };
                     let rendered = templates.render_in(
                         language,
@@ -108,7 +127,10 @@ pub fn check_samples(definition: &Definition, files: &Files) -> Vec<String> {
                     let problem = match rendered {
                         Ok(r) if r.subject.is_empty() => Some(format!(
                             "{}: the subject renders empty",
-                            file(&format!("{language}/subject.txt"))
+                            match subjects.is_some_and(|s| s.contains_key(language)) {
+                                true => file(&format!("{VARIANT_SUBJECT}{language}")),
+                                false => file(&format!("{language}/subject.txt")),
+                            }
                         )),
                         Ok(_) => None,
                         Err(RenderError::Template { source, .. }) => Some(describe(&source)),
