@@ -428,7 +428,7 @@ async fn an_experiments_subjects_on_a_definitions_campaign_are_made_from_its_dat
     })
     .await
     .unwrap();
-    push_example(&env, "orders").await;
+    let stack = push_example(&env, "orders").await;
     let window = Campaign::definition_window(CAMPAIGN, "orders", 7).unwrap();
     let options = OrdersOptions {
         customers: 40,
@@ -436,7 +436,8 @@ async fn an_experiments_subjects_on_a_definitions_campaign_are_made_from_its_dat
         domain: env.domain.clone(),
         window,
     };
-    seed_orders(&env.db, &options).await.unwrap();
+    let expected = seed_orders(&env.db, &options).await.unwrap();
+    let with_orders = expected.audience.values().filter(|e| e.is_ok()).count();
     let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
     let start = |subject: serde_json::Value| {
         json!({"definition": "orders", "campaignId": CAMPAIGN, "experiment": {
@@ -461,6 +462,18 @@ async fn an_experiments_subjects_on_a_definitions_campaign_are_made_from_its_dat
             json!({"en": "x", "de": "{% if %}"}),
             "the experiment variant's de subject:1: syntax error",
         ),
+        (
+            json!({"en": "x", "de": "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"}),
+            "fuel",
+        ),
+        (
+            json!({"en": "{{ 'x' * 2000 }}", "de": "x"}),
+            "the subject renders 2000 bytes; at most 998",
+        ),
+        (
+            json!({"en": "x".repeat(501), "de": "x"}),
+            "501 bytes of template; at most 500",
+        ),
     ] {
         let err = pipeline.start(start(subject)).await.unwrap_err();
         let text = format!("{err:#}");
@@ -471,16 +484,36 @@ async fn an_experiments_subjects_on_a_definitions_campaign_are_made_from_its_dat
     }
     assert!(env.sent().await.unwrap().is_empty());
 
+    // One customer's data fails the German subject (no such field): they get the language's
+    // own subject, as the digest does, instead of no email.
     let subject = json!({
         "en": "[count] {{ data.orders|length }} orders this week",
-        "de": "[count] {{ data.orders|length }} Bestellungen diese Woche",
+        "de": "[count] {{ data.orders|length }} Bestellungen diese Woche{% if data.orders|length > 2 %} {{ data.orders[0].nope.deeper }}{% endif %}",
     });
-    pipeline.start(start(subject)).await.unwrap();
+    pipeline.start(start(subject.clone())).await.unwrap();
+    // A later start that names no definition (as `mailctl resend` sends it) is checked
+    // against the campaign's pinned version, not the digest's locales.
+    let mut again = start(subject);
+    again.as_object_mut().unwrap().remove("definition");
+    let record = stack.campaigns.record(CAMPAIGN).await.unwrap().unwrap();
+    let window = record.window.unwrap();
+    again["since"] = json!(window
+        .since
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap());
+    again["until"] = json!(window
+        .until
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap());
+    again["topic"] = json!(record.topic.unwrap());
+    pipeline.start(again).await.unwrap();
     pipeline
         .drain_queues(Duration::from_secs(600))
         .await
         .unwrap();
     let sent = env.sent().await.unwrap();
+    // Everyone with orders got one email, whatever their variant's subject did with their data.
+    assert_eq!(sent.values().map(Vec::len).sum::<usize>(), with_orders);
     let subjects: Vec<String> = sent
         .values()
         .flatten()

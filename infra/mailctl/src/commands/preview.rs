@@ -233,7 +233,15 @@ pub async fn plan(
     let quota = mailflow::adapters::ses::send_quota(sdk).await;
     let send = SendEmailConfig::from_source(&|k: &str| envs.send.get(k).cloned())?;
     let guardrails = mailctl::guardrails::Guardrails {
-        experiment: plan_experiment(sdk, template, t, &campaign, &options.guardrails).await?,
+        experiment: plan_experiment(
+            sdk,
+            template,
+            t,
+            &campaign,
+            chosen.as_ref(),
+            &options.guardrails,
+        )
+        .await?,
         campaign: campaign_guardrails(sdk, template, t, &campaign, &options.guardrails).await?,
         caps: send.caps.clone(),
         quiet: send.quiet_hours,
@@ -287,13 +295,15 @@ pub async fn plan(
 }
 
 /// The experiment `plan` counts with: the one recorded with the first start, else the one
-/// given, refused as GetUsers would refuse its start without consent to tracking (no click
-/// would ever be noted).
+/// given, refused as GetUsers would refuse its start: without consent to tracking (no click
+/// would ever be noted), or when it does not fit the templates that would render it (the
+/// definition's, `chosen`, else the digest's).
 async fn plan_experiment(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
     t: &TargetArgs,
     campaign: &Campaign,
+    chosen: Option<&mailctl::definition_source::Chosen>,
     args: &super::GuardrailArgs,
 ) -> Result<Option<mailflow::domain::experiment::Experiment>> {
     let target = super::target(sdk, t).await?;
@@ -311,6 +321,15 @@ async fn plan_experiment(
     let consent = mailflow::config::var::TRACK_OPENS_AND_CLICKS;
     if env.get(consent).map(String::as_str) != Some("true") {
         return Err(ExperimentError::NoConsent(campaign.id.clone()).into());
+    }
+    match chosen {
+        Some(chosen) => mailflow::domain::definition::render::check_experiment(
+            &given,
+            &chosen.loaded.definition,
+            &chosen.loaded.files,
+        )
+        .map_err(anyhow::Error::msg)?,
+        None => given.check_for_digest()?,
     }
     Ok(Some(given))
 }

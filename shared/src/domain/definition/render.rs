@@ -22,7 +22,8 @@ use super::values::{data_value, to_value};
 use super::{Definition, EmailData, Files};
 use crate::domain::campaign::Window;
 use crate::domain::digest::{
-    html_url, mjml_options, mjml_to_html, subject_line, RenderError, Rendered,
+    html_url, mjml_options, mjml_to_html, subject_line, RenderError, Rendered, MAX_SUBJECT_BYTES,
+    MAX_SUBJECT_TEMPLATE,
 };
 use crate::domain::open_content::SlotUrls;
 use crate::domain::text::{printable, printable_name};
@@ -66,6 +67,20 @@ const CONTEXT: &str =
 
 /// The name an experiment variant's subject in a language is rendered under.
 const VARIANT_SUBJECT: &str = "experiment subject:";
+
+/// Instructions one template render may run (MiniJinja's fuel): a loop that would spin a
+/// Lambda to its timeout stops with an error instead, while an email listing thousands of
+/// rows stays well within it.
+const TEMPLATE_FUEL: u64 = 500_000;
+
+/// How a variant's subject that does not render is met: `Strict` when it is checked (the
+/// start's check on the samples), `Lenient` for a user's email (users are not samples: the
+/// language's own subject is sent, as the digest does).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum VariantSubject {
+    Strict,
+    Lenient,
+}
 
 /// The template file a template name stands for.
 fn file(name: &str) -> String {
@@ -115,6 +130,7 @@ impl DefinitionTemplates {
             }
         });
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        env.set_fuel(Some(TEMPLATE_FUEL));
         let mut errors = Vec::new();
         for (name, source) in &templates.files {
             if let Err(e) = env.add_template_owned(name.clone(), source.clone()) {
@@ -188,9 +204,11 @@ impl DefinitionTemplates {
             data,
             self.params.clone(),
             email,
+            VariantSubject::Lenient,
         )
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn render_in(
         &self,
         language: &str,
@@ -199,6 +217,7 @@ impl DefinitionTemplates {
         data: Value,
         params: Value,
         email: &Email<'_>,
+        variant_subject: VariantSubject,
     ) -> Result<Rendered, RenderError> {
         let body = match email.variant {
             Some(variant) => format!("{language}/{variant}/body"),
@@ -229,12 +248,25 @@ impl DefinitionTemplates {
             picks => text_picks,
             ..base.clone()
         };
+        let own = format!("{language}/subject.txt");
         let subject = match email.subject {
-            Some(subject) => {
+            Some(source) => {
                 let name = format!("{VARIANT_SUBJECT}{language}");
-                subject_line(&self.fill_str(&name, subject, plain.clone())?)
+                let rendered = self.variant_subject(&name, source, plain.clone());
+                match (rendered, variant_subject) {
+                    (Ok(subject), _) => Some(subject),
+                    (Err(err), VariantSubject::Strict) => return Err(err),
+                    (Err(err), VariantSubject::Lenient) => {
+                        tracing::warn!(language, reason = %err, "the variant's subject does not render for this user; the language's own is sent");
+                        None
+                    }
+                }
             }
-            None => subject_line(&self.fill(&format!("{language}/subject.txt"), plain.clone())?),
+            None => None,
+        };
+        let subject = match subject {
+            Some(subject) => subject,
+            None => checked_subject(&own, self.fill(&own, plain.clone())?)?,
         };
         let text = self.fill(
             &format!("{body}.txt"),
@@ -265,15 +297,35 @@ impl DefinitionTemplates {
         })
     }
 
-    /// A template given with the email (an experiment variant's subject), compiled here: it
-    /// is short, and rendered only for the users of its variant.
-    fn fill_str(&self, name: &str, source: &str, ctx: Value) -> Result<String, RenderError> {
-        self.env
+    /// An experiment variant's subject (given with the run, not a file: compiled here; it is
+    /// short, and rendered only for the users of its variant), on one line, not empty and
+    /// within a header line.
+    fn variant_subject(&self, name: &str, source: &str, ctx: Value) -> Result<String, RenderError> {
+        let template_error = |source| RenderError::Template {
+            template: file(name),
+            source,
+        };
+        if source.len() > MAX_SUBJECT_TEMPLATE {
+            return Err(template_error(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                format!(
+                    "{} bytes of template; at most {MAX_SUBJECT_TEMPLATE}",
+                    source.len()
+                ),
+            )));
+        }
+        let subject = self
+            .env
             .render_named_str(name, source, ctx)
-            .map_err(|source| RenderError::Template {
-                template: file(name),
-                source,
-            })
+            .map_err(template_error)?;
+        let subject = checked_subject(name, subject)?;
+        if subject.is_empty() {
+            return Err(template_error(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                "the subject renders empty",
+            )));
+        }
+        Ok(subject)
     }
 
     fn fill(&self, name: &str, ctx: Value) -> Result<String, RenderError> {
@@ -287,8 +339,20 @@ impl DefinitionTemplates {
     }
 }
 
+/// A rendered subject on one line, refused when longer than a header line may be.
+fn checked_subject(name: &str, rendered: String) -> Result<String, RenderError> {
+    let subject = subject_line(&rendered);
+    match subject.len() > MAX_SUBJECT_BYTES {
+        true => Err(RenderError::SubjectTooLong {
+            template: file(name),
+            bytes: subject.len(),
+        }),
+        false => Ok(subject),
+    }
+}
+
 mod samples;
-pub use samples::{check_samples, check_variant_subjects, Sample, SampleUser};
+pub use samples::{check_experiment, check_samples, Sample, SampleUser};
 
 #[cfg(test)]
 mod tests;

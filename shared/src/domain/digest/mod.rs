@@ -13,7 +13,9 @@ mod values;
 pub(crate) use render::tests::hostile_names;
 pub(crate) use render::{html_url, mjml_options, mjml_to_html, subject_line};
 pub use render::{Look, Rendered, Renderer};
-pub use templates::{check_subject, RenderError, BODY_VARIANTS, LOCALES};
+pub use templates::{
+    check_subject, RenderError, BODY_VARIANTS, LOCALES, MAX_SUBJECT_BYTES, MAX_SUBJECT_TEMPLATE,
+};
 
 /// What one user's email is made of.
 #[derive(Clone, Debug, PartialEq)]

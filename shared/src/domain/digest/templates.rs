@@ -131,4 +131,11 @@ pub enum RenderError {
     Data { detail: String },
     #[error("DEFAULT_LOCALE {0:?} has no templates (have: {have})", have = LOCALES.join(", "))]
     UnknownLocale(String),
+    /// A subject longer than a header line may be (`MAX_SUBJECT_BYTES`).
+    #[error("template {template}: the subject renders {bytes} bytes; at most {max}", max = MAX_SUBJECT_BYTES)]
+    SubjectTooLong { template: String, bytes: usize },
 }
+
+/// The longest subject a definition's templates may render: a header line's 998 characters
+/// (RFC 5322), in bytes, before encoding.
+pub const MAX_SUBJECT_BYTES: usize = 998;

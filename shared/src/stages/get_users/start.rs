@@ -55,14 +55,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             None => self.config.max_window,
         };
         run.campaign.may_start(now, max_window)?;
-        match (&pin, &run.experiment) {
-            (Some(pin), Some(experiment)) => {
-                let loaded = self.definitions.load(&pin.name, pin.version).await?;
-                fits_definition(experiment, &loaded)?;
-            }
-            (None, Some(experiment)) => experiment.check_for_digest()?,
-            (_, None) => {}
-        }
+        self.check_experiment(run, pin.as_ref()).await?;
         if run.experiment.is_some() && !self.config.track_opens_and_clicks {
             return Err(ExperimentError::NoConsent(run.campaign.id.clone()).into());
         }
@@ -135,6 +128,51 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
         }
     }
 
+    /// The experiment this start runs with (the one given, else a repin's recorded one)
+    /// checked against the templates that will render it: the version the campaign's record
+    /// pins (or this start repins, or a first start pins: `latest`), else the digest's.
+    /// Refused before anything is written.
+    async fn check_experiment(
+        &self,
+        run: &Run,
+        latest: Option<&PinnedDefinition>,
+    ) -> Result<(), GetUsersError> {
+        if run.experiment.is_none() && !run.repin {
+            return Ok(());
+        }
+        let state = (self.campaigns.states())
+            .state(run.campaign.id.as_str())
+            .await
+            .map_err(|e| GetUsersError::Campaigns(e.to_string()))?;
+        let Some(experiment) = run.experiment.as_deref().or(state.experiment.as_deref()) else {
+            return Ok(());
+        };
+        let settled = pin::settle(
+            run.campaign.id.as_str(),
+            state.definition.as_ref(),
+            run.definition.as_ref(),
+            run.repin,
+        )?;
+        let version = match settled {
+            Settled::BuiltIn => return Ok(experiment.check_for_digest()?),
+            Settled::Latest(_) => latest.cloned(),
+            Settled::Use(pinned) | Settled::Repin { to: pinned, .. } => Some(pinned),
+        };
+        let Some(version) = version else {
+            return Ok(experiment.check_for_digest()?);
+        };
+        let loaded = self
+            .definitions
+            .load(&version.name, version.version)
+            .await?;
+        crate::domain::definition::render::check_experiment(
+            experiment,
+            &loaded.definition,
+            &loaded.files,
+        )
+        .map_err(GetUsersError::BadRequest)
+    }
+
     /// Logs the window's follows whose followeeId or followerId no user can have, and counts
     /// them.
     async fn report_odd_follows(&self, window: &Window) -> Result<OddFollows, GetUsersError> {
@@ -178,65 +216,4 @@ fn settle_definition(
             }
         },
     )
-}
-
-/// An experiment on a definition's campaign uses what the definition has: each variant's
-/// body is one of its bodies (`<lang>/<variant>/`), and its subjects, one for each of its
-/// languages, are templates with `subject.txt`'s context that render its samples.
-fn fits_definition(
-    experiment: &crate::domain::experiment::Experiment,
-    loaded: &crate::ports::definitions::LoadedDefinition,
-) -> Result<(), GetUsersError> {
-    let definition = &loaded.definition;
-    for variant in &experiment.variants {
-        if let Some(body) = &variant.template {
-            if !definition.templates.variants.contains(body) {
-                return Err(GetUsersError::BadRequest(format!(
-                    "experiment variant {}: definition {} has no body {body:?} (its bodies: {}); add templates/<lang>/{body}/ to it, or leave template out",
-                    variant.name,
-                    definition.name,
-                    match definition.templates.variants.is_empty() {
-                        true => "none".to_owned(),
-                        false => definition.templates.variants.join(", "),
-                    }
-                )));
-            }
-        }
-        if variant.subject.is_empty() {
-            continue;
-        }
-        let languages = &definition.templates.languages;
-        let missing: Vec<&str> = languages
-            .iter()
-            .filter(|l| !variant.subject.contains_key(*l))
-            .map(String::as_str)
-            .collect();
-        let extra = variant.subject.keys().find(|l| !languages.contains(l));
-        let problem = match (missing.is_empty(), extra) {
-            (false, _) => Some(format!(
-                "a subject is needed for each of definition {}'s languages; missing {}",
-                definition.name,
-                missing.join(", ")
-            )),
-            (true, Some(extra)) => Some(format!(
-                "definition {} has no language {extra:?} (its languages: {})",
-                definition.name,
-                languages.join(", ")
-            )),
-            (true, None) => crate::domain::definition::render::check_variant_subjects(
-                definition,
-                &loaded.files,
-                &variant.subject,
-            )
-            .into_iter()
-            .next(),
-        };
-        if let Some(problem) = problem {
-            return Err(GetUsersError::BadRequest(format!(
-                "experiment variant {}: {problem}",
-                variant.name
-            )));
-        }
-    }
-    Ok(())
 }

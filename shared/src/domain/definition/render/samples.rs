@@ -55,7 +55,7 @@ pub fn check_samples(definition: &Definition, files: &Files) -> Vec<String> {
 /// Every sample rendered in every language with an experiment variant's subjects (by
 /// language, each a template with `subject.txt`'s context) in place of `subject.txt`: one
 /// line per problem, as `check_samples`. A language without one renders its own.
-pub fn check_variant_subjects(
+fn check_variant_subjects(
     definition: &Definition,
     files: &Files,
     subjects: &BTreeMap<String, String>,
@@ -123,6 +123,7 @@ fn check_renders(
                         sample.data.clone(),
                         sample.params.clone(),
                         &email,
+                        VariantSubject::Strict,
                     );
                     let problem = match rendered {
                         Ok(r) if r.subject.is_empty() => Some(format!(
@@ -150,6 +151,61 @@ fn check_renders(
         }
     }
     errors
+}
+
+/// Whether `experiment` fits a campaign of `definition` (its `files` hold the samples): each
+/// variant's body is one of its bodies (`<lang>/<variant>/`), and its subjects, one for
+/// each of its languages, are templates with `subject.txt`'s context that render every
+/// sample. Err: the first problem, one line naming the variant.
+pub fn check_experiment(
+    experiment: &crate::domain::experiment::Experiment,
+    definition: &Definition,
+    files: &Files,
+) -> Result<(), String> {
+    for variant in &experiment.variants {
+        if let Some(body) = &variant.template {
+            if !definition.templates.variants.contains(body) {
+                return Err(format!(
+                    "experiment variant {}: definition {} has no body {body:?} (its bodies: {}); add templates/<lang>/{body}/ to it, or leave template out",
+                    variant.name,
+                    definition.name,
+                    match definition.templates.variants.is_empty() {
+                        true => "none".to_owned(),
+                        false => definition.templates.variants.join(", "),
+                    }
+                ));
+            }
+        }
+        if variant.subject.is_empty() {
+            continue;
+        }
+        let languages = &definition.templates.languages;
+        let missing: Vec<&str> = languages
+            .iter()
+            .filter(|l| !variant.subject.contains_key(*l))
+            .map(String::as_str)
+            .collect();
+        let extra = variant.subject.keys().find(|l| !languages.contains(l));
+        let problem = match (missing.is_empty(), extra) {
+            (false, _) => Some(format!(
+                "a subject is needed for each of definition {}'s languages; missing {}",
+                definition.name,
+                missing.join(", ")
+            )),
+            (true, Some(extra)) => Some(format!(
+                "definition {} has no language {extra:?} (its languages: {})",
+                definition.name,
+                languages.join(", ")
+            )),
+            (true, None) => check_variant_subjects(definition, files, &variant.subject)
+                .into_iter()
+                .next(),
+        };
+        if let Some(problem) = problem {
+            return Err(format!("experiment variant {}: {problem}", variant.name));
+        }
+    }
+    Ok(())
 }
 
 /// A sample as `render_in` takes it.
