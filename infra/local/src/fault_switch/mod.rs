@@ -135,7 +135,8 @@ impl FaultSwitch {
     }
 
     /// Makes `operation` of `service` (`*`: all of them) meet `fault` at every call made
-    /// while `applies` says so.
+    /// while `applies` says so. It is asked with the switch's rules locked: it must be quick
+    /// and must not call the switch.
     pub fn set_while(&self, service: &str, operation: &str, fault: Fault, applies: Condition) {
         lock(&self.rules).rules.push(Rule {
             service: service.to_owned(),
