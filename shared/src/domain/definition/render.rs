@@ -252,7 +252,7 @@ impl DefinitionTemplates {
         let subject = match email.subject {
             Some(source) => {
                 let name = format!("{VARIANT_SUBJECT}{language}");
-                let rendered = self.variant_subject(&name, source, plain.clone());
+                let rendered = self.variant_subject(&name, source, plain.clone(), variant_subject);
                 match (rendered, variant_subject) {
                     (Ok(subject), _) => Some(subject),
                     (Err(err), VariantSubject::Strict) => return Err(err),
@@ -266,7 +266,7 @@ impl DefinitionTemplates {
         };
         let subject = match subject {
             Some(subject) => subject,
-            None => checked_subject(&own, self.fill(&own, plain.clone())?)?,
+            None => subject_line(&self.fill(&own, plain.clone())?),
         };
         let text = self.fill(
             &format!("{body}.txt"),
@@ -299,13 +299,20 @@ impl DefinitionTemplates {
 
     /// An experiment variant's subject (given with the run, not a file: compiled here; it is
     /// short, and rendered only for the users of its variant), on one line, not empty and
-    /// within a header line.
-    fn variant_subject(&self, name: &str, source: &str, ctx: Value) -> Result<String, RenderError> {
+    /// within a header line. Its length as a template is checked when the experiment is
+    /// (`Strict`): a campaign started before the bound keeps its subjects.
+    fn variant_subject(
+        &self,
+        name: &str,
+        source: &str,
+        ctx: Value,
+        mode: VariantSubject,
+    ) -> Result<String, RenderError> {
         let template_error = |source| RenderError::Template {
             template: file(name),
             source,
         };
-        if source.len() > MAX_SUBJECT_TEMPLATE {
+        if mode == VariantSubject::Strict && source.len() > MAX_SUBJECT_TEMPLATE {
             return Err(template_error(minijinja::Error::new(
                 minijinja::ErrorKind::InvalidOperation,
                 format!(
@@ -339,7 +346,9 @@ impl DefinitionTemplates {
     }
 }
 
-/// A rendered subject on one line, refused when longer than a header line may be.
+/// A variant's rendered subject on one line, refused when longer than a header line may be
+/// (the language's own is sent instead: a subject written in `subject.txt` is the
+/// definition's own, checked on its samples).
 fn checked_subject(name: &str, rendered: String) -> Result<String, RenderError> {
     let subject = subject_line(&rendered);
     match subject.len() > MAX_SUBJECT_BYTES {
