@@ -136,14 +136,14 @@ impl PreviewCommand {
                 guardrails,
                 target,
             } => {
-                let options = commands::preview::PlanOptions {
+                let options = commands::plan::PlanOptions {
                     samples,
                     json,
                     local,
                     guardrails,
                     definition,
                 };
-                commands::preview::plan(sdk, template, campaign, &window, &options, &target).await
+                commands::plan::plan(sdk, template, campaign, &window, &options, &target).await
             }
             Self::TestSend {
                 campaign,

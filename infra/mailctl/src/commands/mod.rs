@@ -7,6 +7,7 @@ pub mod definitions;
 pub mod demo;
 pub mod experiment;
 pub mod lab;
+pub mod plan;
 pub mod preview;
 pub mod sam;
 pub mod setup;
