@@ -2,8 +2,7 @@
 //! orders example (customers with ObjectId ids and nested fields, Decimal128 prices, dates)
 //! pushed, seeded and sent exactly once; its skips counted by reason; a re-run sends
 //! nothing twice; a definition that cannot run fails its run once, with the reason; a
-//! definition that declares picks sends open-time slots that open; an experiment's subjects
-//! are made from the definition's data.
+//! definition that declares picks sends open-time slots that open.
 
 use mailctl::definition_store::{self, Loaded, Stack};
 use mailflow::adapters::sends::SendRecord;
@@ -15,11 +14,11 @@ use mailflow_tests::{ses, test_env, TestEnv};
 use std::path::Path;
 use std::time::Duration;
 
-const CAMPAIGN: &str = "orders-2026-W47";
+pub(crate) const CAMPAIGN: &str = "orders-2026-W47";
 
 /// The example `campaigns/<name>`, read and checked as `mailctl campaign push` does, and
 /// pushed.
-async fn push_example(env: &TestEnv, name: &str) -> Stack {
+pub(crate) async fn push_example(env: &TestEnv, name: &str) -> Stack {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../campaigns")
         .join(name);
@@ -39,18 +38,27 @@ async fn push_example(env: &TestEnv, name: &str) -> Stack {
     stack
 }
 
+/// `customers` customers and their orders (`seed`), in the week of `CAMPAIGN`: what each
+/// should get.
+pub(crate) async fn seed_week(
+    env: &TestEnv,
+    customers: usize,
+    seed: u64,
+) -> mailflow_local::seed::OrdersReport {
+    let options = OrdersOptions {
+        customers,
+        seed,
+        domain: env.domain.clone(),
+        window: Campaign::definition_window(CAMPAIGN, "orders", 7).unwrap(),
+    };
+    seed_orders(&env.db, &options).await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_orders_example_runs_through_every_stage_exactly_once() {
     let env = test_env("def_orders", |_| {}).await.unwrap();
     let stack = push_example(&env, "orders").await;
-    let window = Campaign::definition_window(CAMPAIGN, "orders", 7).unwrap();
-    let options = OrdersOptions {
-        customers: 80,
-        seed: 11,
-        domain: env.domain.clone(),
-        window,
-    };
-    let expected = seed_orders(&env.db, &options).await.unwrap();
+    let expected = seed_week(&env, 80, 11).await;
     let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
 
     // Named by the definition alone, with the campaign id of its window rule.
@@ -157,14 +165,7 @@ async fn a_definition_whose_query_fails_fails_its_run_once_with_the_reason() {
     definition_store::push(&stack, &loaded, None, 1)
         .await
         .unwrap();
-    let window = Campaign::definition_window(CAMPAIGN, "orders", 7).unwrap();
-    let options = OrdersOptions {
-        customers: 10,
-        seed: 3,
-        domain: env.domain.clone(),
-        window,
-    };
-    seed_orders(&env.db, &options).await.unwrap();
+    seed_week(&env, 10, 3).await;
     let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
     let err = pipeline
         .start(serde_json::json!({"definition": "orders", "campaignId": CAMPAIGN}))
@@ -260,14 +261,7 @@ fn ms(at: &str) -> i64 {
 async fn a_definitions_campaign_goes_out_at_each_customers_local_time() {
     let env = test_env("def_local", |_| {}).await.unwrap();
     push_example(&env, "orders").await;
-    let window = Campaign::definition_window(CAMPAIGN, "orders", 7).unwrap();
-    let options = OrdersOptions {
-        customers: 60,
-        seed: 13,
-        domain: env.domain.clone(),
-        window,
-    };
-    let expected = seed_orders(&env.db, &options).await.unwrap();
+    let expected = seed_week(&env, 60, 13).await;
     let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
     // 07:00 in Berlin, where the customers' `prefs.tz` puts them; those without one go at
     // 09:00 in the fallback zone.
@@ -413,125 +407,4 @@ async fn a_definition_with_picks_sends_open_time_slots_that_open() {
         .await
         .unwrap();
     assert_eq!(counters.picks_frozen, 1, "{counters:?}");
-}
-
-/// An experiment on a definition's campaign: its subjects are templates with the
-/// definition's context (a subject per language of the definition, rendered against its
-/// samples at the start, one line when one cannot be), and each of the variant's people
-/// gets the subject made from their own data.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_experiments_subjects_on_a_definitions_campaign_are_made_from_its_data() {
-    use serde_json::json;
-    let env = test_env("def_experiment", |o| {
-        o.parameters
-            .insert("TrackOpensAndClicks".into(), "true".into());
-    })
-    .await
-    .unwrap();
-    let stack = push_example(&env, "orders").await;
-    let window = Campaign::definition_window(CAMPAIGN, "orders", 7).unwrap();
-    let options = OrdersOptions {
-        customers: 40,
-        seed: 5,
-        domain: env.domain.clone(),
-        window,
-    };
-    let expected = seed_orders(&env.db, &options).await.unwrap();
-    let with_orders = expected.audience.values().filter(|e| e.is_ok()).count();
-    let pipeline = env.pipeline(PipelineOptions::default(), ses).await.unwrap();
-    let start = |subject: serde_json::Value| {
-        json!({"definition": "orders", "campaignId": CAMPAIGN, "experiment": {
-            "variants": [{"name": "own"}, {"name": "count", "subject": subject}],
-            "testPercent": 100, "waitHours": 3, "minDelivered": 1, "minPeople": 1,
-        }})
-    };
-    for (subject, expected) in [
-        (
-            json!({"en": "{{ data.orders|length }} orders"}),
-            "missing de",
-        ),
-        (
-            json!({"en": "x", "de": "x", "fr": "x"}),
-            "no language \"fr\"",
-        ),
-        (
-            json!({"en": "{{ new_followers }} new", "de": "x"}),
-            "the experiment variant's en subject:1: undefined value",
-        ),
-        (
-            json!({"en": "x", "de": "{% if %}"}),
-            "the experiment variant's de subject:1: syntax error",
-        ),
-        (
-            json!({"en": "x", "de": "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"}),
-            "fuel",
-        ),
-        (
-            json!({"en": "{{ 'x' * 2000 }}", "de": "x"}),
-            "the subject renders 2000 bytes; at most 998",
-        ),
-        (
-            json!({"en": "x".repeat(501), "de": "x"}),
-            "501 bytes of template; at most 500",
-        ),
-    ] {
-        let err = pipeline.start(start(subject)).await.unwrap_err();
-        let text = format!("{err:#}");
-        assert!(
-            text.contains("experiment variant count: ") && text.contains(expected),
-            "{expected}: {text}"
-        );
-    }
-    assert!(env.sent().await.unwrap().is_empty());
-
-    // One customer's data fails the German subject (no such field): they get the language's
-    // own subject, as the digest does, instead of no email.
-    let subject = json!({
-        "en": "[count] {{ data.orders|length }} orders this week",
-        "de": "[count] {{ data.orders|length }} Bestellungen diese Woche{% if data.orders|length > 2 %} {{ data.orders[0].nope.deeper }}{% endif %}",
-    });
-    pipeline.start(start(subject.clone())).await.unwrap();
-    // A later start that names no definition (as `mailctl resend` sends it) is checked
-    // against the campaign's pinned version, not the digest's locales.
-    let mut again = start(subject);
-    again.as_object_mut().unwrap().remove("definition");
-    let record = stack.campaigns.record(CAMPAIGN).await.unwrap().unwrap();
-    let window = record.window.unwrap();
-    again["since"] = json!(window
-        .since
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap());
-    again["until"] = json!(window
-        .until
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap());
-    again["topic"] = json!(record.topic.unwrap());
-    pipeline.start(again).await.unwrap();
-    pipeline
-        .drain_queues(Duration::from_secs(600))
-        .await
-        .unwrap();
-    let sent = env.sent().await.unwrap();
-    // Everyone with orders got one email, whatever their variant's subject did with their data.
-    assert_eq!(sent.values().map(Vec::len).sum::<usize>(), with_orders);
-    let subjects: Vec<String> = sent
-        .values()
-        .flatten()
-        .filter_map(|m| m.subject.clone())
-        .collect();
-    let counted: Vec<&String> = subjects
-        .iter()
-        .filter(|s| s.starts_with("[count] "))
-        .collect();
-    assert!(
-        !counted.is_empty() && counted.len() < subjects.len(),
-        "both variants are sent: {subjects:?}"
-    );
-    for subject in counted {
-        let orders = subject.split(' ').nth(1).unwrap_or_default();
-        assert!(
-            orders.parse::<u32>().is_ok_and(|n| n >= 1),
-            "the count is the customer's: {subject}"
-        );
-    }
 }
