@@ -4,7 +4,8 @@
 //!
 //! Templates are MiniJinja, strict (a variable the context does not have is an error, not
 //! an empty string); `.mjml` ones are HTML-escaped, then rendered to responsive HTML by
-//! mrml with the digest's options; `.txt` ones stay plain. User data is escaped in HTML and
+//! mrml with the digest's options, once per shape of email (`shapes`); `.txt` ones stay
+//! plain. User data is escaped in HTML and
 //! never evaluated as template code. The context (docs: SPEC's "template context"):
 //!
 //! ```text
@@ -22,7 +23,7 @@ use super::values::{data_value, to_value};
 use super::{Definition, EmailData, Files};
 use crate::domain::campaign::Window;
 use crate::domain::digest::{
-    html_url, mjml_options, mjml_to_html, subject_line, RenderError, Rendered, MAX_SUBJECT_BYTES,
+    html_url, mjml_options, subject_line, RenderError, Rendered, MAX_SUBJECT_BYTES,
     MAX_SUBJECT_TEMPLATE,
 };
 use crate::domain::open_content::SlotUrls;
@@ -59,6 +60,7 @@ pub struct DefinitionTemplates {
     variants: Vec<String>,
     params: Value,
     mjml: mrml::prelude::render::RenderOptions,
+    shapes: shapes::Shapes,
 }
 
 /// The context's top-level names, for errors about one it does not have.
@@ -181,6 +183,7 @@ impl DefinitionTemplates {
             variants: templates.variants.clone(),
             params: Value::from(params),
             mjml: mjml_options(),
+            shapes: shapes::Shapes::default(),
         })
     }
 
@@ -288,7 +291,7 @@ impl DefinitionTemplates {
                 ..base
             },
         )?;
-        let html = mjml_to_html(&self.mjml, &file(&mjml_name), &mjml)?;
+        let html = self.shapes.html(&self.mjml, &file(&mjml_name), &mjml)?;
         Ok(Rendered {
             subject,
             html,
@@ -361,6 +364,7 @@ fn checked_subject(name: &str, rendered: String) -> Result<String, RenderError> 
 }
 
 mod samples;
+mod shapes;
 pub use samples::{check_experiment, check_samples, Sample, SampleUser};
 
 #[cfg(test)]

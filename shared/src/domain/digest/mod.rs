@@ -5,7 +5,7 @@
 //! these types' contents, the templates and that adapter's queries.
 
 mod render;
-mod shape;
+pub(crate) mod shape;
 mod templates;
 mod values;
 

@@ -7,7 +7,7 @@ use minijinja::Value;
 use std::borrow::Cow;
 
 /// Where two HTML texts first differ, and what each has there.
-pub(super) fn first_difference(cached: &str, direct: &str) -> String {
+pub(crate) fn first_difference(cached: &str, direct: &str) -> String {
     let at = cached
         .chars()
         .zip(direct.chars())
@@ -25,28 +25,28 @@ pub(super) fn first_difference(cached: &str, direct: &str) -> String {
 /// Marks a sentinel's start and end: characters of Unicode's private use area, which no
 /// template and no built-in topic's label contains (a shape whose HTML has one the renderer
 /// did not place is made directly, `Shape::new`).
-pub(super) const OPEN: char = '\u{E000}';
-pub(super) const CLOSE: char = '\u{E001}';
+pub(crate) const OPEN: char = '\u{E000}';
+pub(crate) const CLOSE: char = '\u{E001}';
 const OPEN_IN_TEXT: &str = "\u{E000}";
 const CLOSE_IN_TEXT: &str = "\u{E001}";
 
 /// One email's values, each as MiniJinja prints it in the MJML, and the sentinel that stands
 /// for it in the shape's key: `OPEN`, its index, `CLOSE`.
 #[derive(Default)]
-pub(super) struct Holes {
-    pub(super) values: Vec<String>,
+pub(crate) struct Holes {
+    pub(crate) values: Vec<String>,
 }
 
 impl Holes {
     /// A value printed as it is (a number; a URL already escaped for HTML).
-    pub(super) fn printed(&mut self, value: String) -> Value {
+    pub(crate) fn printed(&mut self, value: String) -> Value {
         let sentinel = format!("{OPEN}{}{CLOSE}", self.values.len());
         self.values.push(value);
         Value::from(sentinel)
     }
 
     /// Text the template prints HTML-escaped (the MJML templates escape by file name).
-    pub(super) fn escaped(&mut self, text: &str) -> Value {
+    pub(crate) fn escaped(&mut self, text: &str) -> Value {
         self.printed(minijinja::HtmlEscape(text).to_string())
     }
 }
@@ -54,12 +54,12 @@ impl Holes {
 /// A sentinel as mrml writes it in an attribute's value: it writes every attribute with
 /// Rust's `{:?}`, which escapes the private use area (and quotes, backslashes, control and
 /// combining characters) as `\u{...}`. Text it copies as it is.
-pub(super) const OPEN_IN_ATTRIBUTE: &str = "\\u{e000}";
-pub(super) const CLOSE_IN_ATTRIBUTE: &str = "\\u{e001}";
+pub(crate) const OPEN_IN_ATTRIBUTE: &str = "\\u{e000}";
+pub(crate) const CLOSE_IN_ATTRIBUTE: &str = "\\u{e001}";
 
 /// The HTML of one shape: literal pieces, and between them the index of a value.
 #[derive(Debug)]
-pub(super) struct Shape {
+pub(crate) struct Shape {
     pieces: Vec<Piece>,
 }
 
@@ -89,7 +89,7 @@ impl Shape {
     /// Splits mrml's HTML at the sentinels, in text or in attributes; None if it holds a
     /// sentinel's character (or its escape) that is not one of the `holes` placed: then the
     /// shape is not cached, and its emails are made directly.
-    pub(super) fn new(html: &str, holes: usize) -> Option<Self> {
+    pub(crate) fn new(html: &str, holes: usize) -> Option<Self> {
         let mut pieces = Vec::new();
         let mut rest = html;
         loop {
@@ -134,7 +134,7 @@ impl Shape {
     /// The HTML with this email's values in their places, in one pass: a value is written
     /// once and never read again, so sentinel characters in a user's name stay text. None if
     /// a value is missing (never, for an email of the shape's key).
-    pub(super) fn fill(&self, values: &[String]) -> Option<String> {
+    pub(crate) fn fill(&self, values: &[String]) -> Option<String> {
         let parts = self
             .pieces
             .iter()
