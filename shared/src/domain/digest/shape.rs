@@ -134,15 +134,15 @@ impl Shape {
     /// The HTML with this email's values in their places, in one pass: a value is written
     /// once and never read again, so sentinel characters in a user's name stay text. None if
     /// a value is missing (never, for an email of the shape's key).
-    pub(crate) fn fill(&self, values: &[String]) -> Option<String> {
+    pub(crate) fn fill(&self, values: &[impl AsRef<str>]) -> Option<String> {
         let parts = self
             .pieces
             .iter()
             .map(|piece| {
                 Some(match piece {
                     Piece::Literal(text) => Cow::Borrowed(text.as_str()),
-                    Piece::Text(i) => Cow::Borrowed(values.get(*i)?.as_str()),
-                    Piece::Attribute(i) => attribute_value(values.get(*i)?),
+                    Piece::Text(i) => Cow::Borrowed(values.get(*i)?.as_ref()),
+                    Piece::Attribute(i) => attribute_value(values.get(*i)?.as_ref()),
                 })
             })
             .collect::<Option<Vec<_>>>()?;

@@ -100,14 +100,14 @@ impl Shapes {
 /// The MJML with a sentinel for each value (`OPEN`, its index, `CLOSE`), and the values.
 /// None when it cannot be split with certainty (a tag left open, an attribute unquoted):
 /// that email is rendered directly.
-fn skeleton(mjml: &str) -> Option<(String, Vec<String>)> {
+fn skeleton(mjml: &str) -> Option<(String, Vec<&str>)> {
     let mut key = String::with_capacity(mjml.len());
     let mut holes = Vec::new();
-    let mut hole = |key: &mut String, value: &str| {
+    let mut hole = |key: &mut String, value| {
         key.push(OPEN);
         key.push_str(&holes.len().to_string());
         key.push(CLOSE);
-        holes.push(value.to_owned());
+        holes.push(value);
     };
     // In the head only the title and preview are text a reader sees.
     let mut in_head = false;
@@ -151,7 +151,7 @@ fn skeleton(mjml: &str) -> Option<(String, Vec<String>)> {
 fn tag<'a>(
     rest: &'a str,
     key: &mut String,
-    hole: &mut impl FnMut(&mut String, &str),
+    hole: &mut impl FnMut(&mut String, &'a str),
 ) -> Option<(&'a str, usize)> {
     let is_name_end = |c: char| c.is_whitespace() || c == '>' || c == '/';
     let name_start = if rest[1..].starts_with('/') { 2 } else { 1 };
