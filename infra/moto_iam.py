@@ -262,6 +262,8 @@ def describe(environ, body, region, service, account=DEFAULT_ACCOUNT_ID):
             if qualifier:
                 arn = f"{arn}:{qualifier}"
             return [("lambda:InvokeFunction", arn, {})]
+        if method == "GET" and re.fullmatch(r"/2016-08-19/account-settings/?", path):
+            return [("lambda:GetAccountSettings", "*", {})]
         raise Unmodelled(f"lambda {method} {path}")
 
     if service == "scheduler":

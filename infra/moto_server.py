@@ -1,11 +1,11 @@
-"""moto's server with ten fixes and IAM (infra/moto_iam.py), started by infra/local-stack.sh.
+"""moto's server with eleven fixes and IAM (infra/moto_iam.py), started by infra/local-stack.sh.
 Nothing else changes.
 
 Each fix replaces moto 5.2.5's internals (the attribute it patches is named below), so the
 server refuses to start under any other moto version (PATCHED_FOR): check each fix against
 the new version's code, then change PATCHED_FOR and the pin in infra/requirements-local.txt
 together (tests/consistency.rs checks that they agree). Two kinds, kept apart:
-- correctness (what AWS does and moto does not): 1, 5, 9, 10;
+- correctness (what AWS does and moto does not): 1, 5, 9, 10, 11;
 - speed (the same answers, less of moto's time): 2, 3, 4, 6, 7, 8.
 
 1. DynamoDB conditional writes are atomic, as on AWS. moto's server handles requests on
@@ -78,6 +78,11 @@ that exists. moto replaced the group with an empty one, so provisioning a local 
 (every `mailctl --prefix` command does) deleted every pending release schedule of a waiting
 local-time campaign: a `plan` during a local-time run left 279 of 286 users held with nothing
 to release them.
+
+11. Lambda's GetAccountSettings is answered, as AWS answers an account that asked for no
+raise: 1,000 concurrent executions, less the functions' reserved concurrency unreserved
+(moto has no route for it, and RateControl and `mailctl plan` read it to check the send rate
+against the account's concurrency).
 """
 
 import sys
@@ -317,6 +322,33 @@ def _create_mapping_record(backend, spec):
 
 
 LambdaBackend.create_event_source_mapping = _create_mapping_record
+
+
+# 11. GetAccountSettings: AWS's default account (1,000 concurrent executions).
+import json  # noqa: E402
+
+from moto.awslambda import urls as lambda_urls  # noqa: E402
+from moto.awslambda.responses import LambdaResponse  # noqa: E402
+
+ACCOUNT_CONCURRENCY = 1000
+
+
+def _account_settings(self):
+    functions = self.backend.list_functions()
+    reserved = sum(int(f.reserved_concurrency or 0) for f in functions)
+    limit = {
+        "TotalCodeSize": 80530636800,
+        "CodeSizeUnzipped": 262144000,
+        "CodeSizeZipped": 52428800,
+        "ConcurrentExecutions": ACCOUNT_CONCURRENCY,
+        "UnreservedConcurrentExecutions": ACCOUNT_CONCURRENCY - reserved,
+    }
+    usage = {"TotalCodeSize": 0, "FunctionCount": len(functions)}
+    return 200, {}, json.dumps({"AccountLimit": limit, "AccountUsage": usage})
+
+
+LambdaResponse.get_account_settings = _account_settings
+lambda_urls.url_paths[r"{0}/(?P<api_version>[^/]+)/account-settings/?$"] = LambdaResponse.dispatch
 
 from moto.utilities.docker_utilities import DockerModel  # noqa: E402
 

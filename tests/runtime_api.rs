@@ -597,6 +597,19 @@ async fn rate_control_sizes_both_mappings(host: Host, env: &TestEnv) {
     // The local stack has no SESv2 GetAccount (the quota is unknown, the ceiling is the
     // configured rate), and SendEmail set the rate earlier in this test: nothing to write.
     let summary = response(&run);
+    // The account's concurrency read (its role may call GetAccountSettings, and the local
+    // emulator answers as AWS does an account without a raise), not assumed.
+    assert_eq!(
+        (
+            &summary["account"]["lambdaConcurrency"],
+            &summary["account"]["read"][0]
+        ),
+        (
+            &serde_json::json!(1000),
+            &serde_json::json!("lambda concurrency")
+        ),
+        "{summary}"
+    );
     let environments = summary["environments"].as_u64().unwrap();
     let config =
         mailflow::config::RateControlConfig::from_source(&|k: &str| control_env.get(k).cloned())

@@ -246,7 +246,9 @@ pub fn rate_control(config: RateControlConfig, sdk: &SdkConfig) -> LambdaRateCon
         )),
         &config,
     )
-    .in_region(sdk.region().map_or("", |r| r.as_ref()))
+    .with_account(std::sync::Arc::new(
+        crate::adapters::account::AwsAccount::new(sdk, &config.sends_table_name),
+    ))
 }
 
 pub async fn ses_events(

@@ -4,32 +4,13 @@
 
 use mailflow::domain::capacity::{binding, Account, Check};
 
-/// The account as far as the stack's credentials can read it: Lambda's concurrent
-/// executions (`GetAccountSettings`) and the sends table's warm write throughput
-/// (`DescribeTable`), each AWS's default where it cannot be read.
+/// The account as far as the stack's credentials can read it
+/// (`mailflow::adapters::account`), each AWS's default where it cannot be read.
 pub async fn account(sdk: &aws_config::SdkConfig, sends_table: &str) -> Account {
-    let mut account = Account::defaults(sdk.region().map_or("", |r| r.as_ref()));
-    // Not allowed or not answered: the default stands.
-    let settings = aws_sdk_lambda::Client::new(sdk)
-        .get_account_settings()
-        .send()
-        .await;
-    if let Some(limit) = settings.as_ref().ok().and_then(|s| s.account_limit()) {
-        account.lambda_concurrency = u32::try_from(limit.concurrent_executions()).unwrap_or(0);
-    }
-    let table = aws_sdk_dynamodb::Client::new(sdk)
-        .describe_table()
-        .table_name(sends_table)
-        .send()
-        .await;
-    let warm = (table.as_ref().ok())
-        .and_then(|t| t.table())
-        .and_then(|t| t.warm_throughput())
-        .and_then(|w| w.write_units_per_second());
-    if let Some(units) = warm.filter(|u| *u > 0) {
-        account.sends_table_write_units = units as f64;
-    }
-    account
+    use mailflow::ports::AccountLimits;
+    mailflow::adapters::account::AwsAccount::new(sdk, sends_table)
+        .read()
+        .await
 }
 
 /// The plan's limits: one line each, what binds marked, then which binds hardest and what

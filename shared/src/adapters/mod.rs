@@ -2,6 +2,7 @@
 //! ports (`crate::ports`) and translates its SDK's errors into our error kinds once, so the
 //! stages never match on SDK or driver types.
 
+pub mod account;
 pub mod batch_get;
 pub mod bson_ids;
 pub mod campaigns;

@@ -258,6 +258,8 @@ fn quota_share(src: &dyn Source) -> Result<f64, ConfigError> {
 #[derive(Clone, Debug)]
 pub struct RateControlConfig {
     pub campaigns_table_name: String,
+    /// Read for its warm write throughput, one of the limits the rate is checked against.
+    pub sends_table_name: String,
     pub send_rate_per_second: f64,
     pub ses_quota_share: f64,
     /// SendEmail's environment: its batch (`EmailsBatchSize`) and memory.
@@ -295,6 +297,7 @@ impl RateControlConfig {
 
     pub const VARS: &'static [&'static str] = &[
         var::CAMPAIGNS_TABLE_NAME,
+        var::SENDS_TABLE_NAME,
         var::SEND_RATE_PER_SECOND,
         var::SES_QUOTA_SHARE_PERCENT,
         var::SEND_EMAIL_BATCH_SIZE,
@@ -317,6 +320,7 @@ impl RateControlConfig {
         let (rate, share) = (send_rate(src)?, quota_share(src)?);
         Ok(Self {
             campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
+            sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
             send_rate_per_second: rate,
             ses_quota_share: share,
             send_email: Environment {

@@ -97,9 +97,15 @@ pub struct Account {
     /// SES's maximum send rate and what is left of its 24-hour quota, when read.
     pub ses_max_send_rate: Option<f64>,
     pub ses_left_24_hours: Option<f64>,
+    /// Which of the limits above were read from the account (`LAMBDA_CONCURRENCY`,
+    /// `SENDS_TABLE_WARM_THROUGHPUT`); the others are AWS's defaults.
+    pub read: Vec<&'static str>,
 }
 
 impl Account {
+    pub const LAMBDA_CONCURRENCY: &'static str = "lambda concurrency";
+    pub const SENDS_TABLE_WARM_THROUGHPUT: &'static str = "sends table warm throughput";
+
     pub fn defaults(region: &str) -> Self {
         Self {
             region: region.to_owned(),
@@ -107,6 +113,7 @@ impl Account {
             sends_table_write_units: DYNAMODB_TABLE_WRITE_UNITS,
             ses_max_send_rate: None,
             ses_left_24_hours: None,
+            read: Vec::new(),
         }
     }
 }

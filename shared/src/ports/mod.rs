@@ -16,6 +16,7 @@
 #[cfg(any(test, feature = "memory"))]
 pub mod memory;
 
+mod account;
 mod campaigns;
 mod caps;
 mod clock;
@@ -36,6 +37,7 @@ mod store;
 mod subscribers;
 mod waiting;
 
+pub use account::{AccountLimits, DefaultLimits};
 pub use campaigns::CampaignStates;
 pub use caps::CapLedger;
 pub use clock::{Clock, SystemClock};

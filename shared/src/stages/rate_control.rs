@@ -15,7 +15,7 @@ use crate::domain::public_urls::{PublicUrls, Short};
 use crate::domain::send_rate::{
     epoch_us, trusted, Environment, QuotaUnknown, RateSource, SendRate, SharedRate,
 };
-use crate::ports::{ConsumerScaling, Mailer, RateBucket};
+use crate::ports::{AccountLimits, ConsumerScaling, DefaultLimits, Mailer, RateBucket};
 use std::time::Duration;
 
 /// Attempts at each write (the rate item, the mapping) before the invocation fails (the
@@ -45,9 +45,10 @@ pub struct Summary {
     /// SesEvents' MaximumConcurrency, and what it was when it changed.
     pub ses_events: u32,
     pub ses_events_were: Option<u32>,
-    /// The AWS limit the ceiling needs more of than the account's default (the one that
-    /// binds hardest), if any (`domain::capacity`).
+    /// The AWS limit the ceiling needs more of than the account allows (the one that binds
+    /// hardest), if any (`domain::capacity`), and the account as read.
     pub binding: Option<Check>,
+    pub account: Option<Account>,
     /// The public URLs whose reserved concurrency is below what the ceiling needs
     /// (`domain::public_urls`: first opens at the send rate, junk on top).
     pub public_urls_short: Vec<Short>,
@@ -94,8 +95,8 @@ pub struct RateControl<M, B> {
     create_emails: Composer,
     create_emails_ceiling: u32,
     stack: Stack,
-    /// The stack's region: EventBridge's quota depends on it.
-    region: String,
+    /// What the account allows (read each minute: a raise counts from the next one).
+    account: std::sync::Arc<dyn AccountLimits>,
     public_urls: PublicUrls,
 }
 
@@ -127,14 +128,14 @@ impl<M: Mailer, B: RateBucket> RateControl<M, B> {
             create_emails: config.create_emails,
             create_emails_ceiling: config.create_emails_ceiling,
             stack: config.stack(),
-            region: String::new(),
+            account: std::sync::Arc::new(DefaultLimits(String::new())),
             public_urls: config.public_urls,
         }
     }
 
-    /// The stack's region (the SDK's), for the limits that depend on it.
-    pub fn in_region(mut self, region: &str) -> Self {
-        self.region = region.to_owned();
+    /// Where the account's limits are read from (AWS's defaults, region unknown, without).
+    pub fn with_account(mut self, account: std::sync::Arc<dyn AccountLimits>) -> Self {
+        self.account = account;
         self
     }
 
@@ -194,17 +195,18 @@ impl<M: Mailer, B: RateBucket> RateControl<M, B> {
             (self.handlers.set_max_concurrency(summary.ses_events).await).map_err(|e| e.0)
         })
         .await?;
-        let mut account = Account::defaults(&self.region);
+        let mut account = self.account.read().await;
         account.ses_max_send_rate = summary.ses_max_send_rate;
         let limits = checks(&self.stack.demand(summary.ceiling), &account, None);
         summary.binding = binding(&limits).cloned();
+        summary.account = Some(account);
         if let Some(limit) = &summary.binding {
             tracing::warn!(
                 limit = limit.limit,
                 needed = limit.needed,
                 available = limit.available,
                 raise = limit.raise,
-                "the send rate needs more of an AWS limit than its default allows (`mailctl plan` adds them all up)"
+                "the send rate needs more of an AWS limit than the account allows (`mailctl plan` adds them all up)"
             );
         }
         if summary.create_emails.is_some_and(|c| c.capped()) {

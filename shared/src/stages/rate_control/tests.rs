@@ -55,6 +55,7 @@ impl ConsumerScaling for Mapping {
 fn config(rate: f64) -> RateControlConfig {
     RateControlConfig {
         campaigns_table_name: "campaigns".into(),
+        sends_table_name: "sends".into(),
         send_rate_per_second: rate,
         ses_quota_share: 1.0,
         send_email: Environment::DEFAULT,
@@ -243,7 +244,7 @@ async fn ses_events_follows_the_events_the_rate_brings_and_a_binding_limit_is_na
         handlers.clone(),
         &config(20_000.0),
     )
-    .in_region("us-east-1");
+    .with_account(Arc::new(crate::ports::DefaultLimits("us-east-1".into())));
     let summary = control.handle().await.unwrap();
     // 20,200 events/s, 95 a second each at 128 MB, with headroom: 266.
     assert_eq!(
@@ -270,4 +271,50 @@ async fn ses_events_follows_the_events_the_rate_brings_and_a_binding_limit_is_na
     );
     let summary = small.handle().await.unwrap();
     assert_eq!((summary.ses_events, summary.binding), (2, None));
+}
+
+/// An account whose limits were lowered (or raised) is what the rate is checked against,
+/// not AWS's defaults.
+struct Lowered;
+
+impl crate::ports::AccountLimits for Lowered {
+    fn read(&self) -> futures::future::BoxFuture<'_, crate::domain::capacity::Account> {
+        Box::pin(async {
+            let mut account = crate::domain::capacity::Account::defaults("us-east-1");
+            account.lambda_concurrency = 50;
+            account
+                .read
+                .push(crate::domain::capacity::Account::LAMBDA_CONCURRENCY);
+            account
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_account_as_read_is_what_binds() {
+    let control = |account: Arc<dyn crate::ports::AccountLimits>| {
+        RateControl::new(
+            Quota(Ok(200.0)),
+            Arc::new(MemoryRateBucket::default()),
+            mapping(2, 0),
+            mapping(2, 0),
+            mapping(2, 0),
+            &config(200.0),
+        )
+        .with_account(account)
+    };
+    let defaults = control(Arc::new(crate::ports::DefaultLimits("us-east-1".into())));
+    let summary = defaults.handle().await.unwrap();
+    assert_eq!(summary.binding, None, "{summary:?}");
+    assert!(summary.account.unwrap().read.is_empty());
+    let summary = control(Arc::new(Lowered)).handle().await.unwrap();
+    let binding = summary
+        .binding
+        .expect("50 environments in all bind at 200/s");
+    assert_eq!(
+        (binding.limit, binding.available),
+        ("Lambda concurrent executions", 50.0),
+        "{binding:?}"
+    );
+    assert_eq!(summary.account.unwrap().read, ["lambda concurrency"]);
 }
