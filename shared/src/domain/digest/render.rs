@@ -99,16 +99,27 @@ pub(crate) fn mjml_to_html(
         template: template.to_owned(),
         detail,
     };
-    mrml::parse(mjml)
-        .map_err(|e| mjml_error(e.to_string()))?
-        .element
-        .render(options)
-        .map_err(|e| mjml_error(e.to_string()))
+    // mrml's parser (htmlparser 0.2) panics on a multibyte character just before a `>` in
+    // text: that email fails with its reason, not the batch it is in.
+    let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        mrml::parse(mjml)
+            .map_err(|e| mjml_error(e.to_string()))?
+            .element
+            .render(options)
+            .map_err(|e| mjml_error(e.to_string()))
+    }));
+    rendered.unwrap_or_else(|_| {
+        Err(mjml_error(
+            "mrml's parser failed on this email's text (a character of several bytes just before a `>` in text: write `&gt;` for a `>` the template prints)".into(),
+        ))
+    })
 }
 
-/// A rendered subject as a header carries it: trimmed, on one line.
+/// A rendered subject as a header carries it: trimmed, on one line, printable (a line
+/// break of any kind, a tab or another control character from a template or a value is a
+/// space or gone, never a header line of its own or a byte a mail client shows as junk).
 pub(crate) fn subject_line(subject: &str) -> String {
-    subject.trim().replace(['\r', '\n'], " ")
+    crate::domain::text::printable(subject.trim()).replace(['\u{2028}', '\u{2029}'], " ")
 }
 
 impl Renderer {
@@ -570,6 +581,14 @@ pub(super) mod tests {
         names.push("Wolfeschlegelsteinhausenbergerdorff ".repeat(150));
         names.push("é".repeat(997));
         names
+    }
+
+    #[test]
+    fn a_subject_is_one_printable_line() {
+        assert_eq!(
+            subject_line(" \tHi\r\nBcc: x\u{85}y\u{2028}z\u{2029}\u{0}\u{1b}[31m\u{7}end\t\n"),
+            "Hi  Bcc: x y z [31mend"
+        );
     }
 
     #[test]

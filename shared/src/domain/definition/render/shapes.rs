@@ -29,9 +29,17 @@ use std::sync::{Arc, Mutex};
 /// user's link, image and its text; every other attribute may shape the layout.
 const COPIED_ATTRIBUTES: [&str; 4] = ["href", "src", "alt", "title"];
 
-/// Shapes made at most: a campaign has tens (which languages, how many rows a loop prints,
-/// which branches are taken). Past it, each email is rendered by mrml alone.
+/// Shapes made at most, and the bytes they may hold (key and HTML): a campaign has tens
+/// (which languages, how many rows a loop prints, which branches are taken). Past either,
+/// each new shape's emails are rendered by mrml alone.
 const MAX_SHAPES: usize = 512;
+const MAX_BYTES: usize = 16 << 20;
+
+/// A character XML does not allow (mrml's parser refuses the document): such an email is
+/// rendered directly, so that it fails as mrml fails it, not from a shape made without it.
+fn not_xml(c: char) -> bool {
+    (c < ' ' && !matches!(c, '\t' | '\n' | '\r')) || c == '\u{FFFE}' || c == '\u{FFFF}'
+}
 
 /// The HTML of each shape met so far (None: a shape whose HTML is not mrml's own, rendered
 /// directly).
@@ -39,6 +47,7 @@ const MAX_SHAPES: usize = 512;
 pub(super) struct Shapes {
     shapes: Mutex<HashMap<String, Option<Arc<Shape>>>>,
     made: AtomicUsize,
+    bytes: AtomicUsize,
 }
 
 impl Shapes {
@@ -50,7 +59,7 @@ impl Shapes {
         mjml: &str,
     ) -> Result<String, RenderError> {
         let direct = || mjml_to_html(options, template, mjml);
-        if mjml.contains([OPEN, CLOSE]) {
+        if mjml.contains(|c| c == OPEN || c == CLOSE || not_xml(c)) {
             return direct();
         }
         let Some((key, holes)) = skeleton(mjml) else {
@@ -68,7 +77,11 @@ impl Shapes {
                 None => direct(),
             },
             Some(None) => direct(),
-            None if self.made.load(Ordering::Relaxed) >= MAX_SHAPES => direct(),
+            None if self.made.load(Ordering::Relaxed) >= MAX_SHAPES
+                || self.bytes.load(Ordering::Relaxed) >= MAX_BYTES =>
+            {
+                direct()
+            }
             None => {
                 let html = direct()?;
                 // The key's HTML, kept only if it gives this email's byte for byte.
@@ -78,6 +91,7 @@ impl Shapes {
                     .filter(|shape| shape.fill(&holes).as_deref() == Some(html.as_str()))
                     .map(Arc::new);
                 self.made.fetch_add(1, Ordering::Relaxed);
+                (self.bytes).fetch_add(key.len() + html.len(), Ordering::Relaxed);
                 self.shapes
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -98,8 +112,9 @@ impl Shapes {
 }
 
 /// The MJML with a sentinel for each value (`OPEN`, its index, `CLOSE`), and the values.
-/// None when it cannot be split with certainty (a tag left open, an attribute unquoted):
-/// that email is rendered directly.
+/// None when it cannot be split with certainty (a tag left open, an attribute unquoted, a
+/// `>` in text, which mrml's parser reads with the characters before it): that email is
+/// rendered directly.
 fn skeleton(mjml: &str) -> Option<(String, Vec<&str>)> {
     let mut key = String::with_capacity(mjml.len());
     let mut holes = Vec::new();
@@ -120,7 +135,9 @@ fn skeleton(mjml: &str) -> Option<(String, Vec<&str>)> {
             rest = &rest[end..];
         } else if rest.starts_with('<') {
             let (tag, len) = tag(rest, &mut key, &mut hole)?;
+            let self_closing = rest[..len].ends_with("/>");
             match tag {
+                _ if self_closing => {}
                 "mj-head" => in_head = true,
                 "/mj-head" => in_head = false,
                 "mj-title" | "mj-preview" => in_head_text = true,
@@ -131,6 +148,9 @@ fn skeleton(mjml: &str) -> Option<(String, Vec<&str>)> {
         } else {
             let end = rest.find('<').unwrap_or(rest.len());
             let text = &rest[..end];
+            if text.contains('>') {
+                return None;
+            }
             let core = text.trim();
             if core.is_empty() || (in_head && !in_head_text) {
                 key.push_str(text);
@@ -282,5 +302,34 @@ mod tests {
         let direct = mjml_to_html(&options, "t", &mjml).unwrap();
         assert_eq!(shapes.html(&options, "t", &mjml).unwrap(), direct);
         assert_eq!(shapes.counts(), (2, 2));
+        // A character XML refuses, in a shape already made: refused as mrml refuses it.
+        for refused in ["Hi\u{c}Ada", "\u{0}", "\u{1b}[31m", "\u{FFFE}"] {
+            let mjml = email(refused, links[0], "100%");
+            assert!(mjml_to_html(&options, "t", &mjml).is_err());
+            assert!(shapes.html(&options, "t", &mjml).is_err(), "{refused:?}");
+        }
+    }
+
+    #[test]
+    fn a_gt_in_text_is_mrmls_to_judge_and_its_panic_fails_one_email() {
+        let options = mjml_options();
+        let shapes = Shapes::default();
+        let text = |t: &str| {
+            format!("<mjml><mj-body><mj-section><mj-column><mj-text>{t}</mj-text></mj-column></mj-section></mj-body></mjml>")
+        };
+        // `]]>` in text is refused by mrml's parser, and by the cache after a shape
+        // without it; a multibyte character before `>` panics in it, and fails the email.
+        for sequence in [["Ada&gt;>", "x]]>", "李>"], ["李>", "Ada>", "é]>"]] {
+            for t in sequence {
+                let mjml = text(t);
+                let direct = mjml_to_html(&options, "t", &mjml).map_err(|e| e.to_string());
+                let cached = shapes.html(&options, "t", &mjml).map_err(|e| e.to_string());
+                assert_eq!(cached, direct, "{t:?}");
+            }
+        }
+        assert!(mjml_to_html(&options, "t", &text("李>"))
+            .unwrap_err()
+            .to_string()
+            .contains("a character of several bytes just before a `>`"));
     }
 }
