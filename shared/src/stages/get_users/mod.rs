@@ -67,7 +67,7 @@ pub enum GetUsersError {
     Mongo(String),
     #[error(transparent)]
     Queue(#[from] QueueError),
-    #[error("recording the campaign in the campaigns table failed: {0}")]
+    #[error("the campaigns table (reading or recording the campaign) failed: {0}")]
     Campaigns(String),
     #[error(transparent)]
     Definition(#[from] crate::domain::definition::pin::PinError),
