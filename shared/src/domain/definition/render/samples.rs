@@ -60,6 +60,9 @@ fn check_variant_subjects(
     files: &Files,
     subjects: &BTreeMap<String, String>,
 ) -> Vec<String> {
+    // Only the subjects' own failures: the definition's templates were checked when it was
+    // pushed, and one failing on a build that reads them otherwise is not the experiment's
+    // fault (it shows at run time, per email, with its own reason).
     check_renders(definition, files, Some(subjects))
 }
 
@@ -125,15 +128,34 @@ fn check_renders(
                         &email,
                         VariantSubject::Strict,
                     );
+                    let variant_subject = file(&format!("{VARIANT_SUBJECT}{language}"));
                     let problem = match rendered {
                         Ok(r) if r.subject.is_empty() => Some(format!(
                             "{}: the subject renders empty",
                             match subjects.is_some_and(|s| s.contains_key(language)) {
-                                true => file(&format!("{VARIANT_SUBJECT}{language}")),
+                                true => variant_subject.clone(),
                                 false => file(&format!("{language}/subject.txt")),
                             }
                         )),
                         Ok(_) => None,
+                        // With variant subjects, only theirs: the definition's own templates
+                        // were checked when it was pushed, and one failing on a build that
+                        // reads them otherwise is not the experiment's fault (it shows at
+                        // run time, per email, with its reason).
+                        Err(
+                            RenderError::Template { template, .. }
+                            | RenderError::SubjectTooLong { template, .. },
+                        ) if subjects.is_some() && template != variant_subject => None,
+                        Err(e)
+                            if subjects.is_some()
+                                && !matches!(
+                                    e,
+                                    RenderError::Template { .. }
+                                        | RenderError::SubjectTooLong { .. }
+                                ) =>
+                        {
+                            None
+                        }
                         Err(RenderError::Template { source, .. }) => Some(describe(&source)),
                         Err(e) => Some(e.to_string()),
                     };

@@ -626,3 +626,36 @@ fn measure_render_per_email() {
         );
     }
 }
+
+/// An experiment is judged by its subjects alone: a version whose own template fails a
+/// sample (checked when it was pushed, read otherwise by another build) does not make a
+/// sound experiment's subjects wrong.
+#[test]
+fn an_experiment_is_refused_for_its_subjects_not_for_the_definitions_templates() {
+    let (definition, files) = with_file("templates/en/body.txt.j2", Some("{{ nope }}"));
+    let experiment = |en: &str| {
+        crate::domain::experiment::Experiment::parse(
+            &json!({"variants": [
+                {"name": "own"},
+                {"name": "count", "subject": {"en": en, "fr": "x", "de": "x"}},
+            ], "testPercent": 100, "waitHours": 3, "minDelivered": 1, "minPeople": 1})
+            .to_string(),
+        )
+        .unwrap()
+    };
+    check_experiment(
+        &experiment("{{ data.followers.count }} new"),
+        &definition,
+        &files,
+    )
+    .unwrap();
+    let err = check_experiment(&experiment("{{ nope }}"), &definition, &files).unwrap_err();
+    assert!(
+        err.starts_with(
+            "experiment variant count: the experiment variant's en subject:1: undefined value"
+        ),
+        "{err}"
+    );
+    let err = check_experiment(&experiment(&"x".repeat(501)), &definition, &files).unwrap_err();
+    assert!(err.contains("501 bytes of template; at most 500"), "{err}");
+}
