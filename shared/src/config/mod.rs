@@ -297,12 +297,15 @@ mod tests {
             "SEND_RATE_PER_SECOND"
         );
         pairs.pop();
-        let mut control = vec![
-            ("CAMPAIGNS_TABLE_NAME", "campaigns"),
+        let mut control = vec![("CAMPAIGNS_TABLE_NAME", "campaigns")];
+        let err = RateControlConfig::from_source(&src(&control)).unwrap_err();
+        assert_eq!(err.var, "SENDS_TABLE_NAME");
+        control.extend([
+            ("SENDS_TABLE_NAME", "sends"),
             ("EMAILS_EVENT_SOURCE_MAPPING_ID", "uuid"),
             ("USERS_EVENT_SOURCE_MAPPING_ID", "uuid-users"),
             ("SES_EVENTS_EVENT_SOURCE_MAPPING_ID", "uuid-events"),
-        ];
+        ]);
         for bad in ["0", "150", "half"] {
             control.push(("SES_QUOTA_SHARE_PERCENT", bad));
             let err = RateControlConfig::from_source(&src(&control)).unwrap_err();
