@@ -215,6 +215,8 @@ def describe(environ, body, region, service, account=DEFAULT_ACCOUNT_ID):
             elif operation == "Query":
                 context["dynamodb:LeadingKeys"] = [str(_query_leading_key(account, region, params))]
             needs.append((f"dynamodb:{operation}", resource, context))
+        elif operation == "DescribeLimits":
+            needs.append(("dynamodb:DescribeLimits", "*", {}))  # IAM grants it only on *
         else:
             raise Unmodelled(f"dynamodb:{operation} without a table")
         return needs

@@ -83,6 +83,10 @@ to release them.
 raise: 1,000 concurrent executions, less the functions' reserved concurrency unreserved
 (moto has no route for it, and RateControl and `mailctl plan` read it to check the send rate
 against the account's concurrency).
+
+12. DynamoDB's DescribeLimits answers AWS's default quotas (40,000 write and read units per
+table, 80,000 per account) where moto answers 10,000 and 20,000: RateControl and `mailctl
+plan` check the sends table's writes against the per-table figure.
 """
 
 import sys
@@ -348,6 +352,25 @@ def _account_settings(self):
 
 
 LambdaResponse.get_account_settings = _account_settings
+
+
+# 12. DescribeLimits: AWS's default quotas.
+from moto.core.responses import ActionResult  # noqa: E402
+from moto.dynamodb.responses import DynamoHandler  # noqa: E402
+
+
+def _describe_limits(self):
+    return ActionResult(
+        {
+            "AccountMaxReadCapacityUnits": 80000,
+            "AccountMaxWriteCapacityUnits": 80000,
+            "TableMaxReadCapacityUnits": 40000,
+            "TableMaxWriteCapacityUnits": 40000,
+        }
+    )
+
+
+DynamoHandler.describe_limits = _describe_limits
 lambda_urls.url_paths[r"{0}/(?P<api_version>[^/]+)/account-settings/?$"] = LambdaResponse.dispatch
 
 from moto.utilities.docker_utilities import DockerModel  # noqa: E402

@@ -597,19 +597,32 @@ async fn rate_control_sizes_both_mappings(host: Host, env: &TestEnv) {
     // The local stack has no SESv2 GetAccount (the quota is unknown, the ceiling is the
     // configured rate), and SendEmail set the rate earlier in this test: nothing to write.
     let summary = response(&run);
-    // The account's concurrency read (its role may call GetAccountSettings, and the local
-    // emulator answers as AWS does an account without a raise), not assumed.
+    // The account's limits read (its role may call GetAccountSettings, DescribeLimits and
+    // DescribeTable, and the local emulator answers as AWS does an account without a
+    // raise), not assumed: the sends table is on demand, so the quota is its ceiling.
+    let account = &summary["account"];
     assert_eq!(
         (
-            &summary["account"]["lambdaConcurrency"],
-            &summary["account"]["read"][0]
+            &account["lambdaConcurrency"],
+            &account["read"],
+            &account["sendsTableWriteUnits"],
+            &account["sendsIndexWriteUnits"],
         ),
         (
             &serde_json::json!(1000),
-            &serde_json::json!("lambda concurrency")
+            &serde_json::json!([
+                "lambda concurrency",
+                "dynamodb per-table write quota",
+                "sends table throughput"
+            ]),
+            &serde_json::json!(40000.0),
+            &serde_json::json!(40000.0),
         ),
         "{summary}"
     );
+    // What is left unreserved is read too (the local stack's functions run outside the
+    // emulator's Lambda, so none of them holds a reservation there).
+    assert_eq!(account["lambdaUnreserved"], 1000, "{summary}");
     let environments = summary["environments"].as_u64().unwrap();
     let config =
         mailflow::config::RateControlConfig::from_source(&|k: &str| control_env.get(k).cloned())

@@ -76,7 +76,11 @@ const SES_CONFIGURATION_SET: &str =
     "arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:configuration-set/*";
 
 /// Actions IAM grants only on "*": they name no resource (the account's own SES quota).
-const ACTIONS_WITHOUT_RESOURCES: &[&str] = &["ses:GetAccount", "lambda:GetAccountSettings"];
+const ACTIONS_WITHOUT_RESOURCES: &[&str] = &[
+    "ses:GetAccount",
+    "lambda:GetAccountSettings",
+    "dynamodb:DescribeLimits",
+];
 
 /// What each function calls (the adapters in shared/src/adapters) plus what its event source
 /// mapping and its logs need, on the one resource each is for.
@@ -203,11 +207,12 @@ fn needed(function: &str) -> BTreeSet<(String, String)> {
             pairs.push(("secretsmanager:GetSecretValue", SECRET.into()));
         }
         "RateControl" => {
-            // SES's quota, the account's concurrency, the sends table's warm throughput, the
-            // rate item, and SendEmail's, CreateEmails' and SesEvents' mappings named by
-            // their SAM ids.
+            // SES's quota, the account's concurrency, DynamoDB's per-table quota, the sends
+            // table's own throughput, the rate item, and SendEmail's, CreateEmails' and
+            // SesEvents' mappings named by their SAM ids.
             pairs.push(("ses:GetAccount", "*".into()));
             pairs.push(("lambda:GetAccountSettings", "*".into()));
+            pairs.push(("dynamodb:DescribeLimits", "*".into()));
             pairs.push(("dynamodb:DescribeTable", "SendsTable.Arn".into()));
             pairs.push(("dynamodb:GetItem", "CampaignsTable.Arn".into()));
             pairs.push(("dynamodb:UpdateItem", "CampaignsTable.Arn".into()));

@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use mailflow::assemble::LambdaCreateEmails;
 use mailflow::domain::campaign::Campaign;
 use mailflow::domain::campaign_start::dated_experiment;
-use mailflow::domain::capacity::checks;
+use mailflow::domain::capacity::{checks, warm_up};
 use mailflow::domain::definition::pin::PinnedDefinition;
 use mailflow::domain::delivery::{self, Decision, ExperimentView, Place, Quiet, Recipient, Rules};
 use mailflow::domain::experiment::{Assignment, Experiment};
@@ -361,11 +361,9 @@ fn finish<C>(plan: &mut Plan, loads: Loads, sending: Sending, guardrails: &Guard
     plan.public_urls = Some(public_urls.check(plan.send_rate));
     account.ses_max_send_rate = quota.as_ref().ok().map(|q| q.max_send_rate);
     account.ses_left_24_hours = quota.as_ref().ok().and_then(SendQuota::left_24_hours);
-    plan.limits = checks(
-        &stack.demand(plan.send_rate),
-        &account,
-        Some(plan.would_send as f64),
-    );
+    let demand = stack.demand(plan.send_rate);
+    plan.limits = checks(&demand, &account, Some(plan.would_send as f64));
+    plan.warm_up = warm_up(&demand, &account);
     match quota {
         Ok(q) => {
             plan.over_24_hour_quota = over_24_hour_quota(plan.would_send, &q);

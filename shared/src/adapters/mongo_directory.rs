@@ -26,11 +26,12 @@ pub struct MongoDirectory {
 }
 
 /// What a run is made from: the version (held, so its address is not another's), the
-/// campaign and its window.
+/// campaign, its window and its topic.
 struct RunKey {
     loaded: Arc<LoadedDefinition>,
     campaign: String,
     window: Window,
+    topic: Topic,
 }
 
 impl RunKey {
@@ -39,6 +40,7 @@ impl RunKey {
             loaded: campaign.loaded.clone(),
             campaign: campaign.campaign.clone(),
             window: campaign.window,
+            topic: campaign.topic.clone(),
         }
     }
 
@@ -46,6 +48,7 @@ impl RunKey {
         Arc::ptr_eq(&self.loaded, &campaign.loaded)
             && self.campaign == campaign.campaign
             && self.window == campaign.window
+            && self.topic == campaign.topic
     }
 }
 

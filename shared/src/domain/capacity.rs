@@ -1,7 +1,8 @@
 //! What a campaign at a send rate needs of the AWS account, added up against each limit
 //! (`aws_limits`), and which one binds: `mailctl plan` prints every line, RateControl logs
 //! the binding one each minute. Pure: the caller reads the account (Lambda's
-//! GetAccountSettings, the table's warm throughput, SES's quota) or takes the defaults.
+//! GetAccountSettings, DynamoDB's per-table quota and the sends table's own throughput,
+//! SES's quota) or takes the defaults.
 
 use super::aws_limits::{
     eventbridge_invocations_per_second, DYNAMODB_PARTITION_WRITE_UNITS, DYNAMODB_TABLE_WRITE_UNITS,
@@ -93,24 +94,40 @@ impl Stack {
 pub struct Account {
     pub region: String,
     pub lambda_concurrency: u32,
+    /// What the account leaves to functions without reserved concurrency (SendEmail,
+    /// CreateEmails, SesEvents, GetUsers): its concurrency less every function's reservation
+    /// in the region, this stack's and any other's. When read, the check is against it.
+    pub lambda_unreserved: Option<u32>,
+    /// The most write units a second the sends table takes: DynamoDB's per-table quota, or
+    /// less where the table is provisioned or has an on-demand maximum.
     pub sends_table_write_units: f64,
+    /// The same for its campaign index (the per-table quota applies to each index too).
+    pub sends_index_write_units: f64,
+    /// What the table serves at once, before DynamoDB scales it (its warm throughput), when
+    /// read: not a ceiling (an on-demand table grows to twice its previous peak within 30
+    /// minutes), but a campaign that needs more starts throttled (`warm_up`).
+    pub sends_table_warm_write_units: Option<f64>,
     /// SES's maximum send rate and what is left of its 24-hour quota, when read.
     pub ses_max_send_rate: Option<f64>,
     pub ses_left_24_hours: Option<f64>,
     /// Which of the limits above were read from the account (`LAMBDA_CONCURRENCY`,
-    /// `SENDS_TABLE_WARM_THROUGHPUT`); the others are AWS's defaults.
+    /// `TABLE_QUOTA`, `SENDS_TABLE_THROUGHPUT`); the others are AWS's defaults.
     pub read: Vec<&'static str>,
 }
 
 impl Account {
     pub const LAMBDA_CONCURRENCY: &'static str = "lambda concurrency";
-    pub const SENDS_TABLE_WARM_THROUGHPUT: &'static str = "sends table warm throughput";
+    pub const TABLE_QUOTA: &'static str = "dynamodb per-table write quota";
+    pub const SENDS_TABLE_THROUGHPUT: &'static str = "sends table throughput";
 
     pub fn defaults(region: &str) -> Self {
         Self {
             region: region.to_owned(),
             lambda_concurrency: LAMBDA_ACCOUNT_CONCURRENCY,
+            lambda_unreserved: None,
             sends_table_write_units: DYNAMODB_TABLE_WRITE_UNITS,
+            sends_index_write_units: DYNAMODB_TABLE_WRITE_UNITS,
+            sends_table_warm_write_units: None,
             ses_max_send_rate: None,
             ses_left_24_hours: None,
             read: Vec::new(),
@@ -144,25 +161,35 @@ pub fn checks(demand: &Demand, account: &Account, emails: Option<f64>) -> Vec<Ch
     let rate = demand.rate.max(0.0);
     let (table_writes, index_writes) = writes_per_email(demand.events_per_email);
     let (writes, index_writes) = (rate * table_writes, rate * index_writes);
-    let mut out = vec![
-        Check {
+    // The functions without reserved concurrency share what the account leaves unreserved;
+    // unread, all of them and the reservations share its concurrency.
+    let unreserved = demand.send_email + demand.create_emails + demand.ses_events + GET_USERS;
+    let lambda = match account.lambda_unreserved {
+        Some(left) => Check {
+            limit: "Lambda unreserved concurrent executions",
+            needed: f64::from(unreserved),
+            available: f64::from(left),
+            raise: "Lambda's concurrent executions in Service Quotas (or fewer reserved elsewhere in the region), or a lower SendRatePerSecond",
+        },
+        None => Check {
             limit: "Lambda concurrent executions",
-            needed: f64::from(
-                demand.send_email + demand.create_emails + demand.ses_events + demand.reserved,
-            ),
+            needed: f64::from(unreserved - GET_USERS + demand.reserved),
             available: f64::from(account.lambda_concurrency),
             raise: "Lambda's concurrent executions in Service Quotas, or a lower SendRatePerSecond",
         },
+    };
+    let mut out = vec![
+        lambda,
         Check {
             limit: "sends table write units/s",
             needed: writes,
             available: account.sends_table_write_units,
-            raise: "the table's write throughput quota (Service Quotas) and its warm throughput",
+            raise: "DynamoDB's table-level write throughput quota (Service Quotas), or the table's provisioned or maximum on-demand writes",
         },
         Check {
             limit: "campaign index write units/s",
             needed: index_writes,
-            available: account.sends_table_write_units,
+            available: account.sends_index_write_units,
             raise: "the index's write throughput quota (Service Quotas), as the table's",
         },
         Check {
@@ -201,6 +228,25 @@ pub fn checks(demand: &Demand, account: &Account, emails: Option<f64>) -> Vec<Ch
         });
     }
     out
+}
+
+/// GetUsers' one invocation, running while the others send, without reserved concurrency.
+const GET_USERS: u32 = 1;
+
+/// What to say when the sends table's warm throughput is below the campaign's writes: not a
+/// limit (DynamoDB grows an on-demand table to twice its previous peak within 30 minutes),
+/// but the first minutes of a campaign beyond it are throttled.
+pub fn warm_up(demand: &Demand, account: &Account) -> Option<String> {
+    let warm = account.sends_table_warm_write_units?;
+    let needed = demand.rate.max(0.0) * writes_per_email(demand.events_per_email).0;
+    (needed > warm).then(|| {
+        format!(
+            "the sends table serves {warm:.0} write units/s at once and the rate needs {needed:.0}: \
+             DynamoDB scales it up (to twice its previous peak within 30 minutes), throttling \
+             the campaign's first minutes until then; pre-warm it (docs/deploying.md, \
+             \"The sends table's throughput\")"
+        )
+    })
 }
 
 /// The limit that binds hardest (the largest share above 1), if any.
@@ -296,5 +342,40 @@ mod tests {
         read.lambda_concurrency = 400;
         let lambda = &checks(&demand(20_000.0, 266), &read, None)[0];
         assert!(lambda.binds() && lambda.share() > 1.2);
+    }
+
+    #[test]
+    fn what_is_left_unreserved_is_what_the_unreserved_functions_share() {
+        // Read: SendEmail, CreateEmails, SesEvents and GetUsers (92 + 38 + 266 + 1) against
+        // what the account leaves them; another stack's reservations leave 300.
+        let mut account = Account::defaults("us-east-1");
+        account.lambda_unreserved = Some(903);
+        let lambda = &checks(&demand(20_000.0, 266), &account, None)[0];
+        assert_eq!(
+            (lambda.limit, lambda.needed, lambda.binds()),
+            ("Lambda unreserved concurrent executions", 397.0, false)
+        );
+        account.lambda_unreserved = Some(300);
+        let lambda = &checks(&demand(20_000.0, 266), &account, None)[0];
+        assert!(lambda.binds(), "{lambda:?}");
+    }
+
+    #[test]
+    fn warm_throughput_is_a_warm_up_not_a_ceiling() {
+        // A new on-demand table serves 4,000 at once: the quota raised to 80,000 holds the
+        // 60,200 units of 20,000/s (no limit binds on the table), and the warm-up is said.
+        let mut account = Account::defaults("us-east-1");
+        account.sends_table_write_units = 80_000.0;
+        account.sends_index_write_units = 80_000.0;
+        account.sends_table_warm_write_units = Some(4_000.0);
+        let all = checks(&demand(20_000.0, 266), &account, None);
+        assert!(!all[1].binds() && !all[2].binds(), "{all:?}");
+        let note = warm_up(&demand(20_000.0, 266), &account).unwrap();
+        assert!(note.contains("serves 4000 write units/s at once and the rate needs 60200"));
+        // Pre-warmed to 60,200, or not read: nothing to say.
+        account.sends_table_warm_write_units = Some(60_200.0);
+        assert_eq!(warm_up(&demand(20_000.0, 266), &account), None);
+        account.sends_table_warm_write_units = None;
+        assert_eq!(warm_up(&demand(20_000.0, 266), &account), None);
     }
 }

@@ -9,7 +9,7 @@
 //! with hundreds of environments that used up the Lambda control-plane calls that pausing a
 //! campaign and the reputation guard need, and SES's GetAccount.
 
-use crate::domain::capacity::{binding, checks, Account, Check, Stack};
+use crate::domain::capacity::{binding, checks, warm_up, Account, Check, Stack};
 use crate::domain::fan_out::{composers_for, Composer, ComposerSizing};
 use crate::domain::public_urls::{PublicUrls, Short};
 use crate::domain::send_rate::{
@@ -197,8 +197,12 @@ impl<M: Mailer, B: RateBucket> RateControl<M, B> {
         .await?;
         let mut account = self.account.read().await;
         account.ses_max_send_rate = summary.ses_max_send_rate;
-        let limits = checks(&self.stack.demand(summary.ceiling), &account, None);
+        let demand = self.stack.demand(summary.ceiling);
+        let limits = checks(&demand, &account, None);
         summary.binding = binding(&limits).cloned();
+        if let Some(note) = warm_up(&demand, &account) {
+            tracing::warn!("{note}");
+        }
         summary.account = Some(account);
         if let Some(limit) = &summary.binding {
             tracing::warn!(

@@ -60,6 +60,9 @@ pub struct Plan {
     /// What the campaign at the rate needs of each AWS limit against what the account has
     /// (`domain::capacity`).
     pub limits: Vec<Check>,
+    /// The sends table's warm throughput below the campaign's writes: its first minutes
+    /// throttled until DynamoDB scales it (`domain::capacity::warm_up`).
+    pub warm_up: Option<String>,
     /// What the guardrails would hold back (not counted in `wouldSend`).
     pub guardrails: GuardrailsPlan,
 }
@@ -108,6 +111,9 @@ pub fn describe(plan: &Plan) -> String {
         out.push_str(&crate::public_urls::describe_plan(urls, plan.send_rate));
     }
     out.push_str(&crate::capacity::describe_plan(&plan.limits));
+    if let Some(note) = &plan.warm_up {
+        out.push_str(&format!("warm-up: {note}\n"));
+    }
     out.push_str(&crate::send_rate::plan_quota(
         plan.ses_quota.as_ref(),
         plan.ses_quota_unknown.as_deref(),
