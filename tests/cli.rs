@@ -245,13 +245,14 @@ fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
         "{plan}"
     );
     // What the rate needs of each AWS limit, against the account as the stack's credentials
-    // read it (Lambda's concurrency, the sends table) or AWS's defaults; the text names the
-    // limit that binds, or that none does.
+    // read it (Lambda's concurrency and what is left unreserved, DynamoDB's quota, the sends
+    // table) or AWS's defaults; the text names the limit that binds, or that none does, and
+    // which limits were read.
     let limits: Vec<&str> = (plan["limits"].as_array().unwrap().iter())
         .map(|l| l["limit"].as_str().unwrap())
         .collect();
     for limit in [
-        "Lambda concurrent executions",
+        "Lambda unreserved concurrent executions",
         "sends table write units/s",
         "campaign index partition write units/s",
         "EventBridge invocations/s",
@@ -259,15 +260,26 @@ fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
     ] {
         assert!(limits.contains(&limit), "{limit}: {plan}");
     }
+    // The three mappings' environments, GetUsers' and ReputationGuard's one each.
     let lambda = &plan["limits"][0];
-    assert!(lambda["needed"].as_f64().unwrap() >= 97.0, "{lambda}");
+    assert!(lambda["needed"].as_f64().unwrap() >= 5.0, "{lambda}");
+    assert_eq!(
+        plan["account"]["read"],
+        serde_json::json!([
+            "lambda concurrency",
+            "dynamodb per-table write quota",
+            "sends table throughput"
+        ]),
+        "{plan}"
+    );
     let text = ok(mailctl(
         &["plan", "--prefix", &t.prefix, "--campaign", &t.campaign],
         &t.env(),
     ));
     assert!(
         text.contains("AWS limits at the rate (needed / available):")
-            && (text.contains("binding limit: ") || text.contains("no AWS limit binds")),
+            && (text.contains("binding limit: ") || text.contains("no AWS limit binds"))
+            && text.contains("account limits read: lambda concurrency, dynamodb per-table write quota, sends table throughput;"),
         "{text}"
     );
     // A holdout a first start would give: its group is counted apart, never in wouldSend.

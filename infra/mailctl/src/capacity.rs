@@ -1,6 +1,7 @@
 //! What `plan` adds up against the account's limits (`domain::capacity`): the account read
-//! where the stack's credentials allow (Lambda's concurrency, the sends table's warm
-//! throughput), AWS's defaults where not, and the lines that say which limit binds.
+//! where the stack's credentials allow (Lambda's concurrency, DynamoDB's per-table quota,
+//! the sends table's own throughput), AWS's defaults where not, and the lines that say
+//! which limit binds and which were read.
 
 use mailflow::domain::capacity::{binding, Account, Check};
 
@@ -36,6 +37,21 @@ pub fn describe_plan(limits: &[Check]) -> String {
     out
 }
 
+/// Which of the account's limits were read and which are AWS's defaults: a plan after a
+/// quota raise that still says EXCEEDED says why.
+pub fn describe_account(account: &Account) -> String {
+    if account.read.is_empty() {
+        return "account limits: none read (the credentials may not allow \
+                lambda:GetAccountSettings, dynamodb:DescribeLimits and dynamodb:DescribeTable), \
+                AWS's defaults used\n"
+            .into();
+    }
+    format!(
+        "account limits read: {}; the others are AWS's defaults\n",
+        account.read.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,11 +72,11 @@ mod tests {
         };
         let text = describe_plan(&checks(&demand, &account, None));
         assert!(
-            text.contains("Lambda concurrent executions: 103 / 50  EXCEEDED"),
+            text.contains("Lambda concurrent executions: 105 / 50  EXCEEDED"),
             "{text}"
         );
         assert!(
-            text.contains("binding limit: Lambda concurrent executions (103 needed, 50 available): raise Lambda's concurrent executions"),
+            text.contains("binding limit: Lambda concurrent executions (105 needed, 50 available): raise Lambda's concurrent executions"),
             "{text}"
         );
         account.lambda_concurrency = 1_000;

@@ -364,6 +364,7 @@ fn finish<C>(plan: &mut Plan, loads: Loads, sending: Sending, guardrails: &Guard
     let demand = stack.demand(plan.send_rate);
     plan.limits = checks(&demand, &account, Some(plan.would_send as f64));
     plan.warm_up = warm_up(&demand, &account);
+    plan.account = Some(account);
     match quota {
         Ok(q) => {
             plan.over_24_hour_quota = over_24_hour_quota(plan.would_send, &q);

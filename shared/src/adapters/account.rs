@@ -5,7 +5,9 @@
 //!
 //! Each read is bounded in time (RateControl runs it last, within its own 30 s) and made at
 //! once with the others. One that fails or times out is logged and stands at what this
-//! environment last read, or AWS's default before any read.
+//! environment last read (`Account::earlier` says which), or AWS's default before any read.
+//! DynamoDB's quota is asked at most every 15 minutes: `DescribeLimits` throttles callers of
+//! more than one a minute, and RateControl runs every minute beside `mailctl plan`.
 
 use crate::adapters::sends::CAMPAIGN_INDEX;
 use crate::domain::capacity::Account;
@@ -17,6 +19,9 @@ use std::time::Duration;
 /// How long one read may take before its default stands.
 const READ_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long DynamoDB's quota, once read, is not asked again.
+const QUOTA_KEPT: Duration = Duration::from_secs(15 * 60);
+
 pub struct AwsAccount {
     lambda: aws_sdk_lambda::Client,
     dynamodb: aws_sdk_dynamodb::Client,
@@ -25,27 +30,35 @@ pub struct AwsAccount {
     last: Mutex<LastRead>,
 }
 
-/// What each source last answered in this environment.
-#[derive(Clone, Copy, Default)]
-struct LastRead {
+/// What each source answered: in this read, or last in this environment.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Reads {
     lambda: Option<Concurrency>,
     table_quota: Option<f64>,
     table: Option<TableThroughput>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Default)]
+struct LastRead {
+    reads: Reads,
+    quota_at: Option<tokio::time::Instant>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Concurrency {
     total: u32,
     unreserved: Option<u32>,
 }
 
 /// The sends table's own throughput: a ceiling below the quota where one is set (provisioned
-/// units, or an on-demand maximum), for the table and for its campaign index.
-#[derive(Clone, Copy)]
+/// units, or an on-demand maximum), and the warm throughput, for the table and for its
+/// campaign index.
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct TableThroughput {
     table_ceiling: Option<f64>,
     index_ceiling: Option<f64>,
-    warm: Option<f64>,
+    table_warm: Option<f64>,
+    index_warm: Option<f64>,
 }
 
 impl AwsAccount {
@@ -111,10 +124,16 @@ impl AwsAccount {
                         .and_then(|o| o.max_write_request_units()),
                 )
             }),
-            warm: (table.warm_throughput())
-                .and_then(|w| w.write_units_per_second())
-                .filter(|u| *u > 0)
-                .map(|u| u as f64),
+            table_warm: warm(
+                table
+                    .warm_throughput()
+                    .and_then(|w| w.write_units_per_second()),
+            ),
+            index_warm: warm(
+                index
+                    .and_then(|i| i.warm_throughput())
+                    .and_then(|w| w.write_units_per_second()),
+            ),
         })
     }
 }
@@ -125,6 +144,10 @@ fn ceiling(provisioned: Option<i64>, on_demand_max: Option<i64>) -> Option<f64> 
     (provisioned.filter(|u| *u > 0))
         .or(on_demand_max.filter(|u| *u > 0))
         .map(|u| u as f64)
+}
+
+fn warm(units: Option<i64>) -> Option<f64> {
+    units.filter(|u| *u > 0).map(|u| u as f64)
 }
 
 /// `call`'s answer, or `None` (logged with why) when it failed or took over `READ_TIMEOUT`.
@@ -157,43 +180,139 @@ where
 impl AccountLimits for AwsAccount {
     fn read(&self) -> BoxFuture<'_, Account> {
         Box::pin(async move {
-            let (lambda, table_quota, table) =
-                tokio::join!(self.concurrency(), self.table_quota(), self.table());
-            let read = {
-                let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-                last.lambda = lambda.or(last.lambda);
-                last.table_quota = table_quota.or(last.table_quota);
-                last.table = table.or(last.table);
-                *last
+            let quota_due = {
+                let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+                last.quota_at.is_none_or(|at| at.elapsed() >= QUOTA_KEPT)
             };
-            let mut account = Account::defaults(&self.region);
-            if let Some(c) = read.lambda {
-                account.lambda_concurrency = c.total;
-                account.lambda_unreserved = c.unreserved;
-                account.read.push(Account::LAMBDA_CONCURRENCY);
-            }
-            if let Some(quota) = read.table_quota {
-                account.sends_table_write_units = quota;
-                account.sends_index_write_units = quota;
-                account.read.push(Account::TABLE_QUOTA);
-            }
-            if let Some(t) = read.table {
-                let under = |quota: f64, own: Option<f64>| own.map_or(quota, |o| o.min(quota));
-                account.sends_table_write_units =
-                    under(account.sends_table_write_units, t.table_ceiling);
-                account.sends_index_write_units =
-                    under(account.sends_index_write_units, t.index_ceiling);
-                account.sends_table_warm_write_units = t.warm;
-                account.read.push(Account::SENDS_TABLE_THROUGHPUT);
-            }
-            account
+            let quota = async {
+                match quota_due {
+                    true => self.table_quota().await,
+                    false => None,
+                }
+            };
+            let (lambda, table_quota, table) =
+                tokio::join!(self.concurrency(), quota, self.table());
+            let fresh = Reads {
+                lambda,
+                table_quota,
+                table,
+            };
+            let earlier = {
+                let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+                if fresh.table_quota.is_some() {
+                    last.quota_at = Some(tokio::time::Instant::now());
+                }
+                let earlier = last.reads;
+                last.reads = Reads {
+                    lambda: fresh.lambda.or(earlier.lambda),
+                    table_quota: fresh.table_quota.or(earlier.table_quota),
+                    table: fresh.table.or(earlier.table),
+                };
+                earlier
+            };
+            account_of(&self.region, fresh, earlier)
         })
     }
 }
 
+/// The account from this read's answers, each missing one at its earlier answer (said in
+/// `Account::earlier`) or AWS's default.
+fn account_of(region: &str, fresh: Reads, earlier: Reads) -> Account {
+    let mut account = Account::defaults(region);
+    let (mut read, mut before) = (Vec::new(), Vec::new());
+    let mut said = |name: &'static str, fresh: bool| match fresh {
+        true => read.push(name),
+        false => before.push(name),
+    };
+    let lambda = fresh.lambda.map(|c| (c, true));
+    if let Some((c, is_fresh)) = lambda.or(earlier.lambda.map(|c| (c, false))) {
+        said(Account::LAMBDA_CONCURRENCY, is_fresh);
+        account.lambda_concurrency = c.total;
+        account.lambda_unreserved = c.unreserved;
+    }
+    let quota = fresh.table_quota.map(|q| (q, true));
+    if let Some((quota, is_fresh)) = quota.or(earlier.table_quota.map(|q| (q, false))) {
+        said(Account::TABLE_QUOTA, is_fresh);
+        // On demand (as the stack's table is), the per-table quota holds the table and
+        // each of its indexes apart.
+        account.sends_table_write_units = quota;
+        account.sends_index_write_units = quota;
+    }
+    let table = fresh.table.map(|t| (t, true));
+    if let Some((t, is_fresh)) = table.or(earlier.table.map(|t| (t, false))) {
+        said(Account::SENDS_TABLE_THROUGHPUT, is_fresh);
+        let under = |quota: f64, own: Option<f64>| own.map_or(quota, |o| o.min(quota));
+        account.sends_table_write_units = under(account.sends_table_write_units, t.table_ceiling);
+        account.sends_index_write_units = under(account.sends_index_write_units, t.index_ceiling);
+        account.sends_table_warm_write_units = t.table_warm;
+        account.sends_index_warm_write_units = t.index_warm;
+    }
+    (account.read, account.earlier) = (read, before);
+    account
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ceiling;
+    use super::*;
+
+    #[test]
+    fn the_quota_is_lowered_by_the_tables_own_ceiling_and_an_earlier_read_is_said() {
+        let table = TableThroughput {
+            table_ceiling: Some(30_000.0),
+            index_ceiling: None,
+            table_warm: Some(4_000.0),
+            index_warm: Some(2_000.0),
+        };
+        let fresh = Reads {
+            lambda: Some(Concurrency {
+                total: 3_000,
+                unreserved: Some(2_500),
+            }),
+            table_quota: Some(80_000.0),
+            table: Some(table),
+        };
+        let account = account_of("eu-west-1", fresh, Reads::default());
+        assert_eq!(
+            (
+                account.lambda_concurrency,
+                account.lambda_unreserved,
+                account.sends_table_write_units,
+                account.sends_index_write_units,
+                account.sends_table_warm_write_units,
+                account.sends_index_warm_write_units,
+            ),
+            (
+                3_000,
+                Some(2_500),
+                30_000.0,
+                80_000.0,
+                Some(4_000.0),
+                Some(2_000.0)
+            )
+        );
+        assert_eq!(account.read.len(), 3);
+        assert!(account.earlier.is_empty());
+        // Nothing answered this time: the earlier answers stand, said as earlier; before any
+        // answer, the defaults, said as neither.
+        let stale = account_of("eu-west-1", Reads::default(), fresh);
+        assert_eq!(
+            (stale.lambda_concurrency, stale.sends_table_write_units),
+            (3_000, 30_000.0)
+        );
+        assert!(stale.read.is_empty());
+        assert_eq!(stale.earlier.len(), 3);
+        let none = account_of("eu-west-1", Reads::default(), Reads::default());
+        assert_eq!(none, Account::defaults("eu-west-1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_that_never_answers_gives_up_after_its_timeout() {
+        let never =
+            std::future::pending::<Result<(), aws_sdk_lambda::error::SdkError<std::io::Error>>>();
+        let started = tokio::time::Instant::now();
+        assert_eq!(within("a silent service", never).await, None);
+        assert_eq!(started.elapsed(), READ_TIMEOUT);
+    }
 
     #[test]
     fn a_tables_ceiling_is_its_provisioned_units_else_its_on_demand_maximum() {

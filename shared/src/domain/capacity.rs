@@ -38,8 +38,7 @@ pub struct Demand {
     pub send_email: u32,
     pub create_emails: u32,
     pub ses_events: u32,
-    /// Reserved concurrency: OpenContent's, Unsubscribe's, RateControl's 1, and GetUsers'
-    /// one invocation (not reserved, but running).
+    /// Reserved concurrency: OpenContent's, Unsubscribe's and RateControl's 1.
     pub reserved: u32,
     pub events_per_email: f64,
     /// The most messages each consuming stage holds received at once (environments times
@@ -77,15 +76,28 @@ impl Stack {
             send_email,
             create_emails,
             ses_events,
-            // RateControl's one and GetUsers' one invocation besides the public URLs.
             reserved: self.public_urls.unsubscribe_concurrency
                 + self.public_urls.open_content_concurrency
-                + 2,
+                + RATE_CONTROL_RESERVED,
             events_per_email: per_email,
             in_flight: in_flight.into_iter().max().unwrap_or(0),
         }
     }
 }
+
+impl Demand {
+    /// The environments of the functions without reserved concurrency: the three mappings'
+    /// and GetUsers' and ReputationGuard's one invocation each.
+    pub fn unreserved(&self) -> u32 {
+        self.send_email + self.create_emails + self.ses_events + UNRESERVED_SINGLES
+    }
+}
+
+/// RateControl's reserved concurrency (template.yaml).
+const RATE_CONTROL_RESERVED: u32 = 1;
+
+/// GetUsers and ReputationGuard: one invocation each at a time, unreserved.
+const UNRESERVED_SINGLES: u32 = 2;
 
 /// What the account allows: read from it where the stack's credentials can, else AWS's
 /// defaults (`Account::defaults`).
@@ -94,25 +106,32 @@ impl Stack {
 pub struct Account {
     pub region: String,
     pub lambda_concurrency: u32,
-    /// What the account leaves to functions without reserved concurrency (SendEmail,
-    /// CreateEmails, SesEvents, GetUsers): its concurrency less every function's reservation
-    /// in the region, this stack's and any other's. When read, the check is against it.
+    /// The pool the functions without reserved concurrency share (SendEmail, CreateEmails,
+    /// SesEvents, GetUsers, ReputationGuard, and every other unreserved function in the
+    /// region): the account's concurrency less every reservation, this stack's and any
+    /// other's. When read, the check is against it.
     pub lambda_unreserved: Option<u32>,
     /// The most write units a second the sends table takes: DynamoDB's per-table quota, or
     /// less where the table is provisioned or has an on-demand maximum.
     pub sends_table_write_units: f64,
     /// The same for its campaign index (the per-table quota applies to each index too).
     pub sends_index_write_units: f64,
-    /// What the table serves at once, before DynamoDB scales it (its warm throughput), when
-    /// read: not a ceiling (an on-demand table grows to twice its previous peak within 30
-    /// minutes), but a campaign that needs more starts throttled (`warm_up`).
+    /// What the table and its index serve at once, before DynamoDB scales them (their warm
+    /// throughput), when read: not a ceiling (on demand, DynamoDB serves up to twice the
+    /// previous peak at once and scales beyond it within 30 minutes), but a campaign that
+    /// needs more starts throttled (`warm_up`).
     pub sends_table_warm_write_units: Option<f64>,
+    pub sends_index_warm_write_units: Option<f64>,
     /// SES's maximum send rate and what is left of its 24-hour quota, when read.
     pub ses_max_send_rate: Option<f64>,
     pub ses_left_24_hours: Option<f64>,
-    /// Which of the limits above were read from the account (`LAMBDA_CONCURRENCY`,
-    /// `TABLE_QUOTA`, `SENDS_TABLE_THROUGHPUT`); the others are AWS's defaults.
+    /// Which of the limits above were read from the account this time (`LAMBDA_CONCURRENCY`,
+    /// `TABLE_QUOTA`, `SENDS_TABLE_THROUGHPUT`).
     pub read: Vec<&'static str>,
+    /// Which stand at an earlier read, this one not answered (or, for DynamoDB's quota,
+    /// not asked: `DescribeLimits` throttles callers of more than one a minute). The others
+    /// are AWS's defaults.
+    pub earlier: Vec<&'static str>,
 }
 
 impl Account {
@@ -128,9 +147,11 @@ impl Account {
             sends_table_write_units: DYNAMODB_TABLE_WRITE_UNITS,
             sends_index_write_units: DYNAMODB_TABLE_WRITE_UNITS,
             sends_table_warm_write_units: None,
+            sends_index_warm_write_units: None,
             ses_max_send_rate: None,
             ses_left_24_hours: None,
             read: Vec::new(),
+            earlier: Vec::new(),
         }
     }
 }
@@ -163,17 +184,16 @@ pub fn checks(demand: &Demand, account: &Account, emails: Option<f64>) -> Vec<Ch
     let (writes, index_writes) = (rate * table_writes, rate * index_writes);
     // The functions without reserved concurrency share what the account leaves unreserved;
     // unread, all of them and the reservations share its concurrency.
-    let unreserved = demand.send_email + demand.create_emails + demand.ses_events + GET_USERS;
     let lambda = match account.lambda_unreserved {
         Some(left) => Check {
             limit: "Lambda unreserved concurrent executions",
-            needed: f64::from(unreserved),
+            needed: f64::from(demand.unreserved()),
             available: f64::from(left),
             raise: "Lambda's concurrent executions in Service Quotas (or fewer reserved elsewhere in the region), or a lower SendRatePerSecond",
         },
         None => Check {
             limit: "Lambda concurrent executions",
-            needed: f64::from(unreserved - GET_USERS + demand.reserved),
+            needed: f64::from(demand.unreserved() + demand.reserved),
             available: f64::from(account.lambda_concurrency),
             raise: "Lambda's concurrent executions in Service Quotas, or a lower SendRatePerSecond",
         },
@@ -230,21 +250,40 @@ pub fn checks(demand: &Demand, account: &Account, emails: Option<f64>) -> Vec<Ch
     out
 }
 
-/// GetUsers' one invocation, running while the others send, without reserved concurrency.
-const GET_USERS: u32 = 1;
-
-/// What to say when the sends table's warm throughput is below the campaign's writes: not a
-/// limit (DynamoDB grows an on-demand table to twice its previous peak within 30 minutes),
-/// but the first minutes of a campaign beyond it are throttled.
+/// What to say when the sends table's or its index's warm throughput is below the campaign's
+/// writes: not a limit (on demand, DynamoDB serves up to twice the previous peak at once and
+/// scales beyond it within 30 minutes), but a campaign beyond it is throttled until then, for
+/// about half an hour per doubling.
 pub fn warm_up(demand: &Demand, account: &Account) -> Option<String> {
-    let warm = account.sends_table_warm_write_units?;
-    let needed = demand.rate.max(0.0) * writes_per_email(demand.events_per_email).0;
-    (needed > warm).then(|| {
+    let rate = demand.rate.max(0.0);
+    let (table, index) = writes_per_email(demand.events_per_email);
+    let short = [
+        (
+            "sends table",
+            account.sends_table_warm_write_units,
+            rate * table,
+        ),
+        (
+            "campaign index",
+            account.sends_index_warm_write_units,
+            rate * index,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(what, warm, needed)| warm.filter(|w| needed > *w).map(|w| (what, w, needed)))
+    .map(|(what, warm, needed)| {
+        let doublings = (needed / warm).log2().ceil();
         format!(
-            "the sends table serves {warm:.0} write units/s at once and the rate needs {needed:.0}: \
-             DynamoDB scales it up (to twice its previous peak within 30 minutes), throttling \
-             the campaign's first minutes until then; pre-warm it (docs/deploying.md, \
-             \"The sends table's throughput\")"
+            "the {what} serves {warm:.0} write units/s at once and the rate needs {needed:.0}: \
+             throttled for up to {:.0} minutes ({doublings:.0} doublings) while DynamoDB scales it",
+            doublings * 30.0
+        )
+    })
+    .collect::<Vec<_>>();
+    (!short.is_empty()).then(|| {
+        format!(
+            "{}; pre-warm them (docs/deploying.md, \"The sends table's throughput\")",
+            short.join("; ")
         )
     })
 }
@@ -280,7 +319,7 @@ mod tests {
         let d = stack.demand(20_000.0);
         assert_eq!(
             (d.send_email, d.create_emails, d.ses_events, d.reserved),
-            (92, 38, 266, 97)
+            (92, 38, 266, 96)
         );
         assert_eq!(d.in_flight, 9_200);
     }
@@ -291,7 +330,7 @@ mod tests {
             send_email: 92,
             create_emails: 38,
             ses_events,
-            reserved: 97,
+            reserved: 96,
             events_per_email: 1.01,
             in_flight: 9_200,
         }
@@ -299,14 +338,14 @@ mod tests {
 
     #[test]
     fn the_limit_that_binds_is_named_with_what_to_raise() {
-        // 20,000/s in us-east-1 with SesEvents at 128 MB: 493 environments fit the account;
+        // 20,000/s in us-east-1 with SesEvents at 128 MB: 494 environments fit the account;
         // the sends table's default 40,000 write units do not (60,200 needed), and its
         // sparse index just over (40,200: the mark and the delivery note), 628 units a
         // second on each of its 64 partitions, within their 1,000.
         let account = Account::defaults("us-east-1");
         let all = checks(&demand(20_000.0, 266), &account, None);
         let lambda = &all[0];
-        assert_eq!((lambda.needed, lambda.binds()), (493.0, false));
+        assert_eq!((lambda.needed, lambda.binds()), (494.0, false));
         assert_eq!(all[1].needed.round(), 60_200.0);
         assert_eq!(all[2].needed.round(), 40_200.0);
         assert_eq!(all[3].needed.round(), 628.0);
@@ -346,14 +385,14 @@ mod tests {
 
     #[test]
     fn what_is_left_unreserved_is_what_the_unreserved_functions_share() {
-        // Read: SendEmail, CreateEmails, SesEvents and GetUsers (92 + 38 + 266 + 1) against
-        // what the account leaves them; another stack's reservations leave 300.
+        // Read: SendEmail, CreateEmails, SesEvents, GetUsers and ReputationGuard (92 + 38 +
+        // 266 + 2) against what the account leaves them; another stack's reservations leave 300.
         let mut account = Account::defaults("us-east-1");
         account.lambda_unreserved = Some(903);
         let lambda = &checks(&demand(20_000.0, 266), &account, None)[0];
         assert_eq!(
             (lambda.limit, lambda.needed, lambda.binds()),
-            ("Lambda unreserved concurrent executions", 397.0, false)
+            ("Lambda unreserved concurrent executions", 398.0, false)
         );
         account.lambda_unreserved = Some(300);
         let lambda = &checks(&demand(20_000.0, 266), &account, None)[0];
@@ -371,11 +410,24 @@ mod tests {
         let all = checks(&demand(20_000.0, 266), &account, None);
         assert!(!all[1].binds() && !all[2].binds(), "{all:?}");
         let note = warm_up(&demand(20_000.0, 266), &account).unwrap();
-        assert!(note.contains("serves 4000 write units/s at once and the rate needs 60200"));
-        // Pre-warmed to 60,200, or not read: nothing to say.
+        assert!(
+            note.contains("the sends table serves 4000 write units/s at once and the rate needs 60200: throttled for up to 120 minutes (4 doublings)"),
+            "{note}"
+        );
+        // The table pre-warmed and its index not: the index is said (40,200 over 4,000).
         account.sends_table_warm_write_units = Some(60_200.0);
+        account.sends_index_warm_write_units = Some(4_000.0);
+        let note = warm_up(&demand(20_000.0, 266), &account).unwrap();
+        assert!(
+            note.starts_with("the campaign index serves 4000")
+                && !note.contains("sends table serves"),
+            "{note}"
+        );
+        // Both pre-warmed, or not read: nothing to say.
+        account.sends_index_warm_write_units = Some(40_200.0);
         assert_eq!(warm_up(&demand(20_000.0, 266), &account), None);
         account.sends_table_warm_write_units = None;
+        account.sends_index_warm_write_units = None;
         assert_eq!(warm_up(&demand(20_000.0, 266), &account), None);
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::guardrails::GuardrailsPlan;
 use crate::local_time::LocalTimePlan;
-use mailflow::domain::capacity::Check;
+use mailflow::domain::capacity::{Account, Check};
 use mailflow::domain::fan_out::ComposerSizing;
 use mailflow::domain::public_urls::PublicUrlsCheck;
 use mailflow::domain::send_rate::SendQuota;
@@ -63,6 +63,8 @@ pub struct Plan {
     /// The sends table's warm throughput below the campaign's writes: its first minutes
     /// throttled until DynamoDB scales it (`domain::capacity::warm_up`).
     pub warm_up: Option<String>,
+    /// The account the limits were checked against: which were read, which are defaults.
+    pub account: Option<Account>,
     /// What the guardrails would hold back (not counted in `wouldSend`).
     pub guardrails: GuardrailsPlan,
 }
@@ -111,6 +113,9 @@ pub fn describe(plan: &Plan) -> String {
         out.push_str(&crate::public_urls::describe_plan(urls, plan.send_rate));
     }
     out.push_str(&crate::capacity::describe_plan(&plan.limits));
+    if let Some(account) = &plan.account {
+        out.push_str(&crate::capacity::describe_account(account));
+    }
     if let Some(note) = &plan.warm_up {
         out.push_str(&format!("warm-up: {note}\n"));
     }
