@@ -227,6 +227,63 @@ fn run_of_a_pushed_definition_is_pinned_reported_and_resent() {
         &t.campaign,
     ]);
     assert!(!out.status.success());
+
+    // A recorded experiment is checked again against another version plan previews, as
+    // GetUsers checks it on a repin, and not against the pinned one it started with. Written
+    // into the record: this stack has no consent to tracking, so no start records one; its
+    // variant has no German subject, which the folder's German templates need.
+    record_experiment(
+        &t,
+        r#"{"variants": [{"name": "own"}, {"name": "count", "subject": {"en": "[count] {{ data.orders|length }} orders"}}],
+            "testPercent": 20, "waitHours": 4}"#,
+    );
+    ok(t.call(&["plan", "--campaign", &t.campaign, "--json"]));
+    let folder = orders_folder();
+    let out = t.call(&[
+        "plan",
+        "--campaign",
+        &t.campaign,
+        "--definition",
+        folder.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("experiment variant count: ")
+            && err.contains("missing de"),
+        "{err}"
+    );
+}
+
+/// Writes `experiment` (its file's JSON) into the campaign's record, as a first start with
+/// it would have.
+fn record_experiment(t: &OrdersStack, experiment: &str) {
+    let experiment = mailflow::domain::experiment::Experiment::parse(experiment).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let sdk = mailflow::adapters::aws_config().await;
+        let target = mailctl::ops::Target::from_prefix(&sdk, &t.prefix)
+            .await
+            .unwrap();
+        aws_sdk_dynamodb::Client::new(&sdk)
+            .update_item()
+            .table_name(&target.campaigns_table)
+            .key(
+                "campaignId",
+                aws_sdk_dynamodb::types::AttributeValue::S(t.campaign.clone()),
+            )
+            .update_expression("SET experiment = :e")
+            .condition_expression("attribute_exists(startedAt)")
+            .expression_attribute_values(
+                ":e",
+                aws_sdk_dynamodb::types::AttributeValue::S(
+                    serde_json::to_string(&experiment).unwrap(),
+                ),
+            )
+            .send()
+            .await
+            .unwrap();
+    });
 }
 
 /// `preview`, `test-send` and `plan` of a definition's folder, nothing pushed: the email is

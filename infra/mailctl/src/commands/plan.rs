@@ -6,6 +6,7 @@ use super::{provision_local, DefinitionArgs, TargetArgs};
 use anyhow::Result;
 use mailflow::config::{CreateEmailsConfig, RateControlConfig, SendEmailConfig};
 use mailflow::domain::campaign::Campaign;
+use mailflow::domain::definition::render::check_experiment;
 use mailflow::domain::experiment::ExperimentError;
 use mailflow::domain::send_rate::SendRate;
 use mailflow::ports::{DefinitionCampaign, UserDirectory};
@@ -134,7 +135,8 @@ pub async fn plan(
 /// The experiment `plan` counts with: the one recorded with the first start, else the one
 /// given, refused as GetUsers would refuse its start: without consent to tracking (no click
 /// would ever be noted), or when it does not fit the templates that would render it (the
-/// definition's, `chosen`, else the digest's).
+/// definition's, `chosen`, else the digest's). A recorded one is checked again when `chosen`
+/// is another version than the campaign's pin, as GetUsers checks it on a repin.
 async fn plan_experiment(
     sdk: &aws_config::SdkConfig,
     template: &std::path::Path,
@@ -144,12 +146,16 @@ async fn plan_experiment(
     args: &super::GuardrailArgs,
 ) -> Result<Option<mailflow::domain::experiment::Experiment>> {
     let target = super::target(sdk, t).await?;
-    let recorded = mailctl::ops::campaigns_table(&aws_sdk_dynamodb::Client::new(sdk), &target)
+    let record = mailctl::ops::campaigns_table(&aws_sdk_dynamodb::Client::new(sdk), &target)
         .record(campaign.id.as_str())
-        .await?
-        .and_then(|r| r.experiment);
-    if recorded.is_some() {
-        return Ok(recorded);
+        .await?;
+    if let Some(record) = record.filter(|r| r.experiment.is_some()) {
+        let repinned = chosen.filter(|c| record.definition.as_ref() != Some(&c.pinned));
+        if let (Some(recorded), Some(chosen)) = (&record.experiment, repinned) {
+            check_experiment(recorded, &chosen.loaded.definition, &chosen.loaded.files)
+                .map_err(anyhow::Error::msg)?;
+        }
+        return Ok(record.experiment);
     }
     let Some(given) = args.experiment()? else {
         return Ok(None);
@@ -160,12 +166,8 @@ async fn plan_experiment(
         return Err(ExperimentError::NoConsent(campaign.id.clone()).into());
     }
     match chosen {
-        Some(chosen) => mailflow::domain::definition::render::check_experiment(
-            &given,
-            &chosen.loaded.definition,
-            &chosen.loaded.files,
-        )
-        .map_err(anyhow::Error::msg)?,
+        Some(chosen) => check_experiment(&given, &chosen.loaded.definition, &chosen.loaded.files)
+            .map_err(anyhow::Error::msg)?,
         None => given.check_for_digest()?,
     }
     Ok(Some(given))
