@@ -6,8 +6,10 @@
 //! Each read is bounded in time (RateControl runs it last, within its own 30 s) and made at
 //! once with the others. One that fails or times out is logged and stands at what this
 //! environment last read (`Account::earlier` says which), or AWS's default before any read.
-//! DynamoDB's quota is asked at most every 15 minutes: `DescribeLimits` throttles callers of
-//! more than one a minute, and RateControl runs every minute beside `mailctl plan`.
+//! DynamoDB's quota is asked on every 15th read, once, without the SDK's retries:
+//! `DescribeLimits` throttles callers of more than one a minute, and RateControl reads every
+//! minute beside `mailctl plan`. Counted in reads, not time: a frozen Lambda environment's
+//! clock need not move between invocations.
 
 use crate::adapters::sends::CAMPAIGN_INDEX;
 use crate::domain::capacity::Account;
@@ -19,8 +21,8 @@ use std::time::Duration;
 /// How long one read may take before its default stands.
 const READ_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// How long DynamoDB's quota, once read, is not asked again.
-const QUOTA_KEPT: Duration = Duration::from_secs(15 * 60);
+/// DynamoDB's quota is asked on one read in this many (RateControl reads once a minute).
+const QUOTA_EVERY: u32 = 15;
 
 pub struct AwsAccount {
     lambda: aws_sdk_lambda::Client,
@@ -41,7 +43,21 @@ struct Reads {
 #[derive(Default)]
 struct LastRead {
     reads: Reads,
-    quota_at: Option<tokio::time::Instant>,
+    /// Reads to go before DynamoDB's quota is asked again (0: this one asks).
+    quota_in: u32,
+}
+
+impl LastRead {
+    /// Whether this read asks DynamoDB's quota: the first, then one in `QUOTA_EVERY`,
+    /// answered or not (a throttled ask is not repeated the next minute).
+    fn quota_due(&mut self) -> bool {
+        let due = self.quota_in == 0;
+        self.quota_in = match due {
+            true => QUOTA_EVERY - 1,
+            false => self.quota_in - 1,
+        };
+        due
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -89,7 +105,16 @@ impl AwsAccount {
     }
 
     async fn table_quota(&self) -> Option<f64> {
-        let limits = within("DynamoDB's limits", self.dynamodb.describe_limits().send()).await?;
+        // Once: a throttled ask retried would only be throttled again.
+        let once = aws_sdk_dynamodb::config::Builder::default()
+            .retry_config(aws_config::retry::RetryConfig::disabled());
+        let limits = within(
+            "DynamoDB's limits",
+            (self.dynamodb.describe_limits().customize())
+                .config_override(once)
+                .send(),
+        )
+        .await?;
         limits
             .table_max_write_capacity_units()
             .filter(|u| *u > 0)
@@ -180,10 +205,7 @@ where
 impl AccountLimits for AwsAccount {
     fn read(&self) -> BoxFuture<'_, Account> {
         Box::pin(async move {
-            let quota_due = {
-                let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-                last.quota_at.is_none_or(|at| at.elapsed() >= QUOTA_KEPT)
-            };
+            let quota_due = (self.last.lock().unwrap_or_else(|p| p.into_inner())).quota_due();
             let quota = async {
                 match quota_due {
                     true => self.table_quota().await,
@@ -199,9 +221,6 @@ impl AccountLimits for AwsAccount {
             };
             let earlier = {
                 let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-                if fresh.table_quota.is_some() {
-                    last.quota_at = Some(tokio::time::Instant::now());
-                }
                 let earlier = last.reads;
                 last.reads = Reads {
                     lambda: fresh.lambda.or(earlier.lambda),
@@ -303,6 +322,13 @@ mod tests {
         assert_eq!(stale.earlier.len(), 3);
         let none = account_of("eu-west-1", Reads::default(), Reads::default());
         assert_eq!(none, Account::defaults("eu-west-1"));
+    }
+
+    #[test]
+    fn the_quota_is_asked_on_the_first_read_then_one_in_fifteen() {
+        let mut last = LastRead::default();
+        let asked: Vec<usize> = (0..31).filter(|_| last.quota_due()).collect();
+        assert_eq!(asked, [0, 15, 30]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -257,22 +257,29 @@ pub fn checks(demand: &Demand, account: &Account, emails: Option<f64>) -> Vec<Ch
 pub fn warm_up(demand: &Demand, account: &Account) -> Option<String> {
     let rate = demand.rate.max(0.0);
     let (table, index) = writes_per_email(demand.events_per_email);
+    // Scaled up to what it may take at most: beyond that the binding line says it.
     let short = [
         (
             "sends table",
             account.sends_table_warm_write_units,
             rate * table,
+            account.sends_table_write_units,
         ),
         (
             "campaign index",
             account.sends_index_warm_write_units,
             rate * index,
+            account.sends_index_write_units,
         ),
     ]
     .into_iter()
-    .filter_map(|(what, warm, needed)| warm.filter(|w| needed > *w).map(|w| (what, w, needed)))
-    .map(|(what, warm, needed)| {
-        let doublings = (needed / warm).log2().ceil();
+    .filter_map(|(what, warm, needed, ceiling)| {
+        let reached = needed.min(ceiling);
+        warm.filter(|w| reached > *w)
+            .map(|w| (what, w, needed, reached))
+    })
+    .map(|(what, warm, needed, reached)| {
+        let doublings = (reached / warm).log2().ceil();
         format!(
             "the {what} serves {warm:.0} write units/s at once and the rate needs {needed:.0}: \
              throttled for up to {:.0} minutes ({doublings:.0} doublings) while DynamoDB scales it",
@@ -414,6 +421,12 @@ mod tests {
             note.contains("the sends table serves 4000 write units/s at once and the rate needs 60200: throttled for up to 120 minutes (4 doublings)"),
             "{note}"
         );
+        // Up to the table's quota, not beyond it (the binding line says the rest): from
+        // 4,000 to a quota of 16,000 is two doublings.
+        let mut capped = account.clone();
+        capped.sends_table_write_units = 16_000.0;
+        let note = warm_up(&demand(20_000.0, 266), &capped).unwrap();
+        assert!(note.contains("up to 60 minutes (2 doublings)"), "{note}");
         // The table pre-warmed and its index not: the index is said (40,200 over 4,000).
         account.sends_table_warm_write_units = Some(60_200.0);
         account.sends_index_warm_write_units = Some(4_000.0);

@@ -60,8 +60,8 @@ pub struct Plan {
     /// What the campaign at the rate needs of each AWS limit against what the account has
     /// (`domain::capacity`).
     pub limits: Vec<Check>,
-    /// The sends table's warm throughput below the campaign's writes: its first minutes
-    /// throttled until DynamoDB scales it (`domain::capacity::warm_up`).
+    /// The sends table's or its index's warm throughput below the campaign's writes: throttled
+    /// until DynamoDB scales them (`domain::capacity::warm_up`).
     pub warm_up: Option<String>,
     /// The account the limits were checked against: which were read, which are defaults.
     pub account: Option<Account>,
