@@ -101,6 +101,8 @@ pub(crate) fn mjml_to_html(
     };
     // mrml's parser (htmlparser 0.2) panics on a multibyte character just before a `>` in
     // text: that email fails with its reason, not the batch it is in.
+    quiet_panics_while_rendering();
+    IN_MRML.with(|inside| inside.set(true));
     let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         mrml::parse(mjml)
             .map_err(|e| mjml_error(e.to_string()))?
@@ -108,11 +110,38 @@ pub(crate) fn mjml_to_html(
             .render(options)
             .map_err(|e| mjml_error(e.to_string()))
     }));
+    IN_MRML.with(|inside| inside.set(false));
     rendered.unwrap_or_else(|_| {
         Err(mjml_error(
             "mrml's parser failed on this email's text (a character of several bytes just before a `>` in text: write `&gt;` for a `>` the template prints)".into(),
         ))
     })
+}
+
+thread_local! {
+    /// Whether this thread is inside mrml (`mjml_to_html`).
+    static IN_MRML: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Installs, once, a panic hook that logs a panic inside mrml without its message: a
+/// string slicing panic quotes the text it sliced, an email's (a user's name), which is not
+/// for the logs. Any other panic goes to the hook that was there before.
+fn quiet_panics_while_rendering() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if IN_MRML.with(|inside| inside.get()) {
+                let at = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+                tracing::error!(
+                    at = at.as_deref().unwrap_or("unknown"),
+                    "mrml panicked rendering an email (its message, which may quote the email's text, is not logged); the email is skipped"
+                );
+            } else {
+                before(info)
+            }
+        }));
+    });
 }
 
 /// A rendered subject as a header carries it: trimmed, on one line, printable (a line
