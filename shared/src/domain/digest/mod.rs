@@ -4,14 +4,16 @@
 //! (`adapters::directory` reads MongoDB). A team that sends its own weekly email replaces
 //! these types' contents, the templates and that adapter's queries.
 
+mod mjml;
 mod render;
 pub(crate) mod shape;
 mod templates;
 mod values;
 
+pub(crate) use mjml::{mjml_options, mjml_to_html};
 #[cfg(test)]
 pub(crate) use render::tests::hostile_names;
-pub(crate) use render::{html_url, mjml_options, mjml_to_html, subject_line};
+pub(crate) use render::{html_url, subject_line};
 pub use render::{Look, Rendered, Renderer};
 pub use templates::{
     check_subject, RenderError, BODY_VARIANTS, LOCALES, MAX_SUBJECT_BYTES, MAX_SUBJECT_TEMPLATE,

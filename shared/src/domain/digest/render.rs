@@ -18,6 +18,7 @@
 //! `the_shape_cache_makes_every_email_as_mrml_alone_would` holds the cache to mrml's own
 //! output over hostile names, every locale and every count; init checks a sample too.
 
+use super::mjml::{mjml_options, mjml_to_html};
 use super::shape::{first_difference, Holes, Shape, CLOSE, OPEN};
 use super::templates::{environment, RenderError, BODY_VARIANTS, LOCALES};
 use super::values::{Email, Values};
@@ -76,72 +77,6 @@ fn html_url_text(url: &str) -> String {
 
 pub(crate) fn html_url(url: &str) -> Value {
     Value::from_safe_string(html_url_text(url))
-}
-
-/// How mrml renders every email's MJML.
-pub(crate) fn mjml_options() -> mrml::prelude::render::RenderOptions {
-    mrml::prelude::render::RenderOptions {
-        disable_comments: true,
-        // No web fonts: the layout names system fonts, and nothing is loaded from
-        // elsewhere when the email is opened.
-        fonts: Default::default(),
-        ..Default::default()
-    }
-}
-
-/// MJML filled in by `template`, as responsive HTML.
-pub(crate) fn mjml_to_html(
-    options: &mrml::prelude::render::RenderOptions,
-    template: &str,
-    mjml: &str,
-) -> Result<String, RenderError> {
-    let mjml_error = |detail: String| RenderError::Mjml {
-        template: template.to_owned(),
-        detail,
-    };
-    // mrml's parser (htmlparser 0.2) panics on a multibyte character just before a `>` in
-    // text: that email fails with its reason, not the batch it is in.
-    quiet_panics_while_rendering();
-    IN_MRML.with(|inside| inside.set(true));
-    let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        mrml::parse(mjml)
-            .map_err(|e| mjml_error(e.to_string()))?
-            .element
-            .render(options)
-            .map_err(|e| mjml_error(e.to_string()))
-    }));
-    IN_MRML.with(|inside| inside.set(false));
-    rendered.unwrap_or_else(|_| {
-        Err(mjml_error(
-            "mrml's parser failed on this email's text (a character of several bytes just before a `>` in text: write `&gt;` for a `>` the template prints)".into(),
-        ))
-    })
-}
-
-thread_local! {
-    /// Whether this thread is inside mrml (`mjml_to_html`).
-    static IN_MRML: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Installs, once, a panic hook that logs a panic inside mrml without its message: a
-/// string slicing panic quotes the text it sliced, an email's (a user's name), which is not
-/// for the logs. Any other panic goes to the hook that was there before.
-fn quiet_panics_while_rendering() {
-    static INSTALLED: std::sync::Once = std::sync::Once::new();
-    INSTALLED.call_once(|| {
-        let before = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if IN_MRML.with(|inside| inside.get()) {
-                let at = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
-                tracing::error!(
-                    at = at.as_deref().unwrap_or("unknown"),
-                    "mrml panicked rendering an email (its message, which may quote the email's text, is not logged); the email is skipped"
-                );
-            } else {
-                before(info)
-            }
-        }));
-    });
 }
 
 /// A rendered subject as a header carries it: trimmed, on one line, printable (a line
