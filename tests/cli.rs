@@ -1,6 +1,7 @@
 //! The operator CLI against the local stack: provision, seed, run, status, resend, redrive,
 //! preview, and one-line errors for bad input.
 
+use crate::cli_plan::plan_counts_and_changes_nothing;
 use mailflow_tests::{binary, endpoints};
 use serde_json::Value;
 use std::process::Output;
@@ -72,7 +73,7 @@ pub(crate) fn status_json(prefix: &str, campaign: &str, env: &[(&str, &str)]) ->
     )))
 }
 
-fn rt_block<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> T {
+pub(crate) fn rt_block<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> T {
     tokio::runtime::Runtime::new().unwrap().block_on(f).unwrap()
 }
 
@@ -82,7 +83,7 @@ pub(crate) fn last_json(stdout: &str) -> Value {
 
 /// A send date a week ahead (UTC), still ahead whenever the test runs and within the 14
 /// days a campaign may wait, and its 09:00 in Asia/Kathmandu (03:15 UTC) in ms and as text.
-fn a_week_ahead() -> (String, i64, String) {
+pub(crate) fn a_week_ahead() -> (String, i64, String) {
     let date = jiff::tz::TimeZone::UTC
         .to_datetime(jiff::Timestamp::now())
         .date()
@@ -102,16 +103,16 @@ pub(crate) fn unique(name: &str) -> String {
 }
 
 /// A stack provisioned and seeded through mailctl, and the campaign the schedule would run.
-struct CliStack {
-    prefix: String,
-    database: String,
-    domain: String,
-    campaign: String,
-    audience: usize,
+pub(crate) struct CliStack {
+    pub(crate) prefix: String,
+    pub(crate) database: String,
+    pub(crate) domain: String,
+    pub(crate) campaign: String,
+    pub(crate) audience: usize,
 }
 
 impl CliStack {
-    fn env(&self) -> [(&str, &str); 1] {
+    pub(crate) fn env(&self) -> [(&str, &str); 1] {
         [("MONGODB_DATABASE", self.database.as_str())]
     }
 
@@ -212,184 +213,6 @@ fn a_local_time_run_is_resent_at_its_local_time_unless_told_otherwise() {
             "{resend}"
         );
     }
-}
-
-/// `plan`: what the campaign would send and fail, read and counted, nothing enqueued,
-/// claimed or sent.
-fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
-    let plan = last_json(&ok(mailctl(
-        &[
-            "plan",
-            "--prefix",
-            &t.prefix,
-            "--campaign",
-            &t.campaign,
-            "--json",
-        ],
-        &t.env(),
-    )));
-    assert_eq!(plan["audience"], t.audience);
-    let skipped: u64 = plan["skipped"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|n| n.as_u64().unwrap())
-        .sum();
-    let (would_send, would_fail) = (
-        plan["wouldSend"].as_u64().unwrap(),
-        plan["wouldFail"].as_u64().unwrap(),
-    );
-    assert_eq!(
-        would_send + would_fail + skipped,
-        t.audience as u64,
-        "{plan}"
-    );
-    // What the rate needs of each AWS limit, against the account as the stack's credentials
-    // read it (Lambda's concurrency and what is left unreserved, DynamoDB's quota, the sends
-    // table) or AWS's defaults; the text names the limit that binds, or that none does, and
-    // which limits were read.
-    let limits: Vec<&str> = (plan["limits"].as_array().unwrap().iter())
-        .map(|l| l["limit"].as_str().unwrap())
-        .collect();
-    for limit in [
-        "Lambda unreserved concurrent executions",
-        "sends table write units/s",
-        "campaign index partition write units/s",
-        "EventBridge invocations/s",
-        "SQS messages in flight",
-    ] {
-        assert!(limits.contains(&limit), "{limit}: {plan}");
-    }
-    // The three mappings' environments, GetUsers' and ReputationGuard's one each.
-    let lambda = &plan["limits"][0];
-    assert!(lambda["needed"].as_f64().unwrap() >= 5.0, "{lambda}");
-    assert_eq!(
-        plan["account"]["read"],
-        serde_json::json!([
-            "lambda concurrency",
-            "dynamodb per-table write quota",
-            "sends table throughput"
-        ]),
-        "{plan}"
-    );
-    let text = ok(mailctl(
-        &["plan", "--prefix", &t.prefix, "--campaign", &t.campaign],
-        &t.env(),
-    ));
-    assert!(
-        text.contains("AWS limits at the rate (needed / available):")
-            && (text.contains("binding limit: ") || text.contains("no AWS limit binds"))
-            && text.contains("account limits read: lambda concurrency, dynamodb per-table write quota, sends table throughput;"),
-        "{text}"
-    );
-    // A holdout a first start would give: its group is counted apart, never in wouldSend.
-    let held = last_json(&ok(mailctl(
-        &[
-            "plan",
-            "--prefix",
-            &t.prefix,
-            "--campaign",
-            &t.campaign,
-            "--holdout",
-            "25",
-            "--json",
-        ],
-        &t.env(),
-    )));
-    let held_out = held["guardrails"]["heldOut"].as_u64().unwrap();
-    assert!(held_out > 0, "{held}");
-    assert_eq!(held["guardrails"]["holdoutBp"], 2500, "{held}");
-    assert_eq!(
-        held["wouldSend"].as_u64().unwrap() + held["wouldFail"].as_u64().unwrap() + held_out,
-        would_send + would_fail,
-        "{held}"
-    );
-    let by_locale: u64 = plan["byLocale"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|n| n.as_u64().unwrap())
-        .sum();
-    assert_eq!(by_locale, would_send);
-    let untouched = status_json(&t.prefix, &t.campaign, &t.env());
-    assert_eq!(untouched["state"], "not started");
-    for count in [
-        "usersPending",
-        "emailsPending",
-        "sent",
-        "failed",
-        "inProgress",
-    ] {
-        assert_eq!(untouched[count], 0, "after plan, {count}: {untouched}");
-    }
-    assert!(rt_block(mailflow_local::ses_record::sent_to_domain(
-        &endpoints().0,
-        &t.domain
-    ))
-    .is_empty());
-
-    let (date, _, slot) = a_week_ahead();
-    // At 09:00 local time on a date still ahead: the seeded users have no `timezone`, so
-    // all of them are counted as such and wait for the fallback zone's slot.
-    let local = last_json(&ok(mailctl(
-        &[
-            "plan",
-            "--prefix",
-            &t.prefix,
-            "--campaign",
-            &t.campaign,
-            "--local-time",
-            "09:00",
-            "--send-date",
-            &date,
-            "--fallback-zone",
-            "Asia/Kathmandu",
-            "--json",
-        ],
-        &t.env(),
-    )))["localTime"]
-        .clone();
-    assert_eq!(local["timezoneMissing"], would_send, "{local}");
-    assert_eq!(local["slots"].as_array().unwrap().len(), 1, "{local}");
-    assert_eq!(local["slots"][0]["slot"], slot, "{local}");
-    assert_eq!(local["slots"][0]["emails"], would_send, "{local}");
-    assert_eq!(local["busiest"]["zones"][0], "Asia/Kathmandu", "{local}");
-    // Bad settings: one line each, naming what to write.
-    for (flag, value, says) in [
-        ("--local-time", "9am", "HH:MM"),
-        ("--fallback-zone", "Asia/Katmandoo", "IANA"),
-        ("--passed-time", "whenever", "send-now, next-day or skip"),
-        ("--send-date", "2099-01-05", "days after today"),
-    ] {
-        let mut args = vec!["plan", "--prefix", &t.prefix, "--campaign", &t.campaign];
-        if flag != "--local-time" {
-            args.extend(["--local-time", "09:00"]);
-        }
-        args.extend([flag, value]);
-        let out = mailctl(&args, &t.env());
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains(says), "{flag}: {err}");
-        // Said once (the cause's text was repeated after the message that holds it).
-        assert_eq!(err.matches(says).count(), 1, "{flag}: {err}");
-    }
-    // An experiment without consent to tracking (the stack's default): no click would ever
-    // be noted, so it is refused as its start would be.
-    let ab = std::env::temp_dir().join(format!("{}-ab.json", t.prefix));
-    std::fs::write(
-        &ab,
-        r#"{"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 20, "waitHours": 4}"#,
-    )
-    .unwrap();
-    let ab = ab.to_str().unwrap();
-    let args = ["plan", "--prefix", &t.prefix, "--campaign", &t.campaign];
-    let out = mailctl(&[&args[..], &["--experiment", ab]].concat(), &t.env());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("deploy with TrackOpensAndClicks=true"),
-        "{err}"
-    );
-
-    (would_send, would_fail)
 }
 
 /// `run` and `status`: what the plan counted is what the campaign did.
@@ -984,123 +807,4 @@ fn logs_into_a_pipe_carry_no_colour_codes() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.lines().count() > 1, "debug logs expected: {err}");
     assert!(!err.contains('\u{1b}'), "ANSI escapes in a pipe: {err:?}");
-}
-
-#[test]
-fn demo_prints_counts_that_match_the_ses_record_and_writes_its_report() {
-    endpoints();
-    let report = std::env::temp_dir()
-        .join(format!("mailctl-demo-{}", std::process::id()))
-        .join("report.html");
-    let path = report.to_str().unwrap();
-    let args = ["demo", "--users", "40", "--json", "--report", path];
-    let summary = last_json(&ok(mailctl(&args, &[])));
-    let page = std::fs::read_to_string(&report).expect("the demo writes its report page");
-    assert!(
-        page.contains(summary["campaignId"].as_str().unwrap()),
-        "{page}"
-    );
-    assert!(page.contains("<svg"), "the report draws its charts: {page}");
-    std::fs::remove_dir_all(report.parent().unwrap()).ok();
-    assert!(summary["eligibleUsers"].as_u64().unwrap() > 0);
-    assert_eq!(summary["sent"], summary["sesRecorded"]);
-    assert_eq!(
-        summary["sent"].as_u64().unwrap() + summary["failed"].as_u64().unwrap(),
-        summary["eligibleUsers"].as_u64().unwrap()
-    );
-    assert_eq!(summary["dlq"], 0);
-    // SQS may deliver a message twice; the ledger absorbs it (counted, never sent twice).
-    assert!(summary["suppressedDuplicates"].is_u64());
-}
-
-/// `demo --example orders`: the orders example definition seeded, pushed and run like the
-/// digest's demo, its summary and report naming the definition version it ran.
-#[test]
-fn demo_runs_the_orders_example_and_writes_its_report() {
-    endpoints();
-    let report = std::env::temp_dir()
-        .join(format!("mailctl-demo-orders-{}", std::process::id()))
-        .join("report.html");
-    let path = report.to_str().unwrap();
-    let args = [
-        "demo",
-        "--example",
-        "orders",
-        "--users",
-        "40",
-        "--json",
-        "--report",
-        path,
-    ];
-    let summary = last_json(&ok(mailctl(&args, &[])));
-    let campaign = summary["campaignId"].as_str().unwrap();
-    assert!(campaign.starts_with("orders-"), "{summary}");
-    assert_eq!(summary["definition"], "orders v1", "{summary}");
-    let page = std::fs::read_to_string(&report).expect("the demo writes its report page");
-    std::fs::remove_dir_all(report.parent().unwrap()).ok();
-    assert!(page.contains(campaign), "{page}");
-    assert!(page.contains("definition orders v1"), "{page}");
-    assert!(summary["sent"].as_u64().unwrap() > 0, "{summary}");
-    assert_eq!(summary["sent"], summary["sesRecorded"]);
-    assert_eq!(summary["failed"], 0, "{summary}");
-    assert_eq!(summary["dlq"], 0);
-    // The customers without paid orders that week are skipped by the definition's rule.
-    assert!(
-        summary["skipped"]["no_orders"].as_u64().unwrap_or(0) > 0,
-        "{summary}"
-    );
-    let skipped: u64 = summary["skipped"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|n| n.as_u64().unwrap())
-        .sum();
-    assert_eq!(
-        summary["sent"].as_u64().unwrap() + skipped,
-        summary["eligibleUsers"].as_u64().unwrap(),
-        "{summary}"
-    );
-}
-
-#[test]
-fn bench_runs_the_binaries_counts_every_request_and_logs_nothing_sensitive() {
-    endpoints();
-    let bin_dir = mailflow_tests::binary("send-email");
-    let bin_dir = bin_dir.parent().unwrap().to_str().unwrap();
-    let out = ok(mailctl(
-        &["bench", "--users", "60", "--json", "--bin-dir", bin_dir],
-        &[],
-    ));
-    let report: Value = serde_json::from_str(&out).unwrap();
-    let sent = report["emailsSent"].as_u64().unwrap();
-    assert!(sent > 0, "{report}");
-    let stages = report["stages"].as_array().unwrap();
-    assert_eq!(stages.len(), 3);
-    let requests = |i: usize, key: &str| stages[i]["requests"][key].as_u64().unwrap_or(0);
-    // Metered in the function processes: one SES call per eligible user (the invalid
-    // addresses are rejected by SES, not before), two ledger writes per email sent, and
-    // SendMessageBatch in tens.
-    let eligible = report["eligibleUsers"].as_u64().unwrap();
-    assert_eq!(report["usersEnqueued"].as_u64(), Some(eligible), "{report}");
-    assert_eq!(requests(2, "sesv2.SendEmail"), eligible);
-    assert!(requests(2, "dynamodb.UpdateItem") >= 2 * sent);
-    let batches = report["usersEnqueued"].as_u64().unwrap().div_ceil(10);
-    let sent_batches = requests(0, "sqs.SendMessageBatch");
-    assert!((batches..=batches + 3).contains(&sent_batches), "{report}");
-    assert!(requests(1, "mongodb.find") > 0);
-    for stage in stages {
-        assert!(stage["cpuSeconds"].as_f64().unwrap() >= 0.0);
-        assert!(
-            stage["peakRssBytes"].as_u64().unwrap() > 1024 * 1024,
-            "{stage}"
-        );
-        assert!(stage["coldStartMs"].as_f64().unwrap() > 0.0, "{stage}");
-        // Every line the real binaries wrote in an end-to-end run (invalid addresses and
-        // permanent failures included): no address, connection string or key.
-        assert!(stage["logLines"].as_u64().unwrap() > 0, "{stage}");
-        assert_eq!(stage["sensitiveLogLines"], serde_json::json!([]), "{stage}");
-    }
-    assert!(report["perEmail"]["sesEmails"].as_f64().unwrap() >= 1.0);
-    assert!(report["costPerMillion"]["total"].as_f64().unwrap() > 100.0);
-    assert_eq!(report["binaries"].as_array().unwrap().len(), 3);
 }

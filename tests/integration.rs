@@ -9,6 +9,8 @@ mod campaign_control;
 mod chaos;
 mod cli;
 mod cli_definitions;
+mod cli_demo;
+mod cli_plan;
 mod consistency;
 mod definition_campaigns;
 mod definition_experiments;
