@@ -86,6 +86,13 @@ impl Stack {
 }
 
 impl Demand {
+    /// Write units a second on the sends table and on its campaign index at the rate.
+    fn writes(&self) -> (f64, f64) {
+        let rate = self.rate.max(0.0);
+        let (table, index) = writes_per_email(self.events_per_email);
+        (rate * table, rate * index)
+    }
+
     /// The environments of the functions without reserved concurrency: the three mappings'
     /// and GetUsers' and ReputationGuard's one invocation each.
     pub fn unreserved(&self) -> u32 {
@@ -180,8 +187,7 @@ impl Check {
 /// Every limit the campaign of `emails` (none: its size unknown) at `demand` meets.
 pub fn checks(demand: &Demand, account: &Account, emails: Option<f64>) -> Vec<Check> {
     let rate = demand.rate.max(0.0);
-    let (table_writes, index_writes) = writes_per_email(demand.events_per_email);
-    let (writes, index_writes) = (rate * table_writes, rate * index_writes);
+    let (writes, index_writes) = demand.writes();
     // The functions without reserved concurrency share what the account leaves unreserved;
     // unread, all of them and the reservations share its concurrency.
     let lambda = match account.lambda_unreserved {
@@ -255,20 +261,19 @@ pub fn checks(demand: &Demand, account: &Account, emails: Option<f64>) -> Vec<Ch
 /// scales beyond it within 30 minutes), but a campaign beyond it is throttled until then, for
 /// about half an hour per doubling.
 pub fn warm_up(demand: &Demand, account: &Account) -> Option<String> {
-    let rate = demand.rate.max(0.0);
-    let (table, index) = writes_per_email(demand.events_per_email);
+    let (table, index) = demand.writes();
     // Scaled up to what it may take at most: beyond that the binding line says it.
     let short = [
         (
             "sends table",
             account.sends_table_warm_write_units,
-            rate * table,
+            table,
             account.sends_table_write_units,
         ),
         (
             "campaign index",
             account.sends_index_warm_write_units,
-            rate * index,
+            index,
             account.sends_index_write_units,
         ),
     ]
