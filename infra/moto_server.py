@@ -352,6 +352,7 @@ def _account_settings(self):
 
 
 LambdaResponse.get_account_settings = _account_settings
+lambda_urls.url_paths[r"{0}/(?P<api_version>[^/]+)/account-settings/?$"] = LambdaResponse.dispatch
 
 
 # 12. DescribeLimits: AWS's default quotas.
@@ -371,7 +372,6 @@ def _describe_limits(self):
 
 
 DynamoHandler.describe_limits = _describe_limits
-lambda_urls.url_paths[r"{0}/(?P<api_version>[^/]+)/account-settings/?$"] = LambdaResponse.dispatch
 
 from moto.utilities.docker_utilities import DockerModel  # noqa: E402
 
