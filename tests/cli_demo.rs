@@ -69,12 +69,7 @@ fn demo_runs_the_orders_example_and_writes_its_report() {
         summary["skipped"]["no_orders"].as_u64().unwrap_or(0) > 0,
         "{summary}"
     );
-    let skipped: u64 = summary["skipped"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|n| n.as_u64().unwrap())
-        .sum();
+    let skipped: u64 = mailflow_tests::total(&summary["skipped"]);
     assert_eq!(
         summary["sent"].as_u64().unwrap() + skipped,
         summary["eligibleUsers"].as_u64().unwrap(),

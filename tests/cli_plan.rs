@@ -20,12 +20,7 @@ pub(crate) fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
         &t.env(),
     )));
     assert_eq!(plan["audience"], t.audience);
-    let skipped: u64 = plan["skipped"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|n| n.as_u64().unwrap())
-        .sum();
+    let skipped: u64 = mailflow_tests::total(&plan["skipped"]);
     let (would_send, would_fail) = (
         plan["wouldSend"].as_u64().unwrap(),
         plan["wouldFail"].as_u64().unwrap(),
@@ -95,12 +90,7 @@ pub(crate) fn plan_counts_and_changes_nothing(t: &CliStack) -> (u64, u64) {
         would_send + would_fail,
         "{held}"
     );
-    let by_locale: u64 = plan["byLocale"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|n| n.as_u64().unwrap())
-        .sum();
+    let by_locale: u64 = mailflow_tests::total(&plan["byLocale"]);
     assert_eq!(by_locale, would_send);
     let untouched = status_json(&t.prefix, &t.campaign, &t.env());
     assert_eq!(untouched["state"], "not started");

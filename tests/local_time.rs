@@ -525,12 +525,7 @@ async fn users_stranded_by_lost_schedules_are_released_by_mailctl_release() {
     pipeline.clock.set(ms("2026-11-22T12:00:00Z"));
     let event = json!({"campaignId": "weekly-2026-W47", "localTime": "09:00", "fallbackZone": "America/Sao_Paulo"});
     let summary = pipeline.start(event).await.unwrap();
-    let held: u64 = summary["localTime"]["waiting"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|n| n.as_u64().unwrap())
-        .sum();
+    let held: u64 = mailflow_tests::total(&summary["localTime"]["waiting"]);
     assert!(held > 0, "{summary}");
     // Every schedule gone.
     let scheduler = aws_sdk_scheduler::Client::new(sdk);

@@ -284,12 +284,7 @@ async fn a_continuation_record_that_fails_comes_back_after_its_backoff() {
 /// Everyone held for the slot was released: each has an email job, none is left waiting or
 /// in progress, the sent ones were sent once, and nothing is in the continuation DLQ.
 async fn every_held_user_is_released(env: &TestEnv, summary: &serde_json::Value) {
-    let held: u64 = summary["localTime"]["waiting"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|n| n.as_u64().unwrap())
-        .sum();
+    let held: u64 = mailflow_tests::total(&summary["localTime"]["waiting"]);
     let records = env.records("weekly-2026-W47").await.unwrap();
     assert_eq!(records.len() as u64, held, "{summary} {records:?}");
     use mailflow::domain::ledger::SendStatus;

@@ -352,3 +352,14 @@ pub async fn browse(script: &str, name: &str, html: &str, args: &[&str]) -> serd
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}{stderr}", String::from_utf8_lossy(&out.stdout)))
 }
+
+/// The sum of a JSON object's counts (`skipped`, `byLocale`...), as a summary prints them.
+pub fn total(counts: &serde_json::Value) -> u64 {
+    let counts = counts
+        .as_object()
+        .unwrap_or_else(|| panic!("{counts} is not an object of counts"));
+    counts
+        .values()
+        .map(|n| n.as_u64().unwrap_or_else(|| panic!("{n} is not a count")))
+        .sum()
+}
