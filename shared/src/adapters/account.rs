@@ -6,10 +6,11 @@
 //! Each read is bounded in time (RateControl runs it last, within its own 30 s) and made at
 //! once with the others. One that fails or times out is logged and stands at what this
 //! environment last read (`Account::earlier` says which), or AWS's default before any read.
-//! DynamoDB's quota is asked on every 15th read, once, without the SDK's retries:
-//! `DescribeLimits` throttles callers of more than one a minute, and RateControl reads every
-//! minute beside `mailctl plan`. Counted in reads, not time: a frozen Lambda environment's
-//! clock need not move between invocations.
+//! DynamoDB's quota is asked on the first read, then on one in 15, once, without the SDK's
+//! retries: `DescribeLimits` throttles callers of more than one a minute, and RateControl
+//! reads every minute beside `mailctl plan`. Until one ask is answered, each read asks (one
+//! a minute): an environment whose first ask was throttled does not stand at the default
+//! for a quarter of an hour.
 
 use crate::adapters::sends::CAMPAIGN_INDEX;
 use crate::domain::capacity::Account;
@@ -57,6 +58,13 @@ impl LastRead {
             false => self.quota_in - 1,
         };
         due
+    }
+
+    /// An ask left unanswered while none is held: the next read asks again.
+    fn quota_unanswered(&mut self) {
+        if self.reads.table_quota.is_none() {
+            self.quota_in = 0;
+        }
     }
 }
 
@@ -205,7 +213,7 @@ where
 impl AccountLimits for AwsAccount {
     fn read(&self) -> BoxFuture<'_, Account> {
         Box::pin(async move {
-            let quota_due = (self.last.lock().unwrap_or_else(|p| p.into_inner())).quota_due();
+            let quota_due = crate::runtime::lock(&self.last).quota_due();
             let quota = async {
                 match quota_due {
                     true => self.table_quota().await,
@@ -220,13 +228,16 @@ impl AccountLimits for AwsAccount {
                 table,
             };
             let earlier = {
-                let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+                let mut last = crate::runtime::lock(&self.last);
                 let earlier = last.reads;
                 last.reads = Reads {
                     lambda: fresh.lambda.or(earlier.lambda),
                     table_quota: fresh.table_quota.or(earlier.table_quota),
                     table: fresh.table.or(earlier.table),
                 };
+                if quota_due {
+                    last.quota_unanswered();
+                }
                 earlier
             };
             account_of(&self.region, fresh, earlier)
@@ -329,6 +340,27 @@ mod tests {
         let mut last = LastRead::default();
         let asked: Vec<usize> = (0..31).filter(|_| last.quota_due()).collect();
         assert_eq!(asked, [0, 15, 30]);
+    }
+
+    #[test]
+    fn an_unanswered_quota_is_asked_again_until_one_is_held() {
+        // The first ask throttled, nothing held: the next read asks again.
+        let mut last = LastRead::default();
+        assert!(last.quota_due());
+        last.quota_unanswered();
+        assert!(last.quota_due());
+        // Answered once: a later unanswered ask waits its turn, the answer held.
+        last.reads.table_quota = Some(80_000.0);
+        last.quota_unanswered();
+        assert!(!last.quota_due());
+        let mut last = LastRead {
+            reads: last.reads,
+            quota_in: 0,
+        };
+        assert!(last.quota_due());
+        last.quota_unanswered();
+        let asked = (0..15).filter(|_| last.quota_due()).count();
+        assert_eq!(asked, 1);
     }
 
     #[tokio::test(start_paused = true)]
