@@ -66,17 +66,17 @@ mod tests {
             send_email: 2,
             create_emails: 2,
             ses_events: 2,
-            reserved: 97,
+            reserved: 96,
             events_per_email: 1.01,
             in_flight: 20,
         };
         let text = describe_plan(&checks(&demand, &account, None));
         assert!(
-            text.contains("Lambda concurrent executions: 105 / 50  EXCEEDED"),
+            text.contains("Lambda concurrent executions: 104 / 50  EXCEEDED"),
             "{text}"
         );
         assert!(
-            text.contains("binding limit: Lambda concurrent executions (105 needed, 50 available): raise Lambda's concurrent executions"),
+            text.contains("binding limit: Lambda concurrent executions (104 needed, 50 available): raise Lambda's concurrent executions"),
             "{text}"
         );
         account.lambda_concurrency = 1_000;
