@@ -57,7 +57,8 @@ fn quiet_panics_while_rendering() {
     INSTALLED.call_once(|| {
         let before = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if IN_MRML.with(|inside| inside.get()) {
+            // `try_with`: a panic while the thread's locals are torn down is not mrml's.
+            if IN_MRML.try_with(|inside| inside.get()).unwrap_or(false) {
                 let at = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
                 tracing::error!(
                     at = at.as_deref().unwrap_or("unknown"),
