@@ -196,7 +196,15 @@ async fn sam_local_invoke_sees_a_function_refuse_to_start() {
 /// Every function with every sample event of `infra/events/`, and what each must do.
 async fn serves_the_sample_events(host: Host) {
     let test = format!("runtime-{host:?}").to_lowercase();
-    let env = test_env(&test, |_| {}).await.unwrap();
+    // The sends table pre-warmed as docs/deploying.md has an operator do for 20,000/s.
+    let env = test_env(&test, |o| {
+        o.parameters
+            .insert("SendsTableWarmWrites".into(), "60200".into());
+        o.parameters
+            .insert("SendsIndexWarmWrites".into(), "40200".into());
+    })
+    .await
+    .unwrap();
     let campaign = Campaign::from_id("weekly-2026-W47", None).unwrap();
     let seeded = env.seed(30, &campaign).await.unwrap();
 
@@ -618,6 +626,16 @@ async fn rate_control_sizes_both_mappings(host: Host, env: &TestEnv) {
             &serde_json::json!(40000.0),
             &serde_json::json!(40000.0),
         ),
+        "{summary}"
+    );
+    // The table's and its index's warm throughput, as the template's parameters set them:
+    // only DescribeTable could say so (the defaults know none).
+    assert_eq!(
+        (
+            &account["sendsTableWarmWriteUnits"],
+            &account["sendsIndexWarmWriteUnits"]
+        ),
+        (&serde_json::json!(60200.0), &serde_json::json!(40200.0)),
         "{summary}"
     );
     // What is left unreserved is read too (the local stack's functions run outside the

@@ -9,7 +9,7 @@ use crate::template::{IndexSpec, Template};
 use anyhow::{anyhow, Context, Result};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
-    ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
+    ProjectionType, ScalarAttributeType, TimeToLiveSpecification, WarmThroughput,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use std::collections::BTreeMap;
@@ -186,7 +186,8 @@ async fn create_tables(
         let mut request = dynamo
             .create_table()
             .table_name(&name)
-            .billing_mode(BillingMode::PayPerRequest);
+            .billing_mode(BillingMode::PayPerRequest)
+            .set_warm_throughput(warm_throughput(table.warm_writes));
         let mut attributes: Vec<String> = keys.iter().map(|(a, _)| a.clone()).collect();
         for (attribute, kind) in keys {
             request = request.key_schema(
@@ -233,6 +234,7 @@ fn global_index(index: &IndexSpec, attributes: &mut Vec<String>) -> Result<Globa
                 .projection_type(ProjectionType::All)
                 .build(),
         );
+    gsi = gsi.set_warm_throughput(warm_throughput(index.warm_writes));
     for (attribute, kind) in std::iter::once((&index.hash_key, KeyType::Hash))
         .chain(index.range_key.iter().map(|r| (r, KeyType::Range)))
     {
@@ -247,6 +249,15 @@ fn global_index(index: &IndexSpec, attributes: &mut Vec<String>) -> Result<Globa
         }
     }
     Ok(gsi.build()?)
+}
+
+/// A table's or index's `WarmThroughput` as the template sets it (None: DynamoDB's own).
+fn warm_throughput(writes: Option<u32>) -> Option<WarmThroughput> {
+    writes.map(|units| {
+        WarmThroughput::builder()
+            .write_units_per_second(i64::from(units))
+            .build()
+    })
 }
 
 /// Turns on TTL on table `name`, by attribute `ttl`.

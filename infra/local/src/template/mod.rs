@@ -10,7 +10,7 @@ mod values;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
-use values::{key, reference, scalar, uint};
+use values::{key, reference, scalar, uint, warm_writes};
 use yaml_serde::Value;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -30,6 +30,8 @@ pub struct TableSpec {
     pub ttl_attribute: Option<String>,
     /// Global secondary indexes (all attributes projected).
     pub indexes: Vec<IndexSpec>,
+    /// `WarmThroughput`'s write units, where the template sets them.
+    pub warm_writes: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -37,6 +39,7 @@ pub struct IndexSpec {
     pub name: String,
     pub hash_key: String,
     pub range_key: Option<String>,
+    pub warm_writes: Option<u32>,
 }
 
 /// An environment value: a literal, or a reference to a parameter or resource.
@@ -152,7 +155,9 @@ impl Template {
             let props = resource.get("Properties").cloned().unwrap_or(Value::Null);
             match resource.get("Type").and_then(Value::as_str) {
                 Some("AWS::SQS::Queue") => template.queues.push(queue(id, &props, params)?),
-                Some("AWS::DynamoDB::Table") => template.tables.push(table(id, &props)?),
+                Some("AWS::DynamoDB::Table") => {
+                    template.tables.push(table(id, &props, &doc, params)?)
+                }
                 Some("AWS::SecretsManager::Secret")
                     if props.get("GenerateSecretString").is_some() =>
                 {
@@ -232,8 +237,14 @@ fn queue(
     })
 }
 
-/// An `AWS::DynamoDB::Table`: its keys, global secondary indexes and TTL attribute.
-fn table(id: String, props: &Value) -> Result<TableSpec> {
+/// An `AWS::DynamoDB::Table`: its keys, global secondary indexes, TTL attribute and warm
+/// throughput.
+fn table(
+    id: String,
+    props: &Value,
+    doc: &Value,
+    params: &BTreeMap<String, Option<String>>,
+) -> Result<TableSpec> {
     let mut indexes = Vec::new();
     for index in props
         .get("GlobalSecondaryIndexes")
@@ -249,6 +260,8 @@ fn table(id: String, props: &Value) -> Result<TableSpec> {
             hash_key: key(index, "HASH")
                 .with_context(|| format!("{id}: index {name} has no HASH key"))?,
             range_key: key(index, "RANGE"),
+            warm_writes: warm_writes(index.get("WarmThroughput"), doc, params)
+                .with_context(|| format!("{id}: index {name}"))?,
             name,
         });
     }
@@ -259,6 +272,8 @@ fn table(id: String, props: &Value) -> Result<TableSpec> {
             .get("TimeToLiveSpecification")
             .and_then(|t| t.get("AttributeName"))
             .and_then(scalar),
+        warm_writes: warm_writes(props.get("WarmThroughput"), doc, params)
+            .with_context(|| format!("{id}: WarmThroughput"))?,
         indexes,
         logical_id: id,
     })
@@ -309,11 +324,62 @@ mod tests {
                 .reserved_concurrency,
             Some(7)
         );
+        // The sends table's warm throughput: DynamoDB's own unless the parameters set it.
+        let sends = &t.tables[0];
+        assert_eq!(
+            (sends.warm_writes, sends.indexes[0].warm_writes),
+            (None, None)
+        );
+        let warm = [
+            ("SendsTableWarmWrites".to_string(), "60200".to_string()),
+            ("SendsIndexWarmWrites".to_string(), "40200".to_string()),
+        ]
+        .into();
+        let warmed = Template::parse_with(&t.source, &warm).unwrap();
+        let sends = &warmed.tables[0];
+        assert_eq!(
+            (sends.warm_writes, sends.indexes[0].warm_writes),
+            (Some(60_200), Some(40_200))
+        );
         assert_eq!(
             t.function("CreateEmailsFunction").unwrap().env["UNSUBSCRIBE_BASE_URL"],
             EnvValue::Ref("UnsubscribeFunctionUrl".into())
         );
         assert_eq!(t.generated_secrets, ["UnsubscribeSigningKey"]);
         assert_eq!(t.configuration_sets, ["EmailConfigurationSet"]);
+    }
+
+    #[test]
+    fn evaluates_the_conditions_a_warm_throughput_names() {
+        let text = r#"
+Parameters:
+  Warm: {Type: Number, Default: 0}
+  Mode: {Type: String, Default: "on"}
+Conditions:
+  Warms: !Not [!Equals [!Ref Warm, "0"]]
+  Both: !And [!Condition Warms, !Or [!Equals [!Ref Mode, "on"], !Equals ["a", "b"]]]
+  Odd: !Select [0, [true]]
+Resources:
+  T:
+    Type: AWS::DynamoDB::Table
+    Properties:
+      KeySchema: [{AttributeName: id, KeyType: HASH}]
+      WarmThroughput: !If [Both, {WriteUnitsPerSecond: !Ref Warm}, !Ref AWS::NoValue]
+"#;
+        let with = |warm: &str| {
+            let overrides = [("Warm".to_string(), warm.to_string())].into();
+            Template::parse_with(text, &overrides).map(|t| t.tables[0].warm_writes)
+        };
+        assert_eq!(with("0").unwrap(), None);
+        assert_eq!(with("5000").unwrap(), Some(5000));
+        let odd = text.replace("[Both,", "[Odd,");
+        let err = format!("{:#}", Template::parse(&odd).unwrap_err());
+        assert!(err.contains("!Select is not a condition function"), "{err}");
+        let missing = text.replace("[Both,", "[Nowhere,");
+        let err = format!("{:#}", Template::parse(&missing).unwrap_err());
+        assert!(
+            err.contains("condition Nowhere is not in Conditions"),
+            "{err}"
+        );
     }
 }

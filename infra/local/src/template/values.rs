@@ -3,7 +3,7 @@
 //! `!Join`) kept as references to resolve against a provisioned stack.
 
 use super::EnvValue;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use yaml_serde::Value;
 
@@ -92,5 +92,96 @@ pub(super) fn reference(v: &Value) -> Option<String> {
             .and_then(scalar)
             .or_else(|| m.get("Fn::GetAtt")?.get(0).and_then(scalar)),
         _ => None,
+    }
+}
+
+/// A `WarmThroughput`'s write units: a mapping, or `!If [Condition, mapping, !Ref
+/// AWS::NoValue]` with the condition evaluated on the parameters (None: DynamoDB's own).
+pub(super) fn warm_writes(
+    v: Option<&Value>,
+    doc: &Value,
+    params: &BTreeMap<String, Option<String>>,
+) -> Result<Option<u32>> {
+    match v {
+        None => Ok(None),
+        Some(Value::Tagged(t))
+            if t.tag == "!Ref" && scalar(&t.value).as_deref() == Some("AWS::NoValue") =>
+        {
+            Ok(None)
+        }
+        Some(Value::Tagged(t)) if t.tag == "!If" => {
+            let [name, then, otherwise] = t.value.as_sequence().map(Vec::as_slice).unwrap_or(&[])
+            else {
+                bail!("WarmThroughput: !If takes [condition, value, value]");
+            };
+            let name = scalar(name).context("WarmThroughput: !If's condition is not a name")?;
+            let branch = if condition(doc, &name, params)? {
+                then
+            } else {
+                otherwise
+            };
+            warm_writes(Some(branch), doc, params)
+        }
+        Some(mapping) => uint(
+            mapping.get("WriteUnitsPerSecond"),
+            "WarmThroughput.WriteUnitsPerSecond",
+            params,
+        ),
+    }
+}
+
+/// The template's condition `name` on the parameters' values.
+fn condition(doc: &Value, name: &str, params: &BTreeMap<String, Option<String>>) -> Result<bool> {
+    let body = doc
+        .get("Conditions")
+        .and_then(|c| c.get(name))
+        .with_context(|| format!("condition {name} is not in Conditions"))?;
+    truth(body, doc, params).with_context(|| format!("condition {name}"))
+}
+
+/// `!Equals`, `!Not`, `!And`, `!Or` and `!Condition` over literals and parameters.
+fn truth(v: &Value, doc: &Value, params: &BTreeMap<String, Option<String>>) -> Result<bool> {
+    let Value::Tagged(t) = v else {
+        bail!("{v:?} is not a condition function");
+    };
+    let args = || t.value.as_sequence().map(Vec::as_slice).unwrap_or(&[]);
+    let tag = |name: &str| t.tag == name;
+    if tag("!Equals") {
+        let [a, b] = args() else {
+            bail!("!Equals takes two values");
+        };
+        Ok(operand(a, params)? == operand(b, params)?)
+    } else if tag("!Not") {
+        let [c] = args() else {
+            bail!("!Not takes one condition");
+        };
+        Ok(!truth(c, doc, params)?)
+    } else if tag("!And") {
+        args()
+            .iter()
+            .try_fold(true, |all, c| Ok(all && truth(c, doc, params)?))
+    } else if tag("!Or") {
+        args()
+            .iter()
+            .try_fold(false, |any, c| Ok(any || truth(c, doc, params)?))
+    } else if tag("!Condition") {
+        condition(doc, &scalar(&t.value).unwrap_or_default(), params)
+    } else {
+        bail!("{} is not a condition function mailctl evaluates", t.tag)
+    }
+}
+
+/// A literal, or a parameter's value by `!Ref`.
+fn operand(v: &Value, params: &BTreeMap<String, Option<String>>) -> Result<String> {
+    match v {
+        Value::Tagged(t) if t.tag == "!Ref" => {
+            let name = scalar(&t.value).unwrap_or_default();
+            params
+                .get(&name)
+                .cloned()
+                .flatten()
+                .with_context(|| format!("parameter {name} has no value"))
+        }
+        other => scalar(other).with_context(|| format!("{other:?} is not a value")),
     }
 }

@@ -38,10 +38,15 @@ pub fn warm_up(demand: &Demand, account: &Account) -> Option<String> {
         )
     })
     .collect::<Vec<_>>();
+    // The template's parameters that pre-warm both, at what the rate needs (whole hundreds).
+    let up = |units: f64| (units / 100.0).ceil() * 100.0;
     (!short.is_empty()).then(|| {
         format!(
-            "{}; pre-warm them (docs/deploying.md, \"The sends table's throughput\")",
-            short.join("; ")
+            "{}; pre-warm them: deploy with SendsTableWarmWrites={:.0} SendsIndexWarmWrites={:.0} \
+             (docs/deploying.md, \"The sends table's throughput\")",
+            short.join("; "),
+            up(table),
+            up(index)
         )
     })
 }
@@ -80,6 +85,11 @@ mod tests {
         assert!(
             note.starts_with("the campaign index serves 4000")
                 && !note.contains("sends table serves"),
+            "{note}"
+        );
+        // What to deploy with: both figures the rate needs, so that neither waits.
+        assert!(
+            note.contains("deploy with SendsTableWarmWrites=60200 SendsIndexWarmWrites=40200"),
             "{note}"
         );
         // Both pre-warmed, or not read: nothing to say.
