@@ -25,6 +25,10 @@ impl Ramp {
     }
 }
 
+/// How long an event source mapping's receive waits for a message (SQS's longest,
+/// `WaitTimeSeconds` 20, as Lambda's pollers use).
+const LONG_POLL: Duration = Duration::from_secs(20);
+
 /// One environment's poller: receives a batch, invokes, settles (partial batch response),
 /// until `done`.
 pub(crate) fn poll<F, Fut>(
@@ -48,10 +52,14 @@ where
             }
             // The poller's ReceiveMessage round trip.
             tokio::time::sleep(latency.0).await;
+            let changed = queue.changes().notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             // Past the in-flight quota a long poll gets nothing (a short one, OverLimit).
             let event = queue.receive(batch).unwrap_or_default();
             if event.records.is_empty() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                // A long poll: it answers as soon as there is something to receive.
+                queue.wait_for_change(changed, LONG_POLL).await;
                 continue;
             }
             let failed = invoke(event.clone()).await;

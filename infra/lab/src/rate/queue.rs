@@ -40,6 +40,8 @@ pub struct LabQueue {
     max_receive_count: u32,
     in_flight_limit: usize,
     state: Mutex<State>,
+    /// Told at every change a receive could see: what a long poll waits on.
+    changed: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -134,6 +136,30 @@ impl LabQueue {
             max_receive_count,
             in_flight_limit: SQS_IN_FLIGHT_LIMIT,
             state: Mutex::default(),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// What a long poll waits on (`wait_for_change`): take it, and enable it, before the
+    /// receive that finds nothing, so that a change between the two is not missed.
+    pub fn changes(&self) -> &tokio::sync::Notify {
+        &self.changed
+    }
+
+    /// A long poll's wait after a receive found nothing, as Lambda's pollers make them: until
+    /// the queue changes (a message sent, returned or deleted), a hidden message's
+    /// visibility ends, or `wait` passes.
+    pub async fn wait_for_change(
+        &self,
+        changed: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+        wait: Duration,
+    ) {
+        let deadline = Instant::now() + wait;
+        let next = self.state().later.peek().map(|Reverse((at, _, _))| *at);
+        let until = next.map_or(deadline, |at| at.min(deadline));
+        tokio::select! {
+            _ = changed => {}
+            _ = tokio::time::sleep_until(until) => {}
         }
     }
 
@@ -147,6 +173,7 @@ impl LabQueue {
         for body in bodies {
             state.put(body, now, now);
         }
+        self.changed.notify_waiters();
     }
 
     /// Up to `max` visible messages, as one event source mapping batch (no more than the
@@ -207,6 +234,7 @@ impl LabQueue {
                 state.remove(id);
             }
         }
+        self.changed.notify_waiters();
     }
 
     /// Messages not yet deleted (in flight or waiting), and those moved to the DLQ.
@@ -240,6 +268,7 @@ impl ConsumedQueue for LabQueue {
         if let Some(id) = state.receipts.get(receipt_handle).copied() {
             state.show_at(id, now + delay, now);
         }
+        self.changed.notify_waiters();
         Ok(())
     }
 }
@@ -251,6 +280,7 @@ impl RetryQueue for LabQueue {
         // At least one second, as the adapter asks.
         let at = now + whole_seconds(delay).max(Duration::from_secs(1));
         state.put(body.to_owned(), at, now);
+        self.changed.notify_waiters();
         Ok(())
     }
 
@@ -259,6 +289,7 @@ impl RetryQueue for LabQueue {
         if let Some(id) = state.receipts.remove(receipt_handle) {
             state.remove(id);
         }
+        self.changed.notify_waiters();
         Ok(())
     }
 }
@@ -283,6 +314,7 @@ impl OutgoingQueue for LabQueue {
         for body in bodies {
             state.put(body.clone(), at, now);
         }
+        self.changed.notify_waiters();
         Ok(SendReport {
             sent: bodies.len(),
             retried: 0,
