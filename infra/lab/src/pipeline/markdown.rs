@@ -31,7 +31,7 @@ pub fn markdown(reports: &[PipelineReport]) -> String {
         let lags: Option<Vec<f64>> = reports.iter().map(get).collect();
         lags.map_or("-".to_owned(), |l| range(l.into_iter(), 1))
     };
-    let rows: [(&str, String); 15] = [
+    let rows: [(&str, String); 16] = [
         ("first email (s from the start)", f(|r| r.first_email_s, 1)),
         ("last email (s from the start)", f(|r| r.last_email_s, 1)),
         ("first to last email (s)", f(|r| r.first_to_last_s, 1)),
@@ -47,6 +47,10 @@ pub fn markdown(reports: &[PipelineReport]) -> String {
         ),
         ("SendEmail emails/s (steady)", f(|r| r.rates.send_email, 0)),
         ("SES throttles", f(|r| r.throttles as f64, 0)),
+        (
+            "SES refusals for the 24-hour quota",
+            f(|r| r.over_daily_quota as f64, 0),
+        ),
         (
             "lost / sent twice / dead-lettered",
             format!(
@@ -108,10 +112,30 @@ pub fn markdown(reports: &[PipelineReport]) -> String {
     }
     out.push_str(&sends_table(reports));
     out.push_str("\nQuota use each second (first run): ");
-    let shares: Vec<String> = first.quota_use.iter().map(|s| format!("{s:.2}")).collect();
-    out.push_str(&shares.join(" "));
+    out.push_str(&quota_use(&first.quota_use));
     out.push('\n');
     out
+}
+
+/// Each second's share of the quota; a long idle stretch (a campaign waiting for SES's
+/// 24-hour quota) is said as its length, not as thousands of zeros.
+fn quota_use(shares: &[f64]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut idle = 0;
+    for share in shares {
+        if *share == 0.0 {
+            idle += 1;
+            continue;
+        }
+        match idle {
+            0 => {}
+            1..=10 => out.extend(std::iter::repeat_n("0.00".to_string(), idle)),
+            _ => out.push(format!("(0.00 for {idle} s)")),
+        }
+        idle = 0;
+        out.push(format!("{share:.2}"));
+    }
+    out.join(" ")
 }
 
 /// The sends table's limits: each one's write units per email, throttled attempts and the

@@ -50,6 +50,9 @@ pub struct PipelineOptions {
     /// SES's maximum send rate, emails/s (the configured rate is the same).
     #[arg(long, default_value_t = 20_000.0)]
     pub quota: f64,
+    /// SES's 24-hour quota (`Max24HourSend`), emails; none: more than the run sends.
+    #[arg(long)]
+    pub ses_daily_quota: Option<usize>,
     #[arg(long, default_value_t = 1)]
     pub runs: u32,
     /// GetUsers' memory (MB) and SendMessageBatch calls in flight (ENQUEUE_CONCURRENCY).
@@ -171,6 +174,8 @@ pub struct PipelineReport {
     pub users_queued: Vec<usize>,
     pub emails_queued: Vec<usize>,
     pub throttles: usize,
+    /// Sends SES refused because the 24-hour quota was used up.
+    pub over_daily_quota: usize,
     pub lost: usize,
     pub sent_twice: usize,
     pub dead_lettered: usize,
@@ -240,8 +245,15 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
         &rig.account,
     )?);
 
-    // Until every email is accepted (or the time limit), sampling the queues each second.
-    let limit = Duration::from_secs_f64(options.users as f64 / options.quota * 10.0 + 300.0);
+    // Until every email is accepted (or the time limit), sampling the queues each second;
+    // past a 24-hour quota, the rest waits a day for each quota's worth, and up to 90
+    // minutes more for its hold (an hour, or 15 minutes as a fresh copy) to end.
+    let days = options
+        .ses_daily_quota
+        .map_or(0, |max| options.users.saturating_sub(1) / max.max(1));
+    let limit = Duration::from_secs_f64(
+        options.users as f64 / options.quota * 10.0 + 300.0 + days as f64 * (86_400.0 + 5_400.0),
+    );
     let (users_queued, emails_queued) = rig.sample_until_sent(options.users, started, limit).await;
     rig.drain_events(Duration::from_secs(600)).await;
     rig.done.store(true, Ordering::Relaxed);
@@ -271,6 +283,7 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
             users_queued,
             emails_queued,
             throttles: seen.throttled.len(),
+            over_daily_quota: seen.over_daily_quota.len(),
             lost: options.users.saturating_sub(seen.accepted.len()),
             sent_twice: seen.accepted.values().filter(|t| t.len() > 1).count(),
             dead_lettered: rig.emails.left().1,
@@ -291,6 +304,7 @@ struct Observed {
     users_queued: Vec<usize>,
     emails_queued: Vec<usize>,
     throttles: usize,
+    over_daily_quota: usize,
     lost: usize,
     sent_twice: usize,
     dead_lettered: usize,
@@ -347,6 +361,7 @@ fn report(options: &PipelineOptions, sizing: &Sizing, seen: Observed) -> Pipelin
         users_queued: seen.users_queued,
         emails_queued: seen.emails_queued,
         throttles: seen.throttles,
+        over_daily_quota: seen.over_daily_quota,
         lost: seen.lost,
         sent_twice: seen.sent_twice,
         dead_lettered: seen.dead_lettered,

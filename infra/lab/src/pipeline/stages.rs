@@ -114,7 +114,10 @@ impl Rig {
             directory: LabDirectory::new(options.users, mongo),
             users: Arc::new(LabQueue::new(Duration::from_secs(360), 5)),
             emails: Arc::new(LabQueue::new(Duration::from_secs(180), 10)),
-            ses: Arc::new(StandInSes::new(options.quota, ses_latency, seed)),
+            ses: Arc::new(
+                StandInSes::new(options.quota, ses_latency, seed)
+                    .with_daily_quota(options.ses_daily_quota),
+            ),
             sqs,
             store,
             sends: SendsTable::new(

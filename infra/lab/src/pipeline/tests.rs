@@ -113,3 +113,42 @@ async fn the_quota_bounds_a_campaign_where_create_emails_did_before() {
         );
     }
 }
+
+/// A campaign larger than what SES's 24-hour quota has left: the quota's worth is sent,
+/// the rest is held on the emails queue an hour at a time (about one receive an hour a
+/// record, never a hot loop, never the DLQ), and goes once the rolling window lets it,
+/// each email once.
+#[tokio::test]
+async fn a_campaign_over_the_24_hour_quota_sends_the_rest_when_the_window_rolls() {
+    let mut options = Defaults::parse_from(["lab"]).options;
+    options.users = 1_000;
+    options.quota = 500.0;
+    options.ses_daily_quota = Some(600);
+    options.no_ramp = true;
+    let report = run(&options).await.unwrap().remove(0);
+    assert_eq!(
+        (report.lost, report.sent_twice, report.dead_lettered),
+        (0, 0, 0),
+        "{report:?}"
+    );
+    let by_second = |from: f64, to: f64| -> f64 {
+        let (from, to) = (from as usize, (to as usize).min(report.quota_use.len()));
+        report.quota_use[from..to].iter().sum::<f64>() * options.quota
+    };
+    // The first day: the quota's 600 and not one more.
+    let first_day = by_second(0.0, report.first_email_s + 86_000.0).round();
+    assert_eq!(first_day, 600.0, "{report:?}");
+    // The rest a day after the first sends, not sooner, and within its hold (an hour, or 15
+    // minutes more for a record requeued as a fresh copy near the receive limit).
+    assert!(
+        report.first_to_last_s >= 86_400.0 && report.first_to_last_s < 86_400.0 + 4_600.0,
+        "{} s",
+        report.first_to_last_s
+    );
+    // 400 held records, each refused about once an hour for a day: not each second.
+    let refusals = report.over_daily_quota;
+    assert!(
+        (400..=400 * 26).contains(&refusals),
+        "{refusals} refusals for the 24-hour quota"
+    );
+}
