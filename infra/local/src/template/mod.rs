@@ -375,6 +375,24 @@ Resources:
         let odd = text.replace("[Both,", "[Odd,");
         let err = format!("{:#}", Template::parse(&odd).unwrap_err());
         assert!(err.contains("!Select is not a condition function"), "{err}");
+        let looping = text.replace("Odd: !Select [0, [true]]", "Odd: !Condition Odd");
+        let err = format!(
+            "{:#}",
+            Template::parse(&looping.replace("[Both,", "[Odd,")).unwrap_err()
+        );
+        assert!(err.contains("condition Odd refers back to itself"), "{err}");
+        let single = text.replace(
+            "!And [!Condition Warms, !Or [!Equals [!Ref Mode, \"on\"], !Equals [\"a\", \"b\"]]]",
+            "!And [!Condition Warms]",
+        );
+        let err = format!("{:#}", Template::parse(&single).unwrap_err());
+        assert!(err.contains("takes 2 to 10 conditions"), "{err}");
+        let long_form = text.replace(
+            "!If [Both, {WriteUnitsPerSecond: !Ref Warm}, !Ref AWS::NoValue]",
+            "{\"Fn::If\": [Both, {WriteUnitsPerSecond: 5}, {Ref: AWS::NoValue}]}",
+        );
+        let err = format!("{:#}", Template::parse(&long_form).unwrap_err());
+        assert!(err.contains("short tags"), "{err}");
         let missing = text.replace("[Both,", "[Nowhere,");
         let err = format!("{:#}", Template::parse(&missing).unwrap_err());
         assert!(

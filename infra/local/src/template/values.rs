@@ -122,6 +122,16 @@ pub(super) fn warm_writes(
             };
             warm_writes(Some(branch), doc, params)
         }
+        Some(Value::Mapping(mapping))
+            if mapping
+                .keys()
+                .filter_map(Value::as_str)
+                .any(|k| k == "Ref" || k.starts_with("Fn::")) =>
+        {
+            bail!(
+                "WarmThroughput: write it with the short tags (!If, !Ref), which mailctl evaluates"
+            )
+        }
         Some(mapping) => uint(
             mapping.get("WriteUnitsPerSecond"),
             "WarmThroughput.WriteUnitsPerSecond",
@@ -130,20 +140,41 @@ pub(super) fn warm_writes(
     }
 }
 
+/// CloudFormation's nesting of conditions is finite: deeper than this is a cycle.
+const CONDITION_DEPTH: usize = 32;
+
 /// The template's condition `name` on the parameters' values.
 fn condition(doc: &Value, name: &str, params: &BTreeMap<String, Option<String>>) -> Result<bool> {
+    named(doc, name, params, 0)
+}
+
+fn named(
+    doc: &Value,
+    name: &str,
+    params: &BTreeMap<String, Option<String>>,
+    depth: usize,
+) -> Result<bool> {
+    if depth > CONDITION_DEPTH {
+        bail!("condition {name} refers back to itself");
+    }
     let body = doc
         .get("Conditions")
         .and_then(|c| c.get(name))
         .with_context(|| format!("condition {name} is not in Conditions"))?;
-    truth(body, doc, params).with_context(|| format!("condition {name}"))
+    truth(body, doc, params, depth).with_context(|| format!("condition {name}"))
 }
 
 /// `!Equals`, `!Not`, `!And`, `!Or` and `!Condition` over literals and parameters.
-fn truth(v: &Value, doc: &Value, params: &BTreeMap<String, Option<String>>) -> Result<bool> {
+fn truth(
+    v: &Value,
+    doc: &Value,
+    params: &BTreeMap<String, Option<String>>,
+    depth: usize,
+) -> Result<bool> {
     let Value::Tagged(t) = v else {
         bail!("{v:?} is not a condition function");
     };
+    let inner = |c: &Value| truth(c, doc, params, depth + 1);
     let args = || t.value.as_sequence().map(Vec::as_slice).unwrap_or(&[]);
     let tag = |name: &str| t.tag == name;
     if tag("!Equals") {
@@ -155,17 +186,26 @@ fn truth(v: &Value, doc: &Value, params: &BTreeMap<String, Option<String>>) -> R
         let [c] = args() else {
             bail!("!Not takes one condition");
         };
-        Ok(!truth(c, doc, params)?)
-    } else if tag("!And") {
-        args()
-            .iter()
-            .try_fold(true, |all, c| Ok(all && truth(c, doc, params)?))
-    } else if tag("!Or") {
-        args()
-            .iter()
-            .try_fold(false, |any, c| Ok(any || truth(c, doc, params)?))
+        Ok(!inner(c)?)
+    } else if tag("!And") || tag("!Or") {
+        // CloudFormation takes 2 to 10 conditions.
+        let all = args();
+        if !(2..=10).contains(&all.len()) {
+            bail!("{} takes 2 to 10 conditions", t.tag);
+        }
+        let mut each = all.iter().map(inner);
+        if tag("!And") {
+            each.try_fold(true, |both, c| Ok(both && c?))
+        } else {
+            each.try_fold(false, |either, c| Ok(either || c?))
+        }
     } else if tag("!Condition") {
-        condition(doc, &scalar(&t.value).unwrap_or_default(), params)
+        named(
+            doc,
+            &scalar(&t.value).unwrap_or_default(),
+            params,
+            depth + 1,
+        )
     } else {
         bail!("{} is not a condition function mailctl evaluates", t.tag)
     }

@@ -38,15 +38,26 @@ pub fn warm_up(demand: &Demand, account: &Account) -> Option<String> {
         )
     })
     .collect::<Vec<_>>();
-    // The template's parameters that pre-warm both, at what the rate needs (whole hundreds).
-    let up = |units: f64| (units / 100.0).ceil() * 100.0;
+    // The template's parameters that pre-warm both: what the rate reaches within the quota
+    // (whole hundreds), never below what either already serves (DynamoDB refuses a decrease).
+    let figure = |needed: f64, ceiling: f64, warm: Option<f64>| {
+        ((needed.min(ceiling) / 100.0).ceil() * 100.0).max(warm.unwrap_or(0.0))
+    };
     (!short.is_empty()).then(|| {
         format!(
             "{}; pre-warm them: deploy with SendsTableWarmWrites={:.0} SendsIndexWarmWrites={:.0} \
              (docs/deploying.md, \"The sends table's throughput\")",
             short.join("; "),
-            up(table),
-            up(index)
+            figure(
+                table,
+                account.sends_table_write_units,
+                account.sends_table_warm_write_units
+            ),
+            figure(
+                index,
+                account.sends_index_write_units,
+                account.sends_index_warm_write_units
+            ),
         )
     })
 }
@@ -92,6 +103,17 @@ mod tests {
             note.contains("deploy with SendsTableWarmWrites=60200 SendsIndexWarmWrites=40200"),
             "{note}"
         );
+        // Never a decrease (DynamoDB refuses one), never beyond the quota: a table warmer
+        // than the rate needs keeps its figure; an index on a quota of 16,000 asks for that.
+        account.sends_table_warm_write_units = Some(70_000.0);
+        account.sends_index_write_units = 16_000.0;
+        let note = warm_up(&demand(20_000.0, 266), &account).unwrap();
+        assert!(
+            note.contains("deploy with SendsTableWarmWrites=70000 SendsIndexWarmWrites=16000"),
+            "{note}"
+        );
+        account.sends_index_write_units = 80_000.0;
+        account.sends_table_warm_write_units = Some(60_200.0);
         // Both pre-warmed, or not read: nothing to say.
         account.sends_index_warm_write_units = Some(40_200.0);
         assert_eq!(warm_up(&demand(20_000.0, 266), &account), None);
