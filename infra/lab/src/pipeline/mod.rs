@@ -211,6 +211,9 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
     let [get_cpu, create_cpu, send_cpu] = options.cpu_us[..] else {
         bail!("--cpu-us takes three figures: GetUsers, CreateEmails, SendEmail");
     };
+    if options.ses_daily_quota == Some(0) {
+        bail!("--ses-daily-quota 0 would send nothing: give at least 1, or leave it out for no 24-hour quota");
+    }
     let sizing = Sizing::of(options);
     let started = Instant::now();
     let rig = Rig::new(options, seed, started)?;

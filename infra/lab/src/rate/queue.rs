@@ -154,7 +154,9 @@ impl LabQueue {
         changed: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
         wait: Duration,
     ) {
-        let deadline = Instant::now() + wait;
+        // A receive hides what it takes without a word: a message it returns to view within
+        // the wait is woken for by the visibility timeout, at the latest.
+        let deadline = Instant::now() + wait.min(self.visibility);
         let next = self.state().later.peek().map(|Reverse((at, _, _))| *at);
         let until = next.map_or(deadline, |at| at.min(deadline));
         tokio::select! {
