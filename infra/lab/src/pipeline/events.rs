@@ -221,7 +221,7 @@ impl EventsPath {
                 self.queue.clone(),
                 handler.batch,
                 environment,
-                ramp,
+                ramp.clone(),
                 sqs,
                 done.clone(),
                 account.around(move |event: SqsEvent| {
@@ -357,10 +357,7 @@ mod tests {
         let account = Account::new(LAMBDA_ACCOUNT_CONCURRENCY - others);
         let path = EventsPath::new("us-east-1", send_events, 7);
         let done = Arc::new(AtomicBool::new(false));
-        let ramp = Ramp {
-            started: Instant::now(),
-            ramp: false,
-        };
+        let ramp = Ramp::new(Instant::now(), false);
         let ms = Duration::from_millis;
         let tasks = path
             .start_handlers(

@@ -13,6 +13,7 @@
 
 pub(crate) mod directory;
 mod events;
+mod local_sending;
 pub mod local_time;
 mod markdown;
 pub(crate) mod polling;
@@ -241,7 +242,7 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
     tasks.extend(rig.events.start_handlers(
         sizing.events_environments,
         sizing.handler,
-        rig.ramp,
+        rig.ramp.clone(),
         rig.sqs,
         rig.store,
         rig.done.clone(),

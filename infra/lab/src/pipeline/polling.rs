@@ -11,17 +11,32 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Lambda's scaling of an SQS event source mapping: five concurrent batches at first, then
-/// up to 300 more a minute, never above MaximumConcurrency.
-#[derive(Clone, Copy)]
+/// up to 300 more a minute, never above MaximumConcurrency. A mapping that sat idle starts
+/// again at five (`restart`: a local-time slot hours after the last).
+#[derive(Clone)]
 pub(crate) struct Ramp {
-    pub(crate) started: Instant,
-    pub(crate) ramp: bool,
+    started: Arc<std::sync::Mutex<Instant>>,
+    ramp: bool,
 }
 
 impl Ramp {
+    /// Scaling from `started` (`ramp`), or every environment at once.
+    pub(crate) fn new(started: Instant, ramp: bool) -> Self {
+        Self {
+            started: Arc::new(std::sync::Mutex::new(started)),
+            ramp,
+        }
+    }
+
     fn allows(&self, environment: u32) -> bool {
-        let more = (self.started.elapsed().as_secs_f64() * 5.0).floor() as u32;
+        let started = *mailflow::runtime::lock(&self.started);
+        let more = (started.elapsed().as_secs_f64() * 5.0).floor() as u32;
         !self.ramp || environment < 5 + more
+    }
+
+    /// The mapping scales from five again, from now.
+    pub(crate) fn restart(&self) {
+        *mailflow::runtime::lock(&self.started) = Instant::now();
     }
 }
 

@@ -104,10 +104,7 @@ fn start_send_email(
     let ledger = Arc::new(MemoryLedger::default());
     let rate = Arc::new(MemoryRateBucket::default());
     let no_latency = (Duration::ZERO, Duration::ZERO);
-    let ramp = Ramp {
-        started: Instant::now(),
-        ramp: false,
-    };
+    let ramp = Ramp::new(Instant::now(), false);
     let mut tasks = Vec::new();
     for environment in 0..ENVIRONMENTS {
         let stage = Arc::new(SendEmail::new(
@@ -128,7 +125,7 @@ fn start_send_email(
             emails.clone(),
             BATCH,
             environment,
-            ramp,
+            ramp.clone(),
             (Duration::from_millis(10), Duration::from_millis(10)),
             done.clone(),
             move |event| {

@@ -4,7 +4,7 @@
 
 use crate::rate::latency::Cpu;
 use crate::rate::queue::LabQueue;
-use mailflow::domain::messages::{parse_body, EmailJob};
+use mailflow::domain::messages::{parse_body, EmailJob, UserMessage};
 use mailflow::domain::send_rate::MB_PER_VCPU;
 use mailflow::ports::{ConsumedQueue, OutgoingQueue, QueueError, SendReport};
 use std::sync::{Arc, Mutex};
@@ -28,7 +28,12 @@ pub(super) struct Sending {
     pub(super) latency: (Duration, Duration),
     pub(super) slim: bool,
     pub(super) sent: Arc<Mutex<Vec<Instant>>>,
+    /// A users queue's local-time releases, kept as they are sent: who, and their due.
+    pub(super) released: Option<Released>,
 }
+
+/// The users a local-time campaign released onto the users queue, each with its `Due`.
+pub(super) type Released = Arc<Mutex<Vec<(String, mailflow::domain::local_time::Due)>>>;
 
 impl Sending {
     async fn charge(&self, messages: usize) {
@@ -58,9 +63,16 @@ impl Sending {
             .collect()
     }
 
-    fn timed(&self, n: usize) {
+    fn timed(&self, bodies: &[String]) {
         let now = Instant::now();
-        mailflow::runtime::lock(&self.sent).extend(std::iter::repeat_n(now, n));
+        mailflow::runtime::lock(&self.sent).extend(std::iter::repeat_n(now, bodies.len()));
+        if let Some(released) = &self.released {
+            let due = bodies.iter().filter_map(|body| {
+                let message = parse_body::<UserMessage>(Some(body)).ok()?;
+                Some((message.user_id, message.due?))
+            });
+            mailflow::runtime::lock(released).extend(due);
+        }
     }
 }
 
@@ -68,7 +80,7 @@ impl OutgoingQueue for Sending {
     async fn send_batch(&self, bodies: &[String]) -> Result<SendReport, QueueError> {
         self.charge(bodies.len()).await;
         let report = self.queue.send_batch(&self.bodies(bodies)).await?;
-        self.timed(bodies.len());
+        self.timed(bodies);
         Ok(report)
     }
 
@@ -81,7 +93,7 @@ impl OutgoingQueue for Sending {
         let report = (self.queue)
             .send_batch_delayed(&self.bodies(bodies), delay_seconds)
             .await?;
-        self.timed(bodies.len());
+        self.timed(bodies);
         Ok(report)
     }
 }

@@ -127,10 +127,7 @@ impl Rig {
                 options.sends_index,
                 seed,
             ),
-            ramp: Ramp {
-                started,
-                ramp: !options.no_ramp,
-            },
+            ramp: Ramp::new(started, !options.no_ramp),
             done: Arc::new(AtomicBool::new(false)),
             events: EventsPath::new(&options.region, options.send_events, seed),
             // Less the public URLs' reserved concurrency, RateControl's and GetUsers'.
@@ -201,6 +198,7 @@ pub(super) fn start_get_users(
             users,
             continuation: Arc::new(LabQueue::new(Duration::from_secs(900), 5)),
             enqueued,
+            released: None,
             cpu: Arc::new(Cpu::default()),
             per_user,
             sqs,
@@ -220,6 +218,8 @@ pub(super) struct GetUsersQueues {
     pub(super) users: Arc<LabQueue>,
     pub(super) continuation: Arc<LabQueue>,
     pub(super) enqueued: Arc<Mutex<Vec<Instant>>>,
+    /// A local-time campaign's releases, as they went onto the users queue.
+    pub(super) released: Option<super::sending::Released>,
     pub(super) cpu: Arc<Cpu>,
     pub(super) per_user: Duration,
     pub(super) sqs: (Duration, Duration),
@@ -232,22 +232,30 @@ pub(super) fn get_users<W: WaitingRoom>(
     queues: GetUsersQueues,
     waiting: W,
 ) -> Result<GetUsers<LabDirectory, Sending, MemoryCampaigns, W>> {
-    let queue = |queue: Arc<LabQueue>, per_message, sent: Arc<Mutex<Vec<Instant>>>| Sending {
-        queue,
-        cpu: queues.cpu.clone(),
-        per_message,
-        latency: queues.sqs,
-        slim: false,
-        sent,
-    };
+    let queue =
+        |queue: Arc<LabQueue>, per_message, sent: Arc<Mutex<Vec<Instant>>>, released| Sending {
+            queue,
+            cpu: queues.cpu.clone(),
+            per_message,
+            latency: queues.sqs,
+            slim: false,
+            sent,
+            released,
+        };
     let stage = GetUsers::new(
         directory,
         queue(
             queues.users.clone(),
             queues.per_user,
             queues.enqueued.clone(),
+            queues.released.clone(),
         ),
-        queue(queues.continuation.clone(), Duration::ZERO, Arc::default()),
+        queue(
+            queues.continuation.clone(),
+            Duration::ZERO,
+            Arc::default(),
+            None,
+        ),
         MemoryCampaigns::default(),
         waiting,
         Arc::new(mailflow::ports::memory::MemoryResults::default()),
@@ -302,6 +310,7 @@ pub(super) fn start_create_emails(
                 latency: rig.sqs,
                 slim: true,
                 sent: composed.clone(),
+                released: None,
             },
             MemoryCampaigns::default(),
             // No pending one-click unsubscribes (their one BatchGetItem per batch is not
@@ -330,7 +339,7 @@ pub(super) fn start_create_emails(
             rig.users.clone(),
             options.users_batch,
             environment,
-            rig.ramp,
+            rig.ramp.clone(),
             rig.sqs,
             rig.done.clone(),
             rig.account.around(move |event| {
@@ -403,7 +412,7 @@ pub(super) fn start_send_email(
             rig.emails.clone(),
             sizing.send_batch,
             environment,
-            rig.ramp,
+            rig.ramp.clone(),
             rig.sqs,
             rig.done.clone(),
             rig.account.around(move |event| {

@@ -284,10 +284,7 @@ impl Senders {
             self.config.clone(),
         ));
         let invocations = Arc::new(AtomicU64::new(0));
-        let everyone_at_once = Ramp {
-            started: Instant::now(),
-            ramp: false,
-        };
+        let everyone_at_once = Ramp::new(Instant::now(), false);
         poll(
             self.queue.clone(),
             self.batch,
