@@ -110,9 +110,14 @@ impl Sending {
         let slot_of: HashMap<String, i64> = (mailflow::runtime::lock(released).iter())
             .map(|(user, due)| (user.clone(), due.released_at_ms - due.slot_late_ms))
             .collect();
-        let limit = Duration::from_secs_f64(slot_of.len() as f64 / options.quota * 10.0 + 600.0);
-        let until = Instant::now() + limit;
-        while self.rig.ses.accepted_count() < slot_of.len() && Instant::now() < until {
+        let until = Instant::now() + super::sending_limit(options, slot_of.len(), 600.0);
+        // Until each is accepted, nothing is left to send (a record dead-lettered, an email
+        // never to be accepted), or the limit.
+        let rig = &self.rig;
+        while rig.ses.accepted_count() < slot_of.len()
+            && rig.users.left().0 + rig.emails.left().0 > 0
+            && Instant::now() < until
+        {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         self.rig.drain_events(Duration::from_secs(600)).await;
@@ -148,7 +153,11 @@ impl Sending {
         };
         let (from, to) = (at(&busiest, 0.1), at(&busiest, 0.9));
         let between = busiest.iter().filter(|t| **t >= from && **t <= to).count();
-        let steady = between as f64 / ((to - from) as f64 / 1000.0).max(1e-3);
+        // 0 over a window too short to say (a slot sent within one millisecond).
+        let steady = match to - from {
+            0 => 0.0,
+            ms => between as f64 / (ms as f64 / 1000.0),
+        };
         let secs = |ms: i64| (ms - busiest_slot) as f64 / 1000.0;
         Ok(SlotSending {
             sent_late_p50_ms: at(&late, 0.5),

@@ -10,7 +10,8 @@
 //! audience.
 
 use super::directory::{LabDirectory, Zones};
-use super::local_sending::{Sending, SlotSending};
+use super::local_sending::Sending;
+pub use super::local_sending::SlotSending;
 use super::sending::{cpu_time, Released};
 use super::stages::{get_users, GetUsersQueues};
 use super::waiting::{LabWaitingTable, PARTITION_WRITES};
@@ -110,6 +111,7 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<LocalTimeRe
     let [get_cpu, ..] = options.cpu_us[..] else {
         bail!("--cpu-us takes three figures: GetUsers, CreateEmails, SendEmail");
     };
+    super::refuse_zero_daily_quota(options)?;
     let zones = match local.one_zone {
         true => Zones::One(ONE_ZONE),
         false => Zones::Mix,

@@ -212,9 +212,7 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
     let [get_cpu, create_cpu, send_cpu] = options.cpu_us[..] else {
         bail!("--cpu-us takes three figures: GetUsers, CreateEmails, SendEmail");
     };
-    if options.ses_daily_quota == Some(0) {
-        bail!("--ses-daily-quota 0 would send nothing: give at least 1, or leave it out for no 24-hour quota");
-    }
+    refuse_zero_daily_quota(options)?;
     let sizing = Sizing::of(options);
     let started = Instant::now();
     let rig = Rig::new(options, seed, started)?;
@@ -249,15 +247,8 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
         &rig.account,
     )?);
 
-    // Until every email is accepted (or the time limit), sampling the queues each second;
-    // past a 24-hour quota, the rest waits a day for each quota's worth, and up to 90
-    // minutes more for its hold (an hour, or 15 minutes as a fresh copy) to end.
-    let days = options
-        .ses_daily_quota
-        .map_or(0, |max| options.users.saturating_sub(1) / max.max(1));
-    let limit = Duration::from_secs_f64(
-        options.users as f64 / options.quota * 10.0 + 300.0 + days as f64 * (86_400.0 + 5_400.0),
-    );
+    // Until every email is accepted (or the time limit), sampling the queues each second.
+    let limit = sending_limit(options, options.users, 300.0);
     let (users_queued, emails_queued) = rig.sample_until_sent(options.users, started, limit).await;
     rig.drain_events(Duration::from_secs(600)).await;
     rig.done.store(true, Ordering::Relaxed);
@@ -296,6 +287,26 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
             sends_table,
         },
     ))
+}
+
+/// A zero 24-hour quota sends nothing: refused rather than waited out.
+fn refuse_zero_daily_quota(options: &PipelineOptions) -> Result<()> {
+    if options.ses_daily_quota == Some(0) {
+        bail!("--ses-daily-quota 0 would send nothing: give at least 1, or leave it out for no 24-hour quota");
+    }
+    Ok(())
+}
+
+/// How long `emails` may take to be accepted: ten times the quota's pace and `margin`
+/// seconds; past a 24-hour quota, a day more for each quota's worth, and up to 90 minutes
+/// for its hold (an hour, or 15 minutes as a fresh copy) to end.
+fn sending_limit(options: &PipelineOptions, emails: usize, margin: f64) -> Duration {
+    let days = options
+        .ses_daily_quota
+        .map_or(0, |max| emails.saturating_sub(1) / max.max(1));
+    Duration::from_secs_f64(
+        emails as f64 / options.quota * 10.0 + margin + days as f64 * (86_400.0 + 5_400.0),
+    )
 }
 
 /// What a campaign's run saw: its acceptances in order (at least one), each stage's

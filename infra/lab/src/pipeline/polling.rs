@@ -65,8 +65,12 @@ where
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
-            // The poller's ReceiveMessage round trip.
+            // The poller's ReceiveMessage round trip, after which the mapping may have
+            // scaled down (`Ramp::restart`) meanwhile.
             tokio::time::sleep(latency.0).await;
+            if !ramp.allows(environment) {
+                continue;
+            }
             let changed = queue.changes().notified();
             tokio::pin!(changed);
             changed.as_mut().enable();

@@ -73,6 +73,12 @@ pub async fn pipeline(options: &mailflow_lab::pipeline::PipelineOptions, json: b
         if (reports.iter()).any(|r| r.lost + r.twice > 0 || r.hold_error.is_some()) {
             bail!("a local-time run failed a hold, lost a user or released one twice");
         }
+        let sent_badly = |s: &mailflow_lab::pipeline::local_time::SlotSending| {
+            s.lost + s.twice + s.dead_lettered > 0
+        };
+        if (reports.iter()).any(|r| r.sending.as_ref().is_some_and(sent_badly)) {
+            bail!("a local-time run lost an email, sent one twice or dead-lettered one");
+        }
         return Ok(());
     }
     let reports = mailflow_lab::pipeline::run(options).await?;
