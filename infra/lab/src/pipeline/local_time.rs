@@ -5,9 +5,9 @@
 //! invoked with each slot's release and sweep at their instants, its continuation queue
 //! drained after each. It reports how the holds went, each slot's release (users a second
 //! from its instant to its last user on the users queue), how late after their local send
-//! time the users went onto the users queue (p50, p99: rendering and sending come after, as
-//! in any campaign) and the table's throttles; lost and twice count users against the
-//! audience.
+//! time the users went onto the users queue (p50, p99; `--through-sending` goes on to SES
+//! and measures it there: `local_sending`) and the table's throttles; lost and twice count
+//! users against the audience.
 
 use super::directory::{LabDirectory, Zones};
 use super::local_sending::Sending;

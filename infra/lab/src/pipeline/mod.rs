@@ -2,14 +2,16 @@
 //! time. The real GetUsers, CreateEmails and SendEmail stages run over in-memory ports: a
 //! synthetic audience behind MongoDB's round trips (`directory`), the users and emails
 //! queues with SQS's semantics, the ledger and rate item behind DynamoDB's, and the SES
-//! stand-in that throttles beyond its quota. Each execution environment has the CPU share
-//! its memory buys (Lambda's 1,769 MB a vCPU) and spends each stage's measured CPU per
-//! email on it, one at a time (`sending`); the event source mappings add environments as
-//! Lambda's do (five at first, then up to 300 more a minute; `polling`). `stages` wires
-//! the three stages to one campaign's ports. It reports when the first and the last email
-//! went, the quota's use second by second, each stage's throughput and which of them bounds
-//! the campaign (`markdown`). With `--local-time`, a local-time campaign's holds and
-//! releases through the waiting table as DynamoDB serves it (`local_time`, `waiting`).
+//! stand-in that throttles beyond its quota and, if given one, its 24-hour quota. Each
+//! execution environment has the CPU share its memory buys (Lambda's 1,769 MB a vCPU) and
+//! spends each stage's measured CPU per email on it, one at a time (`sending`); the event
+//! source mappings long-poll and add environments as Lambda's do (five at first, then up to
+//! 300 more a minute; `polling`). `stages` wires the three stages to one campaign's ports.
+//! It reports when the first and the last email went, the quota's use second by second,
+//! each stage's throughput and which of them bounds the campaign (`markdown`). With
+//! `--local-time`, a local-time campaign's holds and releases through the waiting table as
+//! DynamoDB serves it (`local_time`, `waiting`), and with `--through-sending` on through the
+//! stages to SES (`local_sending`).
 
 pub(crate) mod directory;
 mod events;
