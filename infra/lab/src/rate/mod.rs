@@ -423,6 +423,38 @@ async fn matrix(options: &RateOptions) -> Result<Vec<RunReport>> {
 mod tests {
     use super::*;
 
+    /// Four environments on one rate item at 1,000/s, ten batches of ten each, in virtual
+    /// time (on the wall clock a loaded machine let a chunk's rest go stale and the count
+    /// below vary): 400 sends from one shared schedule, not before 0.39 s. Each
+    /// environment's first batch takes its 10; once the queue shows deep, each take of 20
+    /// serves two batches (1 + 5 per environment), beside setting the rate (one write per
+    /// environment, the three that lost the race read it): 31 requests.
+    #[tokio::test(start_paused = true)]
+    async fn environments_share_one_schedule_taken_in_chunks() {
+        use mailflow::stages::send_email::pacing::Pacer;
+        mailflow::runtime::clock::follow_tokio_clock();
+        let bucket = Arc::new(MemoryRateBucket::default());
+        let ceiling = SendRate::configured(1000.0);
+        let far = || mailflow::runtime::clock::now() + Duration::from_secs(60);
+        let pacers: Vec<_> = (0..4).map(|_| Pacer::new(bucket.clone(), 10)).collect();
+        let started = Instant::now();
+        for pacer in &pacers {
+            for _ in 0..10 {
+                pacer.batch(10);
+                let tickets: Vec<_> = (0..10).map(|_| pacer.ticket()).collect();
+                for ticket in tickets {
+                    pacer.acquire(ticket, &ceiling, far()).await.unwrap();
+                }
+            }
+        }
+        assert!(started.elapsed() >= Duration::from_millis(390));
+        let asked = mailflow::runtime::lock(&bucket.asked).clone();
+        let chunks = asked.iter().filter(|n| **n == 20).count();
+        assert_eq!((asked.len(), chunks), (24, 20), "takes asked for {asked:?}");
+        let requests = bucket.requests.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(requests, 4 * 6 + 4 + 3, "{requests} requests for 400 slots");
+    }
+
     /// The bound the docs give for a shared CI runner (docs/benchmarks.md): on a quiet machine
     /// the steady state sees none; a starved runner can fire a few late slots together.
     const THROTTLES_PER_1000: usize = 20;

@@ -25,39 +25,6 @@ async fn two_sending_at_100() -> (Shared, SendRate, Pacer<Shared>, Pacer<Shared>
 }
 
 #[tokio::test]
-async fn environments_share_one_schedule_taken_in_chunks() {
-    let bucket = Arc::new(MemoryRateBucket::default());
-    let ceiling = SendRate::configured(1000.0);
-    let pacers: Vec<_> = (0..4).map(|_| Pacer::new(bucket.clone(), 10)).collect();
-    let started = SystemTime::now();
-    for pacer in &pacers {
-        for _ in 0..10 {
-            pacer.batch(10);
-            let tickets: Vec<_> = (0..10).map(|_| pacer.ticket()).collect();
-            for ticket in tickets {
-                pacer.acquire(ticket, &ceiling, far()).await.unwrap();
-            }
-        }
-    }
-    // 400 sends at 1,000/s from one shared schedule: not before 0.39 s. The first batch
-    // took its 10; once the queue shows deep, each take of 20 served two batches (1 + 5
-    // per environment), beside setting the rate (one write per environment, the three
-    // that lost the race read it).
-    assert!(started.elapsed().unwrap() >= Duration::from_millis(390));
-    // 31 requests in a quiet run. A loaded machine can let a chunk's rest go stale
-    // (MAX_LATENESS) and cost another take, so what is certain is the chunks: every
-    // second batch of each environment began with a take of two batches.
-    let requests = bucket.requests.load(Ordering::Relaxed);
-    assert!(
-        requests >= 4 * 6 + 4 + 3,
-        "{requests} requests for 400 slots"
-    );
-    let asked = crate::runtime::lock(&bucket.asked).clone();
-    let chunks = asked.iter().filter(|n| **n == 20).count();
-    assert!(chunks >= 4 * 5, "takes asked for {asked:?}");
-}
-
-#[tokio::test]
 async fn batches_further_apart_than_a_chunk_stays_fresh_take_one_batch_each() {
     // A slow environment (its CPU): the rest of a two-batch chunk would be stale by the time
     // its next batch begins, and lost to every environment.
