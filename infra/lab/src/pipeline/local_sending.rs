@@ -40,7 +40,7 @@ pub struct SlotSending {
 }
 
 /// CreateEmails, SendEmail and SesEvents running on a campaign's ports.
-pub(super) struct Sending {
+pub(super) struct SlotStages {
     pub(super) rig: Rig,
     tasks: Vec<JoinHandle<()>>,
     events_environments: u32,
@@ -48,7 +48,7 @@ pub(super) struct Sending {
     started: (Instant, i64),
 }
 
-impl Sending {
+impl SlotStages {
     /// The stages on `directory`'s users (GetUsers sends to `rig.users`).
     pub(super) fn start(
         options: &PipelineOptions,

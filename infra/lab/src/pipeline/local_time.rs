@@ -10,8 +10,8 @@
 //! users against the audience.
 
 use super::directory::{LabDirectory, Zones};
-use super::local_sending::Sending;
 pub use super::local_sending::SlotSending;
+use super::local_sending::SlotStages;
 use super::sending::{cpu_time, Released};
 use super::stages::{get_users, GetUsersQueues};
 use super::waiting::{LabWaitingTable, PARTITION_WRITES};
@@ -128,7 +128,7 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<LocalTimeRe
     let directory = LabDirectory::zoned(options.users, millis(&options.mongo_latency_ms)?, zones);
     // Through sending, GetUsers fills the users queue the stages after it read.
     let sending = match local.through_sending {
-        true => Some(Sending::start(options, seed, directory.clone())?),
+        true => Some(SlotStages::start(options, seed, directory.clone())?),
         false => None,
     };
     let users = match &sending {
