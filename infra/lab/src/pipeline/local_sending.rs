@@ -6,10 +6,10 @@
 //! as Lambda's does after a quiet spell.
 
 use super::directory::LabDirectory;
-use super::sending::{cpu_time, Released};
-use super::stages::{start_create_emails, start_send_email, Rig, Sizing};
+use super::sending::Released;
+use super::stages::{start_stages_after_get_users, Rig, Sizing};
 use super::PipelineOptions;
-use anyhow::{bail, Result};
+use anyhow::Result;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -55,32 +55,13 @@ impl SlotStages {
         seed: u64,
         directory: LabDirectory,
     ) -> Result<Self> {
-        let [_, create_cpu, send_cpu] = options.cpu_us[..] else {
-            bail!("--cpu-us takes three figures: GetUsers, CreateEmails, SendEmail");
-        };
         let started = Instant::now();
         let started_ms = mailflow::domain::ledger::epoch_ms(mailflow::runtime::clock::now()) as i64;
         let sizing = Sizing::of(options);
         let mut rig = Rig::new(options, seed, started)?;
         rig.directory = directory;
-        let mut tasks = start_create_emails(
-            &rig,
-            options,
-            sizing.create_environments,
-            cpu_time(create_cpu, options.create_memory_mb),
-            std::sync::Arc::default(),
-        )?;
-        let per_send = cpu_time(send_cpu, options.send_memory_mb);
-        tasks.extend(start_send_email(&rig, options, &sizing, per_send, seed)?);
-        tasks.extend(rig.events.start_handlers(
-            sizing.events_environments,
-            sizing.handler,
-            rig.ramp.clone(),
-            rig.sqs,
-            rig.store,
-            rig.done.clone(),
-            &rig.account,
-        )?);
+        let tasks =
+            start_stages_after_get_users(&rig, options, &sizing, seed, std::sync::Arc::default())?;
         Ok(Self {
             rig,
             tasks,

@@ -8,7 +8,7 @@
 //! source mappings long-poll and add environments as Lambda's do (five at first, then up to
 //! 300 more a minute; `polling`). `stages` wires the three stages to one campaign's ports.
 //! It reports when the first and the last email went, the quota's use second by second,
-//! each stage's throughput and which of them bounds the campaign (`markdown`). With
+//! each stage's throughput and which of them bounds the campaign (`report`, `markdown`). With
 //! `--local-time`, a local-time campaign's holds and releases through the waiting table as
 //! DynamoDB serves it (`local_time`, `waiting`), and with `--through-sending` on through the
 //! stages to SES (`local_sending`).
@@ -21,12 +21,14 @@ mod markdown;
 pub(crate) mod polling;
 #[cfg(test)]
 mod quiet_hours;
+mod report;
 mod sending;
 mod sends_table;
 mod stages;
 mod waiting;
 
 pub use markdown::markdown;
+pub use report::{PipelineReport, StageRates};
 pub use sends_table::{IndexDesign, SendsTableReport, TableQuota};
 
 use crate::rate::latency::millis;
@@ -37,9 +39,9 @@ use mailflow::domain::aws_limits::LAMBDA_ACCOUNT_CONCURRENCY;
 use mailflow::domain::events_path::Handler;
 use mailflow::domain::fan_out::{CREATE_CPU_US_PER_EMAIL, GET_USERS_CPU_US_PER_USER};
 use mailflow::domain::send_rate::CPU_US_PER_EMAIL;
+use report::{report, steady_rates, Observed};
 use sending::cpu_time;
-use serde::Serialize;
-use stages::{start_create_emails, start_get_users, start_send_email, Rig, Sizing};
+use stages::{start_get_users, start_stages_after_get_users, Rig, Sizing};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -135,58 +137,6 @@ impl PipelineOptions {
     }
 }
 
-/// Each stage's throughput over the campaign's steady state (the 10th to the 90th
-/// percentile of the emails sent), emails or users per second; none for a stage that was
-/// done before the steady state ended.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StageRates {
-    pub get_users: Option<f64>,
-    pub create_emails: Option<f64>,
-    pub send_email: f64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PipelineReport {
-    pub users: usize,
-    pub quota: f64,
-    pub get_users_memory_mb: u32,
-    pub enqueue_concurrency: usize,
-    pub create_memory_mb: u32,
-    pub users_batch: usize,
-    pub create_environments: u32,
-    pub send_memory_mb: u32,
-    pub send_batch: usize,
-    pub send_environments: u32,
-    pub first_email_s: f64,
-    pub last_email_s: f64,
-    /// From the first email to the last.
-    pub first_to_last_s: f64,
-    /// When GetUsers had enqueued its last user.
-    pub fan_out_s: f64,
-    /// Emails/s between the 10th and the 90th percentile of the acceptances, as a share of
-    /// the quota.
-    pub steady_share: f64,
-    pub rates: StageRates,
-    /// What bounds the campaign: `SES quota`, `GetUsers`, `CreateEmails` or `SendEmail`.
-    pub bound: String,
-    /// Emails accepted each second, as a share of the quota.
-    pub quota_use: Vec<f64>,
-    /// Users waiting on the users queue and jobs on the emails queue, each second.
-    pub users_queued: Vec<usize>,
-    pub emails_queued: Vec<usize>,
-    pub throttles: usize,
-    /// Sends SES refused because the 24-hour quota was used up.
-    pub over_daily_quota: usize,
-    pub lost: usize,
-    pub sent_twice: usize,
-    pub dead_lettered: usize,
-    /// SES's events through EventBridge to SesEvents, and the account's concurrency.
-    pub events: events::EventsReport,
-    pub sends_table: SendsTableReport,
-}
-
 /// GetUsers alone: users per second from its start to its last user enqueued.
 pub async fn fan_out_rate(options: &PipelineOptions) -> Result<f64> {
     let [get_cpu, ..] = options.cpu_us[..] else {
@@ -211,7 +161,7 @@ pub async fn fan_out_rate(options: &PipelineOptions) -> Result<f64> {
 
 /// One campaign through the three stages.
 pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineReport> {
-    let [get_cpu, create_cpu, send_cpu] = options.cpu_us[..] else {
+    let [get_cpu, ..] = options.cpu_us[..] else {
         bail!("--cpu-us takes three figures: GetUsers, CreateEmails, SendEmail");
     };
     refuse_zero_daily_quota(options)?;
@@ -230,24 +180,7 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
         cpu_time(get_cpu, options.get_users_memory_mb),
         rig.sqs,
     )?;
-    let mut tasks = start_create_emails(
-        &rig,
-        options,
-        sizing.create_environments,
-        cpu_time(create_cpu, options.create_memory_mb),
-        composed.clone(),
-    )?;
-    let per_send = cpu_time(send_cpu, options.send_memory_mb);
-    tasks.extend(start_send_email(&rig, options, &sizing, per_send, seed)?);
-    tasks.extend(rig.events.start_handlers(
-        sizing.events_environments,
-        sizing.handler,
-        rig.ramp.clone(),
-        rig.sqs,
-        rig.store,
-        rig.done.clone(),
-        &rig.account,
-    )?);
+    let tasks = start_stages_after_get_users(&rig, options, &sizing, seed, composed.clone())?;
 
     // Until every email is accepted (or the time limit), sampling the queues each second.
     let limit = sending_limit(options, options.users, 300.0);
@@ -309,99 +242,6 @@ fn sending_limit(options: &PipelineOptions, emails: usize, margin: f64) -> Durat
     Duration::from_secs_f64(
         emails as f64 / options.quota * 10.0 + margin + days as f64 * (86_400.0 + 5_400.0),
     )
-}
-
-/// What a campaign's run saw: its acceptances in order (at least one), each stage's
-/// throughput, when GetUsers was done, the queues each second and the counts.
-struct Observed {
-    started: Instant,
-    sent: Vec<Instant>,
-    rates: StageRates,
-    fan_out: Option<Instant>,
-    users_queued: Vec<usize>,
-    emails_queued: Vec<usize>,
-    throttles: usize,
-    over_daily_quota: usize,
-    lost: usize,
-    sent_twice: usize,
-    dead_lettered: usize,
-    events: events::EventsReport,
-    sends_table: SendsTableReport,
-}
-
-/// Each stage's throughput over the steady state (the 10th to the 90th percentile of the
-/// acceptances `sent`, in order), from the times it enqueued or composed.
-fn steady_rates(sent: &[Instant], enqueued: &[Instant], composed: &[Instant]) -> StageRates {
-    let at = |share: f64| sent[((sent.len() - 1) as f64 * share).round() as usize];
-    let (from, to) = (at(0.1), at(0.9));
-    // A stage's throughput over the steady state, or none where it was done before the
-    // steady state ended (it ran ahead of the emails, so it held nothing back).
-    let rate_between = |events: &[Instant]| {
-        let n = events.iter().filter(|t| **t >= from && **t <= to).count();
-        let working = events.last().is_some_and(|last| *last >= to);
-        working.then(|| n as f64 / (to - from).as_secs_f64().max(1e-9))
-    };
-    StageRates {
-        get_users: rate_between(enqueued),
-        create_emails: rate_between(composed),
-        send_email: rate_between(sent).unwrap_or_default(),
-    }
-}
-
-fn report(options: &PipelineOptions, sizing: &Sizing, seen: Observed) -> PipelineReport {
-    let quota = options.quota;
-    let secs = |t: Instant| (t - seen.started).as_secs_f64();
-    let (first, last) = (seen.sent[0], *seen.sent.last().expect("sent"));
-    let mut quota_use = vec![0.0; secs(last).ceil() as usize + 1];
-    for t in &seen.sent {
-        quota_use[secs(*t) as usize] += 1.0 / quota;
-    }
-    PipelineReport {
-        users: options.users,
-        quota,
-        get_users_memory_mb: options.get_users_memory_mb,
-        enqueue_concurrency: options.enqueue_concurrency,
-        create_memory_mb: options.create_memory_mb,
-        users_batch: options.users_batch,
-        create_environments: sizing.create_environments,
-        send_memory_mb: options.send_memory_mb,
-        send_batch: sizing.send_batch,
-        send_environments: sizing.send_environments,
-        first_email_s: secs(first),
-        last_email_s: secs(last),
-        first_to_last_s: (last - first).as_secs_f64(),
-        fan_out_s: seen.fan_out.map_or(0.0, secs),
-        steady_share: seen.rates.send_email / quota,
-        bound: bound(&seen.rates, quota).to_string(),
-        rates: seen.rates,
-        quota_use,
-        users_queued: seen.users_queued,
-        emails_queued: seen.emails_queued,
-        throttles: seen.throttles,
-        over_daily_quota: seen.over_daily_quota,
-        lost: seen.lost,
-        sent_twice: seen.sent_twice,
-        dead_lettered: seen.dead_lettered,
-        events: seen.events,
-        sends_table: seen.sends_table,
-    }
-}
-
-/// The stage that holds the campaign back: SES's quota when the emails go at it; otherwise
-/// the first stage, in the pipeline's order, that runs no faster than the emails go (the
-/// stages after it wait for it), or SendEmail itself.
-fn bound(rates: &StageRates, quota: f64) -> &'static str {
-    let sending = rates.send_email;
-    let holds_back = |rate: Option<f64>| rate.is_some_and(|r| r <= 1.05 * sending);
-    if sending >= 0.95 * quota {
-        "SES quota"
-    } else if holds_back(rates.get_users) {
-        "GetUsers"
-    } else if holds_back(rates.create_emails) {
-        "CreateEmails"
-    } else {
-        "SendEmail"
-    }
 }
 
 /// `runs` campaigns, each on a paused current-thread runtime of its own (virtual time).

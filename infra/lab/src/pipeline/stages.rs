@@ -5,7 +5,7 @@
 use super::directory::LabDirectory;
 use super::events::{Account, EventsPath, Publishing};
 use super::polling::{failures, poll, Ramp};
-use super::sending::Sending;
+use super::sending::{cpu_time, Sending};
 use super::sends_table::SendsTable;
 use super::PipelineOptions;
 use crate::rate::item_limit::ItemLimit;
@@ -291,9 +291,43 @@ pub(super) fn get_users<W: WaitingRoom>(
 
 const SECRET: &str = "a-lab-secret-long-enough-for-the-signer-0123456789";
 
+/// The stages after GetUsers on `rig`'s ports, sized by `sizing`: CreateEmails on the users
+/// queue (its sends timed in `composed`), SendEmail on the emails queue and SesEvents on
+/// SES's events, each spending its `--cpu-us` figure per email.
+pub(super) fn start_stages_after_get_users(
+    rig: &Rig,
+    options: &PipelineOptions,
+    sizing: &Sizing,
+    seed: u64,
+    composed: Arc<Mutex<Vec<Instant>>>,
+) -> Result<Vec<JoinHandle<()>>> {
+    let [_, create_cpu, send_cpu] = options.cpu_us[..] else {
+        anyhow::bail!("--cpu-us takes three figures: GetUsers, CreateEmails, SendEmail");
+    };
+    let mut tasks = start_create_emails(
+        rig,
+        options,
+        sizing.create_environments,
+        cpu_time(create_cpu, options.create_memory_mb),
+        composed,
+    )?;
+    let per_send = cpu_time(send_cpu, options.send_memory_mb);
+    tasks.extend(start_send_email(rig, options, sizing, per_send, seed)?);
+    tasks.extend(rig.events.start_handlers(
+        sizing.events_environments,
+        sizing.handler,
+        rig.ramp.clone(),
+        rig.sqs,
+        rig.store,
+        rig.done.clone(),
+        &rig.account,
+    )?);
+    Ok(tasks)
+}
+
 /// CreateEmails' environments on the users queue, each costing `per_email` of its CPU per
 /// job it sends, timed in `composed`.
-pub(super) fn start_create_emails(
+fn start_create_emails(
     rig: &Rig,
     options: &PipelineOptions,
     environments: u32,
@@ -356,7 +390,7 @@ pub(super) fn start_create_emails(
 /// SendEmail's environments on the emails queue, sharing the ledger (behind the sends table's
 /// limits) and the rate item (behind DynamoDB's per-item limit), each spending `per_email` of
 /// its CPU on each send.
-pub(super) fn start_send_email(
+fn start_send_email(
     rig: &Rig,
     options: &PipelineOptions,
     sizing: &Sizing,
