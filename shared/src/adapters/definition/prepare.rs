@@ -71,9 +71,12 @@ impl DefinitionRun {
             };
             let mut data = BTreeMap::new();
             for (name, query) in &definition.data {
+                // Cloned, not taken: a batch may name one user twice (SQS delivers at least
+                // once), and each of their records gets the same data.
                 let mut found = results
-                    .get_mut(name.as_str())
-                    .and_then(|r| r.remove(user_id))
+                    .get(name.as_str())
+                    .and_then(|r| r.get(user_id))
+                    .cloned()
                     .unwrap_or_default();
                 let value = match query.first {
                     true if found.is_empty() => Value::Null,
