@@ -5,7 +5,8 @@
 #   infra/bench-compare.sh REV [--runs N] [--here "ARGS"] [--max-ratio R] [BENCH ARGS...]   # default: --runs 3 --users 3000
 # BENCH ARGS go to both sides; --here's (split on spaces) to this checkout's only, e.g.
 #   infra/bench-compare.sh cc1b70d~1 --runs 3 --here "--definition digest" --users 3000
-# compares this checkout's digest run as a definition with REV's compiled digest. Each pair ends
+# compares this checkout's digest, pushed as a definition, with REV's compiled digest (this
+# checkout's functions run only definitions: without --here they run the bundled digest). Each pair ends
 # with the ratio of this checkout's CPU per email to REV's; with --max-ratio R (the regression
 # guard: docs/benchmarks.md, "CPU per email against a reference") the script fails when any
 # pair's ratio is above R.

@@ -23,9 +23,9 @@ const SCANNER: &str = "Mozilla/5.0 (compatible; Barracuda Sentinel)";
 /// Each variant's subject marks it; `plain` keeps the templates' own.
 fn experiment() -> serde_json::Value {
     let subject = |mark: &str| {
-        json!({"en": format!("[{mark}] {{{{ new_followers }}}} new followers"),
-               "fr": format!("[{mark}] {{{{ new_followers }}}} nouveaux abonnés"),
-               "de": format!("[{mark}] {{{{ new_followers }}}} neue Follower")})
+        json!({"en": format!("[{mark}] {{{{ data.followers.count }}}} new followers"),
+               "fr": format!("[{mark}] {{{{ data.followers.count }}}} nouveaux abonnés"),
+               "de": format!("[{mark}] {{{{ data.followers.count }}}} neue Follower")})
     };
     json!({
         "variants": [

@@ -26,7 +26,6 @@ use crate::config::{
     RateControlConfig, ReputationGuardConfig, SendEmailConfig, SesEventsConfig, Source,
     UnsubscribeFunctionConfig,
 };
-use crate::domain::digest::{RenderError, Renderer};
 use crate::ports::{Mailer, StoreError};
 use crate::runtime::telemetry;
 use crate::stages::create_emails::CreateEmails;
@@ -57,8 +56,9 @@ pub enum AssembleError {
     Mongo(#[from] MongoConnectError),
     #[error(transparent)]
     Secret(#[from] SecretError),
-    #[error(transparent)]
-    Templates(#[from] RenderError),
+    /// The bundled digest does not compile (a build that should never have been shipped).
+    #[error("the bundled digest: {0}")]
+    Bundled(#[from] crate::ports::DefinitionError),
     #[error("index check at cold start failed: {0}")]
     Indexes(#[from] StoreError),
 }
@@ -156,18 +156,19 @@ pub async fn create_emails(
         }
         Ok::<_, AssembleError>(MongoDirectory::new(db))
     };
-    // Polled last: the two reads above have sent their first request by then.
-    let renderer = async { Ok::<_, AssembleError>(Renderer::new(&config.default_locale)?) };
-    let (signer, directory, renderer) = tokio::try_join!(signer, directory, renderer)?;
+    // Polled last: the two reads above have sent their first request by then. The bundled
+    // digest's templates compile and render its samples now, not mid-campaign.
+    let bundled = async { Ok::<_, AssembleError>(crate::ports::LoadedDefinition::bundled()?) };
+    let (signer, directory, _) = tokio::try_join!(signer, directory, bundled)?;
     let emails = SqsQueue::new(sqs_client(sdk), &config.emails_queue_url);
     let dynamodb = dynamodb_client(sdk);
     let campaigns = CampaignsTable::new(dynamodb.clone(), &config.campaigns_table_name);
     let definitions = pushed_definitions(&dynamodb, &config.campaigns_table_name);
     let pending = SendRecords::new(dynamodb, &config.sends_table_name);
-    Ok(CreateEmails::new(
-        directory, emails, campaigns, pending, renderer, signer, config,
+    Ok(
+        CreateEmails::new(directory, emails, campaigns, pending, signer, config)
+            .with_definitions(definitions),
     )
-    .with_definitions(definitions))
 }
 
 /// The definitions `mailctl campaign push` stored in the campaigns table, each version read

@@ -1,7 +1,7 @@
 //! mailflow: a weekly personalised email pipeline on AWS Lambda.
 //!
 //! Eight functions: GetUsers (audience -> users queue, local time's holds and releases),
-//! CreateEmails (enrich + render -> emails queue), SendEmail (exactly once through SES v2,
+//! CreateEmails (read + render -> emails queue), SendEmail (exactly once through SES v2,
 //! guarded by a DynamoDB ledger), SesEvents (bounces, complaints, deliveries back onto the
 //! ledger and the users), Unsubscribe (the preference centre and one-click links; its stage
 //! is `stages::preferences`), OpenContent (the pick slots: content decided at the first open,

@@ -1,34 +1,52 @@
-//! Snapshot tests of the rendered emails: subject, text and HTML for a few users, compared
-//! with the files in `tests/snapshots/` (`mailctl preview` prints the same output). After a
+//! Snapshot tests of the bundled digest's emails (`campaigns/digest`): subject, text and
+//! HTML for a few users, compared with the files in `tests/snapshots/` (`mailctl preview`
+//! prints the same output). After a
 //! deliberate template change, run with `UPDATE_SNAPSHOTS=1` and review the diff.
 
 use mailflow::domain::campaign::Campaign;
-use mailflow::domain::digest::{Digest, Renderer};
+use mailflow::domain::definition::render::Email;
+use mailflow::domain::definition::EmailData;
 use mailflow::domain::open_content::SlotUrls;
 use mailflow::domain::topics::Topics;
+use mailflow::domain::user_id::UserId;
+use mailflow::ports::LoadedDefinition;
 
 const URL: &str = "https://abc123.lambda-url.us-east-1.on.aws/?token=djEK.c2ln";
 
-fn digest(name: &str, locale: Option<&str>, count: u64, recent: &[&str]) -> Digest {
-    Digest {
-        user_id: "u0000042".into(),
+/// A user of the bundled digest as its `followers` query reads them.
+fn digest(name: &str, locale: Option<&str>, count: u64, recent: &[&str]) -> EmailData {
+    EmailData {
+        user_id: UserId::parse("u0000042").unwrap(),
         email: "ada@example.com".into(),
-        name: name.into(),
-        locale: locale.map(str::to_owned),
-        new_followers: count,
-        recent: recent.iter().map(|s| s.to_string()).collect(),
+        name: Some(name.into()),
+        language: locale.map(str::to_owned),
+        zone: None,
+        data: [(
+            "followers".to_owned(),
+            serde_json::json!({"_id": "u0000042", "count": count, "names": recent}),
+        )]
+        .into(),
     }
 }
 
-fn check(case: &str, digest: &Digest) {
+fn check(case: &str, digest: &EmailData) {
     check_with(case, digest, &[]);
 }
 
-fn check_with(case: &str, digest: &Digest, picks: &[SlotUrls]) {
+fn check_with(case: &str, digest: &EmailData, picks: &[SlotUrls]) {
     let window = Campaign::from_id("weekly-2026-W47", None).unwrap().window;
-    let out = Renderer::new("en")
+    let email = Email {
+        window: &window,
+        topic: Topics::builtin().weekly(),
+        manage_url: URL,
+        picks,
+        variant: None,
+        subject: None,
+    };
+    let out = LoadedDefinition::bundled()
         .unwrap()
-        .render(digest, &window, Topics::builtin().weekly(), URL, picks)
+        .templates
+        .render(digest, &email)
         .unwrap();
     let actual = format!(
         "Subject: {}\nLocale: {}\n\n--- text ---\n{}\n--- html ---\n{}\n",

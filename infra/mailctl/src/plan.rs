@@ -113,9 +113,9 @@ struct Loads {
 }
 
 /// Reads the audience of `campaign` from `directory` and composes every user's email with
-/// `stage`, keeping `samples` of them: the weekly digest's audience, or with `definition`
-/// that definition's (`UserDirectory::definition_audience`, as GetUsers reads it) and its
-/// emails (the stage given the definition's loader).
+/// `stage`, keeping `samples` of them: `definition`'s audience, or the bundled digest's
+/// (`UserDirectory::definition_audience`, as GetUsers reads it), and its emails (the stage
+/// given the definition's loader).
 #[allow(clippy::too_many_arguments)]
 pub async fn plan<D: UserDirectory, C: CapLedger>(
     stage: &LambdaCreateEmails,
@@ -146,23 +146,29 @@ pub async fn plan<D: UserDirectory, C: CapLedger>(
         samples,
         now_ms,
     };
-    match definition {
+    // A campaign that pins no definition runs the bundled digest.
+    let bundled;
+    let definition = match definition {
         Some(definition) => {
             plan.definition = Some(format!(
                 "{} v{}",
                 definition.loaded.info.name, definition.loaded.info.version
             ));
-            let mut audience = directory.definition_audience(definition, None);
-            reading.count(&mut audience, &mut plan, &mut loads).await?;
-            plan.excluded = audience.excluded().clone();
+            definition
         }
         None => {
-            let topic = Topics::builtin().get(campaign.topic.as_str())?;
-            let mut audience = directory.audience(&campaign.window, topic, None);
-            reading.count(&mut audience, &mut plan, &mut loads).await?;
-            plan.excluded = audience.excluded().clone();
+            bundled = DefinitionCampaign {
+                loaded: mailflow::ports::LoadedDefinition::bundled()?,
+                campaign: campaign.id.to_string(),
+                window: campaign.window,
+                topic: Topics::builtin().get(campaign.topic.as_str())?.clone(),
+            };
+            &bundled
         }
-    }
+    };
+    let mut audience = directory.definition_audience(definition, None);
+    reading.count(&mut audience, &mut plan, &mut loads).await?;
+    plan.excluded = audience.excluded().clone();
     finish(&mut plan, loads, sending, &guardrails);
     Ok(plan)
 }

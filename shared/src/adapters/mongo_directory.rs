@@ -1,12 +1,11 @@
-//! The user directory on MongoDB (`ports::UserDirectory`): the built-in digest's audience
-//! and enrichment (`directory`), and a pushed definition's (`definition`), over one
-//! database.
+//! The user directory on MongoDB (`ports::UserDirectory`): a definition's audience and
+//! data (`definition`, the bundled digest's as any other's), over one database.
 
 use super::definition::{DefinitionAudience, DefinitionRun, RunError};
-use super::directory::{check_indexes, enrich_many, Audience};
+use super::directory::{check_indexes, odd_follows};
 use crate::domain::campaign::Window;
 use crate::domain::definition::Prepared;
-use crate::domain::digest::{Enrichment, OddFollows};
+use crate::domain::digest::OddFollows;
 use crate::domain::topics::{ExclusionCounts, Topic};
 use crate::domain::user_id::UserId;
 use crate::ports::definitions::LoadedDefinition;
@@ -99,7 +98,6 @@ impl MongoDirectory {
 }
 
 impl UserDirectory for MongoDirectory {
-    type Audience = Audience;
     type DefinitionAudience = DefinitionScan;
 
     fn definition_audience(
@@ -131,42 +129,8 @@ impl UserDirectory for MongoDirectory {
         })
     }
 
-    fn audience(&self, window: &Window, topic: &Topic, after: Option<UserId>) -> Audience {
-        Audience::open(&self.db, window, topic, after)
-    }
-
     async fn odd_follows(&self, window: &Window, limit: i64) -> Result<OddFollows, StoreError> {
-        Ok(Audience::odd_follows(&self.db, window, limit).await?)
-    }
-
-    async fn enrich(
-        &self,
-        user_id: &UserId,
-        window: &Window,
-        topic: &Topic,
-        shown: u32,
-    ) -> Result<Enrichment, StoreError> {
-        let mut one = enrich_many(
-            &self.db,
-            std::slice::from_ref(user_id),
-            window,
-            topic,
-            shown,
-        )
-        .await?;
-        Ok(one.pop().unwrap_or(Enrichment::Skip(
-            crate::domain::digest::SkipReason::Vanished,
-        )))
-    }
-
-    async fn enrich_many(
-        &self,
-        user_ids: &[UserId],
-        window: &Window,
-        topic: &Topic,
-        shown: u32,
-    ) -> Result<Vec<Enrichment>, StoreError> {
-        Ok(enrich_many(&self.db, user_ids, window, topic, shown).await?)
+        Ok(odd_follows(&self.db, window, limit).await?)
     }
 
     async fn check_indexes(&self) -> Result<(), StoreError> {

@@ -227,6 +227,12 @@ mod tests {
                 "{ours}"
             );
         }
+        // A campaign that pins nothing runs the bundled digest, whose recipients are ours.
+        let bundled = crate::ports::LoadedDefinition::bundled().unwrap();
+        assert_eq!(
+            ProfileFields::of(&bundled.definition.recipients),
+            *ProfileFields::users()
+        );
         // Remembered: a pin never changes. A campaign without a record is read again (its
         // first run may pin one).
         recipients.of("orders-1").await.unwrap();

@@ -168,7 +168,7 @@ impl GetUsersConfig {
     }
 }
 
-/// CreateEmails: enrich and render each user, put the email job on the emails queue.
+/// CreateEmails: read and render each user's email, put the email job on the emails queue.
 #[derive(Clone, Debug)]
 pub struct CreateEmailsConfig {
     pub mongo: MongoConfig,
@@ -178,13 +178,9 @@ pub struct CreateEmailsConfig {
     pub emails_queue_url: String,
     /// Records of one batch processed at once (bounded so the MongoDB pool is not starved).
     pub record_concurrency: usize,
-    /// How many of the newest followers are named in the email.
-    pub recent_followers_shown: u32,
     pub unsubscribe: UnsubscribeConfig,
     /// Where the Unsubscribe function answers (its Function URL, or your own domain).
     pub unsubscribe_base_url: String,
-    /// The locale of users whose own is missing or has no templates.
-    pub default_locale: String,
     /// The open-time pick slots each email carries (None: no picks).
     pub picks: Option<super::PickLinks>,
 }
@@ -195,9 +191,7 @@ impl CreateEmailsConfig {
         var::SENDS_TABLE_NAME,
         var::EMAILS_QUEUE_URL,
         var::RECORD_CONCURRENCY,
-        var::RECENT_FOLLOWERS_SHOWN,
         var::UNSUBSCRIBE_BASE_URL,
-        var::DEFAULT_LOCALE,
     ];
 
     pub fn from_source(src: &dyn Source) -> Result<Self, ConfigError> {
@@ -208,26 +202,14 @@ impl CreateEmailsConfig {
                 problem: e.to_string(),
             }
         })?;
-        let default_locale = value(src, var::DEFAULT_LOCALE).unwrap_or_else(|| "en".into());
-        if !crate::domain::digest::LOCALES.contains(&default_locale.as_str()) {
-            return Err(ConfigError {
-                var: var::DEFAULT_LOCALE,
-                problem: format!(
-                    "{default_locale:?} has no templates; use one of {}",
-                    crate::domain::digest::LOCALES.join(", ")
-                ),
-            });
-        }
         Ok(Self {
             mongo: MongoConfig::from_source(src)?,
             campaigns_table_name: required(src, var::CAMPAIGNS_TABLE_NAME)?,
             sends_table_name: required(src, var::SENDS_TABLE_NAME)?,
             emails_queue_url: required(src, var::EMAILS_QUEUE_URL)?,
             record_concurrency: positive_u32(src, var::RECORD_CONCURRENCY, 10)? as usize,
-            recent_followers_shown: positive_u32(src, var::RECENT_FOLLOWERS_SHOWN, 3)?,
             unsubscribe: UnsubscribeConfig::from_source(src)?,
             unsubscribe_base_url,
-            default_locale,
             picks: super::PickLinks::from_source(src)?,
         })
     }

@@ -27,9 +27,6 @@ pub const OPEN_CONTENT_CONCURRENCY: &str = "OPEN_CONTENT_CONCURRENCY";
 pub const CONTINUATION_QUEUE_URL: &str = "CONTINUATION_QUEUE_URL";
 /// Stop reading this long before the deadline and continue from a checkpoint
 pub const DEADLINE_MARGIN_SECONDS: &str = "DEADLINE_MARGIN_SECONDS";
-/// Language for users whose `locale` has no templates (`en`, `fr`, `de`); checked at cold
-/// start
-pub const DEFAULT_LOCALE: &str = "DEFAULT_LOCALE";
 /// The emails queue's `maxReceiveCount`: on a message's last receive, a send that cannot go
 /// out records DEAD_LETTERED
 pub const EMAILS_MAX_RECEIVE_COUNT: &str = "EMAILS_MAX_RECEIVE_COUNT";
@@ -80,8 +77,6 @@ pub const MONGODB_URI: &str = "MONGODB_URI";
 /// Secrets Manager secret (name or ARN) whose value is the MongoDB URI, or JSON `{"uri":
 /// "..."}`; read once at cold start, never logged
 pub const MONGODB_URI_SECRET_ID: &str = "MONGODB_URI_SECRET_ID";
-/// Newest followers named in the email
-pub const RECENT_FOLLOWERS_SHOWN: &str = "RECENT_FOLLOWERS_SHOWN";
 /// Records of one batch processed at once
 pub const RECORD_CONCURRENCY: &str = "RECORD_CONCURRENCY";
 /// TTL of ledger records

@@ -7,7 +7,6 @@
 //! on the send record, SesEvents and OpenContent note who clicked as a person.
 
 use super::campaign::CampaignId;
-use super::digest::{check_subject, BODY_VARIANTS, LOCALES};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -47,7 +46,7 @@ pub struct Variant {
     /// templates' own.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub subject: BTreeMap<String, String>,
-    /// A bundled body template (`BODY_VARIANTS`); None: the digest's own.
+    /// One of the definition's bodies (`templates/<lang>/<variant>/`); None: its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
 }
@@ -211,50 +210,6 @@ impl Experiment {
         if let Some(d) = &self.default_variant {
             if self.index_of(d).is_none() {
                 return Err(invalid(format!("defaultVariant {d:?} is not a variant")));
-            }
-        }
-        Ok(())
-    }
-
-    /// What a campaign of the compiled digest needs of its experiment: a subject for each of
-    /// its locales that renders with `subject.txt`'s variables, and bundled bodies. A
-    /// definition's campaign checks its own instead (GetUsers' first start).
-    pub fn check_for_digest(&self) -> Result<(), ExperimentError> {
-        for v in &self.variants {
-            if !v.subject.is_empty() {
-                let missing: Vec<&str> = LOCALES
-                    .iter()
-                    .copied()
-                    .filter(|l| !v.subject.contains_key(*l))
-                    .collect();
-                if !missing.is_empty() {
-                    return Err(invalid(format!(
-                    "variant {}: a subject is needed for every locale with templates; missing {}",
-                    v.name,
-                    missing.join(", ")
-                )));
-                }
-                if let Some(extra) = v.subject.keys().find(|l| !LOCALES.contains(&l.as_str())) {
-                    return Err(invalid(format!(
-                        "variant {}: locale {extra:?} has no templates (have: {})",
-                        v.name,
-                        LOCALES.join(", ")
-                    )));
-                }
-                for (locale, subject) in &v.subject {
-                    check_subject(subject).map_err(|e| {
-                        invalid(format!("variant {}: subject for {locale}: {e}", v.name))
-                    })?;
-                }
-            }
-            if let Some(t) = &v.template {
-                if !BODY_VARIANTS.contains(&t.as_str()) {
-                    return Err(invalid(format!(
-                        "variant {}: template {t:?} is not bundled (have: {})",
-                        v.name,
-                        BODY_VARIANTS.join(", ")
-                    )));
-                }
             }
         }
         Ok(())

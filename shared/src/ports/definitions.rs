@@ -232,6 +232,67 @@ pub struct LoadedDefinition {
     pub files: crate::domain::definition::Files,
 }
 
+impl LoadedDefinition {
+    /// `files` parsed and their templates compiled (Err: every problem, one line each).
+    pub fn compile(
+        info: VersionInfo,
+        files: crate::domain::definition::Files,
+    ) -> Result<Self, Vec<String>> {
+        let definition = crate::domain::definition::Definition::load(&files)?;
+        let templates = crate::domain::definition::render::DefinitionTemplates::new(&definition)?;
+        Ok(Self {
+            info,
+            definition,
+            templates,
+            files,
+        })
+    }
+
+    /// The digest the functions' build carries (`domain::definition::bundled`), compiled
+    /// once per environment: what a campaign that pins no definition runs.
+    pub fn bundled() -> Result<Arc<Self>, DefinitionError> {
+        use crate::domain::definition::bundled;
+        static BUNDLED: std::sync::OnceLock<Result<Arc<LoadedDefinition>, String>> =
+            std::sync::OnceLock::new();
+        let compiled = BUNDLED.get_or_init(|| {
+            let files = bundled::files();
+            let info = VersionInfo {
+                name: bundled::NAME.to_owned(),
+                version: bundled::VERSION,
+                sha256: content_hash(&files),
+                pushed_at_ms: 0,
+                pushed_by: None,
+                schedule: None,
+            };
+            // Its samples render in every language too: a template that compiles but cannot
+            // render stops the cold start, not a campaign.
+            let loaded = Self::compile(info, files).map_err(|errors| errors.join("; "))?;
+            let problems =
+                crate::domain::definition::render::check_samples(&loaded.definition, &loaded.files);
+            match problems.is_empty() {
+                true => Ok(Arc::new(loaded)),
+                false => Err(problems.join("; ")),
+            }
+        });
+        compiled.clone().map_err(|first| DefinitionError::Refused {
+            name: bundled::NAME.to_owned(),
+            version: bundled::VERSION,
+            first,
+        })
+    }
+}
+
+/// The version a run pinned, or the bundled digest when it pinned none.
+pub async fn load_pinned(
+    loader: &dyn DefinitionLoader,
+    pinned: Option<&crate::domain::definition::pin::PinnedDefinition>,
+) -> Result<Arc<LoadedDefinition>, DefinitionError> {
+    match pinned {
+        Some(pinned) => loader.load(&pinned.name, pinned.version).await,
+        None => LoadedDefinition::bundled(),
+    }
+}
+
 impl<S: DefinitionStore> DefinitionCache<S> {
     /// The version parsed and compiled, once per environment. A version this build refuses
     /// (it was checked by the `mailctl` that pushed it, which may differ from the
@@ -246,21 +307,14 @@ impl<S: DefinitionStore> DefinitionCache<S> {
             return Ok(hit.clone());
         }
         let stored = self.get(name, version).await?;
-        let refused = |errors: Vec<String>| DefinitionError::Refused {
-            name: name.to_owned(),
-            version,
-            first: errors.into_iter().next().unwrap_or_default(),
-        };
-        let definition =
-            crate::domain::definition::Definition::load(&stored.files).map_err(refused)?;
-        let templates = crate::domain::definition::render::DefinitionTemplates::new(&definition)
-            .map_err(refused)?;
-        let loaded = Arc::new(LoadedDefinition {
-            info: stored.info.clone(),
-            definition,
-            templates,
-            files: stored.files.clone(),
-        });
+        let loaded = LoadedDefinition::compile(stored.info.clone(), stored.files.clone()).map_err(
+            |errors| DefinitionError::Refused {
+                name: name.to_owned(),
+                version,
+                first: errors.into_iter().next().unwrap_or_default(),
+            },
+        )?;
+        let loaded = Arc::new(loaded);
         let mut cached = crate::runtime::lock(&self.loaded);
         if cached.len() >= CACHED_VERSIONS {
             cached.clear();

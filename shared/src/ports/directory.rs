@@ -1,11 +1,11 @@
-//! The user directory: a campaign's audience, scanned one user at a time, and each
-//! user's digest.
+//! The user directory: a campaign's audience, scanned one user at a time, and each user's
+//! email inputs, as its definition's queries read them.
 
 use super::definitions::LoadedDefinition;
 use super::StoreError;
 use crate::domain::campaign::Window;
 use crate::domain::definition::Prepared;
-use crate::domain::digest::{Enrichment, OddFollows};
+use crate::domain::digest::OddFollows;
 use crate::domain::local_time::ZoneField;
 use crate::domain::topics::{ExclusionCounts, Topic};
 use crate::domain::user_id::UserId;
@@ -15,12 +15,7 @@ use std::sync::Arc;
 /// Who a campaign reaches and what each one's email says (MongoDB's users and follows):
 /// what GetUsers and CreateEmails read.
 pub trait UserDirectory: Send + Sync {
-    type Audience: AudienceScan + 'static;
     type DefinitionAudience: AudienceScan + 'static;
-    /// The audience of a campaign of `topic` over `window` after `after` (a checkpoint): the
-    /// users with at least one new follower whom the topic's audience rule lets in
-    /// (`Standing::exclusion`), each once, in ascending id order (`UserId`'s order).
-    fn audience(&self, window: &Window, topic: &Topic, after: Option<UserId>) -> Self::Audience;
     /// The window's follows whose followeeId or followerId no user can have: how many of
     /// each, and up to `limit` of the first kind described.
     fn odd_follows(
@@ -28,26 +23,9 @@ pub trait UserDirectory: Send + Sync {
         window: &Window,
         limit: i64,
     ) -> impl Future<Output = Result<OddFollows, StoreError>> + Send;
-    /// One user's digest for `window`, read afresh, naming up to `shown` recent followers (or
-    /// why they get none, the audience rule of `topic` among the reasons).
-    fn enrich(
-        &self,
-        user_id: &UserId,
-        window: &Window,
-        topic: &Topic,
-        shown: u32,
-    ) -> impl Future<Output = Result<Enrichment, StoreError>> + Send;
-    /// `enrich` for several users of one window at once (an SQS batch), in their order; a
-    /// failure fails them all (the caller then reads them one by one).
-    fn enrich_many(
-        &self,
-        user_ids: &[UserId],
-        window: &Window,
-        topic: &Topic,
-        shown: u32,
-    ) -> impl Future<Output = Result<Vec<Enrichment>, StoreError>> + Send;
-    /// A pushed definition's audience (`campaign.toml`'s `[audience]`), as `audience`
-    /// streams the digest's: in id order, after `after`, the topic rule applied.
+    /// A definition's audience (`campaign.toml`'s `[audience]`): each user once, in id
+    /// order (`UserId`'s), after `after` (a checkpoint), those the topic's audience rule
+    /// leaves out (`Standing::exclusion`) counted by reason.
     fn definition_audience(
         &self,
         campaign: &DefinitionCampaign,
@@ -110,24 +88,3 @@ pub enum PrepareError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
-
-/// The audience of a directory that runs no definitions (the in-memory ones): it fails at
-/// once, as the definition's fault.
-pub struct NoDefinitions;
-
-impl AudienceScan for NoDefinitions {
-    async fn next(&mut self) -> Result<Option<AudienceMember>, StoreError> {
-        Err(StoreError(NO_DEFINITIONS.into()))
-    }
-    fn excluded(&self) -> &ExclusionCounts {
-        static NONE: std::sync::LazyLock<ExclusionCounts> =
-            std::sync::LazyLock::new(ExclusionCounts::default);
-        &NONE
-    }
-    fn definition_fault(&self) -> Option<&str> {
-        Some(NO_DEFINITIONS)
-    }
-}
-
-/// What a directory without MongoDB says of a definition.
-pub const NO_DEFINITIONS: &str = "this user directory runs no campaign definitions (MongoDB does)";

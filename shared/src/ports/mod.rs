@@ -42,11 +42,11 @@ pub use campaigns::CampaignStates;
 pub use caps::CapLedger;
 pub use clock::{Clock, SystemClock};
 pub use definitions::{
-    DefinitionCache, DefinitionError, DefinitionLoader, DefinitionStore, LoadedDefinition,
+    load_pinned, DefinitionCache, DefinitionError, DefinitionLoader, DefinitionStore,
+    LoadedDefinition,
 };
 pub use directory::{
-    AudienceMember, AudienceScan, DefinitionCampaign, NoDefinitions, PrepareError, UserDirectory,
-    NO_DEFINITIONS,
+    AudienceMember, AudienceScan, DefinitionCampaign, PrepareError, UserDirectory,
 };
 pub use experiment::ExperimentResults;
 pub use leaves::{pending_leave_key, PendingLeaves};

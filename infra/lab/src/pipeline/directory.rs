@@ -1,18 +1,21 @@
 //! A user directory of `users` synthetic people, generated from their index instead of held
 //! (a million users cost nothing to keep), behind MongoDB's round trips: the audience is
 //! read in cursor batches of 1,000 (a users getMore and the follows' getMores of a merge
-//! join), a CreateEmails batch is enriched in three round trips, as the real adapter does.
+//! join), a CreateEmails batch is read in three round trips (the users, then the digest's
+//! `followers` query with its names' lookup), as the real adapter does.
 //! Names, locales and follower counts vary from user to user so that rendering varies too;
 //! for a local-time run, their zones (`Zones`).
 
 use mailflow::domain::campaign::Window;
-use mailflow::domain::digest::{Digest, Enrichment, OddFollows};
+use mailflow::domain::definition::{EmailData, Prepared};
+use mailflow::domain::digest::{OddFollows, SkipReason};
 use mailflow::domain::ledger::SendKey;
 use mailflow::domain::local_time::ZoneField;
-use mailflow::domain::topics::{Choice, ExclusionCounts, Overall, Standing, Topic, TopicId};
+use mailflow::domain::topics::{Choice, ExclusionCounts, Overall, Standing, TopicId};
 use mailflow::domain::user_id::UserId;
 use mailflow::ports::{
-    AudienceMember, AudienceScan, StoreError, SubscriberError, UserDirectory, UserStandings,
+    AudienceMember, AudienceScan, DefinitionCampaign, PrepareError, StoreError, SubscriberError,
+    UserDirectory, UserStandings,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +24,8 @@ use std::time::Duration;
 /// takes (the users' getMore and, at about three follows a user, three of the follows').
 const CURSOR_BATCH: usize = 1_000;
 const ROUND_TRIPS_PER_CURSOR_BATCH: u32 = 4;
-/// `enrich_many`: the users, their follows, the followers' names.
-const ROUND_TRIPS_PER_ENRICHMENT: u32 = 3;
+/// `prepare`: the users, the `followers` query (its cursor and the names' lookup).
+const ROUND_TRIPS_PER_BATCH: u32 = 3;
 
 const NAMES: &[&str] = &[
     "Ada",
@@ -127,18 +130,24 @@ impl LabDirectory {
         }
     }
 
-    fn digest(index: usize) -> Digest {
+    /// The bundled digest's inputs for one person: 1-40 followers, up to three named.
+    fn email_data(index: usize) -> EmailData {
         let followers = 1 + (index * 7919) % 40;
-        let recent = (0..followers.min(3))
-            .map(|k| NAMES[(index + k + 1) % NAMES.len()].to_string())
+        let names: Vec<&str> = (0..followers.min(3))
+            .map(|k| NAMES[(index + k + 1) % NAMES.len()])
             .collect();
-        Digest {
-            user_id: Self::id(index),
+        let id = Self::id(index);
+        EmailData {
+            user_id: UserId::parse(&id).expect("a valid id"),
             email: format!("user.{index}+weekly@example.com"),
-            name: NAMES[index % NAMES.len()].to_string(),
-            locale: LOCALES[index % LOCALES.len()].map(str::to_string),
-            new_followers: followers as u64,
-            recent,
+            name: Some(NAMES[index % NAMES.len()].to_string()),
+            language: LOCALES[index % LOCALES.len()].map(str::to_string),
+            zone: None,
+            data: [(
+                "followers".to_owned(),
+                serde_json::json!({"_id": id, "count": followers, "names": names}),
+            )]
+            .into(),
         }
     }
 }
@@ -170,29 +179,16 @@ impl AudienceScan for LabAudience {
     }
 }
 
+/// The synthetic people answer any definition as the bundled digest's queries would: the
+/// lab measures the pipeline, not a definition's data.
 impl UserDirectory for LabDirectory {
-    type Audience = LabAudience;
-    type DefinitionAudience = mailflow::ports::NoDefinitions;
+    type DefinitionAudience = LabAudience;
 
     fn definition_audience(
         &self,
-        _campaign: &mailflow::ports::DefinitionCampaign,
-        _after: Option<UserId>,
-    ) -> mailflow::ports::NoDefinitions {
-        mailflow::ports::NoDefinitions
-    }
-
-    async fn prepare(
-        &self,
-        _campaign: &mailflow::ports::DefinitionCampaign,
-        _user_ids: &[UserId],
-    ) -> Result<Vec<mailflow::domain::definition::Prepared>, mailflow::ports::PrepareError> {
-        Err(mailflow::ports::PrepareError::Definition(
-            mailflow::ports::NO_DEFINITIONS.into(),
-        ))
-    }
-
-    fn audience(&self, _window: &Window, _topic: &Topic, after: Option<UserId>) -> LabAudience {
+        _campaign: &DefinitionCampaign,
+        after: Option<UserId>,
+    ) -> LabAudience {
         LabAudience {
             directory: self.clone(),
             next: after.as_ref().and_then(Self::index).map_or(0, |i| i + 1),
@@ -200,39 +196,24 @@ impl UserDirectory for LabDirectory {
         }
     }
 
-    async fn odd_follows(&self, _window: &Window, _limit: i64) -> Result<OddFollows, StoreError> {
-        self.round_trips(1).await;
-        Ok(OddFollows::default())
-    }
-
-    async fn enrich(
+    async fn prepare(
         &self,
-        user_id: &UserId,
-        window: &Window,
-        topic: &Topic,
-        shown: u32,
-    ) -> Result<Enrichment, StoreError> {
-        let mut one = self
-            .enrich_many(std::slice::from_ref(user_id), window, topic, shown)
-            .await?;
-        Ok(one.remove(0))
-    }
-
-    async fn enrich_many(
-        &self,
+        _campaign: &DefinitionCampaign,
         user_ids: &[UserId],
-        _window: &Window,
-        _topic: &Topic,
-        _shown: u32,
-    ) -> Result<Vec<Enrichment>, StoreError> {
-        self.round_trips(ROUND_TRIPS_PER_ENRICHMENT).await;
+    ) -> Result<Vec<Prepared>, PrepareError> {
+        self.round_trips(ROUND_TRIPS_PER_BATCH).await;
         Ok(user_ids
             .iter()
             .map(|id| match Self::index(id) {
-                Some(index) if index < self.0.users => Enrichment::Ready(Self::digest(index)),
-                _ => Enrichment::Skip(mailflow::domain::digest::SkipReason::Vanished),
+                Some(index) if index < self.0.users => Prepared::Ready(Self::email_data(index)),
+                _ => Prepared::Skip(SkipReason::Vanished.as_str().to_owned()),
             })
             .collect())
+    }
+
+    async fn odd_follows(&self, _window: &Window, _limit: i64) -> Result<OddFollows, StoreError> {
+        self.round_trips(1).await;
+        Ok(OddFollows::default())
     }
 
     async fn check_indexes(&self) -> Result<(), StoreError> {

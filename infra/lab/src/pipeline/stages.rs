@@ -14,7 +14,6 @@ use crate::rate::queue::LabQueue;
 use crate::rate::standin::{Ses, StandInSes};
 use anyhow::Result;
 use mailflow::config::{CreateEmailsConfig, GetUsersConfig, SendEmailConfig};
-use mailflow::domain::digest::Renderer;
 use mailflow::domain::events_path::{events_per_email, handlers_for, Handler};
 use mailflow::domain::fan_out::{composers_for, Composer};
 use mailflow::domain::public_urls::PublicUrls;
@@ -352,7 +351,6 @@ fn start_create_emails(
             // No pending one-click unsubscribes (their one BatchGetItem per batch is not
             // modelled).
             mailflow::ports::memory::MemoryRecords::default(),
-            Renderer::new("en")?,
             Signer::new(SECRET, "weekly-digest")?,
             config(
                 CreateEmailsConfig::from_source,

@@ -135,7 +135,7 @@ pub async fn plan(
 /// The experiment `plan` counts with: the one recorded with the first start, else the one
 /// given, refused as GetUsers would refuse its start: without consent to tracking (no click
 /// would ever be noted), or when it does not fit the templates that would render it (the
-/// definition's, `chosen`, else the digest's). A recorded one is checked again when `chosen`
+/// definition's, `chosen`, else the bundled digest's). A recorded one is checked again when `chosen`
 /// is another version than the campaign's pin, as GetUsers checks it on a repin.
 async fn plan_experiment(
     sdk: &aws_config::SdkConfig,
@@ -165,11 +165,15 @@ async fn plan_experiment(
     if env.get(consent).map(String::as_str) != Some("true") {
         return Err(ExperimentError::NoConsent(campaign.id.clone()).into());
     }
-    match chosen {
-        Some(chosen) => check_experiment(&given, &chosen.loaded.definition, &chosen.loaded.files)
-            .map_err(anyhow::Error::msg)?,
-        None => given.check_for_digest()?,
-    }
+    let bundled;
+    let loaded = match chosen {
+        Some(chosen) => &chosen.loaded,
+        None => {
+            bundled = mailflow::ports::LoadedDefinition::bundled()?;
+            &bundled
+        }
+    };
+    check_experiment(&given, &loaded.definition, &loaded.files).map_err(anyhow::Error::msg)?;
     Ok(Some(given))
 }
 

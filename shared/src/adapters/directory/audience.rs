@@ -1,10 +1,9 @@
-//! The audience: users with at least one new follower in the window whom the campaign's
-//! topic lets in (subscribed, not suppressed, not out of the topic: `Standing::exclusion`),
-//! in user id order, streamed with two cursors and never held in memory. Those left out are
-//! counted by reason as the join meets them.
+//! The audience's merge join: documents whose `by` field names a user (a definition's
+//! audience query, in that field's order) against the users in `_id` order, each user whom
+//! the campaign's topic lets in (subscribed, not suppressed, not out of the topic:
+//! `Standing::exclusion`) once, in user id order, streamed with two cursors and never held
+//! in memory. Those left out are counted by reason as the join meets them.
 //!
-//! It is a merge join of two sorted index scans: the window's follows ordered by followeeId
-//! (index `followeeId_1_createdAt_1`, keys only) and the eligible users ordered by `_id`.
 //! Ids may be strings or ObjectIds, mixed in one collection; the join runs once per id type
 //! (strings, then ObjectIds, MongoDB's own order), each pass a range of the same indexes, so
 //! it never depends on how a server orders one type against another. Both scans resume
@@ -14,21 +13,20 @@
 use super::window_filter;
 use crate::adapters::bson_ids::{self as ids, from_bson, type_name};
 use crate::adapters::field_path::{self, Field};
-use crate::adapters::mongo::{follows_index_keys, CREATED_AT, FOLLOWEE_ID, FOLLOWS};
-use crate::adapters::preferences;
+use crate::adapters::mongo::{CREATED_AT, FOLLOWEE_ID, FOLLOWS};
 use crate::adapters::profile::ProfileFields;
 use crate::domain::campaign::Window;
 use crate::domain::digest::{OddFollow, OddFollows};
 use crate::domain::local_time::ZoneField;
-use crate::domain::topics::{Exclusion, ExclusionCounts, Topic, TopicId};
+use crate::domain::topics::{Exclusion, Topic, TopicId};
 use crate::domain::user_id::UserId;
-use crate::ports::{AudienceMember, AudienceScan, StoreError};
+use crate::ports::AudienceMember;
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::Hint;
 use mongodb::{Cursor, Database};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 /// The id types the audience can hold, in MongoDB's sort order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -56,7 +54,7 @@ impl IdType {
         }
     }
 
-    pub(crate) fn range(self, after: Option<&UserId>) -> Document {
+    pub fn range(self, after: Option<&UserId>) -> Document {
         match after {
             Some(after) if IdType::of(after) == self => doc! { "$gt": ids::to_bson(after) },
             _ => self.all_of_type(),
@@ -64,19 +62,9 @@ impl IdType {
     }
 }
 
-pub struct Audience {
-    db: Database,
-    window: Window,
-    topic: Topic,
-    excluded: ExclusionCounts,
-    after: Option<UserId>,
-    passes: std::vec::IntoIter<IdType>,
-    current: Option<Pass>,
-}
-
 /// One id type's merge join: documents whose `by` field names a user, in that order (the
-/// follows, or a definition's audience), against the users in `_id` order. Shared by the
-/// digest's audience and a definition's (`adapters::definition`).
+/// follows, or a definition's audience), against the users in `_id` order
+/// (`adapters::definition`).
 pub(crate) struct Pass {
     kind: IdType,
     keys: Cursor<Document>,
@@ -113,7 +101,7 @@ pub(crate) async fn users_cursor(
             .chain(fields.zone.as_deref()),
     );
     db.collection::<Document>(&fields.collection)
-        .find(Audience::users_filter(kind, after))
+        .find(doc! { "_id": kind.range(after) })
         .sort(doc! { "_id": 1 })
         .projection(projection)
         .hint(Hint::Keys(doc! { "_id": 1 }))
@@ -121,182 +109,64 @@ pub(crate) async fn users_cursor(
         .await
 }
 
-impl Audience {
-    /// The audience filter on follows for one id type, exposed so a test can `explain` it.
-    pub fn follows_filter(window: &Window, kind: IdType, after: Option<&UserId>) -> Document {
-        doc! { FOLLOWEE_ID: kind.range(after), CREATED_AT: window_filter(window) }
+/// The window's follows whose followeeId or followerId is not a usable id (a number,
+/// null, missing, empty, an array even of ids...): nobody is found through them. Both
+/// counts in one pass over the window; up to `limit` odd followees are described.
+pub(crate) async fn odd_follows(
+    db: &Database,
+    window: &Window,
+    limit: i64,
+) -> mongodb::error::Result<OddFollows> {
+    let usable = |field: &str| {
+        doc! { "$and": [
+            { "$in": [{ "$type": field }, ["string", "objectId"]] },
+            { "$ne": [field, ""] },
+        ] }
+    };
+    let pipeline = [
+        doc! { "$match": { CREATED_AT: window_filter(window) } },
+        doc! { "$group": {
+            "_id": Bson::Null,
+            "followees": { "$sum": { "$cond": [usable("$followeeId"), 0, 1] } },
+            "followers": { "$sum": { "$cond": [usable("$followerId"), 0, 1] } },
+        } },
+    ];
+    let follows = db.collection::<Document>(FOLLOWS);
+    let counts = follows.aggregate(pipeline).await?.try_next().await?;
+    let count = |name: &str| match counts.as_ref().and_then(|c| c.get(name)) {
+        Some(Bson::Int32(n)) => *n as u64,
+        Some(Bson::Int64(n)) => *n as u64,
+        _ => 0,
+    };
+    let mut odd = OddFollows {
+        followees: count("followees"),
+        followers: count("followers"),
+        described: Vec::new(),
+    };
+    if odd.followees == 0 {
+        return Ok(odd);
     }
-
-    /// The users filter for one id type (an `_id` range only: the audience rule is applied
-    /// to what it returns), exposed so a test can `explain` it.
-    pub fn users_filter(kind: IdType, after: Option<&UserId>) -> Document {
-        doc! { "_id": kind.range(after) }
-    }
-
-    /// What the scan reads of each user besides the id: the fields of the audience rule.
-    pub fn users_projection(topic: &TopicId) -> Document {
-        let mut projection = doc! { "_id": 1 };
-        projection.extend(preferences::standing_projection(topic));
-        projection
-    }
-
-    pub fn follows_hint() -> Hint {
-        Hint::Keys(follows_index_keys())
-    }
-
-    /// The audience after `after` (a checkpoint), or all of it.
-    pub(crate) fn open(
-        db: &Database,
-        window: &Window,
-        topic: &Topic,
-        after: Option<UserId>,
-    ) -> Self {
-        // Resuming inside the ObjectId pass skips the string pass entirely.
-        let passes: Vec<IdType> = IdType::ALL
-            .into_iter()
-            .filter(|kind| match &after {
-                Some(after) => *kind >= IdType::of(after),
-                None => true,
-            })
-            .collect();
-        Self {
-            db: db.clone(),
-            window: *window,
-            topic: topic.clone(),
-            excluded: ExclusionCounts::default(),
-            after,
-            passes: passes.into_iter(),
-            current: None,
-        }
-    }
-
-    /// Not a method: a `&self` held across its awaits would make the future need
-    /// `Audience: Sync`, which the driver's cursors are not.
-    async fn open_pass(
-        db: &Database,
-        window: &Window,
-        topic: &Topic,
-        after: Option<&UserId>,
-        kind: IdType,
-    ) -> mongodb::error::Result<Pass> {
-        let followees = db
-            .collection::<Document>(FOLLOWS)
-            .find(Self::follows_filter(window, kind, after))
-            .sort(doc! { FOLLOWEE_ID: 1 })
-            .projection(doc! { "_id": 0, FOLLOWEE_ID: 1 })
-            .hint(Self::follows_hint())
-            .batch_size(CURSOR_BATCH)
-            .await?;
-        // Every user of the range: the rule is applied here, so that those it leaves out
-        // are counted by reason (the documents were fetched for a filter before anyway).
-        let users = users_cursor(db, ProfileFields::users(), &topic.id, kind, after).await?;
-        static JOIN: LazyLock<Arc<Join>> = LazyLock::new(|| {
-            Arc::new(Join {
-                keys_collection: FOLLOWS.into(),
-                by: FOLLOWEE_ID.into(),
-                users: ProfileFields::users().clone(),
-            })
-        });
-        Ok(Pass::new(kind, followees, users, JOIN.clone()))
-    }
-
-    /// The next user of the audience, in ascending id order (strings, then ObjectIds).
-    async fn next_user(&mut self) -> mongodb::error::Result<Option<AudienceMember>> {
-        loop {
-            let pass = match &mut self.current {
-                Some(pass) => pass,
-                None => {
-                    let Some(kind) = self.passes.next() else {
-                        return Ok(None);
-                    };
-                    let pass = Self::open_pass(
-                        &self.db,
-                        &self.window,
-                        &self.topic,
-                        self.after.as_ref(),
-                        kind,
-                    )
-                    .await?;
-                    self.current.insert(pass)
-                }
-            };
-            match pass.next(&self.topic).await? {
-                Some((user, None)) => return Ok(Some(user)),
-                Some((_, Some(exclusion))) => self.excluded.add(exclusion),
-                None => self.current = None,
-            }
-        }
-    }
-
-    /// The window's follows whose followeeId or followerId is not a usable id (a number,
-    /// null, missing, empty, an array even of ids...): nobody is found through them. Both
-    /// counts in one pass over the window; up to `limit` odd followees are described.
-    pub(crate) async fn odd_follows(
-        db: &Database,
-        window: &Window,
-        limit: i64,
-    ) -> mongodb::error::Result<OddFollows> {
-        let usable = |field: &str| {
-            doc! { "$and": [
-                { "$in": [{ "$type": field }, ["string", "objectId"]] },
-                { "$ne": [field, ""] },
-            ] }
-        };
-        let pipeline = [
-            doc! { "$match": { CREATED_AT: window_filter(window) } },
-            doc! { "$group": {
-                "_id": Bson::Null,
-                "followees": { "$sum": { "$cond": [usable("$followeeId"), 0, 1] } },
-                "followers": { "$sum": { "$cond": [usable("$followerId"), 0, 1] } },
-            } },
-        ];
-        let follows = db.collection::<Document>(FOLLOWS);
-        let counts = follows.aggregate(pipeline).await?.try_next().await?;
-        let count = |name: &str| match counts.as_ref().and_then(|c| c.get(name)) {
-            Some(Bson::Int32(n)) => *n as u64,
-            Some(Bson::Int64(n)) => *n as u64,
-            _ => 0,
-        };
-        let mut odd = OddFollows {
-            followees: count("followees"),
-            followers: count("followers"),
-            described: Vec::new(),
-        };
-        if odd.followees == 0 {
-            return Ok(odd);
-        }
-        let filter = doc! {
-            CREATED_AT: window_filter(window),
-            // `$type` matches an array by its elements: arrays are named on their own.
-            "$or": [
-                { FOLLOWEE_ID: { "$not": { "$type": ["string", "objectId"] } } },
-                { FOLLOWEE_ID: { "$type": "array" } },
-                { FOLLOWEE_ID: "" },
-            ],
-        };
-        let described = follows
-            .find(filter)
-            .projection(doc! { "_id": 1, FOLLOWEE_ID: 1 })
-            .limit(limit)
-            .await?
-            .map_ok(|d| OddFollow {
-                reason: ids::bad_field(FOLLOWS, &d, FOLLOWEE_ID, "a string or an ObjectId"),
-            })
-            .try_collect()
-            .await?;
-        odd.described = described;
-        Ok(odd)
-    }
-}
-
-impl AudienceScan for Audience {
-    async fn next(&mut self) -> Result<Option<AudienceMember>, StoreError> {
-        Ok(self.next_user().await?)
-    }
-
-    fn excluded(&self) -> &ExclusionCounts {
-        &self.excluded
-    }
+    let filter = doc! {
+        CREATED_AT: window_filter(window),
+        // `$type` matches an array by its elements: arrays are named on their own.
+        "$or": [
+            { FOLLOWEE_ID: { "$not": { "$type": ["string", "objectId"] } } },
+            { FOLLOWEE_ID: { "$type": "array" } },
+            { FOLLOWEE_ID: "" },
+        ],
+    };
+    let described = follows
+        .find(filter)
+        .projection(doc! { "_id": 1, FOLLOWEE_ID: 1 })
+        .limit(limit)
+        .await?
+        .map_ok(|d| OddFollow {
+            reason: ids::bad_field(FOLLOWS, &d, FOLLOWEE_ID, "a string or an ObjectId"),
+        })
+        .try_collect()
+        .await?;
+    odd.described = described;
+    Ok(odd)
 }
 
 impl Pass {

@@ -1,14 +1,12 @@
-//! The digest's side of the user directory on MongoDB (`mongo_directory`): its audience
-//! (`audience`) and each user's digest (`enrich`), read from two collections.
-//! The collections, their fields and the indexes are named in `adapters::mongo`.
+//! What the user directory on MongoDB (`mongo_directory`) reads besides a definition's own
+//! queries: the audience's merge join with the users (`audience`), the follows no user can
+//! be found through, and the cold-start index check. The collections, their fields and the
+//! indexes are named in `adapters::mongo`.
 
 mod audience;
-mod enrich;
 
-pub(crate) use audience::{users_cursor, Join, Pass, CURSOR_BATCH};
-pub use audience::{Audience, IdType};
-
-pub(crate) use enrich::enrich_many;
+pub use audience::IdType;
+pub(crate) use audience::{odd_follows, users_cursor, Join, Pass, CURSOR_BATCH};
 
 use super::mongo::{follows_index_keys, FOLLOWS};
 use crate::domain::campaign::Window;

@@ -18,6 +18,7 @@
 //!
 //! This module holds the types every part agrees on; `load` parses and checks them.
 
+pub mod bundled;
 pub mod campaign_toml;
 pub mod files;
 mod load;

@@ -1,36 +1,19 @@
-//! The campaign's content: what one user's email is made of (`Digest`), why a user of the
-//! audience gets none (`SkipReason`), and how it looks (`Renderer`). Who is in the audience
-//! and what each user's digest holds is read through the `ports::UserDirectory` port
-//! (`adapters::directory` reads MongoDB). A team that sends its own weekly email replaces
-//! these types' contents, the templates and that adapter's queries.
+//! What every campaign's emails share, whatever their definition: why a user of the
+//! audience gets none (`SkipReason`), how MJML becomes HTML once per shape of email
+//! (`mjml`, `shape`), what a rendered email is, and the follows no user can be found
+//! through. What each email says is its definition's (`domain::definition`).
 
 mod mjml;
 mod render;
 pub(crate) mod shape;
 mod templates;
-mod values;
 
 pub(crate) use mjml::{mjml_options, mjml_to_html};
 #[cfg(test)]
 pub(crate) use render::tests::hostile_names;
+pub use render::Rendered;
 pub(crate) use render::{html_url, subject_line};
-pub use render::{Look, Rendered, Renderer};
-pub use templates::{
-    check_subject, RenderError, BODY_VARIANTS, LOCALES, MAX_SUBJECT_BYTES, MAX_SUBJECT_TEMPLATE,
-};
-
-/// What one user's email is made of.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Digest {
-    pub user_id: String,
-    pub email: String,
-    pub name: String,
-    /// The user's locale as stored (the renderer picks the closest it has templates for).
-    pub locale: Option<String>,
-    pub new_followers: u64,
-    /// Names of the newest followers in the window, newest first.
-    pub recent: Vec<String>,
-}
+pub use templates::{RenderError, MAX_SUBJECT_BYTES, MAX_SUBJECT_TEMPLATE};
 
 /// Why a user of the audience gets no email after all (acknowledged and counted).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -117,13 +100,6 @@ impl SkipReason {
         rules.push(kept);
         Self::Rule(kept)
     }
-}
-
-/// One user's digest, or why they get none.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Enrichment {
-    Ready(Digest),
-    Skip(SkipReason),
 }
 
 /// The window's follows whose ids are not a usable user id (a string or an ObjectId, not

@@ -1,26 +1,9 @@
-//! The shape cache's parts: a sentinel for each of a user's values in the MJML (`Holes`),
-//! the HTML mrml made of it split at the sentinels (`Shape`), and each value put back as
-//! MiniJinja and mrml would have written it, in text or in an attribute. `render` says when
-//! a shape is used and holds it to mrml's own output.
+//! The shape cache's parts: the sentinels that stand for a user's values in the MJML, the
+//! HTML mrml made of it split at them (`Shape`), and each value put back as MiniJinja and
+//! mrml would have written it, in text or in an attribute. `definition::render::shapes`
+//! says when a shape is used and holds it to mrml's own output.
 
-use minijinja::Value;
 use std::borrow::Cow;
-
-/// Where two HTML texts first differ, and what each has there.
-pub(crate) fn first_difference(cached: &str, direct: &str) -> String {
-    let at = cached
-        .chars()
-        .zip(direct.chars())
-        .position(|(a, b)| a != b)
-        .unwrap_or_else(|| cached.chars().count().min(direct.chars().count()));
-    let around =
-        |html: &str| -> String { html.chars().skip(at.saturating_sub(60)).take(120).collect() };
-    format!(
-        "at character {at}, cached {:?}, direct {:?}",
-        around(cached),
-        around(direct)
-    )
-}
 
 /// Marks a sentinel's start and end: characters of Unicode's private use area, which no
 /// template and no built-in topic's label contains (a shape whose HTML has one the renderer
@@ -29,27 +12,6 @@ pub(crate) const OPEN: char = '\u{E000}';
 pub(crate) const CLOSE: char = '\u{E001}';
 const OPEN_IN_TEXT: &str = "\u{E000}";
 const CLOSE_IN_TEXT: &str = "\u{E001}";
-
-/// One email's values, each as MiniJinja prints it in the MJML, and the sentinel that stands
-/// for it in the shape's key: `OPEN`, its index, `CLOSE`.
-#[derive(Default)]
-pub(crate) struct Holes {
-    pub(crate) values: Vec<String>,
-}
-
-impl Holes {
-    /// A value printed as it is (a number; a URL already escaped for HTML).
-    pub(crate) fn printed(&mut self, value: String) -> Value {
-        let sentinel = format!("{OPEN}{}{CLOSE}", self.values.len());
-        self.values.push(value);
-        Value::from(sentinel)
-    }
-
-    /// Text the template prints HTML-escaped (the MJML templates escape by file name).
-    pub(crate) fn escaped(&mut self, text: &str) -> Value {
-        self.printed(minijinja::HtmlEscape(text).to_string())
-    }
-}
 
 /// A sentinel as mrml writes it in an attribute's value: it writes every attribute with
 /// Rust's `{:?}`, which escapes the private use area (and quotes, backslashes, control and

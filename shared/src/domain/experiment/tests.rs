@@ -85,19 +85,19 @@ fn a_bad_experiment_is_refused_naming_what_to_fix() {
         ),
         (
             serde_json::json!({"variants": [{"name": "a"}, {"name": "b", "subject": {"en": "Hi"}}], "testPercent": 20, "waitHours": 4}),
-            "missing fr, de",
+            "missing de, fr",
         ),
         (
             serde_json::json!({"variants": [{"name": "a"}, {"name": "b", "subject": {"en": "{{ nope }}", "fr": "x", "de": "x"}}], "testPercent": 20, "waitHours": 4}),
-            "subject for en",
+            "en subject:1: undefined value: `nope`",
         ),
         (
             serde_json::json!({"variants": [{"name": "a"}, {"name": "b", "subject": {"en": "{% if %}", "fr": "x", "de": "x"}}], "testPercent": 20, "waitHours": 4}),
-            "subject for en",
+            "en subject:1",
         ),
         (
             serde_json::json!({"variants": [{"name": "a"}, {"name": "b", "template": "fancy"}], "testPercent": 20, "waitHours": 4}),
-            "not bundled",
+            "has no body \"fancy\"",
         ),
         (
             serde_json::json!({"variants": [{"name": "a"}, {"name": "b"}], "testPercent": 20, "waitHours": 4, "defaultVariant": "c"}),
@@ -112,14 +112,22 @@ fn a_bad_experiment_is_refused_naming_what_to_fix() {
             "unknown field",
         ),
     ];
-    // As the compiled digest's campaign checks it (a definition's checks its own).
-    let for_digest = |json: serde_json::Value| experiment(json)?.check_for_digest();
+    // As a campaign of the bundled digest checks it at its start.
+    let bundled = crate::ports::LoadedDefinition::bundled().unwrap();
+    let for_digest = |json: serde_json::Value| {
+        let experiment = experiment(json).map_err(|e| e.to_string())?;
+        crate::domain::definition::render::check_experiment(
+            &experiment,
+            &bundled.definition,
+            &bundled.files,
+        )
+    };
     for (json, expected) in cases {
-        let err = for_digest(json.clone()).unwrap_err().to_string();
+        let err = for_digest(json.clone()).unwrap_err();
         assert!(err.contains(expected), "{json}: {err}");
     }
     let good = serde_json::json!({"variants": [{"name": "a"},
-        {"name": "b", "subject": {"en": "{{ new_followers }} new", "fr": "{{ name }}", "de": "x"}, "template": "short"}],
+        {"name": "b", "subject": {"en": "{{ data.followers.count }} new", "fr": "{{ user.name }}", "de": "x"}, "template": "short"}],
         "testPercent": 20, "waitHours": 4});
     for_digest(good).unwrap();
     // A definition's languages, subjects and bodies are not the digest's: parsed, they are

@@ -1,16 +1,20 @@
-//! An in-memory user directory with the MongoDB adapter's rules (`adapters::directory`):
-//! the audience is the users with a follow in the window whom the topic's rule lets in, in
-//! id order (those left out counted by reason); a digest counts distinct followers and names the newest nameable ones.
+//! An in-memory user directory with the MongoDB adapter's rules, for the digest's
+//! definition: the audience is the users followed in the window whom the topic's rule lets
+//! in, in id order (those left out counted by reason); their data counts distinct followers
+//! and names the newest nameable ones.
 
 use crate::domain::campaign::Window;
-use crate::domain::digest::{Digest, Enrichment, OddFollow, OddFollows, SkipReason};
+use crate::domain::definition::{EmailData, Prepared};
+use crate::domain::digest::{OddFollow, OddFollows, SkipReason};
 use crate::domain::local_time::ZoneField;
-use crate::domain::text::printable_name;
+use crate::domain::text::{printable, printable_name};
 use crate::domain::topics::{
     Choice, Exclusion, ExclusionCounts, Overall, Standing, Topic, TopicId,
 };
 use crate::domain::user_id::UserId;
-use crate::ports::{AudienceMember, AudienceScan, StoreError, UserDirectory};
+use crate::ports::{
+    AudienceMember, AudienceScan, DefinitionCampaign, PrepareError, StoreError, UserDirectory,
+};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use time::OffsetDateTime;
@@ -120,7 +124,8 @@ impl MemoryDirectory {
             .iter()
             .filter(|(_, to, at)| to == followee && window.since <= *at && *at < window.until)
             .collect();
-        follows.sort_by_key(|f| std::cmp::Reverse(f.2));
+        // Newest first, ties by follower id, as the digest's query sorts them.
+        follows.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
         let mut seen = HashSet::new();
         follows
             .into_iter()
@@ -130,48 +135,84 @@ impl MemoryDirectory {
     }
 }
 
-pub struct MemoryAudience(VecDeque<AudienceMember>, ExclusionCounts);
+/// The audience a definition's query gives, or the fault of a definition the in-memory
+/// directory cannot answer.
+pub struct MemoryAudience {
+    members: VecDeque<AudienceMember>,
+    excluded: ExclusionCounts,
+    fault: Option<String>,
+}
 
 impl AudienceScan for MemoryAudience {
     async fn next(&mut self) -> Result<Option<AudienceMember>, StoreError> {
-        Ok(self.0.pop_front())
+        match &self.fault {
+            Some(fault) => Err(StoreError(fault.clone())),
+            None => Ok(self.members.pop_front()),
+        }
     }
 
     fn excluded(&self) -> &ExclusionCounts {
-        &self.1
+        &self.excluded
+    }
+
+    fn definition_fault(&self) -> Option<&str> {
+        self.fault.as_deref()
     }
 }
 
-impl UserDirectory for MemoryDirectory {
-    type Audience = MemoryAudience;
-    type DefinitionAudience = crate::ports::NoDefinitions;
+/// The in-memory directory holds users and follows, and answers the digest's queries
+/// (`campaigns/digest`: an audience over `follows` by `followeeId`, a `followers` data
+/// query) by their meaning, not by running them: MongoDB runs them on the local stack.
+fn digest_shaped(campaign: &DefinitionCampaign) -> Result<u32, String> {
+    let definition = &campaign.loaded.definition;
+    let shaped = definition.audience.collection == "follows"
+        && definition.audience_by == "followeeId"
+        && definition.data.keys().eq(["followers"]);
+    if !shaped {
+        return Err(format!(
+            "definition {}: the in-memory directory answers only the digest's queries (users and follows); run it against MongoDB",
+            definition.name
+        ));
+    }
+    Ok(definition
+        .params
+        .get("shown")
+        .and_then(serde_json::Value::as_u64)
+        .map_or(3, |n| n.min(u64::from(u32::MAX)) as u32))
+}
 
+impl UserDirectory for MemoryDirectory {
+    type DefinitionAudience = MemoryAudience;
+
+    /// The users followed in the window (by anyone: the data query counts who is left), in
+    /// id order, the topic's rule applied, as the digest's audience query and the users'
+    /// merge join give them.
     fn definition_audience(
         &self,
-        _campaign: &crate::ports::DefinitionCampaign,
-        _after: Option<UserId>,
-    ) -> crate::ports::NoDefinitions {
-        crate::ports::NoDefinitions
-    }
-
-    async fn prepare(
-        &self,
-        _campaign: &crate::ports::DefinitionCampaign,
-        _user_ids: &[UserId],
-    ) -> Result<Vec<crate::domain::definition::Prepared>, crate::ports::PrepareError> {
-        Err(crate::ports::PrepareError::Definition(
-            crate::ports::NO_DEFINITIONS.into(),
-        ))
-    }
-
-    fn audience(&self, window: &Window, topic: &Topic, after: Option<UserId>) -> MemoryAudience {
+        campaign: &DefinitionCampaign,
+        after: Option<UserId>,
+    ) -> MemoryAudience {
         let mut excluded = ExclusionCounts::default();
+        if let Err(fault) = digest_shaped(campaign) {
+            return MemoryAudience {
+                members: VecDeque::new(),
+                excluded,
+                fault: Some(fault),
+            };
+        }
+        let window = &campaign.window;
+        let followed: HashSet<&UserId> = self
+            .follows
+            .iter()
+            .filter(|(_, _, at)| window.since <= *at && *at < window.until)
+            .map(|(_, followee, _)| followee)
+            .collect();
         let members = self
             .users
             .iter()
             .filter(|(id, _)| after.as_ref().is_none_or(|after| *id > after))
-            .filter(|(id, _)| !self.followers(id, window).is_empty())
-            .filter(|(_, user)| match user.standing(topic) {
+            .filter(|(id, _)| followed.contains(id))
+            .filter(|(_, user)| match user.standing(&campaign.topic) {
                 Some(exclusion) => {
                     excluded.add(exclusion);
                     false
@@ -186,7 +227,30 @@ impl UserDirectory for MemoryDirectory {
                 },
             })
             .collect();
-        MemoryAudience(members, excluded)
+        MemoryAudience {
+            members,
+            excluded,
+            fault: None,
+        }
+    }
+
+    /// Each user's document and the digest's `followers` data (distinct followers in the
+    /// window but themselves, the newest `shown` nameable ones named), skipped as MongoDB's
+    /// adapter skips them.
+    async fn prepare(
+        &self,
+        campaign: &DefinitionCampaign,
+        user_ids: &[UserId],
+    ) -> Result<Vec<Prepared>, PrepareError> {
+        let shown = digest_shaped(campaign).map_err(PrepareError::Definition)?;
+        let unreachable = crate::runtime::lock(&self.unreachable).clone();
+        if user_ids.iter().any(|id| unreachable.contains(id)) {
+            return Err(StoreError("connection refused".into()).into());
+        }
+        Ok(user_ids
+            .iter()
+            .map(|id| self.prepared(id, campaign, shown))
+            .collect())
     }
 
     async fn odd_follows(&self, _window: &Window, limit: i64) -> Result<OddFollows, StoreError> {
@@ -202,24 +266,21 @@ impl UserDirectory for MemoryDirectory {
         })
     }
 
-    async fn enrich(
-        &self,
-        user_id: &UserId,
-        window: &Window,
-        topic: &Topic,
-        shown: u32,
-    ) -> Result<Enrichment, StoreError> {
-        if crate::runtime::lock(&self.unreachable).contains(user_id) {
-            return Err(StoreError("connection refused".into()));
-        }
-        let skip = |reason| Ok(Enrichment::Skip(reason));
+    async fn check_indexes(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+impl MemoryDirectory {
+    fn prepared(&self, user_id: &UserId, campaign: &DefinitionCampaign, shown: u32) -> Prepared {
+        let skip = |reason: SkipReason| Prepared::Skip(reason.as_str().to_owned());
         let Some(user) = self.users.get(user_id) else {
             return skip(SkipReason::Vanished);
         };
         if user.invalid {
             return skip(SkipReason::InvalidDocument);
         }
-        match user.standing(topic) {
+        match user.standing(&campaign.topic) {
             None => {}
             Some(Exclusion::Suppressed) => return skip(SkipReason::Suppressed),
             Some(Exclusion::LeftTopic) => return skip(SkipReason::LeftTopic),
@@ -230,48 +291,40 @@ impl UserDirectory for MemoryDirectory {
         let Some(email) = user.email.clone() else {
             return skip(SkipReason::NoAddress);
         };
-        let followers = self.followers(user_id, window);
-        if followers.is_empty() {
-            return skip(SkipReason::NoNewFollowers);
-        }
-        let recent = followers
-            .iter()
-            .filter_map(|id| {
-                self.users
-                    .get(id)
-                    .and_then(|u| u.name.as_deref().and_then(printable_name))
+        let followers = self.followers(user_id, &campaign.window);
+        let followers_data = if followers.is_empty() {
+            serde_json::Value::Null
+        } else {
+            let names: Vec<String> = followers
+                .iter()
+                .filter_map(|id| {
+                    (self.users.get(id)?.name.as_deref())
+                        .filter(|name| printable_name(name).is_some())
+                        .map(printable)
+                })
+                .take(shown as usize)
+                .collect();
+            serde_json::json!({
+                "_id": user_id.to_string(),
+                "count": followers.len(),
+                "names": names,
             })
-            .take(shown as usize)
-            .collect();
-        Ok(Enrichment::Ready(Digest {
-            user_id: user_id.to_string(),
-            email,
-            name: user
-                .name
-                .as_deref()
-                .and_then(printable_name)
-                .unwrap_or_else(|| "there".into()),
-            locale: user.locale.clone(),
-            new_followers: followers.len() as u64,
-            recent,
-        }))
-    }
-
-    async fn enrich_many(
-        &self,
-        user_ids: &[UserId],
-        window: &Window,
-        topic: &Topic,
-        shown: u32,
-    ) -> Result<Vec<Enrichment>, StoreError> {
-        let mut all = Vec::with_capacity(user_ids.len());
-        for id in user_ids {
-            all.push(self.enrich(id, window, topic, shown).await?);
+        };
+        let data: BTreeMap<String, serde_json::Value> =
+            [("followers".to_owned(), followers_data)].into();
+        for rule in &campaign.loaded.definition.skip {
+            let empty = data.get(&rule.data).is_none_or(serde_json::Value::is_null);
+            if empty {
+                return Prepared::Skip(rule.reason.clone());
+            }
         }
-        Ok(all)
-    }
-
-    async fn check_indexes(&self) -> Result<(), StoreError> {
-        Ok(())
+        Prepared::Ready(EmailData {
+            user_id: user_id.clone(),
+            email,
+            name: user.name.as_deref().and_then(printable_name),
+            language: user.locale.clone(),
+            zone: user.timezone.clone(),
+            data,
+        })
     }
 }

@@ -1,5 +1,5 @@
-//! A campaign that runs a pushed definition: its users' data read by the definition's
-//! queries (`UserDirectory::prepare`) and their emails rendered by its templates. A
+//! A campaign's definition at work (a pushed version, or the bundled digest): its users'
+//! data read by the definition's queries (`UserDirectory::prepare`) and their emails rendered by its templates. A
 //! definition that cannot run (refused by this build, or a query MongoDB refuses) would fail
 //! the same way on every retry: its users are skipped with the reason (`definition_failed`),
 //! logged once per batch, never retried into the DLQ.
@@ -8,7 +8,9 @@ use super::*;
 use crate::domain::definition::render::Email;
 use crate::domain::definition::Prepared;
 use crate::domain::topics::Topic;
-use crate::ports::{DefinitionCampaign, DefinitionError, LoadedDefinition, PrepareError};
+use crate::ports::{
+    load_pinned, DefinitionCampaign, DefinitionError, LoadedDefinition, PrepareError,
+};
 
 /// From this receive on, a record whose definition's query ran over its time limit is
 /// skipped (`definition_failed`) rather than tried again: the users queue sends a record to
@@ -42,20 +44,15 @@ pub(super) fn receives(record: &SqsMessage) -> u32 {
 impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
     CreateEmails<D, Q, S, P>
 {
-    /// The definition version `message` names, with what its queries run with; Err(read)
-    /// when it cannot run (the same every time: the users skipped), Err of the store when it
-    /// was not read (retried).
+    /// The definition version `message` names (the bundled digest when it names none), with
+    /// what its queries run with; Err(read) when it cannot run (the same every time: the
+    /// users skipped), Err of the store when it was not read (retried).
     pub(super) async fn definition_campaign(
         &self,
         message: &UserMessage,
         topic: &Topic,
     ) -> Result<Result<DefinitionCampaign, Read>, ComposeError> {
-        let Some(pinned) = &message.definition else {
-            return Err(ComposeError::Definition(
-                "the message names no definition".into(),
-            ));
-        };
-        match self.definitions.load(&pinned.name, pinned.version).await {
+        match load_pinned(self.definitions.as_ref(), message.definition.as_ref()).await {
             Ok(loaded) => Ok(Ok(DefinitionCampaign {
                 loaded,
                 campaign: message.campaign_id.to_string(),

@@ -1,5 +1,5 @@
-//! CreateEmails: for each user message, enrich from MongoDB, render, and put the email job on
-//! the emails queue. Records are processed concurrently (bounded); jobs go out in
+//! CreateEmails: for each user message, read its data from MongoDB, render, and put the
+//! email job on the emails queue. Records are processed concurrently (bounded); jobs go out in
 //! SendMessageBatch calls; every record that did not make it is reported for retry.
 //!
 //! A user whose one-click unsubscribe MongoDB did not take in time (recorded in the sends
@@ -17,7 +17,7 @@ use super::CampaignStateCache;
 use crate::config::CreateEmailsConfig;
 use crate::domain::campaign::Window;
 use crate::domain::campaign_state::Hold;
-use crate::domain::digest::{Enrichment, Look, Renderer, SkipReason};
+use crate::domain::digest::SkipReason;
 use crate::domain::experiment::Variant;
 use crate::domain::ledger::LedgerError;
 use crate::domain::messages::{parse_body, BodyError, EmailJob, UserMessage};
@@ -121,7 +121,6 @@ pub struct CreateEmails<D, Q, S, P> {
     pending: P,
     emails: Q,
     campaigns: CampaignStateCache<S>,
-    renderer: Renderer,
     signer: Signer,
     /// Seals the pick slots' URLs, when emails carry picks.
     sealer: Option<SlotSealer>,
@@ -140,7 +139,6 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
         emails: Q,
         campaigns: S,
         pending: P,
-        renderer: Renderer,
         signer: Signer,
         config: CreateEmailsConfig,
     ) -> Self {
@@ -149,7 +147,6 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             pending,
             emails,
             campaigns: CampaignStateCache::new(campaigns),
-            renderer,
             sealer: config.picks.as_ref().map(|_| signer.slot_sealer()),
             signer,
             definitions: Arc::new(crate::ports::definitions::NoDefinitionStore),
@@ -157,7 +154,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
         }
     }
 
-    /// Where pushed definitions are read (a stack without one renders only the digest).
+    /// Where pushed definitions are read (without one, only the bundled digest renders).
     pub fn with_definitions(mut self, definitions: Arc<dyn DefinitionLoader>) -> Self {
         self.definitions = definitions;
         self
@@ -192,20 +189,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
         let Some(topic) = Topics::builtin().find(&message.topic) else {
             return Ok(Err(unknown_topic(&message)));
         };
-        if message.definition.is_some() {
-            let read = self.read_definition_user(&message, topic, user_id).await?;
-            return self.render_read(message, read, variant);
-        }
-        let enrichment = self
-            .directory
-            .enrich(
-                &user_id,
-                &message.window,
-                topic,
-                self.config.recent_followers_shown,
-            )
-            .await?;
-        self.render_read(message, Read::Digest(enrichment), variant)
+        let read = self.read_definition_user(&message, topic, user_id).await?;
+        self.render_read(message, read, variant)
     }
 
     /// The job for a user whose data is read (or why they get none), in their experiment's
@@ -217,9 +202,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
         variant: Option<&Variant>,
     ) -> Result<Result<(EmailJob, String), SkipReason>, ComposeError> {
         match read {
-            Read::Digest(enrichment) => Ok(self
-                .render_job(message, enrichment, variant)?
-                .map(|(job, locale)| (job, locale.to_owned()))),
+            Read::Skipped(reason) => Ok(Err(reason)),
             Read::Definition(loaded, prepared) => {
                 self.render_definition_job(message, &loaded, prepared, variant)
             }
@@ -256,66 +239,6 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
         })))
     }
 
-    /// The job for a user whose enrichment is read (or why they get none), in their
-    /// experiment's variant if they have one.
-    fn render_job(
-        &self,
-        message: UserMessage,
-        enrichment: Enrichment,
-        variant: Option<&Variant>,
-    ) -> Result<Result<(EmailJob, &'static str), SkipReason>, ComposeError> {
-        let digest = match enrichment {
-            Enrichment::Ready(d) => d,
-            Enrichment::Skip(reason) => return Ok(Err(reason)),
-        };
-        let Some(topic) = Topics::builtin().find(&message.topic) else {
-            return Ok(Err(unknown_topic(&message)));
-        };
-        let unsubscribe_url = unsubscribe_link::link(
-            &self.config.unsubscribe_base_url,
-            &self
-                .signer
-                .token(&message.campaign_id, &topic.id, &digest.user_id),
-        );
-        let locale = self.renderer.locale_for(digest.locale.as_deref());
-        // The cards speak the email's language: its slot tokens carry it.
-        let picks = match (&self.config.picks, &self.sealer) {
-            (Some(links), Some(sealer)) => SlotUrls::for_email(
-                sealer,
-                &links.base_url,
-                &message.campaign_id,
-                &digest.user_id,
-                Language::of_locale(locale),
-                links.slots,
-            ),
-            _ => Vec::new(),
-        };
-        let look = Look {
-            subject: variant
-                .and_then(|v| v.subject.get(locale))
-                .map(String::as_str),
-            body: variant.and_then(|v| v.template.as_deref()),
-        };
-        let email = (&message.window, topic, unsubscribe_url.as_str(), &picks[..]);
-        let rendered = match self.renderer.render_look(&digest, email, look) {
-            Ok(rendered) => rendered,
-            // The same data fails the same way on every retry: decided now, counted.
-            Err(reason) => {
-                tracing::error!(campaign = %message.campaign_id, user = %digest.user_id, %reason, "email not rendered; user skipped");
-                return Ok(Err(SkipReason::Unrenderable));
-            }
-        };
-        let job = job_of(
-            message,
-            digest.user_id,
-            digest.email,
-            rendered,
-            unsubscribe_url,
-            variant,
-        );
-        Ok(Ok((job, locale)))
-    }
-
     async fn process(
         &self,
         record: &SqsMessage,
@@ -336,7 +259,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
         // Not in the batch read (its campaign was held then, or the pending leaves could not
         // be read): read alone.
         let read = match prefetched {
-            Some(read) => Some(read?),
+            Some(read) => read?,
             None => {
                 let user_id = UserId::parse(&message.user_id)?;
                 let left = self
@@ -344,28 +267,21 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                     .standing_leaves(&[user_id.to_string()], &message.topic)
                     .await?;
                 match (left.is_empty(), Topics::builtin().find(&message.topic)) {
-                    (false, _) => Some(Read::Digest(Enrichment::Skip(SkipReason::LeftTopic))),
-                    (true, Some(topic)) if message.definition.is_some() => {
-                        Some(self.read_definition_user(&message, topic, user_id).await?)
+                    (false, _) => Read::Skipped(SkipReason::LeftTopic),
+                    (true, Some(topic)) => {
+                        self.read_definition_user(&message, topic, user_id).await?
                     }
-                    // The digest's user, read and rendered by `compose_with`.
-                    (true, _) => None,
+                    (true, None) => Read::Skipped(unknown_topic(&message)),
                 }
             }
         };
         let read = match read {
-            Some(Read::Slow(reason)) => Some(definition::slow(reason, record, &message)?),
+            Read::Slow(reason) => definition::slow(reason, record, &message)?,
             other => other,
         };
-        let composed = match read {
-            Some(read) => self
-                .render_read(message, read, variant.as_ref())
-                .map(|r| r.map(|(job, _)| job)),
-            None => Ok(self
-                .compose_with(message, variant.as_ref())
-                .await?
-                .map(|(job, _)| job)),
-        };
+        let composed = self
+            .render_read(message, read, variant.as_ref())
+            .map(|r| r.map(|(job, _)| job));
         match composed? {
             Ok(job) => Ok(Outcome::Job(
                 serde_json::to_string(&job).map_err(ComposeError::Serialise)?,

@@ -1,7 +1,6 @@
 //! A batch's users read together before its records are processed: per (window, topic,
-//! definition), the pending one-click leaves in one read and the users in one batch read
-//! (the digest's `enrich_many`, a definition's `prepare`); user by user when a batch read
-//! fails.
+//! campaign, definition), the pending one-click leaves in one read and the users in one
+//! batch read (the definition's `prepare`); user by user when a batch read fails.
 
 use super::*;
 use crate::domain::definition::pin::PinnedDefinition;
@@ -11,8 +10,8 @@ use crate::ports::{LoadedDefinition, PrepareError};
 /// What was read of one user.
 #[derive(Clone)]
 pub(crate) enum Read {
-    /// The digest's enrichment.
-    Digest(Enrichment),
+    /// Left out before the definition's queries ran (a pending one-click leave).
+    Skipped(SkipReason),
     /// A definition's inputs (or its reason to skip), with the version that renders them.
     Definition(Arc<LoadedDefinition>, Prepared),
     /// The campaign's definition cannot run (logged once): skipped, `definition_failed`.
@@ -22,13 +21,14 @@ pub(crate) enum Read {
     Slow(String),
 }
 
-/// Users read together: the same window and topic, and for a definition's campaign the
-/// same campaign and version (its queries see the campaign id).
+/// Users read together: the same window, topic, campaign and definition version (the
+/// queries see the campaign id; None: the bundled digest).
 #[derive(PartialEq)]
 struct GroupKey<'t> {
     window: Window,
     topic: &'t Topic,
-    definition: Option<(String, PinnedDefinition)>,
+    campaign: String,
+    definition: Option<PinnedDefinition>,
 }
 
 impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
@@ -67,10 +67,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
             let key = GroupKey {
                 window: message.window,
                 topic,
-                definition: message
-                    .definition
-                    .clone()
-                    .map(|d| (message.campaign_id.to_string(), d)),
+                campaign: message.campaign_id.to_string(),
+                definition: message.definition.clone(),
             };
             match groups.iter_mut().find(|(g, _, _)| *g == key) {
                 Some((_, _, users)) => users.push((id, user_id)),
@@ -87,10 +85,7 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                 Ok(left) => users.retain(|(id, user)| {
                     let stays = !left.contains(&user.to_string());
                     if !stays {
-                        read.insert(
-                            id.clone(),
-                            Ok(Read::Digest(Enrichment::Skip(SkipReason::LeftTopic))),
-                        );
+                        read.insert(id.clone(), Ok(Read::Skipped(SkipReason::LeftTopic)));
                     }
                     stays
                 }),
@@ -103,49 +98,17 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, P: PendingLeaves>
                 continue;
             }
             let ids: Vec<UserId> = users.iter().map(|(_, u)| u.clone()).collect();
-            let all = match key.definition {
-                None => self.read_digests(&ids, &key.window, topic).await,
-                Some(_) => self.read_definition(&message, topic, &ids).await,
-            };
-            match all {
-                Some(all) => read.extend(
+            // None: each record reads its user alone.
+            if let Some(all) = self.read_definition(&message, topic, &ids).await {
+                read.extend(
                     users
                         .into_iter()
                         .map(|(id, _)| id)
                         .zip(all.into_iter().map(Ok)),
-                ),
-                None if key.definition.is_none() => {
-                    let shown = self.config.recent_followers_shown;
-                    for (id, user_id) in users {
-                        let one = self
-                            .directory
-                            .enrich(&user_id, &key.window, topic, shown)
-                            .await;
-                        read.insert(id, one.map(Read::Digest));
-                    }
-                }
-                // Each record reads its user alone.
-                None => {}
+                );
             }
         }
         read
-    }
-
-    /// The digests of one group's users (None: the batch read failed).
-    async fn read_digests(
-        &self,
-        ids: &[UserId],
-        window: &Window,
-        topic: &Topic,
-    ) -> Option<Vec<Read>> {
-        let shown = self.config.recent_followers_shown;
-        match self.directory.enrich_many(ids, window, topic, shown).await {
-            Ok(all) => Some(all.into_iter().map(Read::Digest).collect()),
-            Err(err) => {
-                tracing::warn!(reason = %err, users = ids.len(), "batch read failed; reading its users one by one");
-                None
-            }
-        }
     }
 
     /// A definition's inputs for one group's users (None: not read; each record asks

@@ -78,7 +78,6 @@ fn stage(directory: MemoryDirectory) -> Stage {
         MemoryOutbox::default(),
         MemoryCampaigns::default(),
         MemoryRecords::default(),
-        Renderer::new("en").unwrap(),
         signer,
         config,
     )
@@ -412,7 +411,7 @@ async fn each_user_gets_their_variants_subject_and_body_and_an_unknown_variant_i
     let experiment = crate::domain::experiment::Experiment::parse(
         &serde_json::json!({"variants": [{"name": "a"},
             {"name": "b", "template": "short",
-             "subject": {"en": "[b] {{ new_followers }}", "fr": "[b]", "de": "[b]"}}],
+             "subject": {"en": "[b] {{ data.followers.count }}", "fr": "[b]", "de": "[b]"}}],
             "testPercent": 50, "waitHours": 1})
         .to_string(),
     )

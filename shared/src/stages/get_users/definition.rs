@@ -6,11 +6,10 @@
 use super::request::Run;
 use super::{GetUsers, GetUsersError, Queue};
 use crate::domain::campaign::Campaign;
-use crate::domain::definition::pin::PinnedDefinition;
 use crate::domain::topics::Topics;
 use crate::ports::{
-    CampaignStates, DefinitionCampaign, DefinitionError, LoadedDefinition, OutgoingQueue,
-    UserDirectory, WaitingRoom,
+    load_pinned, CampaignStates, DefinitionCampaign, DefinitionError, LoadedDefinition,
+    OutgoingQueue, UserDirectory, WaitingRoom,
 };
 use serde_json::Value;
 use std::sync::Arc;
@@ -160,14 +159,14 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
         Ok(event)
     }
 
-    /// The version `run` uses, parsed, with what its queries run with.
+    /// The version `run` uses (the bundled digest when it pinned none), parsed, with what
+    /// its queries run with.
     pub(super) async fn definition_campaign(
         &self,
         run: &Run,
-        pinned: &PinnedDefinition,
     ) -> Result<DefinitionCampaign, GetUsersError> {
         let loaded: Arc<LoadedDefinition> =
-            self.definitions.load(&pinned.name, pinned.version).await?;
+            load_pinned(self.definitions.as_ref(), run.pinned.as_ref()).await?;
         let topic = Topics::builtin().get(run.campaign.topic.as_str())?.clone();
         Ok(DefinitionCampaign {
             loaded,

@@ -44,20 +44,15 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
     pub(super) async fn fan_out(
         &self,
         run: &Run,
-        definition: Option<&DefinitionCampaign>,
+        definition: &DefinitionCampaign,
         after: Option<UserId>,
         invocation: &Invocation,
     ) -> Result<Segment, GetUsersError> {
         let campaign = &run.campaign;
         let mut experiment = self.experiment_run(&campaign.id).await?;
         // A topic a deploy removed while a run was under way: nothing is sent under it.
-        let topic = Topics::builtin().get(campaign.topic.as_str())?;
-        let mut audience = match definition {
-            Some(definition) => {
-                ReadAhead::new(self.directory.definition_audience(definition, after))
-            }
-            None => ReadAhead::new(self.directory.audience(&campaign.window, topic, after)),
-        };
+        Topics::builtin().get(campaign.topic.as_str())?;
+        let mut audience = ReadAhead::new(self.directory.definition_audience(definition, after));
         let mut in_flight: FuturesUnordered<Pending<'_>> = FuturesUnordered::new();
         let mut outbox = Outbox::default();
         let mut segment = Segment {

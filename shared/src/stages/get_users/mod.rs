@@ -361,13 +361,8 @@ impl<D: UserDirectory, Q: Queue, S: CampaignStates, W: WaitingRoom> GetUsers<D, 
             0 => self.first_start(&mut run).await?,
             _ => OddFollows::default(),
         };
-        let definition = match &run.pinned {
-            Some(pinned) => Some(self.definition_campaign(&run, pinned).await?),
-            None => None,
-        };
-        let segment = self
-            .fan_out(&run, definition.as_ref(), after, invocation)
-            .await?;
+        let definition = self.definition_campaign(&run).await?;
+        let segment = self.fan_out(&run, &definition, after, invocation).await?;
         self.finish(&run, segment, odd_follows, started).await
     }
 }

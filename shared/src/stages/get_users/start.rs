@@ -9,7 +9,7 @@ use crate::domain::campaign_start::{StartError, StartRequest};
 use crate::domain::definition::pin::{self, PinnedDefinition, Settled};
 use crate::domain::digest::OddFollows;
 use crate::domain::experiment::ExperimentError;
-use crate::ports::{CampaignStates, OutgoingQueue, UserDirectory, WaitingRoom};
+use crate::ports::{load_pinned, CampaignStates, OutgoingQueue, UserDirectory, WaitingRoom};
 use time::OffsetDateTime;
 
 impl From<StartError> for GetUsersError {
@@ -130,7 +130,8 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
 
     /// The experiment this start runs with (the one given, else a repin's recorded one)
     /// checked against the templates that will render it: the version the campaign's record
-    /// pins (or this start repins, or a first start pins: `latest`), else the digest's.
+    /// pins (or this start repins, or a first start pins: `latest`), else the bundled
+    /// digest's.
     /// Refused before anything is written.
     async fn check_experiment(
         &self,
@@ -154,17 +155,11 @@ impl<D: UserDirectory, Q: OutgoingQueue, S: CampaignStates, W: WaitingRoom> GetU
             run.repin,
         )?;
         let version = match settled {
-            Settled::BuiltIn => return Ok(experiment.check_for_digest()?),
+            Settled::BuiltIn => None,
             Settled::Latest(_) => latest.cloned(),
             Settled::Use(pinned) | Settled::Repin { to: pinned, .. } => Some(pinned),
         };
-        let Some(version) = version else {
-            return Ok(experiment.check_for_digest()?);
-        };
-        let loaded = self
-            .definitions
-            .load(&version.name, version.version)
-            .await?;
+        let loaded = load_pinned(self.definitions.as_ref(), version.as_ref()).await?;
         crate::domain::definition::render::check_experiment(
             experiment,
             &loaded.definition,

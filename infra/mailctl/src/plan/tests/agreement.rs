@@ -142,8 +142,16 @@ async fn agree(
         experiment: Some(Experiment::parse(EXPERIMENT).unwrap()),
     };
     let predict = Prediction::new(&campaign, delivery.as_ref(), &guardrails, now_ms);
-    let topic = Topics::builtin().get(campaign.topic.as_str()).unwrap();
-    let mut members = audience(&campaign).audience(&campaign.window, topic, None);
+    let digest = mailflow::ports::DefinitionCampaign {
+        loaded: mailflow::ports::LoadedDefinition::bundled().unwrap(),
+        campaign: campaign.id.to_string(),
+        window: campaign.window,
+        topic: Topics::builtin()
+            .get(campaign.topic.as_str())
+            .unwrap()
+            .clone(),
+    };
+    let mut members = audience(&campaign).definition_audience(&digest, None);
     let (mut places, mut held_out) = (BTreeMap::new(), 0);
     while let Some(member) = members.next().await.unwrap() {
         let decision = predict.of(&member, now_ms);

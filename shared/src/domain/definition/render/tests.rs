@@ -1,7 +1,6 @@
 use super::*;
 use crate::domain::definition::{DataQuery, Query, Templates};
-use crate::domain::digest::{hostile_names, Digest, Look, Renderer};
-use crate::domain::text::printable_name;
+use crate::domain::digest::hostile_names;
 use serde_json::json;
 
 use crate::domain::definition::read_folder;
@@ -106,8 +105,7 @@ fn window(id: &str) -> Window {
         .window
 }
 
-/// One user as both renderers see them: today's `Digest` (named "there" when nameless, as
-/// the directories name them) and the definition's `EmailData` (the name as stored).
+/// One user of the digest: name, locale, count, names listed.
 struct Case {
     name: Option<String>,
     locale: Option<String>,
@@ -116,21 +114,6 @@ struct Case {
 }
 
 impl Case {
-    fn digest(&self) -> Digest {
-        Digest {
-            user_id: "u0000042".into(),
-            email: "ada@example.com".into(),
-            name: self
-                .name
-                .as_deref()
-                .and_then(printable_name)
-                .unwrap_or_else(|| "there".into()),
-            locale: self.locale.clone(),
-            new_followers: self.count,
-            recent: self.recent.clone(),
-        }
-    }
-
     /// `long`: the count as the driver writes an Int64 (`$numberLong`, canonical form).
     fn email_data(&self, long: bool) -> EmailData {
         let count = if long {
@@ -163,113 +146,19 @@ fn picks(n: usize) -> Vec<SlotUrls> {
         .collect()
 }
 
-/// Both renderers' output for `case`, which must be equal byte for byte.
-fn both(
-    old: &Renderer,
-    new: &DefinitionTemplates,
-    case: &Case,
-    email: Email<'_>,
-    long: bool,
-) -> (Rendered, Rendered) {
-    let look = Look {
-        subject: None,
-        body: email.variant,
-    };
-    let today = old
-        .render_look(
-            &case.digest(),
-            (email.window, email.topic, email.manage_url, email.picks),
-            look,
-        )
-        .unwrap();
-    let defined = new.render(&case.email_data(long), &email).unwrap();
-    (today, defined)
-}
-
-fn assert_same(today: &Rendered, defined: &Rendered, what: &str) {
-    assert_eq!(defined.subject, today.subject, "{what}: subject");
-    assert_eq!(defined.locale, today.locale, "{what}: locale");
-    assert_eq!(defined.text, today.text, "{what}: text");
-    if defined.html != today.html {
-        let at = defined
-            .html
-            .bytes()
-            .zip(today.html.bytes())
-            .position(|(a, b)| a != b)
-            .unwrap_or(defined.html.len().min(today.html.len()));
-        let from = at.saturating_sub(80);
-        panic!(
-            "{what}: HTML differs at byte {at}\n  today:   {:?}\n  defined: {:?}",
-            today.html.get(from..(at + 80).min(today.html.len())),
-            defined.html.get(from..(at + 80).min(defined.html.len())),
-        );
-    }
-}
-
-/// A snapshot test's user: name, locale, count, names listed, picks.
-type Snapshot = (
-    &'static str,
-    Option<&'static str>,
-    u64,
-    &'static [&'static str],
-    usize,
-);
-
+/// The digest's emails over hostile data: each renders, and most come from a shape mrml
+/// rendered once, every shape held to mrml's own output (`shapes`). The snapshot tests
+/// (`shared/tests/templates.rs`) hold its emails byte for byte.
 #[test]
-fn the_digest_definition_renders_every_digest_as_the_bundled_templates_do() {
+fn the_digest_renders_hostile_data_in_every_language_and_body_from_checked_shapes() {
     let (definition, _) = digest_definition();
     assert_eq!(definition.templates.languages, ["de", "en", "fr"]);
     assert_eq!(definition.templates.variants, ["short"]);
     let new = DefinitionTemplates::new(&definition).unwrap();
-    let old = Renderer::new("en").unwrap();
     let topics = Topics::builtin().all();
-    let weekly = Topics::builtin().weekly();
     let w47 = window("weekly-2026-W47");
     let three = picks(3);
     let mut compared = 0;
-
-    // The snapshot tests' users (shared/tests/templates.rs), in every body.
-    let snapshots: [Snapshot; 5] = [
-        (
-            "Ada Lovelace",
-            Some("en-GB"),
-            5,
-            &["Grace Hopper", "Linus", "Margaret Hamilton"],
-            0,
-        ),
-        ("Ada Lovelace", Some("en"), 2, &["Grace Hopper", "Linus"], 3),
-        ("Émilie", Some("fr"), 1, &["Sophie Germain"], 0),
-        ("Emmy", Some("de-AT"), 12, &["Lise", "Hedy", "Ada"], 0),
-        (
-            "<script>alert(\"x\")</script>",
-            None,
-            3,
-            &["{{ name }}", "Tom & Jerry", "</mj-text><mj-raw>"],
-            0,
-        ),
-    ];
-    for (name, locale, count, recent, n_picks) in snapshots {
-        let case = Case {
-            name: Some(name.into()),
-            locale: locale.map(str::to_owned),
-            count,
-            recent: recent.iter().map(|s| s.to_string()).collect(),
-        };
-        for variant in [None, Some("short")] {
-            let email = Email {
-                window: &w47,
-                topic: weekly,
-                manage_url: URL,
-                picks: &three[..n_picks],
-                variant,
-                subject: None,
-            };
-            let (today, defined) = both(&old, &new, &case, email, false);
-            assert_same(&today, &defined, &format!("{name} {locale:?} {variant:?}"));
-            compared += 1;
-        }
-    }
-
     // Hostile names as the user's and the followers' (markup, template syntax, entities,
     // control and sentinel characters, RTL, CJK, emoji, very long), no name at all, every
     // locale (fr-CA, de_DE, an unknown one, none), 0 to 4 names listed with counts that
@@ -305,17 +194,15 @@ fn the_digest_definition_renders_every_digest_as_the_bundled_templates_do() {
                     variant: [None, Some("short")][(n + l) % 2],
                     subject: None,
                 };
-                let (today, defined) = both(&old, &new, &case, email, turn % 3 == 0);
-                assert_same(
-                    &today,
-                    &defined,
-                    &format!("case n={n} l={l} recent={recent}"),
-                );
+                let out = new
+                    .render(&case.email_data(turn % 3 == 0), &email)
+                    .unwrap_or_else(|e| panic!("case n={n} l={l} recent={recent}: {e}"));
+                assert!(!out.subject.is_empty() && out.html.contains("</html>"));
                 compared += 1;
             }
         }
     }
-    assert_eq!(compared, 10 + (names.len() + 1) * 6 * 5);
+    assert_eq!(compared, (names.len() + 1) * 6 * 5);
     // Most of those emails were made from a shape mrml rendered once, and every shape
     // was mrml's own.
     let (made, kept) = new.shapes.counts();
@@ -549,10 +436,9 @@ fn the_data_and_params_reach_the_templates_as_the_spec_says() {
     );
 }
 
-/// Rendering time per email, today's digest renderer (with its shape cache, and mrml for
-/// every email as the reference) against the digest's definition (its own shape cache),
-/// over the same users: three runs of each, alternating. Build optimised for figures that
-/// mean anything (`--profile lab`). `MEASURE_EMAILS` sets how many (default 2000).
+/// Rendering time per email of the digest's definition (its shape cache warm after the
+/// first shapes), three runs. Build optimised for figures that mean anything (`--profile
+/// lab`). `MEASURE_EMAILS` sets how many (default 2000).
 #[test]
 #[ignore = "a measure, not a check: prints µs per email"]
 fn measure_render_per_email() {
@@ -562,7 +448,6 @@ fn measure_render_per_email() {
         .unwrap_or(2000);
     let (definition, _) = digest_definition();
     let new = DefinitionTemplates::new(&definition).unwrap();
-    let old = Renderer::new("en").unwrap();
     let w = window("weekly-2026-W47");
     let topic = Topics::builtin().weekly();
     let people = [
@@ -587,10 +472,7 @@ fn measure_render_per_email() {
             }
         })
         .collect();
-    let inputs: Vec<(Digest, EmailData)> = cases
-        .iter()
-        .map(|c| (c.digest(), c.email_data(false)))
-        .collect();
+    let inputs: Vec<EmailData> = cases.iter().map(|c| c.email_data(false)).collect();
     let email = Email {
         window: &w,
         topic,
@@ -599,31 +481,14 @@ fn measure_render_per_email() {
         variant: None,
         subject: None,
     };
-    let per_email = |f: &dyn Fn(&Digest, &EmailData) -> usize| {
-        let start = std::time::Instant::now();
-        let bytes: usize = inputs.iter().map(|(d, e)| f(d, e)).sum();
-        assert!(bytes > 0);
-        start.elapsed().as_secs_f64() * 1e6 / emails as f64
-    };
-    let cached = |d: &Digest, _: &EmailData| old.render(d, &w, topic, URL, &[]).unwrap().html.len();
-    let direct = |d: &Digest, _: &EmailData| {
-        old.render_direct(d, &w, topic, URL, &[])
-            .unwrap()
-            .html
-            .len()
-    };
-    let defined = |_: &Digest, e: &EmailData| new.render(e, &email).unwrap().html.len();
     for run in 1..=3 {
-        let (a, b, c) = if run % 2 == 1 {
-            (per_email(&cached), per_email(&direct), per_email(&defined))
-        } else {
-            let c = per_email(&defined);
-            let b = per_email(&direct);
-            (per_email(&cached), b, c)
-        };
-        println!(
-            "run {run}, {emails} emails, µs/email: digest::Renderer (shape cache) {a:.1}, digest::Renderer (mrml each) {b:.1}, definition {c:.1}"
-        );
+        let start = std::time::Instant::now();
+        let bytes: usize = (inputs.iter())
+            .map(|e| new.render(e, &email).unwrap().html.len())
+            .sum();
+        assert!(bytes > 0);
+        let per_email = start.elapsed().as_secs_f64() * 1e6 / emails as f64;
+        println!("run {run}, {emails} emails, µs/email: {per_email:.1}");
     }
 }
 
