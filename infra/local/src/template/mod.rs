@@ -330,9 +330,15 @@ mod tests {
             (sends.warm_writes, sends.indexes[0].warm_writes),
             (None, None)
         );
+        let waiting = |t: &Template| {
+            let table = (t.tables.iter()).find(|t| t.logical_id == "WaitingTable");
+            table.unwrap().warm_writes
+        };
+        assert_eq!(waiting(&t), None);
         let warm = [
             ("SendsTableWarmWrites".to_string(), "60200".to_string()),
             ("SendsIndexWarmWrites".to_string(), "40200".to_string()),
+            ("WaitingTableWarmWrites".to_string(), "34000".to_string()),
         ]
         .into();
         let warmed = Template::parse_with(&t.source, &warm).unwrap();
@@ -341,6 +347,7 @@ mod tests {
             (sends.warm_writes, sends.indexes[0].warm_writes),
             (Some(60_200), Some(40_200))
         );
+        assert_eq!(waiting(&warmed), Some(34_000));
         assert_eq!(
             t.function("CreateEmailsFunction").unwrap().env["UNSUBSCRIBE_BASE_URL"],
             EnvValue::Ref("UnsubscribeFunctionUrl".into())
