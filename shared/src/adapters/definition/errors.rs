@@ -32,24 +32,37 @@ impl RunError {
     }
 }
 
-/// Server codes that say the store, not the query, failed: a retry may succeed. (MongoDB's
-/// own retryable-read codes, lock and overload codes.)
+/// Server codes that say the store, not the query, failed: a retry may succeed, or the
+/// stack's own set-up is at fault (its user's rights), which the query's author cannot fix
+/// and a redrive after the fix sends. (MongoDB's retryable-read codes, lock, overload,
+/// interruption, sharding and authorisation codes.)
 const TRANSIENT_CODES: &[i32] = &[
     6,     // HostUnreachable
     7,     // HostNotFound
+    13,    // Unauthorized (the functions' MongoDB user lacks a right)
+    18,    // AuthenticationFailed
     24,    // LockTimeout
     43,    // CursorNotFound (the cursor was reaped: read again)
     46,    // LockBusy
+    63,    // StaleShardVersion
     89,    // NetworkTimeout
     91,    // ShutdownInProgress
     112,   // WriteConflict
+    133,   // FailedToSatisfyReadPreference
     134,   // ReadConcernMajorityNotAvailableYet
+    150,   // StaleEpoch
+    175,   // QueryPlanKilled
     189,   // PrimarySteppedDown
+    202,   // NetworkInterfaceExceededTimeLimit
+    237,   // CursorKilled
     262,   // ExceededTimeLimit (a server's own limit, not maxTimeMS)
+    279,   // ClientDisconnect
     9001,  // SocketException
     10107, // NotWritablePrimary
     11600, // InterruptedAtShutdown
+    11601, // Interrupted (killOp, a failover)
     11602, // InterruptedDueToReplStateChange
+    13388, // StaleConfig
     13435, // NotPrimaryNoSecondaryOk
     13436, // NotPrimaryOrSecondary
     16500, // request rate too large (Cosmos DB's MongoDB API)
@@ -147,9 +160,33 @@ mod tests {
 
     use super::*;
 
+    fn server(code: i32, name: &str) -> Error {
+        let command: mongodb::error::CommandError = mongodb::bson::deserialize_from_document(
+            mongodb::bson::doc! {"code": code, "codeName": name, "errmsg": "x"},
+        )
+        .unwrap();
+        ErrorKind::Command(command).into()
+    }
+
     #[test]
     fn refusals_are_the_definitions_and_the_network_is_the_stores() {
         let io: Error = std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
         assert!(!classify("d", "audience", io).is_definition());
+        // A query MongoDB cannot run fails the same way again: the definition's.
+        for (code, name) in [(40324, "Location40324"), (17276, "Location17276")] {
+            assert!(classify("d", "audience", server(code, name)).is_definition());
+        }
+        // A server interrupted, failing over, resharding or refusing the stack's user: the
+        // store's, retried (or redriven once fixed), never users skipped for it.
+        for (code, name) in [
+            (11601, "Interrupted"),
+            (237, "CursorKilled"),
+            (13388, "StaleConfig"),
+            (279, "ClientDisconnect"),
+            (13, "Unauthorized"),
+        ] {
+            let err = classify("d", "data.followers", server(code, name));
+            assert!(matches!(err, RunError::Store(_)), "{code}: {err:?}");
+        }
     }
 }
