@@ -105,6 +105,8 @@ pub async fn get_users(
     config: GetUsersConfig,
     sdk: &SdkConfig,
 ) -> Result<LambdaGetUsers, AssembleError> {
+    // A build whose bundled digest cannot load stops here, before any campaign registers.
+    crate::ports::LoadedDefinition::bundled()?;
     let db = mongo::connect(&config.mongo, sdk, "get-users").await?;
     let sqs = sqs_client(sdk);
     let users = SqsQueue::new(sqs.clone(), &config.users_queue_url);

@@ -140,7 +140,7 @@ pub enum Assignment {
 impl Experiment {
     /// The experiment a JSON document describes, checked: 2-5 variants with distinct names,
     /// the limits of each number. What its subjects and bodies need depends on the campaign's
-    /// templates (`check_for_digest`, or a definition's at GetUsers' first start).
+    /// templates (`definition::render::check_experiment`, at GetUsers' first start).
     pub fn parse(json: &str) -> Result<Self, ExperimentError> {
         let experiment: Self =
             serde_json::from_str(json).map_err(|e| invalid(format!("not read: {e}")))?;

@@ -40,7 +40,7 @@ pub async fn check_indexes(db: &Database) -> Result<(), StoreError> {
         return Ok(());
     }
     Err(StoreError::mongo(format!(
-        "the index {wanted} on {}.{FOLLOWS} is missing: the audience scan and the enrichment need it; create it before a campaign with `mailctl create-indexes` (see docs/deploying.md) or as `db.{FOLLOWS}.createIndex({wanted})`",
+        "the index {wanted} on {}.{FOLLOWS} is missing: the digest's audience and data queries need it; create it before a campaign with `mailctl create-indexes` (see docs/deploying.md) or as `db.{FOLLOWS}.createIndex({wanted})`",
         db.name()
     )))
 }

@@ -277,18 +277,18 @@ impl MemoryDirectory {
         let Some(user) = self.users.get(user_id) else {
             return skip(SkipReason::Vanished);
         };
-        if user.invalid {
-            return skip(SkipReason::InvalidDocument);
-        }
+        // In `Profile::read`'s order: the standing, then the fields' types, then the address.
         match user.standing(&campaign.topic) {
             None => {}
             Some(Exclusion::Suppressed) => return skip(SkipReason::Suppressed),
             Some(Exclusion::LeftTopic) => return skip(SkipReason::LeftTopic),
-            Some(Exclusion::Unsubscribed | Exclusion::Unreadable) => {
-                return skip(SkipReason::Unsubscribed)
-            }
+            Some(Exclusion::Unsubscribed) => return skip(SkipReason::Unsubscribed),
+            Some(Exclusion::Unreadable) => return skip(SkipReason::InvalidDocument),
         }
-        let Some(email) = user.email.clone() else {
+        if user.invalid {
+            return skip(SkipReason::InvalidDocument);
+        }
+        let Some(email) = user.email.clone().filter(|e| !e.trim().is_empty()) else {
             return skip(SkipReason::NoAddress);
         };
         let followers = self.followers(user_id, &campaign.window);
