@@ -1,8 +1,7 @@
 //! Campaign definitions against the local stack's MongoDB (`adapters::definition`): the
 //! digest (campaigns/digest) reaches the audience and reads the data recorded in
 //! `snapshots/digest-hostile-data.txt` from hostile data, resumes from a checkpoint of
-//! either id type, the orders example (campaigns/orders) reads nested fields, ObjectIds and decimals,
-//! and MongoDB's refusals are told apart from a store that does not answer.
+//! either id type, and MongoDB's refusals are told apart from a store that does not answer.
 
 use mailflow::adapters::definition::{DefinitionRun, RunError};
 use mailflow::adapters::mongo_directory::MongoDirectory;
@@ -15,11 +14,10 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::Database;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-fn campaign() -> Campaign {
+pub(crate) fn campaign() -> Campaign {
     Campaign::from_id("weekly-2026-W46", None).unwrap()
 }
 
@@ -30,7 +28,7 @@ fn topic(id: &str) -> Topic {
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A database of its own on the local stack's MongoDB, with the follows indexes.
-pub async fn fresh_db(test: &str) -> Database {
+pub(crate) async fn fresh_db(test: &str) -> Database {
     let (_, uri) = mailflow_tests::endpoints();
     let client = mongodb::Client::with_uri_str(&uri).await.unwrap();
     let unique = format!(
@@ -52,7 +50,7 @@ pub async fn fresh_db(test: &str) -> Database {
 
 /// An example of `campaigns/` as `mailctl campaign check` reads it: the files themselves,
 /// through the loader, are what is tested.
-fn example(name: &str) -> Definition {
+pub(crate) fn example(name: &str) -> Definition {
     let dir = mailctl::repo_root().join("campaigns").join(name);
     let files = mailctl::definition::read_dir(&dir).unwrap_or_else(|e| panic!("{e:?}"));
     Definition::load(&files).unwrap_or_else(|e| panic!("{name}: {e:?}"))
@@ -62,16 +60,16 @@ fn digest() -> Definition {
     example("digest")
 }
 
-fn orders() -> Definition {
+pub(crate) fn orders() -> Definition {
     example("orders")
 }
 
-fn run_of(db: &Database, definition: Definition, window: &Window) -> DefinitionRun {
+pub(crate) fn run_of(db: &Database, definition: Definition, window: &Window) -> DefinitionRun {
     let topic = topic(&definition.topic.clone());
     DefinitionRun::new(db.clone(), definition, topic, window, "weekly-2026-W46").unwrap()
 }
 
-async fn drain(
+pub(crate) async fn drain(
     mut scan: impl AudienceScan,
 ) -> (
     Vec<AudienceMember>,
@@ -84,7 +82,7 @@ async fn drain(
     (members, scan.excluded().clone())
 }
 
-fn oid(n: u32) -> ObjectId {
+pub(crate) fn oid(n: u32) -> ObjectId {
     let mut bytes = [7u8; 12];
     bytes[8..].copy_from_slice(&n.to_be_bytes());
     ObjectId::from_bytes(bytes)
@@ -362,102 +360,6 @@ async fn a_definitions_audience_resumes_after_a_checkpoint_of_either_id_type() {
 }
 
 /// Cents in a relaxed Extended JSON number or `{"$numberDecimal": "4.50"}`.
-fn cents(value: &Value) -> i64 {
-    let text = match value {
-        Value::Object(o) => o["$numberDecimal"].as_str().unwrap().to_owned(),
-        other => other.to_string(),
-    };
-    let (whole, frac) = text.split_once('.').unwrap_or((&text, "0"));
-    let frac = format!("{frac:0<2}");
-    whole.parse::<i64>().unwrap() * 100 + frac[..2].parse::<i64>().unwrap()
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn the_orders_example_reads_nested_fields_object_ids_and_decimals() {
-    let db = fresh_db("orders").await;
-    let window = campaign().window;
-    let report = mailflow_local::seed::seed_orders(
-        &db,
-        &mailflow_local::seed::OrdersOptions {
-            customers: 400,
-            seed: 3,
-            domain: "example.com".into(),
-            window,
-        },
-    )
-    .await
-    .unwrap();
-    let run = run_of(&db, orders(), &window);
-    let (members, excluded) = drain(run.audience(None)).await;
-    let ids: Vec<String> = members.iter().map(|m| m.id.to_string()).collect();
-    assert_eq!(ids, report.audience.keys().cloned().collect::<Vec<_>>());
-    assert_eq!(
-        (
-            excluded.unsubscribed,
-            excluded.suppressed,
-            excluded.left_topic
-        ),
-        (report.unsubscribed, report.suppressed, report.left_topic)
-    );
-    assert!(members.iter().all(|m| m.zone
-        == mailflow::domain::local_time::ZoneField::Text("Europe/Berlin".into())
-        || m.zone == mailflow::domain::local_time::ZoneField::Missing));
-
-    let user_ids: Vec<UserId> = members.iter().map(|m| m.id.clone()).collect();
-    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-    for batch in user_ids.chunks(10) {
-        for (id, prepared) in batch.iter().zip(run.prepare(batch).await.unwrap()) {
-            let expected = &report.audience[&id.to_string()];
-            match prepared {
-                Prepared::Skip(reason) => {
-                    assert_eq!(
-                        Err(reason.as_str()),
-                        expected.as_ref().map(|_| ()).map_err(|r| *r),
-                        "{id}"
-                    );
-                    *reasons.entry(reason).or_default() += 1;
-                }
-                Prepared::Ready(email) => {
-                    let orders = email.data["orders"].as_array().unwrap();
-                    let totals: Vec<i64> = orders.iter().map(|o| cents(&o["total"])).collect();
-                    assert_eq!(Ok(&totals), expected.as_ref(), "{id}");
-                    assert!(email.email.ends_with("@example.com"), "{id}");
-                    assert!(
-                        email.language.is_none()
-                            || ["en", "fr-CA", "de", "pt-BR"]
-                                .contains(&email.language.as_deref().unwrap())
-                    );
-                    assert!(!email.name.as_deref().unwrap_or("").contains('\0'));
-                    for order in orders {
-                        assert!(order["placedAt"]["$date"].is_string(), "{order}");
-                        assert!(order["number"]["$oid"].is_string(), "{order}");
-                        assert_eq!(
-                            order["userId"]["$oid"],
-                            json!(id.to_string().trim_start_matches("oid:"))
-                        );
-                        for item in order["items"].as_array().unwrap() {
-                            assert!(item["price"]["$numberDecimal"].is_string(), "{item}");
-                            assert!(item["quantity"].is_i64(), "{item}");
-                            assert!(
-                                !item["name"].as_str().unwrap().contains('\u{7}'),
-                                "printable: {item}"
-                            );
-                        }
-                    }
-                    *reasons.entry("ready".into()).or_default() += 1;
-                }
-            }
-        }
-    }
-    for reason in ["ready", "no_orders", "no_address", "invalid_document"] {
-        assert!(
-            reasons.get(reason).copied().unwrap_or(0) > 0,
-            "{reason}: {reasons:?}"
-        );
-    }
-}
-
-/// A definition whose audience or data pipeline is `pipeline`.
 fn broken(audience: Option<Value>, data: Option<Value>) -> Definition {
     let mut d = digest();
     if let Some(Value::Array(stages)) = audience {
@@ -597,38 +499,4 @@ async fn audience_scan_timing() {
             members.len()
         );
     }
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn the_announcement_reaches_every_user_the_topic_lets_in_in_id_order() {
-    let db = fresh_db("announcement").await;
-    let users = db.collection::<Document>("users");
-    users
-        .insert_many([
-            doc! { "_id": "u2", "email": "b@example.com", "subscribed": true },
-            doc! { "_id": "u1", "email": "a@example.com", "subscribed": true, "topics": { "product-news": { "subscribed": true } } },
-            doc! { "_id": "u3", "email": "c@example.com", "subscribed": false },
-            doc! { "_id": "u4", "email": "d@example.com", "subscribed": true, "suppression": { "reason": "bounce" } },
-            doc! { "_id": "u5", "email": "e@example.com", "subscribed": true, "topics": { "product-news": { "subscribed": false } } },
-            doc! { "_id": oid(7), "email": "f@example.com", "subscribed": true },
-            doc! { "_id": 42, "email": "g@example.com", "subscribed": true },
-        ])
-        .await
-        .unwrap();
-    let window = campaign().window;
-    let run = run_of(&db, example("announcement"), &window);
-    let (members, excluded) = drain(run.audience(None)).await;
-    let ids: Vec<String> = members.iter().map(|m| m.id.to_string()).collect();
-    assert_eq!(
-        ids,
-        ["u1", "u2", &UserId::ObjectId(oid(7).bytes()).to_string()]
-    );
-    assert_eq!(
-        (
-            excluded.unsubscribed,
-            excluded.suppressed,
-            excluded.left_topic
-        ),
-        (1, 1, 1)
-    );
 }

@@ -13,6 +13,7 @@ mod cli_demo;
 mod cli_plan;
 mod consistency;
 mod definition_campaigns;
+mod definition_examples;
 mod definition_experiments;
 mod definition_queries;
 mod definition_store;

@@ -59,23 +59,10 @@ pub fn files() -> Files {
 mod tests {
     use super::*;
 
-    fn on_disk(dir: &std::path::Path, prefix: &str, found: &mut Files) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let entry = entry.unwrap();
-            let name = format!("{prefix}{}", entry.file_name().to_string_lossy());
-            if entry.file_type().unwrap().is_dir() {
-                on_disk(&entry.path(), &format!("{name}/"), found);
-            } else {
-                found.insert(name, std::fs::read_to_string(entry.path()).unwrap());
-            }
-        }
-    }
-
     #[test]
     fn the_bundled_digest_is_the_folder_and_loads() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../campaigns/digest");
-        let mut folder = Files::new();
-        on_disk(&dir, "", &mut folder);
+        let folder = super::super::read_folder(&dir);
         assert_eq!(
             files(),
             folder,
