@@ -2,9 +2,10 @@
 //! accepts yields its events (DELIVERY; SEND too in the design before it); EventBridge
 //! delivers each to the SesEvents queue within its invocation quota (`limits::Throughput`,
 //! the region's `eventbridge_invocations_per_second`): beyond it a delivery is retried with
-//! backoff, delayed, never dropped. SesEvents' environments (the real stage over in-memory
-//! ports, its CPU share by its memory, one DynamoDB round trip a batch) consume the queue,
-//! and the lag of each event is taken from its email's acceptance to its batch handled.
+//! backoff, delayed, never dropped. SesEvents' environments (the real stage, writing to the
+//! lab's sends table, its CPU share by its memory, one DynamoDB round trip a batch) consume
+//! the queue, and the lag of each event is taken from its email's acceptance to its batch
+//! handled.
 //! `Account` is the account's concurrency, shared by every mapping's invocations once the
 //! reserved functions took theirs: a mapping cannot scale past it.
 
@@ -17,8 +18,8 @@ use futures::future::BoxFuture;
 use mailflow::config::SesEventsConfig;
 use mailflow::domain::aws_limits::eventbridge_invocations_per_second;
 use mailflow::domain::events_path::{Handler, EVENT_CPU_US};
-use mailflow::ports::memory::{MemoryRecords, MemorySubscribers};
-use mailflow::ports::{Mailer, OutgoingEmail, SendError};
+use mailflow::ports::memory::MemorySubscribers;
+use mailflow::ports::{Mailer, OutgoingEmail, SendError, SendRecordNotes};
 use mailflow::stages::ses_events::SesEvents;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -187,10 +188,12 @@ impl EventsPath {
         self.queue.send([body]);
     }
 
-    /// SesEvents' environments on the events queue, within the account's concurrency.
+    /// SesEvents' environments on the events queue, within the account's concurrency, their
+    /// notes and reconciles written to `records` (the sends table, behind its limits).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn start_handlers(
+    pub(crate) fn start_handlers<R: SendRecordNotes + Clone + 'static>(
         self: &Arc<Self>,
+        records: R,
         environments: u32,
         handler: Handler,
         ramp: Ramp,
@@ -212,7 +215,7 @@ impl EventsPath {
         let mut tasks = Vec::new();
         for environment in 0..environments {
             let stage = Arc::new(SesEvents::new(
-                MemoryRecords::default(),
+                records.clone(),
                 MemorySubscribers::default(),
                 config.clone(),
             ));
@@ -318,6 +321,7 @@ impl<M: Mailer> Mailer for Publishing<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::sends_table::{IndexDesign, SendsTable, TableQuota};
     use mailflow::domain::aws_limits::LAMBDA_ACCOUNT_CONCURRENCY;
     use mailflow::domain::capacity::Stack;
     use mailflow::domain::events_path::{events_per_email, handlers_for};
@@ -361,6 +365,13 @@ mod tests {
         let ms = Duration::from_millis;
         let tasks = path
             .start_handlers(
+                SendsTable::new(
+                    Arc::default(),
+                    (ms(5), ms(15)),
+                    TableQuota::Raised,
+                    IndexDesign::Sparse,
+                    7,
+                ),
                 environments,
                 Handler::DEFAULT,
                 ramp,

@@ -202,7 +202,7 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<PipelineRep
     }
     let enqueued = mailflow::runtime::lock(&enqueued).clone();
     let composed = mailflow::runtime::lock(&composed).clone();
-    let sends_table = rig.sends.report(seen.accepted.keys()).await;
+    let sends_table = rig.sends.report(seen.accepted.keys());
     Ok(report(
         options,
         &sizing,

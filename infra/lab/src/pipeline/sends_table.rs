@@ -1,7 +1,7 @@
 //! The sends table under DynamoDB's write limits, in front of the lab's ledger. Every write
-//! SendEmail makes (`SendLedger`, `CapLedger`) and the Delivery note SesEvents would make
-//! for each email SES accepted (the lab runs no SesEvents: the note is charged as its own
-//! stream, `DELIVERY_AFTER` after the SENT) is charged, through `crate::limits`, to:
+//! SendEmail makes (`SendLedger`, `CapLedger`) and every note and reconcile the real SesEvents
+//! makes as its events arrive (`SendRecordNotes`: a Delivery note per email SES accepted,
+//! when EventBridge and the events queue bring it) is charged, through `crate::limits`, to:
 //!
 //! - the table's write quota (`TableQuota`; DynamoDB's 40,000, a new on-demand table's
 //!   4,000, or the quota docs/deploying.md has the operator raise it to). The base table's
@@ -31,20 +31,15 @@ use mailflow::domain::aws_limits::{
 };
 use mailflow::domain::guardrails::{CapHistory, Skip};
 use mailflow::domain::ledger::{
-    shard_of, Claim, ClaimOutcome, LedgerError, LedgerWrite, Reclaim, SendKey, SendStatus,
-    CAMPAIGN_SHARDS, SENDS_TABLE_WRITE_UNITS,
+    shard_of, Claim, ClaimOutcome, Engagement, LedgerError, LedgerWrite, Reclaim, SendKey,
+    SendStatus, CAMPAIGN_SHARDS, SENDS_TABLE_WRITE_UNITS,
 };
 use mailflow::ports::memory::MemoryLedger;
-use mailflow::ports::{CapLedger, Marked, SendLedger};
+use mailflow::ports::{CapLedger, Marked, SendLedger, SendRecordNotes};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::task::JoinHandle;
-
-/// When SES's Delivery event reaches SesEvents after the send (a receiving server's answer,
-/// EventBridge, the events queue): a few seconds.
-const DELIVERY_AFTER: Duration = Duration::from_secs(3);
 
 /// DynamoDB's bytes of overhead on each index entry.
 const INDEX_ENTRY_OVERHEAD: usize = 100;
@@ -177,8 +172,7 @@ pub struct SendsTableReport {
     /// Write units per email SES accepted: the table's and the index's.
     pub table_units_per_email: f64,
     pub index_units_per_email: f64,
-    /// Emails SES accepted whose record is not SENT at the end (the lab runs no SesEvents to
-    /// reconcile them).
+    /// Emails SES accepted whose record is not SENT at the end, after SesEvents' reconcile.
     pub unrecorded: usize,
 }
 
@@ -192,7 +186,6 @@ struct Model {
     quota: TableQuota,
     shapes: Mutex<HashMap<(String, String), Shape>>,
     failed: Mutex<(u64, u64)>,
-    deliveries: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// The ledger behind the sends table's limits; clones share it.
@@ -227,20 +220,15 @@ impl SendsTable {
             quota,
             shapes: Mutex::default(),
             failed: Mutex::default(),
-            deliveries: Mutex::default(),
         }))
     }
 
-    /// Waits for the Delivery notes still to come, then reports; `accepted`: the (campaign,
-    /// user) of every email SES accepted.
-    pub async fn report<'a>(
+    /// The table's figures once the events are drained; `accepted`: the (campaign, user) of
+    /// every email SES accepted.
+    pub fn report<'a>(
         &self,
         accepted: impl ExactSizeIterator<Item = &'a (String, String)>,
     ) -> SendsTableReport {
-        let pending = std::mem::take(&mut *mailflow::runtime::lock(&self.0.deliveries));
-        for delivery in pending {
-            let _ = delivery.await;
-        }
         let emails = accepted.len().max(1) as f64;
         let unrecorded = accepted
             .filter(|(campaign, user)| {
@@ -313,18 +301,6 @@ impl SendsTable {
             }
         })
     }
-
-    /// SesEvents' Delivery note on this email's record, `DELIVERY_AFTER` from now.
-    fn deliver_later(&self, key: &SendKey) {
-        let (table, key) = (self.clone(), key.clone());
-        let delivery = tokio::spawn(async move {
-            tokio::time::sleep(DELIVERY_AFTER).await;
-            let _ = table
-                .charge(LedgerWrite::Note, &key, |shape| shape.notes += 1)
-                .await;
-        });
-        mailflow::runtime::lock(&self.0.deliveries).push(delivery);
-    }
 }
 
 impl CapLedger for SendsTable {
@@ -373,8 +349,6 @@ impl SendLedger for SendsTable {
     }
 
     async fn mark_sent(&self, claim: &Claim, ses_message_id: &str, late_ms: Option<i64>) -> Marked {
-        // SES took it: its Delivery event comes whether or not SENT is written.
-        self.deliver_later(&claim.key);
         self.charge(LedgerWrite::MarkSent, &claim.key, |shape| {
             shape.outcome = true;
             shape.last_error = 0;
@@ -421,5 +395,41 @@ impl SendLedger for SendsTable {
     async fn cancel_send(&self, key: &SendKey, at_ms: u64) -> Result<bool, LedgerError> {
         self.charge(LedgerWrite::Cancel, key, |_| {}).await?;
         self.0.ledger.cancel_send(key, at_ms).await
+    }
+}
+
+/// SesEvents' writes: a note (Delivery, a bounce...) rewrites the record, and its index
+/// entry once it has one; a reconcile puts it in the index as SENT. A status read is not
+/// a write.
+impl SendRecordNotes for SendsTable {
+    async fn note(
+        &self,
+        key: &SendKey,
+        what: Engagement,
+        at_ms: u64,
+    ) -> Result<Option<SendStatus>, LedgerError> {
+        self.charge(LedgerWrite::Note, key, |shape| shape.notes += 1)
+            .await?;
+        self.0.ledger.inner.note(key, what, at_ms).await
+    }
+
+    async fn status_of(&self, key: &SendKey) -> Result<Option<SendStatus>, LedgerError> {
+        self.0.ledger.inner.status_of(key).await
+    }
+
+    async fn reconcile_sent(
+        &self,
+        key: &SendKey,
+        ses_message_id: &str,
+        at_ms: u64,
+    ) -> Result<bool, LedgerError> {
+        self.charge(LedgerWrite::Reconcile, key, |shape| {
+            shape.outcome = true;
+            shape.last_error = 0;
+        })
+        .await?;
+        (self.0.ledger.inner)
+            .reconcile_sent(key, ses_message_id, at_ms)
+            .await
     }
 }

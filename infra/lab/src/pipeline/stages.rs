@@ -313,6 +313,7 @@ pub(super) fn start_stages_after_get_users(
     let per_send = cpu_time(send_cpu, options.send_memory_mb);
     tasks.extend(start_send_email(rig, options, sizing, per_send, seed)?);
     tasks.extend(rig.events.start_handlers(
+        rig.sends.clone(),
         sizing.events_environments,
         sizing.handler,
         rig.ramp.clone(),

@@ -1,10 +1,11 @@
 //! A ledger with the same conditions as the DynamoDB one (`adapters::sends`).
 
 use crate::domain::guardrails::{CapHistory, Skip};
+use crate::domain::ledger::Engagement;
 use crate::domain::ledger::{
     Claim, ClaimOutcome, LedgerError, LostClaim, Reclaim, Refusal, SendKey, SendStatus,
 };
-use crate::ports::{CapLedger, Marked, SendLedger};
+use crate::ports::{CapLedger, Marked, SendLedger, SendRecordNotes};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -253,5 +254,51 @@ impl CapLedger for MemoryLedger {
             entries: history.entries.clone(),
         };
         Ok(true)
+    }
+}
+
+/// The SES events' side of the same records: the status a note finds (the engagements
+/// themselves are not kept), and the reconcile of an attempt SES took.
+impl SendRecordNotes for MemoryLedger {
+    async fn note(
+        &self,
+        key: &SendKey,
+        _what: Engagement,
+        _at_ms: u64,
+    ) -> Result<Option<SendStatus>, LedgerError> {
+        self.unavailable("note")?;
+        self.status_of(key).await
+    }
+
+    async fn status_of(&self, key: &SendKey) -> Result<Option<SendStatus>, LedgerError> {
+        Ok(self
+            .get(&key.user_id, key.campaign_id())
+            .and_then(|record| record.status))
+    }
+
+    async fn reconcile_sent(
+        &self,
+        key: &SendKey,
+        ses_message_id: &str,
+        _at_ms: u64,
+    ) -> Result<bool, LedgerError> {
+        self.unavailable("reconcile")?;
+        let mut records = self.lock();
+        let record = records.get_mut(&(key.user_id.clone(), key.campaign_id().to_owned()));
+        Ok(match record {
+            Some(record)
+                if matches!(
+                    record.status,
+                    Some(SendStatus::InProgress | SendStatus::DeadLettered | SendStatus::Skipped)
+                ) =>
+            {
+                record.status = Some(SendStatus::Sent);
+                record.ses_message_id = Some(ses_message_id.to_owned());
+                record.lease_until_ms = None;
+                record.last_error = None;
+                true
+            }
+            _ => false,
+        })
     }
 }
