@@ -34,10 +34,18 @@ pub const SQS_MAPPING_ENVIRONMENTS_PER_MINUTE: u32 = 300;
 /// API rate has no documented limit.
 pub const SQS_IN_FLIGHT: u32 = 120_000;
 
-/// EventBridge Scheduler: `CreateSchedule` calls a second in the largest regions (250
-/// elsewhere), and the schedules it invokes a second (adjustable).
-pub const SCHEDULER_CREATE_PER_SECOND: f64 = 1_000.0;
-pub const SCHEDULER_INVOCATIONS_PER_SECOND: f64 = 1_000.0;
+/// EventBridge Scheduler's `CreateSchedule` calls a second per account and region,
+/// adjustable: beyond it the call is refused (a ThrottlingException) for the rest of the
+/// second. The quota page lists 1,000 in these regions and 250 in the others (its English
+/// page now lists 5,000 where it listed 1,000; the lower is taken).
+pub fn scheduler_creates_per_second(region: &str) -> f64 {
+    match region {
+        "us-east-1" | "us-east-2" | "us-west-2" | "ap-northeast-1" | "ap-south-1"
+        | "ap-southeast-1" | "ap-southeast-2" | "eu-central-1" | "eu-west-1" | "eu-west-2"
+        | "sa-east-1" => 1_000.0,
+        _ => 250.0,
+    }
+}
 
 /// EventBridge's invocations a second (an event matched by a rule, delivered to one target)
 /// per account and region, adjustable: beyond it deliveries are delayed (retried for up to

@@ -95,6 +95,9 @@ pub struct LocalTimeReport {
     pub peak_key_writes_per_second: f64,
     pub write_units: f64,
     pub read_units: f64,
+    /// EventBridge Scheduler: `CreateSchedule` calls, and those it throttled.
+    pub schedules_created: f64,
+    pub schedule_throttles: u64,
     /// Audience users never released, released more than once, still in the table.
     pub lost: usize,
     pub twice: usize,
@@ -123,6 +126,7 @@ pub async fn run_one(options: &PipelineOptions, seed: u64) -> Result<LocalTimeRe
         millis(&options.store_latency_ms)?,
         cpu.clone(),
         per_user,
+        &options.region,
         seed,
     ));
     let directory = LabDirectory::zoned(options.users, millis(&options.mongo_latency_ms)?, zones);
@@ -287,6 +291,8 @@ fn report(
             .map_or(0.0, |c| c.peak_key_per_second),
         write_units: units(PARTITION_WRITES.name),
         read_units: units("waiting partition reads"),
+        schedules_created: units(waiting.scheduler.name),
+        schedule_throttles: throttles(waiting.scheduler.name),
         lost: (0..options.users)
             .filter(|i| !seen.contains_key(&LabDirectory::id(*i)))
             .count(),
@@ -413,7 +419,8 @@ mod tests {
     /// users rendered and sent at 5,000/s as it is released, Lambda's mappings scaling from
     /// five environments again at each slot. Every released user gets one email, none goes
     /// to a DLQ, and the lateness at SES's acceptance is the release's plus the sending's:
-    /// seconds, not the slot's whole day. (Debug build: about 20 s.)
+    /// seconds, not the slot's whole day; each slot's two schedules are created within
+    /// EventBridge Scheduler's rate. (Debug build: about 20 s.)
     #[test]
     fn a_local_time_campaign_is_sent_slot_by_slot() {
         let mut options =
@@ -441,6 +448,12 @@ mod tests {
             "{sent:?}"
         );
         assert!(report.slots.len() > 1, "{report:?}");
+        // Each slot's release and sweep were created within Scheduler's rate.
+        assert!(
+            report.schedules_created >= 2.0 * report.slots.len() as f64
+                && report.schedule_throttles == 0,
+            "{report:?}"
+        );
         // Later than the release, and by the sending's seconds only.
         assert!(sent.sent_late_p50_ms > report.late_p50_ms, "{report:?}");
         assert!(sent.sent_late_p99_ms < 30_000, "{sent:?}");

@@ -4,7 +4,9 @@
 //! adapter sends them (`adapters::waiting`): BatchWriteItem calls of 25 one after another,
 //! the items a partition refuses coming back unprocessed and written again after a pause,
 //! up to its attempts; a call whose every item is refused is throttled whole, and fails
-//! after the SDK's retries. A hold also costs GetUsers the CPU each user takes it.
+//! after the SDK's retries. A hold also costs GetUsers the CPU each user takes it. Each
+//! slot's release and sweep schedules are charged to EventBridge Scheduler's `CreateSchedule`
+//! rate for the region, and fail as the SDK does after its retries.
 
 use crate::limits::{Charge, Limit, Throughput};
 use crate::rate::latency::{Cpu, Slow};
@@ -13,8 +15,8 @@ use mailflow::adapters::waiting::{
     UNPROCESSED_ATTEMPTS,
 };
 use mailflow::domain::aws_limits::{
-    DYNAMODB_PARTITION_READ_UNITS, DYNAMODB_PARTITION_WRITE_UNITS, DYNAMODB_TABLE_READ_UNITS,
-    DYNAMODB_TABLE_WRITE_UNITS, DYNAMODB_WRITE_UNIT_BYTES,
+    scheduler_creates_per_second, DYNAMODB_PARTITION_READ_UNITS, DYNAMODB_PARTITION_WRITE_UNITS,
+    DYNAMODB_TABLE_READ_UNITS, DYNAMODB_TABLE_WRITE_UNITS, DYNAMODB_WRITE_UNIT_BYTES,
 };
 use mailflow::domain::campaign::CampaignId;
 use mailflow::domain::local_time::shards::shard_of;
@@ -47,6 +49,8 @@ const READ_UNIT_BYTES: usize = 4_096;
 pub struct LabWaitingTable {
     room: Slow<MemoryWaitingRoom>,
     pub limits: Throughput,
+    /// EventBridge Scheduler's `CreateSchedule` rate in the run's region.
+    pub scheduler: Limit,
     /// The shards a new slot is spread over (the adapter records `new_slot_shards`).
     shards: u8,
     /// GetUsers' CPU, and what each held user takes of it.
@@ -60,11 +64,16 @@ impl LabWaitingTable {
         latency: (Duration, Duration),
         cpu: Arc<Cpu>,
         per_user: Duration,
+        region: &str,
         seed: u64,
     ) -> Self {
         Self {
             room: Slow::new(Arc::new(MemoryWaitingRoom::sharded(shards)), latency),
             limits: Throughput::new(seed),
+            scheduler: Limit {
+                name: "Scheduler CreateSchedule",
+                per_second: scheduler_creates_per_second(region),
+            },
             shards,
             cpu,
             per_user,
@@ -156,6 +165,11 @@ impl WaitingRoom for LabWaitingTable {
         target_arn: &str,
         event: &Value,
     ) -> Result<(), StoreError> {
+        self.room.wait().await;
+        (self.limits)
+            .admit(&[Charge::new(self.scheduler, "", 1.0)])
+            .await
+            .map_err(|throttled| StoreError(format!("EventBridge Scheduler: {throttled}")))?;
         (self.room.inner)
             .schedule_release(campaign, schedule, target_arn, event)
             .await
