@@ -7,9 +7,13 @@
 //! (three attempts in all, exponential backoff with full jitter, the first up to a second),
 //! and fails with a ThrottlingException after the last, so a design that exceeds a limit
 //! fails in the lab as it would on AWS. Each limit counts its units and its throttles.
+//!
+//! A limit marked as an on-demand table's (`Throughput::grows`) starts at its rate and
+//! grows as DynamoDB's on-demand capacity does: up to twice the busiest second it served
+//! 30 minutes or more ago, never above the table's quota.
 
 use mailflow_local::seed::Rng;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -17,6 +21,10 @@ use tokio::time::Instant;
 /// The SDK's standard retry mode: attempts in all, and the first backoff's ceiling.
 pub const ATTEMPTS: u32 = 3;
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How long DynamoDB takes to make an on-demand table's peak its new baseline: it serves
+/// twice a peak at once and scales beyond it within 30 minutes.
+pub const ON_DEMAND_GROWTH_AFTER: Duration = Duration::from_secs(30 * 60);
 
 /// One limit: its name (as reports and errors say it) and its rate, units a second.
 #[derive(Clone, Copy, Debug)]
@@ -68,7 +76,32 @@ pub struct Throughput {
 struct State {
     buckets: HashMap<(&'static str, String), Bucket>,
     counts: HashMap<&'static str, Counts>,
+    growing: HashMap<&'static str, Growth>,
     rng: Rng,
+}
+
+/// An on-demand table's capacity as it grows from its start.
+struct Growth {
+    /// The table's quota: it grows no further.
+    ceiling: f64,
+    /// Whole seconds served (start, units), until they are old enough to count as a peak.
+    seconds: VecDeque<(Instant, f64)>,
+    /// The busiest of the seconds at least `ON_DEMAND_GROWTH_AFTER` old.
+    settled_peak: f64,
+}
+
+impl Growth {
+    /// What the table serves now: its start, or twice its settled peak, within its quota.
+    fn per_second(&mut self, start: f64, now: Instant) -> f64 {
+        while let Some(&(began, units)) = self.seconds.front() {
+            if now.duration_since(began) < ON_DEMAND_GROWTH_AFTER {
+                break;
+            }
+            self.settled_peak = self.settled_peak.max(units);
+            self.seconds.pop_front();
+        }
+        start.max(2.0 * self.settled_peak).min(self.ceiling)
+    }
 }
 
 struct Bucket {
@@ -85,6 +118,7 @@ impl Throughput {
             state: Mutex::new(State {
                 buckets: HashMap::new(),
                 counts: HashMap::new(),
+                growing: HashMap::new(),
                 rng: Rng::new(seed),
             }),
         }
@@ -148,6 +182,19 @@ impl Throughput {
         unreachable!("the last attempt returns")
     }
 
+    /// `limit` is a new on-demand table's (or index's): it grows from its rate up to
+    /// `ceiling`, as DynamoDB grows it (`ON_DEMAND_GROWTH_AFTER`).
+    pub fn grows(&self, limit: Limit, ceiling: f64) {
+        mailflow::runtime::lock(&self.state).growing.insert(
+            limit.name,
+            Growth {
+                ceiling,
+                seconds: VecDeque::new(),
+                settled_peak: 0.0,
+            },
+        );
+    }
+
     /// Units and throttles per limit, by name.
     pub fn counts(&self) -> HashMap<&'static str, Counts> {
         mailflow::runtime::lock(&self.state).counts.clone()
@@ -172,10 +219,13 @@ impl State {
                     this_second: 0.0,
                     second_started: now,
                 });
+            let per_second = match self.growing.get_mut(charge.limit.name) {
+                Some(growth) => growth.per_second(charge.limit.per_second, now),
+                None => charge.limit.per_second,
+            };
             let elapsed = now.duration_since(bucket.refilled).as_secs_f64();
             bucket.refilled = now;
-            bucket.level =
-                (bucket.level + elapsed * charge.limit.per_second).min(charge.limit.per_second);
+            bucket.level = (bucket.level + elapsed * per_second).min(per_second);
             if bucket.level < charge.units {
                 self.counts.entry(charge.limit.name).or_default().throttles += 1;
                 return Err(Throttled {
@@ -191,6 +241,13 @@ impl State {
                 .expect("refilled above");
             bucket.level -= charge.units;
             if now.duration_since(bucket.second_started) >= Duration::from_secs(1) {
+                if let Some(growth) = self.growing.get_mut(charge.limit.name) {
+                    // A second's burst (the bucket's one second held) is not a peak the
+                    // table scales to: what it served at its rate is.
+                    let rate = growth.per_second(charge.limit.per_second, now);
+                    (growth.seconds)
+                        .push_back((bucket.second_started, bucket.this_second.min(rate)));
+                }
                 bucket.second_started = now;
                 bucket.this_second = 0.0;
             }
@@ -244,6 +301,37 @@ mod tests {
         }
         assert!(refused > 0);
         assert!(limits.throttles("partition") > 0);
+    }
+
+    /// A new on-demand table asked for four times its start: it serves its start for 30
+    /// minutes, then twice that peak, then its quota.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_on_demand_table_doubles_its_peak_each_half_hour_up_to_its_quota() {
+        let limits = Throughput::new(4);
+        limits.grows(TABLE, 35.0);
+        let mut served = [0u32; 3];
+        // 40 requests of one unit a second for 65 minutes, each tried once.
+        for tick in 0..(65 * 60 * 40) {
+            tokio::time::advance(Duration::from_millis(25)).await;
+            let taken = mailflow::runtime::lock(&limits.state)
+                .try_take(&[Charge::new(TABLE, "", 1.0)])
+                .is_ok();
+            let minute = tick / (60 * 40);
+            let window = match minute {
+                1..=28 => 0,
+                31..=58 => 1,
+                61.. => 2,
+                _ => continue,
+            };
+            served[window] += u32::from(taken);
+        }
+        let per_second = |served: u32, minutes: u32| f64::from(served) / f64::from(minutes * 60);
+        let first = per_second(served[0], 28);
+        let second = per_second(served[1], 28);
+        let third = per_second(served[2], 4);
+        assert!((first - 15.0).abs() < 0.5, "{first}");
+        assert!((second - 30.0).abs() < 0.5, "{second}");
+        assert!((third - 35.0).abs() < 0.5, "{third}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -4,7 +4,8 @@
 //! when EventBridge and the events queue bring it) is charged, through `crate::limits`, to:
 //!
 //! - the table's write quota (`TableQuota`; DynamoDB's 40,000, a new on-demand table's
-//!   4,000, or the quota docs/deploying.md has the operator raise it to). The base table's
+//!   4,000 growing as DynamoDB grows it, or the quota docs/deploying.md has the operator
+//!   raise it to). The base table's
 //!   partitions are not charged apart: the key is (userId, campaignId), and one record
 //!   takes a few writes in a campaign, nowhere near its partition's 1,000 a second;
 //! - when the write changes the record's entry in `CampaignShardIndex`: the index's own
@@ -50,8 +51,8 @@ const INDEX_ENTRY_OVERHEAD: usize = 100;
 pub enum TableQuota {
     /// DynamoDB's default per-table quota: 40,000 write units a second.
     Default,
-    /// A new on-demand table: 4,000 a second (it doubles its previous peak within 30
-    /// minutes; the lab holds it there, as a first campaign's first minutes see it).
+    /// A new on-demand table: 4,000 a second, then twice its busiest second once that is
+    /// 30 minutes old, up to DynamoDB's default 40,000 (`limits::Throughput::grows`).
     New,
     /// The quota docs/deploying.md has the operator raise the table's to and pre-warm.
     Raised,
@@ -201,17 +202,24 @@ impl SendsTable {
         seed: u64,
     ) -> Self {
         let per_second = quota.write_units();
+        let table = Limit {
+            name: "sends table writes",
+            per_second,
+        };
+        let index = Limit {
+            name: "campaign index writes",
+            per_second,
+        };
+        let limits = Throughput::new(seed);
+        if quota == TableQuota::New {
+            limits.grows(table, DYNAMODB_TABLE_WRITE_UNITS);
+            limits.grows(index, DYNAMODB_TABLE_WRITE_UNITS);
+        }
         Self(Arc::new(Model {
             ledger: Slow::new(ledger, latency),
-            limits: Throughput::new(seed),
-            table: Limit {
-                name: "sends table writes",
-                per_second,
-            },
-            index: Limit {
-                name: "campaign index writes",
-                per_second,
-            },
+            limits,
+            table,
+            index,
             partition: Limit {
                 name: "campaign index partition writes",
                 per_second: DYNAMODB_PARTITION_WRITE_UNITS,
