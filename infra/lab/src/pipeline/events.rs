@@ -123,10 +123,8 @@ pub(crate) struct EventsPath {
     region: String,
     kinds: &'static [&'static str],
     pub(crate) queue: Arc<LabQueue>,
-    /// Each email's acceptance, by the message id its events carry (the lab's own: the SES
-    /// stand-in's ids need not be unique).
+    /// Each email's acceptance, by the message id SES gave it, which its events carry.
     accepted: Mutex<HashMap<String, Instant>>,
-    next_id: AtomicU64,
     lags: Mutex<Vec<Duration>>,
     retries: AtomicU64,
 }
@@ -149,23 +147,22 @@ impl EventsPath {
             // As the template's SesEventsQueue: 180 s visibility, 5 receives.
             queue: Arc::new(LabQueue::new(Duration::from_secs(180), 5)),
             accepted: Mutex::default(),
-            next_id: AtomicU64::new(0),
             lags: Mutex::default(),
             retries: AtomicU64::new(0),
         })
     }
 
-    /// SES accepted an email: its events go to EventBridge, each on its own.
-    pub(crate) fn accepted(self: &Arc<Self>, campaign: &str, user: &str) {
-        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let ses_message_id = format!("lab-{n}");
-        mailflow::runtime::lock(&self.accepted).insert(ses_message_id.clone(), Instant::now());
+    /// SES accepted an email under `ses_message_id`: its events, which carry that id, go to
+    /// EventBridge, each on its own. (On AWS a Delivery comes once the receiving server
+    /// answers, usually seconds later; here at once, the sooner its note meets the sends.)
+    pub(crate) fn accepted(self: &Arc<Self>, campaign: &str, user: &str, ses_message_id: &str) {
+        mailflow::runtime::lock(&self.accepted).insert(ses_message_id.to_owned(), Instant::now());
         for kind in self.kinds {
             let section = kind.to_lowercase();
             let body = mailflow_local::ses_event_source::event(
                 kind,
                 Some((campaign, user)),
-                &ses_message_id,
+                ses_message_id,
                 serde_json::json!({ section: {} }),
             );
             tokio::spawn(self.clone().deliver(body));
@@ -234,7 +231,7 @@ impl EventsPath {
                         cpu.spend(per_event * event.records.len() as u32).await;
                         tokio::time::sleep(store.0 + (store.1 - store.0) / 2).await;
                         let failed = failures(&stage.handle(event.clone()).await.0);
-                        path.handled(&event);
+                        path.handled(&event, &failed);
                         failed
                     }
                 }),
@@ -243,11 +240,14 @@ impl EventsPath {
         Ok(tasks)
     }
 
-    fn handled(&self, event: &SqsEvent) {
+    /// A batch handled: the lag of each event but the `failed` ones, which SQS brings back.
+    fn handled(&self, event: &SqsEvent, failed: &[String]) {
         let now = Instant::now();
         let accepted = mailflow::runtime::lock(&self.accepted);
         let mut lags = mailflow::runtime::lock(&self.lags);
-        for record in &event.records {
+        let records = (event.records.iter())
+            .filter(|r| r.message_id.as_ref().is_none_or(|id| !failed.contains(id)));
+        for record in records {
             let id = serde_json::from_str::<serde_json::Value>(
                 record.body.as_deref().unwrap_or_default(),
             )
@@ -306,7 +306,7 @@ pub(crate) struct Publishing<M> {
 impl<M: Mailer> Mailer for Publishing<M> {
     async fn send(&self, email: &OutgoingEmail) -> Result<String, SendError> {
         let id = self.inner.send(email).await?;
-        (self.events).accepted(email.key.campaign_id(), &email.key.user_id);
+        (self.events).accepted(email.key.campaign_id(), &email.key.user_id, &id);
         Ok(id)
     }
 
@@ -385,7 +385,7 @@ mod tests {
         for step in 0..seconds * 100 {
             for n in 0..per_step {
                 let id = step * per_step + n;
-                path.accepted("weekly-2026-W47", &format!("u{id}"));
+                path.accepted("weekly-2026-W47", &format!("u{id}"), &format!("m{id}"));
             }
             tokio::time::sleep(ms(10)).await;
         }

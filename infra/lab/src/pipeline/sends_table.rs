@@ -166,8 +166,8 @@ pub struct SendsTableReport {
     pub design: IndexDesign,
     /// Units, throttled attempts and the busiest key's peak second, per limit.
     pub limits: BTreeMap<String, Counts>,
-    /// Writes that failed after the SDK's retries (SendEmail's) and Delivery notes that did
-    /// (SesEvents would return the event to its queue).
+    /// Writes that failed after the SDK's retries: SendEmail's, and SesEvents' notes and
+    /// reconciles (SesEvents returns their events to its queue, to be tried again).
     pub writes_failed: u64,
     pub notes_failed: u64,
     /// Write units per email SES accepted: the table's and the index's.
@@ -297,7 +297,7 @@ impl SendsTable {
         };
         model.limits.admit(&charges).await.map_err(|throttled| {
             let mut failed = mailflow::runtime::lock(&model.failed);
-            if write == LedgerWrite::Note {
+            if matches!(write, LedgerWrite::Note | LedgerWrite::Reconcile) {
                 failed.1 += 1;
             } else {
                 failed.0 += 1;

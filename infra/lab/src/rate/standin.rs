@@ -39,6 +39,8 @@ struct State {
     /// Every acceptance in order: the 24-hour window counts from them.
     window: std::collections::VecDeque<Instant>,
     over_daily_quota: Vec<Instant>,
+    /// Acceptances so far: each message id is unique, as SES's are.
+    ids: u64,
 }
 
 /// What the stand-in saw.
@@ -70,6 +72,7 @@ impl StandInSes {
                 throttled: Vec::new(),
                 window: Default::default(),
                 over_daily_quota: Vec::new(),
+                ids: 0,
             }),
             refuse_between: None,
             max_24_hour_send: None,
@@ -168,9 +171,12 @@ impl StandInSes {
         let now = Instant::now();
         let admitted = {
             let mut state = self.state();
-            let admitted = self.admit(&mut state, now);
+            let admitted = self.admit(&mut state, now).map(|()| {
+                state.ids += 1;
+                state.ids
+            });
             match admitted {
-                Ok(()) => {
+                Ok(_) => {
                     let key = (
                         email.key.campaign_id().to_owned(),
                         email.key.user_id().to_owned(),
@@ -186,7 +192,7 @@ impl StandInSes {
         // As SES answers each (both with a throttling code; the adapter tells them apart by
         // the message).
         match admitted {
-            Ok(()) => Ok(format!("standin-{}", now.elapsed().as_nanos())),
+            Ok(id) => Ok(format!("standin-{id:016x}")),
             Err(Refusal::Rate) => Err(SendError::Throttled(
                 "TooManyRequestsException: Maximum sending rate exceeded.".into(),
             )),
