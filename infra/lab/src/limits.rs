@@ -219,6 +219,10 @@ impl State {
                     this_second: 0.0,
                     second_started: now,
                 });
+            debug_assert!(
+                charge.key.is_empty() || !self.growing.contains_key(charge.limit.name),
+                "a growing limit is a whole table's: it has no keys"
+            );
             let per_second = match self.growing.get_mut(charge.limit.name) {
                 Some(growth) => growth.per_second(charge.limit.per_second, now),
                 None => charge.limit.per_second,
@@ -332,6 +336,32 @@ mod tests {
         assert!((first - 15.0).abs() < 0.5, "{first}");
         assert!((second - 30.0).abs() < 0.5, "{second}");
         assert!((third - 35.0).abs() < 0.5, "{third}");
+    }
+
+    /// A table used below its start does not grow: its peak is what it served.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_on_demand_table_used_lightly_stays_at_its_start() {
+        let limits = Throughput::new(5);
+        limits.grows(TABLE, 35.0);
+        let mut served = 0u32;
+        // 4 a second for 40 minutes, then 40 a second for 2 minutes.
+        for tick in 0..(40 * 60 * 4) {
+            tokio::time::advance(Duration::from_millis(250)).await;
+            let taken = mailflow::runtime::lock(&limits.state)
+                .try_take(&[Charge::new(TABLE, "", 1.0)])
+                .is_ok();
+            assert!(taken, "at {tick}");
+        }
+        for _ in 0..(2 * 60 * 40) {
+            tokio::time::advance(Duration::from_millis(25)).await;
+            served += u32::from(
+                mailflow::runtime::lock(&limits.state)
+                    .try_take(&[Charge::new(TABLE, "", 1.0)])
+                    .is_ok(),
+            );
+        }
+        let per_second = f64::from(served) / 120.0;
+        assert!((per_second - 15.0).abs() < 0.5, "{per_second}");
     }
 
     #[tokio::test(start_paused = true)]
