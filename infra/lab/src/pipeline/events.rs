@@ -21,6 +21,7 @@ use mailflow::domain::events_path::{Handler, EVENT_CPU_US};
 use mailflow::ports::memory::MemorySubscribers;
 use mailflow::ports::{Mailer, OutgoingEmail, SendError, SendRecordNotes};
 use mailflow::stages::ses_events::SesEvents;
+use mailflow_local::seed::Rng;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::future::Future;
@@ -30,8 +31,9 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// EventBridge retries a throttled delivery with exponential backoff (for up to 24 hours):
-/// its first wait, doubling up to the last.
+/// EventBridge retries a throttled delivery with exponential backoff and jitter (for up to
+/// 24 hours): the first wait's ceiling, doubling up to the last; each wait is drawn below it,
+/// so deliveries throttled together do not come back together.
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MOST: Duration = Duration::from_secs(60);
 
@@ -127,6 +129,8 @@ pub(crate) struct EventsPath {
     accepted: Mutex<HashMap<String, Instant>>,
     lags: Mutex<Vec<Duration>>,
     retries: AtomicU64,
+    /// The retries' jitter.
+    rng: Mutex<Rng>,
 }
 
 impl EventsPath {
@@ -149,6 +153,7 @@ impl EventsPath {
             accepted: Mutex::default(),
             lags: Mutex::default(),
             retries: AtomicU64::new(0),
+            rng: Mutex::new(Rng::new(seed ^ 0x45b)),
         })
     }
 
@@ -179,7 +184,8 @@ impl EventsPath {
             .is_err()
         {
             self.retries.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(wait).await;
+            let jitter = mailflow::runtime::lock(&self.rng).unit();
+            tokio::time::sleep(wait.mul_f64(jitter)).await;
             wait = (wait * 2).min(RETRY_MOST);
         }
         self.queue.send([body]);
