@@ -1,5 +1,5 @@
 //! Reads the sends table back: one campaign's records, through the campaign index
-//! (`CampaignShardIndex`: 64 small queries, each one partition, reading nothing of other
+//! (`CampaignShardIndex`: 128 small queries, each one partition, reading nothing of other
 //! campaigns), and counts by status.
 
 use anyhow::Result;

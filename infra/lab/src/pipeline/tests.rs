@@ -38,7 +38,7 @@ async fn get_users_reads_the_audience_ahead_of_its_sends() {
 /// At 20,000 emails/s the campaign index as it was (the claim put each record in it, so
 /// its three writes per email all wrote the index: 60,000 units a second over 16 keys of
 /// 1,000 each, on a table quota of 40,000) throttles SendEmail's ledger writes. The
-/// sparse index (two index writes per email over 64 keys: 625 a second each) on the
+/// sparse index (two index writes per email over 128 keys: 313 a second each) on the
 /// raised quota takes them all. Two seconds of sending (one before), the environments at
 /// once.
 #[tokio::test]

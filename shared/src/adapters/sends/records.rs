@@ -72,7 +72,7 @@ pub const CAMPAIGN_INDEX: &str = "CampaignShardIndex";
 
 /// Every record of one campaign that has had an outcome (the index is sparse: a record
 /// enters it with the first write `LedgerWrite::indexes` names; one whose first attempt is
-/// in flight is not there yet), through the campaign index (`CampaignShardIndex`: 64 queries
+/// in flight is not there yet), through the campaign index (`CampaignShardIndex`: 128 queries
 /// at once, each one partition, reading nothing of other campaigns).
 pub async fn campaign_records(
     client: &Client,
