@@ -24,6 +24,7 @@ fn record(status: SendStatus) -> SendRecord {
         reconciled_at_ms: None,
         variant: None,
         zone: None,
+        updated_at_ms: None,
     }
 }
 

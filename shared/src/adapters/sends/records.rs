@@ -35,6 +35,8 @@ pub struct SendRecord {
     pub variant: Option<String>,
     /// The user's zone as the email was claimed (their own, or the campaign's fallback).
     pub zone: Option<String>,
+    /// The last write to it (epoch ms).
+    pub updated_at_ms: Option<u64>,
 }
 
 impl SendRecord {
@@ -63,6 +65,7 @@ impl SendRecord {
             reconciled_at_ms: number::<u64>(item, "reconciled"),
             variant: text(item, "variant"),
             zone: text(item, "userZone"),
+            updated_at_ms: number::<u64>(item, "updatedAt"),
         }
     }
 }
@@ -105,5 +108,68 @@ pub async fn campaign_records(
         }
     });
     let pages = futures::future::try_join_all(queries).await?;
-    Ok(pages.into_iter().flatten().collect())
+    Ok(latest_per_user(pages.into_iter().flatten()))
+}
+
+/// One record per user, by user id. A record written under fewer shards moves to its key over more
+/// when it is written again (a retry's outcome, a reconcile); a read across that write can
+/// see it under both keys, and the later write is the record.
+fn latest_per_user(records: impl Iterator<Item = SendRecord>) -> Vec<SendRecord> {
+    let mut by_user: std::collections::HashMap<String, SendRecord> =
+        std::collections::HashMap::new();
+    for record in records {
+        match by_user.entry(record.user_id.clone()) {
+            std::collections::hash_map::Entry::Occupied(mut seen) => {
+                if record.updated_at_ms > seen.get().updated_at_ms {
+                    seen.insert(record);
+                }
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(record);
+            }
+        }
+    }
+    let mut records: Vec<SendRecord> = by_user.into_values().collect();
+    records.sort_by(|a, b| a.user_id.cmp(&b.user_id));
+    records
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_seen_under_two_shard_keys_counts_once_as_its_later_write() {
+        let record = |user: &str, status, updated| SendRecord {
+            user_id: user.into(),
+            campaign_id: "c".into(),
+            status: Some(status),
+            attempt: 1,
+            ses_message_id: None,
+            last_error: None,
+            skip_reason: None,
+            lease_until_ms: None,
+            started_at_ms: None,
+            completed_at_ms: None,
+            late_ms: None,
+            duplicates_suppressed: 0,
+            send_errors: 0,
+            engagement: Default::default(),
+            reconciled_at_ms: None,
+            variant: None,
+            zone: None,
+            updated_at_ms: Some(updated),
+        };
+        let read = latest_per_user(
+            [
+                record("a", SendStatus::DeadLettered, 1),
+                record("b", SendStatus::Sent, 5),
+                record("a", SendStatus::Sent, 9),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(read.len(), 2);
+        let a = read.iter().find(|r| r.user_id == "a").unwrap();
+        assert_eq!(a.status, Some(SendStatus::Sent));
+    }
 }
