@@ -274,6 +274,11 @@ impl EventsPath {
         mailflow::runtime::lock(&self.lags).len()
     }
 
+    /// Every event SES's acceptances so far yield is handled or in the events DLQ.
+    pub(crate) fn settled(&self) -> bool {
+        self.handled_count() + self.queue.left().1 >= self.expected()
+    }
+
     pub(crate) fn report(&self, environments: u32, account: &Account) -> EventsReport {
         let events = self.expected();
         let mut lags: Vec<f64> = (mailflow::runtime::lock(&self.lags).iter())
@@ -396,7 +401,7 @@ mod tests {
             tokio::time::sleep(ms(10)).await;
         }
         let until = Instant::now() + Duration::from_secs(120);
-        while path.handled_count() < path.expected() && Instant::now() < until {
+        while !path.settled() && Instant::now() < until {
             tokio::time::sleep(ms(100)).await;
         }
         done.store(true, Ordering::Relaxed);

@@ -74,9 +74,7 @@ impl SlotStages {
     /// slot start again at five environments.
     pub(super) fn slot_begins(&self) {
         let rig = &self.rig;
-        let idle = rig.users.left().0 == 0
-            && rig.emails.left().0 == 0
-            && rig.events.handled_count() >= rig.events.expected();
+        let idle = rig.users.left().0 == 0 && rig.emails.left().0 == 0 && rig.events.settled();
         if idle {
             rig.ramp.restart();
         }

@@ -147,7 +147,7 @@ impl Shape {
         }
         bytes += self.notes * attribute("deliveredAt", NUMBER_BYTES);
         if self.indexed {
-            bytes += attribute("campaignShard", key.campaign_id().len() + 3);
+            bytes += attribute("campaignShard", key.campaign_id().len() + 4);
         }
         bytes
     }

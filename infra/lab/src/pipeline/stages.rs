@@ -138,10 +138,11 @@ impl Rig {
         })
     }
 
-    /// Until every event of the emails accepted is handled, or `limit` has passed.
+    /// Until every event of the emails accepted is handled or dead-lettered, or `limit` has
+    /// passed.
     pub(super) async fn drain_events(&self, limit: Duration) {
         let until = Instant::now() + limit;
-        while self.events.handled_count() < self.events.expected() && Instant::now() < until {
+        while !self.events.settled() && Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
