@@ -22,6 +22,7 @@ pub(crate) mod polling;
 #[cfg(test)]
 mod quiet_hours;
 mod report;
+mod rig;
 mod sending;
 mod sends_table;
 mod stages;
